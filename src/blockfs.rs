@@ -1,0 +1,171 @@
+//! The one seam between mergetune and a block stack.
+//!
+//! Everything the daemon knows about devices comes through [`BlockFs`]: the text of
+//! `/proc/diskstats`, the names under `/sys/block`, and `/sys/block/<dev>/<attr>` files read
+//! and written as strings. The real world ([`RealFs`]) maps these onto a sysfs root and a
+//! procfs root given as parameters (so tests run on a fake tree in a temp dir); the simulator
+//! implements the same trait over its in-process devices, so the daemon loop cannot tell the
+//! difference. Values are exchanged as the kernel prints them (`"0"`, `"none [mq-deadline]"`),
+//! which keeps every parser in one place and exercised by both worlds.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// An error touching one block-stack file. Every variant names the path.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum FsError {
+    #[error("{path}: no such file or device")]
+    NotFound { path: String },
+    #[error("{path}: permission denied")]
+    PermissionDenied { path: String },
+    #[error("{path}: value {value:?} rejected (EINVAL)")]
+    InvalidValue { path: String, value: String },
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+}
+
+impl FsError {
+    /// The path the error is about.
+    pub fn path(&self) -> &str {
+        match self {
+            FsError::NotFound { path }
+            | FsError::PermissionDenied { path }
+            | FsError::InvalidValue { path, .. }
+            | FsError::Io { path, .. } => path,
+        }
+    }
+
+    fn from_io(path: &Path, err: std::io::Error, value: Option<&str>) -> FsError {
+        let path = path.display().to_string();
+        match err.kind() {
+            ErrorKind::NotFound => FsError::NotFound { path },
+            ErrorKind::PermissionDenied => FsError::PermissionDenied { path },
+            ErrorKind::InvalidInput => FsError::InvalidValue {
+                path,
+                value: value.unwrap_or_default().to_string(),
+            },
+            _ => FsError::Io {
+                path,
+                message: err.to_string(),
+            },
+        }
+    }
+}
+
+/// Access to a block stack: counters, device names, and per-device attribute files.
+///
+/// `rel` paths are relative to the device directory, e.g. `"queue/nomerges"`,
+/// `"queue/iosched/front_merges"`, `"stat"`, `"slaves"`.
+pub trait BlockFs {
+    /// The whole text of `/proc/diskstats`.
+    fn read_diskstats(&mut self) -> Result<String, FsError>;
+    /// The entries of `/sys/block` (whole devices only), sorted.
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError>;
+    /// The content of `/sys/block/<dev>/<rel>`, with the trailing newline trimmed.
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError>;
+    /// Write `value` to `/sys/block/<dev>/<rel>`, as `echo value > file` would.
+    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError>;
+    /// The entry names of the directory `/sys/block/<dev>/<rel>` (e.g. `slaves`), sorted;
+    /// an absent directory is an empty list.
+    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError>;
+    /// Whether `/sys/block/<dev>/<rel>` exists.
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
+}
+
+/// The real machine (or a fake tree laid out like it): sysfs and procfs under given roots.
+#[derive(Debug, Clone)]
+pub struct RealFs {
+    sysfs_root: PathBuf,
+    procfs_root: PathBuf,
+}
+
+impl RealFs {
+    pub fn new(sysfs_root: impl Into<PathBuf>, procfs_root: impl Into<PathBuf>) -> Self {
+        RealFs {
+            sysfs_root: sysfs_root.into(),
+            procfs_root: procfs_root.into(),
+        }
+    }
+
+    fn dev_path(&self, dev: &str, rel: &str) -> PathBuf {
+        let mut p = self.sysfs_root.join("block").join(dev);
+        if !rel.is_empty() {
+            p.push(rel);
+        }
+        p
+    }
+}
+
+fn valid_dev_name(dev: &str) -> bool {
+    !dev.is_empty() && !dev.contains('/') && dev != "." && dev != ".."
+}
+
+impl BlockFs for RealFs {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        let path = self.procfs_root.join("diskstats");
+        std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))
+    }
+
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        let path = self.sysfs_root.join("block");
+        let rd = std::fs::read_dir(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        let path = self.dev_path(dev, rel);
+        if !valid_dev_name(dev) {
+            return Err(FsError::NotFound {
+                path: path.display().to_string(),
+            });
+        }
+        let s = std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        Ok(s.trim_end_matches('\n').to_string())
+    }
+
+    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+        use std::io::Write;
+        let path = self.dev_path(dev, rel);
+        if !valid_dev_name(dev) {
+            return Err(FsError::NotFound {
+                path: path.display().to_string(),
+            });
+        }
+        // Like `echo v > file`: O_TRUNC on an existing file, the value in one write(2);
+        // never create a file (a vanished device must be an error, not a new file).
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| FsError::from_io(&path, e, Some(value)))?;
+        let mut buf = value.as_bytes().to_vec();
+        buf.push(b'\n');
+        f.write_all(&buf)
+            .map_err(|e| FsError::from_io(&path, e, Some(value)))?;
+        Ok(())
+    }
+
+    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
+        let path = self.dev_path(dev, rel);
+        let rd = match std::fs::read_dir(&path) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(FsError::from_io(&path, e, None)),
+        };
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
+        valid_dev_name(dev) && self.dev_path(dev, rel).exists()
+    }
+}

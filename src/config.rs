@@ -1,0 +1,347 @@
+//! Configuration: TOML, every key with a named default, unknown keys rejected, and a pure
+//! [`Config::validate`] that names the offending key. Loading is the only I/O here and
+//! lives in [`load_file`]; everything else works on strings so tests need no files.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/mergetune/mergetune.toml";
+
+/// A configuration error; every variant names the file or the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: key `{key}`: {reason}")]
+    Invalid {
+        origin: String,
+        key: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub devices: DevicesConfig,
+    pub policy: PolicyConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Time between two samples of the counters, in milliseconds.
+    pub interval_ms: u64,
+    /// Where the state file with the original tunables lives.
+    pub state_dir: PathBuf,
+    /// How often the device list is rescanned for hot-plugged devices, in ticks.
+    pub rescan_every_ticks: u32,
+}
+
+pub const DEFAULT_INTERVAL_MS: u64 = 1000;
+pub const DEFAULT_STATE_DIR: &str = "/run/mergetune";
+pub const DEFAULT_RESCAN_EVERY_TICKS: u32 = 30;
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            interval_ms: DEFAULT_INTERVAL_MS,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            rescan_every_ticks: DEFAULT_RESCAN_EVERY_TICKS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DevicesConfig {
+    /// Shell globs over /sys/block names; a device is a candidate when one matches.
+    pub include: Vec<String>,
+    /// Shell globs; a device matching one is never touched.
+    pub exclude: Vec<String>,
+}
+
+impl Default for DevicesConfig {
+    fn default() -> Self {
+        DevicesConfig {
+            include: vec!["*".to_string()],
+            exclude: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// False: observe and log, never write (takes effect at once, also on SIGHUP).
+    pub enabled: bool,
+    /// Ticks aggregated into one decision window.
+    pub window_ticks: u32,
+    /// A window with fewer bios (completed + merged, both directions) decides nothing.
+    pub min_window_bios: u64,
+    /// Merge ratio (merged / bios) below which a window counts as "low", in percent.
+    pub disable_below_percent: f64,
+    /// Merge ratio at or above which merging is (re-)enabled, in percent. Must exceed
+    /// `disable_below_percent`: the gap is the hysteresis band.
+    pub enable_above_percent: f64,
+    /// Consecutive low windows before merging is turned off.
+    pub disable_after_windows: u32,
+    /// The nomerges value written to turn merging off: 1 (keep plug and one-hit merges) or
+    /// 2 (no merges at all).
+    pub disabled_nomerges: u8,
+    /// Minimum time in a state before merging may be turned off again, in seconds.
+    /// Never delays turning merging back on.
+    pub min_dwell_secs: u64,
+    /// Time merging stays off before the first probe, in seconds.
+    pub probe_initial_backoff_secs: u64,
+    /// Upper bound of the probe backoff after repeated failed probes, in seconds.
+    pub probe_max_backoff_secs: u64,
+    /// Windows measured with merging back on during a probe.
+    pub probe_windows: u32,
+    /// Cap on tunable changes per device in any rolling hour. When reached, merging is
+    /// left on (changes that turn merging on are never refused).
+    pub max_changes_per_hour: u32,
+}
+
+pub const DEFAULT_WINDOW_TICKS: u32 = 5;
+pub const DEFAULT_MIN_WINDOW_BIOS: u64 = 1000;
+pub const DEFAULT_DISABLE_BELOW_PERCENT: f64 = 1.0;
+pub const DEFAULT_ENABLE_ABOVE_PERCENT: f64 = 5.0;
+pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 6;
+pub const DEFAULT_DISABLED_NOMERGES: u8 = 2;
+pub const DEFAULT_MIN_DWELL_SECS: u64 = 60;
+pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 60;
+pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 1800;
+pub const DEFAULT_PROBE_WINDOWS: u32 = 2;
+pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 12;
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            enabled: true,
+            window_ticks: DEFAULT_WINDOW_TICKS,
+            min_window_bios: DEFAULT_MIN_WINDOW_BIOS,
+            disable_below_percent: DEFAULT_DISABLE_BELOW_PERCENT,
+            enable_above_percent: DEFAULT_ENABLE_ABOVE_PERCENT,
+            disable_after_windows: DEFAULT_DISABLE_AFTER_WINDOWS,
+            disabled_nomerges: DEFAULT_DISABLED_NOMERGES,
+            min_dwell_secs: DEFAULT_MIN_DWELL_SECS,
+            probe_initial_backoff_secs: DEFAULT_PROBE_INITIAL_BACKOFF_SECS,
+            probe_max_backoff_secs: DEFAULT_PROBE_MAX_BACKOFF_SECS,
+            probe_windows: DEFAULT_PROBE_WINDOWS,
+            max_changes_per_hour: DEFAULT_MAX_CHANGES_PER_HOUR,
+        }
+    }
+}
+
+fn invalid(origin: &str, key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_string(),
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Checks every value and every relation between values. Pure.
+    /// `origin` names where the config came from, for the message.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let d = &self.daemon;
+        if !(10..=3_600_000).contains(&d.interval_ms) {
+            return Err(invalid(
+                origin,
+                "daemon.interval_ms",
+                format!("{} is outside 10..=3600000", d.interval_ms),
+            ));
+        }
+        if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
+            return Err(invalid(
+                origin,
+                "daemon.state_dir",
+                format!("{:?} must be an absolute path", d.state_dir),
+            ));
+        }
+        if d.rescan_every_ticks == 0 {
+            return Err(invalid(origin, "daemon.rescan_every_ticks", "must be at least 1"));
+        }
+        for (key, list) in [
+            ("devices.include", &self.devices.include),
+            ("devices.exclude", &self.devices.exclude),
+        ] {
+            for (i, pat) in list.iter().enumerate() {
+                if pat.is_empty() || pat.contains('/') {
+                    return Err(invalid(
+                        origin,
+                        &format!("{key}[{i}]"),
+                        format!("{pat:?} is not a device-name glob"),
+                    ));
+                }
+                if let Err(e) = glob::Pattern::new(pat) {
+                    return Err(invalid(
+                        origin,
+                        &format!("{key}[{i}]"),
+                        format!("{pat:?} is not a valid glob: {e}"),
+                    ));
+                }
+            }
+        }
+        let p = &self.policy;
+        if p.window_ticks == 0 {
+            return Err(invalid(origin, "policy.window_ticks", "must be at least 1"));
+        }
+        for (key, v) in [
+            ("policy.disable_below_percent", p.disable_below_percent),
+            ("policy.enable_above_percent", p.enable_above_percent),
+        ] {
+            if !v.is_finite() || !(0.0..=100.0).contains(&v) {
+                return Err(invalid(origin, key, format!("{v} is outside 0..=100")));
+            }
+        }
+        if p.disable_below_percent >= p.enable_above_percent {
+            return Err(invalid(
+                origin,
+                "policy.enable_above_percent",
+                format!(
+                    "{} must be greater than policy.disable_below_percent ({}): the thresholds overlap and leave no hysteresis band",
+                    p.enable_above_percent, p.disable_below_percent
+                ),
+            ));
+        }
+        if p.disable_after_windows == 0 {
+            return Err(invalid(origin, "policy.disable_after_windows", "must be at least 1"));
+        }
+        if !(1..=2).contains(&p.disabled_nomerges) {
+            return Err(invalid(
+                origin,
+                "policy.disabled_nomerges",
+                format!("{} must be 1 or 2", p.disabled_nomerges),
+            ));
+        }
+        if p.probe_initial_backoff_secs == 0 {
+            return Err(invalid(origin, "policy.probe_initial_backoff_secs", "must be at least 1"));
+        }
+        if p.probe_max_backoff_secs < p.probe_initial_backoff_secs {
+            return Err(invalid(
+                origin,
+                "policy.probe_max_backoff_secs",
+                format!(
+                    "{} is less than policy.probe_initial_backoff_secs ({})",
+                    p.probe_max_backoff_secs, p.probe_initial_backoff_secs
+                ),
+            ));
+        }
+        if p.probe_windows == 0 {
+            return Err(invalid(origin, "policy.probe_windows", "must be at least 1"));
+        }
+        if p.max_changes_per_hour < 2 {
+            return Err(invalid(
+                origin,
+                "policy.max_changes_per_hour",
+                format!(
+                    "{} leaves no room to turn merging off and back on (at least 2)",
+                    p.max_changes_per_hour
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One line describing the effective configuration.
+    pub fn summary(&self) -> String {
+        format!(
+            "interval {} ms, window {} ticks, off below {}% for {} windows, on at {}%, off = nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
+            self.daemon.interval_ms,
+            self.policy.window_ticks,
+            self.policy.disable_below_percent,
+            self.policy.disable_after_windows,
+            self.policy.enable_above_percent,
+            self.policy.disabled_nomerges,
+            self.policy.probe_initial_backoff_secs,
+            self.policy.probe_max_backoff_secs,
+            self.policy.max_changes_per_hour,
+            self.devices.include,
+            self.devices.exclude,
+            if self.policy.enabled { "enabled" } else { "disabled (observe only)" },
+        )
+    }
+}
+
+/// Parses and validates a config from TOML text. `origin` names it in errors.
+pub fn load_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string().trim_end().replace('\n', " "),
+    })?;
+    cfg.validate(origin)?;
+    Ok(cfg)
+}
+
+/// Reads, parses and validates a config file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    load_str(&text, &path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate("defaults").unwrap();
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(load_str("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = load_str("[policy]\nenabeld = true\n", "t").unwrap_err().to_string();
+        assert!(e.contains("enabeld"), "{e}");
+    }
+
+    #[test]
+    fn overlapping_thresholds_rejected() {
+        let e = load_str(
+            "[policy]\ndisable_below_percent = 5.0\nenable_above_percent = 5.0\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("policy.enable_above_percent"), "{e}");
+        assert!(e.contains("overlap"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (text, key) in [
+            ("[daemon]\ninterval_ms = 0\n", "daemon.interval_ms"),
+            ("[daemon]\nstate_dir = \"rel\"\n", "daemon.state_dir"),
+            ("[devices]\ninclude = [\"sd[\"]\n", "devices.include[0]"),
+            ("[policy]\ndisabled_nomerges = 3\n", "policy.disabled_nomerges"),
+            ("[policy]\nwindow_ticks = 0\n", "policy.window_ticks"),
+            ("[policy]\nprobe_max_backoff_secs = 1\n", "policy.probe_max_backoff_secs"),
+            ("[policy]\nmax_changes_per_hour = 1\n", "policy.max_changes_per_hour"),
+            ("[policy]\ndisable_below_percent = -1.0\n", "policy.disable_below_percent"),
+        ] {
+            let e = load_str(text, "t").unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_a_parse_error_naming_the_key() {
+        let e = load_str("[daemon]\ninterval_ms = \"fast\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("interval_ms"), "{e}");
+    }
+}

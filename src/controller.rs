@@ -1,0 +1,56 @@
+//! What drives a block stack each tick: the adaptive daemon, or a fixed baseline.
+//!
+//! The simulator runs a [`Controller`] in virtual time exactly as the real daemon loop runs
+//! its own: every `interval_ms` it calls [`Controller::tick`] with the current time and the
+//! [`BlockFs`] of the world. The adaptive daemon ([`crate::daemon::Daemon`]) is one
+//! implementation; the kernel default (`off`) and pinned `static:N` are the others.
+
+use crate::blockfs::BlockFs;
+use serde::Serialize;
+
+/// One change (or would-be change, in dry-run) of a device tunable, with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Time of the tick that decided, in ms since the controller started.
+    pub at_ms: u64,
+    pub device: String,
+    /// The attribute relative to the device directory, e.g. `queue/nomerges`.
+    pub attr: String,
+    pub from: String,
+    pub to: String,
+    /// A short machine-readable kind: `disable`, `enable`, `probe`, `probe_failed`,
+    /// `probe_succeeded`, `restore`, `pin`.
+    pub kind: String,
+    /// A human reason with its numbers.
+    pub reason: String,
+    /// False when the write failed or dry-run suppressed it.
+    pub applied: bool,
+}
+
+/// A policy driving a block stack.
+pub trait Controller {
+    /// Interval between ticks, in ms of (real or virtual) time.
+    fn interval_ms(&self) -> u64;
+    /// Observe and act once at `now_ms`; returns the decisions taken at this tick.
+    fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
+    /// Put back every original value this controller changed.
+    fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
+}
+
+/// The kernel default: never touches anything.
+#[derive(Debug, Clone)]
+pub struct KernelDefault {
+    pub interval_ms: u64,
+}
+
+impl Controller for KernelDefault {
+    fn interval_ms(&self) -> u64 {
+        self.interval_ms
+    }
+    fn tick(&mut self, _now_ms: u64, _fs: &mut dyn BlockFs) -> Vec<Decision> {
+        Vec::new()
+    }
+    fn restore(&mut self, _now_ms: u64, _fs: &mut dyn BlockFs) -> Vec<Decision> {
+        Vec::new()
+    }
+}

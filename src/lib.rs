@@ -1,0 +1,10 @@
+//! mergetune: an adaptive merge-control daemon for Linux block devices.
+//!
+//! Data flows one way: source (`blockfs` + `diskstats`) -> `sampler` -> `policy` (pure)
+//! -> `actuator` -> log/metrics. The `daemon` module ties them into one tick that the
+//! real loop, the dry-run and the simulator (`sim`) all share.
+
+pub mod blockfs;
+pub mod config;
+pub mod controller;
+pub mod sim;

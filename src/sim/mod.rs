@@ -1,0 +1,1 @@
+//! The simulated block-device stack (see docs/simulator.md).
