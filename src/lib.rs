@@ -7,4 +7,7 @@
 pub mod blockfs;
 pub mod config;
 pub mod controller;
+pub mod diskstats;
+pub mod policy;
+pub mod sampler;
 pub mod sim;

@@ -1,0 +1,308 @@
+//! Turns successive counter snapshots into per-device deltas and decision windows.
+//!
+//! Counters only grow, but they wrap (`unsigned int` ms fields at 2^32, `unsigned long` on
+//! 32-bit kernels) and restart from zero when a device is removed and re-added under the
+//! same name. A backwards step that is a plausible 32-bit wrap is taken as a wrap; any other
+//! backwards step, or a changed major:minor, is a reset: the sample is dropped and the
+//! device starts afresh, never producing a huge delta. Pure: no I/O, no clock.
+
+use crate::diskstats::{DiskStat, MAX_FIELDS, StatFields, field};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// The counters of one interval (or one window) that the policy uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub reads_completed: u64,
+    pub reads_merged: u64,
+    pub sectors_read: u64,
+    pub read_ms: u64,
+    pub writes_completed: u64,
+    pub writes_merged: u64,
+    pub sectors_written: u64,
+    pub write_ms: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.reads_completed += o.reads_completed;
+        self.reads_merged += o.reads_merged;
+        self.sectors_read += o.sectors_read;
+        self.read_ms += o.read_ms;
+        self.writes_completed += o.writes_completed;
+        self.writes_merged += o.writes_merged;
+        self.sectors_written += o.sectors_written;
+        self.write_ms += o.write_ms;
+    }
+    /// Bios submitted for reading: requests completed plus bios merged into them.
+    pub fn read_bios(&self) -> u64 {
+        self.reads_completed + self.reads_merged
+    }
+    pub fn write_bios(&self) -> u64 {
+        self.writes_completed + self.writes_merged
+    }
+    pub fn bios(&self) -> u64 {
+        self.read_bios() + self.write_bios()
+    }
+    pub fn merged(&self) -> u64 {
+        self.reads_merged + self.writes_merged
+    }
+    /// Merged / bios over both directions, i.e. the per-direction ratios weighted by
+    /// traffic. 0 when there were no bios.
+    pub fn merge_ratio(&self) -> f64 {
+        ratio(self.merged(), self.bios())
+    }
+    pub fn read_merge_ratio(&self) -> f64 {
+        ratio(self.reads_merged, self.read_bios())
+    }
+    pub fn write_merge_ratio(&self) -> f64 {
+        ratio(self.writes_merged, self.write_bios())
+    }
+}
+
+fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
+    }
+}
+
+/// The outcome of comparing two snapshots of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delta {
+    /// The first sight of a device: nothing to compare with yet.
+    First,
+    Counters(Counters),
+    /// Counters went backwards (device re-added) or the device number changed.
+    Reset,
+}
+
+const U32_SPAN: u64 = 1 << 32;
+
+/// The increase of one field, or None when it is a reset.
+fn field_delta(index: usize, prev: u64, cur: u64) -> Option<u64> {
+    if cur >= prev {
+        return Some(cur - prev);
+    }
+    // A 32-bit counter (always for ms fields; for the others on 32-bit kernels) that
+    // wrapped shows a small step modulo 2^32. Anything else going backwards is a reset.
+    if prev < U32_SPAN {
+        let wrapped = U32_SPAN - prev + cur;
+        let limit = if crate::diskstats::field_is_u32(index) {
+            U32_SPAN / 2
+        } else {
+            U32_SPAN / 4
+        };
+        if wrapped < limit && prev >= U32_SPAN / 2 {
+            return Some(wrapped);
+        }
+    }
+    None
+}
+
+/// Compares two snapshots of the same device name.
+pub fn delta(prev: &DiskStat, cur: &DiskStat) -> Delta {
+    if prev.major != cur.major || prev.minor != cur.minor {
+        return Delta::Reset;
+    }
+    let mut d = [0u64; MAX_FIELDS];
+    for (i, slot) in d.iter_mut().enumerate() {
+        if i == field::IN_FLIGHT {
+            continue; // a gauge, not a counter
+        }
+        match field_delta(i, prev.fields.values[i], cur.fields.values[i]) {
+            Some(v) => *slot = v,
+            None => return Delta::Reset,
+        }
+    }
+    Delta::Counters(counters_from(&d))
+}
+
+fn counters_from(v: &[u64; MAX_FIELDS]) -> Counters {
+    Counters {
+        reads_completed: v[field::READS_COMPLETED],
+        reads_merged: v[field::READS_MERGED],
+        sectors_read: v[field::SECTORS_READ],
+        read_ms: v[field::READ_MS],
+        writes_completed: v[field::WRITES_COMPLETED],
+        writes_merged: v[field::WRITES_MERGED],
+        sectors_written: v[field::SECTORS_WRITTEN],
+        write_ms: v[field::WRITE_MS],
+    }
+}
+
+/// Counters of a whole snapshot, for tests and reports.
+pub fn counters_of(fields: &StatFields) -> Counters {
+    counters_from(&fields.values)
+}
+
+/// Keeps the previous snapshot of every device and yields deltas for a new one.
+#[derive(Debug, Default, Clone)]
+pub struct Sampler {
+    prev: HashMap<String, DiskStat>,
+}
+
+/// What one new snapshot means per device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleSet {
+    pub deltas: Vec<(String, Delta)>,
+    /// Devices present in the previous snapshot and absent now.
+    pub vanished: Vec<String>,
+}
+
+impl Sampler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds a new snapshot; devices that appear or vanish are handled without error.
+    pub fn observe(&mut self, snapshot: &[DiskStat]) -> SampleSet {
+        let mut deltas = Vec::with_capacity(snapshot.len());
+        let mut next = HashMap::with_capacity(snapshot.len());
+        for cur in snapshot {
+            let d = match self.prev.get(&cur.name) {
+                Some(prev) => delta(prev, cur),
+                None => Delta::First,
+            };
+            deltas.push((cur.name.clone(), d));
+            next.insert(cur.name.clone(), cur.clone());
+        }
+        let mut vanished: Vec<String> = self
+            .prev
+            .keys()
+            .filter(|k| !next.contains_key(*k))
+            .cloned()
+            .collect();
+        vanished.sort();
+        self.prev = next;
+        SampleSet { deltas, vanished }
+    }
+}
+
+/// Accumulates per-tick deltas into a window of `window_ticks` ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WindowAcc {
+    pub ticks: u32,
+    pub counters: Counters,
+    pub started_ms: u64,
+}
+
+/// A closed window, handed to the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Window {
+    pub counters: Counters,
+    pub duration_ms: u64,
+}
+
+impl Window {
+    pub fn bios_per_sec(&self) -> f64 {
+        if self.duration_ms == 0 {
+            0.0
+        } else {
+            self.counters.bios() as f64 * 1000.0 / self.duration_ms as f64
+        }
+    }
+}
+
+impl WindowAcc {
+    pub fn restart(&mut self, now_ms: u64) {
+        *self = WindowAcc {
+            ticks: 0,
+            counters: Counters::default(),
+            started_ms: now_ms,
+        };
+    }
+
+    /// Adds one tick's delta; returns the window when it is complete, and restarts.
+    pub fn push(&mut self, delta: &Counters, now_ms: u64, window_ticks: u32) -> Option<Window> {
+        self.counters.add(delta);
+        self.ticks += 1;
+        if self.ticks >= window_ticks {
+            let w = Window {
+                counters: self.counters,
+                duration_ms: now_ms.saturating_sub(self.started_ms),
+            };
+            self.restart(now_ms);
+            Some(w)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diskstats::parse_diskstats_line;
+
+    fn stat(line: &str) -> DiskStat {
+        parse_diskstats_line(line).unwrap()
+    }
+
+    #[test]
+    fn plain_delta() {
+        let a = stat("8 0 sda 10 5 100 7 20 30 400 9 0 10 20");
+        let b = stat("8 0 sda 15 6 140 9 25 40 480 11 2 12 25");
+        let Delta::Counters(c) = delta(&a, &b) else {
+            panic!()
+        };
+        assert_eq!(
+            (c.reads_completed, c.reads_merged, c.writes_merged),
+            (5, 1, 10)
+        );
+        assert_eq!(c.bios(), 5 + 1 + 5 + 10);
+    }
+
+    #[test]
+    fn backwards_is_reset_not_huge() {
+        let a = stat("8 0 sda 1000 5 100 7 20 30 400 9 0 10 20");
+        let b = stat("8 0 sda 3 0 8 1 0 0 0 0 0 1 1");
+        assert_eq!(delta(&a, &b), Delta::Reset);
+    }
+
+    #[test]
+    fn changed_devno_is_reset() {
+        let a = stat("8 0 sda 1 1 1 1 1 1 1 1 0 1 1");
+        let b = stat("8 16 sda 2 2 2 2 2 2 2 2 0 2 2");
+        assert_eq!(delta(&a, &b), Delta::Reset);
+    }
+
+    #[test]
+    fn ms_field_wraps_at_u32() {
+        let a = stat("8 0 sda 1 0 8 4294967290 0 0 0 0 0 0 0");
+        let b = stat("8 0 sda 2 0 16 4 0 0 0 0 0 0 0");
+        let Delta::Counters(c) = delta(&a, &b) else {
+            panic!("expected wrap")
+        };
+        assert_eq!(c.read_ms, 10);
+    }
+
+    #[test]
+    fn hotplug_appear_and_vanish() {
+        let mut s = Sampler::new();
+        let r = s.observe(&[stat("8 0 sda 1 0 8 1 0 0 0 0 0 0 0")]);
+        assert_eq!(r.deltas, vec![("sda".into(), Delta::First)]);
+        let r = s.observe(&[stat("8 16 sdb 1 0 8 1 0 0 0 0 0 0 0")]);
+        assert_eq!(r.deltas, vec![("sdb".into(), Delta::First)]);
+        assert_eq!(r.vanished, vec!["sda".to_string()]);
+    }
+
+    #[test]
+    fn window_closes_after_n_ticks() {
+        let mut w = WindowAcc::default();
+        w.restart(0);
+        let d = Counters {
+            writes_completed: 10,
+            writes_merged: 90,
+            ..Default::default()
+        };
+        assert!(w.push(&d, 100, 3).is_none());
+        assert!(w.push(&d, 200, 3).is_none());
+        let win = w.push(&d, 300, 3).unwrap();
+        assert_eq!(win.counters.bios(), 300);
+        assert_eq!(win.duration_ms, 300);
+        assert!((win.counters.merge_ratio() - 0.9).abs() < 1e-9);
+        assert_eq!(w.ticks, 0);
+    }
+}
