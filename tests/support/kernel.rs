@@ -1,0 +1,751 @@
+//! Harness for tests that run against the real kernel: loop devices, fio and the tracing
+//! filesystem. Included by real-kernel test files with
+//! `#[path = "support/kernel.rs"] mod kernel;`.
+//!
+//! Real-kernel tests run only when `MERGETUNE_KERNEL_TESTS=1` (as `.ci/run` sets it). When
+//! asked for and unable to run (not root, no fio, no loop devices, losetup fails), they fail
+//! with a message that says why; they never skip silently. When not asked for, they return at
+//! once after a note on stderr.
+//!
+//! Safety: the harness only ever touches loop devices it attached itself (over a temp file,
+//! checked through `/sys/block/loopN/loop/backing_file`), detaches them on drop (also when a
+//! test panics), and uses its own tracefs instance, removed on drop.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The environment variable that turns real-kernel tests on.
+pub const ENV_VAR: &str = "MERGETUNE_KERNEL_TESTS";
+/// When set to 1, the facts test (re)writes the trace fixtures under `tests/fixtures/`.
+pub const CAPTURE_ENV_VAR: &str = "MERGETUNE_CAPTURE_FIXTURES";
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const INSTANCE_PREFIX: &str = "mergetune-test-";
+const LOCK_FILE: &str = "/run/lock/mergetune-kernel-tests.lock";
+
+/// True when the real-kernel tests were asked for (`MERGETUNE_KERNEL_TESTS=1`).
+pub fn kernel_tests_requested() -> bool {
+    std::env::var(ENV_VAR)
+        .map(|v| v.trim() == "1")
+        .unwrap_or(false)
+}
+
+/// Held for the whole of a real-kernel test: serialises such tests inside one test binary
+/// (a mutex) and across processes (an flock on a lock file), so that timings and tracefs
+/// are not shared between two of them.
+pub struct KernelSession {
+    _guard: MutexGuard<'static, ()>,
+    _lock: Option<fs::File>,
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Gate of every real-kernel test:
+///
+/// ```ignore
+/// let Some(_k) = kernel::require_kernel("daemon_on_loop_device") else { return };
+/// ```
+///
+/// Not requested: prints a note and returns `None` (the test returns early and passes).
+/// Requested: panics with a clear message unless running as root with fio, losetup and
+/// loop-device support; otherwise returns the session that serialises kernel tests.
+pub fn require_kernel(test: &str) -> Option<KernelSession> {
+    if !kernel_tests_requested() {
+        eprintln!("note: {test}: real-kernel test not run (set {ENV_VAR}=1 to run it, as root)");
+        return None;
+    }
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        missing.push(format!("root (running as uid {euid})"));
+    }
+    if !command_works("fio", &["--version"]) {
+        missing.push("fio on PATH (apt-get install fio)".to_string());
+    }
+    if !command_works("losetup", &["--version"]) {
+        missing.push("losetup on PATH (util-linux)".to_string());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        missing.push("/dev/loop-control (modprobe loop)".to_string());
+    }
+    if !missing.is_empty() {
+        panic!(
+            "{test}: {ENV_VAR}=1 asks for real-kernel tests, but this machine lacks: {}",
+            missing.join("; ")
+        );
+    }
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = take_file_lock();
+    Some(KernelSession {
+        _guard: guard,
+        _lock: lock,
+    })
+}
+
+fn command_works(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn take_file_lock() -> Option<fs::File> {
+    let _ = fs::create_dir_all("/run/lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .ok()?;
+    // SAFETY: flock on a valid, open fd; blocks until the lock is free.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    if rc == 0 { Some(file) } else { None }
+}
+
+/// The 17 fields of `/sys/block/<dev>/stat` (older kernels give fewer; missing ones are 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stat {
+    pub fields: [u64; 17],
+}
+
+impl Stat {
+    /// Parses the whitespace-separated fields of a `stat` file.
+    pub fn parse(text: &str) -> Result<Stat, String> {
+        let mut fields = [0u64; 17];
+        let mut n = 0;
+        for (i, word) in text.split_whitespace().enumerate() {
+            if i >= 17 {
+                break;
+            }
+            fields[i] = word
+                .parse()
+                .map_err(|e| format!("stat field {}: {word:?}: {e}", i + 1))?;
+            n = i + 1;
+        }
+        if n < 11 {
+            return Err(format!(
+                "stat has {n} fields, expected at least 11: {text:?}"
+            ));
+        }
+        Ok(Stat { fields })
+    }
+    pub fn reads(&self) -> u64 {
+        self.fields[0]
+    }
+    pub fn reads_merged(&self) -> u64 {
+        self.fields[1]
+    }
+    pub fn sectors_read(&self) -> u64 {
+        self.fields[2]
+    }
+    pub fn writes(&self) -> u64 {
+        self.fields[4]
+    }
+    pub fn writes_merged(&self) -> u64 {
+        self.fields[5]
+    }
+    pub fn sectors_written(&self) -> u64 {
+        self.fields[6]
+    }
+    pub fn in_flight(&self) -> u64 {
+        self.fields[8]
+    }
+    /// Field-wise `self - earlier` for the four counters the tests use (the device is ours
+    /// and fresh, so counters neither wrap nor reset during a test).
+    pub fn delta(&self, earlier: &Stat) -> StatDelta {
+        StatDelta {
+            reads: self.reads() - earlier.reads(),
+            reads_merged: self.reads_merged() - earlier.reads_merged(),
+            writes: self.writes() - earlier.writes(),
+            writes_merged: self.writes_merged() - earlier.writes_merged(),
+        }
+    }
+}
+
+/// Counter deltas of one measured run: completed requests and merged bios per direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatDelta {
+    pub reads: u64,
+    pub reads_merged: u64,
+    pub writes: u64,
+    pub writes_merged: u64,
+}
+
+impl StatDelta {
+    pub fn merged(&self) -> u64 {
+        self.reads_merged + self.writes_merged
+    }
+    pub fn completed(&self) -> u64 {
+        self.reads + self.writes
+    }
+    /// Bios submitted: completed requests plus bios merged into them.
+    pub fn bios(&self) -> u64 {
+        self.completed() + self.merged()
+    }
+}
+
+impl fmt::Display for StatDelta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reads {} (merged {}), writes {} (merged {})",
+            self.reads, self.reads_merged, self.writes, self.writes_merged
+        )
+    }
+}
+
+/// A loop device over a sparse temp file, attached with `--direct-io=on`, detached on drop
+/// (also when the test panics).
+pub struct LoopDevice {
+    name: String,
+    dev_path: PathBuf,
+    backing: PathBuf,
+    _dir: tempfile::TempDir,
+    detached: bool,
+}
+
+impl LoopDevice {
+    /// Attaches a new loop device over a fresh sparse file of `size_mib` MiB. Panics with
+    /// the reason when that fails (the caller asked for real-kernel tests).
+    pub fn new(size_mib: u64) -> LoopDevice {
+        let base = std::env::var_os("MERGETUNE_KERNEL_TEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new()
+            .prefix("mergetune-loop-")
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| panic!("cannot create a temp dir in {}: {e}", base.display()));
+        let backing = dir.path().join("backing.img");
+        let file = fs::File::create(&backing)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", backing.display()));
+        file.set_len(size_mib * 1024 * 1024)
+            .unwrap_or_else(|e| panic!("cannot size {}: {e}", backing.display()));
+        drop(file);
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "--direct-io=on"])
+            .arg(&backing)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run losetup: {e}"));
+        if !out.status.success() {
+            panic!(
+                "losetup -f --show --direct-io=on {} failed ({}): {}",
+                backing.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = printed.strip_prefix("/dev/").unwrap_or("").to_string();
+        let is_loop = name
+            .strip_prefix("loop")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let mut dev = LoopDevice {
+            name,
+            dev_path: PathBuf::from(&printed),
+            backing,
+            _dir: dir,
+            detached: !is_loop,
+        };
+        assert!(
+            is_loop,
+            "losetup printed {printed:?}, not a /dev/loopN path"
+        );
+        // Make sure the device we got is over our file before touching anything of it.
+        let recorded = dev.sys("loop/backing_file");
+        let ours = fs::canonicalize(&dev.backing).unwrap();
+        if Path::new(recorded.trim()) != ours {
+            // Not ours: never detach or write to it.
+            dev.detached = true;
+            panic!(
+                "{} reports backing file {:?}, expected {}",
+                dev.name,
+                recorded.trim(),
+                ours.display()
+            );
+        }
+        let dio = dev.sys("loop/dio");
+        assert_eq!(
+            dio.trim(),
+            "1",
+            "{}: direct I/O did not stick (loop/dio = {}); the backing filesystem of {} \
+             must support O_DIRECT (set MERGETUNE_KERNEL_TEST_DIR to another directory)",
+            dev.name,
+            dio.trim(),
+            dev.backing.display()
+        );
+        dev
+    }
+
+    /// Kernel name, e.g. `loop3`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/dev/loop3`.
+    pub fn dev_path(&self) -> &Path {
+        &self.dev_path
+    }
+
+    /// The path as a string, for fio's `--filename=`.
+    pub fn dev_str(&self) -> String {
+        self.dev_path.display().to_string()
+    }
+
+    /// `/sys/block/loop3`.
+    pub fn sys_dir(&self) -> PathBuf {
+        Path::new("/sys/block").join(&self.name)
+    }
+
+    fn sys(&self, rel: &str) -> String {
+        let p = self.sys_dir().join(rel);
+        fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+    }
+
+    /// (major, minor) from `/sys/block/loopN/dev`.
+    pub fn major_minor(&self) -> (u32, u32) {
+        let text = self.sys("dev");
+        let (a, b) = text
+            .trim()
+            .split_once(':')
+            .unwrap_or_else(|| panic!("bad dev {text:?}"));
+        (a.parse().unwrap(), b.parse().unwrap())
+    }
+
+    /// The kernel-internal dev_t (`major << 20 | minor`), as tracepoint filters compare it.
+    pub fn kernel_dev_t(&self) -> u64 {
+        let (major, minor) = self.major_minor();
+        ((major as u64) << 20) | minor as u64
+    }
+
+    /// Reads `queue/<attr>`, trimmed.
+    pub fn queue_attr(&self, attr: &str) -> String {
+        self.sys(&format!("queue/{attr}")).trim().to_string()
+    }
+
+    /// Writes `queue/<attr>` of this (our own) loop device.
+    pub fn set_queue_attr(&self, attr: &str, value: &str) {
+        let p = self.sys_dir().join("queue").join(attr);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", p.display()));
+        f.write_all(value.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot write {value:?} to {}: {e}", p.display()));
+    }
+
+    /// The active scheduler (the bracketed entry of `queue/scheduler`).
+    pub fn scheduler(&self) -> String {
+        let text = self.queue_attr("scheduler");
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+            .unwrap_or(text.as_str())
+            .to_string()
+    }
+
+    pub fn set_scheduler(&self, sched: &str) {
+        self.set_queue_attr("scheduler", sched);
+        assert_eq!(
+            self.scheduler(),
+            sched,
+            "{}: scheduler did not switch",
+            self.name
+        );
+    }
+
+    pub fn nomerges(&self) -> u8 {
+        let v = self.queue_attr("nomerges");
+        v.parse()
+            .unwrap_or_else(|e| panic!("{}: nomerges {v:?}: {e}", self.name))
+    }
+
+    pub fn set_nomerges(&self, value: u8) {
+        self.set_queue_attr("nomerges", &value.to_string());
+        assert_eq!(
+            self.nomerges(),
+            value,
+            "{}: nomerges did not stick",
+            self.name
+        );
+    }
+
+    /// Parsed `/sys/block/loopN/stat`.
+    pub fn stat(&self) -> Stat {
+        let text = self.sys("stat");
+        Stat::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", self.name))
+    }
+
+    /// Runs one fio job and returns the stat delta it caused.
+    pub fn measure(&self, args: &[String]) -> StatDelta {
+        let before = self.stat();
+        run_fio(args);
+        self.wait_idle();
+        self.stat().delta(&before)
+    }
+
+    /// Waits until no request is in flight (counters settled), at most 5 s.
+    pub fn wait_idle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.stat().in_flight() != 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A new loop device's first heavy run can be a cold outlier: run the merge-friendly
+    /// and the merge-hostile job once each, unmeasured.
+    pub fn warm_up(&self) {
+        run_fio(&job_batched_seq(self, "write", "32M"));
+        run_fio(&job_rand(self, "randread", "32M"));
+        self.wait_idle();
+    }
+
+    /// Detaches now (also done on drop).
+    pub fn detach(&mut self) {
+        if self.detached {
+            return;
+        }
+        self.detached = true;
+        let mut last = String::new();
+        for _ in 0..50 {
+            match Command::new("losetup")
+                .arg("-d")
+                .arg(&self.dev_path)
+                .output()
+            {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "warning: could not detach {}: {last}",
+            self.dev_path.display()
+        );
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+/// Runs fio with `args` and returns its stdout; panics with fio's output on failure.
+pub fn run_fio(args: &[String]) -> String {
+    let out = Command::new("fio")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run fio: {e}"));
+    if !out.status.success() {
+        panic!(
+            "fio {} failed ({}):\n{}\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The printable command line of a fio job.
+pub fn fio_command_line(args: &[String]) -> String {
+    let mut s = String::from("fio");
+    for a in args {
+        s.push(' ');
+        s.push_str(a);
+    }
+    s
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// DESIGN.md's merge-friendly job: sequential 4 KiB, libaio, QD64, submitted and reaped in
+/// batches of 64. `rw` is `write` or `read`.
+pub fn job_batched_seq(dev: &LoopDevice, rw: &str, size: &str) -> Vec<String> {
+    let mut v = strings(&["--name=f"]);
+    v.push(format!("--filename={}", dev.dev_str()));
+    v.extend(strings(&["--direct=1"]));
+    v.push(format!("--rw={rw}"));
+    v.extend(strings(&["--bs=4k"]));
+    v.push(format!("--size={size}"));
+    v.extend(strings(&[
+        "--ioengine=libaio",
+        "--iodepth=64",
+        "--iodepth_batch_submit=64",
+        "--iodepth_batch_complete_min=64",
+    ]));
+    v
+}
+
+/// DESIGN.md's merge-hostile job: random 4 KiB over 512 MiB, `io_size` in total, libaio,
+/// QD64, one I/O per submission. `rw` is `randread` or `randwrite`.
+pub fn job_rand(dev: &LoopDevice, rw: &str, io_size: &str) -> Vec<String> {
+    let mut v = strings(&["--name=h"]);
+    v.push(format!("--filename={}", dev.dev_str()));
+    v.extend(strings(&["--direct=1"]));
+    v.push(format!("--rw={rw}"));
+    v.extend(strings(&["--bs=4k", "--size=512M"]));
+    v.push(format!("--io_size={io_size}"));
+    v.extend(strings(&[
+        "--ioengine=libaio",
+        "--iodepth=64",
+        "--norandommap",
+        "--randrepeat=1",
+    ]));
+    v
+}
+
+/// A mixed load in one fio run: the batched sequential writer (size `size`) and, at the
+/// same time, the unbatched random reader (io_size `size`) in the second half of the device.
+pub fn job_mixed(dev: &LoopDevice, size: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    v.push(format!("--filename={}", dev.dev_str()));
+    v.extend(strings(&[
+        "--direct=1",
+        "--ioengine=libaio",
+        "--bs=4k",
+        "--iodepth=64",
+        "--name=seqw",
+        "--rw=write",
+        "--offset=0",
+    ]));
+    v.push(format!("--size={size}"));
+    v.extend(strings(&[
+        "--iodepth_batch_submit=64",
+        "--iodepth_batch_complete_min=64",
+        "--name=randr",
+        "--rw=randread",
+        "--offset=256M",
+        "--size=256M",
+    ]));
+    v.push(format!("--io_size={size}"));
+    v.extend(strings(&["--norandommap", "--randrepeat=1"]));
+    v
+}
+
+/// The block events a capture enables.
+pub const TRACE_EVENTS: [&str; 6] = [
+    "block_bio_queue",
+    "block_bio_backmerge",
+    "block_bio_frontmerge",
+    "block_rq_issue",
+    "block_rq_complete",
+    "block_split",
+];
+
+/// A capture of the block tracepoints of one loop device, in a tracefs instance of its own
+/// (its own ring buffer, so global tracing is left alone). Mounts tracefs at
+/// /sys/kernel/tracing when it is not mounted (and leaves it mounted). Drop disables the
+/// events, clears the buffer and removes the instance.
+pub struct TraceCapture {
+    instance: PathBuf,
+}
+
+impl TraceCapture {
+    /// Starts capturing the block events of `dev` (filtered on its dev_t).
+    pub fn start(dev: &LoopDevice) -> TraceCapture {
+        ensure_tracefs();
+        remove_stale_instances();
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let instance = Path::new(TRACEFS)
+            .join("instances")
+            .join(format!("{INSTANCE_PREFIX}{}-{n}", std::process::id()));
+        fs::create_dir(&instance).unwrap_or_else(|e| {
+            panic!("cannot create tracefs instance {}: {e}", instance.display())
+        });
+        let cap = TraceCapture { instance };
+        // 8 MiB per CPU: the 32 MiB batched job writes about 16,500 events (about 1 MB).
+        cap.write("buffer_size_kb", "8192");
+        let filter = format!("dev == {}", dev.kernel_dev_t());
+        for ev in TRACE_EVENTS {
+            cap.write(&format!("events/block/{ev}/filter"), &filter);
+            cap.write(&format!("events/block/{ev}/enable"), "1");
+        }
+        cap.write("trace", "");
+        cap.write("tracing_on", "1");
+        cap
+    }
+
+    fn write(&self, rel: &str, value: &str) {
+        let p = self.instance.join(rel);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", p.display()));
+        f.write_all(value.as_bytes())
+            .unwrap_or_else(|e| panic!("cannot write {value:?} to {}: {e}", p.display()));
+    }
+
+    /// Empties the buffer (between two measured runs).
+    pub fn clear(&self) {
+        self.write("trace", "");
+    }
+
+    /// The `trace` text so far. Panics when the ring buffer lost events.
+    pub fn read(&self) -> String {
+        let p = self.instance.join("trace");
+        let text =
+            fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+        if let Some((held, written)) = entries_header(&text) {
+            assert_eq!(
+                held, written,
+                "tracefs ring buffer overran ({held} of {written} events kept)"
+            );
+        }
+        text
+    }
+
+    fn disable(&self) {
+        for ev in TRACE_EVENTS {
+            let p = self.instance.join(format!("events/block/{ev}/enable"));
+            let _ = fs::write(p, "0");
+        }
+        let _ = fs::write(self.instance.join("tracing_on"), "0");
+        let _ = fs::write(self.instance.join("trace"), "");
+    }
+}
+
+impl Drop for TraceCapture {
+    fn drop(&mut self) {
+        self.disable();
+        if let Err(e) = fs::remove_dir(&self.instance) {
+            eprintln!(
+                "warning: cannot remove tracefs instance {}: {e}",
+                self.instance.display()
+            );
+        }
+    }
+}
+
+fn ensure_tracefs() {
+    if Path::new(TRACEFS).join("instances").is_dir() {
+        return;
+    }
+    let src = CString::new("nodev").unwrap();
+    let target = CString::new(TRACEFS).unwrap();
+    let fstype = CString::new("tracefs").unwrap();
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        panic!(
+            "cannot mount tracefs at {TRACEFS}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    assert!(
+        Path::new(TRACEFS).join("instances").is_dir(),
+        "tracefs mounted at {TRACEFS} but has no instances/ directory"
+    );
+}
+
+/// Removes instances left by test processes that died without dropping their capture.
+fn remove_stale_instances() {
+    let Ok(entries) = fs::read_dir(Path::new(TRACEFS).join("instances")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else {
+            continue;
+        };
+        let pid = rest.split('-').next().unwrap_or("");
+        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+            for ev in TRACE_EVENTS {
+                let _ = fs::write(e.path().join(format!("events/block/{ev}/enable")), "0");
+            }
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// `entries-in-buffer/entries-written: A/B` from the trace header.
+fn entries_header(text: &str) -> Option<(u64, u64)> {
+    let line = text
+        .lines()
+        .take(10)
+        .find(|l| l.contains("entries-in-buffer/entries-written:"))?;
+    let nums = line.split(':').nth(1)?.split_whitespace().next()?;
+    let (a, b) = nums.split_once('/')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Counts the events of a `trace` text by event name (`block_bio_queue`, ...).
+pub fn count_trace_events(text: &str) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        // "<task>-<pid> [cpu] flags timestamp: event: payload"
+        let mut parts = line.splitn(3, ": ");
+        let (Some(_), Some(event)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        if event.starts_with("block_") {
+            *counts.entry(event.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// Merge events (back and front) in a count map.
+pub fn merge_events(counts: &BTreeMap<String, u64>) -> u64 {
+    counts.get("block_bio_backmerge").copied().unwrap_or(0)
+        + counts.get("block_bio_frontmerge").copied().unwrap_or(0)
+}
+
+pub fn event_count(counts: &BTreeMap<String, u64>, event: &str) -> u64 {
+    counts.get(event).copied().unwrap_or(0)
+}
+
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// nomerges of every block device that is not `except`, read only: a test asserts that
+/// nothing but its own device changed.
+pub fn other_devices_nomerges(except: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Ok(entries) = fs::read_dir("/sys/block") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == except {
+                continue;
+            }
+            if let Ok(v) = fs::read_to_string(e.path().join("queue/nomerges")) {
+                out.insert(name, v.trim().to_string());
+            }
+        }
+    }
+    out
+}
