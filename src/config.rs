@@ -165,7 +165,11 @@ impl Config {
             ));
         }
         if d.rescan_every_ticks == 0 {
-            return Err(invalid(origin, "daemon.rescan_every_ticks", "must be at least 1"));
+            return Err(invalid(
+                origin,
+                "daemon.rescan_every_ticks",
+                "must be at least 1",
+            ));
         }
         for (key, list) in [
             ("devices.include", &self.devices.include),
@@ -211,7 +215,11 @@ impl Config {
             ));
         }
         if p.disable_after_windows == 0 {
-            return Err(invalid(origin, "policy.disable_after_windows", "must be at least 1"));
+            return Err(invalid(
+                origin,
+                "policy.disable_after_windows",
+                "must be at least 1",
+            ));
         }
         if !(1..=2).contains(&p.disabled_nomerges) {
             return Err(invalid(
@@ -221,7 +229,11 @@ impl Config {
             ));
         }
         if p.probe_initial_backoff_secs == 0 {
-            return Err(invalid(origin, "policy.probe_initial_backoff_secs", "must be at least 1"));
+            return Err(invalid(
+                origin,
+                "policy.probe_initial_backoff_secs",
+                "must be at least 1",
+            ));
         }
         if p.probe_max_backoff_secs < p.probe_initial_backoff_secs {
             return Err(invalid(
@@ -234,7 +246,11 @@ impl Config {
             ));
         }
         if p.probe_windows == 0 {
-            return Err(invalid(origin, "policy.probe_windows", "must be at least 1"));
+            return Err(invalid(
+                origin,
+                "policy.probe_windows",
+                "must be at least 1",
+            ));
         }
         if p.max_changes_per_hour < 2 {
             return Err(invalid(
@@ -264,7 +280,11 @@ impl Config {
             self.policy.max_changes_per_hour,
             self.devices.include,
             self.devices.exclude,
-            if self.policy.enabled { "enabled" } else { "disabled (observe only)" },
+            if self.policy.enabled {
+                "enabled"
+            } else {
+                "disabled (observe only)"
+            },
         )
     }
 }
@@ -304,7 +324,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let e = load_str("[policy]\nenabeld = true\n", "t").unwrap_err().to_string();
+        let e = load_str("[policy]\nenabeld = true\n", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("enabeld"), "{e}");
     }
 
@@ -326,11 +348,23 @@ mod tests {
             ("[daemon]\ninterval_ms = 0\n", "daemon.interval_ms"),
             ("[daemon]\nstate_dir = \"rel\"\n", "daemon.state_dir"),
             ("[devices]\ninclude = [\"sd[\"]\n", "devices.include[0]"),
-            ("[policy]\ndisabled_nomerges = 3\n", "policy.disabled_nomerges"),
+            (
+                "[policy]\ndisabled_nomerges = 3\n",
+                "policy.disabled_nomerges",
+            ),
             ("[policy]\nwindow_ticks = 0\n", "policy.window_ticks"),
-            ("[policy]\nprobe_max_backoff_secs = 1\n", "policy.probe_max_backoff_secs"),
-            ("[policy]\nmax_changes_per_hour = 1\n", "policy.max_changes_per_hour"),
-            ("[policy]\ndisable_below_percent = -1.0\n", "policy.disable_below_percent"),
+            (
+                "[policy]\nprobe_max_backoff_secs = 1\n",
+                "policy.probe_max_backoff_secs",
+            ),
+            (
+                "[policy]\nmax_changes_per_hour = 1\n",
+                "policy.max_changes_per_hour",
+            ),
+            (
+                "[policy]\ndisable_below_percent = -1.0\n",
+                "policy.disable_below_percent",
+            ),
         ] {
             let e = load_str(text, "t").unwrap_err().to_string();
             assert!(e.contains(key), "{text:?}: {e}");

@@ -4,10 +4,15 @@
 //! -> `actuator` -> log/metrics. The `daemon` module ties them into one tick that the
 //! real loop, the dry-run and the simulator (`sim`) all share.
 
+pub mod actuator;
 pub mod blockfs;
 pub mod config;
 pub mod controller;
+pub mod daemon;
+pub mod devices;
 pub mod diskstats;
 pub mod policy;
 pub mod sampler;
+pub mod state;
+#[cfg(not(mergetune_nosim))]
 pub mod sim;

@@ -1,1 +1,322 @@
-fn main() {}
+//! The `mergetune` command line: the edge where clocks, signals, files and exit codes live.
+//! Everything it calls is testable without it.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mergetune::actuator::Actuator;
+use mergetune::blockfs::RealFs;
+use mergetune::config::{self, Config, DEFAULT_CONFIG_PATH};
+use mergetune::daemon::{Daemon, format_rows};
+use mergetune::state::{FileStore, MemoryStore, StateStore, restore_from_store};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tracing::{error, info, warn};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mergetune",
+    version,
+    about = "Adaptive request-merge control for Linux block devices",
+    long_about = "mergetune watches every block device's merge counters and turns request \
+merging off (queue/nomerges) where it is wasted and back on where it pays, with hysteresis, \
+probing and a reason for every decision. It restores the original values on exit and after a crash."
+)]
+struct Cli {
+    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less log output (warnings and errors only).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the daemon on this machine's block devices.
+    Run(RunArgs),
+    /// Validate a config file: exit 0 with a summary, or 1 naming the key and the reason.
+    CheckConfig {
+        /// The TOML file to check.
+        path: PathBuf,
+    },
+    /// Put back every original value recorded in the state file, then remove it.
+    Restore {
+        /// Directory holding state.json [default: the config's daemon.state_dir, /run/mergetune].
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Config file to take state_dir from.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Root of sysfs.
+        #[arg(long, default_value = "/sys")]
+        sysfs_root: PathBuf,
+    },
+    // SIMULATE-VARIANT
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Config file [default: /etc/mergetune/mergetune.toml if it exists, else built-in defaults].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Decide and log what would be written; write nothing (no tunable, no state file).
+    #[arg(long)]
+    dry_run: bool,
+    /// Take two samples one interval apart, print the device table and decisions, restore, exit.
+    #[arg(long)]
+    once: bool,
+    /// Override [daemon] interval_ms: time between samples, in milliseconds.
+    #[arg(long)]
+    interval_ms: Option<u64>,
+    /// Override [daemon] state_dir: where the original values are recorded.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Root of sysfs (tests point this at a fake tree).
+    #[arg(long, default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Root of procfs (tests point this at a fake tree).
+    #[arg(long, default_value = "/proc")]
+    procfs_root: PathBuf,
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
+    let code = match run_command(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("mergetune: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run_command(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Run(args) => run_daemon(args),
+        Command::CheckConfig { path } => match config::load_file(&path) {
+            Ok(cfg) => {
+                println!("{}: ok: {}", path.display(), cfg.summary());
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("mergetune: {e}");
+                Ok(1)
+            }
+        },
+        Command::Restore {
+            state_dir,
+            config,
+            sysfs_root,
+        } => {
+            let dir = match state_dir {
+                Some(d) => d,
+                None => load_config(config.as_deref())?.0.daemon.state_dir,
+            };
+            let mut store = FileStore::new(&dir);
+            let mut fs = RealFs::new(&sysfs_root, "/proc");
+            let results = restore_from_store(&mut fs, &mut store)?;
+            if results.is_empty() {
+                println!("{}: nothing to restore", store.describe());
+            }
+            let mut failed = false;
+            for r in &results {
+                println!("{r}");
+                failed |= matches!(r.outcome, mergetune::state::RestoreOutcome::Failed { .. });
+            }
+            Ok(if failed { 1 } else { 0 })
+        } // SIMULATE-ARM
+    }
+}
+
+/// The config and where it came from (None: built-in defaults).
+fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
+    match path {
+        Some(p) => Ok((config::load_file(p)?, Some(p.to_path_buf()))),
+        None => {
+            let p = Path::new(DEFAULT_CONFIG_PATH);
+            if p.exists() {
+                Ok((config::load_file(p)?, Some(p.to_path_buf())))
+            } else {
+                Ok((Config::default(), None))
+            }
+        }
+    }
+}
+
+fn apply_overrides(cfg: &mut Config, args: &RunArgs) -> Result<()> {
+    if let Some(ms) = args.interval_ms {
+        cfg.daemon.interval_ms = ms;
+    }
+    if let Some(d) = &args.state_dir {
+        cfg.daemon.state_dir = d.clone();
+    }
+    cfg.validate("command line")?;
+    Ok(())
+}
+
+enum Event {
+    Stop(&'static str),
+    Reload,
+}
+
+fn run_daemon(args: RunArgs) -> Result<i32> {
+    let (mut cfg, cfg_path) = load_config(args.config.as_deref())?;
+    apply_overrides(&mut cfg, &args)?;
+    match &cfg_path {
+        Some(p) => info!("config {}: {}", p.display(), cfg.summary()),
+        None => info!(
+            "no config file at {DEFAULT_CONFIG_PATH}: built-in defaults: {}",
+            cfg.summary()
+        ),
+    }
+    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
+
+    let store: Box<dyn StateStore> = if args.dry_run {
+        let stale = FileStore::new(&cfg.daemon.state_dir);
+        if stale.path().exists() {
+            warn!(
+                "{} exists: a previous run did not restore its changes; dry-run leaves it (run `mergetune restore`)",
+                stale.path().display()
+            );
+        }
+        info!("dry-run: decisions are logged, nothing is written");
+        Box::new(MemoryStore::default())
+    } else {
+        let mut store = FileStore::new(&cfg.daemon.state_dir);
+        // A state file left by a run that died holds the true originals: put them back
+        // before anything else, so our own earlier writes are never taken as "original".
+        let results = restore_from_store(&mut fs, &mut store)
+            .context("cannot recover the original values from a previous run; inspect or remove the state file")?;
+        for r in &results {
+            info!(device = %r.device, "recovery after an unclean exit: {r}");
+        }
+        if results
+            .iter()
+            .any(|r| matches!(r.outcome, mergetune::state::RestoreOutcome::Failed { .. }))
+        {
+            bail!(
+                "could not restore every original value recorded in {}; not starting",
+                store.describe()
+            );
+        }
+        Box::new(store)
+    };
+    let mut daemon = Daemon::new(cfg.clone(), Actuator::new(args.dry_run, store));
+
+    let (tx, rx) = mpsc::channel::<Event>();
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+            .context("cannot install signal handlers")?;
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                let ev = match sig {
+                    SIGHUP => Event::Reload,
+                    SIGINT => Event::Stop("SIGINT"),
+                    _ => Event::Stop("SIGTERM"),
+                };
+                if tx.send(ev).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    let start = Instant::now();
+    let now_ms = |start: &Instant| start.elapsed().as_millis() as u64;
+    let mut next_tick = Duration::ZERO;
+    let mut all_decisions = Vec::new();
+    let stop_reason: &str = loop {
+        let elapsed = start.elapsed();
+        if elapsed >= next_tick {
+            let decisions = daemon.tick(now_ms(&start), &mut fs);
+            if args.once {
+                all_decisions.extend(decisions);
+                if daemon.counters.ticks >= 2 {
+                    break "--once";
+                }
+            }
+            let interval = Duration::from_millis(daemon.config().daemon.interval_ms);
+            next_tick += interval;
+            // After a stall (suspend, a slow sysfs), skip missed ticks rather than burst.
+            if next_tick < start.elapsed() {
+                next_tick = start.elapsed() + interval;
+            }
+        }
+        let wait = next_tick.saturating_sub(start.elapsed());
+        match rx.recv_timeout(wait) {
+            Ok(Event::Stop(sig)) => break sig,
+            Ok(Event::Reload) => match &cfg_path {
+                Some(p) => match config::load_file(p) {
+                    Ok(mut new_cfg) => {
+                        if let Err(e) = apply_overrides(&mut new_cfg, &args) {
+                            error!("SIGHUP: new config rejected, keeping the old one: {e:#}");
+                        } else {
+                            info!(
+                                "SIGHUP: config reloaded from {}: {}",
+                                p.display(),
+                                new_cfg.summary()
+                            );
+                            daemon.reload(new_cfg);
+                        }
+                    }
+                    Err(e) => error!("SIGHUP: new config rejected, keeping the old one: {e}"),
+                },
+                None => warn!("SIGHUP: running on built-in defaults, no config file to reload"),
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break "signal thread ended",
+        }
+    };
+    if args.once {
+        print!("{}", format_rows(&daemon.rows()));
+        if all_decisions.is_empty() {
+            println!("no decisions");
+        }
+        for d in &all_decisions {
+            println!(
+                "{} {} {} -> {} [{}{}]: {}",
+                d.device,
+                d.attr,
+                d.from,
+                d.to,
+                d.kind,
+                if d.applied { "" } else { ", not applied" },
+                d.reason
+            );
+        }
+    }
+    info!("stopping ({stop_reason}): restoring original values");
+    let restored = daemon.restore_all(now_ms(&start), &mut fs);
+    let failed = restored
+        .iter()
+        .filter(|d| !d.applied && d.reason.contains("failed"))
+        .count();
+    info!(
+        "stopped; {} value(s) restored",
+        restored.iter().filter(|d| d.applied).count()
+    );
+    Ok(if failed > 0 { 1 } else { 0 })
+}

@@ -1,0 +1,485 @@
+//! One tick of mergetune, shared by every world: read counters through [`BlockFs`], turn
+//! them into windows, ask the pure policy, apply through the [`Actuator`], and return the
+//! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
+//! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
+
+use crate::actuator::{Actuator, SetOutcome};
+use crate::blockfs::{BlockFs, FsError};
+use crate::config::Config;
+use crate::controller::{Controller, Decision};
+use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
+use crate::diskstats::parse_diskstats;
+use crate::policy::{Mode, OutcomeKind, PolicyState, decide};
+use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
+use crate::state::MemoryStore;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tracing::{info, warn};
+
+pub const NOMERGES: &str = "queue/nomerges";
+
+/// Everything mergetune tracks about one device.
+#[derive(Debug, Clone)]
+pub struct DeviceRuntime {
+    pub info: DeviceInfo,
+    /// nomerges when mergetune first saw the device: the admin's value.
+    pub first_nomerges: Option<String>,
+    pub management: Management,
+    /// Set when someone else changed a tunable under mergetune: sticky until restart.
+    pub foreign: bool,
+    pub policy: PolicyState,
+    pub window: WindowAcc,
+    /// What the kernel holds as far as mergetune knows (last read, or last written).
+    pub observed_nomerges: Option<String>,
+    pub last_window: Option<Window>,
+    /// The counters of the last tick alone, for the device table.
+    pub last_tick: Option<Window>,
+    pub last_tick_ms: u64,
+    pub last_reason: String,
+    pub last_decision: Option<Decision>,
+    /// A failed write is retried no earlier than this.
+    pub retry_after_ms: u64,
+}
+
+/// Counters for the operator (exported as metrics by the metrics layer).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DaemonCounters {
+    pub ticks: u64,
+    pub decisions: u64,
+    pub write_errors: u64,
+    pub diskstats_errors: u64,
+    pub counter_resets: u64,
+}
+
+/// A row of the device table.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceRow {
+    pub device: String,
+    pub scheduler: String,
+    pub status: String,
+    pub why: String,
+    pub nomerges: String,
+    pub mode: String,
+    pub bios_per_sec: Option<f64>,
+    pub read_merge_percent: Option<f64>,
+    pub write_merge_percent: Option<f64>,
+    pub last: String,
+}
+
+pub struct Daemon {
+    cfg: Config,
+    actuator: Actuator,
+    sampler: Sampler,
+    devices: BTreeMap<String, DeviceRuntime>,
+    pending: BTreeMap<String, Counters>,
+    force_rescan: bool,
+    last_parse_error_count: usize,
+    pub counters: DaemonCounters,
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, actuator: Actuator) -> Self {
+        Daemon {
+            cfg,
+            actuator,
+            sampler: Sampler::new(),
+            devices: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            force_rescan: true,
+            last_parse_error_count: 0,
+            counters: DaemonCounters::default(),
+        }
+    }
+
+    /// The adaptive daemon for the simulator: originals kept in memory, no real clock.
+    pub fn simulated(cfg: Config) -> Self {
+        Daemon::new(cfg, Actuator::new(false, Box::new(MemoryStore::default())))
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn devices(&self) -> &BTreeMap<String, DeviceRuntime> {
+        &self.devices
+    }
+
+    pub fn actuator(&self) -> &Actuator {
+        &self.actuator
+    }
+
+    /// Takes a new (already validated) config; device membership is re-evaluated at the
+    /// next tick, policy state is kept.
+    pub fn reload(&mut self, cfg: Config) {
+        self.cfg = cfg;
+        self.force_rescan = true;
+    }
+
+    fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        let names = match fs.list_block_devices() {
+            Ok(n) => n,
+            Err(e) => {
+                warn!("cannot list block devices: {e}");
+                return;
+            }
+        };
+        let gone: Vec<String> = self
+            .devices
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        for name in gone {
+            info!(device = %name, "{name}: device removed");
+            self.devices.remove(&name);
+            self.pending.remove(&name);
+            if let Err(e) = self.actuator.forget(&name) {
+                warn!("{e}");
+            }
+        }
+        for name in names {
+            let info = match read_device(fs, &name) {
+                Ok(i) => i,
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => {
+                    warn!(device = %name, "{name}: cannot read queue attributes: {e}");
+                    continue;
+                }
+            };
+            match self.devices.get_mut(&name) {
+                Some(dev) => {
+                    let mut judged = info.clone();
+                    judged.nomerges = dev.first_nomerges.clone();
+                    let m = if dev.foreign {
+                        dev.management.clone()
+                    } else {
+                        classify(&judged, &self.cfg.devices)
+                    };
+                    if m != dev.management {
+                        info!(device = %name, "{}", describe(&judged, &m));
+                        if dev.management.is_managed() && dev.policy.mode != Mode::Merging {
+                            for r in self.actuator.restore_all_for(fs, &name) {
+                                info!(device = %name, "{r}");
+                            }
+                        }
+                        dev.management = m;
+                        dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                        dev.observed_nomerges = info.nomerges.clone();
+                    }
+                    dev.info = info;
+                }
+                None => {
+                    let m = classify(&info, &self.cfg.devices);
+                    info!(device = %name, "{}", describe(&info, &m));
+                    self.devices.insert(
+                        name.clone(),
+                        DeviceRuntime {
+                            first_nomerges: info.nomerges.clone(),
+                            observed_nomerges: info.nomerges.clone(),
+                            info,
+                            management: m,
+                            foreign: false,
+                            policy: PolicyState::new(now_ms, &self.cfg.policy),
+                            window: WindowAcc {
+                                started_ms: now_ms,
+                                ..Default::default()
+                            },
+                            last_window: None,
+                            last_tick: None,
+                            last_tick_ms: now_ms,
+                            last_reason: String::new(),
+                            last_decision: None,
+                            retry_after_ms: 0,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// One tick at `now_ms` (ms since the daemon started, real or virtual).
+    pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let rescan_every = u64::from(self.cfg.daemon.rescan_every_ticks.max(1));
+        if self.force_rescan || self.counters.ticks.is_multiple_of(rescan_every) {
+            self.force_rescan = false;
+            self.rescan(now_ms, fs);
+        }
+        self.counters.ticks += 1;
+        let text = match fs.read_diskstats() {
+            Ok(t) => t,
+            Err(e) => {
+                self.counters.diskstats_errors += 1;
+                warn!("{e}");
+                return Vec::new();
+            }
+        };
+        let parsed = parse_diskstats(&text);
+        if !parsed.errors.is_empty() {
+            self.counters.diskstats_errors += 1;
+            if parsed.errors.len() != self.last_parse_error_count {
+                for e in parsed.errors.iter().take(5) {
+                    warn!("diskstats: {e} (other devices still read)");
+                }
+            }
+        }
+        self.last_parse_error_count = parsed.errors.len();
+        let samples = self.sampler.observe(&parsed.devices);
+        self.pending.clear();
+        for (name, delta) in samples.deltas {
+            let Some(dev) = self.devices.get_mut(&name) else {
+                continue;
+            };
+            let prev_tick_ms = dev.last_tick_ms;
+            dev.last_tick_ms = now_ms;
+            match delta {
+                Delta::First => dev.window.restart(now_ms),
+                Delta::Reset => {
+                    self.counters.counter_resets += 1;
+                    info!(device = %name, "{name}: counters went backwards (device re-added?): window restarted");
+                    dev.window.restart(now_ms);
+                }
+                Delta::Counters(c) => {
+                    dev.last_tick = Some(Window {
+                        counters: c,
+                        duration_ms: now_ms.saturating_sub(prev_tick_ms),
+                    });
+                    self.pending.insert(name, c);
+                }
+            }
+        }
+
+        let mut decisions = Vec::new();
+        let names: Vec<String> = self
+            .devices
+            .iter()
+            .filter(|(_, d)| d.management.is_managed())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in names {
+            if let Some(d) = self.tick_device(&name, now_ms, fs) {
+                decisions.push(d);
+            }
+        }
+        self.counters.decisions += decisions.len() as u64;
+        decisions
+    }
+
+    fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
+        let pcfg = self.cfg.policy.clone();
+        let dev = self.devices.get_mut(name)?;
+        // Someone else's write wins: stop managing and never restore over it.
+        let current = match fs.read_attr(name, NOMERGES) {
+            Ok(v) => v.trim().to_string(),
+            Err(FsError::NotFound { .. }) => {
+                self.force_rescan = true;
+                return None;
+            }
+            Err(e) => {
+                warn!(device = %name, "{e}");
+                return None;
+            }
+        };
+        if dev.observed_nomerges.as_deref() != Some(current.as_str()) {
+            let was = dev.observed_nomerges.clone().unwrap_or_default();
+            warn!(
+                device = %name,
+                "{name}: nomerges changed from {was} to {current} by someone else: no longer managed (restart mergetune to manage it again)"
+            );
+            dev.foreign = true;
+            dev.management = Management::AdminOwned(format!(
+                "nomerges changed from {was} to {current} by someone else"
+            ));
+            dev.info.nomerges = Some(current);
+            if let Err(e) = self.actuator.forget(name) {
+                warn!("{e}");
+            }
+            return None;
+        }
+        let window = self
+            .pending
+            .get(name)
+            .and_then(|c| dev.window.push(c, now_ms, pcfg.window_ticks));
+        if window.is_some() {
+            dev.last_window = window;
+        }
+        let ev = decide(&dev.policy, window.as_ref(), &pcfg, now_ms);
+        if ev.kind == OutcomeKind::Hold {
+            dev.policy = ev.state;
+            dev.last_reason = ev.reason;
+            return None;
+        }
+        let mut decision = Decision {
+            at_ms: now_ms,
+            device: name.to_string(),
+            attr: NOMERGES.to_string(),
+            from: current.clone(),
+            to: ev
+                .write_nomerges
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| current.clone()),
+            kind: ev.kind.as_str().to_string(),
+            reason: ev.reason.clone(),
+            applied: true,
+        };
+        let Some(value) = ev.write_nomerges else {
+            // A probe that ends with merging on changes nothing in the kernel.
+            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            dev.policy = ev.state;
+            dev.last_reason = ev.reason;
+            dev.last_decision = Some(decision.clone());
+            return Some(decision);
+        };
+        if !pcfg.enabled {
+            dev.last_reason = format!("policy disabled: would {}: {}", decision.kind, ev.reason);
+            return None;
+        }
+        if now_ms < dev.retry_after_ms {
+            dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason);
+            return None;
+        }
+        match self.actuator.set(fs, name, NOMERGES, &value.to_string()) {
+            Ok(outcome) => {
+                if matches!(outcome, SetOutcome::DryRun { .. }) {
+                    decision.applied = false;
+                    info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                        "{name}: dry-run, would write {NOMERGES} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+                } else {
+                    dev.observed_nomerges = Some(value.to_string());
+                    info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                        "{name}: {NOMERGES} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+                }
+                dev.policy = ev.state;
+                dev.last_reason = ev.reason;
+                // A window straddling a change would mix two regimes.
+                dev.window.restart(now_ms);
+                dev.last_decision = Some(decision.clone());
+                Some(decision)
+            }
+            Err(e) => {
+                self.counters.write_errors += 1;
+                let wait_ms = (pcfg.min_dwell_secs * 1000)
+                    .max(u64::from(pcfg.window_ticks) * self.cfg.daemon.interval_ms);
+                dev.retry_after_ms = now_ms + wait_ms;
+                warn!(device = %name, "{name}: write of {NOMERGES}={value} failed, state unchanged, retry in {} ms: {e}", wait_ms);
+                decision.applied = false;
+                decision.reason = format!("{} (write failed: {e})", decision.reason);
+                dev.last_reason = decision.reason.clone();
+                if matches!(
+                    e,
+                    crate::actuator::ActuatorError::Fs(FsError::NotFound { .. })
+                ) {
+                    self.force_rescan = true;
+                }
+                Some(decision)
+            }
+        }
+    }
+
+    /// Restores every original value (on exit). Returns decisions of kind `restore`.
+    pub fn restore_all(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let results = self.actuator.restore_all(fs);
+        results
+            .into_iter()
+            .map(|r| {
+                info!(device = %r.device, "{r}");
+                let (from, to, applied) = match &r.outcome {
+                    crate::state::RestoreOutcome::Restored { from, to } => {
+                        (from.clone(), to.clone(), true)
+                    }
+                    _ => (String::new(), String::new(), false),
+                };
+                if applied && let Some(dev) = self.devices.get_mut(&r.device) {
+                    dev.observed_nomerges = Some(to.clone());
+                    dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                }
+                Decision {
+                    at_ms: now_ms,
+                    device: r.device.clone(),
+                    attr: r.attr.clone(),
+                    from,
+                    to,
+                    kind: "restore".into(),
+                    reason: r.to_string(),
+                    applied,
+                }
+            })
+            .collect()
+    }
+
+    /// The device table.
+    pub fn rows(&self) -> Vec<DeviceRow> {
+        self.devices
+            .values()
+            .map(|d| DeviceRow {
+                device: d.info.name.clone(),
+                scheduler: d.info.scheduler.clone().unwrap_or_else(|| "-".into()),
+                status: d.management.label().to_string(),
+                why: d.management.why().to_string(),
+                nomerges: d
+                    .observed_nomerges
+                    .clone()
+                    .or(d.info.nomerges.clone())
+                    .unwrap_or_else(|| "-".into()),
+                mode: if d.management.is_managed() {
+                    d.policy.mode.as_str().to_string()
+                } else {
+                    "-".into()
+                },
+                bios_per_sec: d.last_tick.map(|w| w.bios_per_sec()),
+                read_merge_percent: d
+                    .last_tick
+                    .filter(|w| w.counters.read_bios() > 0)
+                    .map(|w| w.counters.read_merge_ratio() * 100.0),
+                write_merge_percent: d
+                    .last_tick
+                    .filter(|w| w.counters.write_bios() > 0)
+                    .map(|w| w.counters.write_merge_ratio() * 100.0),
+                last: d.last_reason.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Formats the device table for humans.
+pub fn format_rows(rows: &[DeviceRow]) -> String {
+    let mut s = format!(
+        "{:<12} {:<12} {:<12} {:>8} {:<8} {:>10} {:>7} {:>7}  {}\n",
+        "DEVICE", "SCHEDULER", "STATUS", "NOMERGES", "MODE", "BIOS/S", "RD-MRG", "WR-MRG", "LAST"
+    );
+    let opt = |v: Option<f64>, prec: usize| match v {
+        Some(x) => format!("{x:.prec$}"),
+        None => "-".into(),
+    };
+    for r in rows {
+        let last = if r.status == "managed" {
+            r.last.clone()
+        } else {
+            r.why.clone()
+        };
+        s.push_str(&format!(
+            "{:<12} {:<12} {:<12} {:>8} {:<8} {:>10} {:>6}% {:>6}%  {}\n",
+            r.device,
+            r.scheduler,
+            r.status,
+            r.nomerges,
+            r.mode,
+            opt(r.bios_per_sec, 0),
+            opt(r.read_merge_percent, 1),
+            opt(r.write_merge_percent, 1),
+            last
+        ));
+    }
+    s
+}
+
+impl Controller for Daemon {
+    fn interval_ms(&self) -> u64 {
+        self.cfg.daemon.interval_ms
+    }
+    fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        Daemon::tick(self, now_ms, fs)
+    }
+    fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        self.restore_all(now_ms, fs)
+    }
+}

@@ -1,0 +1,330 @@
+//! End to end on a fake sysfs/procfs tree: the built binary runs against a temp dir laid out
+//! like /sys and /proc while this test plays the kernel, rewriting the counters as traffic
+//! and honouring nomerges the way the kernel does (no merges counted at nomerges=2).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const RANDOM: u8 = 0;
+const SEQUENTIAL: u8 = 1;
+const IDLE: u8 = 2;
+
+struct FakeKernel {
+    root: tempfile::TempDir,
+    pattern: Arc<AtomicU8>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    counters: Arc<Mutex<[u64; 17]>>,
+}
+
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn mkdev(sys: &Path, name: &str, nomerges: &str, slaves: &[&str]) {
+    let q = sys.join("block").join(name).join("queue");
+    std::fs::create_dir_all(q.join("iosched")).unwrap();
+    std::fs::write(q.join("nomerges"), format!("{nomerges}\n")).unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
+    std::fs::write(q.join("rotational"), "0\n").unwrap();
+    std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();
+    std::fs::create_dir_all(sys.join("block").join(name).join("slaves")).unwrap();
+    for s in slaves {
+        std::fs::create_dir_all(sys.join("block").join(name).join("slaves").join(s)).unwrap();
+    }
+}
+
+impl FakeKernel {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let proc_ = root.path().join("proc");
+        std::fs::create_dir_all(&proc_).unwrap();
+        mkdev(&sys, "sda", "0", &[]);
+        mkdev(&sys, "sdb", "1", &[]); // admin-set: must never be touched
+        mkdev(&sys, "dm-0", "0", &["sda"]); // stacked top: not managed
+        mkdev(&sys, "loop0", "0", &[]); // loop: not included
+        let fk = FakeKernel {
+            root,
+            pattern: Arc::new(AtomicU8::new(IDLE)),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+            counters: Arc::new(Mutex::new([0; 17])),
+        };
+        fk.render();
+        fk
+    }
+
+    fn sys(&self) -> PathBuf {
+        self.root.path().join("sys")
+    }
+    fn proc_(&self) -> PathBuf {
+        self.root.path().join("proc")
+    }
+    fn state_dir(&self) -> PathBuf {
+        self.root.path().join("state")
+    }
+    fn nomerges(&self, dev: &str) -> String {
+        read_nomerges(&self.sys(), dev)
+    }
+
+    fn render(&self) {
+        render(&self.proc_(), &self.counters.lock().unwrap());
+    }
+
+    /// Starts "traffic": every 10 ms, 500 bios on sda of the current pattern.
+    fn start(&mut self) {
+        let (pattern, stop, counters) = (
+            self.pattern.clone(),
+            self.stop.clone(),
+            self.counters.clone(),
+        );
+        let (sys, proc_) = (self.sys(), self.proc_());
+        self.thread = Some(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let nm = read_nomerges(&sys, "sda");
+                {
+                    let mut c = counters.lock().unwrap();
+                    let bios = 500u64;
+                    let merged = match (pattern.load(Ordering::Relaxed), nm.as_str()) {
+                        (IDLE, _) => None,
+                        (RANDOM, _) => Some(0),
+                        (_, "2") => Some(0),
+                        _ => Some(480), // sequential 4 KiB in batches: 96% merged
+                    };
+                    if let Some(merged) = merged {
+                        c[4] += bios - merged; // writes completed
+                        c[5] += merged; // writes merged
+                        c[6] += bios * 8;
+                    }
+                    render(&proc_, &c);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }));
+    }
+}
+
+impl Drop for FakeKernel {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read_nomerges(sys: &Path, dev: &str) -> String {
+    std::fs::read_to_string(sys.join("block").join(dev).join("queue/nomerges"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn render(proc_: &Path, c: &[u64; 17]) {
+    let fields: Vec<String> = c.iter().map(|v| v.to_string()).collect();
+    let zeros = "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0";
+    let text = format!(
+        "   8       0 sda {}\n   8      16 sdb {zeros}\n 253       0 dm-0 {zeros}\n   7       0 loop0 {zeros}\n",
+        fields.join(" ")
+    );
+    write_atomic(&proc_.join("diskstats"), &text);
+}
+
+fn config(fk: &FakeKernel) -> PathBuf {
+    let path = fk.root.path().join("mergetune.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[daemon]
+interval_ms = 50
+state_dir = "{}"
+
+[devices]
+include = ["*"]
+
+[policy]
+window_ticks = 2
+min_window_bios = 100
+disable_after_windows = 3
+min_dwell_secs = 0
+probe_initial_backoff_secs = 1
+probe_max_backoff_secs = 2
+probe_windows = 1
+max_changes_per_hour = 100
+"#,
+            fk.state_dir().display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Daemon(Child);
+
+impl Daemon {
+    fn start(fk: &FakeKernel) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .arg("run")
+            .arg("--config")
+            .arg(config(fk))
+            .arg("--sysfs-root")
+            .arg(fk.sys())
+            .arg("--procfs-root")
+            .arg(fk.proc_())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Daemon(child)
+    }
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.0.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "daemon did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start(&fk);
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for(
+        "nomerges=2 on random traffic",
+        Duration::from_secs(15),
+        || fk.nomerges("sda") == "2",
+    );
+    // The original was recorded before the write.
+    let state = std::fs::read_to_string(fk.state_dir().join("state.json")).unwrap();
+    assert!(state.contains("\"original\": \"0\""), "{state}");
+    fk.pattern.store(SEQUENTIAL, Ordering::Relaxed);
+    // Merges are invisible at nomerges=2: only a probe can bring merging back.
+    wait_for("nomerges=0 after a probe", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "0"
+    });
+    // ...and it stays on while sequential traffic merges.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(fk.nomerges("sda"), "0");
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2 again", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    d.signal("TERM");
+    assert!(d.wait().success());
+    assert_eq!(fk.nomerges("sda"), "0", "original restored on SIGTERM");
+    assert!(
+        !fk.state_dir().join("state.json").exists(),
+        "state file removed"
+    );
+    // Never touched: admin-set, stacked top, loop.
+    assert_eq!(fk.nomerges("sdb"), "1");
+    assert_eq!(fk.nomerges("dm-0"), "0");
+    assert_eq!(fk.nomerges("loop0"), "0");
+}
+
+#[test]
+fn after_sigkill_the_next_start_restores_first() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start(&fk);
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    d.signal("KILL");
+    d.wait();
+    assert_eq!(fk.nomerges("sda"), "2", "a killed daemon cannot restore");
+    assert!(fk.state_dir().join("state.json").exists());
+    fk.pattern.store(IDLE, Ordering::Relaxed);
+    let mut d2 = Daemon::start(&fk);
+    wait_for("restore at start", Duration::from_secs(5), || {
+        fk.nomerges("sda") == "0"
+    });
+    // The restart did not record its predecessor's 2 as "original": SIGTERM leaves 0.
+    d2.signal("TERM");
+    assert!(d2.wait().success());
+    assert_eq!(fk.nomerges("sda"), "0");
+}
+
+#[test]
+fn a_change_by_someone_else_is_left_alone() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start(&fk);
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    // The admin steps in.
+    std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "1\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(fk.nomerges("sda"), "1", "no further writes");
+    d.signal("TERM");
+    assert!(d.wait().success());
+    assert_eq!(fk.nomerges("sda"), "1", "the admin's value survives exit");
+}
+
+#[test]
+fn sighup_with_a_bad_config_keeps_running() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start(&fk);
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(
+        fk.root.path().join("mergetune.toml"),
+        "[policy]\nbogus = 1\n",
+    )
+    .unwrap();
+    d.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        d.0.try_wait().unwrap().is_none(),
+        "still running after a bad reload"
+    );
+    // And the old config still works.
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    d.signal("TERM");
+    assert!(d.wait().success());
+    assert_eq!(fk.nomerges("sda"), "0");
+}
