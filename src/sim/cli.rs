@@ -1,0 +1,178 @@
+//! `mergetune simulate`: the command-line edge of the simulator. This is the only sim module
+//! that reads the wall clock (progress bar, `--bench`).
+
+use super::engine::Simulation;
+use super::runner::{Policy, run_scenario};
+use super::scenario::Scenario;
+use anyhow::Context as _;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// Scenario file (TOML); without it, the built-in default scenario runs.
+    pub scenario: Option<PathBuf>,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Controller: adaptive (the daemon's policy), off (kernel default) or static:N
+    /// (nomerges pinned to N).
+    #[arg(long, default_value = "adaptive", value_parser = parse_policy)]
+    pub policy: Policy,
+    /// Daemon configuration for the adaptive policy (default: built-in defaults).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Override the scenario's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Measure simulated bios per second of wall time on the merge-heavy and random paths.
+    #[arg(long)]
+    pub bench: bool,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    s.parse()
+}
+
+/// A scenario for `--bench` and the criterion bench: `merge_heavy` is batched sequential
+/// 4 KiB writes (QD64, batch 64, nomerges=0); otherwise random 4 KiB reads at QD32.
+pub fn bench_scenario(merge_heavy: bool, duration_s: f64) -> Scenario {
+    let job = if merge_heavy {
+        "pattern = \"sequential\"\nread_percent = 0.0\niodepth = 64\nbatch = 64"
+    } else {
+        "pattern = \"random\"\nread_percent = 100.0\niodepth = 32\nbatch = 1"
+    };
+    let text = format!(
+        "name = \"bench-{}\"\nseed = 7\n\
+         [[device]]\nname = \"nvme0n1\"\nkind = \"ssd\"\nscheduler = \"none\"\n\
+         queue_depth = 64\nparallelism = 32\nread_overhead_us = 10.0\n\
+         write_overhead_us = 10.0\nbandwidth_mb_s = 3000.0\n\
+         [[phase]]\nname = \"run\"\nduration_s = {duration_s}\n\
+         [[phase.job]]\nname = \"j\"\ndevice = \"nvme0n1\"\nblock_size_kb = 4\n{job}\n",
+        if merge_heavy { "merge-heavy" } else { "random" }
+    );
+    // Built from constants above; a failure is a defect of this function.
+    Scenario::from_toml_str(&text, "<bench>", None).expect("bench scenario is valid")
+}
+
+/// Simulated bios per second of wall time for one bench scenario.
+pub fn measure_bench(merge_heavy: bool, duration_s: f64) -> anyhow::Result<(u64, f64)> {
+    let sc = bench_scenario(merge_heavy, duration_s);
+    let mut sim = Simulation::new(&sc)?;
+    let start = Instant::now();
+    sim.run_to_end();
+    let wall = start.elapsed().as_secs_f64();
+    Ok((sim.total_bios(), sim.total_bios() as f64 / wall.max(1e-9)))
+}
+
+/// A progress bar on stderr, only when stderr is a terminal and the run has taken longer
+/// than a second.
+struct Progress {
+    start: Instant,
+    last: Instant,
+    shown: bool,
+    enabled: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let now = Instant::now();
+        Progress {
+            start: now,
+            last: now,
+            shown: false,
+            enabled: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn update(&mut self, now_ns: u64, end_ns: u64) {
+        if !self.enabled || self.start.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        if self.shown && self.last.elapsed() < Duration::from_millis(100) && now_ns < end_ns {
+            return;
+        }
+        self.last = Instant::now();
+        self.shown = true;
+        let frac = if end_ns == 0 {
+            1.0
+        } else {
+            now_ns as f64 / end_ns as f64
+        };
+        let width = 40;
+        let filled = ((frac * width as f64) as usize).min(width);
+        let _ = write!(
+            std::io::stderr(),
+            "\r[{}{}] {:>3.0}%  {:.0}/{:.0} s simulated",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            frac * 100.0,
+            now_ns as f64 / 1e9,
+            end_ns as f64 / 1e9
+        );
+    }
+
+    fn finish(&mut self) {
+        if self.shown {
+            let _ = write!(std::io::stderr(), "\r{}\r", " ".repeat(72));
+        }
+    }
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if args.bench {
+        for (label, heavy, secs) in [
+            (
+                "merge-heavy (batched sequential 4 KiB, nomerges=0)",
+                true,
+                20.0,
+            ),
+            ("random (4 KiB random reads, QD32)", false, 4.0),
+        ] {
+            let (bios, rate) = measure_bench(heavy, secs)?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"path": label, "bios": bios, "bios_per_sec": rate})
+                );
+            } else {
+                println!("{label}: {bios} bios, {:.2} M simulated bios/s", rate / 1e6);
+            }
+        }
+        return Ok(());
+    }
+    let mut scenario = match &args.scenario {
+        Some(p) => Scenario::load_file(p)?,
+        None => Scenario::default_scenario(),
+    };
+    if let Some(s) = args.seed {
+        scenario.seed = s;
+    }
+    let cfg = match &args.config {
+        Some(p) => crate::config::load_file(p)?,
+        None => crate::config::Config::default(),
+    };
+    let mut sim = Simulation::new(&scenario).context("building the simulation")?;
+    let mut controller = args.policy.controller(cfg);
+    let mut progress = Progress::new();
+    let wall = Instant::now();
+    let report = run_scenario(
+        &mut sim,
+        controller.as_mut(),
+        &args.policy.to_string(),
+        &mut |now, end| progress.update(now, end),
+    );
+    progress.finish();
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.render_text());
+        println!(
+            "\n(wall time {:.2} s, {:.1} M simulated bios/s)",
+            wall.elapsed().as_secs_f64(),
+            report.total_bios as f64 / wall.elapsed().as_secs_f64().max(1e-9) / 1e6
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! Driving a [`Controller`] against the simulation in virtual time: advance the sim to the
+//! next tick, call `controller.tick(now_ms, &mut sim)`, repeat every `interval_ms()`. The
+//! adaptive policy is the daemon's own ([`crate::daemon::Daemon::simulated`]); there is no
+//! second copy of the policy here. `off` is [`KernelDefault`], `static:N` is
+//! [`StaticNomerges`].
+
+use super::engine::Simulation;
+use super::report::Report;
+use crate::blockfs::BlockFs;
+use crate::config::Config;
+use crate::controller::{Controller, Decision, KernelDefault};
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Adaptive,
+    Off,
+    Static(u8),
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Policy, String> {
+        match s {
+            "adaptive" => Ok(Policy::Adaptive),
+            "off" => Ok(Policy::Off),
+            _ => match s.strip_prefix("static:").map(str::parse::<u8>) {
+                Some(Ok(n)) if n <= 2 => Ok(Policy::Static(n)),
+                _ => Err(format!(
+                    "unknown policy {s:?}: expected adaptive, off or static:N with N in 0..=2"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Policy::Adaptive => write!(f, "adaptive"),
+            Policy::Off => write!(f, "off"),
+            Policy::Static(n) => write!(f, "static:{n}"),
+        }
+    }
+}
+
+impl Policy {
+    /// The controller for this policy; `cfg` configures the adaptive daemon (and the tick
+    /// interval of the others).
+    pub fn controller(self, cfg: Config) -> Box<dyn Controller> {
+        let interval_ms = cfg.daemon.interval_ms.max(1);
+        match self {
+            Policy::Adaptive => Box::new(crate::daemon::Daemon::simulated(cfg)),
+            Policy::Off => Box::new(KernelDefault { interval_ms }),
+            Policy::Static(n) => Box::new(StaticNomerges::new(n, interval_ms)),
+        }
+    }
+}
+
+/// Pins `queue/nomerges` to a value on every request-based (non-stacked) device at the
+/// first tick, and puts the originals back on restore.
+#[derive(Debug, Clone)]
+pub struct StaticNomerges {
+    pub value: u8,
+    pub interval_ms: u64,
+    originals: Vec<(String, String)>,
+    done: bool,
+}
+
+impl StaticNomerges {
+    pub fn new(value: u8, interval_ms: u64) -> Self {
+        StaticNomerges {
+            value,
+            interval_ms,
+            originals: Vec::new(),
+            done: false,
+        }
+    }
+}
+
+impl Controller for StaticNomerges {
+    fn interval_ms(&self) -> u64 {
+        self.interval_ms
+    }
+
+    fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        if self.done {
+            return Vec::new();
+        }
+        self.done = true;
+        let mut out = Vec::new();
+        let Ok(devs) = fs.list_block_devices() else {
+            return out;
+        };
+        for dev in devs {
+            // Stacked (bio-based) devices do not merge: the policy acts on the bottom.
+            if fs.list_dir(&dev, "slaves").map(|s| !s.is_empty()) != Ok(false) {
+                continue;
+            }
+            let Ok(from) = fs.read_attr(&dev, "queue/nomerges") else {
+                continue;
+            };
+            let to = self.value.to_string();
+            if from == to {
+                continue;
+            }
+            let applied = fs.write_attr(&dev, "queue/nomerges", &to).is_ok();
+            if applied {
+                self.originals.push((dev.clone(), from.clone()));
+            }
+            out.push(Decision {
+                at_ms: now_ms,
+                device: dev,
+                attr: "queue/nomerges".into(),
+                from,
+                to,
+                kind: "pin".into(),
+                reason: format!("static policy pins nomerges={}", self.value),
+                applied,
+            });
+        }
+        out
+    }
+
+    fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for (dev, orig) in self.originals.drain(..) {
+            let applied = fs.write_attr(&dev, "queue/nomerges", &orig).is_ok();
+            out.push(Decision {
+                at_ms: now_ms,
+                device: dev,
+                attr: "queue/nomerges".into(),
+                from: self.value.to_string(),
+                to: orig,
+                kind: "restore".into(),
+                reason: "end of run: original value put back".into(),
+                applied,
+            });
+        }
+        out
+    }
+}
+
+/// Runs the whole scenario under `controller`, calling `progress(now_ns, end_ns)` after
+/// every tick, and returns the report. The controller is not restored at the end: the
+/// report shows the state the policy left (restore would only rewrite the originals).
+pub fn run_scenario(
+    sim: &mut Simulation,
+    controller: &mut dyn Controller,
+    policy_label: &str,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Report {
+    let end = sim.duration_ns();
+    let step_ns = controller.interval_ms().max(1) * 1_000_000;
+    let mut decisions = Vec::new();
+    let mut t = 0u64;
+    loop {
+        sim.advance_to(t);
+        decisions.extend(controller.tick(t / 1_000_000, sim));
+        progress(t, end);
+        if t >= end {
+            break;
+        }
+        t = (t + step_ns).min(end);
+    }
+    Report::build(sim, policy_label, decisions)
+}
