@@ -1,1 +1,121 @@
-fn main() {}
+//! One tick's work for 8, 64 and 1024 devices: (a) the pure pipeline (parse
+//! /proc/diskstats, deltas, windows, policy) and (b) `Daemon::tick` over an in-memory
+//! BlockFs (the same plus device bookkeeping and the per-device nomerges read-back).
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use mergetune::blockfs::{BlockFs, FsError};
+use mergetune::config::Config;
+use mergetune::daemon::Daemon;
+use mergetune::diskstats::parse_diskstats;
+use mergetune::policy::{PolicyState, decide};
+use mergetune::sampler::{Delta, Sampler, WindowAcc};
+use std::hint::black_box;
+
+fn diskstats_text(n: usize, tick: u64) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        let r = 1000 + tick * 997 + i as u64;
+        let w = 2000 + tick * 1013 + i as u64;
+        s.push_str(&format!(
+            "{:>4} {:>7} sd{} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
+            8,
+            i * 16,
+            i,
+            r / 100,
+            r * 8,
+            w / 50,
+            w * 8
+        ));
+    }
+    s
+}
+
+struct MemFs {
+    texts: Vec<String>,
+    next: usize,
+    names: Vec<String>,
+}
+
+impl BlockFs for MemFs {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        let t = self.texts[self.next % self.texts.len()].clone();
+        self.next += 1;
+        Ok(t)
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        Ok(self.names.clone())
+    }
+    fn read_attr(&mut self, _dev: &str, rel: &str) -> Result<String, FsError> {
+        Ok(match rel {
+            "queue/scheduler" => "none [mq-deadline] kyber".into(),
+            "queue/rotational" => "0".into(),
+            _ => "0".into(),
+        })
+    }
+    fn write_attr(&mut self, _dev: &str, _rel: &str, _value: &str) -> Result<(), FsError> {
+        Ok(())
+    }
+    fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
+        Ok(Vec::new())
+    }
+    fn attr_exists(&mut self, _dev: &str, _rel: &str) -> bool {
+        true
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let cfg = Config::default();
+    let mut g = c.benchmark_group("tick");
+    for n in [8usize, 64, 1024] {
+        // Monotonic snapshots so every delta is a real delta; the bench cycles through
+        // many of them (counters never go backwards within a run of 10,000).
+        let texts: Vec<String> = (0..64).map(|t| diskstats_text(n, t)).collect();
+        g.bench_with_input(BenchmarkId::new("pure", n), &n, |b, &n| {
+            let mut sampler = Sampler::new();
+            sampler.observe(&parse_diskstats(&texts[0]).devices);
+            let mut states: Vec<PolicyState> =
+                (0..n).map(|_| PolicyState::new(0, &cfg.policy)).collect();
+            let mut windows = vec![WindowAcc::default(); n];
+            let mut i = 1usize;
+            let mut now = 0u64;
+            b.iter(|| {
+                now += 1000;
+                let parsed = parse_diskstats(&texts[i % texts.len()]);
+                i += 1;
+                // Wrap-around in the cycle would look like a reset: restart the sampler then.
+                if i.is_multiple_of(texts.len()) {
+                    sampler = Sampler::new();
+                }
+                let set = sampler.observe(&parsed.devices);
+                for (k, d) in set.deltas.iter().enumerate() {
+                    if let Delta::Counters(c) = d {
+                        let w = windows[k].push(c, now, cfg.policy.window_ticks);
+                        let ev = decide(&states[k], w.as_ref(), &cfg.policy, now);
+                        states[k] = ev.state;
+                    }
+                }
+                black_box(&states);
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("daemon", n), &n, |b, &n| {
+            let mut fs = MemFs {
+                texts: texts.clone(),
+                next: 0,
+                names: (0..n).map(|i| format!("sd{i}")).collect(),
+            };
+            let mut cfg = cfg.clone();
+            // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
+            cfg.daemon.rescan_every_ticks = u32::MAX;
+            let mut d = Daemon::simulated(cfg);
+            let mut now = 0u64;
+            b.iter(|| {
+                now += 1000;
+                black_box(d.tick(now, &mut fs));
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -35,7 +35,7 @@ pub struct DeviceRuntime {
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
-    pub last_reason: String,
+    pub last_reason: std::borrow::Cow<'static, str>,
     pub last_decision: Option<Decision>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
@@ -187,7 +187,7 @@ impl Daemon {
                             last_window: None,
                             last_tick: None,
                             last_tick_ms: now_ms,
-                            last_reason: String::new(),
+                            last_reason: std::borrow::Cow::Borrowed(""),
                             last_decision: None,
                             retry_after_ms: 0,
                         },
@@ -225,8 +225,9 @@ impl Daemon {
         self.last_parse_error_count = parsed.errors.len();
         let samples = self.sampler.observe(&parsed.devices);
         self.pending.clear();
-        for (name, delta) in samples.deltas {
-            let Some(dev) = self.devices.get_mut(&name) else {
+        for (stat, delta) in parsed.devices.iter().zip(samples.deltas) {
+            let name = &stat.name;
+            let Some(dev) = self.devices.get_mut(name) else {
                 continue;
             };
             let prev_tick_ms = dev.last_tick_ms;
@@ -243,7 +244,7 @@ impl Daemon {
                         counters: c,
                         duration_ms: now_ms.saturating_sub(prev_tick_ms),
                     });
-                    self.pending.insert(name, c);
+                    self.pending.insert(name.clone(), c);
                 }
             }
         }
@@ -267,7 +268,22 @@ impl Daemon {
     fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
         let pcfg = self.cfg.policy.clone();
         let dev = self.devices.get_mut(name)?;
-        // Someone else's write wins: stop managing and never restore over it.
+        let window = self
+            .pending
+            .get(name)
+            .and_then(|c| dev.window.push(c, now_ms, pcfg.window_ticks));
+        if window.is_some() {
+            dev.last_window = window;
+        }
+        let ev = decide(&dev.policy, window.as_ref(), &pcfg, now_ms);
+        if ev.kind == OutcomeKind::Hold && window.is_none() {
+            // Nothing to decide: spare the sysfs read (a few µs per device per tick).
+            dev.policy = ev.state;
+            dev.last_reason = ev.reason;
+            return None;
+        }
+        // Someone else's write wins: stop managing and never restore over it. Checked at
+        // every window and before every write.
         let current = match fs.read_attr(name, NOMERGES) {
             Ok(v) => v.trim().to_string(),
             Err(FsError::NotFound { .. }) => {
@@ -295,14 +311,6 @@ impl Daemon {
             }
             return None;
         }
-        let window = self
-            .pending
-            .get(name)
-            .and_then(|c| dev.window.push(c, now_ms, pcfg.window_ticks));
-        if window.is_some() {
-            dev.last_window = window;
-        }
-        let ev = decide(&dev.policy, window.as_ref(), &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold {
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
@@ -318,7 +326,7 @@ impl Daemon {
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| current.clone()),
             kind: ev.kind.as_str().to_string(),
-            reason: ev.reason.clone(),
+            reason: ev.reason.to_string(),
             applied: true,
         };
         let Some(value) = ev.write_nomerges else {
@@ -330,11 +338,12 @@ impl Daemon {
             return Some(decision);
         };
         if !pcfg.enabled {
-            dev.last_reason = format!("policy disabled: would {}: {}", decision.kind, ev.reason);
+            dev.last_reason =
+                format!("policy disabled: would {}: {}", decision.kind, ev.reason).into();
             return None;
         }
         if now_ms < dev.retry_after_ms {
-            dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason);
+            dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason).into();
             return None;
         }
         match self.actuator.set(fs, name, NOMERGES, &value.to_string()) {
@@ -363,7 +372,7 @@ impl Daemon {
                 warn!(device = %name, "{name}: write of {NOMERGES}={value} failed, state unchanged, retry in {} ms: {e}", wait_ms);
                 decision.applied = false;
                 decision.reason = format!("{} (write failed: {e})", decision.reason);
-                dev.last_reason = decision.reason.clone();
+                dev.last_reason = decision.reason.clone().into();
                 if matches!(
                     e,
                     crate::actuator::ActuatorError::Fs(FsError::NotFound { .. })
@@ -434,7 +443,7 @@ impl Daemon {
                     .last_tick
                     .filter(|w| w.counters.write_bios() > 0)
                     .map(|w| w.counters.write_merge_ratio() * 100.0),
-                last: d.last_reason.clone(),
+                last: d.last_reason.to_string(),
             })
             .collect()
     }

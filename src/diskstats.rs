@@ -84,19 +84,35 @@ pub struct Diskstats {
     pub errors: Vec<LineError>,
 }
 
-/// Parses the stat fields (11, 15 or 17 numbers, whitespace-separated).
-pub fn parse_stat_fields(text: &str) -> Result<StatFields, String> {
+/// Parses a decimal u64 token without going through `str::parse`'s generic path: this is
+/// the hot loop of every tick (17 fields per device).
+fn parse_u64(tok: &str) -> Option<u64> {
+    let b = tok.as_bytes();
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    Some(v)
+}
+
+fn parse_fields<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<StatFields, String> {
     let mut values = [0u64; MAX_FIELDS];
     let mut count = 0usize;
-    for tok in text.split_ascii_whitespace() {
+    for tok in tokens {
         if count == MAX_FIELDS {
             // Newer kernels may append fields; the 17 we know keep their meaning.
             count += 1;
             break;
         }
-        values[count] = tok
-            .parse::<u64>()
-            .map_err(|_| format!("field {} is not a number: {tok:?}", count + 1))?;
+        values[count] = parse_u64(tok)
+            .ok_or_else(|| format!("field {} is not a number: {tok:?}", count + 1))?;
         count += 1;
     }
     match count {
@@ -112,24 +128,25 @@ pub fn parse_stat_fields(text: &str) -> Result<StatFields, String> {
     }
 }
 
+/// Parses the stat fields (11, 15 or 17 numbers, whitespace-separated), as in
+/// /sys/block/<dev>/stat.
+pub fn parse_stat_fields(text: &str) -> Result<StatFields, String> {
+    parse_fields(text.split_ascii_whitespace())
+}
+
 /// Parses one /proc/diskstats line: `major minor name` then the stat fields.
 pub fn parse_diskstats_line(line: &str) -> Result<DiskStat, String> {
     let mut it = line.split_ascii_whitespace();
     let major = it.next().ok_or("empty line")?;
     let minor = it.next().ok_or("missing minor number")?;
     let name = it.next().ok_or("missing device name")?;
-    let major: u32 = major
-        .parse()
-        .map_err(|_| format!("major {major:?} is not a number"))?;
-    let minor: u32 = minor
-        .parse()
-        .map_err(|_| format!("minor {minor:?} is not a number"))?;
-    // The rest of the line, after the name token.
-    let name_end = line
-        .find(name)
-        .map(|i| i + name.len())
-        .ok_or("unparseable line")?;
-    let fields = parse_stat_fields(&line[name_end..])?;
+    let major = parse_u64(major)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("major {major:?} is not a number"))?;
+    let minor = parse_u64(minor)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("minor {minor:?} is not a number"))?;
+    let fields = parse_fields(it)?;
     Ok(DiskStat {
         major,
         minor,

@@ -14,5 +14,4 @@ pub mod diskstats;
 pub mod policy;
 pub mod sampler;
 pub mod state;
-#[cfg(not(mergetune_nosim))]
 pub mod sim;

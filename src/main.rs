@@ -54,7 +54,8 @@ enum Command {
         #[arg(long, default_value = "/sys")]
         sysfs_root: PathBuf,
     },
-    // SIMULATE-VARIANT
+    /// Run the daemon's policy against an in-process simulated block stack in virtual time.
+    Simulate(mergetune::sim::cli::SimulateArgs),
 }
 
 #[derive(Args, Debug)]
@@ -146,7 +147,11 @@ fn run_command(cmd: Command) -> Result<i32> {
                 failed |= matches!(r.outcome, mergetune::state::RestoreOutcome::Failed { .. });
             }
             Ok(if failed { 1 } else { 0 })
-        } // SIMULATE-ARM
+        }
+        Command::Simulate(args) => {
+            mergetune::sim::cli::run(args)?;
+            Ok(0)
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 use crate::config::PolicyConfig;
 use crate::sampler::{Counters, Window};
 use serde::Serialize;
+use std::borrow::Cow;
 
 pub const HOUR_MS: u64 = 3_600_000;
 
@@ -118,8 +119,8 @@ pub struct Evaluation {
     pub kind: OutcomeKind,
     /// The nomerges value to write, when the outcome changes it.
     pub write_nomerges: Option<u8>,
-    /// Why, with the numbers.
-    pub reason: String,
+    /// Why, with the numbers (static text when there are none, to keep ticks allocation-free).
+    pub reason: Cow<'static, str>,
 }
 
 fn pct(x: f64) -> String {
@@ -139,12 +140,12 @@ fn secs(ms: u64) -> String {
     }
 }
 
-fn hold(state: PolicyState, reason: String) -> Evaluation {
+fn hold(state: PolicyState, reason: impl Into<Cow<'static, str>>) -> Evaluation {
     Evaluation {
         state,
         kind: OutcomeKind::Hold,
         write_nomerges: None,
-        reason,
+        reason: reason.into(),
     }
 }
 
@@ -167,7 +168,7 @@ pub fn decide(
     match s.mode {
         Mode::Merging => {
             let Some(w) = window else {
-                return hold(s, "merging; window still open".into());
+                return hold(s, "merging; window still open");
             };
             let bios = w.counters.bios();
             let ratio = w.counters.merge_ratio();
@@ -246,7 +247,7 @@ pub fn decide(
                 state: s,
                 kind: OutcomeKind::Disable,
                 write_nomerges: Some(cfg.disabled_nomerges),
-                reason,
+                reason: reason.into(),
             }
         }
         Mode::Off => {
@@ -270,7 +271,7 @@ pub fn decide(
                         state: s,
                         kind: OutcomeKind::Enable,
                         write_nomerges: Some(0),
-                        reason,
+                        reason: reason.into(),
                     };
                 }
             }
@@ -296,12 +297,12 @@ pub fn decide(
                 state: s,
                 kind: OutcomeKind::ProbeStart,
                 write_nomerges: Some(0),
-                reason,
+                reason: reason.into(),
             }
         }
         Mode::Probing => {
             let Some(w) = window else {
-                return hold(s, "probing; window still open".into());
+                return hold(s, "probing; window still open");
             };
             if w.counters.bios() < cfg.min_window_bios {
                 s.probe_idle_windows += 1;
@@ -317,10 +318,11 @@ pub fn decide(
                         write_nomerges: None,
                         reason: format!(
                             "probe inconclusive after {n} idle windows; merging stays on"
-                        ),
+                        )
+                        .into(),
                     };
                 }
-                return hold(s, "probing; idle window does not count".into());
+                return hold(s, "probing; idle window does not count");
             }
             s.probe_counters.add(&w.counters);
             s.probe_windows_done += 1;
@@ -352,7 +354,7 @@ pub fn decide(
                     state: s,
                     kind: OutcomeKind::ProbeFailed,
                     write_nomerges: Some(cfg.disabled_nomerges),
-                    reason,
+                    reason: reason.into(),
                 };
             }
             let reason = if ratio < low {
@@ -379,7 +381,7 @@ pub fn decide(
                 state: s,
                 kind: OutcomeKind::ProbeSucceeded,
                 write_nomerges: None,
-                reason,
+                reason: reason.into(),
             }
         }
     }

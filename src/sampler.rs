@@ -9,6 +9,30 @@
 use crate::diskstats::{DiskStat, MAX_FIELDS, StatFields, field};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: device names are short and not attacker-chosen, and SipHash was a visible share
+/// of a tick for many devices.
+#[derive(Debug, Clone, Copy)]
+pub struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
 
 /// The counters of one interval (or one window) that the policy uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -138,15 +162,20 @@ pub fn counters_of(fields: &StatFields) -> Counters {
 }
 
 /// Keeps the previous snapshot of every device and yields deltas for a new one.
+///
+/// The previous counters are updated in place (no per-tick allocation for known devices);
+/// a generation number finds the devices that vanished.
 #[derive(Debug, Default, Clone)]
 pub struct Sampler {
-    prev: HashMap<String, DiskStat>,
+    prev: HashMap<String, (DiskStat, u64), BuildHasherDefault<FnvHasher>>,
+    generation: u64,
 }
 
 /// What one new snapshot means per device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleSet {
-    pub deltas: Vec<(String, Delta)>,
+    /// One entry per device of the snapshot, in the snapshot's order.
+    pub deltas: Vec<Delta>,
     /// Devices present in the previous snapshot and absent now.
     pub vanished: Vec<String>,
 }
@@ -158,24 +187,38 @@ impl Sampler {
 
     /// Feeds a new snapshot; devices that appear or vanish are handled without error.
     pub fn observe(&mut self, snapshot: &[DiskStat]) -> SampleSet {
+        self.generation += 1;
+        let generation = self.generation;
         let mut deltas = Vec::with_capacity(snapshot.len());
-        let mut next = HashMap::with_capacity(snapshot.len());
         for cur in snapshot {
-            let d = match self.prev.get(&cur.name) {
-                Some(prev) => delta(prev, cur),
-                None => Delta::First,
+            let d = match self.prev.get_mut(&cur.name) {
+                Some((prev, seen)) => {
+                    let d = delta(prev, cur);
+                    prev.major = cur.major;
+                    prev.minor = cur.minor;
+                    prev.fields = cur.fields;
+                    *seen = generation;
+                    d
+                }
+                None => {
+                    self.prev
+                        .insert(cur.name.clone(), (cur.clone(), generation));
+                    Delta::First
+                }
             };
-            deltas.push((cur.name.clone(), d));
-            next.insert(cur.name.clone(), cur.clone());
+            deltas.push(d);
         }
-        let mut vanished: Vec<String> = self
-            .prev
-            .keys()
-            .filter(|k| !next.contains_key(*k))
-            .cloned()
-            .collect();
-        vanished.sort();
-        self.prev = next;
+        let mut vanished = Vec::new();
+        if self.prev.len() > snapshot.len() || self.prev.values().any(|(_, g)| *g != generation) {
+            self.prev.retain(|name, (_, g)| {
+                let keep = *g == generation;
+                if !keep {
+                    vanished.push(name.clone());
+                }
+                keep
+            });
+            vanished.sort();
+        }
         SampleSet { deltas, vanished }
     }
 }
@@ -282,9 +325,9 @@ mod tests {
     fn hotplug_appear_and_vanish() {
         let mut s = Sampler::new();
         let r = s.observe(&[stat("8 0 sda 1 0 8 1 0 0 0 0 0 0 0")]);
-        assert_eq!(r.deltas, vec![("sda".into(), Delta::First)]);
+        assert_eq!(r.deltas, vec![Delta::First]);
         let r = s.observe(&[stat("8 16 sdb 1 0 8 1 0 0 0 0 0 0 0")]);
-        assert_eq!(r.deltas, vec![("sdb".into(), Delta::First)]);
+        assert_eq!(r.deltas, vec![Delta::First]);
         assert_eq!(r.vanished, vec!["sda".to_string()]);
     }
 

@@ -45,7 +45,7 @@ fn run(
     for (i, w) in windows.iter().enumerate() {
         let now = t0 + (i as u64 + 1) * 1000;
         let ev = decide(state, Some(w), c, now);
-        out.push((now, ev.kind, ev.reason.clone()));
+        out.push((now, ev.kind, ev.reason.to_string()));
         *state = ev.state;
     }
     out
@@ -234,13 +234,13 @@ proptest! {
             prop_assert!(ev.state.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.backoff_ms <= c.probe_max_backoff_secs * 1000);
             if s.mode == Mode::Merging {
-                if let Some(w) = w {
-                    if w.counters.bios() >= c.min_window_bios {
-                        if w.counters.merge_ratio() < c.disable_below_percent / 100.0 {
-                            consecutive_low += 1;
-                        } else {
-                            consecutive_low = 0;
-                        }
+                if let Some(w) = w
+                    && w.counters.bios() >= c.min_window_bios
+                {
+                    if w.counters.merge_ratio() < c.disable_below_percent / 100.0 {
+                        consecutive_low += 1;
+                    } else {
+                        consecutive_low = 0;
                     }
                 }
                 // Never off without K consecutive busy low windows.
