@@ -454,6 +454,8 @@ pub(crate) struct Device {
     sl_idling: bool,
     sl_idle_gen: u32,
     sl_sync_inflight: u32,
+    sl_async_inflight: u32,
+    sl_last_sync_done_ns: u64,
     // service
     servers: Vec<u64>,
     head_sector: u64,
@@ -493,6 +495,8 @@ struct Job {
     think_ns: u64,
     rate_interval_ns: u64,
     sync_writes: bool,
+    /// Sectors still to submit when the job has an `io_size_mb`; u64::MAX otherwise.
+    budget_sectors: u64,
     outstanding: u32,
     next_think_ns: u64,
     next_rate_ns: u64,
@@ -689,6 +693,8 @@ impl Simulation {
                 sl_idling: false,
                 sl_idle_gen: 0,
                 sl_sync_inflight: 0,
+                sl_async_inflight: 0,
+                sl_last_sync_done_ns: 0,
                 servers: vec![0; parallel],
                 head_sector: 0,
                 cnt: Counters::default(),
@@ -731,6 +737,7 @@ impl Simulation {
             think_ns: 0,
             rate_interval_ns: 0,
             sync_writes: true,
+            budget_sectors: u64::MAX,
             outstanding: 0,
             next_think_ns: 0,
             next_rate_ns: 0,
@@ -776,49 +783,74 @@ impl Simulation {
                     // numjobs on one file would not (they would share); spreading is the
                     // common setup (one file per job).
                     let cursor = region_start + region_sectors / js.numjobs as u64 * n as u64;
-                    let kind = match &js.trace_bios {
-                        Some(b) => JobKind::Trace {
-                            bios: b.clone(),
-                            idx: 0,
-                            base_ns: 0,
-                        },
-                        None => JobKind::Gen {
-                            pattern: js.pattern,
-                            read_percent: js.read_percent,
-                            sequential_percent: js.sequential_percent,
-                            bs_sectors,
-                            region_start,
-                            region_sectors,
-                            cursor,
-                        },
+                    let mut kinds: Vec<(String, JobKind)> = Vec::new();
+                    let base_name = if js.numjobs > 1 {
+                        format!("{}.{n}", js.name)
+                    } else {
+                        js.name.clone()
                     };
-                    jobs.push(Job {
-                        name: if js.numjobs > 1 {
-                            format!("{}.{n}", js.name)
-                        } else {
-                            js.name.clone()
-                        },
-                        dev,
-                        phase: pi,
-                        active: false,
-                        kind,
-                        iodepth: js.iodepth,
-                        batch: js.batch,
-                        think_ns: us(js.think_time_us),
-                        rate_interval_ns: if js.rate_iops > 0.0 {
-                            (1e9 / js.rate_iops) as u64
-                        } else {
-                            0
-                        },
-                        sync_writes: js.sync,
-                        outstanding: 0,
-                        next_think_ns: 0,
-                        next_rate_ns: 0,
-                        wake_pending: false,
-                        in_wake_list: false,
-                        plugging: false,
-                        plug: Vec::with_capacity(PLUG_MAX_REQUESTS),
-                    });
+                    match &js.trace_bios {
+                        Some(b) => {
+                            // One replay job per submitting task, each with its own plug.
+                            let mut streams: Vec<u32> = b.iter().map(|x| x.stream).collect();
+                            streams.sort_unstable();
+                            streams.dedup();
+                            for st in streams {
+                                let bios: Vec<TraceBio> =
+                                    b.iter().filter(|x| x.stream == st).copied().collect();
+                                kinds.push((
+                                    format!("{base_name}.{st}"),
+                                    JobKind::Trace {
+                                        bios: Arc::new(bios),
+                                        idx: 0,
+                                        base_ns: 0,
+                                    },
+                                ));
+                            }
+                        }
+                        None => kinds.push((
+                            base_name,
+                            JobKind::Gen {
+                                pattern: js.pattern,
+                                read_percent: js.read_percent,
+                                sequential_percent: js.sequential_percent,
+                                bs_sectors,
+                                region_start,
+                                region_sectors,
+                                cursor,
+                            },
+                        )),
+                    }
+                    for (name, kind) in kinds {
+                        jobs.push(Job {
+                            name,
+                            dev,
+                            phase: pi,
+                            active: false,
+                            kind,
+                            iodepth: js.iodepth,
+                            batch: js.batch,
+                            think_ns: us(js.think_time_us),
+                            rate_interval_ns: if js.rate_iops > 0.0 {
+                                (1e9 / js.rate_iops) as u64
+                            } else {
+                                0
+                            },
+                            sync_writes: js.sync,
+                            budget_sectors: if js.io_size_mb == 0 {
+                                u64::MAX
+                            } else {
+                                js.io_size_mb * 2048
+                            },
+                            outstanding: 0,
+                            next_think_ns: 0,
+                            next_rate_ns: 0,
+                            wake_pending: false,
+                            in_wake_list: false,
+                            plugging: false,
+                            plug: Vec::with_capacity(PLUG_MAX_REQUESTS),
+                        });
+                    }
                 }
             }
         }
@@ -1537,6 +1569,21 @@ impl Simulation {
                         self.expire_slice(d, c);
                         continue;
                     }
+                    let dev = &self.devs[d];
+                    if c == 1 && dev.tun.low_latency == 1 {
+                        // CFQ's low_latency: no async dispatch while sync I/O is in flight,
+                        // and the async depth ramps up with the time since the last sync
+                        // completion (one request right after it), so reads never queue
+                        // behind a full device of writes.
+                        if dev.sl_sync_inflight > 0 {
+                            return None;
+                        }
+                        let since = now.saturating_sub(dev.sl_last_sync_done_ns);
+                        let depth = (since / (dev.tun.slice_sync.max(1) * 1_000_000)).max(1);
+                        if dev.sl_async_inflight as u64 >= depth {
+                            return None;
+                        }
+                    }
                     if let Some(r) = self.fifo_pop(d, c) {
                         return Some(r);
                     }
@@ -1616,8 +1663,12 @@ impl Simulation {
             }
             dev.dd_next_pos[rq.dir.idx()] = rq.sector + rq.nr_sectors as u64;
         }
-        if dev.sched == SchedKind::Slice && rq.sync {
-            dev.sl_sync_inflight += 1;
+        if dev.sched == SchedKind::Slice {
+            if rq.sync {
+                dev.sl_sync_inflight += 1;
+            } else {
+                dev.sl_async_inflight += 1;
+            }
         }
         let end = match &dev.media {
             Media::Ssd {
@@ -1679,8 +1730,13 @@ impl Simulation {
         {
             let dev = &mut self.devs[d];
             dev.busy_tags -= 1;
-            if dev.sched == SchedKind::Slice && rq.sync {
-                dev.sl_sync_inflight = dev.sl_sync_inflight.saturating_sub(1);
+            if dev.sched == SchedKind::Slice {
+                if rq.sync {
+                    dev.sl_sync_inflight = dev.sl_sync_inflight.saturating_sub(1);
+                    dev.sl_last_sync_done_ns = now;
+                } else {
+                    dev.sl_async_inflight = dev.sl_async_inflight.saturating_sub(1);
+                }
             }
             let c = &mut dev.cnt;
             c.acct(now);
@@ -1766,7 +1822,7 @@ impl Simulation {
             let now = self.now_ns;
             let job = &mut self.jobs[j];
             let free = job.iodepth - job.outstanding.min(job.iodepth);
-            if free < job.batch {
+            if free < job.batch || job.budget_sectors == 0 {
                 return;
             }
             let allowed = job.next_think_ns.max(job.next_rate_ns);
@@ -1783,8 +1839,16 @@ impl Simulation {
             }
             job.plugging = true;
             for _ in 0..n {
+                if self.jobs[j].budget_sectors == 0 {
+                    break;
+                }
                 let (dir, sync, sector, nr) = self.gen_bio(j);
-                let dev = self.jobs[j].dev;
+                let job = &mut self.jobs[j];
+                let nr = (nr as u64).min(job.budget_sectors) as u32;
+                if job.budget_sectors != u64::MAX {
+                    job.budget_sectors -= nr as u64;
+                }
+                let dev = job.dev;
                 self.new_bio(j, dev, dir, sync, sector, nr);
             }
             self.flush_plug(j);

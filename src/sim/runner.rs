@@ -152,16 +152,15 @@ pub fn run_scenario(
 ) -> Report {
     let end = sim.duration_ns();
     let step_ns = controller.interval_ms().max(1) * 1_000_000;
-    let mut decisions = Vec::new();
+    // The first tick sees the devices before any workload starts, like a daemon started
+    // before the jobs; each later tick follows the events up to its time.
+    let mut decisions = controller.tick(0, sim);
     let mut t = 0u64;
-    loop {
+    while t < end {
+        t = (t + step_ns).min(end);
         sim.advance_to(t);
         decisions.extend(controller.tick(t / 1_000_000, sim));
         progress(t, end);
-        if t >= end {
-            break;
-        }
-        t = (t + step_ns).min(end);
     }
     Report::build(sim, policy_label, decisions)
 }

@@ -168,6 +168,9 @@ pub struct JobSpec {
     /// Size of the region addressed; 0 is the rest of the device.
     #[serde(default)]
     pub size_mb: u64,
+    /// Stop after submitting this much (fio `size` / `io_size`); 0 runs the whole phase.
+    #[serde(default)]
+    pub io_size_mb: u64,
     /// Identical copies of this job (each with its own stream and plug).
     #[serde(default = "one")]
     pub numjobs: u32,
@@ -189,7 +192,9 @@ fn default_sequential_percent() -> f64 {
     50.0
 }
 fn default_plug_gap_us() -> f64 {
-    2.0
+    // Captured batched fio submissions are 1-8 µs apart within a batch, and at least
+    // 50 µs apart between batches (tests/fixtures/trace_seq_batched_write.txt).
+    10.0
 }
 fn one() -> u32 {
     1

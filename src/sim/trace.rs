@@ -23,6 +23,8 @@ pub struct TraceBio {
     pub sync: bool,
     pub sector: u64,
     pub nr_sectors: u32,
+    /// The submitting task (pid), so interleaved submitters replay with their own plugs.
+    pub stream: u32,
     /// This bio opens a new plug (the ones after it up to the next opener share it).
     pub plug_start: bool,
 }
@@ -41,6 +43,7 @@ enum Ev {
         sync: bool,
         sector: u64,
         nr: u32,
+        stream: u32,
     },
     Plug,
     Unplug,
@@ -98,7 +101,7 @@ fn parse_extent(toks: &[&str], i: usize) -> Result<Option<(u64, u32)>, String> {
     }
 }
 
-fn bio_ev(t_ns: u64, rwbs: &str, toks: &[&str], i: usize) -> Result<Ev, String> {
+fn bio_ev(t_ns: u64, stream: u32, rwbs: &str, toks: &[&str], i: usize) -> Result<Ev, String> {
     let Some((dir, sync)) = parse_rwbs(rwbs)? else {
         return Ok(Ev::Skip);
     };
@@ -109,6 +112,7 @@ fn bio_ev(t_ns: u64, rwbs: &str, toks: &[&str], i: usize) -> Result<Ev, String> 
             sync,
             sector,
             nr,
+            stream,
         }),
         _ => Ok(Ev::Skip),
     }
@@ -133,7 +137,13 @@ fn parse_line(line: &str) -> Result<Option<Ev>, String> {
                     return Err(format!("bad device {dev:?}, expected MAJOR,MINOR"));
                 }
                 let rwbs = toks.get(i + 2).ok_or("missing RWBS field")?;
-                bio_ev(t_ns, rwbs, &toks, i + 3).map(Some)
+                // "TASK-PID" is the first token; a task name may itself contain '-'.
+                let stream = toks[0]
+                    .rsplit('-')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                bio_ev(t_ns, stream, rwbs, &toks, i + 3).map(Some)
             }
             "block_plug" => Ok(Some(Ev::Plug)),
             "block_unplug" => Ok(Some(Ev::Unplug)),
@@ -146,7 +156,8 @@ fn parse_line(line: &str) -> Result<Option<Ev>, String> {
         return match toks[5] {
             "Q" => {
                 let rwbs = toks.get(6).ok_or("missing RWBS field")?;
-                bio_ev(t_ns, rwbs, &toks, 7).map(Some)
+                let stream = toks[4].parse().unwrap_or(0);
+                bio_ev(t_ns, stream, rwbs, &toks, 7).map(Some)
             }
             "P" => Ok(Some(Ev::Plug)),
             "U" | "UT" => Ok(Some(Ev::Unplug)),
@@ -157,12 +168,14 @@ fn parse_line(line: &str) -> Result<Option<Ev>, String> {
 }
 
 /// Parses a whole trace. Times are made relative to the first bio. Without plug markers,
-/// bios at most `plug_gap_ns` after the previous one share its plug.
+/// bios at most `plug_gap_ns` after the previous one of the same task share its plug.
 pub fn parse_trace(text: &str, plug_gap_ns: u64) -> Result<Vec<TraceBio>, TraceError> {
     let mut out: Vec<TraceBio> = Vec::new();
     let mut saw_markers = false;
     let mut in_plug = false;
     let mut plug_open_pending = true;
+    // Last bio time per stream, for gap-based plug grouping.
+    let mut last_t: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
     for (idx, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -192,26 +205,26 @@ pub fn parse_trace(text: &str, plug_gap_ns: u64) -> Result<Vec<TraceBio>, TraceE
                 sync,
                 sector,
                 nr,
+                stream,
             }) => {
                 let plug_start = if saw_markers {
                     let s = plug_open_pending || !in_plug;
                     plug_open_pending = false;
                     s
                 } else {
-                    match out.last() {
+                    match last_t.get(&stream) {
                         None => true,
-                        Some(prev) => {
-                            let prev_abs = prev.t_ns;
-                            t_ns.saturating_sub(prev_abs) > plug_gap_ns
-                        }
+                        Some(&prev) => t_ns.saturating_sub(prev) > plug_gap_ns,
                     }
                 };
+                last_t.insert(stream, t_ns);
                 out.push(TraceBio {
                     t_ns,
                     dir,
                     sync,
                     sector,
                     nr_sectors: nr,
+                    stream,
                     plug_start,
                 });
             }
