@@ -1,0 +1,184 @@
+//! Read-before-write, original recording, dry-run, restore rules and write failures.
+
+use mergetune::actuator::{Actuator, SetOutcome};
+use mergetune::blockfs::{BlockFs, FsError, RealFs};
+use mergetune::config::Config;
+use mergetune::daemon::Daemon;
+use mergetune::state::{FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store};
+use std::path::Path;
+
+fn tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("sys/block/sda/queue");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    t
+}
+
+fn fs_of(t: &Path) -> RealFs {
+    RealFs::new(t.join("sys"), t.join("proc"))
+}
+
+#[test]
+fn records_original_before_first_write_and_restores() {
+    let t = tree();
+    let mut fs = fs_of(t.path());
+    let state_dir = t.path().join("state");
+    let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
+    assert_eq!(
+        a.set(&mut fs, "sda", "queue/nomerges", "0").unwrap(),
+        SetOutcome::Unchanged
+    );
+    assert!(
+        !state_dir.join("state.json").exists(),
+        "nothing written, nothing recorded"
+    );
+    assert_eq!(
+        a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap(),
+        SetOutcome::Written { from: "0".into() }
+    );
+    let saved = FileStore::new(&state_dir).load().unwrap().unwrap();
+    let rec = saved.get("sda", "queue/nomerges").unwrap();
+    assert_eq!(
+        (rec.original.as_str(), rec.last_written.as_deref()),
+        ("0", Some("2"))
+    );
+    // A second write keeps the first original.
+    a.set(&mut fs, "sda", "queue/nomerges", "1").unwrap();
+    let saved = FileStore::new(&state_dir).load().unwrap().unwrap();
+    assert_eq!(saved.get("sda", "queue/nomerges").unwrap().original, "0");
+    // Restore from the file, as `mergetune restore` does.
+    let mut store = FileStore::new(&state_dir);
+    let res = restore_from_store(&mut fs, &mut store).unwrap();
+    assert_eq!(
+        res[0].outcome,
+        RestoreOutcome::Restored {
+            from: "1".into(),
+            to: "0".into()
+        }
+    );
+    assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "0");
+    assert!(!state_dir.join("state.json").exists());
+}
+
+#[test]
+fn restore_leaves_someone_elses_value() {
+    let t = tree();
+    let mut fs = fs_of(t.path());
+    let state_dir = t.path().join("state");
+    let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
+    a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap();
+    fs.write_attr("sda", "queue/nomerges", "1").unwrap(); // the admin
+    let res = a.restore_all(&mut fs);
+    assert!(
+        matches!(res[0].outcome, RestoreOutcome::LeftAlone { .. }),
+        "{res:?}"
+    );
+    assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "1");
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let t = tree();
+    let mut fs = fs_of(t.path());
+    let mut a = Actuator::new(true, Box::new(MemoryStore::default()));
+    assert_eq!(
+        a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap(),
+        SetOutcome::DryRun { from: "0".into() }
+    );
+    assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "0");
+    assert!(a.saved().is_empty());
+}
+
+#[test]
+fn no_write_when_the_original_cannot_be_recorded() {
+    let t = tree();
+    let mut fs = fs_of(t.path());
+    // A state "dir" that is a file: the record cannot be written.
+    let bad = t.path().join("not-a-dir");
+    std::fs::write(&bad, "x").unwrap();
+    let mut a = Actuator::new(false, Box::new(FileStore::new(&bad)));
+    let e = a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap_err();
+    assert!(e.to_string().contains("not-a-dir"), "{e}");
+    assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "0");
+}
+
+#[test]
+fn corrupt_state_file_is_an_error_naming_the_path() {
+    let t = tree();
+    let dir = t.path().join("state");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("state.json"), "{ not json").unwrap();
+    let e = FileStore::new(&dir).load().unwrap_err().to_string();
+    assert!(e.contains("state.json") && e.contains("corrupt"), "{e}");
+}
+
+/// A block stack whose nomerges writes always fail with EINVAL.
+struct Refusing {
+    ticks: u64,
+    writes_tried: u64,
+}
+
+impl BlockFs for Refusing {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        self.ticks += 1;
+        // Random traffic: 10,000 writes per tick, none merged.
+        let w = self.ticks * 10_000;
+        Ok(format!(
+            "8 0 sda 0 0 0 0 {w} 0 {} 0 0 0 0 0 0 0 0 0 0\n",
+            w * 8
+        ))
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        Ok(vec!["sda".into()])
+    }
+    fn read_attr(&mut self, _d: &str, rel: &str) -> Result<String, FsError> {
+        match rel {
+            "queue/nomerges" => Ok("0".into()),
+            "queue/scheduler" => Ok("[mq-deadline] none".into()),
+            _ => Err(FsError::NotFound { path: rel.into() }),
+        }
+    }
+    fn write_attr(&mut self, _d: &str, rel: &str, value: &str) -> Result<(), FsError> {
+        self.writes_tried += 1;
+        Err(FsError::InvalidValue {
+            path: rel.into(),
+            value: value.into(),
+        })
+    }
+    fn list_dir(&mut self, _d: &str, _r: &str) -> Result<Vec<String>, FsError> {
+        Ok(vec![])
+    }
+    fn attr_exists(&mut self, _d: &str, _r: &str) -> bool {
+        false
+    }
+}
+
+#[test]
+fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
+    let mut cfg = Config::default();
+    cfg.daemon.interval_ms = 1000;
+    cfg.policy.window_ticks = 1;
+    cfg.policy.disable_after_windows = 2;
+    cfg.policy.min_dwell_secs = 30;
+    let mut d = Daemon::simulated(cfg);
+    let mut fs = Refusing {
+        ticks: 0,
+        writes_tried: 0,
+    };
+    for t in 0..120u64 {
+        d.tick(t * 1000, &mut fs);
+    }
+    // One try, then one per dwell period (30 s): 120 s gives at most 4-5 tries, not 118.
+    assert!(
+        fs.writes_tried >= 2 && fs.writes_tried <= 5,
+        "{}",
+        fs.writes_tried
+    );
+    assert_eq!(d.counters.write_errors, fs.writes_tried);
+    assert!(
+        d.devices()["sda"].management.is_managed(),
+        "a failed write is not fatal"
+    );
+}
