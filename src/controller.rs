@@ -35,6 +35,11 @@ pub trait Controller {
     fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
     /// Put back every original value this controller changed.
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
+    /// The adaptive daemon behind this controller, if it is one: lets the metrics and
+    /// status layers read the same per-device state in every world.
+    fn as_daemon(&self) -> Option<&crate::daemon::Daemon> {
+        None
+    }
 }
 
 /// The kernel default: never touches anything.

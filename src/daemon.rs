@@ -491,4 +491,7 @@ impl Controller for Daemon {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.restore_all(now_ms, fs)
     }
+    fn as_daemon(&self) -> Option<&Daemon> {
+        Some(self)
+    }
 }

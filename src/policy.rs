@@ -78,6 +78,15 @@ impl PolicyState {
         }
     }
 
+    /// The merge-ladder level this state stands for: 0 all merges, 1 no front merges,
+    /// 2 simple merges only (nomerges=1), 3 no merges (nomerges=2).
+    pub fn level(&self, cfg: &PolicyConfig) -> u8 {
+        match self.mode {
+            Mode::Merging | Mode::Probing => 0,
+            Mode::Off => cfg.disabled_nomerges + 1,
+        }
+    }
+
     /// The nomerges value this state stands for.
     pub fn nomerges(&self, cfg: &PolicyConfig) -> u8 {
         match self.mode {
