@@ -8,6 +8,8 @@
 //!
 //! With `MERGETUNE_CAPTURE_FIXTURES=1` as well, it rewrites the small trace fixtures under
 //! `tests/fixtures/` (trace text plus a `.meta.toml` with the fio command and stat deltas).
+//! (`diskstats_6.18_*.txt` are one-off copies of /proc/diskstats that other tests pin; they
+//! are not rewritten.)
 //! `trace_fixtures_match_their_meta` checks those fixtures on every machine.
 
 #[path = "support/kernel.rs"]
@@ -84,11 +86,12 @@ fn kernel_merge_facts() {
     dev.set_nomerges(0);
     dev.warm_up();
     eprintln!(
-        "kernel {} / {} ({}:{}) / {SCHEDULER} / loop direct I/O on",
+        "kernel {} / {} ({}:{}) / {SCHEDULER} / loop direct I/O on, backing file on {}",
         kernel::kernel_release(),
         dev.name(),
         dev.major_minor().0,
-        dev.major_minor().1
+        dev.major_minor().1,
+        dev.backing_fs()
     );
 
     // 1. The merge-friendly job, exact at every nomerges value.
@@ -186,14 +189,6 @@ fn kernel_merge_facts() {
         }
     }
     drop(trace);
-    if capture {
-        let diskstats = std::fs::read_to_string("/proc/diskstats").unwrap();
-        std::fs::write(
-            fixtures_dir().join("diskstats_6.18_after_fio.txt"),
-            diskstats,
-        )
-        .unwrap();
-    }
 }
 
 fn write_fixture(dev: &LoopDevice, name: &str, args: &[String], t: &Traced) {
@@ -215,6 +210,7 @@ fn write_fixture(dev: &LoopDevice, name: &str, args: &[String], t: &Traced) {
     writeln!(meta, "device = {:?}", dev.name()).unwrap();
     writeln!(meta, "dev = \"{major},{minor}\"").unwrap();
     writeln!(meta, "loop_direct_io = true").unwrap();
+    writeln!(meta, "backing_fs = {:?}", dev.backing_fs()).unwrap();
     writeln!(meta, "scheduler = {:?}", dev.scheduler()).unwrap();
     writeln!(meta, "nomerges = {}", dev.nomerges()).unwrap();
     writeln!(meta, "\n[stat_delta]").unwrap();

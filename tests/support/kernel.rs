@@ -222,9 +222,7 @@ impl LoopDevice {
     /// Attaches a new loop device over a fresh sparse file of `size_mib` MiB. Panics with
     /// the reason when that fails (the caller asked for real-kernel tests).
     pub fn new(size_mib: u64) -> LoopDevice {
-        let base = std::env::var_os("MERGETUNE_KERNEL_TEST_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        let base = backing_dir();
         let dir = tempfile::Builder::new()
             .prefix("mergetune-loop-")
             .tempdir_in(&base)
@@ -288,6 +286,11 @@ impl LoopDevice {
             dev.backing.display()
         );
         dev
+    }
+
+    /// The backing file's filesystem type (from /proc/mounts), e.g. `tmpfs`.
+    pub fn backing_fs(&self) -> String {
+        fs_type_of(&self.backing)
     }
 
     /// Kernel name, e.g. `loop3`.
@@ -442,6 +445,40 @@ impl Drop for LoopDevice {
     fn drop(&mut self) {
         self.detach();
     }
+}
+
+/// Where backing files go: `$MERGETUNE_KERNEL_TEST_DIR`, else /dev/shm when it is a tmpfs
+/// (tmpfs takes O_DIRECT since 6.6; a file that random writes scattered over a disk
+/// filesystem mounted with `discard` can take a minute to delete), else the temp dir.
+fn backing_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MERGETUNE_KERNEL_TEST_DIR") {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && fs_type_of(shm) == "tmpfs" {
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
+/// The filesystem type of the mount that holds `path` (longest mount-point prefix in
+/// /proc/mounts); "unknown" when it cannot be told.
+pub fn fs_type_of(path: &Path) -> String {
+    let path = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let mut best: Option<(usize, String)> = None;
+    for line in mounts.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(_), Some(mnt), Some(fstype)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let mnt = mnt.replace("\\040", " ");
+        if path.starts_with(&mnt) && best.as_ref().is_none_or(|(len, _)| mnt.len() >= *len) {
+            best = Some((mnt.len(), fstype.to_string()));
+        }
+    }
+    best.map(|(_, t)| t)
+        .unwrap_or_else(|| "unknown".to_string())
 }
 
 /// Runs fio with `args` and returns its stdout; panics with fio's output on failure.

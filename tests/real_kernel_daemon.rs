@@ -1,0 +1,456 @@
+//! The live daemon on a real loop device (issue 2's real-kernel test; runs only with
+//! `MERGETUNE_KERNEL_TESTS=1`, as root, and fails when asked for and unable to run).
+//!
+//! A loop device over a temp file (direct I/O on, mq-deadline, nomerges 0) and the built
+//! `mergetune run` binary with a short interval, managing only that device:
+//! 1. fio random 4 KiB writes (QD64, one I/O per submission): the daemon sets nomerges 2;
+//! 2. fio sequential 4 KiB writes submitted and reaped in batches of 64: after a probe the
+//!    daemon sets 0 again, and it stays 0;
+//! 3. random writes again until the daemon sets 2, then SIGTERM: the daemon exits 0 and
+//!    nomerges is back to its original 0.
+//!
+//! The loop device is detached and the daemon and fio children are killed also when the
+//! test fails (guards with Drop).
+
+#[path = "support/kernel.rs"]
+mod kernel;
+
+use kernel::LoopDevice;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const INTERVAL_MS: u64 = 200;
+
+/// The daemon child: its stderr collected line by line; killed on drop if still running.
+struct DaemonProc {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    started: Instant,
+}
+
+impl DaemonProc {
+    fn spawn(config: &Path, state_dir: &Path) -> DaemonProc {
+        let bin = env!("CARGO_BIN_EXE_mergetune");
+        let mut child = Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .arg("--interval-ms")
+            .arg(INTERVAL_MS.to_string())
+            .arg("--state-dir")
+            .arg(state_dir)
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let started = Instant::now();
+        let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
+            Box::new(child.stderr.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        ];
+        let mut readers = Vec::new();
+        for pipe in pipes {
+            let log = Arc::clone(&log);
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    let line = format!(
+                        "[{:6.2}s] {}",
+                        started.elapsed().as_secs_f64(),
+                        strip_ansi(&line)
+                    );
+                    eprintln!("daemon: {line}");
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                }
+            }));
+        }
+        let reader = std::thread::spawn(move || {
+            for r in readers {
+                let _ = r.join();
+            }
+        });
+        DaemonProc {
+            child,
+            log,
+            reader: Some(reader),
+            started,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Panics (with the log) when the daemon has exited.
+    fn assert_alive(&mut self, during: &str) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            self.join_reader();
+            panic!(
+                "the daemon exited ({status}) {during}; its log:\n{}",
+                self.log_text()
+            );
+        }
+    }
+
+    fn log_text(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join("\n")
+    }
+
+    fn join_reader(&mut self) {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+
+    /// SIGTERM, then wait up to `timeout` for the exit.
+    fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.join_reader();
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "the daemon did not exit within {timeout:?} of SIGTERM; its log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for DaemonProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        self.join_reader();
+    }
+}
+
+/// Removes ANSI colour sequences (ESC [ ... letter) from a log line.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A fio run in the background; stopped (SIGINT, then SIGKILL) on `stop` or drop.
+struct BackgroundFio {
+    child: Child,
+    what: String,
+}
+
+impl BackgroundFio {
+    fn start(what: &str, args: &[String]) -> BackgroundFio {
+        eprintln!("{what}: {}", kernel::fio_command_line(args));
+        let child = Command::new("fio")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start fio: {e}"));
+        BackgroundFio {
+            child,
+            what: what.to_string(),
+        }
+    }
+
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = self.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("fio ({}) ended early ({status}): {err}", self.what);
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BackgroundFio {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Time-based fio jobs (they run until stopped or `runtime_secs`).
+fn timed(mut args: Vec<String>, runtime_secs: u64) -> Vec<String> {
+    args.retain(|a| !a.starts_with("--io_size="));
+    args.push("--time_based".to_string());
+    args.push(format!("--runtime={runtime_secs}"));
+    args
+}
+
+/// nomerges over time, recorded by the polling loops for the report.
+struct Timeline {
+    start: Instant,
+    changes: Vec<(f64, u8, &'static str)>,
+    last: Option<u8>,
+}
+
+impl Timeline {
+    fn observe(&mut self, value: u8, phase: &'static str) {
+        if self.last != Some(value) {
+            self.changes
+                .push((self.start.elapsed().as_secs_f64(), value, phase));
+            self.last = Some(value);
+        }
+    }
+    fn describe(&self) -> String {
+        self.changes
+            .iter()
+            .map(|(t, v, p)| format!("{t:.2}s {v} ({p})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Polls nomerges every 20 ms until it equals `want`; panics after `timeout` or when the
+/// daemon or fio ends.
+fn wait_for_nomerges(
+    dev: &LoopDevice,
+    daemon: &mut DaemonProc,
+    fio: &mut BackgroundFio,
+    timeline: &mut Timeline,
+    phase: &'static str,
+    want: u8,
+    timeout: Duration,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let v = dev.nomerges();
+        timeline.observe(v, phase);
+        if v == want {
+            return start.elapsed();
+        }
+        daemon.assert_alive(phase);
+        fio.assert_running();
+        if start.elapsed() > timeout {
+            panic!(
+                "{phase}: nomerges of {} is {v}, not {want}, after {timeout:?}; nomerges over time: \
+                 {}; stat {:?}; daemon log:\n{}",
+                dev.name(),
+                timeline.describe(),
+                dev.stat(),
+                daemon.log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls nomerges for `how_long` and panics if it leaves `want`.
+fn hold_nomerges(
+    dev: &LoopDevice,
+    daemon: &mut DaemonProc,
+    fio: &mut BackgroundFio,
+    timeline: &mut Timeline,
+    phase: &'static str,
+    want: u8,
+    how_long: Duration,
+) {
+    let start = Instant::now();
+    while start.elapsed() < how_long {
+        let v = dev.nomerges();
+        timeline.observe(v, phase);
+        if v != want {
+            panic!(
+                "{phase}: nomerges of {} left {want} (now {v}) within {how_long:?}; nomerges over \
+                 time: {}; daemon log:\n{}",
+                dev.name(),
+                timeline.describe(),
+                daemon.log_text()
+            );
+        }
+        daemon.assert_alive(phase);
+        fio.assert_running();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn write_config(dir: &Path, dev: &LoopDevice, state_dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("mergetune.toml");
+    let text = format!(
+        r#"# Written by tests/real_kernel_daemon.rs: short timings for a test.
+[daemon]
+interval_ms = {INTERVAL_MS}
+state_dir = "{state}"
+
+[devices]
+include = ["{name}"]
+exclude = ["vd*", "sd*", "hd*", "nvme*", "xvd*", "mmcblk*", "zram*", "ram*", "dm-*", "md*", "sr*"]
+
+[policy]
+enabled = true
+window_ticks = 2
+min_window_bios = 200
+disable_below_percent = 1.0
+enable_above_percent = 5.0
+disable_after_windows = 3
+disabled_nomerges = 2
+min_dwell_secs = 1
+probe_initial_backoff_secs = 2
+probe_max_backoff_secs = 4
+probe_windows = 1
+max_changes_per_hour = 60
+"#,
+        state = state_dir.display(),
+        name = dev.name(),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn daemon_on_loop_device() {
+    let Some(_session) = kernel::require_kernel("daemon_on_loop_device") else {
+        return;
+    };
+    let dev = LoopDevice::new(600);
+    dev.set_scheduler("mq-deadline");
+    dev.set_nomerges(0);
+    dev.warm_up();
+    let others_before = kernel::other_devices_nomerges(dev.name());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let state_dir = tmp.path().join("state");
+    let config = write_config(tmp.path(), &dev, &state_dir);
+    let mut timeline = Timeline {
+        start: Instant::now(),
+        changes: Vec::new(),
+        last: None,
+    };
+    timeline.observe(dev.nomerges(), "start");
+
+    // Declared after `dev`: dropped (killed) before the loop device is detached.
+    let mut daemon = DaemonProc::spawn(&config, &state_dir);
+    std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
+    daemon.assert_alive("at start");
+
+    // 1. Random writes: merging is wasted, the daemon turns it off.
+    let random = timed(kernel::job_rand(&dev, "randwrite", "32M"), 60);
+    let mut fio = BackgroundFio::start("phase 1, random writes", &random);
+    let took = wait_for_nomerges(
+        &dev,
+        &mut daemon,
+        &mut fio,
+        &mut timeline,
+        "random writes",
+        2,
+        Duration::from_secs(30),
+    );
+    eprintln!("phase 1: nomerges 0 -> 2 after {took:.2?} of random writes");
+    fio.stop();
+
+    // 2. Batched sequential writes: with nomerges 2 the counters show no merges; only a
+    //    probe can find out that merging pays, and then merging stays on.
+    let sequential = timed(kernel::job_batched_seq(&dev, "write", "64M"), 90);
+    let mut fio = BackgroundFio::start("phase 2, batched sequential writes", &sequential);
+    let took = wait_for_nomerges(
+        &dev,
+        &mut daemon,
+        &mut fio,
+        &mut timeline,
+        "sequential writes",
+        0,
+        Duration::from_secs(40),
+    );
+    eprintln!("phase 2: nomerges 2 -> 0 after {took:.2?} of batched sequential writes");
+    hold_nomerges(
+        &dev,
+        &mut daemon,
+        &mut fio,
+        &mut timeline,
+        "sequential writes, after the probe",
+        0,
+        Duration::from_secs(4),
+    );
+    fio.stop();
+
+    // 3. Random again until merging is off, then SIGTERM: the original 0 comes back.
+    let mut fio = BackgroundFio::start("phase 3, random writes", &random);
+    let took = wait_for_nomerges(
+        &dev,
+        &mut daemon,
+        &mut fio,
+        &mut timeline,
+        "random writes again",
+        2,
+        Duration::from_secs(30),
+    );
+    eprintln!("phase 3: nomerges 0 -> 2 after {took:.2?} of random writes");
+    let status = daemon.terminate(Duration::from_secs(10));
+    let after_term = dev.nomerges();
+    timeline.observe(after_term, "after SIGTERM");
+    fio.stop();
+    eprintln!(
+        "daemon exit {status} {:.2}s after start; nomerges over time: {}",
+        daemon.started.elapsed().as_secs_f64(),
+        timeline.describe()
+    );
+    assert!(
+        status.success(),
+        "the daemon exited with {status} on SIGTERM; its log:\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(
+        after_term,
+        0,
+        "SIGTERM did not restore nomerges 0; daemon log:\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(dev.scheduler(), "mq-deadline");
+    let leftovers: Vec<_> = std::fs::read_dir(&state_dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    eprintln!("state dir after SIGTERM: {leftovers:?}");
+    assert_eq!(
+        kernel::other_devices_nomerges(dev.name()),
+        others_before,
+        "a device other than the test's loop device changed nomerges"
+    );
+}
