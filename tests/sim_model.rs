@@ -51,6 +51,16 @@ fn merges(sched: &str, nomerges: u8, extra: &str, busy: bool, batches: &[&[BioSp
     st.merged(Dir::Write)
 }
 
+/// (case, scheduler, extra tunables, tag busy first, bio batches, merges at nomerges 0/1/2)
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    bool,
+    &'a [&'a [BioSpec]],
+    [u64; 3],
+);
+
 #[test]
 fn nomerges_semantics_table() {
     // (case, scheduler, extra tunables, [merges at nomerges 0, 1, 2])
@@ -59,7 +69,7 @@ fn nomerges_semantics_table() {
     let back: &[&[BioSpec]] = &[&[w(0)], &[w(1000)], &[w(1008)]];
     let front: &[&[BioSpec]] = &[&[w(0)], &[w(1000)], &[w(992)]];
     let no_fm = "[device.iosched]\nfront_merges = 0";
-    let cases: Vec<(&str, &str, &str, bool, &[&[BioSpec]], [u64; 3])> = vec![
+    let cases: Vec<Case> = vec![
         ("plug", "mq-deadline", "", false, plug, [1, 1, 0]),
         ("plug", "none", "", false, plug, [1, 1, 0]),
         ("one-hit", "mq-deadline", "", true, one_hit, [1, 1, 0]),

@@ -457,7 +457,9 @@ pub(crate) struct Device {
     sl_async_inflight: u32,
     sl_last_sync_done_ns: u64,
     // service
-    servers: Vec<u64>,
+    /// Free times of the device's servers (SSD channels; one head for an HDD), as a
+    /// min-heap so picking the earliest free one is O(log n).
+    servers: BinaryHeap<Reverse<u64>>,
     head_sector: u64,
     cnt: Counters,
 }
@@ -695,7 +697,7 @@ impl Simulation {
                 sl_sync_inflight: 0,
                 sl_async_inflight: 0,
                 sl_last_sync_done_ns: 0,
-                servers: vec![0; parallel],
+                servers: (0..parallel).map(|_| Reverse(0)).collect(),
                 head_sector: 0,
                 cnt: Counters::default(),
             });
@@ -1675,19 +1677,24 @@ impl Simulation {
                 overhead_ns,
                 ns_per_sector,
             } => {
-                let svc = overhead_ns[rq.dir.idx()] + (rq.nr_sectors as f64 * ns_per_sector) as u64;
-                let (i, free) = dev
-                    .servers
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .min_by_key(|&(_, t)| t)
-                    .unwrap_or((0, now));
-                let end = free.max(now) + svc;
-                if let Some(s) = dev.servers.get_mut(i) {
-                    *s = end;
+                // A large request is striped over up to `parallelism` channels in 64 KiB
+                // units; the per-request overhead varies by up to a quarter (garbage
+                // collection, channel contention) so latency has a tail.
+                let units = (rq.nr_sectors as usize)
+                    .div_ceil(128)
+                    .clamp(1, dev.servers.len().max(1));
+                let ovh = overhead_ns[rq.dir.idx()];
+                let svc = ovh
+                    + rng.below(ovh / 4 + 1)
+                    + (rq.nr_sectors as f64 * ns_per_sector / units as f64) as u64;
+                match dev.servers.peek_mut() {
+                    Some(mut top) => {
+                        let end = top.0.max(now) + svc;
+                        *top = Reverse(end);
+                        end
+                    }
+                    None => now + svc,
                 }
-                end
             }
             Media::Hdd {
                 overhead_ns,
@@ -1696,7 +1703,7 @@ impl Simulation {
                 rev_ns,
                 ns_per_sector,
             } => {
-                let start = dev.servers.first().copied().unwrap_or(now).max(now);
+                let start = dev.servers.peek().map_or(now, |r| r.0).max(now);
                 let dist = rq.sector.abs_diff(dev.head_sector);
                 let (seek, rot) = if dist == 0 {
                     (0, 0)
@@ -1710,8 +1717,8 @@ impl Simulation {
                 let xfer = (rq.nr_sectors as f64 * ns_per_sector) as u64;
                 let end = start + overhead_ns + seek + rot + xfer;
                 dev.head_sector = rq.sector + rq.nr_sectors as u64;
-                if let Some(s) = dev.servers.first_mut() {
-                    *s = end;
+                if let Some(mut top) = dev.servers.peek_mut() {
+                    *top = Reverse(end);
                 }
                 end
             }
