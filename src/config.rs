@@ -87,13 +87,17 @@ pub struct PolicyConfig {
     /// Merge ratio at or above which merging is (re-)enabled, in percent. Must exceed
     /// `disable_below_percent`: the gap is the hysteresis band.
     pub enable_above_percent: f64,
-    /// Consecutive low windows before merging is turned off.
+    /// Consecutive low windows before one safe step down the merge ladder (L0 -> L1 no
+    /// front merges, L1 -> L2 simple merges only): plug and one-hit merges stay, so
+    /// sequential work keeps merging and stays visible.
+    pub step_down_after_windows: u32,
+    /// Consecutive low windows at L2 before the last step, to L3 (no merges at all).
     pub disable_after_windows: u32,
-    /// The nomerges value written to turn merging off: 1 (keep plug and one-hit merges) or
-    /// 2 (no merges at all).
+    /// The deepest nomerges value the ladder may reach: 1 (stop at L2, simple merges only)
+    /// or 2 (L3, no merges at all).
     pub disabled_nomerges: u8,
-    /// Minimum time in a state before merging may be turned off again, in seconds.
-    /// Never delays turning merging back on.
+    /// Minimum time at L2 before the step to L3, in seconds (and before leaving a level
+    /// reached by a probe). Never delays a step up.
     pub min_dwell_secs: u64,
     /// Time merging stays off before the first probe, in seconds.
     pub probe_initial_backoff_secs: u64,
@@ -110,6 +114,7 @@ pub const DEFAULT_WINDOW_TICKS: u32 = 5;
 pub const DEFAULT_MIN_WINDOW_BIOS: u64 = 1000;
 pub const DEFAULT_DISABLE_BELOW_PERCENT: f64 = 1.0;
 pub const DEFAULT_ENABLE_ABOVE_PERCENT: f64 = 5.0;
+pub const DEFAULT_STEP_DOWN_AFTER_WINDOWS: u32 = 3;
 pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 6;
 pub const DEFAULT_DISABLED_NOMERGES: u8 = 2;
 pub const DEFAULT_MIN_DWELL_SECS: u64 = 60;
@@ -126,6 +131,7 @@ impl Default for PolicyConfig {
             min_window_bios: DEFAULT_MIN_WINDOW_BIOS,
             disable_below_percent: DEFAULT_DISABLE_BELOW_PERCENT,
             enable_above_percent: DEFAULT_ENABLE_ABOVE_PERCENT,
+            step_down_after_windows: DEFAULT_STEP_DOWN_AFTER_WINDOWS,
             disable_after_windows: DEFAULT_DISABLE_AFTER_WINDOWS,
             disabled_nomerges: DEFAULT_DISABLED_NOMERGES,
             min_dwell_secs: DEFAULT_MIN_DWELL_SECS,
@@ -214,6 +220,13 @@ impl Config {
                 ),
             ));
         }
+        if p.step_down_after_windows == 0 {
+            return Err(invalid(
+                origin,
+                "policy.step_down_after_windows",
+                "must be at least 1",
+            ));
+        }
         if p.disable_after_windows == 0 {
             return Err(invalid(
                 origin,
@@ -268,10 +281,11 @@ impl Config {
     /// One line describing the effective configuration.
     pub fn summary(&self) -> String {
         format!(
-            "interval {} ms, window {} ticks, off below {}% for {} windows, on at {}%, off = nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
+            "interval {} ms, window {} ticks, low below {}% (step after {}, off after {} windows), on at {}%, deepest nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
             self.daemon.interval_ms,
             self.policy.window_ticks,
             self.policy.disable_below_percent,
+            self.policy.step_down_after_windows,
             self.policy.disable_after_windows,
             self.policy.enable_above_percent,
             self.policy.disabled_nomerges,

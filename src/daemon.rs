@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::controller::{Controller, Decision};
 use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
 use crate::diskstats::parse_diskstats;
-use crate::policy::{Mode, OutcomeKind, PolicyState, decide};
+use crate::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
 use crate::state::MemoryStore;
 use serde::Serialize;
@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use tracing::{info, warn};
 
 pub const NOMERGES: &str = "queue/nomerges";
+pub const FRONT_MERGES: &str = "queue/iosched/front_merges";
 
 /// Everything mergetune tracks about one device.
 #[derive(Debug, Clone)]
@@ -24,6 +25,9 @@ pub struct DeviceRuntime {
     pub info: DeviceInfo,
     /// nomerges when mergetune first saw the device: the admin's value.
     pub first_nomerges: Option<String>,
+    /// front_merges when mergetune first saw the device (mergetune's own L1 writes must
+    /// not make the rung look unavailable later).
+    pub first_front_merges: Option<String>,
     pub management: Management,
     /// Set when someone else changed a tunable under mergetune: sticky until restart.
     pub foreign: bool,
@@ -31,6 +35,10 @@ pub struct DeviceRuntime {
     pub window: WindowAcc,
     /// What the kernel holds as far as mergetune knows (last read, or last written).
     pub observed_nomerges: Option<String>,
+    /// The same for mq-deadline's front_merges (None where the ladder does not use it).
+    pub observed_front_merges: Option<String>,
+    /// The rungs of the merge ladder this device offers.
+    pub caps: Caps,
     pub last_window: Option<Window>,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
@@ -157,7 +165,7 @@ impl Daemon {
                     };
                     if m != dev.management {
                         info!(device = %name, "{}", describe(&judged, &m));
-                        if dev.management.is_managed() && dev.policy.mode != Mode::Merging {
+                        if dev.management.is_managed() && dev.policy.level != 0 {
                             for r in self.actuator.restore_all_for(fs, &name) {
                                 info!(device = %name, "{r}");
                             }
@@ -165,6 +173,22 @@ impl Daemon {
                         dev.management = m;
                         dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
                         dev.observed_nomerges = info.nomerges.clone();
+                        dev.observed_front_merges = info.front_merges.clone();
+                    }
+                    let caps = Caps::for_scheduler(
+                        info.scheduler.as_deref(),
+                        info.has_front_merges && dev.first_front_merges.as_deref() == Some("1"),
+                    );
+                    if caps != dev.caps && dev.management.is_managed() {
+                        info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
+                        // A lost rung (say front_merges after a scheduler switch) is
+                        // simply no longer written; the level stays meaningful via nomerges.
+                        dev.caps = caps;
+                        dev.observed_front_merges = if caps.front_merges {
+                            info.front_merges.clone()
+                        } else {
+                            None
+                        };
                     }
                     dev.info = info;
                 }
@@ -175,7 +199,10 @@ impl Daemon {
                         name.clone(),
                         DeviceRuntime {
                             first_nomerges: info.nomerges.clone(),
+                            first_front_merges: info.front_merges.clone(),
                             observed_nomerges: info.nomerges.clone(),
+                            observed_front_merges: info.front_merges.clone(),
+                            caps: caps_of(&info),
                             info,
                             management: m,
                             foreign: false,
@@ -275,62 +302,72 @@ impl Daemon {
         if window.is_some() {
             dev.last_window = window;
         }
-        let ev = decide(&dev.policy, window.as_ref(), &pcfg, now_ms);
+        let ev = decide(&dev.policy, window.as_ref(), dev.caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
-            // Nothing to decide: spare the sysfs read (a few µs per device per tick).
+            // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
             return None;
         }
         // Someone else's write wins: stop managing and never restore over it. Checked at
         // every window and before every write.
-        let current = match fs.read_attr(name, NOMERGES) {
-            Ok(v) => v.trim().to_string(),
-            Err(FsError::NotFound { .. }) => {
-                self.force_rescan = true;
+        let mut watched = vec![(NOMERGES, dev.observed_nomerges.clone())];
+        if dev.caps.front_merges {
+            watched.push((FRONT_MERGES, dev.observed_front_merges.clone()));
+        }
+        let mut current_nomerges = String::new();
+        for (attr, expected) in watched {
+            let current = match fs.read_attr(name, attr) {
+                Ok(v) => v.trim().to_string(),
+                Err(FsError::NotFound { .. }) => {
+                    self.force_rescan = true;
+                    return None;
+                }
+                Err(e) => {
+                    warn!(device = %name, "{e}");
+                    return None;
+                }
+            };
+            if expected.as_deref() != Some(current.as_str()) {
+                let was = expected.unwrap_or_default();
+                warn!(
+                    device = %name,
+                    "{name}: {attr} changed from {was} to {current} by someone else: no longer managed (restart mergetune to manage it again)"
+                );
+                dev.foreign = true;
+                dev.management = Management::AdminOwned(format!(
+                    "{attr} changed from {was} to {current} by someone else"
+                ));
+                if attr == NOMERGES {
+                    dev.info.nomerges = Some(current);
+                }
+                if let Err(e) = self.actuator.forget(name) {
+                    warn!("{e}");
+                }
                 return None;
             }
-            Err(e) => {
-                warn!(device = %name, "{e}");
-                return None;
+            if attr == NOMERGES {
+                current_nomerges = current;
             }
-        };
-        if dev.observed_nomerges.as_deref() != Some(current.as_str()) {
-            let was = dev.observed_nomerges.clone().unwrap_or_default();
-            warn!(
-                device = %name,
-                "{name}: nomerges changed from {was} to {current} by someone else: no longer managed (restart mergetune to manage it again)"
-            );
-            dev.foreign = true;
-            dev.management = Management::AdminOwned(format!(
-                "nomerges changed from {was} to {current} by someone else"
-            ));
-            dev.info.nomerges = Some(current);
-            if let Err(e) = self.actuator.forget(name) {
-                warn!("{e}");
-            }
-            return None;
         }
         if ev.kind == OutcomeKind::Hold {
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
             return None;
         }
+        let from_level = dev.policy.level;
         let mut decision = Decision {
             at_ms: now_ms,
             device: name.to_string(),
             attr: NOMERGES.to_string(),
-            from: current.clone(),
-            to: ev
-                .write_nomerges
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| current.clone()),
+            from: current_nomerges.clone(),
+            to: current_nomerges.clone(),
             kind: ev.kind.as_str().to_string(),
             reason: ev.reason.to_string(),
             applied: true,
         };
-        let Some(value) = ev.write_nomerges else {
-            // A probe that ends with merging on changes nothing in the kernel.
+        let Some(to_level) = ev.to_level else {
+            // A probe that ends at L0 changes nothing in the kernel.
             info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
@@ -346,42 +383,72 @@ impl Daemon {
             dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason).into();
             return None;
         }
-        match self.actuator.set(fs, name, NOMERGES, &value.to_string()) {
-            Ok(outcome) => {
-                if matches!(outcome, SetOutcome::DryRun { .. }) {
-                    decision.applied = false;
-                    info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                        "{name}: dry-run, would write {NOMERGES} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
-                } else {
-                    dev.observed_nomerges = Some(value.to_string());
-                    info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                        "{name}: {NOMERGES} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+        // Apply the level's tunables, nomerges first; stop at the first failure.
+        let mut changed: Vec<(&str, String, &str)> = Vec::new();
+        let mut dry = false;
+        let mut failure = None;
+        for (attr, value) in tunables(to_level, dev.caps) {
+            match self.actuator.set(fs, name, attr, value) {
+                Ok(SetOutcome::Unchanged) => {}
+                Ok(SetOutcome::Written { from }) => {
+                    if attr == NOMERGES {
+                        dev.observed_nomerges = Some(value.to_string());
+                    } else {
+                        dev.observed_front_merges = Some(value.to_string());
+                    }
+                    changed.push((attr, from, value));
                 }
-                dev.policy = ev.state;
-                dev.last_reason = ev.reason;
-                // A window straddling a change would mix two regimes.
-                dev.window.restart(now_ms);
-                dev.last_decision = Some(decision.clone());
-                Some(decision)
-            }
-            Err(e) => {
-                self.counters.write_errors += 1;
-                let wait_ms = (pcfg.min_dwell_secs * 1000)
-                    .max(u64::from(pcfg.window_ticks) * self.cfg.daemon.interval_ms);
-                dev.retry_after_ms = now_ms + wait_ms;
-                warn!(device = %name, "{name}: write of {NOMERGES}={value} failed, state unchanged, retry in {} ms: {e}", wait_ms);
-                decision.applied = false;
-                decision.reason = format!("{} (write failed: {e})", decision.reason);
-                dev.last_reason = decision.reason.clone().into();
-                if matches!(
-                    e,
-                    crate::actuator::ActuatorError::Fs(FsError::NotFound { .. })
-                ) {
-                    self.force_rescan = true;
+                Ok(SetOutcome::DryRun { from }) => {
+                    dry = true;
+                    changed.push((attr, from, value));
                 }
-                Some(decision)
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
+        if let Some((attr, from, to)) = changed.first() {
+            decision.attr = changed.iter().map(|c| c.0).collect::<Vec<_>>().join("+");
+            decision.from = changed
+                .iter()
+                .map(|c| c.1.as_str())
+                .collect::<Vec<_>>()
+                .join("+");
+            decision.to = changed.iter().map(|c| c.2).collect::<Vec<_>>().join("+");
+            let _ = (attr, from, to);
+        }
+        if let Some(e) = failure {
+            self.counters.write_errors += 1;
+            let wait_ms = (pcfg.min_dwell_secs * 1000)
+                .max(u64::from(pcfg.window_ticks) * self.cfg.daemon.interval_ms);
+            dev.retry_after_ms = now_ms + wait_ms;
+            warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}");
+            decision.applied = false;
+            decision.reason = format!("{} (write failed: {e})", decision.reason);
+            dev.last_reason = decision.reason.clone().into();
+            if matches!(
+                e,
+                crate::actuator::ActuatorError::Fs(FsError::NotFound { .. })
+            ) {
+                self.force_rescan = true;
+            }
+            return Some(decision);
+        }
+        if dry {
+            decision.applied = false;
+            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                "{name}: dry-run, would write {} {} -> {}: {}: {}", decision.attr, decision.from, decision.to, decision.kind, decision.reason);
+        } else {
+            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                "{name}: {} {} -> {}: {}: {}", decision.attr, decision.from, decision.to, decision.kind, decision.reason);
+        }
+        dev.policy = ev.state;
+        dev.last_reason = ev.reason;
+        // A window straddling a change would mix two regimes.
+        dev.window.restart(now_ms);
+        dev.last_decision = Some(decision.clone());
+        Some(decision)
     }
 
     /// Restores every original value (on exit). Returns decisions of kind `restore`.
@@ -398,7 +465,11 @@ impl Daemon {
                     _ => (String::new(), String::new(), false),
                 };
                 if applied && let Some(dev) = self.devices.get_mut(&r.device) {
-                    dev.observed_nomerges = Some(to.clone());
+                    if r.attr == NOMERGES {
+                        dev.observed_nomerges = Some(to.clone());
+                    } else if r.attr == FRONT_MERGES {
+                        dev.observed_front_merges = Some(to.clone());
+                    }
                     dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
                 }
                 Decision {
@@ -430,7 +501,7 @@ impl Daemon {
                     .or(d.info.nomerges.clone())
                     .unwrap_or_else(|| "-".into()),
                 mode: if d.management.is_managed() {
-                    d.policy.mode.as_str().to_string()
+                    format!("L{} {}", d.policy.level, d.policy.mode.as_str())
                 } else {
                     "-".into()
                 },
@@ -449,11 +520,18 @@ impl Daemon {
     }
 }
 
+fn caps_of(info: &DeviceInfo) -> Caps {
+    Caps::for_scheduler(
+        info.scheduler.as_deref(),
+        info.front_merges.as_deref() == Some("1"),
+    )
+}
+
 /// Formats the device table for humans.
 pub fn format_rows(rows: &[DeviceRow]) -> String {
     let mut s = format!(
-        "{:<12} {:<12} {:<12} {:>8} {:<8} {:>10} {:>7} {:>7}  {}\n",
-        "DEVICE", "SCHEDULER", "STATUS", "NOMERGES", "MODE", "BIOS/S", "RD-MRG", "WR-MRG", "LAST"
+        "{:<12} {:<12} {:<12} {:>8} {:<11} {:>10} {:>7} {:>7}  {}\n",
+        "DEVICE", "SCHEDULER", "STATUS", "NOMERGES", "LEVEL", "BIOS/S", "RD-MRG", "WR-MRG", "LAST"
     );
     let opt = |v: Option<f64>, prec: usize| match v {
         Some(x) => format!("{x:.prec$}"),
@@ -466,7 +544,7 @@ pub fn format_rows(rows: &[DeviceRow]) -> String {
             r.why.clone()
         };
         s.push_str(&format!(
-            "{:<12} {:<12} {:<12} {:>8} {:<8} {:>10} {:>6}% {:>6}%  {}\n",
+            "{:<12} {:<12} {:<12} {:>8} {:<11} {:>10} {:>6}% {:>6}%  {}\n",
             r.device,
             r.scheduler,
             r.status,

@@ -17,6 +17,8 @@ pub struct DeviceInfo {
     pub rotational: Option<bool>,
     /// Whether queue/iosched/front_merges exists (mq-deadline).
     pub has_front_merges: bool,
+    /// Its value, where it exists.
+    pub front_merges: Option<String>,
     /// The devices this one is stacked on (slaves/): dm and md members.
     pub slaves: Vec<String>,
     /// The devices stacked on this one (holders/).
@@ -81,7 +83,9 @@ pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsErr
     let scheduler = opt(fs.read_attr(name, "queue/scheduler"))?.and_then(|s| active_scheduler(&s));
     let nomerges = opt(fs.read_attr(name, "queue/nomerges"))?.map(|s| s.trim().to_string());
     let rotational = opt(fs.read_attr(name, "queue/rotational"))?.map(|s| s.trim() == "1");
-    let has_front_merges = fs.attr_exists(name, "queue/iosched/front_merges");
+    let front_merges =
+        opt(fs.read_attr(name, "queue/iosched/front_merges"))?.map(|s| s.trim().to_string());
+    let has_front_merges = front_merges.is_some();
     let slaves = fs.list_dir(name, "slaves")?;
     let holders = fs.list_dir(name, "holders")?;
     Ok(DeviceInfo {
@@ -90,6 +94,7 @@ pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsErr
         nomerges,
         rotational,
         has_front_merges,
+        front_merges,
         slaves,
         holders,
     })
@@ -182,6 +187,7 @@ mod tests {
             nomerges: nomerges.map(Into::into),
             rotational: Some(false),
             has_front_merges: true,
+            front_merges: Some("1".into()),
             slaves: slaves.iter().map(|s| s.to_string()).collect(),
             holders: vec![],
         }

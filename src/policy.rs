@@ -1,18 +1,28 @@
-//! The merge policy: a pure function of (state, closed window, config, now) to (new state,
-//! outcome with a human reason). No I/O, no clock: the same inputs give the same outputs,
-//! which is what makes every decision explainable and replayable.
+//! The merge policy: a pure function of (state, closed window, device capabilities, config,
+//! now) to (new state, outcome with a human reason). No I/O, no clock: the same inputs give
+//! the same outputs, which is what makes every decision explainable and replayable.
 //!
 //! Brunelle's proposal (2008): watch merges against bios submitted, turn merging off when it
-//! rarely succeeds, later turn it back on, watch, repeat. Axboe's objection: the gain is small
-//! and wrongly not merging costs up to 5x throughput. So the policy is asymmetric:
-//! - turning merging off needs `disable_after_windows` consecutive busy windows under the low
-//!   threshold, the dwell time, and room under the hourly change cap;
-//! - turning it on needs one busy window at or over the high threshold (visible at
-//!   nomerges=1, where plug and one-hit merges still count), or a probe; neither dwell nor cap
-//!   ever delays it;
-//! - while merging is off the counters cannot show the merges being missed, so after a backoff
-//!   the policy probes: merging on for `probe_windows` busy windows. Only a clearly low probe
-//!   turns merging off again (doubling the backoff up to a cap); anything else keeps it on;
+//! rarely succeeds, later turn it back on, watch, repeat. Axboe's objections: the gain is
+//! small, wrongly not merging costs up to 5x throughput, the one-hit cache is "better than
+//! free", and front merges are the expensive, rarely useful part. So merging is a ladder,
+//! walked one step at a time, asymmetrically:
+//!
+//! | level | tunables | what stays |
+//! |---|---|---|
+//! | L0 | nomerges=0, front_merges=1 | everything (kernel default) |
+//! | L1 | nomerges=0, front_merges=0 | all but the rbtree front-merge lookup (mq-deadline only) |
+//! | L2 | nomerges=1 | plug and one-hit merges, still counted (mq-deadline, bfq only) |
+//! | L3 | nomerges=2 | nothing; the counters go blind, so it is left only by a probe |
+//!
+//! - stepping down needs consecutive busy windows under the low threshold:
+//!   `step_down_after_windows` for the safe steps to L1 and L2, `disable_after_windows` plus
+//!   the dwell time and room under the hourly cap for the step to L3;
+//! - stepping up is immediate and never blocked: at L1 or L2 a busy window whose visible
+//!   merges reach the high threshold returns to L0 at once;
+//! - at L3 the policy probes after a backoff: L0 for `probe_windows` busy windows; a clearly
+//!   low probe returns to L3 and doubles the backoff (up to a cap), anything else stays at
+//!   L0 and resets it;
 //! - idle windows (too few bios) decide nothing.
 
 use crate::config::PolicyConfig;
@@ -21,15 +31,16 @@ use serde::Serialize;
 use std::borrow::Cow;
 
 pub const HOUR_MS: u64 = 3_600_000;
+pub const TOP_LEVEL: u8 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// nomerges=0: the kernel default.
+    /// At L0, L1 or L2: the counters still show merges.
     Merging,
-    /// nomerges=disabled_nomerges, waiting for the next probe.
+    /// At L3, waiting for the next probe.
     Off,
-    /// nomerges=0 for a measured probe.
+    /// At L0 for a measured probe out of L3.
     Probing,
 }
 
@@ -43,23 +54,94 @@ impl Mode {
     }
 }
 
+/// What a device's queue offers: which rungs of the ladder exist on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Caps {
+    /// mq-deadline's iosched/front_merges exists and was 1 (L1 available).
+    pub front_merges: bool,
+    /// The scheduler treats nomerges=1 differently from 0 (mq-deadline, bfq: L2 available).
+    pub simple_merges: bool,
+}
+
+impl Caps {
+    /// All rungs (mq-deadline).
+    pub const FULL: Caps = Caps {
+        front_merges: true,
+        simple_merges: true,
+    };
+    /// none / kyber: only L0 and L3 differ.
+    pub const BARE: Caps = Caps {
+        front_merges: false,
+        simple_merges: false,
+    };
+
+    pub fn for_scheduler(scheduler: Option<&str>, has_front_merges: bool) -> Caps {
+        let sched = scheduler.unwrap_or("none");
+        Caps {
+            front_merges: has_front_merges && sched == "mq-deadline",
+            simple_merges: matches!(sched, "mq-deadline" | "bfq"),
+        }
+    }
+
+    fn has(&self, level: u8) -> bool {
+        match level {
+            1 => self.front_merges,
+            2 => self.simple_merges,
+            _ => true,
+        }
+    }
+}
+
+/// The deepest level the config allows.
+pub fn floor_level(cfg: &PolicyConfig) -> u8 {
+    if cfg.disabled_nomerges >= 2 { 3 } else { 2 }
+}
+
+/// The next level down that exists on this device, within the config's floor.
+pub fn next_down(level: u8, caps: Caps, cfg: &PolicyConfig) -> Option<u8> {
+    let floor = floor_level(cfg);
+    ((level + 1)..=floor).find(|&l| caps.has(l))
+}
+
+/// The tunable values of a level: `(attribute, value)` pairs, `queue/nomerges` first.
+/// `front_merges` is listed only where the device has it and where it matters (L0, L1).
+pub fn tunables(level: u8, caps: Caps) -> Vec<(&'static str, &'static str)> {
+    let nomerges = match level {
+        0 | 1 => "0",
+        2 => "1",
+        _ => "2",
+    };
+    let mut v = vec![("queue/nomerges", nomerges)];
+    // front_merges matters only at L0 and L1; at L2 and L3 nomerges already rules front
+    // merges out, so the attribute is left where it is (one write per step, not two).
+    if caps.front_merges && level <= 1 {
+        v.push((
+            "queue/iosched/front_merges",
+            if level == 0 { "1" } else { "0" },
+        ));
+    }
+    v
+}
+
 /// Per-device policy state. Plain data: cloned, compared, serialised for replay.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyState {
     pub mode: Mode,
-    /// When the current mode was entered.
+    /// The ladder level now: 0..=3.
+    pub level: u8,
+    /// When the current level was entered.
     pub since_ms: u64,
-    /// Consecutive busy windows under the low threshold (in `Merging`).
+    /// Consecutive busy windows under the low threshold at this level.
     pub low_windows: u32,
-    /// The wait before the next probe once merging is turned off.
+    /// The wait before the next probe once at L3.
     pub backoff_ms: u64,
-    /// When the next probe starts (in `Off`).
+    /// When the next probe starts (at L3).
     pub next_probe_at_ms: Option<u64>,
     /// Counters accumulated over the busy windows of the current probe.
     pub probe_counters: Counters,
     pub probe_windows_done: u32,
     pub probe_idle_windows: u32,
-    /// Times of the changes made in the last hour, oldest first.
+    /// Times of the level changes made in the last hour, oldest first.
     pub changes_ms: Vec<u64>,
 }
 
@@ -67,6 +149,7 @@ impl PolicyState {
     pub fn new(now_ms: u64, cfg: &PolicyConfig) -> Self {
         PolicyState {
             mode: Mode::Merging,
+            level: 0,
             since_ms: now_ms,
             low_windows: 0,
             backoff_ms: cfg.probe_initial_backoff_secs * 1000,
@@ -78,21 +161,31 @@ impl PolicyState {
         }
     }
 
-    /// The merge-ladder level this state stands for: 0 all merges, 1 no front merges,
-    /// 2 simple merges only (nomerges=1), 3 no merges (nomerges=2).
-    pub fn level(&self, cfg: &PolicyConfig) -> u8 {
-        match self.mode {
-            Mode::Merging | Mode::Probing => 0,
-            Mode::Off => cfg.disabled_nomerges + 1,
-        }
+    /// The merge-ladder level: 0 all merges, 1 no front merges, 2 simple merges only
+    /// (nomerges=1), 3 no merges (nomerges=2).
+    pub fn level(&self, _cfg: &PolicyConfig) -> u8 {
+        self.level
     }
 
     /// The nomerges value this state stands for.
-    pub fn nomerges(&self, cfg: &PolicyConfig) -> u8 {
-        match self.mode {
-            Mode::Merging | Mode::Probing => 0,
-            Mode::Off => cfg.disabled_nomerges,
+    pub fn nomerges(&self, _cfg: &PolicyConfig) -> u8 {
+        match self.level {
+            0 | 1 => 0,
+            2 => 1,
+            _ => 2,
         }
+    }
+
+    fn move_to(&mut self, level: u8, now_ms: u64) {
+        self.level = level;
+        self.since_ms = now_ms;
+        self.low_windows = 0;
+        self.changes_ms.push(now_ms);
+        self.mode = if level == TOP_LEVEL {
+            Mode::Off
+        } else {
+            Mode::Merging
+        };
     }
 }
 
@@ -101,7 +194,11 @@ impl PolicyState {
 pub enum OutcomeKind {
     /// Nothing changes; the note says why.
     Hold,
+    /// One step down the ladder (to L1 or L2).
+    StepDown,
+    /// The last step, to L3.
     Disable,
+    /// Back to L0 because merges are visible again.
     Enable,
     ProbeStart,
     ProbeSucceeded,
@@ -112,6 +209,7 @@ impl OutcomeKind {
     pub fn as_str(&self) -> &'static str {
         match self {
             OutcomeKind::Hold => "hold",
+            OutcomeKind::StepDown => "step_down",
             OutcomeKind::Disable => "disable",
             OutcomeKind::Enable => "enable",
             OutcomeKind::ProbeStart => "probe",
@@ -126,10 +224,21 @@ impl OutcomeKind {
 pub struct Evaluation {
     pub state: PolicyState,
     pub kind: OutcomeKind,
-    /// The nomerges value to write, when the outcome changes it.
-    pub write_nomerges: Option<u8>,
+    /// The level to apply, when the outcome changes it.
+    pub to_level: Option<u8>,
     /// Why, with the numbers (static text when there are none, to keep ticks allocation-free).
     pub reason: Cow<'static, str>,
+}
+
+impl Evaluation {
+    /// The nomerges value to write, when the level changes.
+    pub fn write_nomerges(&self) -> Option<u8> {
+        self.to_level.map(|l| match l {
+            0 | 1 => 0,
+            2 => 1,
+            _ => 2,
+        })
+    }
 }
 
 fn pct(x: f64) -> String {
@@ -153,7 +262,17 @@ fn hold(state: PolicyState, reason: impl Into<Cow<'static, str>>) -> Evaluation 
     Evaluation {
         state,
         kind: OutcomeKind::Hold,
-        write_nomerges: None,
+        to_level: None,
+        reason: reason.into(),
+    }
+}
+
+fn change(state: PolicyState, kind: OutcomeKind, reason: String) -> Evaluation {
+    let to = state.level;
+    Evaluation {
+        state,
+        kind,
+        to_level: Some(to),
         reason: reason.into(),
     }
 }
@@ -163,11 +282,17 @@ fn hold(state: PolicyState, reason: impl Into<Cow<'static, str>>) -> Evaluation 
 pub fn decide(
     prev: &PolicyState,
     window: Option<&Window>,
+    caps: Caps,
     cfg: &PolicyConfig,
     now_ms: u64,
 ) -> Evaluation {
     let mut s = prev.clone();
-    s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+    if s.changes_ms
+        .first()
+        .is_some_and(|&t| now_ms.saturating_sub(t) >= HOUR_MS)
+    {
+        s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+    }
     let low = cfg.disable_below_percent / 100.0;
     let high = cfg.enable_above_percent / 100.0;
     let initial_backoff_ms = cfg.probe_initial_backoff_secs * 1000;
@@ -177,11 +302,12 @@ pub fn decide(
     match s.mode {
         Mode::Merging => {
             let Some(w) = window else {
-                return hold(s, "merging; window still open");
+                return hold(s, "window still open");
             };
             let bios = w.counters.bios();
             let ratio = w.counters.merge_ratio();
             let rate = w.bios_per_sec();
+            let level = s.level;
             if bios < cfg.min_window_bios {
                 return hold(
                     s,
@@ -191,49 +317,88 @@ pub fn decide(
                     ),
                 );
             }
+            if level > 0 && ratio >= high {
+                s.move_to(0, now_ms);
+                s.backoff_ms = initial_backoff_ms;
+                return change(
+                    s,
+                    OutcomeKind::Enable,
+                    format!(
+                        "merges still counted at L{level}: ratio {} >= {} at {rate:.0} bios/s; back to L0",
+                        pct(ratio),
+                        pct(high)
+                    ),
+                );
+            }
             if ratio >= low {
                 s.low_windows = 0;
                 return hold(
                     s,
                     format!(
-                        "merging pays: merge ratio {} >= {} at {rate:.0} bios/s",
+                        "merging pays at L{level}: merge ratio {} >= {} at {rate:.0} bios/s",
                         pct(ratio),
                         pct(low)
                     ),
                 );
             }
             s.low_windows += 1;
-            let k = cfg.disable_after_windows;
+            let Some(next) = next_down(level, caps, cfg) else {
+                return hold(
+                    s,
+                    format!(
+                        "merge ratio {} < {} at L{level}, the deepest level allowed here",
+                        pct(ratio),
+                        pct(low)
+                    ),
+                );
+            };
+            let k = if next == TOP_LEVEL {
+                cfg.disable_after_windows
+            } else {
+                cfg.step_down_after_windows
+            };
             if s.low_windows < k {
-                return hold(
-                    s.clone(),
-                    format!(
-                        "merge ratio {} < {} at {rate:.0} bios/s: low window {} of {k}",
-                        pct(ratio),
-                        pct(low),
-                        s.low_windows
-                    ),
-                );
-            }
-            let dwell_ms = cfg.min_dwell_secs * 1000;
-            let in_mode_ms = now_ms.saturating_sub(s.since_ms);
-            if in_mode_ms < dwell_ms {
+                let n = s.low_windows;
                 return hold(
                     s,
                     format!(
-                        "merge ratio {} < {} for {k} windows, but merging only since {} (dwell {})",
+                        "merge ratio {} < {} at {rate:.0} bios/s: low window {n} of {k} before L{next}",
                         pct(ratio),
-                        pct(low),
-                        secs(in_mode_ms),
-                        secs(dwell_ms)
+                        pct(low)
                     ),
                 );
             }
-            if cap_reached {
+            if next == TOP_LEVEL {
+                let dwell_ms = cfg.min_dwell_secs * 1000;
+                let at_level_ms = now_ms.saturating_sub(s.since_ms);
+                if at_level_ms < dwell_ms {
+                    return hold(
+                        s,
+                        format!(
+                            "merge ratio {} < {} for {k} windows, but at L{level} only for {} (dwell {})",
+                            pct(ratio),
+                            pct(low),
+                            secs(at_level_ms),
+                            secs(dwell_ms)
+                        ),
+                    );
+                }
+                if cap_reached {
+                    return hold(
+                        s,
+                        format!(
+                            "merge ratio {} < {} for {k} windows, but {} changes in the last hour reach the cap; staying at L{level}",
+                            pct(ratio),
+                            pct(low),
+                            cfg.max_changes_per_hour
+                        ),
+                    );
+                }
+            } else if cap_reached {
                 return hold(
                     s,
                     format!(
-                        "merge ratio {} < {} for {k} windows, but {} changes in the last hour reach the cap; merging stays on",
+                        "merge ratio {} < {}, but {} changes in the last hour reach the cap; staying at L{level}",
                         pct(ratio),
                         pct(low),
                         cfg.max_changes_per_hour
@@ -241,73 +406,44 @@ pub fn decide(
                 );
             }
             let n = s.low_windows;
-            s.mode = Mode::Off;
-            s.since_ms = now_ms;
-            s.low_windows = 0;
-            s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-            s.changes_ms.push(now_ms);
-            let reason = format!(
-                "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; next probe in {}",
-                pct(ratio),
-                pct(low),
-                secs(s.backoff_ms)
-            );
-            Evaluation {
-                state: s,
-                kind: OutcomeKind::Disable,
-                write_nomerges: Some(cfg.disabled_nomerges),
-                reason: reason.into(),
+            s.move_to(next, now_ms);
+            if next == TOP_LEVEL {
+                s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
+                let reason = format!(
+                    "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; L{level} -> L3 (no merges), next probe in {}",
+                    pct(ratio),
+                    pct(low),
+                    secs(s.backoff_ms)
+                );
+                change(s, OutcomeKind::Disable, reason)
+            } else {
+                let reason = format!(
+                    "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; L{level} -> L{next}",
+                    pct(ratio),
+                    pct(low)
+                );
+                change(s, OutcomeKind::StepDown, reason)
             }
         }
         Mode::Off => {
-            if let Some(w) = window {
-                let bios = w.counters.bios();
-                let ratio = w.counters.merge_ratio();
-                if bios >= cfg.min_window_bios && ratio >= high {
-                    s.mode = Mode::Merging;
-                    s.since_ms = now_ms;
-                    s.backoff_ms = initial_backoff_ms;
-                    s.next_probe_at_ms = None;
-                    s.changes_ms.push(now_ms);
-                    let reason = format!(
-                        "merges still counted at nomerges={}: ratio {} >= {} at {:.0} bios/s",
-                        cfg.disabled_nomerges,
-                        pct(ratio),
-                        pct(high),
-                        w.bios_per_sec()
-                    );
-                    return Evaluation {
-                        state: s,
-                        kind: OutcomeKind::Enable,
-                        write_nomerges: Some(0),
-                        reason: reason.into(),
-                    };
-                }
-            }
             let due = s.next_probe_at_ms.unwrap_or(now_ms);
             if now_ms < due {
-                let reason = format!("merging off; next probe in {}", secs(due - now_ms));
+                let reason = format!("at L3; next probe in {}", secs(due - now_ms));
                 return hold(s, reason);
             }
             let off_for = now_ms.saturating_sub(s.since_ms);
+            s.move_to(0, now_ms);
             s.mode = Mode::Probing;
-            s.since_ms = now_ms;
             s.probe_counters = Counters::default();
             s.probe_windows_done = 0;
             s.probe_idle_windows = 0;
             s.next_probe_at_ms = None;
-            s.changes_ms.push(now_ms);
             let reason = format!(
-                "probe after {} off: merging back on for {} busy windows to measure",
+                "probe after {} at L3: L0 for {} busy windows to measure",
                 secs(off_for),
                 cfg.probe_windows
             );
-            Evaluation {
-                state: s,
-                kind: OutcomeKind::ProbeStart,
-                write_nomerges: Some(0),
-                reason: reason.into(),
-            }
+            change(s, OutcomeKind::ProbeStart, reason)
         }
         Mode::Probing => {
             let Some(w) = window else {
@@ -315,7 +451,7 @@ pub fn decide(
             };
             if w.counters.bios() < cfg.min_window_bios {
                 s.probe_idle_windows += 1;
-                // Merging on is the safe state: an idle probe simply ends with merging on.
+                // L0 is the safe level: an idle probe simply ends there.
                 if s.probe_idle_windows >= 4 * cfg.probe_windows {
                     let n = s.probe_idle_windows;
                     s.mode = Mode::Merging;
@@ -324,11 +460,9 @@ pub fn decide(
                     return Evaluation {
                         state: s,
                         kind: OutcomeKind::ProbeSucceeded,
-                        write_nomerges: None,
-                        reason: format!(
-                            "probe inconclusive after {n} idle windows; merging stays on"
-                        )
-                        .into(),
+                        to_level: None,
+                        reason: format!("probe inconclusive after {n} idle windows; staying at L0")
+                            .into(),
                     };
                 }
                 return hold(s, "probing; idle window does not count");
@@ -349,33 +483,26 @@ pub fn decide(
             if ratio < low && !cap_reached {
                 s.backoff_ms =
                     (s.backoff_ms.saturating_mul(2)).clamp(initial_backoff_ms, max_backoff_ms);
-                s.mode = Mode::Off;
-                s.since_ms = now_ms;
+                s.move_to(TOP_LEVEL, now_ms);
                 s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-                s.changes_ms.push(now_ms);
                 let reason = format!(
-                    "probe found merge ratio {} < {} over {bios} bios; merging off again, next probe in {}",
+                    "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
                     pct(ratio),
                     pct(low),
                     secs(s.backoff_ms)
                 );
-                return Evaluation {
-                    state: s,
-                    kind: OutcomeKind::ProbeFailed,
-                    write_nomerges: Some(cfg.disabled_nomerges),
-                    reason: reason.into(),
-                };
+                return change(s, OutcomeKind::ProbeFailed, reason);
             }
             let reason = if ratio < low {
                 format!(
-                    "probe found merge ratio {} < {} but the hourly change cap ({}) is reached; merging stays on",
+                    "probe found merge ratio {} < {} but the hourly change cap ({}) is reached; staying at L0",
                     pct(ratio),
                     pct(low),
                     cfg.max_changes_per_hour
                 )
             } else {
                 format!(
-                    "probe found merge ratio {} >= {} over {bios} bios; merging stays on",
+                    "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
                     pct(ratio),
                     pct(low)
                 )
@@ -389,7 +516,7 @@ pub fn decide(
             Evaluation {
                 state: s,
                 kind: OutcomeKind::ProbeSucceeded,
-                write_nomerges: None,
+                to_level: None,
                 reason: reason.into(),
             }
         }

@@ -1,7 +1,8 @@
-//! Policy behaviour: thresholds, hysteresis, dwell, cap, probes, and invariants (proptest).
+//! Policy behaviour: the merge ladder, thresholds, hysteresis, dwell, cap, probes, and
+//! invariants (proptest).
 
 use mergetune::config::PolicyConfig;
-use mergetune::policy::{HOUR_MS, Mode, OutcomeKind, PolicyState, decide};
+use mergetune::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
 use mergetune::sampler::{Counters, Window};
 use proptest::prelude::*;
 
@@ -11,13 +12,14 @@ fn cfg() -> PolicyConfig {
         min_window_bios: 100,
         disable_below_percent: 1.0,
         enable_above_percent: 5.0,
+        step_down_after_windows: 2,
         disable_after_windows: 3,
         disabled_nomerges: 2,
         min_dwell_secs: 10,
         probe_initial_backoff_secs: 60,
         probe_max_backoff_secs: 240,
         probe_windows: 2,
-        max_changes_per_hour: 6,
+        max_changes_per_hour: 20,
         ..PolicyConfig::default()
     }
 }
@@ -37,167 +39,198 @@ fn win(bios: u64, merged: u64) -> Window {
 /// Feeds one window per second starting at `t0`; returns the outcomes.
 fn run(
     state: &mut PolicyState,
+    caps: Caps,
     c: &PolicyConfig,
     t0: u64,
     windows: &[Window],
-) -> Vec<(u64, OutcomeKind, String)> {
+) -> Vec<(u64, OutcomeKind, Option<u8>, String)> {
     let mut out = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let now = t0 + (i as u64 + 1) * 1000;
-        let ev = decide(state, Some(w), c, now);
-        out.push((now, ev.kind, ev.reason.to_string()));
+        let ev = decide(state, Some(w), caps, c, now);
+        out.push((now, ev.kind, ev.to_level, ev.reason.to_string()));
         *state = ev.state;
     }
     out
 }
 
-fn started(c: &PolicyConfig) -> PolicyState {
-    // Started long enough ago that dwell does not interfere unless a test wants it to.
-    PolicyState::new(0, c)
+fn changes(out: &[(u64, OutcomeKind, Option<u8>, String)]) -> Vec<(OutcomeKind, u8)> {
+    out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
 #[test]
-fn disables_after_k_low_windows_and_not_before() {
+fn walks_down_the_ladder_one_step_at_a_time() {
     let c = cfg();
-    let mut s = started(&c);
-    let out = run(&mut s, &c, 100_000, &[win(5000, 0), win(5000, 10)]);
-    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
-    assert_eq!(s.mode, Mode::Merging);
-    let ev = decide(&s, Some(&win(5000, 5)), &c, 103_000);
-    assert_eq!(ev.kind, OutcomeKind::Disable);
-    assert_eq!(ev.write_nomerges, Some(2));
-    assert!(ev.reason.contains("for 3 windows"), "{}", ev.reason);
-    assert!(ev.reason.contains("5000 bios/s"), "{}", ev.reason);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, 1),
+            (OutcomeKind::StepDown, 2),
+            (OutcomeKind::Disable, 3)
+        ],
+        "{out:#?}"
+    );
+    // L1 after 2 low windows (not before), L2 after 2 more, L3 after 3 more and the dwell.
+    let at = |l: u8| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
+    assert_eq!(at(1), 102_000);
+    assert_eq!(at(2), 104_000);
+    assert_eq!(at(3), 114_000, "dwell of 10 s at L2");
+    assert!(out.iter().any(|o| o.3.contains("dwell")));
+    assert_eq!(s.mode, Mode::Off);
+    let d = out.iter().find(|o| o.2 == Some(3)).unwrap();
+    assert!(
+        d.3.contains("< 1.0%") && d.3.contains("5000 bios/s"),
+        "{}",
+        d.3
+    );
+}
+
+#[test]
+fn skips_rungs_a_scheduler_does_not_have() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 20]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)]);
+    let bfq = Caps::for_scheduler(Some("bfq"), false);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, bfq, &c, 100_000, &[win(5000, 0); 20]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::StepDown, 2), (OutcomeKind::Disable, 3)]
+    );
+    // disabled_nomerges = 1: the ladder stops at L2.
+    let mut c1 = c.clone();
+    c1.disabled_nomerges = 1;
+    let mut s = PolicyState::new(0, &c1);
+    let out = run(&mut s, Caps::FULL, &c1, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(s.level, 2);
+    assert_eq!(changes(&out).len(), 2);
+}
+
+#[test]
+fn tunables_per_level() {
+    let f = Caps::FULL;
+    assert_eq!(
+        tunables(0, f),
+        vec![("queue/nomerges", "0"), ("queue/iosched/front_merges", "1")]
+    );
+    assert_eq!(
+        tunables(1, f),
+        vec![("queue/nomerges", "0"), ("queue/iosched/front_merges", "0")]
+    );
+    assert_eq!(tunables(2, f), vec![("queue/nomerges", "1")]);
+    assert_eq!(tunables(3, f), vec![("queue/nomerges", "2")]);
+    assert_eq!(tunables(0, Caps::BARE), vec![("queue/nomerges", "0")]);
 }
 
 #[test]
 fn a_good_window_resets_the_count() {
     let c = cfg();
-    let mut s = started(&c);
+    let mut s = PolicyState::new(0, &c);
     run(
         &mut s,
+        Caps::FULL,
         &c,
         100_000,
-        &[
-            win(5000, 0),
-            win(5000, 0),
-            win(5000, 200),
-            win(5000, 0),
-            win(5000, 0),
-        ],
+        &[win(5000, 0), win(5000, 200), win(5000, 0)],
     );
-    assert_eq!(s.mode, Mode::Merging);
-    assert_eq!(s.low_windows, 2);
+    assert_eq!(s.level, 0);
+    assert_eq!(s.low_windows, 1);
 }
 
 #[test]
 fn idle_windows_decide_nothing() {
     let c = cfg();
-    let mut s = started(&c);
-    let out = run(&mut s, &c, 100_000, &[win(50, 0); 20]);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(50, 0); 20]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
-    assert!(out[0].2.contains("idle"));
+    assert!(out[0].3.contains("idle"));
     assert_eq!(s.low_windows, 0);
 }
 
 #[test]
-fn no_change_inside_hysteresis_band() {
+fn visible_merges_step_up_at_once_and_the_band_holds() {
     let c = cfg();
-    // Merging with 3% merges (between 1% and 5%): stays on.
-    let mut s = started(&c);
-    run(&mut s, &c, 100_000, &[win(10_000, 300); 50]);
-    assert_eq!(s.mode, Mode::Merging);
-    // Off with 3% still visible (nomerges=1 keeps plug merges): stays off until the probe.
-    let mut c1 = c.clone();
-    c1.disabled_nomerges = 1;
-    let mut s = started(&c1);
-    run(&mut s, &c1, 100_000, &[win(10_000, 0); 3]);
-    assert_eq!(s.mode, Mode::Off);
-    let out = run(&mut s, &c1, 103_000, &[win(10_000, 300); 30]);
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, Caps::FULL, &c, 100_000, &[win(10_000, 0); 4]);
+    assert_eq!(s.level, 2);
+    // In the band (3%, between 1% and 5%): nothing moves.
+    let out = run(&mut s, Caps::FULL, &c, 104_000, &[win(10_000, 300); 30]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    // Over the high threshold: on at once.
-    let ev = decide(&s, Some(&win(10_000, 600)), &c1, 134_000);
-    assert_eq!(ev.kind, OutcomeKind::Enable);
-    assert_eq!(ev.write_nomerges, Some(0));
-}
-
-#[test]
-fn dwell_delays_disable() {
-    let c = cfg();
-    let mut s = PolicyState::new(100_000, &c);
-    let out = run(&mut s, &c, 100_000, &[win(5000, 0); 12]);
-    let first_off = out.iter().find(|o| o.1 == OutcomeKind::Disable).unwrap();
-    assert_eq!(first_off.0, 110_000, "{out:?}");
-    assert!(out.iter().any(|o| o.2.contains("dwell")));
+    assert_eq!(s.level, 2);
+    // Plug merges visible at nomerges=1 over the high threshold: straight back to L0.
+    let ev = decide(&s, Some(&win(10_000, 6000)), Caps::FULL, &c, 135_000);
+    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Enable, Some(0)));
+    assert!(ev.reason.contains("L2"), "{}", ev.reason);
 }
 
 #[test]
 fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     let c = cfg();
-    let mut s = started(&c);
-    run(&mut s, &c, 100_000, &[win(5000, 0); 3]);
+    let caps = Caps::BARE;
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, caps, &c, 100_000, &[win(5000, 0); 3]);
     assert_eq!(s.mode, Mode::Off);
     assert_eq!(s.next_probe_at_ms, Some(103_000 + 60_000));
-    let mut t = 103_000;
     let mut backoffs = Vec::new();
     for _ in 0..5 {
         let due = s.next_probe_at_ms.unwrap();
-        // Before the due time: hold.
-        let ev = decide(&s, None, &c, due - 1);
+        let ev = decide(&s, None, caps, &c, due - 1);
         assert_eq!(ev.kind, OutcomeKind::Hold);
-        let ev = decide(&s, None, &c, due);
-        assert_eq!(ev.kind, OutcomeKind::ProbeStart);
-        assert_eq!(ev.write_nomerges, Some(0));
+        let ev = decide(&s, None, caps, &c, due);
+        assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
         s = ev.state;
-        t = due;
-        let out = run(&mut s, &c, t, &[win(5000, 0), win(5000, 0)]);
-        assert_eq!(out[1].1, OutcomeKind::ProbeFailed, "{out:?}");
+        let out = run(&mut s, caps, &c, due, &[win(5000, 0), win(5000, 0)]);
+        assert_eq!(
+            (out[1].1, out[1].2),
+            (OutcomeKind::ProbeFailed, Some(3)),
+            "{out:?}"
+        );
         backoffs.push(s.backoff_ms / 1000);
-        // Keep the hourly cap out of this test.
-        s.changes_ms.clear();
+        s.changes_ms.clear(); // keep the hourly cap out of this test
     }
     assert_eq!(backoffs, vec![120, 240, 240, 240, 240]);
-    // A probe that finds merging re-enables it and resets the backoff.
     let due = s.next_probe_at_ms.unwrap();
-    s = decide(&s, None, &c, due).state;
-    let out = run(&mut s, &c, due, &[win(5000, 2000), win(5000, 2000)]);
+    s = decide(&s, None, caps, &c, due).state;
+    let out = run(&mut s, caps, &c, due, &[win(5000, 2000), win(5000, 2000)]);
     assert_eq!(out[1].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!(s.mode, Mode::Merging);
-    assert_eq!(s.backoff_ms, 60_000);
-    let _ = t;
+    assert_eq!((s.mode, s.level, s.backoff_ms), (Mode::Merging, 0, 60_000));
 }
 
 #[test]
-fn hourly_cap_keeps_merging_on() {
+fn hourly_cap_stops_steps_down_never_up() {
     let mut c = cfg();
     c.max_changes_per_hour = 2;
     c.min_dwell_secs = 0;
-    let mut s = started(&c);
-    run(&mut s, &c, 100_000, &[win(5000, 0); 3]); // change 1: off
-    let due = s.next_probe_at_ms.unwrap();
-    s = decide(&s, None, &c, due).state; // change 2: probe (never refused)
-    let out = run(&mut s, &c, due, &[win(5000, 0), win(5000, 0)]);
-    assert_eq!(out[1].1, OutcomeKind::ProbeSucceeded, "{out:?}");
-    assert!(out[1].2.contains("cap"), "{}", out[1].2);
-    assert_eq!(s.mode, Mode::Merging);
-    // More low windows within the hour do not turn it off.
-    let out = run(&mut s, &c, due + 2000, &[win(5000, 0); 10]);
+    let caps = Caps::FULL;
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, caps, &c, 100_000, &[win(5000, 0); 20]);
+    assert_eq!(s.level, 2, "two changes, then the cap");
+    // Stepping up is never refused.
+    let ev = decide(&s, Some(&win(5000, 3000)), caps, &c, 121_000);
+    assert_eq!(ev.to_level, Some(0));
+    s = ev.state;
+    let out = run(&mut s, caps, &c, 121_000, &[win(5000, 0); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
-    // After the hour has passed, it may.
-    let out = run(&mut s, &c, 100_000 + HOUR_MS, &[win(5000, 0); 3]);
-    assert_eq!(out[2].1, OutcomeKind::Disable, "{out:?}");
+    assert!(out.last().unwrap().3.contains("cap"));
+    // After the hour, it may step down again.
+    let out = run(&mut s, caps, &c, 130_000 + HOUR_MS, &[win(5000, 0); 2]);
+    // The low windows seen while capped still count: the step comes at once.
+    assert_eq!(out[0].2, Some(1), "{out:?}");
 }
 
 #[test]
-fn idle_probe_ends_with_merging_on() {
+fn idle_probe_ends_at_l0() {
     let c = cfg();
-    let mut s = started(&c);
-    run(&mut s, &c, 100_000, &[win(5000, 0); 3]);
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 3]);
     let due = s.next_probe_at_ms.unwrap();
-    s = decide(&s, None, &c, due).state;
-    let out = run(&mut s, &c, due, &[win(10, 0); 8]);
+    s = decide(&s, None, Caps::BARE, &c, due).state;
+    let out = run(&mut s, Caps::BARE, &c, due, &[win(10, 0); 8]);
     assert_eq!(out[7].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!(s.mode, Mode::Merging);
+    assert_eq!((s.mode, s.level), (Mode::Merging, 0));
 }
 
 fn arb_window() -> impl Strategy<Value = Option<Window>> {
@@ -217,22 +250,34 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
     ]
 }
 
+fn arb_caps() -> impl Strategy<Value = Caps> {
+    (any::<bool>(), any::<bool>()).prop_map(|(f, s)| Caps {
+        front_merges: f,
+        simple_merges: s,
+    })
+}
+
 proptest! {
     #[test]
     fn invariants_hold(windows in proptest::collection::vec(arb_window(), 1..400),
-                       step_ms in 200u64..120_000) {
+                       step_ms in 200u64..120_000, caps in arb_caps()) {
         let c = cfg();
         let mut s = PolicyState::new(0, &c);
         let mut consecutive_low = 0u32;
-        let mut disables: Vec<u64> = Vec::new();
+        let mut downs: Vec<u64> = Vec::new();
         for (i, w) in windows.iter().enumerate() {
             let now = (i as u64 + 1) * step_ms;
-            let ev = decide(&s, w.as_ref(), &c, now);
+            let ev = decide(&s, w.as_ref(), caps, &c, now);
             // Deterministic: same input, same output.
-            prop_assert_eq!(&ev, &decide(&s, w.as_ref(), &c, now));
-            // Backoff within bounds.
+            prop_assert_eq!(&ev, &decide(&s, w.as_ref(), caps, &c, now));
             prop_assert!(ev.state.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.backoff_ms <= c.probe_max_backoff_secs * 1000);
+            prop_assert!(ev.state.level <= 3);
+            // Only rungs the device has.
+            if ev.state.level == 1 { prop_assert!(caps.front_merges); }
+            if ev.state.level == 2 { prop_assert!(caps.simple_merges); }
+            // L3 and Off go together.
+            prop_assert_eq!(ev.state.level == 3, ev.state.mode == Mode::Off);
             if s.mode == Mode::Merging {
                 if let Some(w) = w
                     && w.counters.bios() >= c.min_window_bios
@@ -243,30 +288,33 @@ proptest! {
                         consecutive_low = 0;
                     }
                 }
-                // Never off without K consecutive busy low windows.
-                if ev.kind == OutcomeKind::Disable {
-                    prop_assert!(consecutive_low >= c.disable_after_windows);
+                // Never down without enough consecutive busy low windows.
+                match ev.kind {
+                    OutcomeKind::StepDown => prop_assert!(consecutive_low >= c.step_down_after_windows),
+                    OutcomeKind::Disable => prop_assert!(consecutive_low >= c.disable_after_windows),
+                    _ => {}
                 }
+                if ev.to_level.is_some() { consecutive_low = 0; }
                 // Idle or missing windows never change anything.
                 let idle = w.as_ref().is_none_or(|w| w.counters.bios() < c.min_window_bios);
                 if idle {
                     prop_assert_eq!(ev.kind, OutcomeKind::Hold);
                 }
+                // Steps down are one rung at a time.
+                if let Some(l) = ev.to_level && l > s.level {
+                    prop_assert!(l == s.level + 1 || (l > s.level + 1 && (s.level + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
+                }
             } else {
                 consecutive_low = 0;
             }
-            if matches!(ev.kind, OutcomeKind::Disable | OutcomeKind::ProbeFailed) {
-                disables.push(now);
-            }
-            // The write matches the new mode.
-            if let Some(v) = ev.write_nomerges {
-                prop_assert_eq!(v, ev.state.nomerges(&c));
+            if let Some(l) = ev.to_level && l > s.level {
+                downs.push(now);
             }
             s = ev.state;
         }
-        // Changes that turn merging off never exceed the hourly cap in any hour.
-        for (i, t) in disables.iter().enumerate() {
-            let in_hour = disables[i..].iter().filter(|&&u| u - t < HOUR_MS).count();
+        // Steps down never exceed the hourly cap in any hour.
+        for (i, t) in downs.iter().enumerate() {
+            let in_hour = downs[i..].iter().filter(|&&u| u - t < HOUR_MS).count();
             prop_assert!(in_hour as u32 <= c.max_changes_per_hour);
         }
     }
