@@ -510,14 +510,29 @@ struct Job {
 
 // ---------------------------------------------------------------- events
 
+/// An event packed into 16 bytes (the heap is the hottest structure): the time, then
+/// `seq` (16 bits, wrapping: equal times pop in submission order unless 65,536 events
+/// apart, which is still deterministic), `kind` (4 bits), `b` (12 bits) and `a` (32 bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Ev {
     t: u64,
-    seq: u64,
-    kind: u8,
-    a: u32,
-    b: u32,
+    packed: u64,
 }
+
+impl Ev {
+    fn kind(self) -> u8 {
+        ((self.packed >> 44) & 0xF) as u8
+    }
+    fn a(self) -> u32 {
+        self.packed as u32
+    }
+    fn b(self) -> u32 {
+        ((self.packed >> 32) & 0xFFF) as u32
+    }
+}
+
+/// Idle-timer generations travel in the event's 12-bit `b`.
+const GEN_MASK: u32 = 0xFFF;
 
 const EV_COMPLETE: u8 = 0;
 const EV_JOB_WAKE: u8 = 1;
@@ -1045,13 +1060,11 @@ impl Simulation {
 
     fn push_ev(&mut self, t: u64, kind: u8, a: u32, b: u32) {
         self.seq += 1;
-        self.events.push(Reverse(Ev {
-            t,
-            seq: self.seq,
-            kind,
-            a,
-            b,
-        }));
+        let packed = ((self.seq & 0xFFFF) << 48)
+            | ((kind as u64 & 0xF) << 44)
+            | ((b & GEN_MASK) as u64) << 32
+            | a as u64;
+        self.events.push(Reverse(Ev { t, packed }));
     }
 
     /// Processes every event up to and including `t_ns`, then sets the clock to `t_ns`.
@@ -1062,15 +1075,15 @@ impl Simulation {
             }
             self.events.pop();
             self.now_ns = self.now_ns.max(ev.t);
-            match ev.kind {
-                EV_COMPLETE => self.complete_req(ev.a),
+            match ev.kind() {
+                EV_COMPLETE => self.complete_req(ev.a()),
                 EV_JOB_WAKE => {
-                    let j = ev.a as usize;
+                    let j = ev.a() as usize;
                     self.jobs[j].wake_pending = false;
                     self.job_try_submit(j);
                 }
-                EV_IDLE => self.idle_expired(ev.a as usize, ev.b),
-                EV_PHASE => self.start_phase(ev.a as usize),
+                EV_IDLE => self.idle_expired(ev.a() as usize, ev.b()),
+                EV_PHASE => self.start_phase(ev.a() as usize),
                 _ => {}
             }
             self.process_wakes();
@@ -1639,7 +1652,7 @@ impl Simulation {
 
     fn idle_expired(&mut self, d: usize, gen_: u32) {
         let dev = &self.devs[d];
-        if dev.sl_idling && dev.sl_idle_gen == gen_ {
+        if dev.sl_idling && dev.sl_idle_gen & GEN_MASK == gen_ {
             if let Some(c) = dev.sl_active {
                 self.expire_slice(d, c);
             }
