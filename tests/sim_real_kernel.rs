@@ -4,7 +4,6 @@
 //! the simulator on a loop-like device, and compare merges with the kernel's stat delta.
 
 #[path = "support/kernel.rs"]
-#[allow(dead_code)]
 mod kernel;
 
 use kernel::{LoopDevice, TraceCapture};
