@@ -6,8 +6,8 @@
 //! steps follow blk-mq:
 //!
 //! 1. A job submits a batch of bios under one plug. For each bio, unless nomerges=2: try the
-//!    last request in the plug (plug merge), then the queue's one-hit `last_merge` request,
-//!    then (nomerges=0 only) the back-merge hash keyed by end sector and the front-merge
+//!    most recent plugged request for the queue (plug merge), then the queue's one-hit
+//!    `last_merge` request, then (nomerges=0 only) the back-merge hash keyed by end sector and the front-merge
 //!    lookup in the per-direction sector-ordered tree (mq-deadline: only if front_merges=1).
 //!    `none` and kyber merge the same at 0 and 1 (DESIGN.md). Otherwise a new request joins
 //!    the plug; the plug is flushed at the end of the batch or at 32 requests.
@@ -1283,8 +1283,15 @@ impl Simulation {
         self.acc[ph][d].bios[bio.dir.idx()] += 1;
         if eff < 2 {
             cycles += cost.plug_check;
-            if let Some(&r) = self.jobs[j].plug.last()
-                && self.reqs[r as usize].dev == d as u32
+            // blk_attempt_plug_merge: one try, against the most recent request in the
+            // plug for this queue (a plug can hold several queues: dm pieces).
+            let plug_rq = self.jobs[j]
+                .plug
+                .iter()
+                .rev()
+                .copied()
+                .find(|&r| self.reqs[r as usize].dev == d as u32);
+            if let Some(r) = plug_rq
                 && self.try_merge(r, b, true)
             {
                 self.acc[ph][d].cycles += cycles + cost.merge;
