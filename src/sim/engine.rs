@@ -7,8 +7,9 @@
 //!
 //! 1. A job submits a batch of bios under one plug. For each bio, unless nomerges=2: try the
 //!    most recent plugged request for the queue (plug merge), then the queue's one-hit
-//!    `last_merge` request, then (nomerges=0 only) the back-merge hash keyed by end sector and the front-merge
-//!    lookup in the per-direction sector-ordered tree (mq-deadline: only if front_merges=1).
+//!    `last_merge` request, then (nomerges=0 only) the back-merge hash keyed by end sector
+//!    and the front-merge lookup in the per-direction sector-ordered tree (mq-deadline:
+//!    only if front_merges=1).
 //!    `none` and kyber merge the same at 0 and 1 (DESIGN.md). Otherwise a new request joins
 //!    the plug; the plug is flushed at the end of the batch or at 32 requests.
 //! 2. An inserted request is dispatched at once if the device has a free tag and nothing is
