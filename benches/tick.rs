@@ -7,7 +7,7 @@ use mergetune::blockfs::{BlockFs, FsError};
 use mergetune::config::Config;
 use mergetune::daemon::Daemon;
 use mergetune::diskstats::parse_diskstats;
-use mergetune::policy::{PolicyState, decide};
+use mergetune::policy::{Caps, PolicyState, decide};
 use mergetune::sampler::{Delta, Sampler, WindowAcc};
 use std::hint::black_box;
 
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
                 for (k, d) in set.deltas.iter().enumerate() {
                     if let Delta::Counters(c) = d {
                         let w = windows[k].push(c, now, cfg.policy.window_ticks);
-                        let ev = decide(&states[k], w.as_ref(), &cfg.policy, now);
+                        let ev = decide(&states[k], w.as_ref(), Caps::FULL, &cfg.policy, now);
                         states[k] = ev.state;
                     }
                 }
