@@ -210,3 +210,33 @@ fn every_shipped_scenario_loads() {
     assert!(n >= 9, "{n} scenarios");
     Scenario::default_scenario();
 }
+
+#[test]
+fn extreme_values_do_not_panic() {
+    let text = "[[device]]\nname = \"sda\"\nkind = \"hdd\"\nscheduler = \"bfq\"\n\
+                min_seek_us = 9000.0\nmax_seek_us = 1.0\nsize_gib = 1\n\
+                [[device]]\nname = \"sdb\"\nkind = \"ssd\"\nsize_gib = 1\n\
+                [[device]]\nname = \"dm-0\"\nkind = \"dm-stripe\"\nmembers = [\"sdb\"]\n\
+                chunk_kb = 4194304\n\
+                [[phase]]\nname = \"p\"\nduration_s = 0.2\n\
+                [[phase.job]]\nname = \"a\"\ndevice = \"sda\"\nthink_time_us = 1e300\n\
+                iodepth = 2\n\
+                [[phase.job]]\nname = \"b\"\ndevice = \"sda\"\nrate_iops = 1e-300\nsync = false\n\
+                read_percent = 0.0\n\
+                [[phase.job]]\nname = \"c\"\ndevice = \"dm-0\"\nblock_size_kb = 65536\n\
+                offset_mb = 99999999\n";
+    let sc = Scenario::from_toml_str(text, "t", None).unwrap();
+    let mut s = Simulation::new(&sc).unwrap();
+    for (k, v) in [
+        ("slice_sync", "18446744073709551615"),
+        ("slice_idle", "18446744073709551615"),
+        ("slice_async", "18446744073709551615"),
+    ] {
+        s.write_attr("sda", &format!("queue/iosched/{k}"), v)
+            .unwrap();
+    }
+    s.write_attr("sdb", "queue/iosched/read_expire", "18446744073709551615")
+        .unwrap();
+    s.run_to_end();
+    assert!(s.total_bios() > 0);
+}

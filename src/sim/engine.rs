@@ -1575,7 +1575,10 @@ impl Simulation {
         dev.dd_batching = 0;
         dev.dd_last_dir = dir;
         let head = self.fifo_peek(d, dir.idx())?;
-        let expired = self.reqs[head as usize].insert_ns + expire_ms * 1_000_000 <= self.now_ns;
+        let expired = self.reqs[head as usize]
+            .insert_ns
+            .saturating_add(expire_ms.saturating_mul(1_000_000))
+            <= self.now_ns;
         if expired {
             return Some(head);
         }
@@ -1602,7 +1605,8 @@ impl Simulation {
                             return None;
                         }
                         let since = now.saturating_sub(dev.sl_last_sync_done_ns);
-                        let depth = (since / (dev.tun.slice_sync.max(1) * 1_000_000)).max(1);
+                        let depth =
+                            (since / dev.tun.slice_sync.max(1).saturating_mul(1_000_000)).max(1);
                         if dev.sl_async_inflight as u64 >= depth {
                             return None;
                         }
@@ -1621,7 +1625,9 @@ impl Simulation {
                         }
                         dev.sl_idling = true;
                         dev.sl_idle_gen = dev.sl_idle_gen.wrapping_add(1);
-                        let t = (now + dev.tun.slice_idle * 1_000_000).min(dev.sl_end_ns);
+                        let t = now
+                            .saturating_add(dev.tun.slice_idle.saturating_mul(1_000_000))
+                            .min(dev.sl_end_ns);
                         let g = dev.sl_idle_gen;
                         self.push_ev(t, EV_IDLE, d as u32, g);
                         return None;
@@ -1644,7 +1650,7 @@ impl Simulation {
                         dev.tun.slice_async
                     };
                     dev.sl_active = Some(c);
-                    dev.sl_end_ns = now + slice_ms.max(1) * 1_000_000;
+                    dev.sl_end_ns = now.saturating_add(slice_ms.max(1).saturating_mul(1_000_000));
                 }
             }
         }
@@ -1817,7 +1823,7 @@ impl Simulation {
             let job = &mut self.jobs[j];
             job.outstanding -= 1;
             if job.think_ns > 0 {
-                job.next_think_ns = job.next_think_ns.max(now + job.think_ns);
+                job.next_think_ns = job.next_think_ns.max(now.saturating_add(job.think_ns));
             }
             if job.active && !job.in_wake_list {
                 job.in_wake_list = true;
@@ -1863,7 +1869,10 @@ impl Simulation {
             }
             let n = job.batch;
             if job.rate_interval_ns > 0 {
-                job.next_rate_ns = job.next_rate_ns.max(now) + job.rate_interval_ns * n as u64;
+                job.next_rate_ns = job
+                    .next_rate_ns
+                    .max(now)
+                    .saturating_add(job.rate_interval_ns.saturating_mul(n as u64));
             }
             job.plugging = true;
             for _ in 0..n {
