@@ -7,9 +7,11 @@ use mergetune::actuator::Actuator;
 use mergetune::blockfs::RealFs;
 use mergetune::config::{self, Config, DEFAULT_CONFIG_PATH};
 use mergetune::daemon::{Daemon, format_rows};
+use mergetune::logging::Notifier;
+use mergetune::metrics::{Metrics, TickTiming};
 use mergetune::state::{FileStore, MemoryStore, StateStore, restore_from_store};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
@@ -56,6 +58,15 @@ enum Command {
     },
     /// Run the daemon's policy against an in-process simulated block stack in virtual time.
     Simulate(mergetune::sim::cli::SimulateArgs),
+    /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
+    Status {
+        /// The daemon's metrics endpoint ([metrics] listen).
+        #[arg(long, default_value = mergetune::metrics::DEFAULT_LISTEN)]
+        addr: String,
+        /// Print the raw /status JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -81,27 +92,15 @@ struct RunArgs {
     /// Root of procfs (tests point this at a fake tree).
     #[arg(long, default_value = "/proc")]
     procfs_root: PathBuf,
-}
-
-fn init_logging(verbose: u8, quiet: bool) {
-    use tracing_subscriber::EnvFilter;
-    let default = match (quiet, verbose) {
-        (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    /// Override [metrics] listen: IP:PORT of the read-only /metrics and /status endpoint;
+    /// "" turns it off. With --once the endpoint is off unless this is given.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(cli.verbose, cli.quiet);
+    mergetune::logging::init(cli.verbose, cli.quiet);
     let code = match run_command(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -152,6 +151,17 @@ fn run_command(cmd: Command) -> Result<i32> {
             mergetune::sim::cli::run(args)?;
             Ok(0)
         }
+        Command::Status { addr, json } => {
+            let timeout = Duration::from_secs(5);
+            if json {
+                let body = mergetune::status::http_get(&addr, "/status", timeout)?;
+                println!("{}", String::from_utf8_lossy(&body).trim_end());
+            } else {
+                let s = mergetune::status::fetch(&addr, timeout)?;
+                print!("{}", mergetune::status::format_status(&s));
+            }
+            Ok(0)
+        }
     }
 }
 
@@ -187,6 +197,27 @@ enum Event {
 }
 
 fn run_daemon(args: RunArgs) -> Result<i32> {
+    /// The one-line summary for systemd's STATUS= (`systemctl status mergetune`).
+    fn status_line(daemon: &Daemon) -> String {
+        let devs = daemon.devices();
+        let managed = devs.values().filter(|d| d.management.is_managed()).count();
+        let reduced = devs
+            .values()
+            .filter(|d| d.management.is_managed() && d.policy.level(&daemon.config().policy) > 0)
+            .count();
+        format!(
+            "{}{managed} of {} devices managed, {reduced} with merging reduced, {} decisions, {} write errors",
+            if daemon.actuator().dry_run() {
+                "dry-run: "
+            } else {
+                ""
+            },
+            devs.len(),
+            daemon.counters.decisions,
+            daemon.counters.write_errors
+        )
+    }
+
     let (mut cfg, cfg_path) = load_config(args.config.as_deref())?;
     apply_overrides(&mut cfg, &args)?;
     match &cfg_path {
@@ -230,6 +261,46 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
     };
     let mut daemon = Daemon::new(cfg.clone(), Actuator::new(args.dry_run, store));
 
+    // The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
+    // does not depend on being scraped (Prometheus' `up` shows the target down).
+    let listen = match &args.metrics_listen {
+        Some(l) => l.clone(),
+        // `--once` looks at the machine next to a running service: no second endpoint.
+        None if args.once => String::new(),
+        // Until `Config` has `pub metrics: MetricsConfig` (lead: config.rs), the default.
+        None => mergetune::metrics::MetricsConfig::default().listen,
+    };
+    let metrics = Arc::new(Metrics::new());
+    let _server = match mergetune::metrics::parse_listen(&listen) {
+        Err(e) => bail!("--metrics-listen: {e}"),
+        Ok(None) => {
+            info!("metrics endpoint off ([metrics] listen = \"\")");
+            None
+        }
+        Ok(Some(addr)) => {
+            match mergetune::http::serve(addr, metrics.clone(), mergetune::http::Limits::default())
+            {
+                Ok(h) => {
+                    info!(
+                        "metrics endpoint: http://{}/metrics and /status",
+                        h.local_addr()
+                    );
+                    Some(h)
+                }
+                Err(e) => {
+                    error!("metrics endpoint {addr}: cannot listen: {e}; running without metrics");
+                    None
+                }
+            }
+        }
+    };
+    let notifier = Notifier::from_env();
+    // Pings at half the watchdog timeout at least, whatever the tick interval.
+    let watchdog_every = notifier.watchdog_timeout().map(|t| t / 2);
+    let mut last_ping = Instant::now();
+    let mut last_status = String::new();
+    let mut worst_lag = Duration::ZERO;
+
     let (tx, rx) = mpsc::channel::<Event>();
     {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -256,7 +327,35 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
     let stop_reason: &str = loop {
         let elapsed = start.elapsed();
         if elapsed >= next_tick {
-            let decisions = daemon.tick(now_ms(&start), &mut fs);
+            let lag = elapsed - next_tick;
+            worst_lag = worst_lag.max(lag);
+            let tick_at = now_ms(&start);
+            let tick_start = Instant::now();
+            let decisions = daemon.tick(tick_at, &mut fs);
+            let took = tick_start.elapsed();
+            metrics.update(
+                &daemon,
+                &decisions,
+                TickTiming {
+                    now_ms: tick_at,
+                    duration_seconds: took.as_secs_f64(),
+                    lag_seconds: lag.as_secs_f64(),
+                },
+            );
+            let status = status_line(&daemon);
+            if daemon.counters.ticks == 1 {
+                if let Err(e) = notifier.ready(&status) {
+                    warn!("sd_notify READY=1: {e}");
+                }
+                last_status = status;
+            } else if status != last_status {
+                let _ = notifier.status(&status);
+                last_status = status;
+            }
+            if watchdog_every.is_some() {
+                let _ = notifier.watchdog();
+                last_ping = Instant::now();
+            }
             if args.once {
                 all_decisions.extend(decisions);
                 if daemon.counters.ticks >= 2 {
@@ -270,13 +369,22 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                 next_tick = start.elapsed() + interval;
             }
         }
-        let wait = next_tick.saturating_sub(start.elapsed());
+        let mut wait = next_tick.saturating_sub(start.elapsed());
+        if let Some(every) = watchdog_every {
+            // A tick interval longer than the watchdog: ping from the same loop in between.
+            if last_ping.elapsed() >= every {
+                let _ = notifier.watchdog();
+                last_ping = Instant::now();
+            }
+            wait = wait.min(every.saturating_sub(last_ping.elapsed()));
+        }
         match rx.recv_timeout(wait) {
             Ok(Event::Stop(sig)) => break sig,
             Ok(Event::Reload) => match &cfg_path {
                 Some(p) => match config::load_file(p) {
                     Ok(mut new_cfg) => {
                         if let Err(e) = apply_overrides(&mut new_cfg, &args) {
+                            metrics.config_reload(false);
                             error!("SIGHUP: new config rejected, keeping the old one: {e:#}");
                         } else {
                             info!(
@@ -284,10 +392,14 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                                 p.display(),
                                 new_cfg.summary()
                             );
+                            metrics.config_reload(true);
                             daemon.reload(new_cfg);
                         }
                     }
-                    Err(e) => error!("SIGHUP: new config rejected, keeping the old one: {e}"),
+                    Err(e) => {
+                        metrics.config_reload(false);
+                        error!("SIGHUP: new config rejected, keeping the old one: {e}")
+                    }
                 },
                 None => warn!("SIGHUP: running on built-in defaults, no config file to reload"),
             },
@@ -312,6 +424,12 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                 d.reason
             );
         }
+    }
+    let _ = notifier.stopping(&format!(
+        "stopping ({stop_reason}): restoring original values"
+    ));
+    if worst_lag > Duration::from_millis(100) {
+        info!("worst tick lag this run: {} ms", worst_lag.as_millis());
     }
     info!("stopping ({stop_reason}): restoring original values");
     let restored = daemon.restore_all(now_ms(&start), &mut fs);

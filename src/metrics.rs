@@ -1,0 +1,860 @@
+//! Prometheus metrics: one registry ([`prometheus_client`]) fed from the daemon after every
+//! tick, and the `/status` snapshot taken at the same moment.
+//!
+//! The daemon's tick loop calls [`Metrics::update`] with the [`Daemon`] it just ticked and the
+//! decisions of that tick; the HTTP side ([`crate::http`]) only ever reads
+//! ([`Metrics::render`], [`Metrics::status_json`]). Both sides take one short lock, so a
+//! scrape never sees half a tick. The text is encoded at most once per tick, whatever the
+//! number of scrapers: a scrape in between costs a copy of a reference-counted buffer.
+//!
+//! Naming follows the Prometheus guide: `mergetune_` prefix, base units (seconds, ratios
+//! 0..1), `_total` on counters, a `device` label, and no label with unbounded values (kinds
+//! and nomerges values outside the known sets are reported as `other`). The full list with
+//! meanings is in docs/metrics.md.
+
+use crate::config::ConfigError;
+use crate::controller::{Controller, Decision};
+use crate::daemon::{Daemon, DaemonCounters};
+use crate::status::{DecisionStatus, DeviceStatus, StatusSnapshot};
+use bytes::Bytes;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and
+/// is not the default of any widely deployed exporter (docs/metrics.md).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9725";
+
+/// The `[metrics]` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` of the read-only HTTP endpoint serving `/metrics` and `/status`;
+    /// `""` turns it off.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: DEFAULT_LISTEN.to_string(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// Pure check of the section; the error names `metrics.listen`.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        parse_listen(&self.listen)
+            .map(|_| ())
+            .map_err(|reason| ConfigError::Invalid {
+                origin: origin.to_string(),
+                key: "metrics.listen".to_string(),
+                reason,
+            })
+    }
+
+    /// The address to bind, or None when the endpoint is off.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen).ok().flatten()
+    }
+}
+
+/// `""` -> Ok(None) (off); `ip:port` -> the address; anything else -> why not.
+pub fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<SocketAddr>().map(Some).map_err(|_| {
+        format!(
+            "{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:9725\", \"[::1]:9725\"; \"\" turns the endpoint off)"
+        )
+    })
+}
+
+/// Timing of one tick, measured at the edge (main.rs, or the simulator's CLI).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TickTiming {
+    /// The tick's time in ms since the daemon started (real or virtual): the same `now_ms`
+    /// passed to `Daemon::tick`.
+    pub now_ms: u64,
+    /// Wall time the tick took, in seconds.
+    pub duration_seconds: f64,
+    /// How late the tick started against its schedule, in seconds (0 when on time).
+    pub lag_seconds: f64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ManagementLabels {
+    device: String,
+    management: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    device: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    device: String,
+    kind: String,
+    attr: String,
+    from: String,
+    to: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProbeLabels {
+    device: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// The management states a device can be in (the `management` label).
+pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
+/// Decision kinds the daemon emits; anything else is counted as `other`.
+pub const DECISION_KINDS: [&str; 7] = [
+    "disable",
+    "enable",
+    "probe",
+    "probe_succeeded",
+    "probe_failed",
+    "restore",
+    "pin",
+];
+const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];
+
+fn tick_buckets() -> Vec<f64> {
+    vec![
+        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+        0.5, 1.0,
+    ]
+}
+
+fn lag_buckets() -> Vec<f64> {
+    vec![
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    ]
+}
+
+struct Families {
+    build_info: Family<BuildLabels, Gauge>,
+    dry_run: Gauge,
+    policy_enabled: Gauge,
+    nomerges: Family<DeviceLabels, Gauge>,
+    level: Family<DeviceLabels, Gauge>,
+    management: Family<ManagementLabels, Gauge>,
+    merge_ratio: Family<DirectionLabels, Gauge<f64, AtomicU64>>,
+    bios_rate: Family<DeviceLabels, Gauge<f64, AtomicU64>>,
+    decisions: Family<DecisionLabels, Counter>,
+    probes: Family<ProbeLabels, Counter>,
+    write_errors: Counter,
+    diskstats_errors: Counter,
+    counter_resets: Counter,
+    ticks: Counter,
+    reloads: Family<ResultLabels, Counter>,
+    tick_duration: Histogram,
+    tick_lag: Histogram,
+}
+
+struct Inner {
+    generation: u64,
+    /// Devices with per-device series, to drop the series of a device that went away.
+    exported: BTreeSet<String>,
+    /// The daemon's counters at the last update, to add only the difference.
+    last: DaemonCounters,
+    status: StatusSnapshot,
+    max_lag_seconds: f64,
+    text: Option<(u64, Bytes)>,
+    openmetrics: Option<(u64, Bytes)>,
+    status_json: Option<(u64, Bytes)>,
+}
+
+/// The exporter's state: registry, families and the last `/status` snapshot.
+pub struct Metrics {
+    registry: Registry,
+    f: Families,
+    inner: Mutex<Inner>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Maps a tunable value ("2", or "0+1" when a decision wrote nomerges and front_merges) to
+/// a bounded label value: up to three small integers joined by `+`, else `other`.
+fn value_label(v: &str) -> String {
+    let v = v.trim();
+    if v.is_empty() {
+        return "none".to_string();
+    }
+    let parts: Vec<&str> = v.split('+').collect();
+    if parts.len() <= 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        v.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
+/// The tunable(s) a decision wrote, by file name: `queue/nomerges` -> `nomerges`,
+/// `queue/nomerges+queue/iosched/front_merges` -> `nomerges+front_merges`.
+fn attr_label(a: &str) -> String {
+    let parts: Vec<&str> = a
+        .split('+')
+        .map(|p| p.trim().rsplit('/').next().unwrap_or(""))
+        .collect();
+    if parts.len() <= 3
+        && parts.iter().all(|p| {
+            !p.is_empty() && p.len() <= 24 && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+    {
+        parts.join("+")
+    } else {
+        "other".to_string()
+    }
+}
+
+/// Kinds are constants of the code (the known ones in [`DECISION_KINDS`], and any a newer
+/// policy adds): bounded. Anything that does not look like one is `other`.
+fn kind_label(k: &str) -> String {
+    if DECISION_KINDS.contains(&k)
+        || (!k.is_empty()
+            && k.len() <= 24
+            && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+    {
+        k.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
+fn dl(device: &str) -> DeviceLabels {
+    DeviceLabels {
+        device: device.to_string(),
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let f = Families {
+            build_info: Family::default(),
+            dry_run: Gauge::default(),
+            policy_enabled: Gauge::default(),
+            nomerges: Family::default(),
+            level: Family::default(),
+            management: Family::default(),
+            merge_ratio: Family::default(),
+            bios_rate: Family::default(),
+            decisions: Family::default(),
+            probes: Family::default(),
+            write_errors: Counter::default(),
+            diskstats_errors: Counter::default(),
+            counter_resets: Counter::default(),
+            ticks: Counter::default(),
+            reloads: Family::default(),
+            tick_duration: Histogram::new(tick_buckets()),
+            tick_lag: Histogram::new(lag_buckets()),
+        };
+        let mut r = Registry::with_prefix("mergetune");
+        r.register(
+            "build_info",
+            "Always 1; the version of the running mergetune in the version label",
+            f.build_info.clone(),
+        );
+        r.register(
+            "dry_run",
+            "1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0",
+            f.dry_run.clone(),
+        );
+        r.register(
+            "policy_enabled",
+            "1 when [policy] enabled is true (decisions are written), else 0",
+            f.policy_enabled.clone(),
+        );
+        r.register(
+            "device_nomerges",
+            "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
+            f.nomerges.clone(),
+        );
+        r.register(
+            "device_ladder_level",
+            "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
+            f.level.clone(),
+        );
+        r.register(
+            "device_management",
+            "1 for the device's current management state (managed, excluded, unsupported, admin-owned), 0 for the others",
+            f.management.clone(),
+        );
+        r.register(
+            "device_merge_ratio",
+            "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
+            f.merge_ratio.clone(),
+        );
+        r.register(
+            "device_bios_per_second",
+            "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
+            f.bios_rate.clone(),
+        );
+        r.register(
+            "decisions",
+            "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+            f.decisions.clone(),
+        );
+        r.register(
+            "probes",
+            "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again)",
+            f.probes.clone(),
+        );
+        r.register(
+            "sysfs_write_errors",
+            "Writes of a device tunable that failed (the state is kept and the write retried later)",
+            f.write_errors.clone(),
+        );
+        r.register(
+            "diskstats_errors",
+            "Ticks where /proc/diskstats could not be read or had unparsable lines",
+            f.diskstats_errors.clone(),
+        );
+        r.register(
+            "counter_resets",
+            "Device counters that went backwards (device removed and re-added): the window restarted",
+            f.counter_resets.clone(),
+        );
+        r.register(
+            "ticks",
+            "Ticks (samples of the counters) taken",
+            f.ticks.clone(),
+        );
+        r.register(
+            "config_reloads",
+            "Config reloads (SIGHUP) by result: success, failure (the old config stays)",
+            f.reloads.clone(),
+        );
+        r.register(
+            "tick_duration_seconds",
+            "Wall time of one tick: read counters, decide, write tunables",
+            f.tick_duration.clone(),
+        );
+        r.register(
+            "tick_lag_seconds",
+            "How late a tick started against its schedule",
+            f.tick_lag.clone(),
+        );
+        f.build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        for result in ["success", "failure"] {
+            f.reloads
+                .get_or_create(&ResultLabels {
+                    result: result.to_string(),
+                })
+                .get();
+        }
+        Metrics {
+            registry: r,
+            f,
+            inner: Mutex::new(Inner {
+                generation: 1,
+                exported: BTreeSet::new(),
+                last: DaemonCounters::default(),
+                status: StatusSnapshot {
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    ..StatusSnapshot::default()
+                },
+                max_lag_seconds: 0.0,
+                text: None,
+                openmetrics: None,
+                status_json: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere must not take the exporter (or the daemon) down with it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the daemon after a tick: per-device gauges, decision and probe counters, the
+    /// daemon's own counters, tick timing and the `/status` snapshot.
+    pub fn update(&self, daemon: &Daemon, decisions: &[Decision], t: TickTiming) {
+        let mut inner = self.lock();
+        let f = &self.f;
+        let cfg = daemon.config();
+        f.dry_run.set(i64::from(daemon.actuator().dry_run()));
+        f.policy_enabled.set(i64::from(cfg.policy.enabled));
+
+        let mut present = BTreeSet::new();
+        for (name, dev) in daemon.devices() {
+            present.insert(name.clone());
+            let labels = dl(name);
+            match dev
+                .observed_nomerges
+                .as_deref()
+                .or(dev.info.nomerges.as_deref())
+                .and_then(|v| v.trim().parse::<i64>().ok())
+            {
+                Some(v) => {
+                    f.nomerges.get_or_create(&labels).set(v);
+                }
+                None => {
+                    f.nomerges.remove(&labels);
+                }
+            }
+            let label = dev.management.label();
+            for state in MANAGEMENT_STATES {
+                f.management
+                    .get_or_create(&ManagementLabels {
+                        device: name.clone(),
+                        management: state.to_string(),
+                    })
+                    .set(i64::from(state == label));
+            }
+            if dev.management.is_managed() {
+                f.level
+                    .get_or_create(&labels)
+                    .set(i64::from(dev.policy.level(&cfg.policy)));
+                for outcome in PROBE_OUTCOMES {
+                    f.probes
+                        .get_or_create(&ProbeLabels {
+                            device: name.clone(),
+                            outcome: outcome.to_string(),
+                        })
+                        .get();
+                }
+            } else {
+                f.level.remove(&labels);
+            }
+            let w = dev.last_window.as_ref();
+            for (direction, bios, ratio) in [
+                (
+                    "read",
+                    w.map(|w| w.counters.read_bios()),
+                    w.map(|w| w.counters.read_merge_ratio()),
+                ),
+                (
+                    "write",
+                    w.map(|w| w.counters.write_bios()),
+                    w.map(|w| w.counters.write_merge_ratio()),
+                ),
+            ] {
+                let l = DirectionLabels {
+                    device: name.clone(),
+                    direction: direction.to_string(),
+                };
+                match (bios, ratio) {
+                    (Some(b), Some(r)) if b > 0 && r.is_finite() => {
+                        f.merge_ratio.get_or_create(&l).set(r);
+                    }
+                    _ => {
+                        f.merge_ratio.remove(&l);
+                    }
+                }
+            }
+            match w.map(|w| w.bios_per_sec()).filter(|r| r.is_finite()) {
+                Some(r) => {
+                    f.bios_rate.get_or_create(&labels).set(r);
+                }
+                None => {
+                    f.bios_rate.remove(&labels);
+                }
+            }
+        }
+        let gone: Vec<String> = inner.exported.difference(&present).cloned().collect();
+        for name in gone {
+            self.forget_device(&name);
+        }
+        inner.exported = present;
+
+        for d in decisions {
+            let device = d.device.clone();
+            f.decisions
+                .get_or_create(&DecisionLabels {
+                    device: device.clone(),
+                    kind: kind_label(&d.kind),
+                    attr: attr_label(&d.attr),
+                    from: value_label(&d.from),
+                    to: value_label(&d.to),
+                })
+                .inc();
+            let outcome = match d.kind.as_str() {
+                "probe" => "started",
+                "probe_succeeded" => "succeeded",
+                "probe_failed" => "failed",
+                _ => continue,
+            };
+            f.probes
+                .get_or_create(&ProbeLabels {
+                    device,
+                    outcome: outcome.to_string(),
+                })
+                .inc();
+        }
+
+        let c = &daemon.counters;
+        let add = |counter: &Counter, now: u64, before: u64| {
+            // A smaller value means a new daemon behind the same exporter: count it whole.
+            counter.inc_by(if now >= before { now - before } else { now });
+        };
+        add(&f.write_errors, c.write_errors, inner.last.write_errors);
+        add(
+            &f.diskstats_errors,
+            c.diskstats_errors,
+            inner.last.diskstats_errors,
+        );
+        add(
+            &f.counter_resets,
+            c.counter_resets,
+            inner.last.counter_resets,
+        );
+        add(&f.ticks, c.ticks, inner.last.ticks);
+        inner.last = c.clone();
+
+        if t.duration_seconds.is_finite() && t.duration_seconds >= 0.0 {
+            f.tick_duration.observe(t.duration_seconds);
+        }
+        let lag = if t.lag_seconds.is_finite() {
+            t.lag_seconds.max(0.0)
+        } else {
+            0.0
+        };
+        f.tick_lag.observe(lag);
+        inner.max_lag_seconds = inner.max_lag_seconds.max(lag);
+
+        let max_lag = inner.max_lag_seconds;
+        inner.status = snapshot(daemon, t, max_lag);
+        inner.generation += 1;
+    }
+
+    fn forget_device(&self, name: &str) {
+        let f = &self.f;
+        let labels = dl(name);
+        f.nomerges.remove(&labels);
+        f.level.remove(&labels);
+        f.bios_rate.remove(&labels);
+        for state in MANAGEMENT_STATES {
+            f.management.remove(&ManagementLabels {
+                device: name.to_string(),
+                management: state.to_string(),
+            });
+        }
+        for direction in ["read", "write"] {
+            f.merge_ratio.remove(&DirectionLabels {
+                device: name.to_string(),
+                direction: direction.to_string(),
+            });
+        }
+        // Decision and probe counters stay: they are history, and a device that comes back
+        // under the same name continues them.
+    }
+
+    /// Counts a config reload (SIGHUP) by its result.
+    pub fn config_reload(&self, ok: bool) {
+        let mut inner = self.lock();
+        self.f
+            .reloads
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "failure" }.to_string(),
+            })
+            .inc();
+        inner.generation += 1;
+    }
+
+    /// The exposition: the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when
+    /// `openmetrics` is true. Encoded at most once per update.
+    pub fn render(&self, openmetrics: bool) -> Bytes {
+        let mut inner = self.lock();
+        let generation = inner.generation;
+        let slot = if openmetrics {
+            &inner.openmetrics
+        } else {
+            &inner.text
+        };
+        if let Some((g, b)) = slot
+            && *g == generation
+        {
+            return b.clone();
+        }
+        let mut om = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
+            om = "# encoding failed\n".to_string();
+        }
+        let om = sort_samples(&om);
+        let bytes = if openmetrics {
+            Bytes::from(om)
+        } else {
+            Bytes::from(openmetrics_to_text(&om))
+        };
+        let slot = if openmetrics {
+            &mut inner.openmetrics
+        } else {
+            &mut inner.text
+        };
+        *slot = Some((generation, bytes.clone()));
+        bytes
+    }
+
+    /// The `/status` document (JSON), serialised at most once per update.
+    pub fn status_json(&self) -> Bytes {
+        let mut inner = self.lock();
+        let generation = inner.generation;
+        if let Some((g, b)) = &inner.status_json
+            && *g == generation
+        {
+            return b.clone();
+        }
+        let json = serde_json::to_vec_pretty(&inner.status)
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}").into_bytes());
+        let bytes = Bytes::from(json);
+        inner.status_json = Some((generation, bytes.clone()));
+        bytes
+    }
+
+    /// The last `/status` snapshot.
+    pub fn status(&self) -> StatusSnapshot {
+        self.lock().status.clone()
+    }
+}
+
+/// Sorts the samples of each counter and gauge family (prometheus-client keeps them in hash
+/// order), so the exposition is stable from scrape to scrape and testable. Histogram lines
+/// keep their order (buckets, then sum and count).
+pub fn sort_samples(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut block: Vec<&str> = Vec::new();
+    let mut sortable = false;
+    let flush = |block: &mut Vec<&str>, out: &mut String, sortable: bool| {
+        if sortable {
+            block.sort_unstable();
+        }
+        for l in block.drain(..) {
+            out.push_str(l);
+            out.push('\n');
+        }
+    };
+    for line in om.lines() {
+        if line.starts_with('#') {
+            flush(&mut block, &mut out, sortable);
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                sortable = rest.ends_with(" counter") || rest.ends_with(" gauge");
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            block.push(line);
+        }
+    }
+    flush(&mut block, &mut out, sortable);
+    out
+}
+
+/// Rewrites prometheus-client's OpenMetrics output into the Prometheus text format 0.0.4:
+/// a counter family `x` is announced as `x_total` (its samples already are), `# UNIT` and
+/// `# EOF` lines go. Everything else (escaping, histograms, gauges) is the same in both.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let mut counters: Vec<&str> = Vec::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.push(name);
+        }
+    }
+    let mut out = String::with_capacity(om.len() + counters.len() * 16);
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let mut handled = false;
+        for prefix in ["# HELP ", "# TYPE "] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                let name = rest.split(' ').next().unwrap_or("");
+                if counters.contains(&name) && !name.ends_with("_total") {
+                    out.push_str(prefix);
+                    out.push_str(name);
+                    out.push_str("_total");
+                    out.push_str(&rest[name.len()..]);
+                    out.push('\n');
+                    handled = true;
+                }
+                break;
+            }
+        }
+        if !handled {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Builds the `/status` document from the daemon at `t.now_ms`.
+pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusSnapshot {
+    let cfg = daemon.config();
+    let rows = daemon.rows();
+    let devices = daemon
+        .devices()
+        .values()
+        .zip(rows)
+        .map(|(d, row)| {
+            let managed = d.management.is_managed();
+            DeviceStatus {
+                device: row.device,
+                scheduler: row.scheduler,
+                status: row.status,
+                why: row.why,
+                mode: row.mode,
+                level: managed.then(|| d.policy.level(&cfg.policy)),
+                original_nomerges: d.first_nomerges.clone(),
+                nomerges: d.observed_nomerges.clone().or(d.info.nomerges.clone()),
+                bios_per_sec: row.bios_per_sec.map(|x| x.round()),
+                read_merge_percent: row.read_merge_percent.map(|x| (x * 10.0).round() / 10.0),
+                write_merge_percent: row.write_merge_percent.map(|x| (x * 10.0).round() / 10.0),
+                last_reason: row.last,
+                last_decision: d.last_decision.as_ref().map(|x| DecisionStatus {
+                    at_ms: x.at_ms,
+                    ago_secs: round3(t.now_ms.saturating_sub(x.at_ms) as f64 / 1000.0),
+                    attr: x.attr.clone(),
+                    kind: x.kind.clone(),
+                    from: x.from.clone(),
+                    to: x.to.clone(),
+                    reason: x.reason.clone(),
+                    applied: x.applied,
+                }),
+                next_probe_in_secs: if managed {
+                    d.policy
+                        .next_probe_at_ms
+                        .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0))
+                } else {
+                    None
+                },
+            }
+        })
+        .collect();
+    StatusSnapshot {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        dry_run: daemon.actuator().dry_run(),
+        policy_enabled: cfg.policy.enabled,
+        interval_ms: cfg.daemon.interval_ms,
+        uptime_secs: round3(t.now_ms as f64 / 1000.0),
+        ticks: daemon.counters.ticks,
+        last_tick_duration_ms: round3(t.duration_seconds * 1000.0),
+        max_tick_lag_ms: round3(max_lag_seconds * 1000.0),
+        write_errors: daemon.counters.write_errors,
+        devices,
+    }
+}
+
+/// Serves the metrics of a simulated run while it runs: `mergetune simulate
+/// --metrics-listen ADDR --speed X`. The simulator calls [`LiveExporter::on_tick`] after
+/// each controller tick; it updates the metrics and sleeps so that virtual time runs at
+/// `speed` times real time.
+pub struct LiveExporter {
+    metrics: Arc<Metrics>,
+    server: Option<crate::http::ServerHandle>,
+    speed: Option<f64>,
+    started: Instant,
+    ticks: u64,
+}
+
+impl LiveExporter {
+    /// Binds `listen` (e.g. "127.0.0.1:9725") and starts serving. `speed`: virtual seconds
+    /// per wall second (None or a non-positive value: as fast as possible).
+    pub fn start(listen: &str, speed: Option<f64>) -> anyhow::Result<LiveExporter> {
+        let metrics = Arc::new(Metrics::new());
+        let server = match parse_listen(listen).map_err(anyhow::Error::msg)? {
+            Some(addr) => Some(crate::http::serve(
+                addr,
+                metrics.clone(),
+                crate::http::Limits::default(),
+            )?),
+            None => None,
+        };
+        Ok(LiveExporter {
+            metrics,
+            server,
+            speed: speed.filter(|s| s.is_finite() && *s > 0.0),
+            started: Instant::now(),
+            ticks: 0,
+        })
+    }
+
+    /// The bound address (the real port when `listen` asked for port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(|s| s.local_addr())
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// After each tick of the simulated run: `controller` the one just ticked, `decisions`
+    /// what that tick returned, `now_ms` its virtual time, `tick_seconds` the wall time
+    /// `controller.tick` took. Controllers other than the adaptive daemon export nothing
+    /// per device. Then waits until wall time catches up with `now_ms / speed`.
+    pub fn on_tick(
+        &mut self,
+        controller: &dyn Controller,
+        decisions: &[Decision],
+        now_ms: u64,
+        tick_seconds: f64,
+    ) {
+        self.ticks += 1;
+        if let Some(d) = controller.as_daemon() {
+            self.metrics.update(
+                d,
+                decisions,
+                TickTiming {
+                    now_ms,
+                    duration_seconds: tick_seconds,
+                    lag_seconds: 0.0,
+                },
+            );
+        }
+        if let Some(speed) = self.speed {
+            let target = Duration::from_secs_f64(now_ms as f64 / 1000.0 / speed);
+            let elapsed = self.started.elapsed();
+            if target > elapsed {
+                std::thread::sleep(target - elapsed);
+            }
+        }
+    }
+}

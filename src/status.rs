@@ -1,0 +1,238 @@
+//! `/status`: the daemon's per-device state as JSON, and `mergetune status`, which fetches it
+//! and prints a table a human reads at a glance.
+//!
+//! The snapshot is built by [`crate::metrics::Metrics::update`] after each tick; the client
+//! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
+//! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
+
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// The `/status` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusSnapshot {
+    pub version: String,
+    pub dry_run: bool,
+    pub policy_enabled: bool,
+    pub interval_ms: u64,
+    /// Time since the daemon started, in seconds (virtual time under the simulator).
+    pub uptime_secs: f64,
+    pub ticks: u64,
+    pub last_tick_duration_ms: f64,
+    /// The latest any tick started against its schedule since the daemon started.
+    pub max_tick_lag_ms: f64,
+    pub write_errors: u64,
+    pub devices: Vec<DeviceStatus>,
+}
+
+/// One device of the `/status` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    pub device: String,
+    pub scheduler: String,
+    /// managed, excluded, unsupported or admin-owned.
+    pub status: String,
+    /// Why it is not managed (empty when managed).
+    pub why: String,
+    /// The policy mode (merging, off, probing), `-` when not managed.
+    pub mode: String,
+    /// The merge-ladder level (0 all merges ... 3 none), for managed devices.
+    pub level: Option<u8>,
+    /// nomerges when mergetune first saw the device.
+    pub original_nomerges: Option<String>,
+    /// nomerges now, as mergetune last read or wrote it.
+    pub nomerges: Option<String>,
+    /// Over the last tick.
+    pub bios_per_sec: Option<f64>,
+    pub read_merge_percent: Option<f64>,
+    pub write_merge_percent: Option<f64>,
+    /// The policy's latest note for the device (why it holds, or what it did).
+    pub last_reason: String,
+    pub last_decision: Option<DecisionStatus>,
+    /// Seconds until the next probe, when merging is off and a probe is scheduled.
+    pub next_probe_in_secs: Option<f64>,
+}
+
+/// A device's last decision.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecisionStatus {
+    pub at_ms: u64,
+    pub ago_secs: f64,
+    pub attr: String,
+    pub kind: String,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    pub applied: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("{addr}: {message}")]
+    Connect { addr: String, message: String },
+    #[error("{addr}: bad response: {message}")]
+    Response { addr: String, message: String },
+}
+
+/// Fetches `path` from `addr` (host:port) with one HTTP/1.1 GET; returns the body of a 200.
+pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, StatusError> {
+    let conn_err = |message: String| StatusError::Connect {
+        addr: addr.to_string(),
+        message,
+    };
+    let resp_err = |message: String| StatusError::Response {
+        addr: addr.to_string(),
+        message,
+    };
+    let sock = addr
+        .to_socket_addrs()
+        .map_err(|e| conn_err(format!("cannot resolve: {e}")))?
+        .next()
+        .ok_or_else(|| conn_err("resolves to no address".into()))?;
+    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| {
+        conn_err(format!(
+            "cannot connect: {e} (is mergetune running with [metrics] listen = \"{addr}\"?)"
+        ))
+    })?;
+    s.set_read_timeout(Some(timeout)).ok();
+    s.set_write_timeout(Some(timeout)).ok();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: mergetune/{}\r\nConnection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    )
+    .map_err(|e| conn_err(format!("cannot send: {e}")))?;
+    let mut buf = Vec::new();
+    s.take(64 << 20)
+        .read_to_end(&mut buf)
+        .map_err(|e| conn_err(format!("cannot read: {e}")))?;
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| resp_err("no end of headers".into()))?;
+    let head = String::from_utf8_lossy(&buf[..split]);
+    let status_line = head.lines().next().unwrap_or("");
+    let code = status_line.split(' ').nth(1).unwrap_or("");
+    if code != "200" {
+        return Err(resp_err(format!("{status_line:?} for {path}")));
+    }
+    Ok(buf[split + 4..].to_vec())
+}
+
+/// Fetches and decodes `/status` from `addr`.
+pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusError> {
+    let body = http_get(addr, "/status", timeout)?;
+    serde_json::from_slice(&body).map_err(|e| StatusError::Response {
+        addr: addr.to_string(),
+        message: format!("/status is not a mergetune status document: {e}"),
+    })
+}
+
+fn opt(v: Option<f64>, prec: usize, suffix: &str) -> String {
+    match v {
+        Some(x) => format!("{x:.prec$}{suffix}"),
+        None => "-".into(),
+    }
+}
+
+fn ago(secs: f64) -> String {
+    if secs < 90.0 {
+        format!("{secs:.0}s ago")
+    } else if secs < 5400.0 {
+        format!("{:.0}m ago", secs / 60.0)
+    } else {
+        format!("{:.1}h ago", secs / 3600.0)
+    }
+}
+
+fn dur(secs: f64) -> String {
+    if secs < 90.0 {
+        format!("in {secs:.0}s")
+    } else if secs < 5400.0 {
+        format!("in {:.0}m", secs / 60.0)
+    } else {
+        format!("in {:.1}h", secs / 3600.0)
+    }
+}
+
+/// The table `mergetune status` prints: one header line, then one line per device.
+pub fn format_status(s: &StatusSnapshot) -> String {
+    let managed = s.devices.iter().filter(|d| d.status == "managed").count();
+    let mut out = format!(
+        "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
+        s.version,
+        managed,
+        s.devices.len(),
+        if s.dry_run { ", DRY-RUN" } else { "" },
+        if s.policy_enabled {
+            ""
+        } else {
+            ", policy disabled"
+        },
+        s.uptime_secs,
+        s.ticks,
+        s.interval_ms,
+        s.last_tick_duration_ms,
+        s.max_tick_lag_ms,
+        s.write_errors
+    );
+    out.push_str(&format!(
+        "{:<10} {:<11} {:<11} {:>5} {:>8} {:>7} {:>7} {:>9}  {:<11} {}\n",
+        "DEVICE",
+        "SCHEDULER",
+        "STATUS",
+        "LEVEL",
+        "NOMERGES",
+        "RD-MRG",
+        "WR-MRG",
+        "BIOS/S",
+        "NEXT-PROBE",
+        "LAST DECISION / REASON"
+    ));
+    for d in &s.devices {
+        let orig = d.original_nomerges.as_deref().unwrap_or("-");
+        let now = d.nomerges.as_deref().unwrap_or("-");
+        let nomerges = if orig == now {
+            now.to_string()
+        } else {
+            format!("{orig}\u{2192}{now}")
+        };
+        let last = if d.status != "managed" {
+            d.why.clone()
+        } else {
+            match &d.last_decision {
+                Some(x) => format!(
+                    "{} {}\u{2192}{} {}{}: {}",
+                    x.kind,
+                    x.from,
+                    x.to,
+                    ago(x.ago_secs),
+                    if x.applied { "" } else { " (not applied)" },
+                    x.reason
+                ),
+                None if d.last_reason.is_empty() => "no decision yet".into(),
+                None => format!("no decision yet: {}", d.last_reason),
+            }
+        };
+        s_push_row(&mut out, d, &nomerges, &last);
+    }
+    out
+}
+
+fn s_push_row(out: &mut String, d: &DeviceStatus, nomerges: &str, last: &str) {
+    out.push_str(&format!(
+        "{:<10} {:<11} {:<11} {:>5} {:>8} {:>7} {:>7} {:>9}  {:<11} {}\n",
+        d.device,
+        d.scheduler,
+        d.status,
+        d.level.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+        nomerges,
+        opt(d.read_merge_percent, 1, "%"),
+        opt(d.write_merge_percent, 1, "%"),
+        opt(d.bios_per_sec, 0, ""),
+        d.next_probe_in_secs.map(dur).unwrap_or_else(|| "-".into()),
+        last
+    ));
+}

@@ -1,0 +1,588 @@
+//! The Prometheus exposition: a golden text for a fixed state, a parse with a real
+//! text-format parser (type and help of every metric), and no dead metric (every registered
+//! family gets a non-zero sample on some path of a scripted run).
+
+use mergetune::actuator::Actuator;
+use mergetune::blockfs::{BlockFs, FsError};
+use mergetune::config::Config;
+use mergetune::controller::Decision;
+use mergetune::daemon::Daemon;
+use mergetune::metrics::{Metrics, TickTiming};
+use mergetune::state::MemoryStore;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
+type Traffic = (u64, u64, u64, u64);
+
+/// An in-memory kernel: devices with attributes, cumulative counters that grow by each
+/// device's traffic every tick, merges hidden at nomerges=2 as the kernel does.
+struct MemFs {
+    devices: Vec<String>,
+    attrs: HashMap<(String, String), String>,
+    counters: BTreeMap<String, [u64; 4]>,
+    traffic: BTreeMap<String, Traffic>,
+    fail_writes: BTreeSet<String>,
+    /// Next diskstats read: a garbage line appended.
+    garbage_once: bool,
+    /// Next diskstats read: this device's counters restart from zero.
+    reset_once: Option<String>,
+}
+
+impl MemFs {
+    fn new(devs: &[(&str, &str)]) -> MemFs {
+        let mut fs = MemFs {
+            devices: Vec::new(),
+            attrs: HashMap::new(),
+            counters: BTreeMap::new(),
+            traffic: BTreeMap::new(),
+            fail_writes: BTreeSet::new(),
+            garbage_once: false,
+            reset_once: None,
+        };
+        for (name, nomerges) in devs {
+            fs.devices.push(name.to_string());
+            for (rel, v) in [
+                ("queue/nomerges", *nomerges),
+                ("queue/scheduler", "none [mq-deadline] kyber"),
+                ("queue/rotational", "0"),
+                ("queue/iosched/front_merges", "1"),
+            ] {
+                fs.attrs
+                    .insert((name.to_string(), rel.to_string()), v.to_string());
+            }
+            fs.counters.insert(name.to_string(), [0; 4]);
+        }
+        fs
+    }
+
+    fn set_traffic(&mut self, dev: &str, t: Traffic) {
+        self.traffic.insert(dev.to_string(), t);
+    }
+}
+
+impl BlockFs for MemFs {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        let mut s = String::new();
+        for (i, name) in self.devices.iter().enumerate() {
+            let nomerges = self
+                .attrs
+                .get(&(name.clone(), "queue/nomerges".into()))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default();
+            let (r, rm, w, wm) = self.traffic.get(name).copied().unwrap_or_default();
+            let c = self.counters.get_mut(name).unwrap();
+            if self.reset_once.as_deref() == Some(name.as_str()) {
+                *c = [0; 4];
+            } else if nomerges == "2" {
+                // No merges: every bio is its own request.
+                *c = [c[0] + r + rm, c[1], c[2] + w + wm, c[3]];
+            } else {
+                *c = [c[0] + r, c[1] + rm, c[2] + w, c[3] + wm];
+            }
+            s.push_str(&format!(
+                "   8 {:>7} {name} {} {} {} 10 {} {} {} 20 0 30 30 0 0 0 0 0 0\n",
+                i * 16,
+                c[0],
+                c[1],
+                c[0] * 8,
+                c[2],
+                c[3],
+                c[2] * 8
+            ));
+        }
+        self.reset_once = None;
+        if std::mem::take(&mut self.garbage_once) {
+            s.push_str("this is not a diskstats line\n");
+        }
+        Ok(s)
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        Ok(self.devices.clone())
+    }
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        self.attrs
+            .get(&(dev.to_string(), rel.to_string()))
+            .cloned()
+            .ok_or_else(|| FsError::NotFound {
+                path: format!("{dev}/{rel}"),
+            })
+    }
+    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+        if self.fail_writes.contains(dev) {
+            return Err(FsError::Io {
+                path: format!("{dev}/{rel}"),
+                message: "Device or resource busy".into(),
+            });
+        }
+        self.attrs
+            .insert((dev.to_string(), rel.to_string()), value.trim().to_string());
+        Ok(())
+    }
+    fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
+        Ok(Vec::new())
+    }
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
+        self.attrs.contains_key(&(dev.to_string(), rel.to_string()))
+    }
+}
+
+fn timing(now_ms: u64) -> TickTiming {
+    TickTiming {
+        now_ms,
+        duration_seconds: 0.000_3,
+        lag_seconds: 0.002,
+    }
+}
+
+/// Two devices and a loop device, five ticks of steady traffic (one closed window), and two
+/// decisions handed in as a tick would return them.
+fn fixed_state() -> Metrics {
+    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "1"), ("loop0", "0")]);
+    fs.set_traffic("sda", (900, 100, 400, 600));
+    fs.set_traffic("sdb", (50, 0, 50, 0));
+    let cfg = Config::default();
+    let mut d = Daemon::simulated(cfg.clone());
+    let m = Metrics::new();
+    for t in 0..=cfg.policy.window_ticks as u64 {
+        let now = t * cfg.daemon.interval_ms;
+        let decisions = d.tick(now, &mut fs);
+        assert!(
+            decisions.is_empty(),
+            "steady merging traffic decides nothing"
+        );
+        m.update(&d, &decisions, timing(now));
+    }
+    let decision = |kind: &str, from: &str, to: &str| Decision {
+        at_ms: 5000,
+        device: "sda".into(),
+        attr: "queue/nomerges".into(),
+        from: from.into(),
+        to: to.into(),
+        kind: kind.into(),
+        reason: "test".into(),
+        applied: true,
+    };
+    m.update(
+        &d,
+        &[decision("disable", "0", "2"), decision("probe", "2", "0")],
+        timing(6000),
+    );
+    m.config_reload(true);
+    m
+}
+
+const GOLDEN: &str = r#"# HELP mergetune_build_info Always 1; the version of the running mergetune in the version label.
+# TYPE mergetune_build_info gauge
+mergetune_build_info{version="VERSION"} 1
+# HELP mergetune_dry_run 1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0.
+# TYPE mergetune_dry_run gauge
+mergetune_dry_run 0
+# HELP mergetune_policy_enabled 1 when [policy] enabled is true (decisions are written), else 0.
+# TYPE mergetune_policy_enabled gauge
+mergetune_policy_enabled 1
+# HELP mergetune_device_nomerges queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none).
+# TYPE mergetune_device_nomerges gauge
+mergetune_device_nomerges{device="loop0"} 0
+mergetune_device_nomerges{device="sda"} 0
+mergetune_device_nomerges{device="sdb"} 1
+# HELP mergetune_device_ladder_level Merge-ladder level of a managed device: 0 all merges ... 3 no merges.
+# TYPE mergetune_device_ladder_level gauge
+mergetune_device_ladder_level{device="sda"} 0
+# HELP mergetune_device_management 1 for the device's current management state (managed, excluded, unsupported, admin-owned), 0 for the others.
+# TYPE mergetune_device_management gauge
+mergetune_device_management{device="loop0",management="admin-owned"} 0
+mergetune_device_management{device="loop0",management="excluded"} 1
+mergetune_device_management{device="loop0",management="managed"} 0
+mergetune_device_management{device="loop0",management="unsupported"} 0
+mergetune_device_management{device="sda",management="admin-owned"} 0
+mergetune_device_management{device="sda",management="excluded"} 0
+mergetune_device_management{device="sda",management="managed"} 1
+mergetune_device_management{device="sda",management="unsupported"} 0
+mergetune_device_management{device="sdb",management="admin-owned"} 1
+mergetune_device_management{device="sdb",management="excluded"} 0
+mergetune_device_management{device="sdb",management="managed"} 0
+mergetune_device_management{device="sdb",management="unsupported"} 0
+# HELP mergetune_device_merge_ratio Bios merged / bios submitted in the device's last closed decision window, per direction (0..1).
+# TYPE mergetune_device_merge_ratio gauge
+mergetune_device_merge_ratio{device="sda",direction="read"} 0.1
+mergetune_device_merge_ratio{device="sda",direction="write"} 0.6
+# HELP mergetune_device_bios_per_second Bios submitted per second (completed + merged, both directions) in the device's last closed decision window.
+# TYPE mergetune_device_bios_per_second gauge
+mergetune_device_bios_per_second{device="sda"} 2000.0
+# HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
+# TYPE mergetune_decisions_total counter
+mergetune_decisions_total{device="sda",kind="disable",attr="nomerges",from="0",to="2"} 1
+mergetune_decisions_total{device="sda",kind="probe",attr="nomerges",from="2",to="0"} 1
+# HELP mergetune_probes_total Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again).
+# TYPE mergetune_probes_total counter
+mergetune_probes_total{device="sda",outcome="failed"} 0
+mergetune_probes_total{device="sda",outcome="started"} 1
+mergetune_probes_total{device="sda",outcome="succeeded"} 0
+# HELP mergetune_sysfs_write_errors_total Writes of a device tunable that failed (the state is kept and the write retried later).
+# TYPE mergetune_sysfs_write_errors_total counter
+mergetune_sysfs_write_errors_total 0
+# HELP mergetune_diskstats_errors_total Ticks where /proc/diskstats could not be read or had unparsable lines.
+# TYPE mergetune_diskstats_errors_total counter
+mergetune_diskstats_errors_total 0
+# HELP mergetune_counter_resets_total Device counters that went backwards (device removed and re-added): the window restarted.
+# TYPE mergetune_counter_resets_total counter
+mergetune_counter_resets_total 0
+# HELP mergetune_ticks_total Ticks (samples of the counters) taken.
+# TYPE mergetune_ticks_total counter
+mergetune_ticks_total 6
+# HELP mergetune_config_reloads_total Config reloads (SIGHUP) by result: success, failure (the old config stays).
+# TYPE mergetune_config_reloads_total counter
+mergetune_config_reloads_total{result="failure"} 0
+mergetune_config_reloads_total{result="success"} 1
+# HELP mergetune_tick_duration_seconds Wall time of one tick: read counters, decide, write tunables.
+# TYPE mergetune_tick_duration_seconds histogram
+mergetune_tick_duration_seconds_sum 0.0021
+mergetune_tick_duration_seconds_count 7
+mergetune_tick_duration_seconds_bucket{le="0.00005"} 0
+mergetune_tick_duration_seconds_bucket{le="0.0001"} 0
+mergetune_tick_duration_seconds_bucket{le="0.00025"} 0
+mergetune_tick_duration_seconds_bucket{le="0.0005"} 7
+mergetune_tick_duration_seconds_bucket{le="0.001"} 7
+mergetune_tick_duration_seconds_bucket{le="0.0025"} 7
+mergetune_tick_duration_seconds_bucket{le="0.005"} 7
+mergetune_tick_duration_seconds_bucket{le="0.01"} 7
+mergetune_tick_duration_seconds_bucket{le="0.025"} 7
+mergetune_tick_duration_seconds_bucket{le="0.05"} 7
+mergetune_tick_duration_seconds_bucket{le="0.1"} 7
+mergetune_tick_duration_seconds_bucket{le="0.25"} 7
+mergetune_tick_duration_seconds_bucket{le="0.5"} 7
+mergetune_tick_duration_seconds_bucket{le="1.0"} 7
+mergetune_tick_duration_seconds_bucket{le="+Inf"} 7
+# HELP mergetune_tick_lag_seconds How late a tick started against its schedule.
+# TYPE mergetune_tick_lag_seconds histogram
+mergetune_tick_lag_seconds_sum 0.014
+mergetune_tick_lag_seconds_count 7
+mergetune_tick_lag_seconds_bucket{le="0.001"} 0
+mergetune_tick_lag_seconds_bucket{le="0.005"} 7
+mergetune_tick_lag_seconds_bucket{le="0.01"} 7
+mergetune_tick_lag_seconds_bucket{le="0.025"} 7
+mergetune_tick_lag_seconds_bucket{le="0.05"} 7
+mergetune_tick_lag_seconds_bucket{le="0.1"} 7
+mergetune_tick_lag_seconds_bucket{le="0.25"} 7
+mergetune_tick_lag_seconds_bucket{le="0.5"} 7
+mergetune_tick_lag_seconds_bucket{le="1.0"} 7
+mergetune_tick_lag_seconds_bucket{le="2.5"} 7
+mergetune_tick_lag_seconds_bucket{le="5.0"} 7
+mergetune_tick_lag_seconds_bucket{le="+Inf"} 7
+"#;
+
+#[test]
+fn golden_exposition_for_a_fixed_state() {
+    let m = fixed_state();
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let want = GOLDEN.replace("VERSION", env!("CARGO_PKG_VERSION"));
+    if text != want {
+        for (i, (a, b)) in text.lines().zip(want.lines()).enumerate() {
+            if a != b {
+                eprintln!("first difference at line {}:\n got: {a}\nwant: {b}", i + 1);
+                break;
+            }
+        }
+        panic!("exposition drifted from the golden text; got:\n{text}");
+    }
+    // The second render of the same state is the cached buffer, byte for byte.
+    assert_eq!(m.render(false), m.render(false));
+    // OpenMetrics for scrapers that ask: same samples, counters announced without _total.
+    let om = String::from_utf8(m.render(true).to_vec()).unwrap();
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# TYPE mergetune_decisions counter\n"));
+    assert!(om.contains(r#"mergetune_decisions_total{device="sda",kind="disable",attr="nomerges",from="0",to="2"} 1"#));
+}
+
+#[test]
+fn a_real_parser_reads_every_metric_with_its_type_and_help() {
+    use prometheus_parse::{Scrape, Value};
+    let m = fixed_state();
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    // Declared types, from the TYPE lines.
+    let mut types = BTreeMap::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').unwrap();
+            types.insert(name.to_string(), ty.to_string());
+        }
+    }
+    assert!(types.len() >= 17, "{types:?}");
+    for (name, ty) in &types {
+        assert!(name.starts_with("mergetune_"), "{name}: prefix");
+        let help = scrape
+            .docs
+            .get(name)
+            .unwrap_or_else(|| panic!("{name}: no HELP"));
+        assert!(help.len() > 20, "{name}: HELP too short: {help:?}");
+        match ty.as_str() {
+            "counter" => assert!(name.ends_with("_total"), "{name}: counter without _total"),
+            "gauge" => assert!(
+                !name.ends_with("_total"),
+                "{name}: gauge named like a counter"
+            ),
+            "histogram" => assert!(name.ends_with("_seconds"), "{name}: histogram unit"),
+            other => panic!("{name}: unexpected type {other}"),
+        }
+        let samples: Vec<_> = scrape
+            .samples
+            .iter()
+            .filter(|s| &s.metric == name)
+            .collect();
+        assert!(!samples.is_empty(), "{name}: no sample parsed");
+        for s in samples {
+            let ok = matches!(
+                (ty.as_str(), &s.value),
+                ("counter", Value::Counter(_))
+                    | ("gauge", Value::Gauge(_))
+                    | ("histogram", Value::Histogram(_))
+            );
+            assert!(ok, "{name}: parsed as {:?}, declared {ty}", s.value);
+        }
+    }
+    // Every parsed sample belongs to a declared family (histogram _sum/_count included).
+    for s in &scrape.samples {
+        let base = s
+            .metric
+            .strip_suffix("_sum")
+            .or_else(|| s.metric.strip_suffix("_count"))
+            .filter(|b| types.get(*b).map(String::as_str) == Some("histogram"))
+            .unwrap_or(&s.metric);
+        assert!(types.contains_key(base), "{}: undeclared", s.metric);
+        // Bounded labels: only these names ever appear.
+        for (k, _) in s.labels.iter() {
+            assert!(
+                [
+                    "device",
+                    "management",
+                    "direction",
+                    "kind",
+                    "attr",
+                    "from",
+                    "to",
+                    "outcome",
+                    "result",
+                    "version"
+                ]
+                .contains(&k.as_str()),
+                "{}: unexpected label {k}",
+                s.metric
+            );
+        }
+    }
+}
+
+/// Families with at least one non-zero sample (histograms: a non-zero count).
+fn live_families(text: &str) -> BTreeSet<String> {
+    let mut declared = BTreeSet::new();
+    let mut live = BTreeSet::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            declared.insert(rest.split(' ').next().unwrap().to_string());
+            continue;
+        }
+        if l.starts_with('#') || l.is_empty() {
+            continue;
+        }
+        let name_end = l.find(['{', ' ']).unwrap();
+        let name = &l[..name_end];
+        let value: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
+        if value == 0.0 || name.ends_with("_bucket") {
+            continue;
+        }
+        let base = name.strip_suffix("_count").unwrap_or(name);
+        let base = if declared.contains(base) { base } else { name };
+        live.insert(base.to_string());
+    }
+    live
+}
+
+fn declared_families(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|r| r.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn no_dead_metric_every_family_is_fed_by_some_path() {
+    // A policy that reacts fast, so that a few hundred ticks cover every decision kind.
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    cfg.policy.min_window_bios = 100;
+    cfg.policy.disable_after_windows = 1;
+    cfg.policy.min_dwell_secs = 0;
+    cfg.policy.probe_initial_backoff_secs = 1;
+    cfg.policy.probe_max_backoff_secs = 2;
+    cfg.policy.probe_windows = 1;
+    cfg.policy.max_changes_per_hour = 100_000;
+    cfg.validate("test").unwrap();
+
+    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0"), ("sdc", "1")]);
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(cfg.clone());
+    let hostile = (1000, 0, 0, 0);
+    let friendly = (500, 400, 500, 400);
+    let mut kinds = BTreeSet::new();
+    let mut now = 0;
+    // Gauges go up and down: a family is live when some scrape during the run shows it.
+    let mut live = BTreeSet::new();
+    let mut tick = |d: &mut Daemon, fs: &mut MemFs, kinds: &mut BTreeSet<String>, now: &mut u64| {
+        let decisions = d.tick(*now, fs);
+        for x in &decisions {
+            kinds.insert(x.kind.clone());
+        }
+        m.update(d, &decisions, timing(*now));
+        live.extend(live_families(
+            std::str::from_utf8(&m.render(false)).unwrap(),
+        ));
+        *now += cfg.daemon.interval_ms;
+    };
+    // Random I/O until merging is off and probes have failed, then sequential until merging
+    // is back on: every outcome the policy has.
+    fs.set_traffic("sda", hostile);
+    fs.set_traffic("sdb", friendly);
+    for _ in 0..400 {
+        tick(&mut d, &mut fs, &mut kinds, &mut now);
+        if kinds.contains("probe_failed") {
+            break;
+        }
+    }
+    fs.set_traffic("sda", friendly);
+    for _ in 0..400 {
+        tick(&mut d, &mut fs, &mut kinds, &mut now);
+        if kinds.contains("probe_succeeded") || kinds.contains("enable") {
+            break;
+        }
+    }
+    // A failing write, an unreadable diskstats line, a counter reset.
+    fs.set_traffic("sda", hostile);
+    fs.fail_writes.insert("sda".into());
+    for _ in 0..400 {
+        tick(&mut d, &mut fs, &mut kinds, &mut now);
+        if d.counters.write_errors > 0 {
+            break;
+        }
+    }
+    fs.garbage_once = true;
+    tick(&mut d, &mut fs, &mut kinds, &mut now);
+    fs.reset_once = Some("sdb".into());
+    tick(&mut d, &mut fs, &mut kinds, &mut now);
+    tick(&mut d, &mut fs, &mut kinds, &mut now);
+    m.config_reload(true);
+    m.config_reload(false);
+    assert!(kinds.contains("disable"), "{kinds:?}");
+    assert!(kinds.contains("probe"), "{kinds:?}");
+    assert!(kinds.contains("probe_failed"), "{kinds:?}");
+
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let declared = declared_families(&text);
+    live.extend(live_families(&text));
+
+    // The gauges whose interesting value is the other one come from a dry-run daemon with
+    // the policy disabled.
+    let mut cfg2 = cfg.clone();
+    cfg2.policy.enabled = true;
+    let m2 = Metrics::new();
+    let mut dry = Daemon::new(cfg2, Actuator::new(true, Box::new(MemoryStore::default())));
+    let decisions = dry.tick(0, &mut fs);
+    m2.update(&dry, &decisions, timing(0));
+    live.extend(live_families(
+        std::str::from_utf8(&m2.render(false)).unwrap(),
+    ));
+
+    let dead: Vec<_> = declared.difference(&live).collect();
+    assert!(
+        dead.is_empty(),
+        "registered but never fed: {dead:?}\n(decision kinds seen: {kinds:?})\n{text}"
+    );
+}
+
+#[test]
+fn a_removed_device_drops_its_series_but_keeps_its_history() {
+    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0")]);
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(Config::default());
+    d.tick(0, &mut fs);
+    let gone = Decision {
+        at_ms: 0,
+        device: "sdb".into(),
+        attr: "queue/nomerges".into(),
+        from: "0".into(),
+        to: "2".into(),
+        kind: "disable".into(),
+        reason: "test".into(),
+        applied: true,
+    };
+    m.update(&d, std::slice::from_ref(&gone), timing(0));
+    fs.devices.retain(|n| n != "sdb");
+    let mut cfg = Config::default();
+    cfg.daemon.rescan_every_ticks = 1;
+    d.reload(cfg);
+    d.tick(1000, &mut fs);
+    m.update(&d, &[], timing(1000));
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    assert!(
+        !text.contains(r#"mergetune_device_nomerges{device="sdb"}"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"mergetune_device_management{device="sdb""#),
+        "{text}"
+    );
+    assert!(text.contains(r#"mergetune_decisions_total{device="sdb",kind="disable",attr="nomerges",from="0",to="2"} 1"#));
+    assert!(text.contains(r#"mergetune_device_nomerges{device="sda"} 0"#));
+}
+
+#[test]
+fn status_snapshot_has_rows_last_decision_and_next_probe() {
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    cfg.policy.min_window_bios = 100;
+    cfg.policy.disable_after_windows = 1;
+    cfg.policy.min_dwell_secs = 0;
+    cfg.policy.probe_initial_backoff_secs = 600;
+    cfg.policy.probe_max_backoff_secs = 600;
+    cfg.policy.max_changes_per_hour = 1000;
+    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "1")]);
+    fs.set_traffic("sda", (1000, 0, 0, 0));
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(cfg.clone());
+    let mut now = 0;
+    let mut seen_off = false;
+    for _ in 0..200 {
+        let decisions = d.tick(now, &mut fs);
+        m.update(&d, &decisions, timing(now));
+        now += 1000;
+        if d.devices()["sda"].policy.next_probe_at_ms.is_some() {
+            seen_off = true;
+            break;
+        }
+    }
+    assert!(seen_off, "merging never went off on random traffic");
+    let s: mergetune::status::StatusSnapshot = serde_json::from_slice(&m.status_json()).unwrap();
+    assert_eq!(s, m.status());
+    let sda = s.devices.iter().find(|x| x.device == "sda").unwrap();
+    assert_eq!(sda.status, "managed");
+    assert!(sda.level.unwrap() > 0);
+    assert_eq!(sda.original_nomerges.as_deref(), Some("0"));
+    assert_ne!(sda.nomerges.as_deref(), Some("0"));
+    let last = sda.last_decision.as_ref().expect("last decision");
+    assert!(!last.kind.is_empty() && last.applied, "{last:?}");
+    let next = sda.next_probe_in_secs.expect("next probe");
+    assert!(next > 0.0 && next <= 600.0, "{next}");
+    let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();
+    assert_eq!(sdb.status, "admin-owned");
+    assert_eq!(sdb.level, None);
+    let table = mergetune::status::format_status(&s);
+    assert!(table.contains("sda"), "{table}");
+    assert!(
+        table.contains("0\u{2192}"),
+        "nomerges original -> now: {table}"
+    );
+    assert!(
+        table.contains("in 10m") || table.contains("in 9m"),
+        "{table}"
+    );
+}
