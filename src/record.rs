@@ -1,0 +1,313 @@
+//! Record and replay: what-if tuning on production data, offline.
+//!
+//! [`RecordingFs`] wraps any [`BlockFs`] and notes every read the daemon makes during a tick
+//! (the diskstats text, device lists, attribute values); [`RecordingFs::end_tick`] turns
+//! them into one [`TickRecord`], written as one JSON line per tick. [`ReplayFs`] serves a
+//! recording back: counters and device facts come from the file, tick by tick, while the
+//! tunables the replaying policy writes live in an overlay, so a replay with a different
+//! config sees its own choices. With the same config, a replay reproduces the recorded
+//! decisions tick for tick: the policy is pure and sees the same inputs.
+
+use crate::blockfs::{BlockFs, FsError};
+use crate::controller::{Controller, Decision};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or writing a recording; the path is in every variant.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error("{path}: line {line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: the recording holds no tick")]
+    Empty { path: PathBuf },
+}
+
+/// What the daemon read in one tick.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TickRecord {
+    /// The tick's time, ms since the recorded daemon started.
+    pub t_ms: u64,
+    /// The /proc/diskstats text (absent when it could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diskstats: Option<String>,
+    /// The /sys/block listing, when the daemon rescanned in this tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<String>>,
+    /// `dev/rel` -> value read (None: not found).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attrs: BTreeMap<String, Option<String>>,
+    /// `dev/rel` -> directory entries read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dirs: BTreeMap<String, Vec<String>>,
+}
+
+/// A [`BlockFs`] that notes what is read through it.
+pub struct RecordingFs<'a> {
+    inner: &'a mut dyn BlockFs,
+    current: TickRecord,
+}
+
+impl<'a> RecordingFs<'a> {
+    pub fn new(inner: &'a mut dyn BlockFs, t_ms: u64) -> Self {
+        RecordingFs {
+            inner,
+            current: TickRecord {
+                t_ms,
+                ..Default::default()
+            },
+        }
+    }
+    /// The record of everything read since `new`.
+    pub fn finish(self) -> TickRecord {
+        self.current
+    }
+}
+
+fn key(dev: &str, rel: &str) -> String {
+    format!("{dev}/{rel}")
+}
+
+impl BlockFs for RecordingFs<'_> {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        let r = self.inner.read_diskstats();
+        if let Ok(t) = &r {
+            self.current.diskstats = Some(t.clone());
+        }
+        r
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        let r = self.inner.list_block_devices();
+        if let Ok(v) = &r {
+            self.current.devices = Some(v.clone());
+        }
+        r
+    }
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        let r = self.inner.read_attr(dev, rel);
+        match &r {
+            Ok(v) => {
+                self.current.attrs.insert(key(dev, rel), Some(v.clone()));
+            }
+            Err(FsError::NotFound { .. }) => {
+                self.current.attrs.insert(key(dev, rel), None);
+            }
+            Err(_) => {}
+        }
+        r
+    }
+    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+        self.inner.write_attr(dev, rel, value)
+    }
+    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
+        let r = self.inner.list_dir(dev, rel);
+        if let Ok(v) = &r {
+            self.current.dirs.insert(key(dev, rel), v.clone());
+        }
+        r
+    }
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
+        // Recorded as a read so a replay answers the same.
+        match self.inner.read_attr(dev, rel) {
+            Ok(v) => {
+                self.current.attrs.insert(key(dev, rel), Some(v));
+                true
+            }
+            Err(FsError::NotFound { .. }) => {
+                self.current.attrs.insert(key(dev, rel), None);
+                false
+            }
+            Err(_) => self.inner.attr_exists(dev, rel),
+        }
+    }
+}
+
+/// Appends tick records to a JSON-lines file.
+pub struct Recorder {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl Recorder {
+    pub fn create(path: &Path) -> Result<Self, RecordError> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| RecordError::Io {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Ok(Recorder {
+            path: path.to_path_buf(),
+            out: std::io::BufWriter::new(f),
+        })
+    }
+
+    /// Writes one tick as one line, flushed so a crash loses at most the current tick.
+    pub fn write(&mut self, rec: &TickRecord) -> Result<(), RecordError> {
+        let io = |e: std::io::Error| RecordError::Io {
+            path: self.path.clone(),
+            message: e.to_string(),
+        };
+        let line = serde_json::to_string(rec).map_err(|e| RecordError::Io {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        self.out.write_all(line.as_bytes()).map_err(io)?;
+        self.out.write_all(b"\n").map_err(io)?;
+        self.out.flush().map_err(io)
+    }
+}
+
+/// Reads a recording. A truncated last line (the daemon died mid-write) is skipped; any
+/// other bad line is an error naming its number.
+pub fn load(path: &Path) -> Result<Vec<TickRecord>, RecordError> {
+    let f = std::fs::File::open(path).map_err(|e| RecordError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let lines: Vec<String> = std::io::BufReader::new(f)
+        .lines()
+        .collect::<Result<_, _>>()
+        .map_err(|e| RecordError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let mut out = Vec::with_capacity(lines.len());
+    let last = lines.len();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<TickRecord>(line) {
+            Ok(r) => out.push(r),
+            Err(e) if i + 1 == last && e.is_eof() => break,
+            Err(e) => {
+                return Err(RecordError::Parse {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(RecordError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(out)
+}
+
+/// Serves a recording back, one tick at a time, with the replaying policy's writes in an
+/// overlay.
+pub struct ReplayFs {
+    ticks: Vec<TickRecord>,
+    index: usize,
+    /// The latest value of every attribute seen up to the current tick.
+    attrs: BTreeMap<String, Option<String>>,
+    dirs: BTreeMap<String, Vec<String>>,
+    devices: Vec<String>,
+    written: BTreeMap<String, String>,
+}
+
+impl ReplayFs {
+    pub fn new(ticks: Vec<TickRecord>) -> Self {
+        ReplayFs {
+            ticks,
+            index: 0,
+            attrs: BTreeMap::new(),
+            dirs: BTreeMap::new(),
+            devices: Vec::new(),
+            written: BTreeMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ticks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ticks.is_empty()
+    }
+
+    /// Moves to tick `i` and returns its time.
+    pub fn seek(&mut self, i: usize) -> u64 {
+        self.index = i;
+        let t = &self.ticks[i];
+        for (k, v) in &t.attrs {
+            self.attrs.insert(k.clone(), v.clone());
+        }
+        for (k, v) in &t.dirs {
+            self.dirs.insert(k.clone(), v.clone());
+        }
+        if let Some(d) = &t.devices {
+            self.devices = d.clone();
+        }
+        t.t_ms
+    }
+
+    fn not_found(dev: &str, rel: &str) -> FsError {
+        FsError::NotFound {
+            path: format!("replay:/sys/block/{dev}/{rel}"),
+        }
+    }
+}
+
+impl BlockFs for ReplayFs {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        self.ticks[self.index]
+            .diskstats
+            .clone()
+            .ok_or_else(|| FsError::NotFound {
+                path: "replay:/proc/diskstats".into(),
+            })
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        Ok(self.devices.clone())
+    }
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        let k = key(dev, rel);
+        if let Some(v) = self.written.get(&k) {
+            return Ok(v.clone());
+        }
+        match self.attrs.get(&k) {
+            Some(Some(v)) => Ok(v.clone()),
+            _ => Err(Self::not_found(dev, rel)),
+        }
+    }
+    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+        let k = key(dev, rel);
+        if !matches!(self.attrs.get(&k), Some(Some(_))) && !self.written.contains_key(&k) {
+            return Err(Self::not_found(dev, rel));
+        }
+        self.written.insert(k, value.to_string());
+        Ok(())
+    }
+    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
+        Ok(self.dirs.get(&key(dev, rel)).cloned().unwrap_or_default())
+    }
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
+        matches!(self.attrs.get(&key(dev, rel)), Some(Some(_)))
+    }
+}
+
+/// Runs a controller over a recording; returns every decision, tick by tick.
+pub fn replay(ticks: Vec<TickRecord>, controller: &mut dyn Controller) -> Vec<Decision> {
+    let mut fs = ReplayFs::new(ticks);
+    let mut out = Vec::new();
+    for i in 0..fs.len() {
+        let t = fs.seek(i);
+        out.extend(controller.tick(t, &mut fs));
+    }
+    out
+}
