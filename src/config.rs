@@ -28,6 +28,7 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub devices: DevicesConfig,
     pub policy: PolicyConfig,
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -265,6 +266,7 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        self.metrics.validate(origin)?;
         if p.max_changes_per_hour < 2 {
             return Err(invalid(
                 origin,

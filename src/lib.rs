@@ -16,7 +16,6 @@ pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod record;
-pub mod record;
 pub mod sampler;
 pub mod state;
 pub mod status;
