@@ -7,7 +7,7 @@
 //! 2. fio sequential 4 KiB writes submitted and reaped in batches of 64: after a probe the
 //!    daemon sets 0 again, and it stays 0;
 //! 3. random writes again until the daemon sets 2, then SIGTERM: the daemon exits 0 and
-//!    nomerges is back to its original 0.
+//!    nomerges is back to its original 0 (and mq-deadline's front_merges to its original 1).
 //!
 //! The loop device is detached and the daemon and fio children are killed also when the
 //! test fails (guards with Drop).
@@ -355,6 +355,8 @@ fn daemon_on_loop_device() {
     dev.set_nomerges(0);
     dev.warm_up();
     let others_before = kernel::other_devices_nomerges(dev.name());
+    // The daemon may also use mq-deadline's front_merges as a cheaper step.
+    let front_merges_before = dev.queue_attr("iosched/front_merges");
 
     let tmp = tempfile::tempdir().unwrap();
     let state_dir = tmp.path().join("state");
@@ -444,6 +446,12 @@ fn daemon_on_loop_device() {
         daemon.log_text()
     );
     assert_eq!(dev.scheduler(), "mq-deadline");
+    assert_eq!(
+        dev.queue_attr("iosched/front_merges"),
+        front_merges_before,
+        "SIGTERM did not restore iosched/front_merges; daemon log:\n{}",
+        daemon.log_text()
+    );
     let leftovers: Vec<_> = std::fs::read_dir(&state_dir)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();

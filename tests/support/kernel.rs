@@ -216,6 +216,9 @@ pub struct LoopDevice {
     backing: PathBuf,
     _dir: tempfile::TempDir,
     detached: bool,
+    /// Scheduler and nomerges found at attach time: a loop device keeps its queue settings
+    /// after detach, so they are put back before detaching.
+    original: Option<(String, String)>,
 }
 
 impl LoopDevice {
@@ -257,6 +260,7 @@ impl LoopDevice {
             backing,
             _dir: dir,
             detached: !is_loop,
+            original: None,
         };
         assert!(
             is_loop,
@@ -285,6 +289,7 @@ impl LoopDevice {
             dio.trim(),
             dev.backing.display()
         );
+        dev.original = Some((dev.scheduler(), dev.queue_attr("nomerges")));
         dev
     }
 
@@ -421,6 +426,13 @@ impl LoopDevice {
             return;
         }
         self.detached = true;
+        if let Some((sched, nomerges)) = self.original.take() {
+            let queue = self.sys_dir().join("queue");
+            let _ = fs::write(queue.join("nomerges"), &nomerges);
+            if !sched.is_empty() && sched != "-" {
+                let _ = fs::write(queue.join("scheduler"), &sched);
+            }
+        }
         let mut last = String::new();
         for _ in 0..50 {
             match Command::new("losetup")
