@@ -118,9 +118,23 @@ impl Daemon {
 
     /// Takes a new (already validated) config; device membership is re-evaluated at the
     /// next tick, policy state is kept.
+    ///
+    /// A reload is also how an operator clears a device that was left alone because
+    /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
+    /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
         self.cfg = cfg;
         self.force_rescan = true;
+        let foreign: Vec<String> = self
+            .devices
+            .iter()
+            .filter(|(_, d)| d.foreign)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in foreign {
+            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
+            self.devices.remove(&name);
+        }
     }
 
     fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {

@@ -158,6 +158,9 @@ probe_initial_backoff_secs = 1
 probe_max_backoff_secs = 2
 probe_windows = 1
 max_changes_per_hour = 100
+
+[metrics]
+listen = ""
 "#,
             fk.state_dir().display()
         ),
@@ -300,6 +303,33 @@ fn a_change_by_someone_else_is_left_alone() {
     d.signal("TERM");
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "1", "the admin's value survives exit");
+}
+
+#[test]
+fn a_reload_clears_the_hands_off_mark() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start(&fk);
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "0\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        fk.nomerges("sda"),
+        "0",
+        "left alone after someone else's write"
+    );
+    d.signal("HUP");
+    wait_for(
+        "managed again after SIGHUP",
+        Duration::from_secs(15),
+        || fk.nomerges("sda") == "2",
+    );
+    d.signal("TERM");
+    assert!(d.wait().success());
+    assert_eq!(fk.nomerges("sda"), "0");
 }
 
 #[test]
