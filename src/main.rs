@@ -58,6 +58,18 @@ enum Command {
     },
     /// Run the daemon's policy against an in-process simulated block stack in virtual time.
     Simulate(mergetune::sim::cli::SimulateArgs),
+    /// Run the policy over a recording (`run --record FILE`) and print the decisions it
+    /// would make, with reasons: what-if tuning on production data, offline.
+    Replay {
+        /// The recording (JSON lines, one tick per line).
+        file: PathBuf,
+        /// Config for the replayed policy [default: built-in defaults].
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print the decisions as one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
     Status {
         /// The daemon's metrics endpoint ([metrics] listen).
@@ -92,6 +104,10 @@ struct RunArgs {
     /// Root of procfs (tests point this at a fake tree).
     #[arg(long, default_value = "/proc")]
     procfs_root: PathBuf,
+    /// Append every tick's raw samples to FILE (JSON lines, one per tick), for
+    /// `mergetune replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// Override [metrics] listen: IP:PORT of the read-only /metrics and /status endpoint;
     /// "" turns it off. With --once the endpoint is off unless this is given.
     #[arg(long, value_name = "ADDR")]
@@ -149,6 +165,50 @@ fn run_command(cmd: Command) -> Result<i32> {
         }
         Command::Simulate(args) => {
             mergetune::sim::cli::run(args)?;
+            Ok(0)
+        }
+        Command::Replay { file, config, json } => {
+            let cfg = match &config {
+                Some(p) => config::load_file(p)?,
+                None => Config::default(),
+            };
+            let ticks = mergetune::record::load(&file)?;
+            let n = ticks.len();
+            let span_ms = ticks.last().map(|t| t.t_ms).unwrap_or(0) - ticks[0].t_ms;
+            let mut daemon = Daemon::simulated(cfg);
+            let decisions = mergetune::record::replay(ticks, &mut daemon);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "file": file.display().to_string(),
+                        "ticks": n,
+                        "span_ms": span_ms,
+                        "decisions": decisions,
+                        "devices": daemon.rows(),
+                    }))?
+                );
+            } else {
+                println!(
+                    "{}: {n} ticks over {:.1} s, {} decision(s)",
+                    file.display(),
+                    span_ms as f64 / 1000.0,
+                    decisions.len()
+                );
+                for d in &decisions {
+                    println!(
+                        "{:>10.1} s  {:<10} {} {} -> {} [{}]: {}",
+                        d.at_ms as f64 / 1000.0,
+                        d.device,
+                        d.attr,
+                        d.from,
+                        d.to,
+                        d.kind,
+                        d.reason
+                    );
+                }
+                print!("{}", format_rows(&daemon.rows()));
+            }
             Ok(0)
         }
         Command::Status { addr, json } => {
@@ -320,6 +380,13 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         });
     }
 
+    let mut recorder = match &args.record {
+        Some(p) => {
+            info!("recording every tick to {}", p.display());
+            Some(mergetune::record::Recorder::create(p)?)
+        }
+        None => None,
+    };
     let start = Instant::now();
     let now_ms = |start: &Instant| start.elapsed().as_millis() as u64;
     let mut next_tick = Duration::ZERO;
@@ -331,7 +398,18 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
             worst_lag = worst_lag.max(lag);
             let tick_at = now_ms(&start);
             let tick_start = Instant::now();
-            let decisions = daemon.tick(tick_at, &mut fs);
+            let decisions = match recorder.as_mut() {
+                Some(rec) => {
+                    let mut rfs = mergetune::record::RecordingFs::new(&mut fs, tick_at);
+                    let d = daemon.tick(tick_at, &mut rfs);
+                    if let Err(e) = rec.write(&rfs.finish()) {
+                        error!("{e}; recording stopped");
+                        recorder = None;
+                    }
+                    d
+                }
+                None => daemon.tick(tick_at, &mut fs),
+            };
             let took = tick_start.elapsed();
             metrics.update(
                 &daemon,

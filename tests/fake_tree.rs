@@ -173,8 +173,12 @@ struct Daemon(Child);
 
 impl Daemon {
     fn start(fk: &FakeKernel) -> Daemon {
+        Self::start_with(fk, &[])
+    }
+    fn start_with(fk: &FakeKernel, extra: &[&std::ffi::OsStr]) -> Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
             .arg("run")
+            .args(extra)
             .arg("--config")
             .arg(config(fk))
             .arg("--sysfs-root")
@@ -357,4 +361,44 @@ fn sighup_with_a_bad_config_keeps_running() {
     d.signal("TERM");
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "0");
+}
+
+#[test]
+fn a_recorded_run_replays_to_the_same_decisions() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let rec = fk.root.path().join("rec.jsonl");
+    let mut d = Daemon::start_with(&fk, &["--record".as_ref(), rec.as_os_str()]);
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+    d.signal("TERM");
+    assert!(d.wait().success());
+    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["replay", "--json", "--config"])
+        .arg(config(&fk))
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<&str> = v["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    // The live run went L0 -> L1 -> L2 -> L3; the replay decides the same.
+    assert_eq!(kinds, ["step_down", "step_down", "disable"], "{v}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["replay", "/nonexistent/rec.jsonl"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent/rec.jsonl"));
 }
