@@ -1,0 +1,247 @@
+//! The systemd unit: `systemd-analyze verify` passes and `systemd-analyze security` rates it
+//! OK or better (both skipped with a message where systemd-analyze is not installed; CI
+//! installs it), the directives the daemon relies on are there, and the daemon speaks the
+//! notify protocol (READY=1 after the first tick, WATCHDOG=1, STATUS=, STOPPING=1).
+
+use std::io::Read;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn unit_text() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/mergetune.service"))
+        .unwrap()
+}
+
+fn directives(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with('[') && !l.is_empty())
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn value<'a>(d: &'a [(String, String)], key: &str) -> Vec<&'a str> {
+    d.iter()
+        .filter(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+#[test]
+fn unit_has_what_the_daemon_relies_on() {
+    let text = unit_text();
+    let d = directives(&text);
+    for (key, want) in [
+        ("Type", "notify"),
+        ("Restart", "on-failure"),
+        ("RuntimeDirectory", "mergetune"),
+        ("RuntimeDirectoryPreserve", "yes"),
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("PrivateDevices", "yes"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("LockPersonality", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("ReadWritePaths", "/sys/devices"),
+    ] {
+        assert!(
+            value(&d, key).contains(&want),
+            "{key}={want} missing: {:?}",
+            value(&d, key)
+        );
+    }
+    assert!(value(&d, "WatchdogSec").len() == 1);
+    assert!(
+        value(&d, "ExecStopPost")
+            .iter()
+            .any(|v| v.ends_with("mergetune restore --state-dir /run/mergetune")),
+        "ExecStopPost restore"
+    );
+    assert!(value(&d, "SystemCallFilter").contains(&"@system-service"));
+    let families = value(&d, "RestrictAddressFamilies").join(" ");
+    for f in ["AF_UNIX", "AF_INET", "AF_INET6"] {
+        assert!(
+            families.contains(f),
+            "{f}: journal/notify or metrics would break"
+        );
+    }
+    // These would break the daemon: /proc/diskstats hidden, a fake root, no loopback.
+    for (key, bad) in [
+        ("ProcSubset", "pid"),
+        ("PrivateUsers", "yes"),
+        ("PrivateNetwork", "yes"),
+    ] {
+        assert!(
+            !value(&d, key).contains(&bad),
+            "{key}={bad} breaks mergetune"
+        );
+    }
+    // The state dir of ExecStopPost is the runtime directory, and the config's default.
+    assert_eq!(
+        mergetune::config::Config::default().daemon.state_dir,
+        PathBuf::from("/run/mergetune")
+    );
+}
+
+fn systemd_analyze() -> Option<PathBuf> {
+    let out = Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| PathBuf::from("systemd-analyze"))
+}
+
+/// The unit with ExecStart pointing at the binary under test (verify checks it exists).
+fn unit_under_test(dir: &Path) -> PathBuf {
+    let text = unit_text().replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune"));
+    let p = dir.join("mergetune.service");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn systemd_analyze_verify_passes() {
+    let Some(sa) = systemd_analyze() else {
+        eprintln!("SKIP: systemd-analyze not installed (apt-get install systemd)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_under_test(dir.path());
+    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("mergetune.service:"),
+        "systemd-analyze verify: {}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn systemd_analyze_security_rates_it_ok_or_better() {
+    let Some(sa) = systemd_analyze() else {
+        eprintln!("SKIP: systemd-analyze not installed (apt-get install systemd)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_under_test(dir.path());
+    let out = Command::new(sa)
+        .args(["security", "--offline=true", "--no-pager"])
+        .arg(&unit)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let line = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no overall exposure line:\n{text}"));
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read the score: {line}"));
+    // docs/hardening.md records 1.5; "OK" is below 5.0. Keep a margin for newer systemd
+    // versions that add checks.
+    assert!(
+        score <= 2.5,
+        "exposure {score} (docs/hardening.md says 1.5): {line}"
+    );
+}
+
+fn fake_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("sys/block/sda/queue");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
+    std::fs::write(q.join("rotational"), "0\n").unwrap();
+    std::fs::create_dir_all(t.path().join("sys/block/sda/slaves")).unwrap();
+    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    std::fs::write(
+        t.path().join("proc/diskstats"),
+        "   8       0 sda 100 0 800 10 100 0 800 10 0 20 20 0 0 0 0 0 0\n",
+    )
+    .unwrap();
+    t
+}
+
+#[test]
+fn daemon_notifies_ready_watchdog_status_and_stopping() {
+    let t = fake_tree();
+    let sock_path = t.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["run", "--interval-ms", "100", "--metrics-listen", ""])
+        .arg("--sysfs-root")
+        .arg(t.path().join("sys"))
+        .arg("--procfs-root")
+        .arg(t.path().join("proc"))
+        .arg("--state-dir")
+        .arg(t.path().join("state"))
+        .arg("--config")
+        .arg("/dev/null")
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "2000000")
+        .env_remove("WATCHDOG_PID")
+        .env_remove("JOURNAL_STREAM")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut got: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if let Ok(n) = sock.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        }
+        if got.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2 {
+            break;
+        }
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(n) = sock.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        }
+        if got.iter().any(|m| m.contains("STOPPING=1")) {
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status}\n{stderr}");
+    let first = got
+        .first()
+        .unwrap_or_else(|| panic!("nothing sent\n{stderr}"));
+    assert!(
+        first.starts_with("READY=1\nSTATUS=") && first.contains("1 of 1 devices managed"),
+        "first message {first:?}"
+    );
+    assert!(
+        got.iter().filter(|m| *m == "WATCHDOG=1").count() >= 2,
+        "{got:?}"
+    );
+    assert!(got.iter().any(|m| m.starts_with("STOPPING=1")), "{got:?}");
+}
