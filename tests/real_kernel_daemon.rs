@@ -337,6 +337,10 @@ probe_initial_backoff_secs = 2
 probe_max_backoff_secs = 4
 probe_windows = 1
 max_changes_per_hour = 60
+
+[metrics]
+# Off: a fixed port could collide with another daemon on the machine.
+listen = ""
 "#,
         state = state_dir.display(),
         name = dev.name(),
