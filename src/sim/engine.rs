@@ -1304,9 +1304,13 @@ impl Simulation {
                 self.acc[ph][d].cycles += cycles + cost.merge;
                 return;
             }
+            // Nothing queued means nothing to find: the lookups are still charged (the
+            // kernel does them), but the simulator skips the work.
+            let queued = self.devs[d].queued > 0;
             if eff == 0 {
                 cycles += cost.hash_lookup;
-                if let Some(&r) = self.devs[d].hash.get(&bio.sector)
+                if queued
+                    && let Some(&r) = self.devs[d].hash.get(&bio.sector)
                     && self.try_merge(r, b, false)
                 {
                     self.devs[d].last_merge = r;
@@ -1318,10 +1322,14 @@ impl Simulation {
                 if front_ok {
                     cycles += cost.front_lookup;
                     let end = bio.sector + bio.nr_sectors as u64;
-                    let hit = dev.sorted[bio.dir.idx()]
-                        .range((end, 0)..=(end, u32::MAX))
-                        .next()
-                        .map(|&(_, r)| r);
+                    let hit = if queued {
+                        dev.sorted[bio.dir.idx()]
+                            .range((end, 0)..=(end, u32::MAX))
+                            .next()
+                            .map(|&(_, r)| r)
+                    } else {
+                        None
+                    };
                     if let Some(r) = hit
                         && self.try_merge(r, b, true)
                     {
