@@ -117,6 +117,10 @@ fn request_size_limits_stop_merging() {
 }
 
 fn fio_job(pattern: &str, batch: u32, nomerges: u8, rw: &str) -> (u64, u64) {
+    fio_job_c(pattern, batch, batch, nomerges, rw)
+}
+
+fn fio_job_c(pattern: &str, batch: u32, complete: u32, nomerges: u8, rw: &str) -> (u64, u64) {
     // A loop device: tags 128, mq-deadline; fio iodepth 64, 4 KiB, 32 MiB.
     let read = if rw == "read" { 100.0 } else { 0.0 };
     let text = format!(
@@ -125,6 +129,7 @@ fn fio_job(pattern: &str, batch: u32, nomerges: u8, rw: &str) -> (u64, u64) {
          [[phase]]\nname = \"fio\"\nduration_s = 5.0\n\
          [[phase.job]]\nname = \"f\"\ndevice = \"sda\"\npattern = \"{pattern}\"\n\
          read_percent = {read}\nblock_size_kb = 4\niodepth = 64\nbatch = {batch}\n\
+         batch_complete = {complete}\n\
          io_size_mb = 32\nsize_mb = 512\n"
     );
     let mut sim = Simulation::new(&scenario(&text)).unwrap();
@@ -154,6 +159,12 @@ fn kernel_fio_jobs_merge_as_measured() {
         assert!(merged * 100 <= done + merged, "unbatched {rw}: {merged}");
         let (done, merged) = fio_job("random", 1, 0, rw);
         assert!(merged * 100 <= done + merged, "random {rw}: {merged}");
+        // iodepth_batch_submit=64 alone: only the first batch merges (63 of 8,192).
+        assert_eq!(
+            fio_job_c("sequential", 64, 1, 0, rw),
+            (8192 - 63, 63),
+            "{rw}"
+        );
     }
 }
 

@@ -495,6 +495,8 @@ struct Job {
     kind: JobKind,
     iodepth: u32,
     batch: u32,
+    /// Free slots needed before the job submits again (fio iodepth_batch_complete_min).
+    batch_complete: u32,
     think_ns: u64,
     rate_interval_ns: u64,
     sync_writes: bool,
@@ -752,6 +754,7 @@ impl Simulation {
             kind: JobKind::Manual,
             iodepth: u32::MAX,
             batch: 1,
+            batch_complete: 1,
             think_ns: 0,
             rate_interval_ns: 0,
             sync_writes: true,
@@ -848,6 +851,7 @@ impl Simulation {
                             kind,
                             iodepth: js.iodepth,
                             batch: js.batch,
+                            batch_complete: js.batch_complete.unwrap_or(js.batch),
                             think_ns: us(js.think_time_us),
                             rate_interval_ns: if js.rate_iops > 0.0 {
                                 (1e9 / js.rate_iops) as u64
@@ -1833,9 +1837,11 @@ impl Simulation {
             if job.think_ns > 0 {
                 job.next_think_ns = job.next_think_ns.max(now.saturating_add(job.think_ns));
             }
-            if job.active && !job.in_wake_list {
-                job.in_wake_list = true;
-                self.wake_list.push(j as u32);
+            // Like fio reaping each completion as it arrives: the job may submit again at
+            // once (a request's bios complete one after another, so with
+            // batch_complete=1 they come back as single submissions).
+            if job.active {
+                self.job_try_submit(j);
             }
         }
     }
@@ -1864,7 +1870,7 @@ impl Simulation {
             let now = self.now_ns;
             let job = &mut self.jobs[j];
             let free = job.iodepth - job.outstanding.min(job.iodepth);
-            if free < job.batch || job.budget_sectors == 0 {
+            if free == 0 || free < job.batch_complete || job.budget_sectors == 0 {
                 return;
             }
             let allowed = job.next_think_ns.max(job.next_rate_ns);
@@ -1875,7 +1881,7 @@ impl Simulation {
                 }
                 return;
             }
-            let n = job.batch;
+            let n = job.batch.min(free);
             if job.rate_interval_ns > 0 {
                 job.next_rate_ns = job
                     .next_rate_ns

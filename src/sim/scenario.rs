@@ -149,10 +149,14 @@ pub struct JobSpec {
     /// Bios in flight at most (fio iodepth).
     #[serde(default = "one")]
     pub iodepth: u32,
-    /// Bios submitted together under one plug, once that many slots are free
-    /// (fio iodepth_batch_submit with iodepth_batch_complete_min of the same size).
+    /// Bios submitted together under one plug (fio iodepth_batch_submit): up to this many
+    /// of the free slots at each submission.
     #[serde(default = "one")]
     pub batch: u32,
+    /// Free slots needed before submitting again (fio iodepth_batch_complete_min);
+    /// default: `batch`, so a batch is submitted whole once the previous one completed.
+    #[serde(default)]
+    pub batch_complete: Option<u32>,
     /// Pause after each completion before the slot is reused, in microseconds.
     #[serde(default)]
     pub think_time_us: f64,
@@ -483,6 +487,11 @@ impl Scenario {
                 }
                 if j.batch == 0 || j.batch > j.iodepth {
                     return Err(bad(k("batch"), "must be in 1..=iodepth"));
+                }
+                if let Some(c) = j.batch_complete
+                    && (c == 0 || c > j.iodepth)
+                {
+                    return Err(bad(k("batch_complete"), "must be in 1..=iodepth"));
                 }
                 if !(j.think_time_us.is_finite() && j.think_time_us >= 0.0) {
                     return Err(bad(k("think_time_us"), "must be >= 0"));
