@@ -506,7 +506,6 @@ struct Job {
     next_think_ns: u64,
     next_rate_ns: u64,
     wake_pending: bool,
-    in_wake_list: bool,
     plugging: bool,
     plug: Vec<u32>,
 }
@@ -588,7 +587,6 @@ pub struct Simulation {
     cost: CostModel,
     rng: SplitMix64,
     end_ns: u64,
-    wake_list: Vec<u32>,
     pieces: Vec<Piece>,
     pub(crate) nomerges_log: Vec<NomergesChange>,
     pub(crate) scheduler_switches: u64,
@@ -763,7 +761,6 @@ impl Simulation {
             next_think_ns: 0,
             next_rate_ns: 0,
             wake_pending: false,
-            in_wake_list: false,
             plugging: false,
             plug: Vec::new(),
         }];
@@ -868,7 +865,6 @@ impl Simulation {
                             next_think_ns: 0,
                             next_rate_ns: 0,
                             wake_pending: false,
-                            in_wake_list: false,
                             plugging: false,
                             plug: Vec::with_capacity(PLUG_MAX_REQUESTS),
                         });
@@ -896,7 +892,6 @@ impl Simulation {
             cost: sc.cost,
             rng: SplitMix64::new(sc.seed ^ 0x6d65_7267_6574_756e),
             end_ns: t,
-            wake_list: Vec::new(),
             pieces: Vec::new(),
             nomerges_log: Vec::new(),
             scheduler_switches: 0,
@@ -1049,14 +1044,12 @@ impl Simulation {
             self.enqueue(r);
         }
         self.run_dispatch(d);
-        self.process_wakes();
     }
 
     pub(crate) fn set_tunable(&mut self, d: usize, key: &str, v: u64) -> bool {
         let ok = self.devs[d].tun.set(key, v);
         if ok {
             self.run_dispatch(d);
-            self.process_wakes();
         }
         ok
     }
@@ -1091,7 +1084,6 @@ impl Simulation {
                 EV_PHASE => self.start_phase(ev.a() as usize),
                 _ => {}
             }
-            self.process_wakes();
         }
         self.now_ns = self.now_ns.max(t_ns);
     }
@@ -1197,7 +1189,6 @@ impl Simulation {
             self.new_bio(0, d, s.dir, true, s.sector, nr);
         }
         self.flush_plug(0);
-        self.process_wakes();
         Ok(())
     }
 
@@ -1843,13 +1834,6 @@ impl Simulation {
             if job.active {
                 self.job_try_submit(j);
             }
-        }
-    }
-
-    fn process_wakes(&mut self) {
-        while let Some(j) = self.wake_list.pop() {
-            self.jobs[j as usize].in_wake_list = false;
-            self.job_try_submit(j as usize);
         }
     }
 
