@@ -22,3 +22,31 @@ fn print_default_report() {
     println!("{}", r.render_text());
     println!("wall {:?}", start.elapsed());
 }
+
+/// The embedded default scenario under the daemon's own policy: merging goes off (fully or
+/// partly) during the random phase and is back at nomerges=0 during the sequential backup.
+#[test]
+fn default_scenario_adaptive_turns_merging_off_and_back_on() {
+    let sc = Scenario::default_scenario();
+    let backup = &sc.phases[1];
+    let backup_start_ms = (sc.phases[0].duration_s * 1000.0) as u64;
+    let backup_end_ms = backup_start_ms + (backup.duration_s * 1000.0) as u64;
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut c = Policy::Adaptive.controller(Config::default());
+    let r = run_scenario(&mut sim, c.as_mut(), "adaptive", &mut |_, _| {});
+    let tl = &r.nomerges_timeline;
+    assert!(
+        tl.iter()
+            .any(|ch| ch.value > 0 && ch.at_ms < backup_start_ms),
+        "merging never restricted during OLTP: {tl:?}"
+    );
+    assert!(
+        tl.iter()
+            .any(|ch| ch.value == 0 && ch.at_ms >= backup_start_ms && ch.at_ms < backup_end_ms),
+        "merging never re-enabled during the backup: {tl:?}"
+    );
+    assert!(r.decisions.iter().all(|d| !d.reason.is_empty()));
+    // The backup merges once merging is back on.
+    assert!(r.phases[1].devices[0].read.merge_percent > 50.0);
+    assert!(r.render_text().contains("decisions"));
+}
