@@ -240,3 +240,26 @@ fn extreme_values_do_not_panic() {
     s.run_to_end();
     assert!(s.total_bios() > 0);
 }
+
+#[test]
+fn scheduler_switches_freeze_the_queue() {
+    let run = |switch: bool| {
+        let text = "[[device]]\nname = \"sda\"\nkind = \"ssd\"\nqueue_depth = 32\n\
+                    [[phase]]\nname = \"p\"\nduration_s = 1.0\n\
+                    [[phase.job]]\nname = \"r\"\ndevice = \"sda\"\niodepth = 32\n";
+        let mut s = Simulation::new(&Scenario::from_toml_str(text, "t", None).unwrap()).unwrap();
+        let scheds = ["none", "mq-deadline"];
+        for i in 1..=1000u64 {
+            s.advance_to(i * 1_000_000);
+            if switch {
+                s.write_attr("sda", "queue/scheduler", scheds[(i % 2) as usize])
+                    .unwrap();
+            }
+        }
+        s.run_to_end();
+        s.device_stat("sda").unwrap().completed(Dir::Read)
+    };
+    let steady = run(false);
+    let switching = run(true);
+    assert!(switching < steady, "{switching} vs {steady}");
+}
