@@ -4,8 +4,9 @@
 //!
 //! It runs on a single-threaded tokio runtime in its own thread, so the daemon's synchronous
 //! tick loop keeps its interval whatever the scrapers do. Connections are bounded (excess
-//! connections wait in the kernel's accept queue), a client has a few seconds to send its
-//! request head, and a connection lives at most a minute. A failure here is logged and never
+//! connections wait in the kernel's accept queue; past half the slots, connections are not
+//! kept alive), a client has a few seconds to send a request head (also between two requests
+//! on a kept-alive connection), and a connection lives at most a minute. A failure here is logged and never
 //! reaches the daemon.
 
 use crate::metrics::Metrics;
@@ -138,6 +139,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, l
             }
         };
         let _ = stream.set_nodelay(true);
+        // Past half the slots, new connections are served once and closed, so that
+        // keep-alive clients cannot hold every slot while others wait in the accept queue.
+        let keep_alive = permits.available_permits() >= limits.max_connections / 2;
         let metrics = metrics.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
@@ -151,7 +155,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, l
                 .header_read_timeout(limits.header_timeout)
                 .max_buf_size(limits.max_request_head_bytes.max(8192))
                 .max_headers(limits.max_headers)
-                .keep_alive(true)
+                .keep_alive(keep_alive)
                 .serve_connection(TokioIo::new(stream), service);
             match tokio::time::timeout(limits.connection_lifetime, conn).await {
                 Ok(Ok(())) => {}

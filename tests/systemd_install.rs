@@ -1,0 +1,91 @@
+//! `make install` / `make uninstall` into a staging directory: everything lands where the
+//! unit expects it, an existing config is never overwritten, uninstall reverses install.
+
+use std::path::Path;
+use std::process::Command;
+
+fn make(dest: &Path, target: &str, extra: &[&str]) -> std::process::Output {
+    Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(env!("CARGO_MANIFEST_DIR"))
+        .arg(target)
+        .arg(format!("DESTDIR={}", dest.display()))
+        .arg(format!("BIN={}", env!("CARGO_BIN_EXE_mergetune")))
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn install_then_uninstall_into_a_staging_dir() {
+    if Command::new("make").arg("--version").output().is_err() {
+        eprintln!("SKIP: make not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let dest = d.path();
+    let out = make(dest, "install", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "usr/local/bin/mergetune",
+        "etc/systemd/system/mergetune.service",
+        "etc/mergetune/mergetune.toml",
+        "usr/local/share/doc/mergetune/operator.md",
+        "usr/local/share/doc/mergetune/metrics.md",
+        "usr/local/share/doc/mergetune/hardening.md",
+        "usr/local/share/doc/mergetune/mergetune.json",
+        "usr/local/share/doc/mergetune/mergetune.toml.example",
+    ] {
+        assert!(dest.join(f).exists(), "{f} not installed");
+    }
+    let unit = std::fs::read_to_string(dest.join("etc/systemd/system/mergetune.service")).unwrap();
+    assert!(
+        unit.contains(
+            "ExecStart=/usr/local/bin/mergetune run --config /etc/mergetune/mergetune.toml"
+        )
+    );
+
+    // An operator's config survives a reinstall.
+    let cfg = dest.join("etc/mergetune/mergetune.toml");
+    std::fs::write(&cfg, "[policy]\nenabled = false\n").unwrap();
+    let out = make(dest, "install", &[]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read_to_string(&cfg).unwrap(),
+        "[policy]\nenabled = false\n"
+    );
+
+    // Another prefix: the unit follows.
+    let d2 = tempfile::tempdir().unwrap();
+    let out = make(d2.path(), "install", &["PREFIX=/opt/mt"]);
+    assert!(out.status.success());
+    let unit =
+        std::fs::read_to_string(d2.path().join("etc/systemd/system/mergetune.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/opt/mt/bin/mergetune run"),
+        "{unit}"
+    );
+    assert!(
+        unit.contains("ExecStopPost=/opt/mt/bin/mergetune restore"),
+        "{unit}"
+    );
+
+    let out = make(dest, "uninstall", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dest.join("usr/local/bin/mergetune").exists());
+    assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
+    assert!(!dest.join("usr/local/share/doc/mergetune").exists());
+    assert!(cfg.exists(), "config kept without PURGE=1");
+    let out = make(dest, "uninstall", &["PURGE=1"]);
+    assert!(out.status.success());
+    assert!(!dest.join("etc/mergetune").exists());
+}
