@@ -327,8 +327,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         Some(l) => l.clone(),
         // `--once` looks at the machine next to a running service: no second endpoint.
         None if args.once => String::new(),
-        // Until `Config` has `pub metrics: MetricsConfig` (lead: config.rs), the default.
-        None => mergetune::metrics::MetricsConfig::default().listen,
+        None => cfg.metrics.listen.clone(),
     };
     let metrics = Arc::new(Metrics::new());
     let _server = match mergetune::metrics::parse_listen(&listen) {
