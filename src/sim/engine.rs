@@ -1234,24 +1234,26 @@ impl Simulation {
             c.acct(now);
             c.in_flight += 1;
         }
+        // The scratch vector is taken out while the pieces are submitted (no allocation
+        // per bio once it has grown) and put back afterwards.
         let mut pieces = std::mem::take(&mut self.pieces);
-        let members = match &self.devs[d].media {
-            Media::Dm { table, members } => {
-                table.map(bio.sector, bio.nr_sectors, &mut pieces);
-                members.clone()
-            }
-            _ => Vec::new(),
-        };
+        if let Media::Dm { table, .. } = &self.devs[d].media {
+            table.map(bio.sector, bio.nr_sectors, &mut pieces);
+        } else {
+            pieces.clear();
+        }
         let acc = &mut self.acc[ph][d];
         acc.bios[bio.dir.idx()] += 1;
         acc.cycles += self.cost.dm_split * pieces.len() as u64;
         self.bios[b as usize].remaining = pieces.len() as u32;
-        let list: Vec<Piece> = pieces.clone();
-        self.pieces = pieces;
-        for p in list {
+        for p in &pieces {
+            let member = match &self.devs[d].media {
+                Media::Dm { members, .. } => members[p.member],
+                _ => continue,
+            };
             let child = self.alloc_bio(Bio {
                 job: bio.job,
-                dev: members[p.member],
+                dev: member,
                 dir: bio.dir,
                 sync: bio.sync,
                 sector: p.member_sector,
@@ -1263,6 +1265,7 @@ impl Simulation {
             });
             self.submit_bio(child, j);
         }
+        self.pieces = pieces;
     }
 
     #[inline]
