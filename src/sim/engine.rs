@@ -28,8 +28,9 @@
 //!    and never merges.
 //!
 //! Counters are the kernel's 17 `stat` fields: completed = requests after merging, merged =
-//! bios merged into an existing request, ms fields from ns sums, io_ticks and
-//! time_in_queue integrated over in-flight count changes.
+//! bios merged into an existing request, ms fields from ns sums, io_ticks (time with at
+//! least one request in flight) integrated over in-flight count changes, and the weighted
+//! field 11 as the kernel prints it since 5.x: the sum of the per-direction ns, in ms.
 
 use super::cost::CostModel;
 use super::hist::Histogram;
@@ -405,7 +406,6 @@ struct Counters {
     ticks_ns: [u64; 2],
     in_flight: u64,
     io_ticks_ns: u64,
-    time_in_queue_ns: u64,
     last_ns: u64,
 }
 
@@ -415,7 +415,6 @@ impl Counters {
         let dt = now.saturating_sub(self.last_ns);
         if self.in_flight > 0 {
             self.io_ticks_ns += dt;
-            self.time_in_queue_ns += dt * self.in_flight;
         }
         self.last_ns = now;
     }
@@ -989,7 +988,7 @@ impl Simulation {
             ms(c.ticks_ns[1]),
             c.in_flight,
             ms(c.io_ticks_ns),
-            ms(c.time_in_queue_ns),
+            ms(c.ticks_ns[0] + c.ticks_ns[1]),
             0,
             0,
             0,
