@@ -5,6 +5,7 @@
 //! real loop, the dry-run and the simulator (`sim`) all share.
 
 pub mod actuator;
+pub mod advise;
 pub mod blockfs;
 pub mod config;
 pub mod controller;
@@ -14,9 +15,11 @@ pub mod diskstats;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod plot;
 pub mod policy;
 pub mod record;
 pub mod sampler;
 pub mod state;
+pub mod tracecap;
 pub mod status;
 pub mod sim;

@@ -69,6 +69,17 @@ enum Command {
         /// Print the decisions as one JSON document.
         #[arg(long)]
         json: bool,
+        /// Draw merge ratios, ladder level, bios/s and latency per device over time (SVG).
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+    /// Read a captured block trace and suggest the merge level, scheduler and slice
+    /// settings, each with its evidence (`--what-if`: their modelled effect).
+    Advise(mergetune::advise::AdviseArgs),
+    /// Capture block traces for `advise`.
+    Trace {
+        #[command(subcommand)]
+        command: mergetune::tracecap::TraceCommand,
     },
     /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
     Status {
@@ -167,7 +178,14 @@ fn run_command(cmd: Command) -> Result<i32> {
             mergetune::sim::cli::run(args)?;
             Ok(0)
         }
-        Command::Replay { file, config, json } => {
+        Command::Advise(args) => mergetune::advise::run(args),
+        Command::Trace { command } => mergetune::tracecap::run(command),
+        Command::Replay {
+            file,
+            config,
+            json,
+            plot,
+        } => {
             let cfg = match &config {
                 Some(p) => config::load_file(p)?,
                 None => Config::default(),
@@ -176,7 +194,17 @@ fn run_command(cmd: Command) -> Result<i32> {
             let n = ticks.len();
             let span_ms = ticks.last().map(|t| t.t_ms).unwrap_or(0) - ticks[0].t_ms;
             let mut daemon = Daemon::simulated(cfg);
-            let decisions = mergetune::record::replay(ticks, &mut daemon);
+            let decisions = match &plot {
+                Some(p) => {
+                    let mut sampling = mergetune::plot::Sampling::new(&mut daemon);
+                    let d = mergetune::record::replay(ticks, &mut sampling);
+                    let mut series = sampling.finish();
+                    series.title = format!("replay of {}", file.display());
+                    mergetune::plot::plot_series(&series, p)?;
+                    d
+                }
+                None => mergetune::record::replay(ticks, &mut daemon),
+            };
             if json {
                 println!(
                     "{}",

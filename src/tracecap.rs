@@ -1,0 +1,331 @@
+//! `mergetune trace capture`: record one device's block events from the tracing filesystem.
+//!
+//! blktrace's relay files are refused on locked-down kernels (DESIGN.md); the tracing
+//! filesystem's block events work and their merge counts equal the kernel's stat deltas.
+//! The capture uses a private tracefs instance (`instances/mergetune-PID`): its own ring
+//! buffer and event switches, so the global buffer and other tools' tracing are untouched.
+//! Every block event is filtered on the device's `dev_t`. Events are streamed from the
+//! instance's `trace_pipe` to the output file while the capture runs, so a long capture
+//! does not overrun the ring buffer. At the end (time up, Ctrl-C, SIGTERM or an error) the
+//! events are switched off, a marker line ends the stream, and the instance is removed.
+//! tracefs is mounted at /sys/kernel/tracing when it is not mounted, and left mounted.
+
+use anyhow::{Context as _, bail};
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+pub const INSTANCE_PREFIX: &str = "mergetune-";
+/// Events enabled, in this order; those this kernel lacks are skipped (block_bio_queue is
+/// required). Plug events name no device and cannot be filtered: left out.
+pub const EVENTS: [&str; 8] = [
+    "block_bio_queue",
+    "block_bio_backmerge",
+    "block_bio_frontmerge",
+    "block_rq_insert",
+    "block_rq_issue",
+    "block_rq_complete",
+    "block_rq_requeue",
+    "block_split",
+];
+const END_MARKER: &str = "mergetune-capture-end";
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum TraceCommand {
+    /// Record one device's block events from the tracing filesystem (root).
+    Capture(CaptureArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CaptureArgs {
+    /// The device: a name under /sys/block (loop0, sda) or /dev/NAME.
+    #[arg(long)]
+    pub device: String,
+    /// How long to record, in seconds (Ctrl-C stops earlier and keeps what was recorded).
+    #[arg(long)]
+    pub seconds: f64,
+    /// Output file (tracefs text, readable by `mergetune advise`).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Ring buffer per CPU, KiB.
+    #[arg(long, default_value_t = 8192)]
+    pub buffer_kb: u64,
+}
+
+pub fn run(cmd: TraceCommand) -> anyhow::Result<i32> {
+    match cmd {
+        TraceCommand::Capture(a) => capture(&a),
+    }
+}
+
+/// The device's `(major, minor)` from `/sys/class/block/NAME/dev`.
+pub fn device_number(name: &str) -> anyhow::Result<(String, u32, u32)> {
+    let name = name.trim().trim_start_matches("/dev/").to_string();
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        bail!("--device {name:?}: not a block device name");
+    }
+    let p = Path::new("/sys/class/block").join(&name).join("dev");
+    let text = std::fs::read_to_string(&p).map_err(|e| {
+        anyhow::anyhow!(
+            "--device {name}: no such block device ({}: {e})",
+            p.display()
+        )
+    })?;
+    let (a, b) = text
+        .trim()
+        .split_once(':')
+        .with_context(|| format!("{}: unexpected content {text:?}", p.display()))?;
+    Ok((name, a.parse()?, b.parse()?))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn ensure_tracefs() -> anyhow::Result<()> {
+    if Path::new(TRACEFS).join("instances").is_dir() {
+        return Ok(());
+    }
+    let src = CString::new("nodev")?;
+    let target = CString::new(TRACEFS)?;
+    let fstype = CString::new("tracefs")?;
+    // SAFETY: valid NUL-terminated strings, no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "tracefs is not mounted and mounting it at {TRACEFS} failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    if !Path::new(TRACEFS).join("instances").is_dir() {
+        bail!("tracefs mounted at {TRACEFS} but it has no instances/ directory");
+    }
+    eprintln!("mounted tracefs at {TRACEFS}");
+    Ok(())
+}
+
+/// A private tracefs instance: events off and the directory removed on drop (also on
+/// error or panic).
+struct Instance {
+    dir: PathBuf,
+    enabled: Vec<&'static str>,
+}
+
+impl Instance {
+    fn create() -> anyhow::Result<Instance> {
+        let dir = Path::new(TRACEFS)
+            .join("instances")
+            .join(format!("{INSTANCE_PREFIX}{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("cannot create tracefs instance {}", dir.display()))?;
+        Ok(Instance {
+            dir,
+            enabled: Vec::new(),
+        })
+    }
+
+    fn write(&self, rel: &str, value: &str) -> anyhow::Result<()> {
+        let p = self.dir.join(rel);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&p)
+            .with_context(|| format!("cannot open {}", p.display()))?;
+        f.write_all(value.as_bytes())
+            .with_context(|| format!("cannot write {value:?} to {}", p.display()))
+    }
+
+    fn disable(&mut self) {
+        for ev in self.enabled.drain(..) {
+            let _ = std::fs::write(self.dir.join(format!("events/block/{ev}/enable")), "0");
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.disable();
+        let _ = std::fs::write(self.dir.join("tracing_on"), "0");
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            eprintln!(
+                "warning: cannot remove tracefs instance {}: {e}",
+                self.dir.display()
+            );
+        }
+    }
+}
+
+/// Summary of a capture.
+#[derive(Debug, Clone, Default)]
+pub struct CaptureStats {
+    pub events: u64,
+    pub lost: u64,
+    pub bytes: u64,
+}
+
+fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
+    // Refusals first, before anything is touched.
+    let (name, major, minor) = device_number(&a.device)?;
+    if euid() != 0 {
+        bail!(
+            "trace capture needs root: the tracing filesystem is root-only (running as uid {})",
+            euid()
+        );
+    }
+    if !(a.seconds.is_finite() && a.seconds > 0.0) {
+        bail!("--seconds must be a positive number of seconds");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the SIGINT/SIGTERM handler")?;
+    }
+    let mut out = std::fs::File::create(&a.output)
+        .with_context(|| format!("cannot create {}", a.output.display()))?;
+    ensure_tracefs()?;
+    let mut inst = Instance::create()?;
+    inst.write("tracing_on", "0")?;
+    inst.write("buffer_size_kb", &a.buffer_kb.to_string())?;
+    let dev_t = ((major as u64) << 20) | minor as u64;
+    let filter = format!("dev == {dev_t}");
+    let mut skipped = Vec::new();
+    for ev in EVENTS {
+        let base = format!("events/block/{ev}");
+        if !inst.dir.join(&base).is_dir() {
+            if ev == "block_bio_queue" {
+                bail!("this kernel has no block:block_bio_queue tracepoint");
+            }
+            skipped.push(ev);
+            continue;
+        }
+        inst.write(&format!("{base}/filter"), &filter)?;
+        inst.write(&format!("{base}/enable"), "1")?;
+        inst.enabled.push(ev);
+    }
+    writeln!(
+        out,
+        "# mergetune trace capture: device {name} ({major},{minor}), {} s requested, events {}{}\n# kernel {}",
+        a.seconds,
+        inst.enabled.join(" "),
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" (absent here: {})", skipped.join(" "))
+        },
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    )?;
+    // The reader streams trace_pipe into the file until it sees the end marker.
+    let pipe = std::fs::File::open(inst.dir.join("trace_pipe"))
+        .with_context(|| format!("cannot open {}/trace_pipe", inst.dir.display()))?;
+    let reader = std::thread::spawn(move || -> std::io::Result<(std::fs::File, CaptureStats)> {
+        let mut stats = CaptureStats::default();
+        let mut r = BufReader::with_capacity(1 << 16, pipe);
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line)? == 0 {
+                break;
+            }
+            if line.contains(END_MARKER) {
+                break;
+            }
+            if let Some(i) = line.find("[LOST ") {
+                stats.lost += line[i + 6..]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            } else {
+                stats.events += 1;
+            }
+            stats.bytes += line.len() as u64;
+            w.write_all(line.as_bytes())?;
+        }
+        w.flush()?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        Ok((f, stats))
+    });
+    inst.write("tracing_on", "1")?;
+    let start = Instant::now();
+    let deadline = Duration::from_secs_f64(a.seconds);
+    eprintln!(
+        "recording block events of {name} ({major},{minor}) for {} s into {} (Ctrl-C stops)",
+        a.seconds,
+        a.output.display()
+    );
+    while start.elapsed() < deadline && !stop.load(Ordering::Relaxed) && !reader.is_finished() {
+        std::thread::sleep(Duration::from_millis(50).min(deadline.saturating_sub(start.elapsed())));
+    }
+    let took = start.elapsed();
+    let interrupted = stop.load(Ordering::Relaxed);
+    inst.disable();
+    // The marker goes through the same ring buffer, after the last block event.
+    let marker = inst.write("trace_marker", END_MARKER);
+    let _ = inst.write("tracing_on", "0");
+    let result = if marker.is_ok() {
+        let wait_until = Instant::now() + Duration::from_secs(10);
+        while !reader.is_finished() && Instant::now() < wait_until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if reader.is_finished() {
+            reader.join().ok()
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    drop(inst);
+    let (mut file, stats) = match result {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => bail!("writing {}: {e}", a.output.display()),
+        None => bail!(
+            "the trace reader did not finish; {} may be incomplete",
+            a.output.display()
+        ),
+    };
+    writeln!(
+        file,
+        "# end of capture: {} events in {:.2} s{}{}",
+        stats.events,
+        took.as_secs_f64(),
+        if interrupted { ", interrupted" } else { "" },
+        if stats.lost > 0 {
+            format!(
+                ", {} events LOST (ring buffer overran: raise --buffer-kb)",
+                stats.lost
+            )
+        } else {
+            String::new()
+        }
+    )?;
+    println!(
+        "{}: {} block events of {name} in {:.2} s{}{}",
+        a.output.display(),
+        stats.events,
+        took.as_secs_f64(),
+        if interrupted { " (interrupted)" } else { "" },
+        if stats.lost > 0 {
+            format!("; {} events lost, raise --buffer-kb", stats.lost)
+        } else {
+            String::new()
+        }
+    );
+    Ok(0)
+}
