@@ -407,15 +407,24 @@ fn draw_panel(
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], PROBE));
     } else {
         for (d, (label, color)) in [("reads", READ), ("writes", WRITE)].into_iter().enumerate() {
-            let pts: Vec<(f64, f64)> = smp
-                .iter()
-                .filter_map(|s| val(s, d).map(|v| (s.t_s, v)))
-                .collect();
-            if pts.is_empty() {
+            // A window without I/O of a direction leaves a gap, not a line across it.
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+            for s in smp {
+                match val(s, d) {
+                    Some(v) => runs.last_mut().unwrap_or(&mut Vec::new()).push((s.t_s, v)),
+                    None if runs.last().is_some_and(|r| !r.is_empty()) => runs.push(Vec::new()),
+                    None => {}
+                }
+            }
+            runs.retain(|r| !r.is_empty());
+            if runs.is_empty() {
                 continue;
             }
+            for r in runs.iter().skip(1) {
+                chart.draw_series(LineSeries::new(r.clone(), color.stroke_width(2)))?;
+            }
             chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(2)))?
+                .draw_series(LineSeries::new(runs[0].clone(), color.stroke_width(2)))?
                 .label(label)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
@@ -424,7 +433,11 @@ fn draw_panel(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(if kind == 1 {
+            SeriesLabelPosition::MiddleRight
+        } else {
+            SeriesLabelPosition::UpperRight
+        })
         .label_font(font(11))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))

@@ -1,0 +1,176 @@
+//! The SVG pictures: advise (scatter, sizes, rates, depth), a simulate run per tick through
+//! the `Sampling` controller and from its report alone, policies side by side, and
+//! `replay --plot`. With MERGETUNE_WRITE_DOC_IMAGES=1 the pictures of docs/advise.md are
+//! (re)written under docs/img/.
+
+use mergetune::blockfs::BlockFs;
+use mergetune::config::Config;
+use mergetune::daemon::Daemon;
+use mergetune::plot::{self, Sampling};
+use mergetune::record::{Recorder, RecordingFs};
+use mergetune::sim::{Policy, Scenario, Simulation, run_scenario};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where a picture goes: docs/img/ when asked to write the doc images, else a temp dir.
+fn out(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    if std::env::var("MERGETUNE_WRITE_DOC_IMAGES").as_deref() == Ok("1") {
+        let d = root().join("docs/img");
+        std::fs::create_dir_all(&d).unwrap();
+        d.join(name)
+    } else {
+        dir.path().join(name)
+    }
+}
+
+fn svg(path: &Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap();
+    assert!(s.starts_with("<svg"), "{}", &s[..s.len().min(80)]);
+    assert!(
+        s.len() < 2_000_000,
+        "{} is {} bytes",
+        path.display(),
+        s.len()
+    );
+    s
+}
+
+#[test]
+fn advise_plot_has_scatter_and_histogram() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = out(&dir, "advise_mixed.svg");
+    let status = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["advise", "tests/fixtures/trace_mixed.txt", "--plot"])
+        .arg(&p)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    let s = svg(&p);
+    for label in [
+        "where bios land",
+        "offset (GiB)",
+        "time (s)",
+        "bio sizes",
+        "4 KiB",
+        "bios and merges per second",
+        "requests in flight",
+        "reads",
+        "writes",
+    ] {
+        assert!(s.contains(label), "missing {label:?}");
+    }
+}
+
+fn run(policy: Policy) -> (mergetune::sim::Report, plot::Series) {
+    let sc = Scenario::default_scenario();
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut ctl = policy.controller(Config::default());
+    let mut sampling = Sampling::new(ctl.as_mut());
+    let report = run_scenario(&mut sim, &mut sampling, &policy.to_string(), &mut |_, _| {});
+    (report, sampling.finish())
+}
+
+#[test]
+fn simulate_plots_per_tick_from_report_and_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let (adaptive, series) = run(Policy::Adaptive);
+    let samples = &series.devices["sda"];
+    assert!(samples.len() > 200, "one sample per tick");
+    // The adaptive policy went down the ladder in the OLTP phase and back up for backup.
+    assert!(samples.iter().any(|s| s.level == 3));
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.level == 0 && s.merge_percent[0].unwrap_or(0.0) > 50.0)
+    );
+    let p = out(&dir, "simulate_default.svg");
+    plot::plot_run(&adaptive, Some(&series), &p).unwrap();
+    let s = svg(&p);
+    for label in [
+        "sda: merge ratio",
+        "sda: merge ladder level",
+        "sda: bios per second",
+        "latency (ms)",
+        "merged / bios (%)",
+        "oltp",
+        "backup",
+        "probe",
+        "decision",
+    ] {
+        assert!(s.contains(label), "missing {label:?}");
+    }
+    // From the report alone (phase steps).
+    let p2 = dir.path().join("report_only.svg");
+    plot::plot_report(&adaptive, &p2).unwrap();
+    assert!(svg(&p2).contains("sda: merge ladder level"));
+    // Side by side.
+    let (off, off_series) = run(Policy::Off);
+    let p3 = out(&dir, "simulate_compare.svg");
+    plot::plot_compare(
+        &[(&adaptive, Some(&series)), (&off, Some(&off_series))],
+        &p3,
+    )
+    .unwrap();
+    let s3 = svg(&p3);
+    assert!(s3.contains("policy adaptive") && s3.contains("policy off"));
+}
+
+#[test]
+fn replay_plot_from_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec_path = dir.path().join("rec.jsonl");
+    {
+        let sc = Scenario::default_scenario();
+        let mut sim = Simulation::new(&sc).unwrap();
+        let cfg = Config::default();
+        let mut d = Daemon::simulated(cfg.clone());
+        let mut rec = Recorder::create(&rec_path).unwrap();
+        let mut t = 0;
+        while t <= 120_000 {
+            sim.advance_to(t * 1_000_000);
+            let fs: &mut dyn BlockFs = &mut sim;
+            let mut rfs = RecordingFs::new(fs, t);
+            d.tick(t, &mut rfs);
+            rec.write(&rfs.finish()).unwrap();
+            t += cfg.daemon.interval_ms;
+        }
+    }
+    let p = out(&dir, "replay.svg");
+    let o = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["replay"])
+        .arg(&rec_path)
+        .arg("--plot")
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = svg(&p);
+    assert!(s.contains("replay of"));
+    assert!(s.contains("sda: merge ladder level"));
+}
+
+#[test]
+fn plotting_nothing_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = mergetune::advise::Analyzer::new(None).finish(&Default::default());
+    let e = plot::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
+    assert!(e.to_string().contains("nothing to plot"));
+    let e = plot::plot_series(&plot::Series::default(), &dir.path().join("y.svg")).unwrap_err();
+    assert!(e.to_string().contains("no device"));
+    let e = plot::plot_advise(
+        &mergetune::advise::analyze_file(
+            &root().join("tests/fixtures/trace_mixed.txt"),
+            None,
+            &Default::default(),
+        )
+        .unwrap(),
+        Path::new("/nonexistent-dir/x.svg"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("/nonexistent-dir/x.svg"));
+}

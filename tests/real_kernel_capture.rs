@@ -1,0 +1,207 @@
+//! `mergetune trace capture` on a real loop device while fio runs: the file holds the
+//! device's block events (and only its), `advise` reads it to the kernel's own merge
+//! counts, and afterwards the private tracefs instance is gone and global tracing is as it
+//! was; Ctrl-C (SIGINT) stops a capture early with the same cleanup. Runs only with
+//! MERGETUNE_KERNEL_TESTS=1 (as root); then it fails, never skips, when it cannot run.
+
+#[path = "support/kernel.rs"]
+mod kernel;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+}
+
+/// Instances of a capture process (`mergetune-PID`).
+fn instance_of(pid: u32) -> std::path::PathBuf {
+    Path::new(TRACEFS)
+        .join("instances")
+        .join(format!("mergetune-{pid}"))
+}
+
+fn global_state() -> (String, String) {
+    let read = |p: &str| {
+        std::fs::read_to_string(Path::new(TRACEFS).join(p))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    (
+        read("tracing_on"),
+        read("events/block/block_bio_queue/enable"),
+    )
+}
+
+#[test]
+fn capture_records_the_device_and_cleans_up() {
+    let Some(_k) = kernel::require_kernel("capture_records_the_device_and_cleans_up") else {
+        return;
+    };
+    let dev = kernel::LoopDevice::new(256);
+    dev.warm_up();
+    let (major, minor) = dev.major_minor();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cap.txt");
+    let before_global = global_state();
+    let before = dev.stat();
+    let child = bin()
+        .args([
+            "trace",
+            "capture",
+            "--device",
+            dev.name(),
+            "--seconds",
+            "3",
+            "-o",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait for the instance to exist, then run the merge-friendly job.
+    let t = Instant::now();
+    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    std::thread::sleep(Duration::from_millis(300));
+    kernel::run_fio(&kernel::job_batched_seq(&dev, "write", "8M"));
+    dev.wait_idle();
+    let delta = dev.stat().delta(&before);
+    let res = child.wait_with_output().unwrap();
+    assert!(
+        res.status.success(),
+        "capture failed: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(!instance_of(pid).exists(), "instance left behind");
+    assert_eq!(global_state(), before_global, "global tracing changed");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let counts = kernel::count_trace_events(&text);
+    assert_eq!(
+        kernel::event_count(&counts, "block_bio_queue"),
+        delta.bios(),
+        "{counts:?} vs {delta}"
+    );
+    assert_eq!(kernel::merge_events(&counts), delta.merged());
+    let tag = format!(" {major},{minor} ");
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(l.contains(&tag), "event of another device: {l}");
+    }
+    // advise reads it to the kernel's numbers.
+    let a = mergetune::advise::analyze_file(&out, None, &Default::default()).unwrap();
+    let d = &a.devices[0];
+    assert_eq!(d.bios, delta.bios());
+    assert_eq!(d.back_merges + d.front_merges, delta.merged());
+    assert_eq!(d.recommended_level, 0);
+}
+
+#[test]
+fn ctrl_c_stops_the_capture_and_cleans_up() {
+    let Some(_k) = kernel::require_kernel("ctrl_c_stops_the_capture_and_cleans_up") else {
+        return;
+    };
+    let dev = kernel::LoopDevice::new(256);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cap.txt");
+    let before_global = global_state();
+    let child = bin()
+        .args([
+            "trace",
+            "capture",
+            "--device",
+            dev.name(),
+            "--seconds",
+            "60",
+            "-o",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t = Instant::now();
+    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    kernel::run_fio(&kernel::job_rand(&dev, "randread", "4M"));
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let t = Instant::now();
+    let res = child.wait_with_output().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "did not stop on SIGINT"
+    );
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(String::from_utf8_lossy(&res.stdout).contains("interrupted"));
+    assert!(!instance_of(pid).exists(), "instance left behind");
+    assert_eq!(global_state(), before_global);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let counts = kernel::count_trace_events(&text);
+    assert_eq!(kernel::event_count(&counts, "block_bio_queue"), 1024);
+}
+
+#[test]
+fn refuses_a_missing_device_before_touching_anything() {
+    // Runs everywhere: no root needed, nothing is written.
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args([
+            "trace",
+            "capture",
+            "--device",
+            "nosuchdev9",
+            "--seconds",
+            "1",
+            "-o",
+        ])
+        .arg(dir.path().join("x.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no such block device"), "{err}");
+    assert!(!dir.path().join("x.txt").exists());
+}
+
+#[test]
+fn refuses_clearly_when_not_root() {
+    let Some(_k) = kernel::require_kernel("refuses_clearly_when_not_root") else {
+        return;
+    };
+    let dev = kernel::LoopDevice::new(64);
+    let dir = tempfile::tempdir().unwrap();
+    // As nobody (setpriv, util-linux): refused before anything is touched.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_mergetune"))
+        .args([
+            "trace",
+            "capture",
+            "--device",
+            dev.name(),
+            "--seconds",
+            "1",
+            "-o",
+        ])
+        .arg(dir.path().join("x.txt"))
+        .output()
+        .expect("setpriv (util-linux) is needed to drop root");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs root"), "{err}");
+}
