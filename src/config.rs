@@ -106,22 +106,27 @@ pub struct PolicyConfig {
     pub probe_max_backoff_secs: u64,
     /// Windows measured with merging back on during a probe.
     pub probe_windows: u32,
+    /// While merging pays at L0/L1, try L2 (plug and one-hit merges only, cheaper) for
+    /// `probe_windows` windows; stay there when it completes at most this many percent more
+    /// requests per bio than L0 did (i.e. it kept the merges). 0 disables the trial.
+    pub trial_max_extra_requests_percent: f64,
     /// Cap on tunable changes per device in any rolling hour. When reached, merging is
     /// left on (changes that turn merging on are never refused).
     pub max_changes_per_hour: u32,
 }
 
-pub const DEFAULT_WINDOW_TICKS: u32 = 5;
+pub const DEFAULT_WINDOW_TICKS: u32 = 2;
 pub const DEFAULT_MIN_WINDOW_BIOS: u64 = 1000;
 pub const DEFAULT_DISABLE_BELOW_PERCENT: f64 = 1.0;
 pub const DEFAULT_ENABLE_ABOVE_PERCENT: f64 = 5.0;
 pub const DEFAULT_STEP_DOWN_AFTER_WINDOWS: u32 = 3;
-pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 6;
+pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 5;
 pub const DEFAULT_DISABLED_NOMERGES: u8 = 2;
-pub const DEFAULT_MIN_DWELL_SECS: u64 = 60;
-pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 60;
-pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 1800;
-pub const DEFAULT_PROBE_WINDOWS: u32 = 2;
+pub const DEFAULT_MIN_DWELL_SECS: u64 = 20;
+pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 120;
+pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 3600;
+pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
+pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 12;
 
 impl Default for PolicyConfig {
@@ -139,6 +144,7 @@ impl Default for PolicyConfig {
             probe_initial_backoff_secs: DEFAULT_PROBE_INITIAL_BACKOFF_SECS,
             probe_max_backoff_secs: DEFAULT_PROBE_MAX_BACKOFF_SECS,
             probe_windows: DEFAULT_PROBE_WINDOWS,
+            trial_max_extra_requests_percent: DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT,
             max_changes_per_hour: DEFAULT_MAX_CHANGES_PER_HOUR,
         }
     }
@@ -257,6 +263,14 @@ impl Config {
                     "{} is less than policy.probe_initial_backoff_secs ({})",
                     p.probe_max_backoff_secs, p.probe_initial_backoff_secs
                 ),
+            ));
+        }
+        let t = p.trial_max_extra_requests_percent;
+        if !t.is_finite() || !(0.0..=100.0).contains(&t) {
+            return Err(invalid(
+                origin,
+                "policy.trial_max_extra_requests_percent",
+                format!("{t} is outside 0..=100"),
             ));
         }
         if p.probe_windows == 0 {

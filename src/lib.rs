@@ -6,6 +6,7 @@
 
 pub mod actuator;
 pub mod advise;
+pub mod compare;
 pub mod blockfs;
 pub mod config;
 pub mod controller;

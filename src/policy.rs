@@ -23,6 +23,10 @@
 //! - at L3 the policy probes after a backoff: L0 for `probe_windows` busy windows; a clearly
 //!   low probe returns to L3 and doubles the backoff (up to a cap), anything else stays at
 //!   L0 and resets it;
+//! - while merging pays at L0/L1, the policy tries L2 (a trial, after its own backoff):
+//!   batched sequential work merges in the plug, so L2 often keeps every merge at a lower
+//!   cost. The trial compares requests per bio at L2 with the window before it; L2 stays
+//!   only when it completed at most `trial_max_extra_requests_percent` more requests;
 //! - idle windows (too few bios) decide nothing.
 
 use crate::config::PolicyConfig;
@@ -42,6 +46,8 @@ pub enum Mode {
     Off,
     /// At L0 for a measured probe out of L3.
     Probing,
+    /// At L2 for a measured trial from L0/L1 while merging pays: does L2 keep the merges?
+    Trial,
 }
 
 impl Mode {
@@ -50,6 +56,7 @@ impl Mode {
             Mode::Merging => "merging",
             Mode::Off => "off",
             Mode::Probing => "probing",
+            Mode::Trial => "trial",
         }
     }
 }
@@ -143,6 +150,84 @@ pub struct PolicyState {
     pub probe_idle_windows: u32,
     /// Times of the level changes made in the last hour, oldest first.
     pub changes_ms: Vec<u64>,
+    /// Consecutive busy windows over the high threshold at L0/L1 (toward a trial of L2).
+    pub high_windows: u32,
+    /// The window measured at the level a trial started from.
+    pub trial_baseline: Counters,
+    /// L2 was reached by a successful trial: its merges are the workload's merges, so a
+    /// high ratio there is no reason to go back to L0.
+    pub l2_verified: bool,
+    /// The wait before the next trial, doubled after each failed one.
+    pub trial_backoff_ms: u64,
+    /// No trial before this time.
+    pub next_trial_at_ms: u64,
+    /// The level a trial started from (to go back to).
+    pub trial_from_level: u8,
+    /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
+    /// merges, but they still show a workload change, which starts a probe at once.
+    pub l3_signature: Option<Signature>,
+    /// The running probe was started by a workload change (a failure does not double the
+    /// backoff of the timed probes).
+    pub probe_by_change: bool,
+}
+
+/// What a window's traffic looks like, whatever the merge level.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Signature {
+    pub bios_per_sec: f64,
+    /// Share of bios that are reads, 0..=1.
+    pub read_share: f64,
+    /// Mean bio size in sectors.
+    pub sectors_per_bio: f64,
+}
+
+impl Signature {
+    pub fn of(w: &Window) -> Signature {
+        let c = &w.counters;
+        let bios = c.bios().max(1) as f64;
+        Signature {
+            bios_per_sec: w.bios_per_sec(),
+            read_share: c.read_bios() as f64 / bios,
+            sectors_per_bio: (c.sectors_read + c.sectors_written) as f64 / bios,
+        }
+    }
+
+    /// How this window differs from `base`, if enough to call it another workload: the
+    /// rate by 1.5x either way, the read share by 20 points, or the bio size by 2x.
+    pub fn changed_from(&self, base: &Signature) -> Option<String> {
+        let ratio = |a: f64, b: f64| {
+            if a <= 0.0 && b <= 0.0 {
+                1.0
+            } else if a <= 0.0 || b <= 0.0 {
+                f64::INFINITY
+            } else if a > b {
+                a / b
+            } else {
+                b / a
+            }
+        };
+        if ratio(self.bios_per_sec, base.bios_per_sec) >= 1.5 {
+            return Some(format!(
+                "bios/s {:.0} -> {:.0}",
+                base.bios_per_sec, self.bios_per_sec
+            ));
+        }
+        if (self.read_share - base.read_share).abs() >= 0.2 {
+            return Some(format!(
+                "reads {:.0}% -> {:.0}%",
+                base.read_share * 100.0,
+                self.read_share * 100.0
+            ));
+        }
+        if ratio(self.sectors_per_bio, base.sectors_per_bio) >= 2.0 {
+            return Some(format!(
+                "bio size {:.1} -> {:.1} KiB",
+                base.sectors_per_bio / 2.0,
+                self.sectors_per_bio / 2.0
+            ));
+        }
+        None
+    }
 }
 
 impl PolicyState {
@@ -158,6 +243,14 @@ impl PolicyState {
             probe_windows_done: 0,
             probe_idle_windows: 0,
             changes_ms: Vec::new(),
+            high_windows: 0,
+            trial_baseline: Counters::default(),
+            l2_verified: false,
+            trial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
+            next_trial_at_ms: 0,
+            trial_from_level: 0,
+            l3_signature: None,
+            probe_by_change: false,
         }
     }
 
@@ -180,6 +273,10 @@ impl PolicyState {
         self.level = level;
         self.since_ms = now_ms;
         self.low_windows = 0;
+        self.high_windows = 0;
+        if level != 2 {
+            self.l2_verified = false;
+        }
         self.changes_ms.push(now_ms);
         self.mode = if level == TOP_LEVEL {
             Mode::Off
@@ -203,6 +300,12 @@ pub enum OutcomeKind {
     ProbeStart,
     ProbeSucceeded,
     ProbeFailed,
+    /// L0/L1 -> L2 to see whether L2 keeps the merges.
+    TrialStart,
+    /// L2 kept the merges: stay (no write).
+    TrialSucceeded,
+    /// L2 lost merges: back where the trial started.
+    TrialFailed,
 }
 
 impl OutcomeKind {
@@ -215,6 +318,9 @@ impl OutcomeKind {
             OutcomeKind::ProbeStart => "probe",
             OutcomeKind::ProbeSucceeded => "probe_succeeded",
             OutcomeKind::ProbeFailed => "probe_failed",
+            OutcomeKind::TrialStart => "trial",
+            OutcomeKind::TrialSucceeded => "trial_succeeded",
+            OutcomeKind::TrialFailed => "trial_failed",
         }
     }
 }
@@ -317,7 +423,7 @@ pub fn decide(
                     ),
                 );
             }
-            if level > 0 && ratio >= high {
+            if level > 0 && ratio >= high && !(level == 2 && s.l2_verified) {
                 s.move_to(0, now_ms);
                 s.backoff_ms = initial_backoff_ms;
                 return change(
@@ -329,6 +435,31 @@ pub fn decide(
                         pct(high)
                     ),
                 );
+            }
+            if ratio >= high
+                && level < 2
+                && caps.simple_merges
+                && floor_level(cfg) >= 2
+                && cfg.trial_max_extra_requests_percent > 0.0
+            {
+                s.low_windows = 0;
+                s.high_windows += 1;
+                let k = cfg.step_down_after_windows;
+                if s.high_windows >= k && now_ms >= s.next_trial_at_ms && !cap_reached {
+                    s.trial_baseline = w.counters;
+                    s.trial_from_level = level;
+                    s.move_to(2, now_ms);
+                    s.mode = Mode::Trial;
+                    s.probe_counters = Counters::default();
+                    s.probe_windows_done = 0;
+                    s.probe_idle_windows = 0;
+                    let reason = format!(
+                        "merging pays at L{level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {} windows",
+                        pct(ratio),
+                        cfg.probe_windows
+                    );
+                    return change(s, OutcomeKind::TrialStart, reason);
+                }
             }
             if ratio >= low {
                 s.low_windows = 0;
@@ -409,6 +540,7 @@ pub fn decide(
             s.move_to(next, now_ms);
             if next == TOP_LEVEL {
                 s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
+                s.l3_signature = Some(Signature::of(w));
                 let reason = format!(
                     "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; L{level} -> L3 (no merges), next probe in {}",
                     pct(ratio),
@@ -427,11 +559,34 @@ pub fn decide(
         }
         Mode::Off => {
             let due = s.next_probe_at_ms.unwrap_or(now_ms);
-            if now_ms < due {
+            let mut changed = None;
+            if let Some(w) = window
+                && w.counters.bios() >= cfg.min_window_bios
+            {
+                let sig = Signature::of(w);
+                match &s.l3_signature {
+                    Some(base) => changed = sig.changed_from(base),
+                    None => s.l3_signature = Some(sig),
+                }
+            }
+            if now_ms < due && changed.is_none() {
                 let reason = format!("at L3; next probe in {}", secs(due - now_ms));
                 return hold(s, reason);
             }
             let off_for = now_ms.saturating_sub(s.since_ms);
+            s.probe_by_change = changed.is_some();
+            if let Some(what) = changed {
+                s.move_to(0, now_ms);
+                s.mode = Mode::Probing;
+                s.probe_counters = Counters::default();
+                s.probe_windows_done = 0;
+                s.probe_idle_windows = 0;
+                let reason = format!(
+                    "workload changed at L3 ({what}): probing at once, L0 for {} busy windows",
+                    cfg.probe_windows
+                );
+                return change(s, OutcomeKind::ProbeStart, reason);
+            }
             s.move_to(0, now_ms);
             s.mode = Mode::Probing;
             s.probe_counters = Counters::default();
@@ -444,6 +599,72 @@ pub fn decide(
                 cfg.probe_windows
             );
             change(s, OutcomeKind::ProbeStart, reason)
+        }
+        Mode::Trial => {
+            let Some(w) = window else {
+                return hold(s, "trial of L2; window still open");
+            };
+            let back = s.trial_from_level;
+            if w.counters.bios() < cfg.min_window_bios {
+                s.probe_idle_windows += 1;
+                if s.probe_idle_windows >= 4 * cfg.probe_windows {
+                    s.move_to(back, now_ms);
+                    s.next_trial_at_ms = now_ms + s.trial_backoff_ms;
+                    return change(
+                        s,
+                        OutcomeKind::TrialFailed,
+                        format!("trial of L2 inconclusive (idle); back to L{back}"),
+                    );
+                }
+                return hold(s, "trial of L2; idle window does not count");
+            }
+            s.probe_counters.add(&w.counters);
+            s.probe_windows_done += 1;
+            if s.probe_windows_done < cfg.probe_windows {
+                return hold(s, "trial of L2: measuring");
+            }
+            let per_bio = |c: &Counters| {
+                let b = c.bios();
+                if b == 0 {
+                    1.0
+                } else {
+                    (c.reads_completed + c.writes_completed) as f64 / b as f64
+                }
+            };
+            let base = per_bio(&s.trial_baseline);
+            let trial = per_bio(&s.probe_counters);
+            let limit = base * (1.0 + cfg.trial_max_extra_requests_percent / 100.0);
+            if trial <= limit {
+                s.mode = Mode::Merging;
+                s.l2_verified = true;
+                s.trial_backoff_ms = initial_backoff_ms;
+                let reason = format!(
+                    "L2 kept the merges: {:.1} requests per 100 bios vs {:.1} at L{back} (limit {:.1}); staying at L2",
+                    trial * 100.0,
+                    base * 100.0,
+                    limit * 100.0
+                );
+                return Evaluation {
+                    state: s,
+                    kind: OutcomeKind::TrialSucceeded,
+                    to_level: None,
+                    reason: reason.into(),
+                };
+            }
+            s.trial_backoff_ms = s
+                .trial_backoff_ms
+                .saturating_mul(2)
+                .clamp(initial_backoff_ms, max_backoff_ms);
+            s.move_to(back, now_ms);
+            s.next_trial_at_ms = now_ms + s.trial_backoff_ms;
+            let reason = format!(
+                "L2 lost merges: {:.1} requests per 100 bios vs {:.1} at L{back} (limit {:.1}); back to L{back}, next trial in {}",
+                trial * 100.0,
+                base * 100.0,
+                limit * 100.0,
+                secs(s.trial_backoff_ms)
+            );
+            change(s, OutcomeKind::TrialFailed, reason)
         }
         Mode::Probing => {
             let Some(w) = window else {
@@ -480,39 +701,39 @@ pub fn decide(
             }
             let ratio = s.probe_counters.merge_ratio();
             let bios = s.probe_counters.bios();
-            if ratio < low && !cap_reached {
-                s.backoff_ms =
-                    (s.backoff_ms.saturating_mul(2)).clamp(initial_backoff_ms, max_backoff_ms);
+            // The cap never keeps a failed probe from returning to L3: that only undoes
+            // the probe's own excursion (probes themselves are paced by the backoff).
+            if ratio < low {
+                // A probe started by a workload change that finds nothing says nothing
+                // about the timer: only timed probes double the backoff.
+                if !s.probe_by_change {
+                    s.backoff_ms =
+                        (s.backoff_ms.saturating_mul(2)).clamp(initial_backoff_ms, max_backoff_ms);
+                }
+                let timer = s
+                    .next_probe_at_ms
+                    .filter(|&t| t > now_ms && s.probe_by_change);
                 s.move_to(TOP_LEVEL, now_ms);
-                s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
+                s.l3_signature = Some(Signature::of(w));
+                s.next_probe_at_ms = Some(timer.unwrap_or(now_ms + s.backoff_ms));
+                let next_in = s.next_probe_at_ms.unwrap_or(now_ms) - now_ms;
                 let reason = format!(
                     "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
                     pct(ratio),
                     pct(low),
-                    secs(s.backoff_ms)
+                    secs(next_in)
                 );
                 return change(s, OutcomeKind::ProbeFailed, reason);
             }
-            let reason = if ratio < low {
-                format!(
-                    "probe found merge ratio {} < {} but the hourly change cap ({}) is reached; staying at L0",
-                    pct(ratio),
-                    pct(low),
-                    cfg.max_changes_per_hour
-                )
-            } else {
-                format!(
-                    "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
-                    pct(ratio),
-                    pct(low)
-                )
-            };
+            let reason = format!(
+                "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
+                pct(ratio),
+                pct(low)
+            );
             s.mode = Mode::Merging;
             s.since_ms = now_ms;
             s.low_windows = 0;
-            if ratio >= low {
-                s.backoff_ms = initial_backoff_ms;
-            }
+            s.backoff_ms = initial_backoff_ms;
             Evaluation {
                 state: s,
                 kind: OutcomeKind::ProbeSucceeded,

@@ -276,6 +276,10 @@ proptest! {
             // Only rungs the device has.
             if ev.state.level == 1 { prop_assert!(caps.front_merges); }
             if ev.state.level == 2 { prop_assert!(caps.simple_merges); }
+            if ev.kind == OutcomeKind::TrialStart {
+                prop_assert_eq!(ev.to_level, Some(2));
+                prop_assert!(caps.simple_merges);
+            }
             // L3 and Off go together.
             prop_assert_eq!(ev.state.level == 3, ev.state.mode == Mode::Off);
             if s.mode == Mode::Merging {
@@ -300,8 +304,11 @@ proptest! {
                 if idle {
                     prop_assert_eq!(ev.kind, OutcomeKind::Hold);
                 }
-                // Steps down are one rung at a time.
-                if let Some(l) = ev.to_level && l > s.level {
+                // Steps down are one rung at a time (a trial goes straight to L2).
+                if let Some(l) = ev.to_level
+                    && l > s.level
+                    && ev.kind != OutcomeKind::TrialStart
+                {
                     prop_assert!(l == s.level + 1 || (l > s.level + 1 && (s.level + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
                 }
             } else {
@@ -318,4 +325,77 @@ proptest! {
             prop_assert!(in_hour as u32 <= c.max_changes_per_hour);
         }
     }
+}
+
+#[test]
+fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
+    let mut c = cfg();
+    c.probe_windows = 1;
+    c.trial_max_extra_requests_percent = 2.0;
+    let caps = Caps::FULL;
+    // Batched sequential: 94% merged at L0 and at L2 alike.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::TrialStart, 2)], "{out:?}");
+    let ev = decide(&s, Some(&win(10_000, 9_390)), caps, &c, 105_000);
+    assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
+    s = ev.state;
+    // Verified L2: a high ratio there is no reason to go back to L0.
+    let out = run(&mut s, caps, &c, 105_000, &[win(10_000, 9_400); 10]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert_eq!(s.level, 2);
+
+    // Unbatched sequential that only the elevator merges: L2 loses them.
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, caps, &c, 100_000, &[win(10_000, 9_000); 2]);
+    assert_eq!(s.mode, Mode::Trial);
+    let ev = decide(&s, Some(&win(10_000, 1_000)), caps, &c, 104_000);
+    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::TrialFailed, Some(0)));
+    assert!(ev.reason.contains("lost merges"), "{}", ev.reason);
+    s = ev.state;
+    assert_eq!(s.next_trial_at_ms, 104_000 + 120_000, "backoff doubled");
+    // No new trial before then.
+    let out = run(&mut s, caps, &c, 104_000, &[win(10_000, 9_000); 20]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
+}
+
+#[test]
+fn a_workload_change_at_l3_probes_at_once() {
+    let c = cfg();
+    let caps = Caps::BARE;
+    let mut s = PolicyState::new(0, &c);
+    // Random reads at 5000 bios/s take the device to L3.
+    let rnd = Window {
+        counters: Counters {
+            reads_completed: 5000,
+            sectors_read: 40_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    run(&mut s, caps, &c, 100_000, &[rnd; 3]);
+    assert_eq!(s.level, 3);
+    // The same workload: nothing until the timer.
+    let out = run(&mut s, caps, &c, 103_000, &[rnd; 10]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
+    // A backup starts: 15,000 sequential write bios/s, unmerged at L3.
+    let backup = Window {
+        counters: Counters {
+            writes_completed: 15_000,
+            sectors_written: 120_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    let ev = decide(&s, Some(&backup), caps, &c, 114_000);
+    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+    assert!(ev.reason.contains("workload changed"), "{}", ev.reason);
+    // The probe finds nothing (it was random after all): back to L3 without doubling the
+    // timed backoff, and the new workload is the new baseline.
+    let mut s = ev.state;
+    let out = run(&mut s, caps, &c, 114_000, &[backup, backup]);
+    assert_eq!(out[1].1, OutcomeKind::ProbeFailed);
+    assert_eq!(s.backoff_ms, 60_000);
+    let out = run(&mut s, caps, &c, 116_000, &[backup; 5]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
 }

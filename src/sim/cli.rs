@@ -11,8 +11,16 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// Scenario file (TOML); without it, the built-in default scenario runs.
-    pub scenario: Option<PathBuf>,
+    /// Scenario file (TOML); without it, the built-in default scenario runs. With
+    /// --compare, any number of them (none: the shipped comparison suite).
+    pub scenarios: Vec<PathBuf>,
+    /// Run each scenario under the kernel default, static nomerges=2, a naive toggle, the
+    /// adaptive policy and an oracle, and print the figures that matter side by side.
+    #[arg(long)]
+    pub compare: bool,
+    /// With --compare: scale every phase's duration by this factor (the tests' short suite).
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    pub scale: f64,
     /// Print the report as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -142,7 +150,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut scenario = match &args.scenario {
+    if args.compare {
+        return run_compare(&args);
+    }
+    if args.scenarios.len() > 1 {
+        anyhow::bail!("one scenario at a time (several only with --compare)");
+    }
+    let mut scenario = match args.scenarios.first() {
         Some(p) => Scenario::load_file(p)?,
         None => Scenario::default_scenario(),
     };
@@ -173,6 +187,52 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             wall.elapsed().as_secs_f64(),
             report.total_bios as f64 / wall.elapsed().as_secs_f64().max(1e-9) / 1e6
         );
+    }
+    Ok(())
+}
+
+fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
+    if !(args.scale.is_finite() && args.scale > 0.0) {
+        anyhow::bail!("--scale {}: must be a positive number", args.scale);
+    }
+    let cfg = match &args.config {
+        Some(p) => crate::config::load_file(p)?,
+        None => crate::config::Config::default(),
+    };
+    let mut scenarios = if args.scenarios.is_empty() {
+        crate::compare::suite(args.scale)?
+    } else {
+        let mut v = Vec::new();
+        for p in &args.scenarios {
+            let mut sc = Scenario::load_file(p)?;
+            crate::compare::scale_phases(&mut sc, args.scale);
+            v.push(sc);
+        }
+        v
+    };
+    let mut out = Vec::new();
+    for sc in &mut scenarios {
+        if let Some(s) = args.seed {
+            sc.seed = s;
+        }
+        if std::io::stderr().is_terminal() {
+            eprint!("\rcomparing {:<40}", sc.name);
+        }
+        // Dozens of runs: the daemon's per-decision log lines would drown the table.
+        let cmp =
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+                crate::compare::compare(sc, &cfg)
+            });
+        out.push(cmp.with_context(|| format!("scenario {}", sc.name))?);
+    }
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{:<60}\r", "");
+    }
+    let window_ms = cfg.daemon.interval_ms * u64::from(cfg.policy.window_ticks);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", crate::compare::render(&out, window_ms));
     }
     Ok(())
 }
