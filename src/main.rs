@@ -497,6 +497,14 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                                 p.display(),
                                 new_cfg.summary()
                             );
+                            if new_cfg.metrics != daemon.config().metrics
+                                && args.metrics_listen.is_none()
+                            {
+                                warn!(
+                                    "SIGHUP: [metrics] listen changed to {:?}: takes effect at the next restart",
+                                    new_cfg.metrics.listen
+                                );
+                            }
                             metrics.config_reload(true);
                             daemon.reload(new_cfg);
                         }

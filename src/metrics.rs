@@ -315,7 +315,7 @@ impl Metrics {
         );
         r.register(
             "device_management",
-            "1 for the device's current management state (managed, excluded, unsupported, admin-owned), 0 for the others",
+            "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
             f.management.clone(),
         );
         r.register(
@@ -435,14 +435,18 @@ impl Metrics {
                     f.nomerges.remove(&labels);
                 }
             }
+            // One series per device, for its current state (a change drops the old one).
             let label = dev.management.label();
             for state in MANAGEMENT_STATES {
-                f.management
-                    .get_or_create(&ManagementLabels {
-                        device: name.clone(),
-                        management: state.to_string(),
-                    })
-                    .set(i64::from(state == label));
+                let l = ManagementLabels {
+                    device: name.clone(),
+                    management: state.to_string(),
+                };
+                if state == label {
+                    f.management.get_or_create(&l).set(1);
+                } else {
+                    f.management.remove(&l);
+                }
             }
             if dev.management.is_managed() {
                 f.level
@@ -613,12 +617,7 @@ impl Metrics {
         if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
             om = "# encoding failed\n".to_string();
         }
-        let om = sort_samples(&om);
-        let bytes = if openmetrics {
-            Bytes::from(om)
-        } else {
-            Bytes::from(openmetrics_to_text(&om))
-        };
+        let bytes = Bytes::from(finish_exposition(&om, openmetrics));
         let slot = if openmetrics {
             &mut inner.openmetrics
         } else {
@@ -650,14 +649,18 @@ impl Metrics {
     }
 }
 
-/// Sorts the samples of each counter and gauge family (prometheus-client keeps them in hash
-/// order), so the exposition is stable from scrape to scrape and testable. Histogram lines
-/// keep their order (buckets, then sum and count).
-pub fn sort_samples(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
+/// Finishes prometheus-client's OpenMetrics output in one pass: the samples of each counter
+/// and gauge family sorted (prometheus-client keeps them in hash order; sorted, the
+/// exposition is stable from scrape to scrape and testable; histogram lines keep their
+/// order), and, unless `openmetrics`, rewritten to the Prometheus text format 0.0.4: a
+/// counter family `x` is announced as `x_total` (its samples already are), `# UNIT` and
+/// `# EOF` lines go. Escaping and everything else are the same in both formats.
+pub fn finish_exposition(om: &str, openmetrics: bool) -> String {
+    let mut out = String::with_capacity(om.len() + 1024);
     let mut block: Vec<&str> = Vec::new();
     let mut sortable = false;
-    let flush = |block: &mut Vec<&str>, out: &mut String, sortable: bool| {
+    let mut help: Option<&str> = None;
+    fn flush(block: &mut Vec<&str>, out: &mut String, sortable: bool) {
         if sortable {
             block.sort_unstable();
         }
@@ -665,59 +668,51 @@ pub fn sort_samples(om: &str) -> String {
             out.push_str(l);
             out.push('\n');
         }
-    };
+    }
     for line in om.lines() {
-        if line.starts_with('#') {
-            flush(&mut block, &mut out, sortable);
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                sortable = rest.ends_with(" counter") || rest.ends_with(" gauge");
-            }
-            out.push_str(line);
-            out.push('\n');
-        } else {
+        if !line.starts_with('#') {
             block.push(line);
-        }
-    }
-    flush(&mut block, &mut out, sortable);
-    out
-}
-
-/// Rewrites prometheus-client's OpenMetrics output into the Prometheus text format 0.0.4:
-/// a counter family `x` is announced as `x_total` (its samples already are), `# UNIT` and
-/// `# EOF` lines go. Everything else (escaping, histograms, gauges) is the same in both.
-pub fn openmetrics_to_text(om: &str) -> String {
-    let mut counters: Vec<&str> = Vec::new();
-    for line in om.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ")
-            && let Some(name) = rest.strip_suffix(" counter")
-        {
-            counters.push(name);
-        }
-    }
-    let mut out = String::with_capacity(om.len() + counters.len() * 16);
-    for line in om.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
-        let mut handled = false;
-        for prefix in ["# HELP ", "# TYPE "] {
-            if let Some(rest) = line.strip_prefix(prefix) {
-                let name = rest.split(' ').next().unwrap_or("");
-                if counters.contains(&name) && !name.ends_with("_total") {
-                    out.push_str(prefix);
+        flush(&mut block, &mut out, sortable);
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            // Held until its TYPE line says whether the name needs `_total`.
+            if let Some(h) = help.replace(rest) {
+                out.push_str("# HELP ");
+                out.push_str(h);
+                out.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            sortable = rest.ends_with(" counter") || rest.ends_with(" gauge");
+            let name = rest.split(' ').next().unwrap_or("");
+            let rename = !openmetrics && rest.ends_with(" counter") && !name.ends_with("_total");
+            for (prefix, text) in [("# HELP ", help.take()), ("# TYPE ", Some(rest))] {
+                let Some(text) = text else { continue };
+                out.push_str(prefix);
+                if rename && let Some(tail) = text.strip_prefix(name) {
                     out.push_str(name);
                     out.push_str("_total");
-                    out.push_str(&rest[name.len()..]);
-                    out.push('\n');
-                    handled = true;
+                    out.push_str(tail);
+                } else {
+                    out.push_str(text);
                 }
-                break;
+                out.push('\n');
             }
+            continue;
         }
-        if !handled {
-            out.push_str(line);
-            out.push('\n');
+        if !openmetrics && (line == "# EOF" || line.starts_with("# UNIT ")) {
+            continue;
         }
+        out.push_str(line);
+        out.push('\n');
+    }
+    flush(&mut block, &mut out, sortable);
+    if let Some(h) = help {
+        out.push_str("# HELP ");
+        out.push_str(h);
+        out.push('\n');
     }
     out
 }

@@ -188,20 +188,11 @@ mergetune_device_nomerges{device="sdb"} 1
 # HELP mergetune_device_ladder_level Merge-ladder level of a managed device: 0 all merges ... 3 no merges.
 # TYPE mergetune_device_ladder_level gauge
 mergetune_device_ladder_level{device="sda"} 0
-# HELP mergetune_device_management 1 for the device's current management state (managed, excluded, unsupported, admin-owned), 0 for the others.
+# HELP mergetune_device_management Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned.
 # TYPE mergetune_device_management gauge
-mergetune_device_management{device="loop0",management="admin-owned"} 0
 mergetune_device_management{device="loop0",management="excluded"} 1
-mergetune_device_management{device="loop0",management="managed"} 0
-mergetune_device_management{device="loop0",management="unsupported"} 0
-mergetune_device_management{device="sda",management="admin-owned"} 0
-mergetune_device_management{device="sda",management="excluded"} 0
 mergetune_device_management{device="sda",management="managed"} 1
-mergetune_device_management{device="sda",management="unsupported"} 0
 mergetune_device_management{device="sdb",management="admin-owned"} 1
-mergetune_device_management{device="sdb",management="excluded"} 0
-mergetune_device_management{device="sdb",management="managed"} 0
-mergetune_device_management{device="sdb",management="unsupported"} 0
 # HELP mergetune_device_merge_ratio Bios merged / bios submitted in the device's last closed decision window, per direction (0..1).
 # TYPE mergetune_device_merge_ratio gauge
 mergetune_device_merge_ratio{device="sda",direction="read"} 0.1
