@@ -1,0 +1,196 @@
+//! Logging: readable stderr lines outside systemd, `-q`/`-v`/`RUST_LOG`, and the journal
+//! detection (`JOURNAL_STREAM` must name our stderr; without a journald socket the daemon
+//! falls back to plain lines without timestamps, which journald would add itself).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("sys/block/sda/queue");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
+    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    std::fs::write(
+        t.path().join("proc/diskstats"),
+        "   8 0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
+    )
+    .unwrap();
+    t
+}
+
+/// Runs `mergetune [flags] run --once --dry-run` on the tree with stderr to a file.
+fn run(t: &Path, flags: &[&str], env: &[(&str, String)], journal_stream_is_stderr: bool) -> String {
+    let err_path = t.join("stderr.log");
+    let err = std::fs::File::create(&err_path).unwrap();
+    let md = err.metadata().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    cmd.args(flags)
+        .args([
+            "run",
+            "--once",
+            "--dry-run",
+            "--interval-ms",
+            "10",
+            "--config",
+            "/dev/null",
+        ])
+        .arg("--sysfs-root")
+        .arg(t.join("sys"))
+        .arg("--procfs-root")
+        .arg(t.join("proc"))
+        .arg("--state-dir")
+        .arg(t.join("state"))
+        .env_remove("RUST_LOG")
+        .env_remove("JOURNAL_STREAM")
+        .stdout(Stdio::null())
+        .stderr(err);
+    if journal_stream_is_stderr {
+        cmd.env("JOURNAL_STREAM", format!("{}:{}", md.dev(), md.ino()));
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = cmd.status().unwrap();
+    let text = std::fs::read_to_string(&err_path).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    text
+}
+
+#[test]
+fn stderr_lines_and_verbosity_flags() {
+    let t = tree();
+    let normal = run(t.path(), &[], &[], false);
+    assert!(normal.contains("INFO"), "{normal}");
+    assert!(normal.contains("sda"), "{normal}");
+    // Outside systemd: timestamps, and the device as a field.
+    assert!(
+        normal
+            .lines()
+            .any(|l| l.starts_with("20") && l.contains("device=sda")),
+        "{normal}"
+    );
+
+    let quiet = run(t.path(), &["-q"], &[], false);
+    assert!(!quiet.contains("INFO"), "-q: {quiet}");
+    let debug = run(t.path(), &["-v"], &[], false);
+    assert!(debug.len() >= normal.len(), "-v shows at least as much");
+    let env = run(t.path(), &[], &[("RUST_LOG", "warn".to_string())], false);
+    assert!(!env.contains("INFO"), "RUST_LOG=warn: {env}");
+    let env = run(
+        t.path(),
+        &["-q"],
+        &[("RUST_LOG", "info".to_string())],
+        false,
+    );
+    assert!(env.contains("INFO"), "RUST_LOG overrides -q: {env}");
+}
+
+#[test]
+fn journal_stream_of_another_stream_is_ignored() {
+    let t = tree();
+    let text = run(
+        t.path(),
+        &[],
+        &[("JOURNAL_STREAM", "1:1".to_string())],
+        false,
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("20")),
+        "plain stderr with timestamps: {text}"
+    );
+}
+
+/// Without a journald socket: plain lines without timestamps. Then with a stand-in journald
+/// socket (created only where none exists, removed afterwards): native journal entries with
+/// the tracing fields as upper-case journal fields. One test, so the two never overlap.
+#[test]
+fn under_systemd_lines_go_to_the_journal_with_structured_fields() {
+    let sock_dir = Path::new("/run/systemd/journal");
+    if sock_dir.exists() {
+        eprintln!("SKIP: a journald is running here; see `journalctl -t mergetune DEVICE=sda`");
+        return;
+    }
+    let t = tree();
+    let text = run(t.path(), &[], &[], true);
+    assert!(text.contains("cannot open the journal socket"), "{text}");
+    let log_lines: Vec<&str> = text.lines().filter(|l| l.contains("INFO")).collect();
+    assert!(!log_lines.is_empty(), "{text}");
+    for l in &log_lines {
+        assert!(
+            l.trim_start().starts_with("INFO"),
+            "no timestamp under systemd: {l}"
+        );
+    }
+
+    // A stand-in journald: needs root to create /run/systemd/journal.
+    let created_systemd = !Path::new("/run/systemd").exists();
+    if std::fs::create_dir_all(sock_dir).is_err() {
+        eprintln!("SKIP: cannot create {} (not root)", sock_dir.display());
+        return;
+    }
+    let sock_path = sock_dir.join("socket");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let text = run(t.path(), &[], &[], true);
+    let mut entries = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n) = sock.recv(&mut buf) {
+        entries.push(buf[..n].to_vec());
+    }
+    drop(sock);
+    let _ = std::fs::remove_file(&sock_path);
+    let _ = std::fs::remove_dir(sock_dir);
+    if created_systemd {
+        let _ = std::fs::remove_dir("/run/systemd");
+    }
+    assert!(
+        !text.contains("INFO"),
+        "lines went to the journal, not stderr: {text}"
+    );
+    let parsed: Vec<Vec<(String, String)>> = entries.iter().map(|e| parse_native(e)).collect();
+    let sda = parsed
+        .iter()
+        .find(|e| e.iter().any(|(k, v)| k == "DEVICE" && v == "sda"))
+        .unwrap_or_else(|| panic!("no entry with DEVICE=sda in {parsed:?}"));
+    let get = |key: &str| sda.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    assert_eq!(get("SYSLOG_IDENTIFIER"), Some("mergetune"), "{sda:?}");
+    assert!(
+        get("MESSAGE").is_some_and(|m| m.starts_with("sda: ")),
+        "{sda:?}"
+    );
+    assert!(get("PRIORITY").is_some(), "{sda:?}");
+}
+
+/// The journal's native protocol: `KEY=value\n`, or `KEY\n` + 64-bit little-endian length +
+/// value + `\n` for values that may hold newlines.
+fn parse_native(mut b: &[u8]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let Some(nl) = b.iter().position(|&c| c == b'\n') else {
+            break;
+        };
+        let line = &b[..nl];
+        if let Some(eq) = line.iter().position(|&c| c == b'=') {
+            out.push((
+                String::from_utf8_lossy(&line[..eq]).to_string(),
+                String::from_utf8_lossy(&line[eq + 1..]).to_string(),
+            ));
+            b = &b[nl + 1..];
+        } else {
+            let key = String::from_utf8_lossy(line).to_string();
+            let rest = &b[nl + 1..];
+            if rest.len() < 8 {
+                break;
+            }
+            let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+            let value = &rest[8..8 + len];
+            out.push((key, String::from_utf8_lossy(value).to_string()));
+            b = &rest[8 + len + 1..];
+        }
+    }
+    out
+}
