@@ -238,6 +238,11 @@ pub struct PolicyRun {
     pub policy: String,
     pub phases: Vec<PhaseFigures>,
     pub decisions: Vec<Decision>,
+    /// The simulator's report and the sampled time series, for `--plot`.
+    #[serde(skip)]
+    pub report: Option<crate::sim::Report>,
+    #[serde(skip)]
+    pub series: Option<crate::plot::Series>,
 }
 
 fn figures(sim: &mut Simulation) -> Vec<PhaseFigures> {
@@ -285,11 +290,15 @@ fn run_one(
     label: &str,
 ) -> Result<PolicyRun, SimError> {
     let mut sim = Simulation::new(sc)?;
-    let report = run_scenario(&mut sim, controller, label, &mut |_, _| {});
+    let mut sampling = crate::plot::Sampling::new(controller);
+    let report = run_scenario(&mut sim, &mut sampling, label, &mut |_, _| {});
+    let series = sampling.finish();
     Ok(PolicyRun {
         policy: label.to_string(),
         phases: figures(&mut sim),
-        decisions: report.decisions,
+        decisions: report.decisions.clone(),
+        report: Some(report),
+        series: Some(series),
     })
 }
 

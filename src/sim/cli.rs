@@ -18,6 +18,11 @@ pub struct SimulateArgs {
     /// adaptive policy and an oracle, and print the figures that matter side by side.
     #[arg(long)]
     pub compare: bool,
+    /// Draw the run as an SVG: per device the merge ratios, ladder level, bios/s and latency
+    /// over time, decisions and probes marked, phases shaded. With --compare, the policies
+    /// side by side, one file per scenario (FILE's stem + scenario name).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
     /// With --compare: scale every phase's duration by this factor (the tests' short suite).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
     pub scale: f64,
@@ -171,13 +176,19 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut controller = args.policy.controller(cfg);
     let mut progress = Progress::new();
     let wall = Instant::now();
+    let mut sampling = crate::plot::Sampling::new(controller.as_mut());
     let report = run_scenario(
         &mut sim,
-        controller.as_mut(),
+        &mut sampling,
         &args.policy.to_string(),
         &mut |now, end| progress.update(now, end),
     );
+    let series = sampling.finish();
     progress.finish();
+    if let Some(p) = &args.plot {
+        crate::plot::plot_run(&report, Some(&series), p)
+            .with_context(|| format!("plotting to {}", p.display()))?;
+    }
     if args.json {
         println!("{}", report.to_json());
     } else {
@@ -227,6 +238,24 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
     }
     if std::io::stderr().is_terminal() {
         eprint!("\r{:<60}\r", "");
+    }
+    if let Some(p) = &args.plot {
+        for c in &out {
+            let path = if out.len() == 1 {
+                p.clone()
+            } else {
+                let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("compare");
+                p.with_file_name(format!("{stem}-{}.svg", c.scenario))
+            };
+            let runs: Vec<_> = c
+                .runs
+                .iter()
+                .filter_map(|r| r.report.as_ref().map(|rep| (rep, r.series.as_ref())))
+                .collect();
+            crate::plot::plot_compare(&runs, &path)
+                .with_context(|| format!("plotting to {}", path.display()))?;
+            eprintln!("{}: plotted {}", c.scenario, path.display());
+        }
     }
     let window_ms = cfg.daemon.interval_ms * u64::from(cfg.policy.window_ticks);
     if args.json {
