@@ -140,7 +140,11 @@ fn fixed_state() -> Metrics {
     let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "1"), ("loop0", "0")]);
     fs.set_traffic("sda", (900, 100, 400, 600));
     fs.set_traffic("sdb", (50, 0, 50, 0));
-    let cfg = Config::default();
+    // Pinned, so that a change of the defaults does not change the golden text.
+    let mut cfg = Config::default();
+    cfg.daemon.interval_ms = 1000;
+    cfg.policy.window_ticks = 5;
+    cfg.policy.min_window_bios = 1000;
     let mut d = Daemon::simulated(cfg.clone());
     let m = Metrics::new();
     for t in 0..=cfg.policy.window_ticks as u64 {
