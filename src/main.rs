@@ -358,7 +358,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         None => cfg.metrics.listen.clone(),
     };
     let metrics = Arc::new(Metrics::new());
-    let _server = match mergetune::metrics::parse_listen(&listen) {
+    let server = match mergetune::metrics::parse_listen(&listen) {
         Err(e) => bail!("--metrics-listen: {e}"),
         Ok(None) => {
             info!("metrics endpoint off ([metrics] listen = \"\")");
@@ -438,15 +438,17 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                 None => daemon.tick(tick_at, &mut fs),
             };
             let took = tick_start.elapsed();
-            metrics.update(
-                &daemon,
-                &decisions,
-                TickTiming {
-                    now_ms: tick_at,
-                    duration_seconds: took.as_secs_f64(),
-                    lag_seconds: lag.as_secs_f64(),
-                },
-            );
+            if server.is_some() {
+                metrics.update(
+                    &daemon,
+                    &decisions,
+                    TickTiming {
+                        now_ms: tick_at,
+                        duration_seconds: took.as_secs_f64(),
+                        lag_seconds: lag.as_secs_f64(),
+                    },
+                );
+            }
             let status = status_line(&daemon);
             if daemon.counters.ticks == 1 {
                 if let Err(e) = notifier.ready(&status) {
