@@ -138,13 +138,18 @@ struct BuildLabels {
 
 /// The management states a device can be in (the `management` label).
 pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
-/// Decision kinds the daemon emits; anything else is counted as `other`.
-pub const DECISION_KINDS: [&str; 7] = [
+/// Decision kinds the daemon emits (any other lower-case kind a newer policy adds is passed
+/// through; anything else is counted as `other`).
+pub const DECISION_KINDS: [&str; 11] = [
+    "step_down",
     "disable",
     "enable",
     "probe",
     "probe_succeeded",
     "probe_failed",
+    "trial",
+    "trial_succeeded",
+    "trial_failed",
     "restore",
     "pin",
 ];
