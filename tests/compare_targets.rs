@@ -43,7 +43,6 @@ fn adaptive_meets_its_targets_on_the_short_suite() {
             row(&c, "oracle").worst_throughput_loss_percent <= 0.5,
             "{name}"
         );
-        let _ = window_ms;
     }
 }
 
