@@ -2,7 +2,7 @@
 //! that reads the wall clock (progress bar, `--bench`).
 
 use super::engine::Simulation;
-use super::runner::{Policy, run_scenario};
+use super::runner::Policy;
 use super::scenario::Scenario;
 use anyhow::Context as _;
 use std::io::{IsTerminal, Write};
@@ -23,6 +23,13 @@ pub struct SimulateArgs {
     /// side by side, one file per scenario (FILE's stem + scenario name).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Serve the simulated devices' Prometheus metrics (and /status) on ADDR while the
+    /// scenario runs, e.g. 127.0.0.1:9725, to try the Grafana dashboard without a device.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    /// With --metrics-listen: run at this many times real time (default: 1).
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f64>,
     /// With --compare: scale every phase's duration by this factor (the tests' short suite).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
     pub scale: f64,
@@ -176,12 +183,43 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut controller = args.policy.controller(cfg);
     let mut progress = Progress::new();
     let wall = Instant::now();
+    if let Some(x) = args.speed
+        && !(x.is_finite() && x > 0.0)
+    {
+        anyhow::bail!("--speed {x}: must be a positive number");
+    }
+    let mut exporter = match &args.metrics_listen {
+        Some(addr) => {
+            let ex = crate::metrics::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
+            eprintln!(
+                "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
+                args.speed.unwrap_or(1.0)
+            );
+            Some(ex)
+        }
+        None => {
+            if args.speed.is_some() {
+                anyhow::bail!("--speed only applies with --metrics-listen");
+            }
+            None
+        }
+    };
     let mut sampling = crate::plot::Sampling::new(controller.as_mut());
-    let report = run_scenario(
+    let mut last_tick = Instant::now();
+    let report = super::runner::run_scenario_observed(
         &mut sim,
         &mut sampling,
         &args.policy.to_string(),
         &mut |now, end| progress.update(now, end),
+        &mut |c, decisions, now_ms| {
+            if let Some(ex) = exporter.as_mut() {
+                // The wall time since the previous tick stands for this tick's duration
+                // (the simulation between ticks is part of it, so it is an upper bound).
+                let took = last_tick.elapsed().as_secs_f64();
+                ex.on_tick(c, decisions, now_ms, took);
+                last_tick = Instant::now();
+            }
+        },
     );
     let series = sampling.finish();
     progress.finish();

@@ -150,16 +150,31 @@ pub fn run_scenario(
     policy_label: &str,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Report {
+    run_scenario_observed(sim, controller, policy_label, progress, &mut |_, _, _| {})
+}
+
+/// [`run_scenario`], also calling `on_tick(controller, decisions, now_ms)` after every tick
+/// with the decisions of that tick (the metrics exporter of `simulate --metrics-listen`).
+pub fn run_scenario_observed(
+    sim: &mut Simulation,
+    controller: &mut dyn Controller,
+    policy_label: &str,
+    progress: &mut dyn FnMut(u64, u64),
+    on_tick: &mut dyn FnMut(&dyn Controller, &[Decision], u64),
+) -> Report {
     let end = sim.duration_ns();
     let step_ns = controller.interval_ms().max(1) * 1_000_000;
     // The first tick sees the devices before any workload starts, like a daemon started
     // before the jobs; each later tick follows the events up to its time.
     let mut decisions = controller.tick(0, sim);
+    on_tick(&*controller, &decisions, 0);
     let mut t = 0u64;
     while t < end {
         t = (t + step_ns).min(end);
         sim.advance_to(t);
-        decisions.extend(controller.tick(t / 1_000_000, sim));
+        let now = controller.tick(t / 1_000_000, sim);
+        on_tick(&*controller, &now, t / 1_000_000);
+        decisions.extend(now);
         progress(t, end);
     }
     Report::build(sim, policy_label, decisions)

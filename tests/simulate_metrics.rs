@@ -1,0 +1,69 @@
+//! `simulate --metrics-listen ADDR --speed X` serves the simulated devices' metrics while
+//! the scenario runs, through the same exporter as the daemon.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn simulate_serves_metrics_while_running() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["-q", "simulate", "--metrics-listen", &addr, "--speed", "20"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut body = String::new();
+    // The default scenario steps sda down the ladder within its first 30 simulated
+    // seconds (1.5 s at 20x): wait for a decision to show.
+    while Instant::now() < deadline {
+        if let Some(b) = get(&addr, "/metrics")
+            && b.contains("mergetune_decisions_total{device=\"sda\"")
+        {
+            body = b;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.contains("mergetune_device_ladder_level{device=\"sda\"}"),
+        "{body}"
+    );
+    assert!(body.contains("mergetune_build_info"), "{body}");
+}
+
+#[test]
+fn speed_without_metrics_is_an_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["simulate", "--speed", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--speed"));
+}
