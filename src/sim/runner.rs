@@ -153,6 +153,9 @@ pub fn run_scenario(
     run_scenario_observed(sim, controller, policy_label, progress, &mut |_, _, _| {})
 }
 
+/// Called after every tick with the controller, that tick's decisions and its time in ms.
+pub type TickHook<'a> = dyn FnMut(&dyn Controller, &[Decision], u64) + 'a;
+
 /// [`run_scenario`], also calling `on_tick(controller, decisions, now_ms)` after every tick
 /// with the decisions of that tick (the metrics exporter of `simulate --metrics-listen`).
 pub fn run_scenario_observed(
@@ -160,7 +163,7 @@ pub fn run_scenario_observed(
     controller: &mut dyn Controller,
     policy_label: &str,
     progress: &mut dyn FnMut(u64, u64),
-    on_tick: &mut dyn FnMut(&dyn Controller, &[Decision], u64),
+    on_tick: &mut TickHook<'_>,
 ) -> Report {
     let end = sim.duration_ns();
     let step_ns = controller.interval_ms().max(1) * 1_000_000;
