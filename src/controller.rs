@@ -27,6 +27,24 @@ pub struct Decision {
     pub applied: bool,
 }
 
+impl std::fmt::Display for Decision {
+    /// `sda queue/nomerges 0 -> 2 [disable]: reason`, with `, not applied` in the brackets
+    /// when the write failed or dry-run suppressed it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {} -> {} [{}{}]: {}",
+            self.device,
+            self.attr,
+            self.from,
+            self.to,
+            self.kind,
+            if self.applied { "" } else { ", not applied" },
+            self.reason
+        )
+    }
+}
+
 /// A policy driving a block stack.
 pub trait Controller {
     /// Interval between ticks, in ms of (real or virtual) time.

@@ -528,16 +528,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
             println!("no decisions");
         }
         for d in &all_decisions {
-            println!(
-                "{} {} {} -> {} [{}{}]: {}",
-                d.device,
-                d.attr,
-                d.from,
-                d.to,
-                d.kind,
-                if d.applied { "" } else { ", not applied" },
-                d.reason
-            );
+            println!("{d}");
         }
     }
     let _ = notifier.stopping(&format!(

@@ -269,6 +269,15 @@ impl PolicyState {
         }
     }
 
+    /// Moves to `level` in a measuring `mode` (a probe or a trial), counters reset.
+    fn start_measuring(&mut self, level: u8, mode: Mode, now_ms: u64) {
+        self.move_to(level, now_ms);
+        self.mode = mode;
+        self.probe_counters = Counters::default();
+        self.probe_windows_done = 0;
+        self.probe_idle_windows = 0;
+    }
+
     fn move_to(&mut self, level: u8, now_ms: u64) {
         self.level = level;
         self.since_ms = now_ms;
@@ -448,11 +457,7 @@ pub fn decide(
                 if s.high_windows >= k && now_ms >= s.next_trial_at_ms && !cap_reached {
                     s.trial_baseline = w.counters;
                     s.trial_from_level = level;
-                    s.move_to(2, now_ms);
-                    s.mode = Mode::Trial;
-                    s.probe_counters = Counters::default();
-                    s.probe_windows_done = 0;
-                    s.probe_idle_windows = 0;
+                    s.start_measuring(2, Mode::Trial, now_ms);
                     let reason = format!(
                         "merging pays at L{level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {} windows",
                         pct(ratio),
@@ -576,22 +581,14 @@ pub fn decide(
             let off_for = now_ms.saturating_sub(s.since_ms);
             s.probe_by_change = changed.is_some();
             if let Some(what) = changed {
-                s.move_to(0, now_ms);
-                s.mode = Mode::Probing;
-                s.probe_counters = Counters::default();
-                s.probe_windows_done = 0;
-                s.probe_idle_windows = 0;
+                s.start_measuring(0, Mode::Probing, now_ms);
                 let reason = format!(
                     "workload changed at L3 ({what}): probing at once, L0 for {} busy windows",
                     cfg.probe_windows
                 );
                 return change(s, OutcomeKind::ProbeStart, reason);
             }
-            s.move_to(0, now_ms);
-            s.mode = Mode::Probing;
-            s.probe_counters = Counters::default();
-            s.probe_windows_done = 0;
-            s.probe_idle_windows = 0;
+            s.start_measuring(0, Mode::Probing, now_ms);
             s.next_probe_at_ms = None;
             let reason = format!(
                 "probe after {} at L3: L0 for {} busy windows to measure",

@@ -191,18 +191,7 @@ impl Report {
             let _ = writeln!(s, "  none");
         }
         for d in &self.decisions {
-            let _ = writeln!(
-                s,
-                "  {:>9.1} s  {:<9} {} {} -> {} [{}{}] {}",
-                d.at_ms as f64 / 1000.0,
-                d.device,
-                d.attr,
-                d.from,
-                d.to,
-                d.kind,
-                if d.applied { "" } else { ", not applied" },
-                d.reason
-            );
+            let _ = writeln!(s, "  {:>9.1} s  {d}", d.at_ms as f64 / 1000.0);
         }
         s
     }
