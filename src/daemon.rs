@@ -43,7 +43,7 @@ pub struct DeviceRuntime {
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
-    pub last_reason: std::borrow::Cow<'static, str>,
+    pub last_reason: crate::policy::Reason,
     pub last_decision: Option<Decision>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
@@ -228,7 +228,7 @@ impl Daemon {
                             last_window: None,
                             last_tick: None,
                             last_tick_ms: now_ms,
-                            last_reason: std::borrow::Cow::Borrowed(""),
+                            last_reason: crate::policy::Reason::from(""),
                             last_decision: None,
                             retry_after_ms: 0,
                         },

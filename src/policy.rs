@@ -334,6 +334,98 @@ impl OutcomeKind {
     }
 }
 
+/// Why the policy did what it did. The frequent "nothing to do" reasons keep their numbers
+/// and are formatted only when someone reads them (a tick for 64 devices stays cheap);
+/// the rest are text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(into = "String")]
+pub enum Reason {
+    Text(Cow<'static, str>),
+    Idle {
+        bios: u64,
+        min_bios: u64,
+    },
+    Pays {
+        level: u8,
+        ratio: f64,
+        low: f64,
+        bios_per_sec: f64,
+    },
+    LowWindow {
+        ratio: f64,
+        low: f64,
+        bios_per_sec: f64,
+        n: u32,
+        k: u32,
+        next: u8,
+    },
+    AtL3 {
+        next_probe_in_ms: u64,
+    },
+}
+
+impl Reason {
+    pub fn contains(&self, needle: &str) -> bool {
+        self.to_string().contains(needle)
+    }
+}
+
+impl From<Reason> for String {
+    fn from(r: Reason) -> String {
+        r.to_string()
+    }
+}
+
+impl From<&'static str> for Reason {
+    fn from(s: &'static str) -> Reason {
+        Reason::Text(Cow::Borrowed(s))
+    }
+}
+
+impl From<String> for Reason {
+    fn from(s: String) -> Reason {
+        Reason::Text(Cow::Owned(s))
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Text(t) => f.write_str(t),
+            Reason::Idle { bios, min_bios } => {
+                write!(f, "idle window: {bios} bios < {min_bios} (no decision)")
+            }
+            Reason::Pays {
+                level,
+                ratio,
+                low,
+                bios_per_sec,
+            } => write!(
+                f,
+                "merging pays at L{level}: merge ratio {} >= {} at {bios_per_sec:.0} bios/s",
+                pct(*ratio),
+                pct(*low)
+            ),
+            Reason::LowWindow {
+                ratio,
+                low,
+                bios_per_sec,
+                n,
+                k,
+                next,
+            } => write!(
+                f,
+                "merge ratio {} < {} at {bios_per_sec:.0} bios/s: low window {n} of {k} before L{next}",
+                pct(*ratio),
+                pct(*low)
+            ),
+            Reason::AtL3 { next_probe_in_ms } => {
+                write!(f, "at L3; next probe in {}", secs(*next_probe_in_ms))
+            }
+        }
+    }
+}
+
 /// The result of one evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evaluation {
@@ -341,8 +433,8 @@ pub struct Evaluation {
     pub kind: OutcomeKind,
     /// The level to apply, when the outcome changes it.
     pub to_level: Option<u8>,
-    /// Why, with the numbers (static text when there are none, to keep ticks allocation-free).
-    pub reason: Cow<'static, str>,
+    /// Why, with the numbers.
+    pub reason: Reason,
 }
 
 impl Evaluation {
@@ -373,7 +465,7 @@ fn secs(ms: u64) -> String {
     }
 }
 
-fn hold(state: PolicyState, reason: impl Into<Cow<'static, str>>) -> Evaluation {
+fn hold(state: PolicyState, reason: impl Into<Reason>) -> Evaluation {
     Evaluation {
         state,
         kind: OutcomeKind::Hold,
@@ -426,10 +518,10 @@ pub fn decide(
             if bios < cfg.min_window_bios {
                 return hold(
                     s,
-                    format!(
-                        "idle window: {bios} bios < {} (no decision)",
-                        cfg.min_window_bios
-                    ),
+                    Reason::Idle {
+                        bios,
+                        min_bios: cfg.min_window_bios,
+                    },
                 );
             }
             if level > 0 && ratio >= high && !(level == 2 && s.l2_verified) {
@@ -470,11 +562,12 @@ pub fn decide(
                 s.low_windows = 0;
                 return hold(
                     s,
-                    format!(
-                        "merging pays at L{level}: merge ratio {} >= {} at {rate:.0} bios/s",
-                        pct(ratio),
-                        pct(low)
-                    ),
+                    Reason::Pays {
+                        level,
+                        ratio,
+                        low,
+                        bios_per_sec: rate,
+                    },
                 );
             }
             s.low_windows += 1;
@@ -497,11 +590,14 @@ pub fn decide(
                 let n = s.low_windows;
                 return hold(
                     s,
-                    format!(
-                        "merge ratio {} < {} at {rate:.0} bios/s: low window {n} of {k} before L{next}",
-                        pct(ratio),
-                        pct(low)
-                    ),
+                    Reason::LowWindow {
+                        ratio,
+                        low,
+                        bios_per_sec: rate,
+                        n,
+                        k,
+                        next,
+                    },
                 );
             }
             if next == TOP_LEVEL {
@@ -575,8 +671,12 @@ pub fn decide(
                 }
             }
             if now_ms < due && changed.is_none() {
-                let reason = format!("at L3; next probe in {}", secs(due - now_ms));
-                return hold(s, reason);
+                return hold(
+                    s,
+                    Reason::AtL3 {
+                        next_probe_in_ms: due - now_ms,
+                    },
+                );
             }
             let off_for = now_ms.saturating_sub(s.since_ms);
             s.probe_by_change = changed.is_some();
