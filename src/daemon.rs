@@ -309,10 +309,16 @@ impl Daemon {
     fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
         let pcfg = self.cfg.policy.clone();
         let dev = self.devices.get_mut(name)?;
-        let window = self
-            .pending
-            .get(name)
-            .and_then(|c| dev.window.push(c, now_ms, pcfg.window_ticks));
+        let window = self.pending.get(name).and_then(|c| {
+            // At L3 a window only has to show a workload change (the merges are
+            // invisible there), so every tick is one: the blind time is one tick.
+            let ticks = if dev.policy.mode == crate::policy::Mode::Off {
+                1
+            } else {
+                pcfg.window_ticks
+            };
+            dev.window.push(c, now_ms, ticks)
+        });
         if window.is_some() {
             dev.last_window = window;
         }

@@ -35,6 +35,8 @@ use serde::Serialize;
 use std::borrow::Cow;
 
 pub const HOUR_MS: u64 = 3_600_000;
+/// How many merge-hostile workload signatures a device remembers.
+pub const KNOWN_HOSTILE_MAX: usize = 4;
 pub const TOP_LEVEL: u8 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -166,6 +168,10 @@ pub struct PolicyState {
     /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
     /// merges, but they still show a workload change, which starts a probe at once.
     pub l3_signature: Option<Signature>,
+    /// Workloads that were confirmed merge-hostile (settled at L3, or a probe found
+    /// nothing), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
+    /// its low windows at L0-L2 take the device straight to L3.
+    pub known_hostile: Vec<Signature>,
     /// The running probe was started by a workload change (a failure does not double the
     /// backoff of the timed probes).
     pub probe_by_change: bool,
@@ -250,6 +256,7 @@ impl PolicyState {
             next_trial_at_ms: 0,
             trial_from_level: 0,
             l3_signature: None,
+            known_hostile: Vec::new(),
             probe_by_change: false,
         }
     }
@@ -267,6 +274,32 @@ impl PolicyState {
             2 => 1,
             _ => 2,
         }
+    }
+
+    /// Puts the state at `level` in the merging mode, as after a step up (tests build
+    /// situations with it; the policy itself moves only through [`decide`]).
+    #[doc(hidden)]
+    pub fn move_to_for_test(&mut self, level: u8, now_ms: u64) {
+        self.move_to(level, now_ms);
+        self.mode = if level == TOP_LEVEL {
+            Mode::Off
+        } else {
+            Mode::Merging
+        };
+    }
+
+    /// Notes a workload as merge-hostile (replacing a like one, keeping the newest few).
+    fn remember_hostile(&mut self, sig: Signature) {
+        self.known_hostile.retain(|k| sig.changed_from(k).is_some());
+        self.known_hostile.push(sig);
+        if self.known_hostile.len() > KNOWN_HOSTILE_MAX {
+            self.known_hostile.remove(0);
+        }
+    }
+
+    /// Forgets a workload that turned out to merge.
+    fn forget_hostile(&mut self, sig: &Signature) {
+        self.known_hostile.retain(|k| sig.changed_from(k).is_some());
     }
 
     /// Moves to `level` in a measuring `mode` (a probe or a trial), counters reset.
@@ -581,6 +614,31 @@ pub fn decide(
                     ),
                 );
             };
+            // A workload already known to be merge-hostile: the safe rungs have nothing to
+            // show, go straight to L3 (after two low windows, and under the cap).
+            let sig = Signature::of(w);
+            let known = floor_level(cfg) == TOP_LEVEL
+                && s.low_windows >= cfg.step_down_after_windows.min(2)
+                && !cap_reached
+                && s.known_hostile
+                    .iter()
+                    .any(|k| sig.changed_from(k).is_none());
+            if known {
+                let n = s.low_windows;
+                s.move_to(TOP_LEVEL, now_ms);
+                s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
+                s.l3_signature = Some(sig);
+                let reason = format!(
+                    "merge ratio {} < {} for {n} windows at {rate:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): L{level} -> L3, next probe in {}",
+                    pct(ratio),
+                    pct(low),
+                    sig.bios_per_sec,
+                    sig.read_share * 100.0,
+                    sig.sectors_per_bio / 2.0,
+                    secs(s.backoff_ms)
+                );
+                return change(s, OutcomeKind::Disable, reason);
+            }
             let k = if next == TOP_LEVEL {
                 cfg.disable_after_windows
             } else {
@@ -641,7 +699,8 @@ pub fn decide(
             s.move_to(next, now_ms);
             if next == TOP_LEVEL {
                 s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-                s.l3_signature = Some(Signature::of(w));
+                s.l3_signature = Some(sig);
+                s.remember_hostile(sig);
                 let reason = format!(
                     "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; L{level} -> L3 (no merges), next probe in {}",
                     pct(ratio),
@@ -811,7 +870,9 @@ pub fn decide(
                     .next_probe_at_ms
                     .filter(|&t| t > now_ms && s.probe_by_change);
                 s.move_to(TOP_LEVEL, now_ms);
-                s.l3_signature = Some(Signature::of(w));
+                let sig = Signature::of(w);
+                s.l3_signature = Some(sig);
+                s.remember_hostile(sig);
                 s.next_probe_at_ms = Some(timer.unwrap_or(now_ms + s.backoff_ms));
                 let next_in = s.next_probe_at_ms.unwrap_or(now_ms) - now_ms;
                 let reason = format!(
@@ -831,6 +892,25 @@ pub fn decide(
             s.since_ms = now_ms;
             s.low_windows = 0;
             s.backoff_ms = initial_backoff_ms;
+            s.forget_hostile(&Signature::of(w));
+            // The probe's windows at L0 are the baseline a trial of L2 needs: when merging
+            // clearly pays, try L2 right away rather than after more windows at L0.
+            if ratio >= high
+                && caps.simple_merges
+                && floor_level(cfg) >= 2
+                && cfg.trial_max_extra_requests_percent > 0.0
+                && now_ms >= s.next_trial_at_ms
+                && !cap_reached
+            {
+                s.trial_baseline = s.probe_counters;
+                s.trial_from_level = 0;
+                s.start_measuring(2, Mode::Trial, now_ms);
+                let reason = format!(
+                    "{reason}; merging pays, so trying L2 (plug and one-hit merges only) for {} windows",
+                    cfg.probe_windows
+                );
+                return change(s, OutcomeKind::TrialStart, reason);
+            }
             Evaluation {
                 state: s,
                 kind: OutcomeKind::ProbeSucceeded,

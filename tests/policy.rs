@@ -295,7 +295,12 @@ proptest! {
                 // Never down without enough consecutive busy low windows.
                 match ev.kind {
                     OutcomeKind::StepDown => prop_assert!(consecutive_low >= c.step_down_after_windows),
-                    OutcomeKind::Disable => prop_assert!(consecutive_low >= c.disable_after_windows),
+                    OutcomeKind::Disable if ev.reason.contains("settled at L3 before") => {
+                        prop_assert!(consecutive_low >= c.step_down_after_windows.min(2))
+                    }
+                    OutcomeKind::Disable => {
+                        prop_assert!(consecutive_low >= c.disable_after_windows)
+                    }
                     _ => {}
                 }
                 if ev.to_level.is_some() { consecutive_low = 0; }
@@ -398,4 +403,42 @@ fn a_workload_change_at_l3_probes_at_once() {
     assert_eq!(s.backoff_ms, 60_000);
     let out = run(&mut s, caps, &c, 116_000, &[backup; 5]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+}
+
+#[test]
+fn a_known_hostile_workload_goes_straight_to_l3() {
+    let c = cfg();
+    let caps = Caps::FULL;
+    let rnd = Window {
+        counters: Counters {
+            reads_completed: 5000,
+            sectors_read: 40_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    // First time: the whole ladder, and the workload is remembered at L3.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 100_000, &[rnd; 20]);
+    assert_eq!(changes(&out).len(), 3, "{out:?}");
+    assert_eq!(s.known_hostile.len(), 1);
+    // Back at L0 (say a sequential phase came and went), the same workload returns:
+    // two low windows and straight to L3.
+    s.move_to_for_test(0, 200_000);
+    let out = run(&mut s, caps, &c, 200_000, &[rnd; 3]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)], "{out:?}");
+    assert!(out[1].3.contains("settled at L3 before"), "{}", out[1].3);
+    // Another workload (twice the rate) walks the ladder again.
+    let other = Window {
+        counters: Counters {
+            reads_completed: 10_000,
+            sectors_read: 80_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    let mut s2 = s.clone();
+    s2.move_to_for_test(0, 300_000);
+    let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::StepDown, 1)], "{out:?}");
 }
