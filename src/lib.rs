@@ -6,8 +6,8 @@
 
 pub mod actuator;
 pub mod advise;
-pub mod compare;
 pub mod blockfs;
+pub mod compare;
 pub mod config;
 pub mod controller;
 pub mod daemon;
@@ -20,7 +20,7 @@ pub mod plot;
 pub mod policy;
 pub mod record;
 pub mod sampler;
-pub mod state;
-pub mod tracecap;
-pub mod status;
 pub mod sim;
+pub mod state;
+pub mod status;
+pub mod tracecap;
