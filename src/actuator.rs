@@ -111,6 +111,20 @@ impl Actuator {
         Ok(())
     }
 
+    /// Stops tracking one attribute of a device (someone else took it over).
+    pub fn forget_attr(&mut self, dev: &str, attr: &str) -> Result<(), StateError> {
+        let removed = self
+            .saved
+            .devices
+            .get_mut(dev)
+            .is_some_and(|m| m.remove(attr).is_some());
+        if removed {
+            self.saved.devices.retain(|_, m| !m.is_empty());
+            self.store.save(&self.saved)?;
+        }
+        Ok(())
+    }
+
     /// Restores every recorded original and clears the record.
     pub fn restore_all(&mut self, fs: &mut dyn BlockFs) -> Vec<crate::state::RestoreResult> {
         let results = crate::state::restore_all(fs, &self.saved);

@@ -28,7 +28,46 @@ pub struct Config {
     pub daemon: DaemonConfig,
     pub devices: DevicesConfig,
     pub policy: PolicyConfig,
+    pub slices: SlicesConfig,
     pub metrics: crate::metrics::MetricsConfig,
+}
+
+/// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlicesConfig {
+    /// false: never touch scheduler tunables.
+    pub enabled: bool,
+    /// Reads count as starving when their mean time per request is at least this many
+    /// times the writes'.
+    pub starve_ratio: f64,
+    /// Consecutive windows of evidence before a step (and before undoing one).
+    pub windows: u32,
+    /// A window is "mixed" when both directions completed at least this many requests.
+    pub min_requests: u64,
+    /// mq-deadline: the highest writes_starved mergetune sets.
+    pub writes_starved_max: u64,
+    /// mq-deadline: the lowest read_expire mergetune sets, in ms.
+    pub read_expire_min_ms: u64,
+    /// bfq: the highest timeout_sync mergetune sets, in ms.
+    pub timeout_sync_max_ms: u64,
+    /// Cap on slice changes per device in any rolling hour.
+    pub max_changes_per_hour: u32,
+}
+
+impl Default for SlicesConfig {
+    fn default() -> Self {
+        SlicesConfig {
+            enabled: true,
+            starve_ratio: 3.0,
+            windows: 3,
+            min_requests: 20,
+            writes_starved_max: 8,
+            read_expire_min_ms: 100,
+            timeout_sync_max_ms: 500,
+            max_changes_per_hour: 12,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -281,6 +320,38 @@ impl Config {
             ));
         }
         self.metrics.validate(origin)?;
+        let sl = &self.slices;
+        if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
+            return Err(invalid(
+                origin,
+                "slices.starve_ratio",
+                format!("{} must be a number above 1", sl.starve_ratio),
+            ));
+        }
+        if sl.windows == 0 {
+            return Err(invalid(origin, "slices.windows", "must be at least 1"));
+        }
+        if !(2..=64).contains(&sl.writes_starved_max) {
+            return Err(invalid(
+                origin,
+                "slices.writes_starved_max",
+                format!("{} is outside 2..=64", sl.writes_starved_max),
+            ));
+        }
+        if !(10..=500).contains(&sl.read_expire_min_ms) {
+            return Err(invalid(
+                origin,
+                "slices.read_expire_min_ms",
+                format!("{} is outside 10..=500", sl.read_expire_min_ms),
+            ));
+        }
+        if !(125..=5000).contains(&sl.timeout_sync_max_ms) {
+            return Err(invalid(
+                origin,
+                "slices.timeout_sync_max_ms",
+                format!("{} is outside 125..=5000", sl.timeout_sync_max_ms),
+            ));
+        }
         if p.max_changes_per_hour < 2 {
             return Err(invalid(
                 origin,

@@ -40,6 +40,16 @@ pub struct DeviceRuntime {
     /// The rungs of the merge ladder this device offers.
     pub caps: Caps,
     pub last_window: Option<Window>,
+    /// When `last_window` closed.
+    pub last_window_ms: u64,
+    /// Scheduler slice tuning (src/slices.rs).
+    pub slices: crate::slices::SliceState,
+    /// The slice tunables' values when mergetune first saw them (a non-default value is
+    /// the operator's), and what mergetune last wrote to each.
+    pub slice_first: Option<Vec<(&'static str, u64)>>,
+    pub slice_written: Vec<(&'static str, u64)>,
+    /// Someone else changed a slice tunable: slices are left alone on this device.
+    pub slices_foreign: bool,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
@@ -226,6 +236,11 @@ impl Daemon {
                                 ..Default::default()
                             },
                             last_window: None,
+                            last_window_ms: 0,
+                            slices: Default::default(),
+                            slice_first: None,
+                            slice_written: Vec::new(),
+                            slices_foreign: false,
                             last_tick: None,
                             last_tick_ms: now_ms,
                             last_reason: crate::policy::Reason::from(""),
@@ -301,6 +316,9 @@ impl Daemon {
             if let Some(d) = self.tick_device(&name, now_ms, fs) {
                 decisions.push(d);
             }
+            if let Some(d) = self.tick_slices(&name, now_ms, fs) {
+                decisions.push(d);
+            }
         }
         self.counters.decisions += decisions.len() as u64;
         decisions
@@ -321,6 +339,7 @@ impl Daemon {
         });
         if window.is_some() {
             dev.last_window = window;
+            dev.last_window_ms = now_ms;
         }
         let ev = decide(&dev.policy, window.as_ref(), dev.caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
@@ -467,6 +486,93 @@ impl Daemon {
         dev.last_reason = ev.reason;
         // A window straddling a change would mix two regimes.
         dev.window.restart(now_ms);
+        dev.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+
+    /// Scheduler slices for one device, on the window that closed at this tick.
+    fn tick_slices(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
+        let cfg = self.cfg.slices.clone();
+        if !cfg.enabled || !self.cfg.policy.enabled {
+            return None;
+        }
+        let dev = self.devices.get_mut(name)?;
+        if !dev.management.is_managed() || dev.slices_foreign || dev.last_window_ms != now_ms {
+            return None;
+        }
+        let w = dev.last_window?;
+        let sched = dev.info.scheduler.clone()?;
+        let defaults = crate::slices::tunables_for(&sched);
+        if defaults.is_empty() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(defaults.len());
+        for (n, _) in defaults {
+            if let Ok(v) = fs.read_attr(name, &crate::slices::attr(n))
+                && let Ok(x) = v.trim().parse::<u64>()
+            {
+                values.push((*n, x));
+            }
+        }
+        let first = dev
+            .slice_first
+            .get_or_insert_with(|| values.clone())
+            .clone();
+        // Someone else's write wins, as for nomerges.
+        for (n, ours) in &dev.slice_written {
+            if let Some((_, cur)) = values.iter().find(|(m, _)| m == n)
+                && cur != ours
+            {
+                warn!(device = %name, "{name}: {} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here", crate::slices::attr(n));
+                dev.slices_foreign = true;
+                for (m, _) in &dev.slice_written {
+                    if let Err(e) = self.actuator.forget_attr(name, &crate::slices::attr(m)) {
+                        warn!("{e}");
+                    }
+                }
+                return None;
+            }
+        }
+        let owned: Vec<&'static str> = defaults
+            .iter()
+            .filter(|(n, d)| first.iter().any(|(m, v)| m == n && v != d))
+            .map(|(n, _)| *n)
+            .collect();
+        let (state, change) =
+            crate::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
+        let previous = std::mem::replace(&mut dev.slices, state);
+        let ch = change?;
+        let attr = crate::slices::attr(ch.tunable);
+        let mut decision = Decision {
+            at_ms: now_ms,
+            device: name.to_string(),
+            attr: attr.clone(),
+            from: ch.from.to_string(),
+            to: ch.to.to_string(),
+            kind: ch.kind.to_string(),
+            reason: ch.reason.clone(),
+            applied: true,
+        };
+        match self.actuator.set(fs, name, &attr, &ch.to.to_string()) {
+            Ok(SetOutcome::DryRun { .. }) => {
+                decision.applied = false;
+                info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                    "{name}: dry-run, would write {attr} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+            }
+            Ok(_) => {
+                dev.slice_written.retain(|(n, _)| *n != ch.tunable);
+                dev.slice_written.push((ch.tunable, ch.to));
+                info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
+                    "{name}: {attr} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+            }
+            Err(e) => {
+                self.counters.write_errors += 1;
+                warn!(device = %name, "{name}: write of {attr}={} failed, slices unchanged: {e}", ch.to);
+                dev.slices = previous;
+                decision.applied = false;
+                decision.reason = format!("{} (write failed: {e})", decision.reason);
+            }
+        }
         dev.last_decision = Some(decision.clone());
         Some(decision)
     }

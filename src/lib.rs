@@ -21,6 +21,7 @@ pub mod policy;
 pub mod record;
 pub mod sampler;
 pub mod sim;
+pub mod slices;
 pub mod state;
 pub mod status;
 pub mod tracecap;

@@ -1,0 +1,238 @@
+//! Scheduler slices: keep reads from starving behind writes (seed 003), within bounds.
+//!
+//! A pure function of (state, window, scheduler, current values, originals, config, now) to
+//! at most one bounded change with its reason, like the merge policy. The evidence is what
+//! the counters give per window: the mean time per completed request in each direction
+//! (ms reading / reads, ms writing / writes). When reads take `starve_ratio` times longer
+//! than writes for `windows` consecutive busy mixed windows, reads are favoured one step:
+//! - mq-deadline: `writes_starved` + 1 (up to `writes_starved_max`), then `read_expire`
+//!   halved (down to `read_expire_min_ms`);
+//! - bfq: `timeout_sync` x1.5 (up to `timeout_sync_max_ms`), the sync queues' slice.
+//!
+//! A step is judged on the next evidence: one that did not cut the ratio by a tenth is
+//! undone and no further step is taken while the mix lasts (no climbing to the bounds for
+//! nothing). When the mix goes away (too few reads or writes) for as many windows, the steps are
+//! undone, one per `windows`, back to the originals; while the mix lasts nothing moves back
+//! (reads doing well then may be the steps' own doing). A tunable whose value was not the kernel's default when mergetune first saw
+//! it is the operator's and is never touched. Idling (`slice_idle`) is left alone: whether
+//! idling helps a sync queue (seed 001) depends on per-process seekiness the counters do
+//! not show; `mergetune advise` looks at that from a trace.
+
+use crate::config::SlicesConfig;
+use crate::policy::HOUR_MS;
+use crate::sampler::Window;
+use serde::Serialize;
+
+/// Kernel defaults: a value that differs was set by the operator.
+pub const MQ_DEADLINE_DEFAULTS: &[(&str, u64)] = &[("writes_starved", 2), ("read_expire", 500)];
+pub const BFQ_DEFAULTS: &[(&str, u64)] = &[("timeout_sync", 125)];
+
+/// The attributes this module may write, relative to the device directory.
+pub fn attr(name: &str) -> String {
+    format!("queue/iosched/{name}")
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SliceState {
+    /// Consecutive busy mixed windows with reads starving.
+    pub starving_windows: u32,
+    /// Consecutive windows with reads not slower than writes (or no mix).
+    pub calm_windows: u32,
+    /// Steps taken so far, oldest first: (tunable, value before the step).
+    pub steps: Vec<(String, u64)>,
+    pub changes_ms: Vec<u64>,
+    /// The read/write latency ratio that led to the last step, to judge whether it helped.
+    pub ratio_before_step: Option<f64>,
+    /// A step did not help: no more steps until the mix ends.
+    pub stalled: bool,
+}
+
+/// One change to make.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SliceChange {
+    pub tunable: &'static str,
+    pub from: u64,
+    pub to: u64,
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+/// Mean ms per completed request, per direction; None without requests.
+fn mean_ms(ms: u64, n: u64) -> Option<f64> {
+    (n > 0).then(|| ms as f64 / n as f64)
+}
+
+fn tunable_static(name: &str) -> &'static str {
+    match name {
+        "writes_starved" => "writes_starved",
+        "read_expire" => "read_expire",
+        _ => "timeout_sync",
+    }
+}
+
+/// Decides for one device. `values` holds the current value of each tunable this module
+/// may use (absent: the scheduler has no such tunable); `owned` says which of them the
+/// operator set (never touched).
+pub fn decide(
+    prev: &SliceState,
+    window: &Window,
+    scheduler: &str,
+    values: &[(&'static str, u64)],
+    owned: &[&'static str],
+    cfg: &SlicesConfig,
+    now_ms: u64,
+) -> (SliceState, Option<SliceChange>) {
+    let mut s = prev.clone();
+    s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+    let c = &window.counters;
+    let value = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+    let usable = |name: &str| value(name).is_some() && !owned.contains(&name);
+    let mixed = c.reads_completed >= cfg.min_requests && c.writes_completed >= cfg.min_requests;
+    let read_ms = mean_ms(c.read_ms, c.reads_completed);
+    let write_ms = mean_ms(c.write_ms, c.writes_completed);
+    let ratio = match (mixed, read_ms, write_ms) {
+        (true, Some(r), Some(w)) if w > 0.0 => Some(r / w),
+        (true, Some(r), Some(_)) if r > 0.0 => Some(f64::INFINITY),
+        (true, Some(_), Some(_)) => Some(1.0),
+        _ => None,
+    };
+    match ratio {
+        Some(r) if r >= cfg.starve_ratio => {
+            s.starving_windows += 1;
+            s.calm_windows = 0;
+        }
+        // Reads doing fine while the mix lasts may be the step's own doing: undoing it
+        // then would only bring the starvation back. Steps are undone when the mix ends.
+        Some(_) => {
+            s.starving_windows = 0;
+            s.calm_windows = 0;
+        }
+        None => {
+            s.starving_windows = 0;
+            s.calm_windows += 1;
+            s.ratio_before_step = None;
+            if s.calm_windows >= cfg.windows {
+                s.stalled = false;
+            }
+        }
+    }
+    let cap_ok = (s.changes_ms.len() as u32) < cfg.max_changes_per_hour;
+    let evidence = |s: &SliceState| match (read_ms, write_ms) {
+        (Some(r), Some(w)) => format!(
+            "reads {r:.1} ms vs writes {w:.1} ms per request ({} and {} requests) for {} windows",
+            c.reads_completed,
+            c.writes_completed,
+            s.starving_windows.max(s.calm_windows)
+        ),
+        _ => format!("no read/write mix for {} windows", s.calm_windows),
+    };
+
+    // Judge the last step once its evidence is in: a step that did not cut the ratio by a
+    // tenth is undone, and no further step is taken while this mix lasts.
+    if let (Some(before), Some(now_ratio)) = (s.ratio_before_step, ratio)
+        && s.starving_windows >= cfg.windows
+        && cap_ok
+    {
+        s.ratio_before_step = None;
+        if now_ratio > before * 0.9 {
+            s.stalled = true;
+            if let Some((name, prev_value)) = s.steps.pop()
+                && let Some(cur) = value(&name)
+            {
+                s.starving_windows = 0;
+                s.changes_ms.push(now_ms);
+                let reason = format!(
+                    "{name} {prev_value} -> {cur} did not help (reads/writes time per request {before:.1}x -> {now_ratio:.1}x): back to {prev_value}, no further step while this mix lasts"
+                );
+                return (
+                    s,
+                    Some(SliceChange {
+                        tunable: tunable_static(&name),
+                        from: cur,
+                        to: prev_value,
+                        kind: "undo",
+                        reason,
+                    }),
+                );
+            }
+        }
+    }
+    if s.starving_windows >= cfg.windows && cap_ok && !s.stalled {
+        let step: Option<(&'static str, u64, u64)> = match scheduler {
+            "mq-deadline" => {
+                let ws = value("writes_starved").filter(|_| usable("writes_starved"));
+                let re = value("read_expire").filter(|_| usable("read_expire"));
+                match (ws, re) {
+                    (Some(v), _) if v < cfg.writes_starved_max => {
+                        Some(("writes_starved", v, v + 1))
+                    }
+                    (_, Some(v)) if v > cfg.read_expire_min_ms => {
+                        Some(("read_expire", v, (v / 2).max(cfg.read_expire_min_ms)))
+                    }
+                    _ => None,
+                }
+            }
+            "bfq" => value("timeout_sync")
+                .filter(|_| usable("timeout_sync"))
+                .filter(|&v| v < cfg.timeout_sync_max_ms)
+                .map(|v| {
+                    (
+                        "timeout_sync",
+                        v,
+                        (v * 3 / 2).clamp(v + 1, cfg.timeout_sync_max_ms),
+                    )
+                }),
+            _ => None,
+        };
+        if let Some((name, from, to)) = step {
+            let reason = format!("reads starving: {}; {name} {from} -> {to}", evidence(&s));
+            s.steps.push((name.to_string(), from));
+            s.ratio_before_step = ratio;
+            s.starving_windows = 0;
+            s.changes_ms.push(now_ms);
+            return (
+                s,
+                Some(SliceChange {
+                    tunable: name,
+                    from,
+                    to,
+                    kind: "favour_reads",
+                    reason,
+                }),
+            );
+        }
+    }
+    if s.calm_windows >= cfg.windows && cap_ok && !s.steps.is_empty() {
+        let (name, before) = s.steps.last().cloned().unwrap_or_default();
+        if let Some(cur) = value(&name) {
+            let reason = format!(
+                "read/write mix over: {}; {name} {cur} -> {before}",
+                evidence(&s)
+            );
+            s.steps.pop();
+            s.calm_windows = 0;
+            s.changes_ms.push(now_ms);
+            return (
+                s,
+                Some(SliceChange {
+                    tunable: tunable_static(&name),
+                    from: cur,
+                    to: before,
+                    kind: "relax",
+                    reason,
+                }),
+            );
+        }
+        s.steps.pop();
+    }
+    (s, None)
+}
+
+/// The tunables this module reads for a scheduler, with their kernel defaults.
+pub fn tunables_for(scheduler: &str) -> &'static [(&'static str, u64)] {
+    match scheduler {
+        "mq-deadline" => MQ_DEADLINE_DEFAULTS,
+        "bfq" => BFQ_DEFAULTS,
+        _ => &[],
+    }
+}

@@ -1,0 +1,173 @@
+//! Scheduler slices: favour reads when they starve behind writes, bounded, judged, undone.
+
+use mergetune::config::SlicesConfig;
+use mergetune::sampler::{Counters, Window};
+use mergetune::slices::{SliceState, decide};
+
+/// A 2 s window: `r` reads taking `r_ms` each, `w` writes taking `w_ms` each.
+fn win(r: u64, r_ms: u64, w: u64, w_ms: u64) -> Window {
+    Window {
+        counters: Counters {
+            reads_completed: r,
+            read_ms: r * r_ms,
+            writes_completed: w,
+            write_ms: w * w_ms,
+            ..Default::default()
+        },
+        duration_ms: 2000,
+    }
+}
+
+struct Dev {
+    state: SliceState,
+    values: Vec<(&'static str, u64)>,
+    owned: Vec<&'static str>,
+    sched: &'static str,
+    t: u64,
+}
+
+impl Dev {
+    fn new(sched: &'static str, values: &[(&'static str, u64)]) -> Dev {
+        Dev {
+            state: SliceState::default(),
+            values: values.to_vec(),
+            owned: Vec::new(),
+            sched,
+            t: 0,
+        }
+    }
+    /// Feeds windows; applies every change to `values`; returns the changes' kinds.
+    fn feed(&mut self, w: Window, n: usize) -> Vec<(String, &'static str, u64, u64)> {
+        let cfg = SlicesConfig::default();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            self.t += 2000;
+            let (s, ch) = decide(
+                &self.state,
+                &w,
+                self.sched,
+                &self.values,
+                &self.owned,
+                &cfg,
+                self.t,
+            );
+            self.state = s;
+            if let Some(ch) = ch {
+                for v in &mut self.values {
+                    if v.0 == ch.tunable {
+                        assert_eq!(v.1, ch.from, "{}", ch.reason);
+                        v.1 = ch.to;
+                    }
+                }
+                out.push((ch.reason.clone(), ch.kind, ch.from, ch.to));
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn starving_reads_get_one_step_after_three_windows() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    let out = d.feed(win(50, 160, 200, 40), 2);
+    assert!(out.is_empty());
+    let out = d.feed(win(50, 160, 200, 40), 1);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("favour_reads", 2, 3));
+    assert!(
+        out[0].0.contains("160.0 ms vs writes 40.0 ms"),
+        "{}",
+        out[0].0
+    );
+}
+
+#[test]
+fn a_step_that_helps_is_followed_by_more_up_to_the_bounds() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 7), ("read_expire", 500)],
+    );
+    // Each step cuts the reads' time per request by a third (10x, 6.7x, 4.4x the
+    // writes'): writes_starved to its max (8), then read_expire halves.
+    let mut kinds = Vec::new();
+    for read_ms in [400, 266, 177] {
+        let out = d.feed(win(50, read_ms, 200, 40), 3);
+        kinds.extend(out.iter().map(|o| (o.1, o.2, o.3)));
+    }
+    assert_eq!(
+        kinds,
+        vec![
+            ("favour_reads", 7, 8),
+            ("favour_reads", 500, 250),
+            ("favour_reads", 250, 125)
+        ]
+    );
+    let we = d.values.iter().find(|v| v.0 == "read_expire").unwrap().1;
+    assert!(we >= 100, "read_expire never under its floor: {we}");
+}
+
+#[test]
+fn a_step_that_does_not_help_is_undone_and_no_more_are_taken() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    let out = d.feed(win(50, 160, 200, 40), 3);
+    assert_eq!((out[0].2, out[0].3), (2, 3));
+    let out = d.feed(win(50, 158, 200, 40), 3);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("undo", 3, 2));
+    assert!(out[0].0.contains("did not help"), "{}", out[0].0);
+    assert!(
+        d.feed(win(50, 160, 200, 40), 30).is_empty(),
+        "stalled while the mix lasts"
+    );
+}
+
+#[test]
+fn the_operators_values_are_never_touched() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 4), ("read_expire", 500)],
+    );
+    d.owned = vec!["writes_starved"];
+    let out = d.feed(win(50, 160, 200, 40), 3);
+    // writes_starved is the operator's: the step goes to read_expire.
+    assert_eq!((out[0].2, out[0].3), (500, 250), "{out:?}");
+    d.owned = vec!["writes_starved", "read_expire"];
+    let mut d2 = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 4), ("read_expire", 300)],
+    );
+    d2.owned = vec!["writes_starved", "read_expire"];
+    assert!(d2.feed(win(50, 160, 200, 40), 20).is_empty());
+}
+
+#[test]
+fn steps_are_undone_when_the_mix_ends_and_balanced_work_is_left_alone() {
+    let mut d = Dev::new("bfq", &[("timeout_sync", 125)]);
+    let out = d.feed(win(50, 160, 200, 40), 3);
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("favour_reads", 125, 187));
+    // Writes stop: the step is undone after three windows.
+    let out = d.feed(win(300, 5, 0, 0), 3);
+    assert_eq!(
+        (out[0].1, out[0].2, out[0].3),
+        ("relax", 187, 125),
+        "{out:?}"
+    );
+    // Reads and writes alike: nothing to do, ever.
+    let mut e = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    assert!(e.feed(win(100, 10, 100, 10), 50).is_empty());
+    // Too few requests to call it a mix: nothing either.
+    let mut f = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    assert!(f.feed(win(5, 500, 200, 10), 50).is_empty());
+}
