@@ -49,10 +49,6 @@ impl Actuator {
         &self.saved
     }
 
-    pub fn store_mut(&mut self) -> &mut dyn StateStore {
-        self.store.as_mut()
-    }
-
     /// Sets `dev/attr` to `value`.
     pub fn set(
         &mut self,

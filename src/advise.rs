@@ -1395,6 +1395,9 @@ pub struct AdviseArgs {
     /// Only this device: MAJOR,MINOR as the trace prints it (7,0) or a name (loop0).
     #[arg(long)]
     pub device: Option<String>,
+    /// Root of sysfs, where a device name given to --device is looked up.
+    #[arg(long, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
     /// Replay the trace in the simulator under each merge level and scheduler candidate and
     /// show the modelled CPU, throughput and latency side by side.
     #[arg(long)]
@@ -1414,7 +1417,7 @@ pub struct AdviseArgs {
 pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let cfg = PolicyConfig::default();
     let filter = match &args.device {
-        Some(d) => Some(DevNum::resolve(d, Path::new("/sys")).map_err(anyhow::Error::msg)?),
+        Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let analysis = analyze_file(&args.trace, filter, &cfg)?;

@@ -470,17 +470,6 @@ pub struct Evaluation {
     pub reason: Reason,
 }
 
-impl Evaluation {
-    /// The nomerges value to write, when the level changes.
-    pub fn write_nomerges(&self) -> Option<u8> {
-        self.to_level.map(|l| match l {
-            0 | 1 => 0,
-            2 => 1,
-            _ => 2,
-        })
-    }
-}
-
 fn pct(x: f64) -> String {
     let p = x * 100.0;
     if p < 10.0 {

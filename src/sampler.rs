@@ -6,7 +6,7 @@
 //! backwards step, or a changed major:minor, is a reset: the sample is dropped and the
 //! device starts afresh, never producing a huge delta. Pure: no I/O, no clock.
 
-use crate::diskstats::{DiskStat, MAX_FIELDS, StatFields, field};
+use crate::diskstats::{DiskStat, MAX_FIELDS, field};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -154,11 +154,6 @@ fn counters_from(v: &[u64; MAX_FIELDS]) -> Counters {
         sectors_written: v[field::SECTORS_WRITTEN],
         write_ms: v[field::WRITE_MS],
     }
-}
-
-/// Counters of a whole snapshot, for tests and reports.
-pub fn counters_of(fields: &StatFields) -> Counters {
-    counters_from(&fields.values)
 }
 
 /// Keeps the previous snapshot of every device and yields deltas for a new one.

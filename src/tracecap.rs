@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub const TRACEFS: &str = "/sys/kernel/tracing";
+/// Where tracefs lives, relative to the sysfs root (/sys/kernel/tracing on a real machine).
+pub const TRACEFS_IN_SYSFS: &str = "kernel/tracing";
 pub const INSTANCE_PREFIX: &str = "mergetune-";
 /// Events enabled, in this order; those this kernel lacks are skipped (block_bio_queue is
 /// required). Plug events name no device and cannot be filtered: left out.
@@ -54,6 +55,12 @@ pub struct CaptureArgs {
     /// Ring buffer per CPU, KiB.
     #[arg(long, default_value_t = 8192)]
     pub buffer_kb: u64,
+    /// Root of sysfs (the device number and tracefs at kernel/tracing are found under it).
+    #[arg(long, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Root of procfs (the kernel release for the capture's header).
+    #[arg(long, default_value = "/proc")]
+    pub procfs_root: PathBuf,
 }
 
 pub fn run(cmd: TraceCommand) -> anyhow::Result<i32> {
@@ -62,13 +69,13 @@ pub fn run(cmd: TraceCommand) -> anyhow::Result<i32> {
     }
 }
 
-/// The device's `(major, minor)` from `/sys/class/block/NAME/dev`.
-pub fn device_number(name: &str) -> anyhow::Result<(String, u32, u32)> {
+/// The device's `(major, minor)` from `<sysfs>/class/block/NAME/dev` (partitions too).
+pub fn device_number(name: &str, sysfs_root: &Path) -> anyhow::Result<(String, u32, u32)> {
     let name = name.trim().trim_start_matches("/dev/").to_string();
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         bail!("--device {name:?}: not a block device name");
     }
-    let p = Path::new("/sys/class/block").join(&name).join("dev");
+    let p = sysfs_root.join("class/block").join(&name).join("dev");
     let text = std::fs::read_to_string(&p).map_err(|e| {
         anyhow::anyhow!(
             "--device {name}: no such block device ({}: {e})",
@@ -87,12 +94,12 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn ensure_tracefs() -> anyhow::Result<()> {
-    if Path::new(TRACEFS).join("instances").is_dir() {
+fn ensure_tracefs(tracefs: &Path) -> anyhow::Result<()> {
+    if tracefs.join("instances").is_dir() {
         return Ok(());
     }
     let src = CString::new("nodev")?;
-    let target = CString::new(TRACEFS)?;
+    let target = CString::new(tracefs.as_os_str().as_encoded_bytes())?;
     let fstype = CString::new("tracefs")?;
     // SAFETY: valid NUL-terminated strings, no data argument.
     let rc = unsafe {
@@ -106,14 +113,18 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     };
     if rc != 0 {
         bail!(
-            "tracefs is not mounted and mounting it at {TRACEFS} failed: {}",
+            "tracefs is not mounted and mounting it at {} failed: {}",
+            tracefs.display(),
             std::io::Error::last_os_error()
         );
     }
-    if !Path::new(TRACEFS).join("instances").is_dir() {
-        bail!("tracefs mounted at {TRACEFS} but it has no instances/ directory");
+    if !tracefs.join("instances").is_dir() {
+        bail!(
+            "tracefs mounted at {} but it has no instances/ directory",
+            tracefs.display()
+        );
     }
-    eprintln!("mounted tracefs at {TRACEFS}");
+    eprintln!("mounted tracefs at {}", tracefs.display());
     Ok(())
 }
 
@@ -125,8 +136,8 @@ struct Instance {
 }
 
 impl Instance {
-    fn create() -> anyhow::Result<Instance> {
-        let dir = Path::new(TRACEFS)
+    fn create(tracefs: &Path) -> anyhow::Result<Instance> {
+        let dir = tracefs
             .join("instances")
             .join(format!("{INSTANCE_PREFIX}{}", std::process::id()));
         std::fs::create_dir(&dir)
@@ -178,7 +189,7 @@ pub struct CaptureStats {
 
 fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     // Refusals first, before anything is touched.
-    let (name, major, minor) = device_number(&a.device)?;
+    let (name, major, minor) = device_number(&a.device, &a.sysfs_root)?;
     if euid() != 0 {
         bail!(
             "trace capture needs root: the tracing filesystem is root-only (running as uid {})",
@@ -195,8 +206,9 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     }
     let mut out = std::fs::File::create(&a.output)
         .with_context(|| format!("cannot create {}", a.output.display()))?;
-    ensure_tracefs()?;
-    let mut inst = Instance::create()?;
+    let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
+    ensure_tracefs(&tracefs)?;
+    let mut inst = Instance::create(&tracefs)?;
     inst.write("tracing_on", "0")?;
     inst.write("buffer_size_kb", &a.buffer_kb.to_string())?;
     let dev_t = ((major as u64) << 20) | minor as u64;
@@ -225,7 +237,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         } else {
             format!(" (absent here: {})", skipped.join(" "))
         },
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        std::fs::read_to_string(a.procfs_root.join("sys/kernel/osrelease"))
             .unwrap_or_default()
             .trim()
     )?;

@@ -103,16 +103,16 @@ impl DiskStat {
     pub fn time_in_queue_ms(&self) -> u64 {
         self.0[10]
     }
+    /// The same 17 fields as the daemon's parser holds them.
+    pub fn fields(&self) -> crate::diskstats::StatFields {
+        crate::diskstats::StatFields {
+            values: self.0,
+            field_count: crate::diskstats::MAX_FIELDS as u8,
+        }
+    }
     /// Formatted as the kernel prints `stat` (`%8u` fields separated by a space).
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(17 * 9);
-        for (i, v) in self.0.iter().enumerate() {
-            if i > 0 {
-                s.push(' ');
-            }
-            s.push_str(&format!("{v:>8}"));
-        }
-        s
+        crate::diskstats::format_stat_fields(&self.fields())
     }
 }
 

@@ -108,11 +108,14 @@ impl BlockFs for Simulation {
         for d in 0..self.devs.len() {
             let st = self.stat_of(d);
             let dev = &self.devs[d];
-            out.push_str(&format!("{:>4} {:>7} {}", dev.major, dev.minor, dev.name));
-            for v in st.0 {
-                out.push(' ');
-                out.push_str(&v.to_string());
-            }
+            out.push_str(&crate::diskstats::format_diskstats_line(
+                &crate::diskstats::DiskStat {
+                    major: dev.major,
+                    minor: dev.minor,
+                    name: dev.name.clone(),
+                    fields: st.fields(),
+                },
+            ));
             out.push('\n');
         }
         Ok(out)
