@@ -8,7 +8,7 @@ use mergetune::config::Config;
 use mergetune::daemon::Daemon;
 use mergetune::diskstats::parse_diskstats;
 use mergetune::policy::{Caps, PolicyState, decide};
-use mergetune::sampler::{Delta, Sampler, WindowAcc};
+use mergetune::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
             let mut states: Vec<PolicyState> =
                 (0..n).map(|_| PolicyState::new(0, &cfg.policy)).collect();
             let mut windows = vec![WindowAcc::default(); n];
+            let close = WindowClose::fixed(cfg.window_ms(), cfg.daemon.interval_ms / 2);
             let mut i = 1usize;
             let mut now = 0u64;
             b.iter(|| {
@@ -89,7 +90,7 @@ fn bench(c: &mut Criterion) {
                 let set = sampler.observe(&parsed.devices);
                 for (k, d) in set.deltas.iter().enumerate() {
                     if let Delta::Counters(c) = d {
-                        let w = windows[k].push(c, now, cfg.policy.window_ticks);
+                        let w = windows[k].push(c, now, &close);
                         let ev = decide(&states[k], w.as_ref(), Caps::FULL, &cfg.policy, now);
                         states[k] = ev.state;
                     }

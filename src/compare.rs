@@ -22,7 +22,7 @@ use crate::daemon::Daemon;
 use crate::devices::active_scheduler;
 use crate::diskstats::parse_diskstats;
 use crate::policy::{Caps, tunables};
-use crate::sampler::{Delta, Sampler, WindowAcc};
+use crate::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use crate::sim::{Scenario, SimError, Simulation, run_scenario};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -180,7 +180,8 @@ impl Controller for NaiveToggle {
                 acc.restart(now_ms);
                 continue;
             };
-            let Some(w) = acc.push(&c, now_ms, self.cfg.policy.window_ticks) else {
+            let close = WindowClose::fixed(self.cfg.window_ms(), self.cfg.daemon.interval_ms / 2);
+            let Some(w) = acc.push(&c, now_ms, &close) else {
                 continue;
             };
             if w.counters.bios() < self.cfg.policy.min_window_bios {
@@ -329,13 +330,62 @@ pub struct PolicySummary {
     pub worst_p99_change_percent: f64,
     pub level_changes: usize,
     pub level_changes_per_hour: f64,
+    /// Level changes after settling at the oracle's level of their phase (probes, trials,
+    /// flapping: convergence excluded), the most in any rolling hour.
+    pub settled_changes_per_hour_max: usize,
     /// Per phase change: ms until the policy moved toward the oracle's level (None: it
     /// never did within the phase; 0: it was already there).
     pub reaction_ms: Vec<Option<u64>>,
 }
 
+/// A write that moved a level: outcomes that end where they are (a probe that stays at L0,
+/// a trial that stays at L2) wrote nothing.
 fn is_level_change(d: &Decision) -> bool {
-    d.applied && d.kind != "probe_succeeded" && d.kind != "restore"
+    d.applied && d.from != d.to && d.kind != "restore"
+}
+
+/// The level changes made after the policy had settled at the oracle's level of their
+/// phase: the churn on a steady workload, convergence after a phase change excluded.
+/// Returns the most of them within any rolling hour.
+fn settled_changes_max_per_hour(
+    decisions: &[Decision],
+    phases: &[PhaseFigures],
+    oracle_levels: &[u8],
+) -> usize {
+    let mut seen = std::collections::BTreeSet::new();
+    let changes: Vec<u64> = decisions
+        .iter()
+        .filter(|d| is_level_change(d))
+        .filter(|d| seen.insert((d.at_ms, d.device.clone())))
+        .map(|d| d.at_ms)
+        .collect();
+    let mut settled: Vec<u64> = Vec::new();
+    for (p, &target) in phases.iter().zip(oracle_levels) {
+        let in_phase = |t: &&u64| **t >= p.start_ms && **t < p.end_ms;
+        // A decision at tick t sets the level from t on; level_at(t + 1) sees it.
+        let settled_from = if level_at(decisions, p.start_ms) == target {
+            Some(p.start_ms)
+        } else {
+            changes
+                .iter()
+                .filter(in_phase)
+                .find(|&&t| level_at(decisions, t + 1) == target)
+                .map(|t| t + 1)
+        };
+        if let Some(from) = settled_from {
+            settled.extend(changes.iter().filter(in_phase).filter(|&&t| t >= from));
+        }
+    }
+    settled.sort_unstable();
+    let mut most = 0;
+    let mut first = 0;
+    for (i, &t) in settled.iter().enumerate() {
+        while t - settled[first] >= crate::policy::HOUR_MS {
+            first += 1;
+        }
+        most = most.max(i + 1 - first);
+    }
+    most
 }
 
 /// Counts changes of level: several attributes written at one tick are one change.
@@ -433,6 +483,11 @@ fn summarize(
         },
         level_changes: count_changes(&run.decisions),
         level_changes_per_hour: count_changes(&run.decisions) as f64 / (duration_s / 3600.0),
+        settled_changes_per_hour_max: settled_changes_max_per_hour(
+            &run.decisions,
+            &run.phases,
+            oracle_levels,
+        ),
         reaction_ms,
     }
 }
@@ -541,7 +596,7 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
                 .join(" ")
         ));
         s.push_str(&format!(
-            "  {:<18} {:>9} {:>9} {:>11} {:>9} {:>8} {:>9}  {}\n",
+            "  {:<18} {:>9} {:>9} {:>11} {:>9} {:>8} {:>9} {:>9}  {}\n",
             "policy",
             "CPU sav%",
             "of oracle",
@@ -549,6 +604,7 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
             "p99 chg%",
             "changes",
             "chg/hour",
+            "settled/h",
             "reaction per phase change"
         ));
         for r in &c.rows {
@@ -561,7 +617,7 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
                 })
                 .collect();
             s.push_str(&format!(
-                "  {:<18} {:>9.2} {:>9.0} {:>11.2} {:>9.1} {:>8} {:>9.1}  {}\n",
+                "  {:<18} {:>9.2} {:>9.0} {:>11.2} {:>9.1} {:>8} {:>9.1} {:>9}  {}\n",
                 r.policy,
                 r.cpu_saved_percent,
                 r.of_oracle_percent,
@@ -569,6 +625,7 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
                 r.worst_p99_change_percent,
                 r.level_changes,
                 r.level_changes_per_hour,
+                r.settled_changes_per_hour_max,
                 react.join(" ")
             ));
         }

@@ -145,6 +145,12 @@ pub struct PolicyConfig {
     pub probe_max_backoff_secs: u64,
     /// Windows measured with merging back on during a probe.
     pub probe_windows: u32,
+    /// While a device is at L3 its counters are read this often, in ms (the daemon ticks
+    /// this fast while any device is at L3): merges are invisible there, so a workload
+    /// change (rate, read share, bio size) is the only sign of merges being missed, and it
+    /// is seen after one such tick (a window closes once it holds `min_window_bios` bios).
+    /// 0, or a value not under `interval_ms`: every `interval_ms`, like any other level.
+    pub l3_watch_interval_ms: u64,
     /// While merging pays at L0/L1, try L2 (plug and one-hit merges only, cheaper) for
     /// `probe_windows` windows; stay there when it completes at most this many percent more
     /// requests per bio than L0 did (i.e. it kept the merges). 0 disables the trial.
@@ -159,12 +165,13 @@ pub const DEFAULT_MIN_WINDOW_BIOS: u64 = 1000;
 pub const DEFAULT_DISABLE_BELOW_PERCENT: f64 = 1.0;
 pub const DEFAULT_ENABLE_ABOVE_PERCENT: f64 = 5.0;
 pub const DEFAULT_STEP_DOWN_AFTER_WINDOWS: u32 = 3;
-pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 3;
+pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 2;
 pub const DEFAULT_DISABLED_NOMERGES: u8 = 2;
 pub const DEFAULT_MIN_DWELL_SECS: u64 = 10;
-pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 120;
+pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 1800;
 pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 3600;
 pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
+pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
 
@@ -183,6 +190,7 @@ impl Default for PolicyConfig {
             probe_initial_backoff_secs: DEFAULT_PROBE_INITIAL_BACKOFF_SECS,
             probe_max_backoff_secs: DEFAULT_PROBE_MAX_BACKOFF_SECS,
             probe_windows: DEFAULT_PROBE_WINDOWS,
+            l3_watch_interval_ms: DEFAULT_L3_WATCH_INTERVAL_MS,
             trial_max_extra_requests_percent: DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT,
             max_changes_per_hour: DEFAULT_MAX_CHANGES_PER_HOUR,
         }
@@ -319,6 +327,14 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        let watch = p.l3_watch_interval_ms;
+        if watch != 0 && !(10..=3_600_000).contains(&watch) {
+            return Err(invalid(
+                origin,
+                "policy.l3_watch_interval_ms",
+                format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
+            ));
+        }
         self.metrics.validate(origin)?;
         let sl = &self.slices;
         if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
@@ -363,6 +379,20 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The tick interval while a device is at L3, in ms: the watch interval, never longer
+    /// than `interval_ms`.
+    pub fn l3_tick_ms(&self) -> u64 {
+        match self.policy.l3_watch_interval_ms {
+            0 => self.daemon.interval_ms,
+            w => w.min(self.daemon.interval_ms),
+        }
+    }
+
+    /// The length of a decision window, in ms.
+    pub fn window_ms(&self) -> u64 {
+        self.daemon.interval_ms * u64::from(self.policy.window_ticks)
     }
 
     /// One line describing the effective configuration.
@@ -454,6 +484,10 @@ mod tests {
                 "policy.disabled_nomerges",
             ),
             ("[policy]\nwindow_ticks = 0\n", "policy.window_ticks"),
+            (
+                "[policy]\nl3_watch_interval_ms = 5\n",
+                "policy.l3_watch_interval_ms",
+            ),
             (
                 "[policy]\nprobe_max_backoff_secs = 1\n",
                 "policy.probe_max_backoff_secs",

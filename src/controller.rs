@@ -1,7 +1,7 @@
 //! What drives a block stack each tick: the adaptive daemon, or a fixed baseline.
 //!
 //! The simulator runs a [`Controller`] in virtual time exactly as the real daemon loop runs
-//! its own: every `interval_ms` it calls [`Controller::tick`] with the current time and the
+//! its own: every [`Controller::next_tick_in_ms`] it calls [`Controller::tick`] with the current time and the
 //! [`BlockFs`] of the world. The adaptive daemon ([`crate::daemon::Daemon`]) is one
 //! implementation; the kernel default (`off`) and pinned `static:N` are the others.
 
@@ -47,8 +47,13 @@ impl std::fmt::Display for Decision {
 
 /// A policy driving a block stack.
 pub trait Controller {
-    /// Interval between ticks, in ms of (real or virtual) time.
+    /// The configured interval between ticks, in ms of (real or virtual) time.
     fn interval_ms(&self) -> u64;
+    /// The time from the tick just made to the next one, in ms: `interval_ms` unless the
+    /// controller asks to look more often for a while (the daemon's L3 watch).
+    fn next_tick_in_ms(&self) -> u64 {
+        self.interval_ms()
+    }
     /// Observe and act once at `now_ms`; returns the decisions taken at this tick.
     fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
     /// Put back every original value this controller changed.

@@ -10,7 +10,7 @@ use crate::controller::{Controller, Decision};
 use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
 use crate::diskstats::parse_diskstats;
 use crate::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
-use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
+use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use crate::state::MemoryStore;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -92,11 +92,17 @@ pub struct Daemon {
     pending: BTreeMap<String, Counters>,
     force_rescan: bool,
     last_parse_error_count: usize,
+    /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
+    /// L3 watch interval while a managed device is at L3.
+    next_step_ms: u64,
+    /// Half the step that led to this tick: the tolerance of window lengths.
+    slack_ms: u64,
     pub counters: DaemonCounters,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
+        let cfg_interval = cfg.daemon.interval_ms;
         Daemon {
             cfg,
             actuator,
@@ -105,6 +111,8 @@ impl Daemon {
             pending: BTreeMap::new(),
             force_rescan: true,
             last_parse_error_count: 0,
+            next_step_ms: cfg_interval,
+            slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
         }
     }
@@ -255,6 +263,34 @@ impl Daemon {
 
     /// One tick at `now_ms` (ms since the daemon started, real or virtual).
     pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        self.slack_ms = self.next_step_ms / 2;
+        let decisions = self.tick_inner(now_ms, fs);
+        self.next_step_ms = self.step_after_tick();
+        decisions
+    }
+
+    /// The time to the next tick: while a managed device is at L3 (merges invisible, only a
+    /// workload change shows that some are being missed) the counters are read every
+    /// `l3_watch_interval_ms`, so a sequential phase starting there runs unmerged for one
+    /// short tick instead of a whole interval. Reading the counters costs microseconds.
+    pub fn next_tick_in_ms(&self) -> u64 {
+        self.next_step_ms
+    }
+
+    fn step_after_tick(&self) -> u64 {
+        let watching = self.cfg.policy.enabled
+            && self
+                .devices
+                .values()
+                .any(|d| d.management.is_managed() && d.policy.mode == crate::policy::Mode::Off);
+        if watching {
+            self.cfg.l3_tick_ms()
+        } else {
+            self.cfg.daemon.interval_ms
+        }
+    }
+
+    fn tick_inner(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         let rescan_every = u64::from(self.cfg.daemon.rescan_every_ticks.max(1));
         if self.force_rescan || self.counters.ticks.is_multiple_of(rescan_every) {
             self.force_rescan = false;
@@ -327,16 +363,23 @@ impl Daemon {
     fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
         let pcfg = self.cfg.policy.clone();
         let dev = self.devices.get_mut(name)?;
-        let window = self.pending.get(name).and_then(|c| {
-            // At L3 a window only has to show a workload change (the merges are
-            // invisible there), so every tick is one: the blind time is one tick.
-            let ticks = if dev.policy.mode == crate::policy::Mode::Off {
-                1
-            } else {
-                pcfg.window_ticks
-            };
-            dev.window.push(c, now_ms, ticks)
-        });
+        let window_ms = self.cfg.window_ms();
+        let close = if dev.policy.mode == crate::policy::Mode::Off {
+            // At L3 a window only has to show a workload change (the merges are invisible
+            // there): it closes at the first watch tick that holds enough bios to judge.
+            WindowClose {
+                min_ms: self.cfg.l3_tick_ms(),
+                full_ms: window_ms,
+                min_bios: pcfg.min_window_bios,
+                slack_ms: self.slack_ms,
+            }
+        } else {
+            WindowClose::fixed(window_ms, self.slack_ms)
+        };
+        let window = self
+            .pending
+            .get(name)
+            .and_then(|c| dev.window.push(c, now_ms, &close));
         if window.is_some() {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
@@ -688,6 +731,9 @@ pub fn format_rows(rows: &[DeviceRow]) -> String {
 impl Controller for Daemon {
     fn interval_ms(&self) -> u64 {
         self.cfg.daemon.interval_ms
+    }
+    fn next_tick_in_ms(&self) -> u64 {
+        Daemon::next_tick_in_ms(self)
     }
     fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         Daemon::tick(self, now_ms, fs)

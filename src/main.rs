@@ -459,7 +459,9 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                 let _ = notifier.status(&status);
                 last_status = status;
             }
-            if watchdog_every.is_some() {
+            // A tick proves the loop alive; at the L3 watch's ten ticks a second, a ping at
+            // every tick would be ten datagrams a second for nothing.
+            if watchdog_every.is_some_and(|every| last_ping.elapsed() >= every / 2) {
                 let _ = notifier.watchdog();
                 last_ping = Instant::now();
             }
@@ -469,7 +471,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
                     break "--once";
                 }
             }
-            let interval = Duration::from_millis(daemon.config().daemon.interval_ms);
+            let interval = Duration::from_millis(daemon.next_tick_in_ms());
             next_tick += interval;
             // After a stall (suspend, a slow sysfs), skip missed ticks rather than burst.
             if next_tick < start.elapsed() {

@@ -147,6 +147,9 @@ impl Controller for Sampling<'_> {
     fn interval_ms(&self) -> u64 {
         self.inner.interval_ms()
     }
+    fn next_tick_in_ms(&self) -> u64 {
+        self.inner.next_tick_in_ms()
+    }
     fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         let d = self.inner.tick(now_ms, fs);
         self.series.decisions.extend(d.iter().cloned());

@@ -717,6 +717,28 @@ pub fn decide(
                     Some(base) => changed = sig.changed_from(base),
                     None => s.l3_signature = Some(sig),
                 }
+                // A change to a workload this device already found merge-hostile (say a
+                // database that alternates between two rates) needs no probe: it becomes
+                // the new baseline. Without this, two known workloads taking turns would
+                // probe at every turn.
+                if let Some(what) = &changed
+                    && s.known_hostile
+                        .iter()
+                        .any(|k| sig.changed_from(k).is_none())
+                {
+                    let what = what.clone();
+                    s.l3_signature = Some(sig);
+                    if now_ms < due {
+                        return hold(
+                            s,
+                            format!(
+                                "workload changed at L3 ({what}) to one already found merge-hostile: no probe; next probe in {}",
+                                secs(due - now_ms)
+                            ),
+                        );
+                    }
+                    changed = None;
+                }
             }
             if now_ms < due && changed.is_none() {
                 return hold(

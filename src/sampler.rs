@@ -243,6 +243,31 @@ impl Window {
     }
 }
 
+/// When a window closes: once `min_ms` have passed and it holds at least `min_bios` bios, or
+/// once `full_ms` have passed whatever it holds. Elapsed time is compared with `slack_ms`
+/// of tolerance (half a tick), so a late tick at the window's start does not push its end
+/// one whole tick later. Windows close on time, not on a tick count, because the tick
+/// interval changes (shorter while a device is watched at L3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowClose {
+    pub min_ms: u64,
+    pub full_ms: u64,
+    pub min_bios: u64,
+    pub slack_ms: u64,
+}
+
+impl WindowClose {
+    /// A window of `ms`, whatever it holds.
+    pub fn fixed(ms: u64, slack_ms: u64) -> Self {
+        WindowClose {
+            min_ms: ms,
+            full_ms: ms,
+            min_bios: 0,
+            slack_ms,
+        }
+    }
+}
+
 impl WindowAcc {
     pub fn restart(&mut self, now_ms: u64) {
         *self = WindowAcc {
@@ -252,14 +277,19 @@ impl WindowAcc {
         };
     }
 
-    /// Adds one tick's delta; returns the window when it is complete, and restarts.
-    pub fn push(&mut self, delta: &Counters, now_ms: u64, window_ticks: u32) -> Option<Window> {
+    /// Adds one tick's delta; returns the window when `close` says it is complete, and
+    /// restarts.
+    pub fn push(&mut self, delta: &Counters, now_ms: u64, close: &WindowClose) -> Option<Window> {
         self.counters.add(delta);
         self.ticks += 1;
-        if self.ticks >= window_ticks {
+        let elapsed_ms = now_ms.saturating_sub(self.started_ms);
+        let reached = |ms: u64| elapsed_ms + close.slack_ms >= ms;
+        let complete = reached(close.full_ms)
+            || (reached(close.min_ms) && self.counters.bios() >= close.min_bios);
+        if complete {
             let w = Window {
                 counters: self.counters,
-                duration_ms: now_ms.saturating_sub(self.started_ms),
+                duration_ms: elapsed_ms,
             };
             self.restart(now_ms);
             Some(w)
@@ -335,12 +365,51 @@ mod tests {
             writes_merged: 90,
             ..Default::default()
         };
-        assert!(w.push(&d, 100, 3).is_none());
-        assert!(w.push(&d, 200, 3).is_none());
-        let win = w.push(&d, 300, 3).unwrap();
+        let close = WindowClose::fixed(300, 50);
+        assert!(w.push(&d, 100, &close).is_none());
+        assert!(w.push(&d, 200, &close).is_none());
+        let win = w.push(&d, 300, &close).unwrap();
         assert_eq!(win.counters.bios(), 300);
         assert_eq!(win.duration_ms, 300);
         assert!((win.counters.merge_ratio() - 0.9).abs() < 1e-9);
         assert_eq!(w.ticks, 0);
+        // A tick that comes a little early still closes the window (half a tick of slack);
+        w.restart(300);
+        assert!(w.push(&d, 400, &close).is_none());
+        assert!(w.push(&d, 500, &close).is_none());
+        assert!(w.push(&d, 580, &close).is_some());
+        // one that comes half a tick early does not.
+        w.restart(0);
+        assert!(w.push(&d, 240, &close).is_none());
+    }
+
+    #[test]
+    fn window_closes_early_once_it_holds_enough_bios() {
+        let d = Counters {
+            reads_completed: 400,
+            ..Default::default()
+        };
+        let close = WindowClose {
+            min_ms: 100,
+            full_ms: 2000,
+            min_bios: 1000,
+            slack_ms: 50,
+        };
+        let mut w = WindowAcc::default();
+        w.restart(0);
+        assert!(w.push(&d, 100, &close).is_none(), "400 bios");
+        assert!(w.push(&d, 200, &close).is_none(), "800 bios");
+        let win = w.push(&d, 300, &close).expect("1200 bios after 300 ms");
+        assert_eq!((win.counters.bios(), win.duration_ms), (1200, 300));
+        // A quiet window runs to its full length, then closes with what it has.
+        let quiet = Counters {
+            reads_completed: 10,
+            ..Default::default()
+        };
+        for t in (400..2300).step_by(100) {
+            assert!(w.push(&quiet, t, &close).is_none(), "at {t}");
+        }
+        let win = w.push(&quiet, 2300, &close).expect("full length");
+        assert_eq!(win.duration_ms, 2000);
     }
 }

@@ -442,3 +442,51 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
     assert_eq!(changes(&out), vec![(OutcomeKind::StepDown, 1)], "{out:?}");
 }
+
+#[test]
+fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
+    let c = cfg();
+    let caps = Caps::BARE;
+    let reads_at = |bios_per_sec: u64| Window {
+        counters: Counters {
+            reads_completed: bios_per_sec,
+            sectors_read: bios_per_sec * 8,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    let (slow, fast) = (reads_at(5000), reads_at(15_000));
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, caps, &c, 100_000, &[slow; 3]);
+    assert_eq!(s.level, 3);
+    // The first switch to the faster rate is news: probe, nothing found, back to L3.
+    let out = run(&mut s, caps, &c, 103_000, &[fast; 3]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::ProbeStart, 0), (OutcomeKind::ProbeFailed, 3)],
+        "{out:?}"
+    );
+    assert_eq!(s.known_hostile.len(), 2, "{:?}", s.known_hostile);
+    // From now on the two take turns without a probe: both are known merge-hostile.
+    let turns: Vec<Window> = (0..20)
+        .map(|i| if i % 4 < 2 { slow } else { fast })
+        .collect();
+    let out = run(&mut s, caps, &c, 106_000, &turns);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|o| o.3.contains("already found merge-hostile")),
+        "{out:?}"
+    );
+    // A third workload (a sequential scan, a larger bio) still probes at once.
+    let scan = Window {
+        counters: Counters {
+            reads_completed: 5000,
+            sectors_read: 5000 * 64,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+    };
+    let ev = decide(&s, Some(&scan), caps, &c, 127_000);
+    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+}

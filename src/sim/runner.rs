@@ -1,5 +1,5 @@
 //! Driving a [`Controller`] against the simulation in virtual time: advance the sim to the
-//! next tick, call `controller.tick(now_ms, &mut sim)`, repeat every `interval_ms()`. The
+//! next tick, call `controller.tick(now_ms, &mut sim)`, repeat after `next_tick_in_ms()`. The
 //! adaptive policy is the daemon's own ([`crate::daemon::Daemon::simulated`]); there is no
 //! second copy of the policy here. `off` is [`KernelDefault`], `static:N` is
 //! [`StaticNomerges`].
@@ -166,13 +166,13 @@ pub fn run_scenario_observed(
     on_tick: &mut TickHook<'_>,
 ) -> Report {
     let end = sim.duration_ns();
-    let step_ns = controller.interval_ms().max(1) * 1_000_000;
     // The first tick sees the devices before any workload starts, like a daemon started
     // before the jobs; each later tick follows the events up to its time.
     let mut decisions = controller.tick(0, sim);
     on_tick(&*controller, &decisions, 0);
     let mut t = 0u64;
     while t < end {
+        let step_ns = controller.next_tick_in_ms().max(1) * 1_000_000;
         t = (t + step_ns).min(end);
         sim.advance_to(t);
         let now = controller.tick(t / 1_000_000, sim);

@@ -1,0 +1,119 @@
+//! The watch at L3: while a device is at L3 the daemon ticks every `l3_watch_interval_ms`
+//! instead of every `interval_ms`, so a sequential phase starting there is seen (and
+//! probed) after a fraction of a second; once no device is at L3 it ticks at the normal
+//! interval again. Driven on the simulator with the daemon's own loop.
+
+use mergetune::config::Config;
+use mergetune::controller::{Controller, Decision};
+use mergetune::daemon::Daemon;
+use mergetune::sim::Scenario;
+use mergetune::sim::engine::Simulation;
+
+const SCENARIO: &str = r#"
+name = "watch"
+seed = 3
+
+[[device]]
+name = "sda"
+kind = "ssd"
+scheduler = "none"
+queue_depth = 32
+parallelism = 4
+read_overhead_us = 90.0
+write_overhead_us = 40.0
+bandwidth_mb_s = 520.0
+
+[[phase]]
+name = "random"
+duration_s = 30.0
+[[phase.job]]
+name = "db"
+device = "sda"
+pattern = "random"
+read_percent = 80.0
+block_size_kb = 4
+iodepth = 32
+rate_iops = 6000.0
+
+[[phase]]
+name = "scan"
+duration_s = 10.0
+[[phase.job]]
+name = "backup"
+device = "sda"
+pattern = "sequential"
+read_percent = 100.0
+block_size_kb = 4
+iodepth = 32
+batch = 16
+"#;
+
+/// Runs the scenario; returns (tick time ms, step to the next tick ms, level) per tick and
+/// the decisions.
+fn drive(cfg: Config) -> (Vec<(u64, u64, u8)>, Vec<Decision>) {
+    let sc = Scenario::from_toml_str(SCENARIO, "watch", None).unwrap();
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut d = Daemon::simulated(cfg);
+    let mut ticks = Vec::new();
+    let mut decisions = d.tick(0, &mut sim);
+    let mut t_ms = 0;
+    while t_ms * 1_000_000 < sim.duration_ns() {
+        t_ms += d.next_tick_in_ms();
+        sim.advance_to(t_ms * 1_000_000);
+        decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
+        let level = d.devices()["sda"].policy.level;
+        ticks.push((t_ms, d.next_tick_in_ms(), level));
+    }
+    (ticks, decisions)
+}
+
+#[test]
+fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
+    let (ticks, decisions) = drive(Config::default());
+    let disabled_at = decisions
+        .iter()
+        .find(|d| d.kind == "disable")
+        .map(|d| d.at_ms)
+        .expect("the random phase reaches L3");
+    // Before L3: the normal interval; at L3: the watch interval.
+    for &(t, step, level) in &ticks {
+        if t < disabled_at {
+            assert_eq!(step, 1000, "at {t} ms, L{level}");
+        } else if level == 3 {
+            assert_eq!(step, 100, "at {t} ms, L{level}");
+        } else {
+            assert_eq!(
+                step, 1000,
+                "at {t} ms, L{level}: back to the normal interval"
+            );
+        }
+    }
+    // The scan starts at 30 s: the probe comes within a few watch ticks (a window at L3
+    // closes once it holds min_window_bios bios), not after a whole interval.
+    let probe = decisions
+        .iter()
+        .find(|d| d.kind == "probe" && d.at_ms >= 30_000)
+        .unwrap_or_else(|| panic!("no probe after the scan started: {decisions:#?}"));
+    assert!(probe.at_ms <= 30_300, "probe at {} ms", probe.at_ms);
+    assert!(
+        probe.reason.contains("workload changed"),
+        "{}",
+        probe.reason
+    );
+    // And merging stays on for the scan.
+    assert_eq!(ticks.last().unwrap().2, 0, "{decisions:#?}");
+}
+
+#[test]
+fn the_watch_can_be_turned_off() {
+    let mut cfg = Config::default();
+    cfg.policy.l3_watch_interval_ms = 0;
+    let (ticks, decisions) = drive(cfg);
+    assert!(ticks.iter().all(|&(_, step, _)| step == 1000));
+    let probe = decisions
+        .iter()
+        .find(|d| d.kind == "probe" && d.at_ms >= 30_000)
+        .expect("a probe after the scan started");
+    // Without the watch the scan runs unmerged until the next whole-second tick.
+    assert!(probe.at_ms >= 31_000, "probe at {} ms", probe.at_ms);
+}
