@@ -39,8 +39,11 @@ pub struct SlicesConfig {
     /// false: never touch scheduler tunables.
     pub enabled: bool,
     /// Reads count as starving when their mean time per request is at least this many
-    /// times the writes'.
+    /// times the writes'...
     pub starve_ratio: f64,
+    /// ...and at least this many ms: below it nobody waits noticeably, and the counters'
+    /// millisecond resolution turns ratios of fast requests into noise.
+    pub min_read_ms_per_request: f64,
     /// Consecutive windows of evidence before a step (and before undoing one).
     pub windows: u32,
     /// A window is "mixed" when both directions completed at least this many requests.
@@ -59,7 +62,8 @@ impl Default for SlicesConfig {
     fn default() -> Self {
         SlicesConfig {
             enabled: true,
-            starve_ratio: 3.0,
+            starve_ratio: 1.5,
+            min_read_ms_per_request: 10.0,
             windows: 3,
             min_requests: 20,
             writes_starved_max: 8,
@@ -342,6 +346,14 @@ impl Config {
                 origin,
                 "slices.starve_ratio",
                 format!("{} must be a number above 1", sl.starve_ratio),
+            ));
+        }
+        let m = sl.min_read_ms_per_request;
+        if !m.is_finite() || !(0.0..=10_000.0).contains(&m) {
+            return Err(invalid(
+                origin,
+                "slices.min_read_ms_per_request",
+                format!("{m} is outside 0..=10000"),
             ));
         }
         if sl.windows == 0 {

@@ -584,6 +584,9 @@ impl Daemon {
         let (state, change) =
             crate::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
         let previous = std::mem::replace(&mut dev.slices, state);
+        if let Some(kept) = dev.slices.kept.take() {
+            info!(device = %name, "{name}: slices: {kept}");
+        }
         let ch = change?;
         let attr = crate::slices::attr(ch.tunable);
         let mut decision = Decision {

@@ -4,23 +4,27 @@
 //! at most one bounded change with its reason, like the merge policy. The evidence is what
 //! the counters give per window: the mean time per completed request in each direction
 //! (ms reading / reads, ms writing / writes). When reads take `starve_ratio` times longer
-//! than writes for `windows` consecutive busy mixed windows, reads are favoured one step:
+//! than writes, and at least `min_read_ms_per_request`, for `windows` consecutive busy
+//! mixed windows, reads are favoured one step:
 //! - mq-deadline: `writes_starved` + 1 (up to `writes_starved_max`), then `read_expire`
 //!   halved (down to `read_expire_min_ms`);
 //! - bfq: `timeout_sync` x1.5 (up to `timeout_sync_max_ms`), the sync queues' slice.
 //!
-//! A step is judged on the next evidence: one that did not cut the ratio by a tenth is
-//! undone and no further step is taken while the mix lasts (no climbing to the bounds for
-//! nothing). When the mix goes away (too few reads or writes) for as many windows, the steps are
+//! A step is judged on the `windows` mixed windows after it: it stays when the reads' own
+//! mean time per request fell by at least a tenth, and by more than the writes' throughput
+//! fell (favouring reads costs writes; the exchange must pay). Otherwise it is undone and
+//! no further step is taken while the mix lasts (no climbing to the bounds for nothing).
+//! When the mix goes away (too few reads or writes) for as many windows, the steps are
 //! undone, one per `windows`, back to the originals; while the mix lasts nothing moves back
-//! (reads doing well then may be the steps' own doing). A tunable whose value was not the kernel's default when mergetune first saw
+//! (reads doing well then may be the steps' own doing). A tunable whose value was not the
+//! kernel's default when mergetune first saw
 //! it is the operator's and is never touched. Idling (`slice_idle`) is left alone: whether
 //! idling helps a sync queue (seed 001) depends on per-process seekiness the counters do
 //! not show; `mergetune advise` looks at that from a trace.
 
 use crate::config::SlicesConfig;
 use crate::policy::HOUR_MS;
-use crate::sampler::Window;
+use crate::sampler::{Counters, Window};
 use serde::Serialize;
 
 /// Kernel defaults: a value that differs was set by the operator.
@@ -41,10 +45,39 @@ pub struct SliceState {
     /// Steps taken so far, oldest first: (tunable, value before the step).
     pub steps: Vec<(String, u64)>,
     pub changes_ms: Vec<u64>,
-    /// The read/write latency ratio that led to the last step, to judge whether it helped.
-    pub ratio_before_step: Option<f64>,
+    /// The counters of the current run of mixed windows: the starving windows that lead
+    /// to a step, then the windows after it that judge it.
+    pub evidence: Counters,
+    pub evidence_ms: u64,
+    /// What the windows before the last step showed, until the step is judged.
+    pub before_step: Option<StepEvidence>,
+    /// Mixed windows seen since the last step.
+    pub windows_since_step: u32,
     /// A step did not help: no more steps until the mix ends.
     pub stalled: bool,
+    /// The judgement of a step that stays (it writes nothing), for the log; the caller
+    /// takes it.
+    pub kept: Option<String>,
+}
+
+/// What a step is judged on: the reads' mean time per request, the writes' throughput.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StepEvidence {
+    pub read_ms_per_request: f64,
+    pub write_mb_per_sec: f64,
+}
+
+impl StepEvidence {
+    fn of(c: &Counters, duration_ms: u64) -> Option<StepEvidence> {
+        Some(StepEvidence {
+            read_ms_per_request: mean_ms(c.read_ms, c.reads_completed)?,
+            write_mb_per_sec: if duration_ms == 0 {
+                0.0
+            } else {
+                c.sectors_written as f64 * 512.0 / 1e6 / (duration_ms as f64 / 1000.0)
+            },
+        })
+    }
 }
 
 /// One change to make.
@@ -96,8 +129,9 @@ pub fn decide(
         (true, Some(_), Some(_)) => Some(1.0),
         _ => None,
     };
+    let slow_reads = read_ms.is_some_and(|r| r >= cfg.min_read_ms_per_request);
     match ratio {
-        Some(r) if r >= cfg.starve_ratio => {
+        Some(r) if r >= cfg.starve_ratio && slow_reads => {
             s.starving_windows += 1;
             s.calm_windows = 0;
         }
@@ -110,11 +144,26 @@ pub fn decide(
         None => {
             s.starving_windows = 0;
             s.calm_windows += 1;
-            s.ratio_before_step = None;
+            s.before_step = None;
             if s.calm_windows >= cfg.windows {
                 s.stalled = false;
             }
         }
+    }
+    if ratio.is_some() {
+        if s.starving_windows == 1 && s.before_step.is_none() {
+            // A new run of starving windows: the evidence for a step starts here.
+            s.evidence = Counters::default();
+            s.evidence_ms = 0;
+        }
+        s.evidence.add(c);
+        s.evidence_ms += window.duration_ms;
+        if s.before_step.is_some() {
+            s.windows_since_step += 1;
+        }
+    } else {
+        s.evidence = Counters::default();
+        s.evidence_ms = 0;
     }
     let cap_ok = (s.changes_ms.len() as u32) < cfg.max_changes_per_hour;
     let evidence = |s: &SliceState| match (read_ms, write_ms) {
@@ -127,22 +176,45 @@ pub fn decide(
         _ => format!("no read/write mix for {} windows", s.calm_windows),
     };
 
-    // Judge the last step once its evidence is in: a step that did not cut the ratio by a
-    // tenth is undone, and no further step is taken while this mix lasts.
-    if let (Some(before), Some(now_ratio)) = (s.ratio_before_step, ratio)
-        && s.starving_windows >= cfg.windows
+    // Judge the last step once `windows` mixed windows have followed it: it stays when the
+    // reads' own time per request fell by at least a tenth, and by more than the writes'
+    // throughput fell. (The read/write ratio would also "improve" when writes merely got
+    // slower.) Otherwise it is undone and no further step is taken while this mix lasts.
+    if let Some(before) = s.before_step
+        && s.windows_since_step >= cfg.windows
         && cap_ok
+        && let Some(after) = StepEvidence::of(&s.evidence, s.evidence_ms)
     {
-        s.ratio_before_step = None;
-        if now_ratio > before * 0.9 {
+        s.before_step = None;
+        let read_gain = 1.0 - after.read_ms_per_request / before.read_ms_per_request.max(1e-9);
+        let write_loss = if before.write_mb_per_sec > 0.0 {
+            (1.0 - after.write_mb_per_sec / before.write_mb_per_sec).max(0.0)
+        } else {
+            0.0
+        };
+        let figures = format!(
+            "reads {:.1} -> {:.1} ms per request ({:+.0}%), writes {:.1} -> {:.1} MB/s ({:+.0}%)",
+            before.read_ms_per_request,
+            after.read_ms_per_request,
+            -read_gain * 100.0,
+            before.write_mb_per_sec,
+            after.write_mb_per_sec,
+            -write_loss * 100.0
+        );
+        let (name, prev_value) = s.steps.last().cloned().unwrap_or_default();
+        if read_gain >= 0.1 && write_loss <= read_gain {
+            s.kept = Some(format!(
+                "{name} -> {} kept: {figures}",
+                value(&name).unwrap_or(0)
+            ));
+        } else {
             s.stalled = true;
-            if let Some((name, prev_value)) = s.steps.pop()
-                && let Some(cur) = value(&name)
-            {
-                s.starving_windows = 0;
+            s.starving_windows = 0;
+            if let Some(cur) = value(&name) {
+                s.steps.pop();
                 s.changes_ms.push(now_ms);
                 let reason = format!(
-                    "{name} {prev_value} -> {cur} did not help (reads/writes time per request {before:.1}x -> {now_ratio:.1}x): back to {prev_value}, no further step while this mix lasts"
+                    "{name} {prev_value} -> {cur} did not pay ({figures}): back to {prev_value}, no further step while this mix lasts"
                 );
                 return (
                     s,
@@ -187,7 +259,10 @@ pub fn decide(
         if let Some((name, from, to)) = step {
             let reason = format!("reads starving: {}; {name} {from} -> {to}", evidence(&s));
             s.steps.push((name.to_string(), from));
-            s.ratio_before_step = ratio;
+            s.before_step = StepEvidence::of(&s.evidence, s.evidence_ms);
+            s.windows_since_step = 0;
+            s.evidence = Counters::default();
+            s.evidence_ms = 0;
             s.starving_windows = 0;
             s.changes_ms.push(now_ms);
             return (

@@ -120,7 +120,7 @@ fn a_step_that_does_not_help_is_undone_and_no_more_are_taken() {
     let out = d.feed(win(50, 158, 200, 40), 3);
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!((out[0].1, out[0].2, out[0].3), ("undo", 3, 2));
-    assert!(out[0].0.contains("did not help"), "{}", out[0].0);
+    assert!(out[0].0.contains("did not pay"), "{}", out[0].0);
     assert!(
         d.feed(win(50, 160, 200, 40), 30).is_empty(),
         "stalled while the mix lasts"
@@ -170,4 +170,57 @@ fn steps_are_undone_when_the_mix_ends_and_balanced_work_is_left_alone() {
         &[("writes_starved", 2), ("read_expire", 500)],
     );
     assert!(f.feed(win(5, 500, 200, 10), 50).is_empty());
+}
+
+/// `win`, with writes of `kib` KiB each.
+fn win_sized(r: u64, r_ms: u64, w: u64, w_ms: u64, kib: u64) -> Window {
+    let mut x = win(r, r_ms, w, w_ms);
+    x.counters.sectors_written = w * kib * 2;
+    x
+}
+
+#[test]
+fn a_step_that_costs_writes_more_than_it_gives_reads_is_undone() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    // 200 writes of 512 KiB per 2 s window: 52 MB/s.
+    let out = d.feed(win_sized(50, 160, 200, 40, 512), 3);
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("favour_reads", 2, 3));
+    // Reads 12% faster, but writes lose 30% of their throughput: not worth it.
+    let out = d.feed(win_sized(50, 141, 140, 40, 512), 3);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("undo", 3, 2));
+    assert!(
+        out[0].0.contains("-12%") && out[0].0.contains("-30%"),
+        "{}",
+        out[0].0
+    );
+}
+
+#[test]
+fn a_step_that_pays_stays_and_says_why() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    d.feed(win_sized(50, 160, 200, 40, 512), 3);
+    // Reads 25% faster for 10% of the writes' throughput; still 3x the writes': the next
+    // step follows in the same window as the judgement.
+    let out = d.feed(win_sized(50, 120, 180, 40, 512), 3);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].1, out[0].2, out[0].3), ("favour_reads", 3, 4));
+    let kept = d.state.kept.clone().expect("a judgement for the log");
+    assert!(kept.contains("kept") && kept.contains("-25%"), "{kept}");
+}
+
+#[test]
+fn fast_reads_are_not_starving_whatever_the_ratio() {
+    let mut d = Dev::new(
+        "mq-deadline",
+        &[("writes_starved", 2), ("read_expire", 500)],
+    );
+    // An SSD with a write cache: reads 6 ms, writes 1 ms per request. 6x, but nobody waits.
+    assert!(d.feed(win(500, 6, 2000, 1), 30).is_empty());
 }
