@@ -346,19 +346,43 @@ fn is_level_change(d: &Decision) -> bool {
 
 /// The level changes made after the policy had settled at the oracle's level of their
 /// phase: the churn on a steady workload, convergence after a phase change excluded.
-/// Returns the most of them within any rolling hour.
+/// Returns the most of them one device made within any rolling hour.
 fn settled_changes_max_per_hour(
     decisions: &[Decision],
     phases: &[PhaseFigures],
     oracle_levels: &[u8],
 ) -> usize {
-    let mut seen = std::collections::BTreeSet::new();
-    let changes: Vec<u64> = decisions
+    let devices: std::collections::BTreeSet<&str> = decisions
         .iter()
         .filter(|d| is_level_change(d))
-        .filter(|d| seen.insert((d.at_ms, d.device.clone())))
+        .map(|d| d.device.as_str())
+        .collect();
+    devices
+        .into_iter()
+        .map(|device| {
+            let mine: Vec<Decision> = decisions
+                .iter()
+                .filter(|d| d.device == device)
+                .cloned()
+                .collect();
+            settled_changes_of_one_device(&mine, phases, oracle_levels)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn settled_changes_of_one_device(
+    decisions: &[Decision],
+    phases: &[PhaseFigures],
+    oracle_levels: &[u8],
+) -> usize {
+    let mut changes: Vec<u64> = decisions
+        .iter()
+        .filter(|d| is_level_change(d))
         .map(|d| d.at_ms)
         .collect();
+    // Several attributes written at one tick are one change.
+    changes.dedup();
     let mut settled: Vec<u64> = Vec::new();
     for (p, &target) in phases.iter().zip(oracle_levels) {
         let in_phase = |t: &&u64| **t >= p.start_ms && **t < p.end_ms;
@@ -691,4 +715,65 @@ pub fn suite_scenario(name: &str, scale: f64) -> Option<Scenario> {
     let mut sc = Scenario::from_toml_str(text, &format!("<suite:{name}>"), None).ok()?;
     scale_phases(&mut sc, scale);
     Some(sc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(at_ms: u64, device: &str, from: &str, to: &str) -> Decision {
+        Decision {
+            at_ms,
+            device: device.into(),
+            attr: "queue/nomerges".into(),
+            from: from.into(),
+            to: to.into(),
+            kind: "x".into(),
+            reason: String::new(),
+            applied: true,
+        }
+    }
+
+    fn phase(start_ms: u64, end_ms: u64) -> PhaseFigures {
+        PhaseFigures {
+            name: "p".into(),
+            start_ms,
+            end_ms,
+            cycles: 0,
+            bytes: 0,
+            p99_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn settled_changes_leave_out_convergence_and_count_per_device_per_hour() {
+        let h = crate::policy::HOUR_MS;
+        let phases = [phase(0, 3 * h)];
+        // Convergence to L3 (not counted), then probes: out and back, each two changes.
+        let mut d = vec![change(10_000, "sda", "0", "2")];
+        for t in [h / 2, h / 2 + h, 2 * h + h / 2] {
+            d.push(change(t, "sda", "2", "0"));
+            d.push(change(t + 2000, "sda", "0", "2"));
+        }
+        assert_eq!(settled_changes_max_per_hour(&d, &phases, &[3]), 2);
+        // Another device doing the same at other times does not add to sda's hour.
+        let mut both = d.clone();
+        for x in &d {
+            let mut y = x.clone();
+            y.device = "sdb".into();
+            y.at_ms += 600_000;
+            both.push(y);
+        }
+        both.sort_by_key(|x| x.at_ms);
+        assert_eq!(settled_changes_max_per_hour(&both, &phases, &[3]), 2);
+        // Probes every 20 minutes: three in an hour, six changes.
+        let mut fast = vec![change(10_000, "sda", "0", "2")];
+        for k in 1..6u64 {
+            fast.push(change(k * 1_200_000, "sda", "2", "0"));
+            fast.push(change(k * 1_200_000 + 2000, "sda", "0", "2"));
+        }
+        assert_eq!(settled_changes_max_per_hour(&fast, &phases, &[3]), 6);
+        // A stay at a wrong level never settles: nothing counted.
+        assert_eq!(settled_changes_max_per_hour(&fast, &phases, &[2]), 0);
+    }
 }

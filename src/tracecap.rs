@@ -128,6 +128,44 @@ fn ensure_tracefs(tracefs: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The pid a capture instance is named after (`mergetune-PID`), if `name` is one.
+pub fn instance_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(INSTANCE_PREFIX)?.parse().ok()
+}
+
+/// Removes the instances of captures whose process is gone (a SIGKILLed capture cannot
+/// clean up after itself, and its ring buffer stays allocated until someone does). An
+/// instance whose pid is alive is left alone, whatever that process is now. Returns what
+/// was removed.
+fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<(PathBuf, u32)> {
+    let Ok(entries) = std::fs::read_dir(tracefs.join("instances")) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(instance_pid) else {
+            continue;
+        };
+        if pid == std::process::id() || procfs_root.join(pid.to_string()).exists() {
+            continue;
+        }
+        let dir = e.path();
+        // Events off first, as a capture's own cleanup does.
+        for ev in EVENTS {
+            let _ = std::fs::write(dir.join(format!("events/block/{ev}/enable")), "0");
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => removed.push((dir, pid)),
+            Err(e) => eprintln!(
+                "warning: cannot remove stale tracefs instance {}: {e}",
+                dir.display()
+            ),
+        }
+    }
+    removed
+}
+
 /// A private tracefs instance: events off and the directory removed on drop (also on
 /// error or panic).
 struct Instance {
@@ -208,6 +246,12 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot create {}", a.output.display()))?;
     let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
     ensure_tracefs(&tracefs)?;
+    for (dir, pid) in remove_stale_instances(&tracefs, &a.procfs_root) {
+        eprintln!(
+            "removed stale tracefs instance {} (left by capture pid {pid}, which is gone)",
+            dir.display()
+        );
+    }
     let mut inst = Instance::create(&tracefs)?;
     inst.write("tracing_on", "0")?;
     inst.write("buffer_size_kb", &a.buffer_kb.to_string())?;
@@ -340,4 +384,35 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         }
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_capture_instances_name_a_pid() {
+        assert_eq!(instance_pid("mergetune-4242"), Some(4242));
+        assert_eq!(instance_pid("mergetune-"), None);
+        assert_eq!(instance_pid("mergetune-12x"), None);
+        assert_eq!(instance_pid("perf-4242"), None);
+    }
+
+    #[test]
+    fn stale_instances_of_dead_pids_go_live_ones_stay() {
+        // A fake tracefs and procfs: rmdir of a plain empty directory stands for tracefs's.
+        let root = tempfile::tempdir().unwrap();
+        let tracefs = root.path().join("tracing");
+        let procfs = root.path().join("proc");
+        std::fs::create_dir_all(tracefs.join("instances/mergetune-111")).unwrap();
+        std::fs::create_dir_all(tracefs.join("instances/mergetune-222")).unwrap();
+        std::fs::create_dir_all(tracefs.join("instances/someone-else-333")).unwrap();
+        std::fs::create_dir_all(procfs.join("222")).unwrap();
+        let removed = remove_stale_instances(&tracefs, &procfs);
+        assert_eq!(removed.len(), 1, "{removed:?}");
+        assert_eq!(removed[0].1, 111);
+        assert!(!tracefs.join("instances/mergetune-111").exists());
+        assert!(tracefs.join("instances/mergetune-222").exists());
+        assert!(tracefs.join("instances/someone-else-333").exists());
+    }
 }

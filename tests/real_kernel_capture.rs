@@ -156,6 +156,64 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
 }
 
 #[test]
+fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
+    let Some(_k) =
+        kernel::require_kernel("a_sigkilled_captures_instance_is_removed_by_the_next_capture")
+    else {
+        return;
+    };
+    let dev = kernel::LoopDevice::new(64);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cap.txt");
+    let capture = |seconds: &str| {
+        bin()
+            .args([
+                "trace",
+                "capture",
+                "--device",
+                dev.name(),
+                "--seconds",
+                seconds,
+                "-o",
+            ])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A capture killed with SIGKILL cannot clean up: its instance stays.
+    let mut killed = capture("60");
+    let pid = killed.id();
+    let t = Instant::now();
+    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(instance_of(pid).is_dir(), "SIGKILL cannot have cleaned up");
+    // An instance named after a live process (this test) is someone's: left alone.
+    let ours = instance_of(std::process::id());
+    std::fs::create_dir(&ours).unwrap();
+    // The next capture removes the dead one and says so.
+    let res = capture("0.5").wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    let live_kept = ours.is_dir();
+    let _ = std::fs::remove_dir(&ours);
+    assert!(res.status.success(), "{stderr}");
+    assert!(
+        !instance_of(pid).exists(),
+        "stale instance still there: {stderr}"
+    );
+    assert!(
+        stderr.contains("removed stale tracefs instance"),
+        "{stderr}"
+    );
+    assert!(live_kept, "the instance of a live process was removed");
+}
+
+#[test]
 fn refuses_a_missing_device_before_touching_anything() {
     // Runs everywhere: no root needed, nothing is written.
     let dir = tempfile::tempdir().unwrap();
