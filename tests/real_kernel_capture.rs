@@ -17,6 +17,25 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mergetune"))
 }
 
+/// `mergetune trace capture` of `device` for `seconds` into `out`, output piped.
+fn spawn_capture(device: &str, seconds: &str, out: &Path) -> std::process::Child {
+    bin()
+        .args([
+            "trace",
+            "capture",
+            "--device",
+            device,
+            "--seconds",
+            seconds,
+            "-o",
+        ])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Instances of a capture process (`mergetune-PID`).
 fn instance_of(pid: u32) -> std::path::PathBuf {
     Path::new(TRACEFS)
@@ -49,21 +68,7 @@ fn capture_records_the_device_and_cleans_up() {
     let out = dir.path().join("cap.txt");
     let before_global = global_state();
     let before = dev.stat();
-    let child = bin()
-        .args([
-            "trace",
-            "capture",
-            "--device",
-            dev.name(),
-            "--seconds",
-            "3",
-            "-o",
-        ])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_capture(dev.name(), "3", &out);
     let pid = child.id();
     // Wait for the instance to exist, then run the merge-friendly job.
     let t = Instant::now();
@@ -112,21 +117,7 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
     let before_global = global_state();
-    let child = bin()
-        .args([
-            "trace",
-            "capture",
-            "--device",
-            dev.name(),
-            "--seconds",
-            "60",
-            "-o",
-        ])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_capture(dev.name(), "60", &out);
     let pid = child.id();
     let t = Instant::now();
     while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
@@ -165,23 +156,7 @@ fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
     let dev = kernel::LoopDevice::new(64);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
-    let capture = |seconds: &str| {
-        bin()
-            .args([
-                "trace",
-                "capture",
-                "--device",
-                dev.name(),
-                "--seconds",
-                seconds,
-                "-o",
-            ])
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let capture = |seconds: &str| spawn_capture(dev.name(), seconds, &out);
     // A capture killed with SIGKILL cannot clean up: its instance stays.
     let mut killed = capture("60");
     let pid = killed.id();

@@ -356,46 +356,71 @@ listen = ""
     path
 }
 
-#[test]
-fn daemon_on_loop_device() {
-    let Some(_session) = kernel::require_kernel("daemon_on_loop_device") else {
-        return;
-    };
+/// A fresh loop device: mq-deadline, nomerges 0, warmed up.
+fn fresh_device() -> LoopDevice {
     let dev = LoopDevice::new(600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);
     dev.warm_up();
-    let others_before = kernel::other_devices_nomerges(dev.name());
-    // The daemon may also use mq-deadline's front_merges as a cheaper step.
-    let front_merges_before = dev.queue_attr("iosched/front_merges");
+    dev
+}
 
+/// The daemon on `dev` with the test config, running; its state dir lives in the returned
+/// temp dir. Declare the returned daemon after `dev`: dropped (killed) before the loop
+/// device is detached.
+fn start_daemon(
+    dev: &LoopDevice,
+    probe_backoff_secs: (u64, u64),
+) -> (tempfile::TempDir, std::path::PathBuf, Timeline, DaemonProc) {
     let tmp = tempfile::tempdir().unwrap();
     let state_dir = tmp.path().join("state");
-    let config = write_config(tmp.path(), &dev, &state_dir, (2, 4));
+    let config = write_config(tmp.path(), dev, &state_dir, probe_backoff_secs);
     let mut timeline = Timeline {
         start: Instant::now(),
         changes: Vec::new(),
         last: None,
     };
     timeline.observe(dev.nomerges(), "start");
-
-    // Declared after `dev`: dropped (killed) before the loop device is detached.
     let mut daemon = DaemonProc::spawn(&config, &state_dir);
     std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
     daemon.assert_alive("at start");
+    (tmp, state_dir, timeline, daemon)
+}
 
-    // 1. Random writes: merging is wasted, the daemon turns it off.
-    let random = timed(kernel::job_rand(&dev, "randwrite", "32M"), 60);
-    let mut fio = BackgroundFio::start("phase 1, random writes", &random);
+/// Starts random 4 KiB writes and waits until the daemon has set nomerges 2.
+fn random_writes_to_l3(
+    dev: &LoopDevice,
+    daemon: &mut DaemonProc,
+    timeline: &mut Timeline,
+    phase: &'static str,
+) -> (BackgroundFio, Duration) {
+    let random = timed(kernel::job_rand(dev, "randwrite", "32M"), 60);
+    let mut fio = BackgroundFio::start(phase, &random);
     let took = wait_for_nomerges(
-        &dev,
-        &mut daemon,
+        dev,
+        daemon,
         &mut fio,
-        &mut timeline,
-        "random writes",
+        timeline,
+        phase,
         2,
         Duration::from_secs(30),
     );
+    (fio, took)
+}
+
+#[test]
+fn daemon_on_loop_device() {
+    let Some(_session) = kernel::require_kernel("daemon_on_loop_device") else {
+        return;
+    };
+    let dev = fresh_device();
+    let others_before = kernel::other_devices_nomerges(dev.name());
+    // The daemon may also use mq-deadline's front_merges as a cheaper step.
+    let front_merges_before = dev.queue_attr("iosched/front_merges");
+    let (_tmp, state_dir, mut timeline, mut daemon) = start_daemon(&dev, (2, 4));
+
+    // 1. Random writes: merging is wasted, the daemon turns it off.
+    let (mut fio, took) = random_writes_to_l3(&dev, &mut daemon, &mut timeline, "random writes");
     eprintln!("phase 1: nomerges 0 -> 2 after {took:.2?} of random writes");
     fio.stop();
 
@@ -427,16 +452,8 @@ fn daemon_on_loop_device() {
     fio.stop();
 
     // 3. Random again until merging is off, then SIGTERM: the original 0 comes back.
-    let mut fio = BackgroundFio::start("phase 3, random writes", &random);
-    let took = wait_for_nomerges(
-        &dev,
-        &mut daemon,
-        &mut fio,
-        &mut timeline,
-        "random writes again",
-        2,
-        Duration::from_secs(30),
-    );
+    let (mut fio, took) =
+        random_writes_to_l3(&dev, &mut daemon, &mut timeline, "random writes again");
     eprintln!("phase 3: nomerges 0 -> 2 after {took:.2?} of random writes");
     let status = daemon.terminate(Duration::from_secs(10));
     let after_term = dev.nomerges();
@@ -493,34 +510,9 @@ fn the_l3_watch_brings_merging_back_when_a_scan_starts() {
     else {
         return;
     };
-    let dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    let tmp = tempfile::tempdir().unwrap();
-    let state_dir = tmp.path().join("state");
-    let config = write_config(tmp.path(), &dev, &state_dir, (1800, 3600));
-    let mut timeline = Timeline {
-        start: Instant::now(),
-        changes: Vec::new(),
-        last: None,
-    };
-    timeline.observe(dev.nomerges(), "start");
-    let mut daemon = DaemonProc::spawn(&config, &state_dir);
-    std::thread::sleep(Duration::from_millis(2 * INTERVAL_MS));
-    daemon.assert_alive("at start");
-
-    let random = timed(kernel::job_rand(&dev, "randwrite", "32M"), 60);
-    let mut fio = BackgroundFio::start("random writes", &random);
-    wait_for_nomerges(
-        &dev,
-        &mut daemon,
-        &mut fio,
-        &mut timeline,
-        "random writes",
-        2,
-        Duration::from_secs(30),
-    );
+    let dev = fresh_device();
+    let (_tmp, _state_dir, mut timeline, mut daemon) = start_daemon(&dev, (1800, 3600));
+    let (mut fio, _) = random_writes_to_l3(&dev, &mut daemon, &mut timeline, "random writes");
     // A few watch ticks at L3 on the random load alone: nothing changes.
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(dev.nomerges(), 2, "left L3 without a change of workload");

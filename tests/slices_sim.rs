@@ -5,6 +5,7 @@
 
 use mergetune::compare::suite_scenario;
 use mergetune::config::Config;
+use mergetune::controller::Decision;
 use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::report::{DeviceReport, Report};
@@ -15,6 +16,14 @@ fn run(sc: &Scenario, cfg: Config) -> Report {
     let mut sim = Simulation::new(sc).unwrap();
     let mut controller = Policy::Adaptive.controller(cfg);
     run_scenario(&mut sim, controller.as_mut(), "adaptive", &mut |_, _| {})
+}
+
+/// The decisions that wrote scheduler slice tunables.
+fn slice_decisions(r: &Report) -> Vec<&Decision> {
+    r.decisions
+        .iter()
+        .filter(|d| d.attr.starts_with("queue/iosched/") && !d.attr.ends_with("front_merges"))
+        .collect()
 }
 
 fn dev(r: &Report, phase: usize) -> &DeviceReport {
@@ -31,11 +40,7 @@ fn starving_reads_on_an_hdd_get_a_step_that_pays_and_it_is_undone_after() {
     let without = run(&sc, off);
     let with = run(&sc, Config::default());
 
-    let slice_decisions: Vec<_> = with
-        .decisions
-        .iter()
-        .filter(|d| d.attr.starts_with("queue/iosched/") && !d.attr.ends_with("front_merges"))
-        .collect();
+    let slice_decisions = slice_decisions(&with);
     let kinds: Vec<(&str, &str, &str)> = slice_decisions
         .iter()
         .map(|d| (d.kind.as_str(), d.from.as_str(), d.to.as_str()))
@@ -95,11 +100,7 @@ fn a_fast_mixed_load_on_an_ssd_is_left_alone() {
     for name in ["mix_noise", "oltp_steady"] {
         let sc = suite_scenario(name, 0.1).unwrap();
         let r = run(&sc, Config::default());
-        let slices: Vec<_> = r
-            .decisions
-            .iter()
-            .filter(|d| d.attr.starts_with("queue/iosched/") && !d.attr.ends_with("front_merges"))
-            .collect();
+        let slices = slice_decisions(&r);
         assert!(slices.is_empty(), "{name}: {slices:#?}");
     }
 }
