@@ -410,8 +410,9 @@ impl Config {
     /// One line describing the effective configuration.
     pub fn summary(&self) -> String {
         format!(
-            "interval {} ms, window {} ticks, low below {}% (step after {}, off after {} windows), on at {}%, deepest nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
+            "interval {} ms (at L3 {} ms), window {} ticks, low below {}% (step after {}, off after {} windows), on at {}%, deepest nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
             self.daemon.interval_ms,
+            self.l3_tick_ms(),
             self.policy.window_ticks,
             self.policy.disable_below_percent,
             self.policy.step_down_after_windows,

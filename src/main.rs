@@ -293,8 +293,13 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
             .values()
             .filter(|d| d.management.is_managed() && d.policy.level(&daemon.config().policy) > 0)
             .count();
+        let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
+            format!(", watching L3 every {} ms", daemon.next_tick_in_ms())
+        } else {
+            String::new()
+        };
         format!(
-            "{}{managed} of {} devices managed, {reduced} with merging reduced, {} decisions, {} write errors",
+            "{}{managed} of {} devices managed, {reduced} with merging reduced{watching}, {} decisions, {} write errors",
             if daemon.actuator().dry_run() {
                 "dry-run: "
             } else {
