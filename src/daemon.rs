@@ -502,8 +502,7 @@ impl Daemon {
         }
         if let Some(e) = failure {
             self.counters.write_errors += 1;
-            let wait_ms = (pcfg.min_dwell_secs * 1000)
-                .max(u64::from(pcfg.window_ticks) * self.cfg.daemon.interval_ms);
+            let wait_ms = (pcfg.min_dwell_secs * 1000).max(self.cfg.window_ms());
             dev.retry_after_ms = now_ms + wait_ms;
             warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}");
             decision.applied = false;

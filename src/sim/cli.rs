@@ -295,7 +295,7 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
             eprintln!("{}: plotted {}", c.scenario, path.display());
         }
     }
-    let window_ms = cfg.daemon.interval_ms * u64::from(cfg.policy.window_ticks);
+    let window_ms = cfg.window_ms();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
