@@ -1078,13 +1078,7 @@ pub fn read_bios(
             out.push(b);
         }
     }
-    if let Some(t0) = out.first().map(|b| b.t_ns) {
-        let mut last = 0;
-        for b in &mut out {
-            b.t_ns = b.t_ns.saturating_sub(t0).max(last);
-            last = b.t_ns;
-        }
-    }
+    crate::sim::trace::rebase_times(&mut out);
     Ok((out, truncated))
 }
 

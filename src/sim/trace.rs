@@ -433,14 +433,18 @@ pub fn parse_trace(text: &str, plug_gap_ns: u64) -> Result<Vec<TraceBio>, TraceE
             out.push(b);
         }
     }
-    if let Some(t0) = out.first().map(|b| b.t_ns) {
+    rebase_times(&mut out);
+    Ok(out)
+}
+
+/// Makes bio times relative to the first bio. Out-of-order lines (several CPUs) are
+/// replayed no earlier than their predecessor: replay is in file order.
+pub fn rebase_times(bios: &mut [TraceBio]) {
+    if let Some(t0) = bios.first().map(|b| b.t_ns) {
         let mut last = 0;
-        for b in &mut out {
-            // Out-of-order lines (several CPUs) are replayed no earlier than their
-            // predecessor: replay is in file order.
+        for b in bios {
             b.t_ns = b.t_ns.saturating_sub(t0).max(last);
             last = b.t_ns;
         }
     }
-    Ok(out)
 }
