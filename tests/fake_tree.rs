@@ -228,6 +228,21 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Random I/O on sda until the daemon has turned merging off (nomerges=2).
+fn random_until_nomerges_2(fk: &FakeKernel) {
+    fk.pattern.store(RANDOM, Ordering::Relaxed);
+    wait_for("nomerges=2", Duration::from_secs(15), || {
+        fk.nomerges("sda") == "2"
+    });
+}
+
+/// SIGTERM: the daemon exits 0 and sda's original nomerges 0 is back.
+fn stop_and_check_restored(d: &mut Daemon, fk: &FakeKernel) {
+    d.signal("TERM");
+    assert!(d.wait().success());
+    assert_eq!(fk.nomerges("sda"), "0");
+}
+
 #[test]
 fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
     let mut fk = FakeKernel::new();
@@ -283,10 +298,7 @@ fn after_sigkill_the_next_start_restores_first() {
     let mut fk = FakeKernel::new();
     fk.start();
     let mut d = Daemon::start(&fk);
-    fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=2", Duration::from_secs(15), || {
-        fk.nomerges("sda") == "2"
-    });
+    random_until_nomerges_2(&fk);
     d.signal("KILL");
     d.wait();
     assert_eq!(fk.nomerges("sda"), "2", "a killed daemon cannot restore");
@@ -297,9 +309,7 @@ fn after_sigkill_the_next_start_restores_first() {
         fk.nomerges("sda") == "0"
     });
     // The restart did not record its predecessor's 2 as "original": SIGTERM leaves 0.
-    d2.signal("TERM");
-    assert!(d2.wait().success());
-    assert_eq!(fk.nomerges("sda"), "0");
+    stop_and_check_restored(&mut d2, &fk);
 }
 
 #[test]
@@ -307,10 +317,7 @@ fn a_change_by_someone_else_is_left_alone() {
     let mut fk = FakeKernel::new();
     fk.start();
     let mut d = Daemon::start(&fk);
-    fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=2", Duration::from_secs(15), || {
-        fk.nomerges("sda") == "2"
-    });
+    random_until_nomerges_2(&fk);
     // The admin steps in.
     std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "1\n").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
@@ -325,10 +332,7 @@ fn a_reload_clears_the_hands_off_mark() {
     let mut fk = FakeKernel::new();
     fk.start();
     let mut d = Daemon::start(&fk);
-    fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=2", Duration::from_secs(15), || {
-        fk.nomerges("sda") == "2"
-    });
+    random_until_nomerges_2(&fk);
     std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "0\n").unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(
@@ -342,9 +346,7 @@ fn a_reload_clears_the_hands_off_mark() {
         Duration::from_secs(15),
         || fk.nomerges("sda") == "2",
     );
-    d.signal("TERM");
-    assert!(d.wait().success());
-    assert_eq!(fk.nomerges("sda"), "0");
+    stop_and_check_restored(&mut d, &fk);
 }
 
 #[test]
@@ -365,13 +367,8 @@ fn sighup_with_a_bad_config_keeps_running() {
         "still running after a bad reload"
     );
     // And the old config still works.
-    fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=2", Duration::from_secs(15), || {
-        fk.nomerges("sda") == "2"
-    });
-    d.signal("TERM");
-    assert!(d.wait().success());
-    assert_eq!(fk.nomerges("sda"), "0");
+    random_until_nomerges_2(&fk);
+    stop_and_check_restored(&mut d, &fk);
 }
 
 #[test]
@@ -380,10 +377,7 @@ fn a_recorded_run_replays_to_the_same_decisions() {
     fk.start();
     let rec = fk.root.path().join("rec.jsonl");
     let mut d = Daemon::start_with(&fk, &["--record".as_ref(), rec.as_os_str()]);
-    fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=2", Duration::from_secs(15), || {
-        fk.nomerges("sda") == "2"
-    });
+    random_until_nomerges_2(&fk);
     d.signal("TERM");
     assert!(d.wait().success());
     let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
