@@ -19,6 +19,7 @@ use mergetune::controller::Decision;
 use mergetune::daemon::Daemon;
 use mergetune::http::{Limits, serve};
 use mergetune::metrics::{Metrics, TickTiming};
+use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -66,7 +67,12 @@ impl BlockFs for MemFs {
             _ => "0".into(),
         })
     }
-    fn write_attr(&mut self, _dev: &str, _rel: &str, _value: &str) -> Result<(), FsError> {
+    fn write_tunable(
+        &mut self,
+        _dev: &str,
+        _tunable: Tunable,
+        _value: &str,
+    ) -> Result<(), FsError> {
         Ok(())
     }
     fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
@@ -97,12 +103,14 @@ fn loaded() -> (Daemon, MemFs, Metrics) {
         .map(|n| Decision {
             at_ms: 6000,
             device: n.clone(),
-            attr: "queue/nomerges".into(),
-            from: "0".into(),
-            to: "2".into(),
-            kind: "disable".into(),
+            kind: DecisionKind::Disable,
+            changes: vec![Change {
+                tunable: Tunable::Nomerges,
+                from: "0".into(),
+                to: "2".into(),
+            }],
             reason: "bench".into(),
-            applied: true,
+            applied: Applied::Yes,
         })
         .collect();
     m.update(&d, &decisions, timing(6000));

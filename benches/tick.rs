@@ -9,6 +9,7 @@ use mergetune::daemon::Daemon;
 use mergetune::diskstats::parse_diskstats;
 use mergetune::policy::{Caps, PolicyState, decide};
 use mergetune::sampler::{Delta, Sampler, WindowAcc, WindowClose};
+use mergetune::tunable::Tunable;
 use std::hint::black_box;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
@@ -52,7 +53,12 @@ impl BlockFs for MemFs {
             _ => "0".into(),
         })
     }
-    fn write_attr(&mut self, _dev: &str, _rel: &str, _value: &str) -> Result<(), FsError> {
+    fn write_tunable(
+        &mut self,
+        _dev: &str,
+        _tunable: Tunable,
+        _value: &str,
+    ) -> Result<(), FsError> {
         Ok(())
     }
     fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {

@@ -8,6 +8,7 @@
 //! difference. Values are exchanged as the kernel prints them (`"0"`, `"none [mq-deadline]"`),
 //! which keeps every parser in one place and exercised by both worlds.
 
+use crate::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,10 @@ pub enum FsError {
     InvalidValue { path: String, value: String },
     #[error("{path}: {message}")]
     Io { path: String, message: String },
+    /// The path does not resolve inside the device's queue directory under the sysfs
+    /// root (a symlink pointing out of it, a name that is not a device): never written.
+    #[error("{path}: refused: {reason}")]
+    Refused { path: String, reason: String },
 }
 
 impl FsError {
@@ -31,7 +36,8 @@ impl FsError {
             FsError::NotFound { path }
             | FsError::PermissionDenied { path }
             | FsError::InvalidValue { path, .. }
-            | FsError::Io { path, .. } => path,
+            | FsError::Io { path, .. }
+            | FsError::Refused { path, .. } => path,
         }
     }
 
@@ -63,8 +69,15 @@ pub trait BlockFs {
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError>;
     /// The content of `/sys/block/<dev>/<rel>`, with the trailing newline trimmed.
     fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError>;
-    /// Write `value` to `/sys/block/<dev>/<rel>`, as `echo value > file` would.
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError>;
+    /// Write `value` to the tunable's file of `dev`, as `echo value > file` would. The only
+    /// write there is: a [`Tunable`] names one of the few files mergetune manages, so no
+    /// input can turn a write into one of another path.
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError>;
+    /// The current value of the tunable (trimmed).
+    fn read_tunable(&mut self, dev: &str, tunable: Tunable) -> Result<String, FsError> {
+        self.read_attr(dev, tunable.rel_path())
+            .map(|v| v.trim().to_string())
+    }
     /// The entry names of the directory `/sys/block/<dev>/<rel>` (e.g. `slaves`), sorted;
     /// an absent directory is an empty list.
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError>;
@@ -97,7 +110,42 @@ impl RealFs {
 }
 
 fn valid_dev_name(dev: &str) -> bool {
-    !dev.is_empty() && !dev.contains('/') && dev != "." && dev != ".."
+    is_plain_device_name(dev)
+}
+
+impl RealFs {
+    /// The canonical path of `dev`'s tunable file, checked to resolve inside the device's
+    /// own `queue/` directory, itself inside the sysfs root (`/sys/block/sda` is a symlink
+    /// into `/sys/devices`, which is fine; a `queue/nomerges` pointing at `/etc` is not).
+    fn tunable_path(&self, dev: &str, tunable: Tunable) -> Result<PathBuf, FsError> {
+        let path = self.dev_path(dev, tunable.rel_path());
+        let refused = |reason: String| FsError::Refused {
+            path: path.display().to_string(),
+            reason,
+        };
+        if !valid_dev_name(dev) {
+            return Err(refused(format!("{dev:?} is not a plain block device name")));
+        }
+        let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| FsError::from_io(p, e, None));
+        let root = canon(&self.sysfs_root)?;
+        let queue = canon(&self.dev_path(dev, "queue"))?;
+        if !queue.starts_with(&root) {
+            return Err(refused(format!(
+                "the queue directory resolves to {}, outside {}",
+                queue.display(),
+                root.display()
+            )));
+        }
+        let file = canon(&path)?;
+        if !file.starts_with(&queue) || !file.is_file() {
+            return Err(refused(format!(
+                "resolves to {}, not a file inside {}",
+                file.display(),
+                queue.display()
+            )));
+        }
+        Ok(file)
+    }
 }
 
 impl BlockFs for RealFs {
@@ -128,12 +176,13 @@ impl BlockFs for RealFs {
         Ok(s.trim_end_matches('\n').to_string())
     }
 
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
         use std::io::Write;
-        let path = self.dev_path(dev, rel);
-        if !valid_dev_name(dev) {
-            return Err(FsError::NotFound {
+        let path = self.tunable_path(dev, tunable)?;
+        if !tunable.accepts(value) {
+            return Err(FsError::InvalidValue {
                 path: path.display().to_string(),
+                value: value.to_string(),
             });
         }
         // Like `echo v > file`: O_TRUNC on an existing file, the value in one write(2);

@@ -24,6 +24,7 @@ use crate::diskstats::parse_diskstats;
 use crate::policy::{Caps, tunables};
 use crate::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use crate::sim::{Scenario, SimError, Simulation, run_scenario};
+use crate::tunable::{Applied, Change, DecisionKind, Tunable};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -101,18 +102,20 @@ impl Controller for LevelSchedule {
                 continue;
             }
             let from = self.applied.get(dev).copied().unwrap_or(0);
-            for (attr, value) in tunables(level, *caps) {
-                let cur = fs.read_attr(dev, attr).unwrap_or_default();
-                if cur.trim() != value && fs.write_attr(dev, attr, value).is_ok() {
+            for (t, value) in tunables(level, *caps) {
+                let cur = fs.read_tunable(dev, t).unwrap_or_default();
+                if cur != value && fs.write_tunable(dev, t, value).is_ok() {
                     out.push(Decision {
                         at_ms: now_ms,
                         device: dev.clone(),
-                        attr: attr.to_string(),
-                        from: cur.trim().to_string(),
-                        to: value.to_string(),
-                        kind: self.kind.to_string(),
+                        kind: DecisionKind::Pin,
+                        changes: vec![Change {
+                            tunable: t,
+                            from: cur,
+                            to: value.to_string(),
+                        }],
                         reason: format!("{}: L{from} -> L{level}", self.kind),
-                        applied: true,
+                        applied: Applied::Yes,
                     });
                 }
             }
@@ -193,22 +196,32 @@ impl Controller for NaiveToggle {
                 "0"
             };
             let cur = fs
-                .read_attr(&stat.name, "queue/nomerges")
+                .read_tunable(&stat.name, Tunable::Nomerges)
                 .unwrap_or_default();
-            if cur.trim() != want && fs.write_attr(&stat.name, "queue/nomerges", want).is_ok() {
+            if cur != want
+                && fs
+                    .write_tunable(&stat.name, Tunable::Nomerges, want)
+                    .is_ok()
+            {
                 out.push(Decision {
                     at_ms: now_ms,
                     device: stat.name.clone(),
-                    attr: "queue/nomerges".into(),
-                    from: cur.trim().to_string(),
-                    to: want.into(),
-                    kind: if want == "2" { "disable" } else { "enable" }.into(),
+                    kind: if want == "2" {
+                        DecisionKind::Disable
+                    } else {
+                        DecisionKind::Enable
+                    },
+                    changes: vec![Change {
+                        tunable: Tunable::Nomerges,
+                        from: cur,
+                        to: want.into(),
+                    }],
                     reason: format!(
                         "naive toggle: merge ratio {:.1}% vs {:.1}%",
                         w.counters.merge_ratio() * 100.0,
                         low * 100.0
                     ),
-                    applied: true,
+                    applied: Applied::Yes,
                 });
             }
         }
@@ -341,7 +354,7 @@ pub struct PolicySummary {
 /// A write that moved a level: outcomes that end where they are (a probe that stays at L0,
 /// a trial that stays at L2) wrote nothing.
 fn is_level_change(d: &Decision) -> bool {
-    d.applied && d.from != d.to && d.kind != "restore"
+    d.was_applied() && d.kind != DecisionKind::Restore && d.changes.iter().any(|c| c.from != c.to)
 }
 
 /// The level changes made after the policy had settled at the oracle's level of their
@@ -482,7 +495,7 @@ fn summarize(
         let moved = run
             .decisions
             .iter()
-            .filter(|d| d.applied && d.at_ms >= start && d.at_ms < end)
+            .filter(|d| d.was_applied() && d.at_ms >= start && d.at_ms < end)
             .map(|d| d.at_ms)
             .find(|&t| reached(level_at(&run.decisions, t + 1)))
             .map(|t| t - start);
@@ -521,12 +534,15 @@ fn summarize(
 fn level_at(decisions: &[Decision], t_ms: u64) -> u8 {
     let mut nomerges = "0".to_string();
     let mut front = "1".to_string();
-    for d in decisions.iter().filter(|d| d.applied && d.at_ms < t_ms) {
-        for (attr, to) in d.attr.split('+').zip(d.to.split('+')) {
-            if attr.ends_with("nomerges") {
-                nomerges = to.to_string();
-            } else if attr.ends_with("front_merges") {
-                front = to.to_string();
+    for d in decisions
+        .iter()
+        .filter(|d| d.was_applied() && d.at_ms < t_ms)
+    {
+        for c in &d.changes {
+            match c.tunable {
+                Tunable::Nomerges => nomerges = c.to.clone(),
+                Tunable::FrontMerges => front = c.to.clone(),
+                _ => {}
             }
         }
     }
@@ -725,12 +741,14 @@ mod tests {
         Decision {
             at_ms,
             device: device.into(),
-            attr: "queue/nomerges".into(),
-            from: from.into(),
-            to: to.into(),
-            kind: "x".into(),
+            kind: DecisionKind::Pin,
+            changes: vec![Change {
+                tunable: Tunable::Nomerges,
+                from: from.into(),
+                to: to.into(),
+            }],
             reason: String::new(),
-            applied: true,
+            applied: Applied::Yes,
         }
     }
 

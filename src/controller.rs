@@ -6,44 +6,8 @@
 //! implementation; the kernel default (`off`) and pinned `static:N` are the others.
 
 use crate::blockfs::BlockFs;
-use serde::Serialize;
 
-/// One change (or would-be change, in dry-run) of a device tunable, with its reason.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
-    /// Time of the tick that decided, in ms since the controller started.
-    pub at_ms: u64,
-    pub device: String,
-    /// The attribute relative to the device directory, e.g. `queue/nomerges`.
-    pub attr: String,
-    pub from: String,
-    pub to: String,
-    /// A short machine-readable kind: `disable`, `enable`, `probe`, `probe_failed`,
-    /// `probe_succeeded`, `restore`, `pin`.
-    pub kind: String,
-    /// A human reason with its numbers.
-    pub reason: String,
-    /// False when the write failed or dry-run suppressed it.
-    pub applied: bool,
-}
-
-impl std::fmt::Display for Decision {
-    /// `sda queue/nomerges 0 -> 2 [disable]: reason`, with `, not applied` in the brackets
-    /// when the write failed or dry-run suppressed it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {} {} -> {} [{}{}]: {}",
-            self.device,
-            self.attr,
-            self.from,
-            self.to,
-            self.kind,
-            if self.applied { "" } else { ", not applied" },
-            self.reason
-        )
-    }
-}
+pub use crate::tunable::Decision;
 
 /// A policy driving a block stack.
 pub trait Controller {

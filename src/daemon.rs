@@ -3,40 +3,39 @@
 //! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
-use crate::actuator::{Actuator, SetOutcome};
+use crate::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::blockfs::{BlockFs, FsError};
 use crate::config::Config;
-use crate::controller::{Controller, Decision};
+use crate::controller::Controller;
 use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
 use crate::diskstats::parse_diskstats;
 use crate::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use crate::state::MemoryStore;
+use crate::state::{RestoreOutcome, RestoreResult};
+use crate::tunable::{Applied, Change, Decision, DecisionKind, Tunable};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
 
-pub const NOMERGES: &str = "queue/nomerges";
-pub const FRONT_MERGES: &str = "queue/iosched/front_merges";
+/// The merge ladder's tunables.
+pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];
+/// The slice tuner's tunables.
+pub const SLICES: [Tunable; 3] = [
+    Tunable::WritesStarved,
+    Tunable::ReadExpire,
+    Tunable::TimeoutSync,
+];
+/// A warning about an unreadable tunable is repeated at most this often per device.
+const READ_WARN_EVERY_MS: u64 = 600_000;
 
 /// Everything mergetune tracks about one device.
 #[derive(Debug, Clone)]
 pub struct DeviceRuntime {
     pub info: DeviceInfo,
-    /// nomerges when mergetune first saw the device: the admin's value.
-    pub first_nomerges: Option<String>,
-    /// front_merges when mergetune first saw the device (mergetune's own L1 writes must
-    /// not make the rung look unavailable later).
-    pub first_front_merges: Option<String>,
     pub management: Management,
-    /// Set when someone else changed a tunable under mergetune: sticky until restart.
-    pub foreign: bool,
     pub policy: PolicyState,
     pub window: WindowAcc,
-    /// What the kernel holds as far as mergetune knows (last read, or last written).
-    pub observed_nomerges: Option<String>,
-    /// The same for mq-deadline's front_merges (None where the ladder does not use it).
-    pub observed_front_merges: Option<String>,
     /// The rungs of the merge ladder this device offers.
     pub caps: Caps,
     pub last_window: Option<Window>,
@@ -44,12 +43,6 @@ pub struct DeviceRuntime {
     pub last_window_ms: u64,
     /// Scheduler slice tuning (src/slices.rs).
     pub slices: crate::slices::SliceState,
-    /// The slice tunables' values when mergetune first saw them (a non-default value is
-    /// the operator's), and what mergetune last wrote to each.
-    pub slice_first: Option<Vec<(&'static str, u64)>>,
-    pub slice_written: Vec<(&'static str, u64)>,
-    /// Someone else changed a slice tunable: slices are left alone on this device.
-    pub slices_foreign: bool,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
@@ -57,16 +50,39 @@ pub struct DeviceRuntime {
     pub last_decision: Option<Decision>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
+    /// The last warning about an unreadable tunable, to repeat it rarely.
+    pub read_warned_ms: Option<u64>,
 }
 
 /// Counters for the operator (exported as metrics by the metrics layer).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DaemonCounters {
     pub ticks: u64,
     pub decisions: u64,
     pub write_errors: u64,
     pub diskstats_errors: u64,
     pub counter_resets: u64,
+    /// Failed saves of the state file.
+    pub state_save_errors: u64,
+    /// Failed reads of a device tunable.
+    pub tunable_read_errors: u64,
+    /// The state file holds every record mergetune has in memory.
+    pub state_persisted: bool,
+}
+
+impl Default for DaemonCounters {
+    fn default() -> Self {
+        DaemonCounters {
+            ticks: 0,
+            decisions: 0,
+            write_errors: 0,
+            diskstats_errors: 0,
+            counter_resets: 0,
+            state_save_errors: 0,
+            tunable_read_errors: 0,
+            state_persisted: true,
+        }
+    }
 }
 
 /// A row of the device table.
@@ -91,6 +107,8 @@ pub struct Daemon {
     devices: BTreeMap<String, DeviceRuntime>,
     pending: BTreeMap<String, Counters>,
     force_rescan: bool,
+    /// Devices a reload cleared of their hands-off mark: rediscovered at the next tick.
+    pending_rediscover: Vec<String>,
     last_parse_error_count: usize,
     /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
     /// L3 watch interval while a managed device is at L3.
@@ -110,6 +128,7 @@ impl Daemon {
             devices: BTreeMap::new(),
             pending: BTreeMap::new(),
             force_rescan: true,
+            pending_rediscover: Vec::new(),
             last_parse_error_count: 0,
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
@@ -134,6 +153,26 @@ impl Daemon {
         &self.actuator
     }
 
+    /// `queue/nomerges` of a device as mergetune last read or wrote it.
+    pub fn nomerges_of(&self, name: &str) -> Option<String> {
+        self.actuator
+            .expected(name, Tunable::Nomerges)
+            .map(str::to_string)
+            .or_else(|| self.devices.get(name)?.info.nomerges.clone())
+    }
+
+    /// `queue/nomerges` of a device when mergetune first saw it.
+    pub fn original_nomerges(&self, name: &str) -> Option<String> {
+        self.actuator
+            .first_seen(name, Tunable::Nomerges)
+            .map(str::to_string)
+    }
+
+    /// Whether someone else took over one of the ladder's tunables of this device.
+    pub fn ladder_handed_off(&self, name: &str) -> bool {
+        self.actuator.any_theirs(name, &LADDER)
+    }
+
     /// Takes a new (already validated) config; device membership is re-evaluated at the
     /// next tick, policy state is kept.
     ///
@@ -145,17 +184,32 @@ impl Daemon {
         self.force_rescan = true;
         let foreign: Vec<String> = self
             .devices
-            .iter()
-            .filter(|(_, d)| d.foreign)
-            .map(|(n, _)| n.clone())
+            .keys()
+            .filter(|n| {
+                self.actuator.any_theirs(n, &LADDER) || self.actuator.any_theirs(n, &SLICES)
+            })
+            .cloned()
             .collect();
-        for name in foreign {
-            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
-            self.devices.remove(&name);
+        self.pending_rediscover.extend(foreign);
+    }
+
+    fn log_restores(results: &[RestoreResult], context: &str) {
+        for r in results {
+            if r.outcome.failed() {
+                warn!(device = %r.device, "{context}: {r}");
+            } else {
+                info!(device = %r.device, "{context}: {r}");
+            }
         }
     }
 
     fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        for name in std::mem::take(&mut self.pending_rediscover) {
+            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
+            let results = self.actuator.rediscover(fs, &name);
+            Self::log_restores(&results, "rediscovery");
+            self.devices.remove(&name);
+        }
         let names = match fs.list_block_devices() {
             Ok(n) => n,
             Err(e) => {
@@ -170,14 +224,17 @@ impl Daemon {
             .cloned()
             .collect();
         for name in gone {
-            info!(device = %name, "{name}: device removed");
+            info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
             self.devices.remove(&name);
             self.pending.remove(&name);
-            if let Err(e) = self.actuator.forget(&name) {
-                warn!("{e}");
-            }
+            self.actuator.device_vanished(&name, now_ms);
         }
         for name in names {
+            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
+                // Back after a while: a value mergetune wrote is still mergetune's.
+                let results = self.actuator.device_returned(fs, &name);
+                Self::log_restores(&results, "device back");
+            }
             let info = match read_device(fs, &name) {
                 Ok(i) => i,
                 Err(FsError::NotFound { .. }) => continue,
@@ -189,55 +246,67 @@ impl Daemon {
             match self.devices.get_mut(&name) {
                 Some(dev) => {
                     let mut judged = info.clone();
-                    judged.nomerges = dev.first_nomerges.clone();
-                    let m = if dev.foreign {
+                    judged.nomerges = self
+                        .actuator
+                        .first_seen(&name, Tunable::Nomerges)
+                        .map(str::to_string);
+                    let m = if self.actuator.any_theirs(&name, &LADDER) {
                         dev.management.clone()
                     } else {
                         classify(&judged, &self.cfg.devices)
                     };
                     if m != dev.management {
                         info!(device = %name, "{}", describe(&judged, &m));
-                        if dev.management.is_managed() && dev.policy.level != 0 {
-                            for r in self.actuator.restore_all_for(fs, &name) {
-                                info!(device = %name, "{r}");
-                            }
+                        if dev.management.is_managed() {
+                            let results = self.actuator.restore_device(fs, &name);
+                            Self::log_restores(&results, "no longer managed");
                         }
                         dev.management = m;
                         dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
-                        dev.observed_nomerges = info.nomerges.clone();
-                        dev.observed_front_merges = info.front_merges.clone();
+                        self.actuator
+                            .observe(&name, Tunable::Nomerges, info.nomerges.as_deref());
+                        self.actuator.observe(
+                            &name,
+                            Tunable::FrontMerges,
+                            info.front_merges.as_deref(),
+                        );
                     }
                     let caps = Caps::for_scheduler(
                         info.scheduler.as_deref(),
-                        info.has_front_merges && dev.first_front_merges.as_deref() == Some("1"),
+                        info.has_front_merges
+                            && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
                     );
                     if caps != dev.caps && dev.management.is_managed() {
                         info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
                         // A lost rung (say front_merges after a scheduler switch) is
                         // simply no longer written; the level stays meaningful via nomerges.
                         dev.caps = caps;
-                        dev.observed_front_merges = if caps.front_merges {
-                            info.front_merges.clone()
-                        } else {
-                            None
-                        };
+                        if caps.front_merges {
+                            self.actuator.observe(
+                                &name,
+                                Tunable::FrontMerges,
+                                info.front_merges.as_deref(),
+                            );
+                        }
                     }
                     dev.info = info;
                 }
                 None => {
+                    self.actuator
+                        .observe(&name, Tunable::Nomerges, info.nomerges.as_deref());
+                    self.actuator.observe(
+                        &name,
+                        Tunable::FrontMerges,
+                        info.front_merges.as_deref(),
+                    );
                     let m = classify(&info, &self.cfg.devices);
                     info!(device = %name, "{}", describe(&info, &m));
                     self.devices.insert(
                         name.clone(),
                         DeviceRuntime {
-                            first_nomerges: info.nomerges.clone(),
-                            first_front_merges: info.front_merges.clone(),
-                            observed_nomerges: info.nomerges.clone(),
-                            observed_front_merges: info.front_merges.clone(),
                             caps: caps_of(&info),
                             info,
                             management: m,
-                            foreign: false,
                             policy: PolicyState::new(now_ms, &self.cfg.policy),
                             window: WindowAcc {
                                 started_ms: now_ms,
@@ -246,14 +315,12 @@ impl Daemon {
                             last_window: None,
                             last_window_ms: 0,
                             slices: Default::default(),
-                            slice_first: None,
-                            slice_written: Vec::new(),
-                            slices_foreign: false,
                             last_tick: None,
                             last_tick_ms: now_ms,
                             last_reason: crate::policy::Reason::from(""),
                             last_decision: None,
                             retry_after_ms: 0,
+                            read_warned_ms: None,
                         },
                     );
                 }
@@ -264,8 +331,23 @@ impl Daemon {
     /// One tick at `now_ms` (ms since the daemon started, real or virtual).
     pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.slack_ms = self.next_step_ms / 2;
+        let was_persisted = self.actuator.persisted();
+        if let Err(e) = self.actuator.retry_persist() {
+            if was_persisted || self.counters.ticks.is_multiple_of(600) {
+                warn!(
+                    "{e}; the originals are kept in memory and restored on exit, no tunable is written until the state file can be saved"
+                );
+            }
+        } else if !was_persisted {
+            info!(
+                "state file {} saved again: originals persisted",
+                self.actuator.store_name()
+            );
+        }
         let decisions = self.tick_inner(now_ms, fs);
         self.next_step_ms = self.step_after_tick();
+        self.counters.state_persisted = self.actuator.persisted();
+        self.counters.state_save_errors = self.actuator.save_errors();
         decisions
     }
 
@@ -391,47 +473,55 @@ impl Daemon {
             dev.last_reason = ev.reason;
             return None;
         }
-        // Someone else's write wins: stop managing and never restore over it. Checked at
-        // every window and before every write.
-        let mut watched = vec![(NOMERGES, dev.observed_nomerges.clone())];
+        // Someone else's write wins: the tunable becomes theirs, the ladder stops on this
+        // device and puts back the other tunable it owns. Checked at every window and
+        // before every write.
+        let mut watched = vec![Tunable::Nomerges];
         if dev.caps.front_merges {
-            watched.push((FRONT_MERGES, dev.observed_front_merges.clone()));
+            watched.push(Tunable::FrontMerges);
         }
         let mut current_nomerges = String::new();
-        for (attr, expected) in watched {
-            let current = match fs.read_attr(name, attr) {
-                Ok(v) => v.trim().to_string(),
+        for t in watched {
+            let current = match fs.read_tunable(name, t) {
+                Ok(v) => v,
                 Err(FsError::NotFound { .. }) => {
                     self.force_rescan = true;
                     return None;
                 }
                 Err(e) => {
-                    warn!(device = %name, "{e}");
+                    self.counters.tunable_read_errors += 1;
+                    if dev
+                        .read_warned_ms
+                        .is_none_or(|at| now_ms.saturating_sub(at) >= READ_WARN_EVERY_MS)
+                    {
+                        warn!(device = %name, "{e} (the device's level is held; this warning repeats at most every {} min)", READ_WARN_EVERY_MS / 60_000);
+                        dev.read_warned_ms = Some(now_ms);
+                    }
                     return None;
                 }
             };
+            let expected = self.actuator.expected(name, t).map(str::to_string);
             if expected.as_deref() != Some(current.as_str()) {
                 let was = expected.unwrap_or_default();
                 warn!(
                     device = %name,
-                    "{name}: {attr} changed from {was} to {current} by someone else: no longer managed (restart mergetune to manage it again)"
+                    "{name}: {t} changed from {was} to {current} by someone else: no longer managed (`systemctl reload mergetune`, SIGHUP, manages it again)"
                 );
-                dev.foreign = true;
                 dev.management = Management::AdminOwned(format!(
-                    "{attr} changed from {was} to {current} by someone else"
+                    "{t} changed from {was} to {current} by someone else"
                 ));
-                if attr == NOMERGES {
-                    dev.info.nomerges = Some(current);
+                if t == Tunable::Nomerges {
+                    dev.info.nomerges = Some(current.clone());
                 }
-                if let Err(e) = self.actuator.forget(name) {
-                    warn!("{e}");
-                }
+                let results = self.actuator.hand_off(fs, name, t, &current, &LADDER);
+                Self::log_restores(&results, "hand-off");
                 return None;
             }
-            if attr == NOMERGES {
+            if t == Tunable::Nomerges {
                 current_nomerges = current;
             }
         }
+        dev.read_warned_ms = None;
         if ev.kind == OutcomeKind::Hold {
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
@@ -441,16 +531,14 @@ impl Daemon {
         let mut decision = Decision {
             at_ms: now_ms,
             device: name.to_string(),
-            attr: NOMERGES.to_string(),
-            from: current_nomerges.clone(),
-            to: current_nomerges.clone(),
-            kind: ev.kind.as_str().to_string(),
+            kind: ev.kind.decision_kind().unwrap_or(DecisionKind::Enable),
+            changes: Vec::new(),
             reason: ev.reason.to_string(),
-            applied: true,
+            applied: Applied::Yes,
         };
         let Some(to_level) = ev.to_level else {
-            // A probe that ends at L0 changes nothing in the kernel.
-            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            // A probe that ends at L0, a trial that stays: nothing changes in the kernel.
+            info!(device = %name, from = %current_nomerges, to = %current_nomerges, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
             dev.last_decision = Some(decision.clone());
@@ -466,23 +554,23 @@ impl Daemon {
             return None;
         }
         // Apply the level's tunables, nomerges first; stop at the first failure.
-        let mut changed: Vec<(&str, String, &str)> = Vec::new();
         let mut dry = false;
         let mut failure = None;
-        for (attr, value) in tunables(to_level, dev.caps) {
-            match self.actuator.set(fs, name, attr, value) {
+        for (t, value) in tunables(to_level, dev.caps) {
+            match self.actuator.set(fs, name, t, value) {
                 Ok(SetOutcome::Unchanged) => {}
-                Ok(SetOutcome::Written { from }) => {
-                    if attr == NOMERGES {
-                        dev.observed_nomerges = Some(value.to_string());
-                    } else {
-                        dev.observed_front_merges = Some(value.to_string());
-                    }
-                    changed.push((attr, from, value));
-                }
+                Ok(SetOutcome::Written { from }) => decision.changes.push(Change {
+                    tunable: t,
+                    from,
+                    to: value.to_string(),
+                }),
                 Ok(SetOutcome::DryRun { from }) => {
                     dry = true;
-                    changed.push((attr, from, value));
+                    decision.changes.push(Change {
+                        tunable: t,
+                        from,
+                        to: value.to_string(),
+                    });
                 }
                 Err(e) => {
                     failure = Some(e);
@@ -490,39 +578,41 @@ impl Daemon {
                 }
             }
         }
-        if let Some((attr, from, to)) = changed.first() {
-            decision.attr = changed.iter().map(|c| c.0).collect::<Vec<_>>().join("+");
-            decision.from = changed
-                .iter()
-                .map(|c| c.1.as_str())
-                .collect::<Vec<_>>()
-                .join("+");
-            decision.to = changed.iter().map(|c| c.2).collect::<Vec<_>>().join("+");
-            let _ = (attr, from, to);
-        }
+        let (log_from, log_to) = match decision.changes.first() {
+            Some(c) => (c.from.clone(), c.to.clone()),
+            None => (current_nomerges.clone(), current_nomerges.clone()),
+        };
         if let Some(e) = failure {
             self.counters.write_errors += 1;
             let wait_ms = (pcfg.min_dwell_secs * 1000).max(self.cfg.window_ms());
             dev.retry_after_ms = now_ms + wait_ms;
-            warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}");
-            decision.applied = false;
+            let written = if decision.changes.is_empty() {
+                String::new()
+            } else {
+                format!(" (written before the failure: {})", decision.changes_text())
+            };
+            warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            decision.applied = Applied::Failed(e.to_string());
             decision.reason = format!("{} (write failed: {e})", decision.reason);
             dev.last_reason = decision.reason.clone().into();
-            if matches!(
-                e,
-                crate::actuator::ActuatorError::Fs(FsError::NotFound { .. })
-            ) {
+            if matches!(e, ActuatorError::Fs(FsError::NotFound { .. })) {
                 self.force_rescan = true;
             }
+            if !decision.changes.is_empty() {
+                // Half a level was written (nomerges, not front_merges): the record holds
+                // it, and the next window's check sees the kernel as it is.
+                dev.window.restart(now_ms);
+            }
+            dev.last_decision = Some(decision.clone());
             return Some(decision);
         }
         if dry {
-            decision.applied = false;
-            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                "{name}: dry-run, would write {} {} -> {}: {}: {}", decision.attr, decision.from, decision.to, decision.kind, decision.reason);
+            decision.applied = Applied::DryRun;
+            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+                "{name}: dry-run, would write {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         } else {
-            info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                "{name}: {} {} -> {}: {}: {}", decision.attr, decision.from, decision.to, decision.kind, decision.reason);
+            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+                "{name}: {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         }
         dev.policy = ev.state;
         dev.last_reason = ev.reason;
@@ -539,7 +629,10 @@ impl Daemon {
             return None;
         }
         let dev = self.devices.get_mut(name)?;
-        if !dev.management.is_managed() || dev.slices_foreign || dev.last_window_ms != now_ms {
+        if !dev.management.is_managed()
+            || self.actuator.any_theirs(name, &SLICES)
+            || dev.last_window_ms != now_ms
+        {
             return None;
         }
         let w = dev.last_window?;
@@ -549,36 +642,40 @@ impl Daemon {
             return None;
         }
         let mut values = Vec::with_capacity(defaults.len());
-        for (n, _) in defaults {
-            if let Ok(v) = fs.read_attr(name, &crate::slices::attr(n))
-                && let Ok(x) = v.trim().parse::<u64>()
+        for (t, _) in defaults {
+            if let Ok(v) = fs.read_tunable(name, *t)
+                && let Ok(x) = v.parse::<u64>()
             {
-                values.push((*n, x));
+                values.push((*t, x));
             }
         }
-        let first = dev
-            .slice_first
-            .get_or_insert_with(|| values.clone())
-            .clone();
-        // Someone else's write wins, as for nomerges.
-        for (n, ours) in &dev.slice_written {
-            if let Some((_, cur)) = values.iter().find(|(m, _)| m == n)
-                && cur != ours
+        // Someone else's write wins, as for the ladder: checked on what mergetune wrote.
+        for (t, cur) in &values {
+            if let Some(ours) = self.actuator.last_written(name, *t)
+                && ours != cur.to_string()
             {
-                warn!(device = %name, "{name}: {} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here", crate::slices::attr(n));
-                dev.slices_foreign = true;
-                for (m, _) in &dev.slice_written {
-                    if let Err(e) = self.actuator.forget_attr(name, &crate::slices::attr(m)) {
-                        warn!("{e}");
-                    }
-                }
+                warn!(device = %name, "{name}: {t} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here");
+                let results = self
+                    .actuator
+                    .hand_off(fs, name, *t, &cur.to_string(), &SLICES);
+                Self::log_restores(&results, "hand-off");
                 return None;
             }
         }
-        let owned: Vec<&'static str> = defaults
+        for (t, v) in &values {
+            if self.actuator.first_seen(name, *t).is_none() {
+                self.actuator.observe(name, *t, Some(&v.to_string()));
+            }
+        }
+        // A tunable that was not at the kernel's default when first seen is the operator's.
+        let owned: Vec<Tunable> = defaults
             .iter()
-            .filter(|(n, d)| first.iter().any(|(m, v)| m == n && v != d))
-            .map(|(n, _)| *n)
+            .filter(|(t, d)| {
+                self.actuator
+                    .first_seen(name, *t)
+                    .is_some_and(|v| v != d.to_string())
+            })
+            .map(|(t, _)| *t)
             .collect();
         let (state, change) =
             crate::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
@@ -587,34 +684,34 @@ impl Daemon {
             info!(device = %name, "{name}: slices: {kept}");
         }
         let ch = change?;
-        let attr = crate::slices::attr(ch.tunable);
+        let t = ch.tunable;
         let mut decision = Decision {
             at_ms: now_ms,
             device: name.to_string(),
-            attr: attr.clone(),
-            from: ch.from.to_string(),
-            to: ch.to.to_string(),
-            kind: ch.kind.to_string(),
+            kind: ch.kind,
+            changes: vec![Change {
+                tunable: t,
+                from: ch.from.to_string(),
+                to: ch.to.to_string(),
+            }],
             reason: ch.reason.clone(),
-            applied: true,
+            applied: Applied::Yes,
         };
-        match self.actuator.set(fs, name, &attr, &ch.to.to_string()) {
+        match self.actuator.set(fs, name, t, &ch.to.to_string()) {
             Ok(SetOutcome::DryRun { .. }) => {
-                decision.applied = false;
-                info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                    "{name}: dry-run, would write {attr} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+                decision.applied = Applied::DryRun;
+                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                    "{name}: dry-run, would write {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Ok(_) => {
-                dev.slice_written.retain(|(n, _)| *n != ch.tunable);
-                dev.slice_written.push((ch.tunable, ch.to));
-                info!(device = %name, from = %decision.from, to = %decision.to, reason = %decision.reason,
-                    "{name}: {attr} {} -> {}: {}: {}", decision.from, decision.to, decision.kind, decision.reason);
+                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                    "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Err(e) => {
                 self.counters.write_errors += 1;
-                warn!(device = %name, "{name}: write of {attr}={} failed, slices unchanged: {e}", ch.to);
+                warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
                 dev.slices = previous;
-                decision.applied = false;
+                decision.applied = Applied::Failed(e.to_string());
                 decision.reason = format!("{} (write failed: {e})", decision.reason);
             }
         }
@@ -624,32 +721,39 @@ impl Daemon {
 
     /// Restores every original value (on exit). Returns decisions of kind `restore`.
     pub fn restore_all(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
-        let results = self.actuator.restore_all(fs);
+        let results = self.actuator.restore_all(fs, now_ms);
         results
             .into_iter()
             .map(|r| {
-                info!(device = %r.device, "{r}");
-                let (from, to, applied) = match &r.outcome {
-                    crate::state::RestoreOutcome::Restored { from, to } => {
-                        (from.clone(), to.clone(), true)
+                if r.outcome.failed() {
+                    warn!(device = %r.device, "{r}");
+                } else {
+                    info!(device = %r.device, "{r}");
+                }
+                let (changes, applied) = match &r.outcome {
+                    RestoreOutcome::Restored { from, to } => (
+                        vec![Change {
+                            tunable: r.tunable,
+                            from: from.clone(),
+                            to: to.clone(),
+                        }],
+                        Applied::Yes,
+                    ),
+                    RestoreOutcome::Failed { error } => {
+                        (Vec::new(), Applied::Failed(error.clone()))
                     }
-                    _ => (String::new(), String::new(), false),
+                    _ => (Vec::new(), Applied::No),
                 };
-                if applied && let Some(dev) = self.devices.get_mut(&r.device) {
-                    if r.attr == NOMERGES {
-                        dev.observed_nomerges = Some(to.clone());
-                    } else if r.attr == FRONT_MERGES {
-                        dev.observed_front_merges = Some(to.clone());
-                    }
+                if applied == Applied::Yes
+                    && let Some(dev) = self.devices.get_mut(&r.device)
+                {
                     dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
                 }
                 Decision {
                     at_ms: now_ms,
                     device: r.device.clone(),
-                    attr: r.attr.clone(),
-                    from,
-                    to,
-                    kind: "restore".into(),
+                    kind: DecisionKind::Restore,
+                    changes,
                     reason: r.to_string(),
                     applied,
                 }
@@ -666,11 +770,7 @@ impl Daemon {
                 scheduler: d.info.scheduler.clone().unwrap_or_else(|| "-".into()),
                 status: d.management.label().to_string(),
                 why: d.management.why().to_string(),
-                nomerges: d
-                    .observed_nomerges
-                    .clone()
-                    .or(d.info.nomerges.clone())
-                    .unwrap_or_else(|| "-".into()),
+                nomerges: self.nomerges_of(&d.info.name).unwrap_or_else(|| "-".into()),
                 mode: if d.management.is_managed() {
                     format!("L{} {}", d.policy.level, d.policy.mode.as_str())
                 } else {

@@ -25,3 +25,4 @@ pub mod slices;
 pub mod state;
 pub mod status;
 pub mod tracecap;
+pub mod tunable;

@@ -163,16 +163,28 @@ fn run_command(cmd: Command) -> Result<i32> {
             };
             let mut store = FileStore::new(&dir);
             let mut fs = RealFs::new(&sysfs_root, "/proc");
-            let results = restore_from_store(&mut fs, &mut store)?;
-            if results.is_empty() {
+            let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
+            if report.results.is_empty() && report.rejected.is_empty() {
                 println!("{}: nothing to restore", store.describe());
             }
-            let mut failed = false;
-            for r in &results {
+            for r in &report.results {
                 println!("{r}");
-                failed |= matches!(r.outcome, mergetune::state::RestoreOutcome::Failed { .. });
             }
-            Ok(if failed { 1 } else { 0 })
+            for r in &report.rejected {
+                eprintln!("mergetune: {}: {r}", store.describe());
+            }
+            if report.kept > 0 {
+                println!(
+                    "{}: {} record(s) kept for a later restore",
+                    store.describe(),
+                    report.kept
+                );
+            }
+            Ok(if report.failed() || !report.rejected.is_empty() {
+                1
+            } else {
+                0
+            })
         }
         Command::Simulate(args) => {
             mergetune::sim::cli::run(args)?;
@@ -225,12 +237,10 @@ fn run_command(cmd: Command) -> Result<i32> {
                 );
                 for d in &decisions {
                     println!(
-                        "{:>10.1} s  {:<10} {} {} -> {} [{}]: {}",
+                        "{:>10.1} s  {:<10} {} [{}]: {}",
                         d.at_ms as f64 / 1000.0,
                         d.device,
-                        d.attr,
-                        d.from,
-                        d.to,
+                        d.changes_text(),
                         d.kind,
                         d.reason
                     );
@@ -251,6 +261,13 @@ fn run_command(cmd: Command) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+fn unix_now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// The config and where it came from (None: built-in defaults).
@@ -336,15 +353,15 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         let mut store = FileStore::new(&cfg.daemon.state_dir);
         // A state file left by a run that died holds the true originals: put them back
         // before anything else, so our own earlier writes are never taken as "original".
-        let results = restore_from_store(&mut fs, &mut store)
+        let report = restore_from_store(&mut fs, &mut store, unix_now_secs())
             .context("cannot recover the original values from a previous run; inspect or remove the state file")?;
-        for r in &results {
+        for r in &report.results {
             info!(device = %r.device, "recovery after an unclean exit: {r}");
         }
-        if results
-            .iter()
-            .any(|r| matches!(r.outcome, mergetune::state::RestoreOutcome::Failed { .. }))
-        {
+        for r in &report.rejected {
+            warn!("{}: {r}", store.describe());
+        }
+        if report.failed() {
             bail!(
                 "could not restore every original value recorded in {}; not starting",
                 store.describe()
@@ -352,7 +369,19 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         }
         Box::new(store)
     };
-    let mut daemon = Daemon::new(cfg.clone(), Actuator::new(args.dry_run, store));
+    let mut actuator = Actuator::new(args.dry_run, store);
+    actuator.set_clock_origin_unix_secs(unix_now_secs());
+    if !args.dry_run {
+        // Records of devices that are gone stay with the daemon until they come back.
+        let kept = FileStore::new(&cfg.daemon.state_dir)
+            .load()
+            .ok()
+            .flatten()
+            .map(|l| l.state)
+            .unwrap_or_default();
+        actuator.adopt(kept);
+    }
+    let mut daemon = Daemon::new(cfg.clone(), actuator);
 
     // The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
     // does not depend on being scraped (Prometheus' `up` shows the target down).
@@ -548,11 +577,11 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
     let restored = daemon.restore_all(now_ms(&start), &mut fs);
     let failed = restored
         .iter()
-        .filter(|d| !d.applied && d.reason.contains("failed"))
+        .filter(|d| matches!(d.applied, mergetune::tunable::Applied::Failed(_)))
         .count();
     info!(
         "stopped; {} value(s) restored",
-        restored.iter().filter(|d| d.applied).count()
+        restored.iter().filter(|d| d.was_applied()).count()
     );
     Ok(if failed > 0 { 1 } else { 0 })
 }

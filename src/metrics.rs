@@ -16,6 +16,7 @@ use crate::config::ConfigError;
 use crate::controller::{Controller, Decision};
 use crate::daemon::{Daemon, DaemonCounters};
 use crate::status::{DecisionStatus, DeviceStatus, StatusSnapshot};
+use crate::tunable::Change;
 use bytes::Bytes;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -138,21 +139,6 @@ struct BuildLabels {
 
 /// The management states a device can be in (the `management` label).
 pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
-/// Decision kinds the daemon emits (any other lower-case kind a newer policy adds is passed
-/// through; anything else is counted as `other`).
-pub const DECISION_KINDS: [&str; 11] = [
-    "step_down",
-    "disable",
-    "enable",
-    "probe",
-    "probe_succeeded",
-    "probe_failed",
-    "trial",
-    "trial_succeeded",
-    "trial_failed",
-    "restore",
-    "pin",
-];
 const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];
 
 fn tick_buckets() -> Vec<f64> {
@@ -214,55 +200,35 @@ impl Default for Metrics {
     }
 }
 
-/// Maps a tunable value ("2", or "0+1" when a decision wrote nomerges and front_merges) to
-/// a bounded label value: up to three small integers joined by `+`, else `other`.
-fn value_label(v: &str) -> String {
-    let v = v.trim();
-    if v.is_empty() {
+/// The values a decision wrote (`2`, or `0+1` when it wrote nomerges and front_merges),
+/// as a bounded label value: values are the kernel's, so one that is not a value the
+/// tunable can hold is `other`; no change is `none`.
+fn value_label(changes: &[Change], pick: impl Fn(&Change) -> &String) -> String {
+    if changes.is_empty() {
         return "none".to_string();
     }
-    let parts: Vec<&str> = v.split('+').collect();
-    if parts.len() <= 3
-        && parts
+    if changes.iter().all(|c| c.tunable.accepts(pick(c))) {
+        changes
             .iter()
-            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        v.to_string()
+            .map(|c| pick(c).as_str())
+            .collect::<Vec<_>>()
+            .join("+")
     } else {
         "other".to_string()
     }
 }
 
-/// The tunable(s) a decision wrote, by file name: `queue/nomerges` -> `nomerges`,
-/// `queue/nomerges+queue/iosched/front_merges` -> `nomerges+front_merges`.
-fn attr_label(a: &str) -> String {
-    let parts: Vec<&str> = a
-        .split('+')
-        .map(|p| p.trim().rsplit('/').next().unwrap_or(""))
-        .collect();
-    if parts.len() <= 3
-        && parts.iter().all(|p| {
-            !p.is_empty() && p.len() <= 24 && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
-        })
-    {
-        parts.join("+")
-    } else {
-        "other".to_string()
+/// The tunable(s) a decision wrote, by file name: `nomerges`, `nomerges+front_merges`,
+/// `none` without a write.
+fn attr_label(changes: &[Change]) -> String {
+    if changes.is_empty() {
+        return "none".to_string();
     }
-}
-
-/// Kinds are constants of the code (the known ones in [`DECISION_KINDS`], and any a newer
-/// policy adds): bounded. Anything that does not look like one is `other`.
-fn kind_label(k: &str) -> String {
-    if DECISION_KINDS.contains(&k)
-        || (!k.is_empty()
-            && k.len() <= 24
-            && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-    {
-        k.to_string()
-    } else {
-        "other".to_string()
-    }
+    changes
+        .iter()
+        .map(|c| c.tunable.file_name())
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 fn dl(device: &str) -> DeviceLabels {
@@ -427,10 +393,8 @@ impl Metrics {
         for (name, dev) in daemon.devices() {
             present.insert(name.clone());
             let labels = dl(name);
-            match dev
-                .observed_nomerges
-                .as_deref()
-                .or(dev.info.nomerges.as_deref())
+            match daemon
+                .nomerges_of(name)
                 .and_then(|v| v.trim().parse::<i64>().ok())
             {
                 Some(v) => {
@@ -514,10 +478,10 @@ impl Metrics {
             f.decisions
                 .get_or_create(&DecisionLabels {
                     device: device.clone(),
-                    kind: kind_label(&d.kind),
-                    attr: attr_label(&d.attr),
-                    from: value_label(&d.from),
-                    to: value_label(&d.to),
+                    kind: d.kind.as_str().to_string(),
+                    attr: attr_label(&d.changes),
+                    from: value_label(&d.changes, |c| &c.from),
+                    to: value_label(&d.changes, |c| &c.to),
                 })
                 .inc();
             let outcome = match d.kind.as_str() {
@@ -743,8 +707,8 @@ pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusS
                 why: row.why,
                 mode: row.mode,
                 level: managed.then(|| d.policy.level(&cfg.policy)),
-                original_nomerges: d.first_nomerges.clone(),
-                nomerges: d.observed_nomerges.clone().or(d.info.nomerges.clone()),
+                original_nomerges: daemon.original_nomerges(&d.info.name),
+                nomerges: daemon.nomerges_of(&d.info.name),
                 bios_per_sec: row.bios_per_sec.map(|x| x.round()),
                 read_merge_percent: row.read_merge_percent.map(|x| (x * 10.0).round() / 10.0),
                 write_merge_percent: row.write_merge_percent.map(|x| (x * 10.0).round() / 10.0),
@@ -752,12 +716,10 @@ pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusS
                 last_decision: d.last_decision.as_ref().map(|x| DecisionStatus {
                     at_ms: x.at_ms,
                     ago_secs: round3(t.now_ms.saturating_sub(x.at_ms) as f64 / 1000.0),
-                    attr: x.attr.clone(),
-                    kind: x.kind.clone(),
-                    from: x.from.clone(),
-                    to: x.to.clone(),
+                    kind: x.kind,
+                    changes: x.changes.clone(),
                     reason: x.reason.clone(),
-                    applied: x.applied,
+                    applied: x.applied.clone(),
                 }),
                 next_probe_in_secs: if managed {
                     d.policy

@@ -11,6 +11,7 @@ use crate::advise::{Analysis, SIZE_BUCKETS, size_bucket_label};
 use crate::blockfs::BlockFs;
 use crate::controller::{Controller, Decision};
 use crate::sim::report::Report;
+use crate::tunable::{DecisionKind, Tunable};
 use plotters::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -209,12 +210,19 @@ pub fn series_from_report(report: &Report) -> Series {
         for d in report
             .decisions
             .iter()
-            .filter(|d| &d.device == dev && d.applied)
+            .filter(|d| &d.device == dev && d.was_applied())
         {
-            match d.attr.as_str() {
-                "queue/nomerges" => nm = d.to.parse().unwrap_or(nm),
-                "queue/iosched/front_merges" => fm = d.to.parse().ok(),
-                _ => continue,
+            let mut ladder = false;
+            for c in &d.changes {
+                match c.tunable {
+                    Tunable::Nomerges => nm = c.to.parse().unwrap_or(nm),
+                    Tunable::FrontMerges => fm = c.to.parse().ok(),
+                    _ => continue,
+                }
+                ladder = true;
+            }
+            if !ladder {
+                continue;
             }
             events.push((d.at_ms as f64 / 1000.0, nm, fm));
         }
@@ -381,7 +389,10 @@ fn draw_panel(
     if kind <= 1 {
         for d in decs {
             let x = d.at_ms as f64 / 1000.0;
-            let c = if d.kind.starts_with("probe") {
+            let c = if matches!(
+                d.kind,
+                DecisionKind::Probe | DecisionKind::ProbeSucceeded | DecisionKind::ProbeFailed
+            ) {
                 PROBE
             } else {
                 DECISION

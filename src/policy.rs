@@ -31,6 +31,7 @@
 
 use crate::config::PolicyConfig;
 use crate::sampler::{Counters, Window};
+use crate::tunable::{DecisionKind, Tunable};
 use serde::Serialize;
 use std::borrow::Cow;
 
@@ -112,22 +113,19 @@ pub fn next_down(level: u8, caps: Caps, cfg: &PolicyConfig) -> Option<u8> {
     ((level + 1)..=floor).find(|&l| caps.has(l))
 }
 
-/// The tunable values of a level: `(attribute, value)` pairs, `queue/nomerges` first.
-/// `front_merges` is listed only where the device has it and where it matters (L0, L1).
-pub fn tunables(level: u8, caps: Caps) -> Vec<(&'static str, &'static str)> {
+/// The tunable values of a level, `queue/nomerges` first. `front_merges` is listed only
+/// where the device has it and where it matters (L0, L1).
+pub fn tunables(level: u8, caps: Caps) -> Vec<(Tunable, &'static str)> {
     let nomerges = match level {
         0 | 1 => "0",
         2 => "1",
         _ => "2",
     };
-    let mut v = vec![("queue/nomerges", nomerges)];
+    let mut v = vec![(Tunable::Nomerges, nomerges)];
     // front_merges matters only at L0 and L1; at L2 and L3 nomerges already rules front
     // merges out, so the attribute is left where it is (one write per step, not two).
     if caps.front_merges && level <= 1 {
-        v.push((
-            "queue/iosched/front_merges",
-            if level == 0 { "1" } else { "0" },
-        ));
+        v.push((Tunable::FrontMerges, if level == 0 { "1" } else { "0" }));
     }
     v
 }
@@ -351,6 +349,22 @@ pub enum OutcomeKind {
 }
 
 impl OutcomeKind {
+    /// The decision this outcome is, if it is one (a hold is not).
+    pub fn decision_kind(self) -> Option<DecisionKind> {
+        Some(match self {
+            OutcomeKind::Hold => return None,
+            OutcomeKind::StepDown => DecisionKind::StepDown,
+            OutcomeKind::Disable => DecisionKind::Disable,
+            OutcomeKind::Enable => DecisionKind::Enable,
+            OutcomeKind::ProbeStart => DecisionKind::Probe,
+            OutcomeKind::ProbeSucceeded => DecisionKind::ProbeSucceeded,
+            OutcomeKind::ProbeFailed => DecisionKind::ProbeFailed,
+            OutcomeKind::TrialStart => DecisionKind::Trial,
+            OutcomeKind::TrialSucceeded => DecisionKind::TrialSucceeded,
+            OutcomeKind::TrialFailed => DecisionKind::TrialFailed,
+        })
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             OutcomeKind::Hold => "hold",

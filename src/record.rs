@@ -10,6 +10,7 @@
 
 use crate::blockfs::{BlockFs, FsError};
 use crate::controller::{Controller, Decision};
+use crate::tunable::Tunable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -104,8 +105,8 @@ impl BlockFs for RecordingFs<'_> {
         }
         r
     }
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
-        self.inner.write_attr(dev, rel, value)
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        self.inner.write_tunable(dev, tunable, value)
     }
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
         let r = self.inner.list_dir(dev, rel);
@@ -285,7 +286,8 @@ impl BlockFs for ReplayFs {
             _ => Err(Self::not_found(dev, rel)),
         }
     }
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        let rel = tunable.rel_path();
         let k = key(dev, rel);
         if !matches!(self.attrs.get(&k), Some(Some(_))) && !self.written.contains_key(&k) {
             return Err(Self::not_found(dev, rel));

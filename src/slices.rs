@@ -25,16 +25,13 @@
 use crate::config::SlicesConfig;
 use crate::policy::HOUR_MS;
 use crate::sampler::{Counters, Window};
+use crate::tunable::{DecisionKind, Tunable};
 use serde::Serialize;
 
 /// Kernel defaults: a value that differs was set by the operator.
-pub const MQ_DEADLINE_DEFAULTS: &[(&str, u64)] = &[("writes_starved", 2), ("read_expire", 500)];
-pub const BFQ_DEFAULTS: &[(&str, u64)] = &[("timeout_sync", 125)];
-
-/// The attributes this module may write, relative to the device directory.
-pub fn attr(name: &str) -> String {
-    format!("queue/iosched/{name}")
-}
+pub const MQ_DEADLINE_DEFAULTS: &[(Tunable, u64)] =
+    &[(Tunable::WritesStarved, 2), (Tunable::ReadExpire, 500)];
+pub const BFQ_DEFAULTS: &[(Tunable, u64)] = &[(Tunable::TimeoutSync, 125)];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SliceState {
@@ -43,7 +40,7 @@ pub struct SliceState {
     /// Consecutive windows with reads not slower than writes (or no mix).
     pub calm_windows: u32,
     /// Steps taken so far, oldest first: (tunable, value before the step).
-    pub steps: Vec<(String, u64)>,
+    pub steps: Vec<(Tunable, u64)>,
     pub changes_ms: Vec<u64>,
     /// The counters of the current run of mixed windows: the starving windows that lead
     /// to a step, then the windows after it that judge it.
@@ -83,24 +80,16 @@ impl StepEvidence {
 /// One change to make.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SliceChange {
-    pub tunable: &'static str,
+    pub tunable: Tunable,
     pub from: u64,
     pub to: u64,
-    pub kind: &'static str,
+    pub kind: DecisionKind,
     pub reason: String,
 }
 
 /// Mean ms per completed request, per direction; None without requests.
 fn mean_ms(ms: u64, n: u64) -> Option<f64> {
     (n > 0).then(|| ms as f64 / n as f64)
-}
-
-fn tunable_static(name: &str) -> &'static str {
-    match name {
-        "writes_starved" => "writes_starved",
-        "read_expire" => "read_expire",
-        _ => "timeout_sync",
-    }
 }
 
 /// Decides for one device. `values` holds the current value of each tunable this module
@@ -110,16 +99,16 @@ pub fn decide(
     prev: &SliceState,
     window: &Window,
     scheduler: &str,
-    values: &[(&'static str, u64)],
-    owned: &[&'static str],
+    values: &[(Tunable, u64)],
+    owned: &[Tunable],
     cfg: &SlicesConfig,
     now_ms: u64,
 ) -> (SliceState, Option<SliceChange>) {
     let mut s = prev.clone();
     s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
     let c = &window.counters;
-    let value = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
-    let usable = |name: &str| value(name).is_some() && !owned.contains(&name);
+    let value = |t: Tunable| values.iter().find(|(n, _)| *n == t).map(|(_, v)| *v);
+    let usable = |t: Tunable| value(t).is_some() && !owned.contains(&t);
     let mixed = c.reads_completed >= cfg.min_requests && c.writes_completed >= cfg.min_requests;
     let read_ms = mean_ms(c.read_ms, c.reads_completed);
     let write_ms = mean_ms(c.write_ms, c.writes_completed);
@@ -201,16 +190,19 @@ pub fn decide(
             after.write_mb_per_sec,
             -write_loss * 100.0
         );
-        let (name, prev_value) = s.steps.last().cloned().unwrap_or_default();
+        let last = s.steps.last().copied();
+        let name = last.map_or("", |(t, _)| t.file_name());
+        let prev_value = last.map_or(0, |(_, v)| v);
+        let cur_value = last.and_then(|(t, _)| value(t).map(|v| (t, v)));
         if read_gain >= 0.1 && write_loss <= read_gain {
             s.kept = Some(format!(
                 "{name} -> {} kept: {figures}",
-                value(&name).unwrap_or(0)
+                cur_value.map_or(0, |(_, v)| v)
             ));
         } else {
             s.stalled = true;
             s.starving_windows = 0;
-            if let Some(cur) = value(&name) {
+            if let Some((t, cur)) = cur_value {
                 s.steps.pop();
                 s.changes_ms.push(now_ms);
                 let reason = format!(
@@ -219,10 +211,10 @@ pub fn decide(
                 return (
                     s,
                     Some(SliceChange {
-                        tunable: tunable_static(&name),
+                        tunable: t,
                         from: cur,
                         to: prev_value,
-                        kind: "undo",
+                        kind: DecisionKind::Undo,
                         reason,
                     }),
                 );
@@ -230,35 +222,36 @@ pub fn decide(
         }
     }
     if s.starving_windows >= cfg.windows && cap_ok && !s.stalled {
-        let step: Option<(&'static str, u64, u64)> = match scheduler {
+        let step: Option<(Tunable, u64, u64)> = match scheduler {
             "mq-deadline" => {
-                let ws = value("writes_starved").filter(|_| usable("writes_starved"));
-                let re = value("read_expire").filter(|_| usable("read_expire"));
+                let ws = value(Tunable::WritesStarved).filter(|_| usable(Tunable::WritesStarved));
+                let re = value(Tunable::ReadExpire).filter(|_| usable(Tunable::ReadExpire));
                 match (ws, re) {
                     (Some(v), _) if v < cfg.writes_starved_max => {
-                        Some(("writes_starved", v, v + 1))
+                        Some((Tunable::WritesStarved, v, v + 1))
                     }
                     (_, Some(v)) if v > cfg.read_expire_min_ms => {
-                        Some(("read_expire", v, (v / 2).max(cfg.read_expire_min_ms)))
+                        Some((Tunable::ReadExpire, v, (v / 2).max(cfg.read_expire_min_ms)))
                     }
                     _ => None,
                 }
             }
-            "bfq" => value("timeout_sync")
-                .filter(|_| usable("timeout_sync"))
+            "bfq" => value(Tunable::TimeoutSync)
+                .filter(|_| usable(Tunable::TimeoutSync))
                 .filter(|&v| v < cfg.timeout_sync_max_ms)
                 .map(|v| {
                     (
-                        "timeout_sync",
+                        Tunable::TimeoutSync,
                         v,
                         (v * 3 / 2).clamp(v + 1, cfg.timeout_sync_max_ms),
                     )
                 }),
             _ => None,
         };
-        if let Some((name, from, to)) = step {
+        if let Some((t, from, to)) = step {
+            let name = t.file_name();
             let reason = format!("reads starving: {}; {name} {from} -> {to}", evidence(&s));
-            s.steps.push((name.to_string(), from));
+            s.steps.push((t, from));
             s.before_step = StepEvidence::of(&s.evidence, s.evidence_ms);
             s.windows_since_step = 0;
             s.evidence = Counters::default();
@@ -268,18 +261,19 @@ pub fn decide(
             return (
                 s,
                 Some(SliceChange {
-                    tunable: name,
+                    tunable: t,
                     from,
                     to,
-                    kind: "favour_reads",
+                    kind: DecisionKind::FavourReads,
                     reason,
                 }),
             );
         }
     }
     if s.calm_windows >= cfg.windows && cap_ok && !s.steps.is_empty() {
-        let (name, before) = s.steps.last().cloned().unwrap_or_default();
-        if let Some(cur) = value(&name) {
+        let (t, before) = s.steps[s.steps.len() - 1];
+        let name = t.file_name();
+        if let Some(cur) = value(t) {
             let reason = format!(
                 "read/write mix over: {}; {name} {cur} -> {before}",
                 evidence(&s)
@@ -290,10 +284,10 @@ pub fn decide(
             return (
                 s,
                 Some(SliceChange {
-                    tunable: tunable_static(&name),
+                    tunable: t,
                     from: cur,
                     to: before,
-                    kind: "relax",
+                    kind: DecisionKind::Relax,
                     reason,
                 }),
             );
@@ -304,7 +298,7 @@ pub fn decide(
 }
 
 /// The tunables this module reads for a scheduler, with their kernel defaults.
-pub fn tunables_for(scheduler: &str) -> &'static [(&'static str, u64)] {
+pub fn tunables_for(scheduler: &str) -> &'static [(Tunable, u64)] {
     match scheduler {
         "mq-deadline" => MQ_DEADLINE_DEFAULTS,
         "bfq" => BFQ_DEFAULTS,

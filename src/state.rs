@@ -1,20 +1,33 @@
 //! The original tunables, kept so the machine is always left as it was found.
 //!
-//! Before the first write to any device attribute, its original value is recorded and the
-//! state file is written atomically (temp file, fsync, rename, fsync of the directory), so a
-//! crash at any point leaves either no record and no change, or a record. The record also
-//! holds the value mergetune last wrote: restoring puts the original back only where the
-//! attribute still holds mergetune's value, so a later change by someone else is never
-//! overwritten.
+//! One record per (device, tunable) mergetune has written: the original value, what it last
+//! wrote, and the value it is about to write (`pending`). The record is saved atomically
+//! (temp file, fsync, rename, fsync of the directory) *before* every write, with the
+//! value about to be written as `pending`: a crash at any point leaves a record that names
+//! every value the kernel may hold by mergetune's doing. Restoring puts the original back
+//! only where the tunable still holds one of mergetune's values, so a later change by
+//! someone else is never overwritten.
+//!
+//! The file is outside input (an operator, or an attacker with write access to the state
+//! directory, may edit it), so loading is strict about what it accepts and lenient about
+//! the rest: an entry whose device is not a plain `/sys/block` name, whose attribute is not
+//! one of the [`Tunable`]s, or whose values are not values that tunable can hold is
+//! reported and skipped, and every other entry is still restored. Every format version
+//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
 
 use crate::blockfs::{BlockFs, FsError};
+use crate::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const STATE_FILE_NAME: &str = "state.json";
-const STATE_VERSION: u32 = 1;
+/// The format written; [`FileStore::load`] reads every version from 1 up to this one.
+pub const STATE_VERSION: u32 = 2;
+/// A vanished device's records are kept this long after it went away (it may come back
+/// with mergetune's value, which must then still be restored), then dropped.
+pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -22,27 +35,43 @@ pub enum StateError {
     Read { path: PathBuf, message: String },
     #[error("{path}: state file is corrupt: {message}")]
     Corrupt { path: PathBuf, message: String },
+    #[error(
+        "{path}: state file format {version} was written by a newer mergetune (this one reads 1 to {STATE_VERSION}); its originals are kept: restore them with that version"
+    )]
+    TooNew { path: PathBuf, version: u64 },
     #[error("{path}: cannot write state file: {message}")]
     Write { path: PathBuf, message: String },
 }
 
-/// One recorded attribute.
+/// One recorded tunable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SavedAttr {
     pub original: String,
     /// What mergetune last wrote (None until the first write succeeded).
     pub last_written: Option<String>,
+    /// A value saved just before writing it: the write may or may not have happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    /// When the device was seen to vanish (seconds since the epoch), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vanished_at_unix_secs: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+impl SavedAttr {
+    /// Whether `value` is one mergetune put there (or may have, for a pending write).
+    pub fn is_ours(&self, value: &str) -> bool {
+        self.last_written.as_deref() == Some(value) || self.pending.as_deref() == Some(value)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SavedState {
     pub version: u32,
     /// The pid of the daemon that wrote it, for the humans reading it.
     pub pid: u32,
-    /// device -> attribute (relative to the device directory) -> record.
-    pub devices: BTreeMap<String, BTreeMap<String, SavedAttr>>,
+    /// device -> tunable -> record.
+    pub devices: BTreeMap<String, BTreeMap<Tunable, SavedAttr>>,
 }
 
 impl Default for SavedState {
@@ -59,14 +88,131 @@ impl SavedState {
     pub fn is_empty(&self) -> bool {
         self.devices.values().all(|m| m.is_empty())
     }
-    pub fn get(&self, dev: &str, attr: &str) -> Option<&SavedAttr> {
-        self.devices.get(dev).and_then(|m| m.get(attr))
+    pub fn get(&self, dev: &str, t: Tunable) -> Option<&SavedAttr> {
+        self.devices.get(dev).and_then(|m| m.get(&t))
     }
 }
 
-/// Where the record lives: a file for the daemon, memory for the simulator.
+/// An entry of a state file that was not accepted, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    pub device: String,
+    pub attr: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}: skipped: {}", self.device, self.attr, self.reason)
+    }
+}
+
+/// A loaded state file: what can be restored, and what was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Loaded {
+    pub state: SavedState,
+    pub rejected: Vec<Rejected>,
+}
+
+/// Parses a state file's text (any version). `path` only names the file in errors.
+pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
+    let corrupt = |message: String| StateError::Corrupt {
+        path: path.to_path_buf(),
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| corrupt("not a JSON object".into()))?;
+    let version = obj
+        .get("version")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| corrupt("no \"version\" number".into()))?;
+    if version == 0 {
+        return Err(corrupt("version 0".into()));
+    }
+    if version > u64::from(STATE_VERSION) {
+        return Err(StateError::TooNew {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
+    let pid = obj
+        .get("pid")
+        .and_then(|v| v.as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(0);
+    let devices = match obj.get("devices") {
+        Some(serde_json::Value::Object(d)) => d,
+        Some(_) => return Err(corrupt("\"devices\" is not an object".into())),
+        None => return Err(corrupt("no \"devices\"".into())),
+    };
+    let mut out = Loaded {
+        state: SavedState {
+            version: STATE_VERSION,
+            pid,
+            devices: BTreeMap::new(),
+        },
+        rejected: Vec::new(),
+    };
+    for (dev, attrs) in devices {
+        let reject = |attr: &str, reason: String| Rejected {
+            device: dev.clone(),
+            attr: attr.to_string(),
+            reason,
+        };
+        if !is_plain_device_name(dev) {
+            out.rejected.push(reject(
+                "*",
+                "not a plain /sys/block device name (a path, or unusual characters)".into(),
+            ));
+            continue;
+        }
+        let Some(attrs) = attrs.as_object() else {
+            out.rejected
+                .push(reject("*", "the device's entry is not an object".into()));
+            continue;
+        };
+        for (attr, rec) in attrs {
+            let Some(t) = Tunable::from_rel_path(attr) else {
+                out.rejected.push(reject(
+                    attr,
+                    "not a tunable mergetune writes (queue/nomerges or a known queue/iosched/ file)"
+                        .into(),
+                ));
+                continue;
+            };
+            let rec: SavedAttr = match serde_json::from_value(rec.clone()) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.rejected
+                        .push(reject(attr, format!("unreadable record: {e}")));
+                    continue;
+                }
+            };
+            let bad = std::iter::once(Some(&rec.original))
+                .chain([rec.last_written.as_ref(), rec.pending.as_ref()])
+                .flatten()
+                .find(|v| !t.accepts(v));
+            if let Some(v) = bad {
+                out.rejected
+                    .push(reject(attr, format!("{v:?} is not a value {t} can hold")));
+                continue;
+            }
+            out.state
+                .devices
+                .entry(dev.clone())
+                .or_default()
+                .insert(t, rec);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the record lives: a file for the daemon, memory for the simulator and dry-run.
 pub trait StateStore {
-    fn load(&self) -> Result<Option<SavedState>, StateError>;
+    fn load(&self) -> Result<Option<Loaded>, StateError>;
     fn save(&mut self, state: &SavedState) -> Result<(), StateError>;
     fn remove(&mut self) -> Result<(), StateError>;
     fn describe(&self) -> String;
@@ -94,30 +240,33 @@ fn write_err(path: &Path, e: impl std::fmt::Display) -> StateError {
     }
 }
 
+/// A state file larger than this is not one mergetune wrote (a record is about 100 bytes).
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
 impl StateStore for FileStore {
-    fn load(&self) -> Result<Option<SavedState>, StateError> {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
         let path = self.path();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(StateError::Read {
-                    path,
-                    message: e.to_string(),
-                });
-            }
-        };
-        let st: SavedState = serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+        let read_err = |e: std::io::Error| StateError::Read {
             path: path.clone(),
             message: e.to_string(),
-        })?;
-        if st.version != STATE_VERSION {
+        };
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(e)),
+        };
+        if meta.len() > MAX_STATE_BYTES {
             return Err(StateError::Corrupt {
                 path,
-                message: format!("version {} (expected {STATE_VERSION})", st.version),
+                message: format!("{} bytes: not a state file", meta.len()),
             });
         }
-        Ok(Some(st))
+        let bytes = std::fs::read(&path).map_err(read_err)?;
+        let text = String::from_utf8(bytes).map_err(|_| StateError::Corrupt {
+            path: path.clone(),
+            message: "not UTF-8".into(),
+        })?;
+        parse_state(&text, &path).map(Some)
     }
 
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
@@ -160,8 +309,11 @@ pub struct MemoryStore {
 }
 
 impl StateStore for MemoryStore {
-    fn load(&self) -> Result<Option<SavedState>, StateError> {
-        Ok(self.state.clone())
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(self.state.clone().map(|state| Loaded {
+            state,
+            rejected: Vec::new(),
+        }))
     }
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
         self.state = Some(state.clone());
@@ -176,7 +328,7 @@ impl StateStore for MemoryStore {
     }
 }
 
-/// What restoring one attribute did.
+/// What restoring one tunable did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RestoreOutcome {
@@ -192,23 +344,29 @@ pub enum RestoreOutcome {
         current: String,
         ours: String,
     },
-    /// The device is gone: nothing to restore.
+    /// The device is gone: nothing to restore now (the record is kept for a while).
     Vanished,
     Failed {
         error: String,
     },
 }
 
+impl RestoreOutcome {
+    pub fn failed(&self) -> bool {
+        matches!(self, RestoreOutcome::Failed { .. })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreResult {
     pub device: String,
-    pub attr: String,
+    pub tunable: Tunable,
     pub outcome: RestoreOutcome,
 }
 
 impl std::fmt::Display for RestoreResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = format!("{}/{}", self.device, self.attr);
+        let what = format!("{}/{}", self.device, self.tunable);
         match &self.outcome {
             RestoreOutcome::Restored { from, to } => write!(f, "{what}: restored {from} -> {to}"),
             RestoreOutcome::AlreadyOriginal { value } => {
@@ -218,21 +376,21 @@ impl std::fmt::Display for RestoreResult {
                 f,
                 "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
             ),
-            RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore"),
+            RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
             RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
         }
     }
 }
 
-/// Restores one attribute per the rule in the module doc.
+/// Restores one tunable per the rule in the module doc.
 pub fn restore_attr(
     fs: &mut dyn BlockFs,
     dev: &str,
-    attr: &str,
+    t: Tunable,
     saved: &SavedAttr,
 ) -> RestoreOutcome {
-    let current = match fs.read_attr(dev, attr) {
-        Ok(v) => v.trim().to_string(),
+    let current = match fs.read_tunable(dev, t) {
+        Ok(v) => v,
         Err(FsError::NotFound { .. }) => return RestoreOutcome::Vanished,
         Err(e) => {
             return RestoreOutcome::Failed {
@@ -243,15 +401,17 @@ pub fn restore_attr(
     if current == saved.original {
         return RestoreOutcome::AlreadyOriginal { value: current };
     }
-    if let Some(ours) = &saved.last_written
-        && &current != ours
-    {
+    if (saved.last_written.is_some() || saved.pending.is_some()) && !saved.is_ours(&current) {
         return RestoreOutcome::LeftAlone {
             current,
-            ours: ours.clone(),
+            ours: saved
+                .last_written
+                .clone()
+                .or(saved.pending.clone())
+                .unwrap_or_default(),
         };
     }
-    match fs.write_attr(dev, attr, &saved.original) {
+    match fs.write_tunable(dev, t, &saved.original) {
         Ok(()) => RestoreOutcome::Restored {
             from: current,
             to: saved.original.clone(),
@@ -267,32 +427,83 @@ pub fn restore_attr(
 pub fn restore_all(fs: &mut dyn BlockFs, saved: &SavedState) -> Vec<RestoreResult> {
     let mut out = Vec::new();
     for (dev, attrs) in &saved.devices {
-        for (attr, rec) in attrs {
+        for (t, rec) in attrs {
             out.push(RestoreResult {
                 device: dev.clone(),
-                attr: attr.clone(),
-                outcome: restore_attr(fs, dev, attr, rec),
+                tunable: *t,
+                outcome: restore_attr(fs, dev, *t, rec),
             });
         }
     }
     out
 }
 
-/// Restores from a state store and removes the record when nothing failed (a failed
-/// restore keeps the file so a later `mergetune restore` can retry).
+/// What `restore_from_store` did: one result per record, and the entries it refused.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreReport {
+    pub results: Vec<RestoreResult>,
+    pub rejected: Vec<Rejected>,
+    /// Records kept in the file for a later restore (failed, or a vanished device within
+    /// [`VANISHED_KEEP_SECS`]).
+    pub kept: usize,
+}
+
+impl RestoreReport {
+    pub fn failed(&self) -> bool {
+        self.results.iter().any(|r| r.outcome.failed())
+    }
+}
+
+/// Restores from a state store. Records that failed, and those of devices that are gone
+/// (for [`VANISHED_KEEP_SECS`] after they were first seen gone, at `now_unix_secs`), stay in
+/// the file for a later `mergetune restore` or the next start; the file is removed when
+/// nothing is left. Refused entries are reported and dropped.
 pub fn restore_from_store(
     fs: &mut dyn BlockFs,
     store: &mut dyn StateStore,
-) -> Result<Vec<RestoreResult>, StateError> {
-    let Some(saved) = store.load()? else {
-        return Ok(Vec::new());
+    now_unix_secs: u64,
+) -> Result<RestoreReport, StateError> {
+    let Some(loaded) = store.load()? else {
+        return Ok(RestoreReport::default());
     };
-    let results = restore_all(fs, &saved);
-    if results
-        .iter()
-        .all(|r| !matches!(r.outcome, RestoreOutcome::Failed { .. }))
-    {
-        store.remove()?;
+    let mut keep = SavedState {
+        pid: loaded.state.pid,
+        ..SavedState::default()
+    };
+    let mut results = Vec::new();
+    for (dev, attrs) in &loaded.state.devices {
+        for (t, rec) in attrs {
+            let outcome = restore_attr(fs, dev, *t, rec);
+            let kept = match &outcome {
+                RestoreOutcome::Failed { .. } => Some(rec.clone()),
+                RestoreOutcome::Vanished => {
+                    let since = rec.vanished_at_unix_secs.unwrap_or(now_unix_secs);
+                    (now_unix_secs.saturating_sub(since) < VANISHED_KEEP_SECS).then(|| SavedAttr {
+                        vanished_at_unix_secs: Some(since),
+                        ..rec.clone()
+                    })
+                }
+                _ => None,
+            };
+            if let Some(k) = kept {
+                keep.devices.entry(dev.clone()).or_default().insert(*t, k);
+            }
+            results.push(RestoreResult {
+                device: dev.clone(),
+                tunable: *t,
+                outcome,
+            });
+        }
     }
-    Ok(results)
+    let kept = keep.devices.values().map(|m| m.len()).sum();
+    if keep.is_empty() {
+        store.remove()?;
+    } else if keep != loaded.state || !loaded.rejected.is_empty() {
+        store.save(&keep)?;
+    }
+    Ok(RestoreReport {
+        results,
+        rejected: loaded.rejected,
+        kept,
+    })
 }

@@ -5,6 +5,7 @@
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
+use crate::tunable::{Applied, Change, Decision, DecisionKind};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -56,16 +57,14 @@ pub struct DeviceStatus {
 }
 
 /// A device's last decision.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionStatus {
     pub at_ms: u64,
     pub ago_secs: f64,
-    pub attr: String,
-    pub kind: String,
-    pub from: String,
-    pub to: String,
+    pub kind: DecisionKind,
+    pub changes: Vec<Change>,
     pub reason: String,
-    pub applied: bool,
+    pub applied: Applied,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -204,12 +203,15 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         } else {
             match &d.last_decision {
                 Some(x) => format!(
-                    "{} {}\u{2192}{} {}{}: {}",
+                    "{} {} {}{}: {}",
                     x.kind,
-                    x.from,
-                    x.to,
+                    Decision::render_changes(&x.changes, ", ", "\u{2192}"),
                     ago(x.ago_secs),
-                    if x.applied { "" } else { " (not applied)" },
+                    match &x.applied {
+                        Applied::Yes => "",
+                        Applied::DryRun => " (dry-run)",
+                        _ => " (not applied)",
+                    },
                     x.reason
                 ),
                 None if d.last_reason.is_empty() => "no decision yet".into(),

@@ -5,6 +5,7 @@ use mergetune::blockfs::{BlockFs, FsError, RealFs};
 use mergetune::config::Config;
 use mergetune::daemon::Daemon;
 use mergetune::state::{FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store};
+use mergetune::tunable::Tunable;
 use std::path::Path;
 
 fn tree() -> tempfile::TempDir {
@@ -27,7 +28,7 @@ fn records_original_before_first_write_and_restores() {
     let state_dir = t.path().join("state");
     let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
     assert_eq!(
-        a.set(&mut fs, "sda", "queue/nomerges", "0").unwrap(),
+        a.set(&mut fs, "sda", Tunable::Nomerges, "0").unwrap(),
         SetOutcome::Unchanged
     );
     assert!(
@@ -35,22 +36,25 @@ fn records_original_before_first_write_and_restores() {
         "nothing written, nothing recorded"
     );
     assert_eq!(
-        a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap(),
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap(),
         SetOutcome::Written { from: "0".into() }
     );
     let saved = FileStore::new(&state_dir).load().unwrap().unwrap();
-    let rec = saved.get("sda", "queue/nomerges").unwrap();
+    let rec = saved.state.get("sda", Tunable::Nomerges).unwrap();
     assert_eq!(
         (rec.original.as_str(), rec.last_written.as_deref()),
         ("0", Some("2"))
     );
     // A second write keeps the first original.
-    a.set(&mut fs, "sda", "queue/nomerges", "1").unwrap();
+    a.set(&mut fs, "sda", Tunable::Nomerges, "1").unwrap();
     let saved = FileStore::new(&state_dir).load().unwrap().unwrap();
-    assert_eq!(saved.get("sda", "queue/nomerges").unwrap().original, "0");
+    assert_eq!(
+        saved.state.get("sda", Tunable::Nomerges).unwrap().original,
+        "0"
+    );
     // Restore from the file, as `mergetune restore` does.
     let mut store = FileStore::new(&state_dir);
-    let res = restore_from_store(&mut fs, &mut store).unwrap();
+    let res = restore_from_store(&mut fs, &mut store, 0).unwrap().results;
     assert_eq!(
         res[0].outcome,
         RestoreOutcome::Restored {
@@ -68,9 +72,9 @@ fn restore_leaves_someone_elses_value() {
     let mut fs = fs_of(t.path());
     let state_dir = t.path().join("state");
     let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
-    a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap();
-    fs.write_attr("sda", "queue/nomerges", "1").unwrap(); // the admin
-    let res = a.restore_all(&mut fs);
+    a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+    fs.write_tunable("sda", Tunable::Nomerges, "1").unwrap(); // the admin
+    let res = a.restore_all(&mut fs, 0);
     assert!(
         matches!(res[0].outcome, RestoreOutcome::LeftAlone { .. }),
         "{res:?}"
@@ -84,7 +88,7 @@ fn dry_run_writes_nothing() {
     let mut fs = fs_of(t.path());
     let mut a = Actuator::new(true, Box::new(MemoryStore::default()));
     assert_eq!(
-        a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap(),
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap(),
         SetOutcome::DryRun { from: "0".into() }
     );
     assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "0");
@@ -99,7 +103,7 @@ fn no_write_when_the_original_cannot_be_recorded() {
     let bad = t.path().join("not-a-dir");
     std::fs::write(&bad, "x").unwrap();
     let mut a = Actuator::new(false, Box::new(FileStore::new(&bad)));
-    let e = a.set(&mut fs, "sda", "queue/nomerges", "2").unwrap_err();
+    let e = a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap_err();
     assert!(e.to_string().contains("not-a-dir"), "{e}");
     assert_eq!(fs.read_attr("sda", "queue/nomerges").unwrap(), "0");
 }
@@ -140,10 +144,10 @@ impl BlockFs for Refusing {
             _ => Err(FsError::NotFound { path: rel.into() }),
         }
     }
-    fn write_attr(&mut self, _d: &str, rel: &str, value: &str) -> Result<(), FsError> {
+    fn write_tunable(&mut self, _d: &str, t: Tunable, value: &str) -> Result<(), FsError> {
         self.writes_tried += 1;
         Err(FsError::InvalidValue {
-            path: rel.into(),
+            path: t.rel_path().into(),
             value: value.into(),
         })
     }

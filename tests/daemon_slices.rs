@@ -4,6 +4,7 @@
 use mergetune::blockfs::{BlockFs, FsError};
 use mergetune::config::Config;
 use mergetune::daemon::Daemon;
+use mergetune::tunable::Tunable;
 use std::collections::BTreeMap;
 
 /// One mq-deadline disk whose counters show reads starving behind writes (50 reads at
@@ -60,7 +61,8 @@ impl BlockFs for Starving {
             .cloned()
             .ok_or(FsError::NotFound { path: rel.into() })
     }
-    fn write_attr(&mut self, _d: &str, rel: &str, value: &str) -> Result<(), FsError> {
+    fn write_tunable(&mut self, _d: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        let rel = tunable.rel_path();
         if rel.ends_with("writes_starved") {
             self.steps += 1;
         }
@@ -85,9 +87,10 @@ fn starving_reads_move_writes_starved_and_exit_restores_it() {
     }
     let step = decisions
         .iter()
-        .find(|d| d.attr == "queue/iosched/writes_starved")
+        .find(|d| d.change_of(Tunable::WritesStarved).is_some())
         .unwrap_or_else(|| panic!("no slice decision: {decisions:?}"));
-    assert_eq!((step.from.as_str(), step.to.as_str()), ("2", "3"));
+    let c = &step.changes[0];
+    assert_eq!((c.from.as_str(), c.to.as_str()), ("2", "3"));
     assert!(step.reason.contains("reads starving"), "{}", step.reason);
     assert_eq!(fs.attrs["queue/iosched/writes_starved"], "3");
     d.restore_all(10_000, &mut fs);

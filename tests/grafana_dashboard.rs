@@ -6,6 +6,7 @@ use mergetune::config::Config;
 use mergetune::controller::Decision;
 use mergetune::daemon::Daemon;
 use mergetune::metrics::{Metrics, TickTiming};
+use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -46,12 +47,14 @@ fn scrape() -> String {
         decisions.push(Decision {
             at_ms: now,
             device: "sda".into(),
-            attr: "queue/nomerges".into(),
-            from: "0".into(),
-            to: "0".into(),
-            kind: "probe".into(),
+            kind: DecisionKind::Probe,
+            changes: vec![Change {
+                tunable: Tunable::Nomerges,
+                from: "0".into(),
+                to: "0".into(),
+            }],
             reason: "test".into(),
-            applied: true,
+            applied: Applied::Yes,
         });
         m.update(
             &d,

@@ -8,6 +8,7 @@ use mergetune::controller::{Controller, Decision};
 use mergetune::daemon::Daemon;
 use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
+use mergetune::tunable::DecisionKind;
 
 const SCENARIO: &str = r#"
 name = "watch"
@@ -72,7 +73,7 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
     let (ticks, decisions) = drive(Config::default());
     let disabled_at = decisions
         .iter()
-        .find(|d| d.kind == "disable")
+        .find(|d| d.kind == DecisionKind::Disable)
         .map(|d| d.at_ms)
         .expect("the random phase reaches L3");
     // Before L3: the normal interval; at L3: the watch interval.
@@ -92,7 +93,7 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
     // closes once it holds min_window_bios bios), not after a whole interval.
     let probe = decisions
         .iter()
-        .find(|d| d.kind == "probe" && d.at_ms >= 30_000)
+        .find(|d| d.kind == DecisionKind::Probe && d.at_ms >= 30_000)
         .unwrap_or_else(|| panic!("no probe after the scan started: {decisions:#?}"));
     assert!(probe.at_ms <= 30_300, "probe at {} ms", probe.at_ms);
     assert!(
@@ -112,7 +113,7 @@ fn the_watch_can_be_turned_off() {
     assert!(ticks.iter().all(|&(_, step, _)| step == 1000));
     let probe = decisions
         .iter()
-        .find(|d| d.kind == "probe" && d.at_ms >= 30_000)
+        .find(|d| d.kind == DecisionKind::Probe && d.at_ms >= 30_000)
         .expect("a probe after the scan started");
     // Without the watch the scan runs unmerged until the next whole-second tick.
     assert!(probe.at_ms >= 31_000, "probe at {} ms", probe.at_ms);

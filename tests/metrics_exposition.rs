@@ -9,6 +9,7 @@ use mergetune::controller::Decision;
 use mergetune::daemon::Daemon;
 use mergetune::metrics::{Metrics, TickTiming};
 use mergetune::state::MemoryStore;
+use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
@@ -107,7 +108,8 @@ impl BlockFs for MemFs {
                 path: format!("{dev}/{rel}"),
             })
     }
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        let rel = tunable.rel_path();
         if self.fail_writes.contains(dev) {
             return Err(FsError::Io {
                 path: format!("{dev}/{rel}"),
@@ -156,19 +158,24 @@ fn fixed_state() -> Metrics {
         );
         m.update(&d, &decisions, timing(now));
     }
-    let decision = |kind: &str, from: &str, to: &str| Decision {
+    let decision = |kind: DecisionKind, from: &str, to: &str| Decision {
         at_ms: 5000,
         device: "sda".into(),
-        attr: "queue/nomerges".into(),
-        from: from.into(),
-        to: to.into(),
-        kind: kind.into(),
+        kind,
+        changes: vec![Change {
+            tunable: Tunable::Nomerges,
+            from: from.into(),
+            to: to.into(),
+        }],
         reason: "test".into(),
-        applied: true,
+        applied: Applied::Yes,
     };
     m.update(
         &d,
-        &[decision("disable", "0", "2"), decision("probe", "2", "0")],
+        &[
+            decision(DecisionKind::Disable, "0", "2"),
+            decision(DecisionKind::Probe, "2", "0"),
+        ],
         timing(6000),
     );
     m.config_reload(true);
@@ -426,7 +433,7 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     let mut tick = |d: &mut Daemon, fs: &mut MemFs, kinds: &mut BTreeSet<String>, now: &mut u64| {
         let decisions = d.tick(*now, fs);
         for x in &decisions {
-            kinds.insert(x.kind.clone());
+            kinds.insert(x.kind.as_str().to_string());
         }
         m.update(d, &decisions, timing(*now));
         live.extend(live_families(
@@ -503,12 +510,14 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
     let gone = Decision {
         at_ms: 0,
         device: "sdb".into(),
-        attr: "queue/nomerges".into(),
-        from: "0".into(),
-        to: "2".into(),
-        kind: "disable".into(),
+        kind: DecisionKind::Disable,
+        changes: vec![Change {
+            tunable: Tunable::Nomerges,
+            from: "0".into(),
+            to: "2".into(),
+        }],
         reason: "test".into(),
-        applied: true,
+        applied: Applied::Yes,
     };
     m.update(&d, std::slice::from_ref(&gone), timing(0));
     fs.devices.retain(|n| n != "sdb");
@@ -564,7 +573,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     assert_eq!(sda.original_nomerges.as_deref(), Some("0"));
     assert_ne!(sda.nomerges.as_deref(), Some("0"));
     let last = sda.last_decision.as_ref().expect("last decision");
-    assert!(!last.kind.is_empty() && last.applied, "{last:?}");
+    assert!(last.applied == Applied::Yes, "{last:?}");
     let next = sda.next_probe_in_secs.expect("next probe");
     assert!(next > 0.0 && next <= 600.0, "{next}");
     let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();

@@ -4,6 +4,7 @@
 use mergetune::config::PolicyConfig;
 use mergetune::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
 use mergetune::sampler::{Counters, Window};
+use mergetune::tunable::Tunable;
 use proptest::prelude::*;
 
 fn cfg() -> PolicyConfig {
@@ -114,15 +115,15 @@ fn tunables_per_level() {
     let f = Caps::FULL;
     assert_eq!(
         tunables(0, f),
-        vec![("queue/nomerges", "0"), ("queue/iosched/front_merges", "1")]
+        vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "1")]
     );
     assert_eq!(
         tunables(1, f),
-        vec![("queue/nomerges", "0"), ("queue/iosched/front_merges", "0")]
+        vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "0")]
     );
-    assert_eq!(tunables(2, f), vec![("queue/nomerges", "1")]);
-    assert_eq!(tunables(3, f), vec![("queue/nomerges", "2")]);
-    assert_eq!(tunables(0, Caps::BARE), vec![("queue/nomerges", "0")]);
+    assert_eq!(tunables(2, f), vec![(Tunable::Nomerges, "1")]);
+    assert_eq!(tunables(3, f), vec![(Tunable::Nomerges, "2")]);
+    assert_eq!(tunables(0, Caps::BARE), vec![(Tunable::Nomerges, "0")]);
 }
 
 #[test]

@@ -6,6 +6,7 @@ use mergetune::config::Config;
 use mergetune::daemon::Daemon;
 use mergetune::record::{self, Recorder, RecordingFs};
 use mergetune::sim::{Scenario, Simulation};
+use mergetune::tunable::DecisionKind;
 
 /// Runs the daemon on the embedded default scenario for `secs` simulated seconds, recording.
 fn live(cfg: &Config, secs: u64, path: &std::path::Path) -> Vec<mergetune::controller::Decision> {
@@ -39,7 +40,10 @@ fn replay_with_the_same_config_gives_the_same_decisions() {
     );
     let ticks = record::load(&path).unwrap();
     // Once a second, ten times a second while at L3 (the default scenario gets there).
-    assert!(recorded.iter().any(|d| d.kind == "disable"), "{recorded:?}");
+    assert!(
+        recorded.iter().any(|d| d.kind == DecisionKind::Disable),
+        "{recorded:?}"
+    );
     assert!(ticks.len() > 121, "{} ticks", ticks.len());
     let mut d = Daemon::simulated(cfg.clone());
     let replayed = record::replay(ticks.clone(), &mut d);

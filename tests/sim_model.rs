@@ -5,6 +5,7 @@ use mergetune::blockfs::BlockFs;
 use mergetune::controller::{Controller, Decision, KernelDefault};
 use mergetune::sim::engine::DmTable;
 use mergetune::sim::{BioSpec, Dir, Scenario, Simulation, run_scenario};
+use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
 
 fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, "test", None).unwrap()
@@ -326,16 +327,18 @@ impl Controller for NoMergesNow {
             return Vec::new();
         }
         self.0 = true;
-        fs.write_attr("sda", "queue/nomerges", "2").unwrap();
+        fs.write_tunable("sda", Tunable::Nomerges, "2").unwrap();
         vec![Decision {
             at_ms: now_ms,
             device: "sda".into(),
-            attr: "queue/nomerges".into(),
-            from: "0".into(),
-            to: "2".into(),
-            kind: "disable".into(),
+            kind: DecisionKind::Disable,
+            changes: vec![Change {
+                tunable: Tunable::Nomerges,
+                from: "0".into(),
+                to: "2".into(),
+            }],
             reason: "test".into(),
-            applied: true,
+            applied: Applied::Yes,
         }]
     }
     fn restore(&mut self, _: u64, _: &mut dyn BlockFs) -> Vec<Decision> {

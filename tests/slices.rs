@@ -3,6 +3,12 @@
 use mergetune::config::SlicesConfig;
 use mergetune::sampler::{Counters, Window};
 use mergetune::slices::{SliceState, decide};
+use mergetune::tunable::Tunable;
+
+/// The tunable of an iosched file name.
+fn tunable(name: &str) -> Tunable {
+    Tunable::from_rel_path(&format!("queue/iosched/{name}")).unwrap()
+}
 
 /// A 2 s window: `r` reads taking `r_ms` each, `w` writes taking `w_ms` each.
 fn win(r: u64, r_ms: u64, w: u64, w_ms: u64) -> Window {
@@ -42,24 +48,19 @@ impl Dev {
         let mut out = Vec::new();
         for _ in 0..n {
             self.t += 2000;
-            let (s, ch) = decide(
-                &self.state,
-                &w,
-                self.sched,
-                &self.values,
-                &self.owned,
-                &cfg,
-                self.t,
-            );
+            let values: Vec<(Tunable, u64)> =
+                self.values.iter().map(|(n, v)| (tunable(n), *v)).collect();
+            let owned: Vec<Tunable> = self.owned.iter().map(|n| tunable(n)).collect();
+            let (s, ch) = decide(&self.state, &w, self.sched, &values, &owned, &cfg, self.t);
             self.state = s;
             if let Some(ch) = ch {
                 for v in &mut self.values {
-                    if v.0 == ch.tunable {
+                    if tunable(v.0) == ch.tunable {
                         assert_eq!(v.1, ch.from, "{}", ch.reason);
                         v.1 = ch.to;
                     }
                 }
-                out.push((ch.reason.clone(), ch.kind, ch.from, ch.to));
+                out.push((ch.reason.clone(), ch.kind.as_str(), ch.from, ch.to));
             }
         }
         out

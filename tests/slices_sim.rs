@@ -10,6 +10,7 @@ use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::report::{DeviceReport, Report};
 use mergetune::sim::runner::{Policy, run_scenario};
+use mergetune::tunable::Tunable;
 use std::path::Path;
 
 fn run(sc: &Scenario, cfg: Config) -> Report {
@@ -22,7 +23,7 @@ fn run(sc: &Scenario, cfg: Config) -> Report {
 fn slice_decisions(r: &Report) -> Vec<&Decision> {
     r.decisions
         .iter()
-        .filter(|d| d.attr.starts_with("queue/iosched/") && !d.attr.ends_with("front_merges"))
+        .filter(|d| d.changes.iter().any(|c| !c.tunable.is_ladder()))
         .collect()
 }
 
@@ -43,7 +44,13 @@ fn starving_reads_on_an_hdd_get_a_step_that_pays_and_it_is_undone_after() {
     let slice_decisions = slice_decisions(&with);
     let kinds: Vec<(&str, &str, &str)> = slice_decisions
         .iter()
-        .map(|d| (d.kind.as_str(), d.from.as_str(), d.to.as_str()))
+        .map(|d| {
+            (
+                d.kind.as_str(),
+                d.changes[0].from.as_str(),
+                d.changes[0].to.as_str(),
+            )
+        })
         .collect();
     // One step while the mix lasts (kept: no undo), undone once the writer stops.
     assert_eq!(
@@ -56,7 +63,7 @@ fn starving_reads_on_an_hdd_get_a_step_that_pays_and_it_is_undone_after() {
         without
             .decisions
             .iter()
-            .all(|d| !d.attr.contains("writes_starved"))
+            .all(|d| d.change_of(Tunable::WritesStarved).is_none())
     );
 
     let (r0, r1) = (&dev(&without, 0).read, &dev(&with, 0).read);

@@ -60,7 +60,7 @@ fn unit_has_what_the_daemon_relies_on() {
     assert!(
         value(&d, "ExecStopPost")
             .iter()
-            .any(|v| v.ends_with("mergetune restore --state-dir /run/mergetune")),
+            .any(|v| v.ends_with("mergetune restore --config /etc/mergetune/mergetune.toml")),
         "ExecStopPost restore"
     );
     assert!(value(&d, "SystemCallFilter").contains(&"@system-service"));

@@ -5,6 +5,7 @@
 use super::engine::{SchedKind, Simulation};
 use super::scenario::{DeviceKind, SCHEDULERS, iosched_keys};
 use crate::blockfs::{BlockFs, FsError};
+use crate::tunable::Tunable;
 
 fn path(dev: &str, rel: &str) -> String {
     if rel.is_empty() {
@@ -102,37 +103,11 @@ impl Simulation {
     }
 }
 
-impl BlockFs for Simulation {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
-        let mut out = String::new();
-        for d in 0..self.devs.len() {
-            let st = self.stat_of(d);
-            let dev = &self.devs[d];
-            out.push_str(&crate::diskstats::format_diskstats_line(
-                &crate::diskstats::DiskStat {
-                    major: dev.major,
-                    minor: dev.minor,
-                    name: dev.name.clone(),
-                    fields: st.fields(),
-                },
-            ));
-            out.push('\n');
-        }
-        Ok(out)
-    }
-
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        let mut v = self.device_names();
-        v.sort();
-        Ok(v)
-    }
-
-    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-        let d = self.dev_index(dev).ok_or_else(|| not_found(dev, rel))?;
-        self.read_dev_attr(d, dev, rel)
-    }
-
-    fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
+impl Simulation {
+    /// Writes any simulated sysfs file a real one could be written through (`nomerges`,
+    /// `scheduler`, `max_sectors_kb`, `iosched/*`): the scenario set-up and tests use it;
+    /// the daemon goes through [`BlockFs::write_tunable`].
+    pub fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
         let d = self.dev_index(dev).ok_or_else(|| not_found(dev, rel))?;
         let v = value.trim();
         let dm = self.devs[d].kind.is_dm();
@@ -186,6 +161,41 @@ impl BlockFs for Simulation {
                 }
             }
         }
+    }
+}
+
+impl BlockFs for Simulation {
+    fn read_diskstats(&mut self) -> Result<String, FsError> {
+        let mut out = String::new();
+        for d in 0..self.devs.len() {
+            let st = self.stat_of(d);
+            let dev = &self.devs[d];
+            out.push_str(&crate::diskstats::format_diskstats_line(
+                &crate::diskstats::DiskStat {
+                    major: dev.major,
+                    minor: dev.minor,
+                    name: dev.name.clone(),
+                    fields: st.fields(),
+                },
+            ));
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        let mut v = self.device_names();
+        v.sort();
+        Ok(v)
+    }
+
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        let d = self.dev_index(dev).ok_or_else(|| not_found(dev, rel))?;
+        self.read_dev_attr(d, dev, rel)
+    }
+
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        Simulation::write_attr(self, dev, tunable.rel_path(), value)
     }
 
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {

@@ -9,6 +9,7 @@ use super::report::Report;
 use crate::blockfs::BlockFs;
 use crate::config::Config;
 use crate::controller::{Controller, Decision, KernelDefault};
+use crate::tunable::{Applied, Change, DecisionKind, Tunable};
 use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,24 +98,29 @@ impl Controller for StaticNomerges {
             if fs.list_dir(&dev, "slaves").map(|s| !s.is_empty()) != Ok(false) {
                 continue;
             }
-            let Ok(from) = fs.read_attr(&dev, "queue/nomerges") else {
+            let Ok(from) = fs.read_tunable(&dev, Tunable::Nomerges) else {
                 continue;
             };
             let to = self.value.to_string();
             if from == to {
                 continue;
             }
-            let applied = fs.write_attr(&dev, "queue/nomerges", &to).is_ok();
-            if applied {
-                self.originals.push((dev.clone(), from.clone()));
-            }
+            let applied = match fs.write_tunable(&dev, Tunable::Nomerges, &to) {
+                Ok(()) => {
+                    self.originals.push((dev.clone(), from.clone()));
+                    Applied::Yes
+                }
+                Err(e) => Applied::Failed(e.to_string()),
+            };
             out.push(Decision {
                 at_ms: now_ms,
                 device: dev,
-                attr: "queue/nomerges".into(),
-                from,
-                to,
-                kind: "pin".into(),
+                kind: DecisionKind::Pin,
+                changes: vec![Change {
+                    tunable: Tunable::Nomerges,
+                    from,
+                    to,
+                }],
                 reason: format!("static policy pins nomerges={}", self.value),
                 applied,
             });
@@ -125,14 +131,19 @@ impl Controller for StaticNomerges {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         let mut out = Vec::new();
         for (dev, orig) in self.originals.drain(..) {
-            let applied = fs.write_attr(&dev, "queue/nomerges", &orig).is_ok();
+            let applied = match fs.write_tunable(&dev, Tunable::Nomerges, &orig) {
+                Ok(()) => Applied::Yes,
+                Err(e) => Applied::Failed(e.to_string()),
+            };
             out.push(Decision {
                 at_ms: now_ms,
                 device: dev,
-                attr: "queue/nomerges".into(),
-                from: self.value.to_string(),
-                to: orig,
-                kind: "restore".into(),
+                kind: DecisionKind::Restore,
+                changes: vec![Change {
+                    tunable: Tunable::Nomerges,
+                    from: self.value.to_string(),
+                    to: orig,
+                }],
                 reason: "end of run: original value put back".into(),
                 applied,
             });

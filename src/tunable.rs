@@ -1,0 +1,405 @@
+//! The vocabulary every layer shares: the tunables mergetune may write, the merge ladder's
+//! levels, and the decisions it takes. Plain data, no I/O.
+//!
+//! A [`Tunable`] is a closed set: these are the only files under a device's `queue/`
+//! directory that mergetune ever writes, and the only ones a state file may name. Anything
+//! else read from outside (a state file, a recording) that does not parse into one is
+//! refused, so no input can make mergetune write another path. Decisions carry a
+//! [`DecisionKind`] and a list of typed [`Change`]s; exporters, logs, plots and status
+//! render them, and nothing parses a string mergetune built itself.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A device tunable mergetune may write, relative to `/sys/block/<dev>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
+pub enum Tunable {
+    /// `queue/nomerges`: 0 all merges, 1 simple merges only, 2 none.
+    Nomerges,
+    /// mq-deadline's `queue/iosched/front_merges` (0/1).
+    FrontMerges,
+    /// mq-deadline's `queue/iosched/writes_starved`.
+    WritesStarved,
+    /// mq-deadline's `queue/iosched/read_expire` (ms).
+    ReadExpire,
+    /// bfq's `queue/iosched/timeout_sync` (ms).
+    TimeoutSync,
+}
+
+impl Tunable {
+    pub const ALL: [Tunable; 5] = [
+        Tunable::Nomerges,
+        Tunable::FrontMerges,
+        Tunable::WritesStarved,
+        Tunable::ReadExpire,
+        Tunable::TimeoutSync,
+    ];
+
+    /// The file relative to the device directory.
+    pub fn rel_path(self) -> &'static str {
+        match self {
+            Tunable::Nomerges => "queue/nomerges",
+            Tunable::FrontMerges => "queue/iosched/front_merges",
+            Tunable::WritesStarved => "queue/iosched/writes_starved",
+            Tunable::ReadExpire => "queue/iosched/read_expire",
+            Tunable::TimeoutSync => "queue/iosched/timeout_sync",
+        }
+    }
+
+    /// The file's own name (`nomerges`, `writes_starved`, ...).
+    pub fn file_name(self) -> &'static str {
+        let p = self.rel_path();
+        &p[p.rfind('/').map_or(0, |i| i + 1)..]
+    }
+
+    /// The tunable a relative path names, if it is one mergetune may write: exact match
+    /// only (no `..`, no leading `/`, no other file).
+    pub fn from_rel_path(rel: &str) -> Option<Tunable> {
+        Tunable::ALL.into_iter().find(|t| t.rel_path() == rel)
+    }
+
+    /// Whether `value` is a value this tunable can hold: decimal digits within the
+    /// kernel's range for it. A state file can only ever put back such a value.
+    pub fn accepts(self, value: &str) -> bool {
+        if value.is_empty() || value.len() > 10 || !value.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(v) = value.parse::<u64>() else {
+            return false;
+        };
+        match self {
+            Tunable::Nomerges => v <= 2,
+            Tunable::FrontMerges => v <= 1,
+            Tunable::WritesStarved | Tunable::ReadExpire | Tunable::TimeoutSync => {
+                v <= u64::from(u32::MAX)
+            }
+        }
+    }
+
+    /// Whether the merge ladder (rather than the slice tuner) owns this tunable.
+    pub fn is_ladder(self) -> bool {
+        matches!(self, Tunable::Nomerges | Tunable::FrontMerges)
+    }
+}
+
+impl fmt::Display for Tunable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.rel_path())
+    }
+}
+
+impl From<Tunable> for &'static str {
+    fn from(t: Tunable) -> &'static str {
+        t.rel_path()
+    }
+}
+
+impl TryFrom<String> for Tunable {
+    type Error = String;
+    fn try_from(s: String) -> Result<Tunable, String> {
+        Tunable::from_rel_path(&s).ok_or_else(|| format!("{s:?} is not a tunable mergetune writes"))
+    }
+}
+
+/// Whether `name` is a plain `/sys/block` entry name: what the kernel uses for disks
+/// (`sda`, `nvme0n1`, `dm-0`, `cciss!c0d0`), never a path.
+pub fn is_plain_device_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'!' | b'+')
+        })
+}
+
+/// A rung of the merge ladder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Level {
+    /// nomerges=0, front_merges=1: every merge (the kernel default).
+    L0,
+    /// nomerges=0, front_merges=0: all but the rbtree front-merge lookup (mq-deadline).
+    L1,
+    /// nomerges=1: plug and one-hit merges only, still counted.
+    L2,
+    /// nomerges=2: no merges; the counters are blind to what merging would find.
+    L3,
+}
+
+impl Level {
+    pub const ALL: [Level; 4] = [Level::L0, Level::L1, Level::L2, Level::L3];
+    /// The deepest rung.
+    pub const TOP: Level = Level::L3;
+
+    pub fn index(self) -> u8 {
+        self as u8
+    }
+
+    pub fn from_index(i: u8) -> Option<Level> {
+        Level::ALL.get(usize::from(i)).copied()
+    }
+
+    /// The `queue/nomerges` value this level stands for.
+    pub fn nomerges(self) -> u8 {
+        match self {
+            Level::L0 | Level::L1 => 0,
+            Level::L2 => 1,
+            Level::L3 => 2,
+        }
+    }
+
+    /// The next rung down, if any.
+    pub fn below(self) -> Option<Level> {
+        Level::from_index(self.index() + 1)
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "L{}", self.index())
+    }
+}
+
+impl From<Level> for u8 {
+    fn from(l: Level) -> u8 {
+        l.index()
+    }
+}
+
+impl TryFrom<u8> for Level {
+    type Error = String;
+    fn try_from(i: u8) -> Result<Level, String> {
+        Level::from_index(i).ok_or_else(|| format!("level {i} is not 0..=3"))
+    }
+}
+
+/// What a decision is, for counting and filtering. The merge ladder, the slice tuner and
+/// the exit path each have their own kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Ladder: one step down (to L1 or L2).
+    StepDown,
+    /// Ladder: the last step, to L3.
+    Disable,
+    /// Ladder: back to L0 because merges are visible again.
+    Enable,
+    /// Ladder: L3 -> L0 to measure.
+    Probe,
+    ProbeSucceeded,
+    ProbeFailed,
+    /// Ladder: L0/L1 -> L2 to see whether L2 keeps the merges.
+    Trial,
+    TrialSucceeded,
+    TrialFailed,
+    /// Slices: one step favouring starving reads.
+    FavourReads,
+    /// Slices: a step undone because it did not pay.
+    Undo,
+    /// Slices: a step undone because the mix went away.
+    Relax,
+    /// A baseline controller pinning a level (`static:N`).
+    Pin,
+    /// An original value put back (exit, hand-off, recovery).
+    Restore,
+}
+
+impl DecisionKind {
+    pub const ALL: [DecisionKind; 14] = [
+        DecisionKind::StepDown,
+        DecisionKind::Disable,
+        DecisionKind::Enable,
+        DecisionKind::Probe,
+        DecisionKind::ProbeSucceeded,
+        DecisionKind::ProbeFailed,
+        DecisionKind::Trial,
+        DecisionKind::TrialSucceeded,
+        DecisionKind::TrialFailed,
+        DecisionKind::FavourReads,
+        DecisionKind::Undo,
+        DecisionKind::Relax,
+        DecisionKind::Pin,
+        DecisionKind::Restore,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::StepDown => "step_down",
+            DecisionKind::Disable => "disable",
+            DecisionKind::Enable => "enable",
+            DecisionKind::Probe => "probe",
+            DecisionKind::ProbeSucceeded => "probe_succeeded",
+            DecisionKind::ProbeFailed => "probe_failed",
+            DecisionKind::Trial => "trial",
+            DecisionKind::TrialSucceeded => "trial_succeeded",
+            DecisionKind::TrialFailed => "trial_failed",
+            DecisionKind::FavourReads => "favour_reads",
+            DecisionKind::Undo => "undo",
+            DecisionKind::Relax => "relax",
+            DecisionKind::Pin => "pin",
+            DecisionKind::Restore => "restore",
+        }
+    }
+}
+
+impl fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One tunable written (or that would be written, in dry-run), with the values as the
+/// kernel prints them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub tunable: Tunable,
+    pub from: String,
+    pub to: String,
+}
+
+/// What became of a decision's writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", content = "error", rename_all = "snake_case")]
+pub enum Applied {
+    /// Every change was written (or there was nothing to write).
+    Yes,
+    /// Dry-run: nothing written.
+    DryRun,
+    /// A write failed (the error); the level or value is unchanged.
+    Failed(String),
+    /// Nothing was written for another reason (a restore that found the value already
+    /// original, or someone else's).
+    No,
+}
+
+/// One decision of a tuner (or of the exit path), with its reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Time of the tick that decided, in ms since the controller started.
+    pub at_ms: u64,
+    pub device: String,
+    pub kind: DecisionKind,
+    /// The writes, `queue/nomerges` first; empty when the decision writes nothing (a
+    /// probe that ends where it started, a trial that stays).
+    pub changes: Vec<Change>,
+    /// A human reason with its numbers.
+    pub reason: String,
+    pub applied: Applied,
+}
+
+impl Decision {
+    /// The changes as `tunable from -> to`, for a label or a line (never parsed back).
+    pub fn render_changes(changes: &[Change], sep: &str, arrow: &str) -> String {
+        if changes.is_empty() {
+            return "-".into();
+        }
+        changes
+            .iter()
+            .map(|c| format!("{} {}{arrow}{}", c.tunable, c.from, c.to))
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+
+    /// Whether the writes happened.
+    pub fn was_applied(&self) -> bool {
+        self.applied == Applied::Yes
+    }
+
+    /// The change of `t`, if this decision writes it.
+    pub fn change_of(&self, t: Tunable) -> Option<&Change> {
+        self.changes.iter().find(|c| c.tunable == t)
+    }
+
+    /// `queue/nomerges 0 -> 2` or `queue/nomerges 0 -> 0, queue/iosched/front_merges 1 -> 0`,
+    /// or `-` without a change.
+    pub fn changes_text(&self) -> String {
+        Decision::render_changes(&self.changes, ", ", " -> ")
+    }
+}
+
+impl fmt::Display for Decision {
+    /// `sda queue/nomerges 0 -> 2 [disable]: reason`, with `, dry-run` or `, failed: ...`
+    /// in the brackets when nothing was written.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let note = match &self.applied {
+            Applied::Yes => String::new(),
+            Applied::DryRun => ", dry-run".into(),
+            Applied::Failed(e) => format!(", failed: {e}"),
+            Applied::No => ", not applied".into(),
+        };
+        write!(
+            f,
+            "{} {} [{}{}]: {}",
+            self.device,
+            self.changes_text(),
+            self.kind,
+            note,
+            self.reason
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_known_files_are_tunables() {
+        for t in Tunable::ALL {
+            assert_eq!(Tunable::from_rel_path(t.rel_path()), Some(t));
+        }
+        for bad in [
+            "/tmp/x/victim",
+            "../../../../etc/passwd",
+            "queue/../../../etc/passwd",
+            "queue/nomerges/../scheduler",
+            "queue/scheduler",
+            "queue/iosched/../nomerges",
+            "",
+        ] {
+            assert_eq!(Tunable::from_rel_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_are_bounded_decimal_numbers() {
+        assert!(Tunable::Nomerges.accepts("2"));
+        assert!(!Tunable::Nomerges.accepts("3"));
+        assert!(!Tunable::Nomerges.accepts("0\n1"));
+        assert!(!Tunable::FrontMerges.accepts("-1"));
+        assert!(Tunable::ReadExpire.accepts("500"));
+        assert!(!Tunable::ReadExpire.accepts("99999999999"));
+        assert!(!Tunable::TimeoutSync.accepts(""));
+    }
+
+    #[test]
+    fn device_names_are_plain_sysfs_names() {
+        for ok in ["sda", "nvme0n1", "dm-0", "cciss!c0d0", "loop7", "md127"] {
+            assert!(is_plain_device_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../sda",
+            "sda/queue",
+            "/dev/sda",
+            "a b",
+            ".hidden",
+        ] {
+            assert!(!is_plain_device_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn levels_map_to_nomerges() {
+        assert_eq!(
+            Level::ALL.map(Level::nomerges),
+            [0, 0, 1, 2],
+            "L0 and L1 differ only in front_merges"
+        );
+        assert_eq!(Level::L2.below(), Some(Level::L3));
+        assert_eq!(Level::L3.below(), None);
+    }
+}
