@@ -20,6 +20,12 @@ pub enum ConfigError {
         key: String,
         reason: String,
     },
+    /// Several keys are wrong: every one is listed.
+    #[error("{origin}: {} errors:\n{}", errors.len(), errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Many {
+        origin: String,
+        errors: Vec<ConfigError>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -213,23 +219,24 @@ impl Config {
     /// Checks every value and every relation between values. Pure.
     /// `origin` names where the config came from, for the message.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let mut errs: Vec<ConfigError> = Vec::new();
         let d = &self.daemon;
         if !(10..=3_600_000).contains(&d.interval_ms) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "daemon.interval_ms",
                 format!("{} is outside 10..=3600000", d.interval_ms),
             ));
         }
         if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "daemon.state_dir",
                 format!("{:?} must be an absolute path", d.state_dir),
             ));
         }
         if d.rescan_every_ticks == 0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "daemon.rescan_every_ticks",
                 "must be at least 1",
@@ -241,14 +248,14 @@ impl Config {
         ] {
             for (i, pat) in list.iter().enumerate() {
                 if pat.is_empty() || pat.contains('/') {
-                    return Err(invalid(
+                    errs.push(invalid(
                         origin,
                         &format!("{key}[{i}]"),
                         format!("{pat:?} is not a device-name glob"),
                     ));
                 }
                 if let Err(e) = glob::Pattern::new(pat) {
-                    return Err(invalid(
+                    errs.push(invalid(
                         origin,
                         &format!("{key}[{i}]"),
                         format!("{pat:?} is not a valid glob: {e}"),
@@ -258,18 +265,18 @@ impl Config {
         }
         let p = &self.policy;
         if p.window_ticks == 0 {
-            return Err(invalid(origin, "policy.window_ticks", "must be at least 1"));
+            errs.push(invalid(origin, "policy.window_ticks", "must be at least 1"));
         }
         for (key, v) in [
             ("policy.disable_below_percent", p.disable_below_percent),
             ("policy.enable_above_percent", p.enable_above_percent),
         ] {
             if !v.is_finite() || !(0.0..=100.0).contains(&v) {
-                return Err(invalid(origin, key, format!("{v} is outside 0..=100")));
+                errs.push(invalid(origin, key, format!("{v} is outside 0..=100")));
             }
         }
         if p.disable_below_percent >= p.enable_above_percent {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.enable_above_percent",
                 format!(
@@ -279,35 +286,35 @@ impl Config {
             ));
         }
         if p.step_down_after_windows == 0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.step_down_after_windows",
                 "must be at least 1",
             ));
         }
         if p.disable_after_windows == 0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.disable_after_windows",
                 "must be at least 1",
             ));
         }
         if !(1..=2).contains(&p.disabled_nomerges) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.disabled_nomerges",
                 format!("{} must be 1 or 2", p.disabled_nomerges),
             ));
         }
         if p.probe_initial_backoff_secs == 0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.probe_initial_backoff_secs",
                 "must be at least 1",
             ));
         }
         if p.probe_max_backoff_secs < p.probe_initial_backoff_secs {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.probe_max_backoff_secs",
                 format!(
@@ -318,14 +325,14 @@ impl Config {
         }
         let t = p.trial_max_extra_requests_percent;
         if !t.is_finite() || !(0.0..=100.0).contains(&t) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.trial_max_extra_requests_percent",
                 format!("{t} is outside 0..=100"),
             ));
         }
         if p.probe_windows == 0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.probe_windows",
                 "must be at least 1",
@@ -333,16 +340,18 @@ impl Config {
         }
         let watch = p.l3_watch_interval_ms;
         if watch != 0 && !(10..=3_600_000).contains(&watch) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.l3_watch_interval_ms",
                 format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
             ));
         }
-        self.metrics.validate(origin)?;
+        if let Err(e) = self.metrics.validate(origin) {
+            errs.push(e);
+        }
         let sl = &self.slices;
         if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "slices.starve_ratio",
                 format!("{} must be a number above 1", sl.starve_ratio),
@@ -350,38 +359,38 @@ impl Config {
         }
         let m = sl.min_read_ms_per_request;
         if !m.is_finite() || !(0.0..=10_000.0).contains(&m) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "slices.min_read_ms_per_request",
                 format!("{m} is outside 0..=10000"),
             ));
         }
         if sl.windows == 0 {
-            return Err(invalid(origin, "slices.windows", "must be at least 1"));
+            errs.push(invalid(origin, "slices.windows", "must be at least 1"));
         }
         if !(2..=64).contains(&sl.writes_starved_max) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "slices.writes_starved_max",
                 format!("{} is outside 2..=64", sl.writes_starved_max),
             ));
         }
         if !(10..=500).contains(&sl.read_expire_min_ms) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "slices.read_expire_min_ms",
                 format!("{} is outside 10..=500", sl.read_expire_min_ms),
             ));
         }
         if !(125..=5000).contains(&sl.timeout_sync_max_ms) {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "slices.timeout_sync_max_ms",
                 format!("{} is outside 125..=5000", sl.timeout_sync_max_ms),
             ));
         }
         if p.max_changes_per_hour < 2 {
-            return Err(invalid(
+            errs.push(invalid(
                 origin,
                 "policy.max_changes_per_hour",
                 format!(
@@ -390,7 +399,37 @@ impl Config {
                 ),
             ));
         }
-        Ok(())
+        if self.slices.min_requests == 0 {
+            errs.push(invalid(origin, "slices.min_requests", "must be at least 1"));
+        }
+        if !(1..=3600).contains(&self.slices.max_changes_per_hour) {
+            errs.push(invalid(
+                origin,
+                "slices.max_changes_per_hour",
+                format!("{} is outside 1..=3600", self.slices.max_changes_per_hour),
+            ));
+        }
+        match errs.len() {
+            0 => Ok(()),
+            1 => Err(errs.remove(0)),
+            _ => Err(ConfigError::Many {
+                origin: origin.to_string(),
+                errors: errs,
+            }),
+        }
+    }
+
+    /// Things that are valid but an operator should know, each naming its key.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.daemon.state_dir != Path::new(DEFAULT_STATE_DIR) {
+            w.push(format!(
+                "key `daemon.state_dir`: {} is not {DEFAULT_STATE_DIR}, the only directory the shipped systemd unit lets the service write (RuntimeDirectory=, ProtectSystem=strict): add a drop-in with ReadWritePaths={} or mergetune cannot record originals and so writes nothing; `mergetune restore --config` (the unit's ExecStopPost) reads the same key",
+                self.daemon.state_dir.display(),
+                self.daemon.state_dir.display()
+            ));
+        }
+        w
     }
 
     /// The tick interval while a device is at L3, in ms: the watch interval, never longer
@@ -459,6 +498,25 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Config::default().validate("defaults").unwrap();
+    }
+
+    #[test]
+    fn every_wrong_key_is_reported_not_only_the_first() {
+        let e = load_str(
+            "[daemon]\ninterval_ms = 1\n[policy]\nwindow_ticks = 0\n[slices]\nmin_requests = 0\nmax_changes_per_hour = 0\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for key in [
+            "daemon.interval_ms",
+            "policy.window_ticks",
+            "slices.min_requests",
+            "slices.max_changes_per_hour",
+        ] {
+            assert!(e.contains(key), "{key} missing from: {e}");
+        }
+        assert!(e.contains("4 errors"), "{e}");
     }
 
     #[test]

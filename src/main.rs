@@ -145,6 +145,9 @@ fn run_command(cmd: Command) -> Result<i32> {
         Command::CheckConfig { path } => match config::load_file(&path) {
             Ok(cfg) => {
                 println!("{}: ok: {}", path.display(), cfg.summary());
+                for w in cfg.warnings() {
+                    println!("{}: warning: {w}", path.display());
+                }
                 Ok(0)
             }
             Err(e) => {
@@ -336,6 +339,9 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
             "no config file at {DEFAULT_CONFIG_PATH}: built-in defaults: {}",
             cfg.summary()
         ),
+    }
+    for w in cfg.warnings() {
+        warn!("{w}");
     }
     let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
 
