@@ -36,9 +36,15 @@ pub enum RecordError {
 pub struct TickRecord {
     /// The tick's time, ms since the recorded daemon started.
     pub t_ms: u64,
-    /// The /proc/diskstats text (absent when it could not be read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diskstats: Option<String>,
+    /// The /proc/diskstats content (absent when it could not be read): a JSON string when
+    /// it is UTF-8 (always, in recordings made before diskstats was read as bytes), else an
+    /// array of byte values, so a stray byte replays exactly as it was read.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "bytes_or_text"
+    )]
+    pub diskstats: Option<Vec<u8>>,
     /// The /sys/block listing, when the daemon rescanned in this tick.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<String>>,
@@ -48,6 +54,34 @@ pub struct TickRecord {
     /// `dev/rel` -> directory entries read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dirs: BTreeMap<String, Vec<String>>,
+}
+
+mod bytes_or_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(b) => match std::str::from_utf8(b) {
+                Ok(t) => s.serialize_str(t),
+                Err(_) => b.serialize(s),
+            },
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<Repr>::deserialize(d)?.map(|r| match r {
+            Repr::Text(t) => t.into_bytes(),
+            Repr::Bytes(b) => b,
+        }))
+    }
 }
 
 /// A [`BlockFs`] that notes what is read through it.
@@ -77,7 +111,7 @@ fn key(dev: &str, rel: &str) -> String {
 }
 
 impl BlockFs for RecordingFs<'_> {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let r = self.inner.read_diskstats();
         if let Ok(t) = &r {
             self.current.diskstats = Some(t.clone());
@@ -264,7 +298,7 @@ impl ReplayFs {
 }
 
 impl BlockFs for ReplayFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.ticks[self.index]
             .diskstats
             .clone()
