@@ -117,7 +117,14 @@ pub const MAX_QUOTED_BYTES: usize = 160;
 fn quote(b: &[u8]) -> String {
     let cut = &b[..b.len().min(MAX_QUOTED_BYTES)];
     let mut s = String::from_utf8_lossy(cut).into_owned();
-    if cut.len() < b.len() {
+    // Each bad byte became a 3-byte replacement character: cut again, on a char boundary.
+    let mut end = s.len().min(MAX_QUOTED_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let shortened = end < s.len() || cut.len() < b.len();
+    s.truncate(end);
+    if shortened {
         s.push_str("...");
     }
     s

@@ -361,3 +361,50 @@ fn scenario_values_that_broke_the_simulator_are_refused_naming_the_key() {
     let ok = scenario("bandwidth_mb_s = 3000.0", "iodepth = 256\nnumjobs = 64", 1);
     mergetune::sim::Scenario::from_toml_str(&ok, "t.toml", None).unwrap();
 }
+
+/// Peak RSS (VmHWM, KiB) of `mergetune ARGS`, polled while it runs, and its exit status.
+fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> (bool, u64) {
+    let mut child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status_path)
+            && let Some(kb) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            peak = peak.max(kb);
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st.success(), peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn advise_reads_a_50_mb_file_without_newline_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one-line.txt");
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+        let chunk = [b'x'; 1 << 16];
+        for _ in 0..800 {
+            f.write_all(&chunk).unwrap(); // 50 MiB, no newline
+        }
+    }
+    let (ok, peak) = peak_rss_kib(&[std::ffi::OsStr::new("advise"), p.as_os_str()]);
+    eprintln!("advise on a 50 MiB line: peak RSS {peak} KiB");
+    assert!(!ok, "no bios in it: advise must fail");
+    assert!(
+        peak < 40 * 1024,
+        "peak RSS {peak} KiB: the line was held whole (50 MiB)"
+    );
+}
