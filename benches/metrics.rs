@@ -54,9 +54,9 @@ struct MemFs {
 }
 
 impl BlockFs for MemFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.tick += 1;
-        Ok(diskstats_text(self.names.len(), self.tick))
+        Ok(diskstats_text(self.names.len(), self.tick).into_bytes())
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         Ok(self.names.clone())

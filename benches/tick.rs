@@ -38,10 +38,10 @@ struct MemFs {
 }
 
 impl BlockFs for MemFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let t = self.texts[self.next % self.texts.len()].clone();
         self.next += 1;
-        Ok(t)
+        Ok(t.into_bytes())
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         Ok(self.names.clone())

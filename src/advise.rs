@@ -60,6 +60,9 @@ pub const MAX_INFLIGHT: usize = 65536;
 pub const MAX_DEVICES: usize = 64;
 /// Bad lines quoted in the report.
 pub const MAX_ERROR_EXAMPLES: usize = 5;
+/// The longest trace line read: block events are about 100 bytes; a longer line (or a
+/// file with no newline) is skipped as bad without being held whole in memory.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Bios a `--what-if` replay takes at most from the trace (the simulator holds them).
 pub const DEFAULT_WHAT_IF_MAX_BIOS: usize = 300_000;
 
@@ -392,7 +395,7 @@ impl DeviceAcc {
         let end = start.saturating_add(nr as u64);
         let bytes = nr as u64 * 512;
         self.bios[d] += 1;
-        self.bytes[d] += bytes;
+        self.bytes[d] = self.bytes[d].saturating_add(bytes);
         if dir == Dir::Write && ev.sync {
             self.sync_writes += 1;
         }
@@ -508,17 +511,11 @@ impl Analyzer {
         match crate::sim::trace::parse_event(line) {
             Ok(ev) => self.feed_event(&ev),
             Err(e) => {
-                self.bad_lines += 1;
-                if self.bad_examples.len() < MAX_ERROR_EXAMPLES {
-                    let mut message = e.message;
-                    if !message.contains(':') && line.len() <= 120 {
-                        message = format!("{message}: {line:?}");
-                    }
-                    self.bad_examples.push(BadLine {
-                        line: line_no,
-                        message,
-                    });
+                let mut message = e.message;
+                if !message.contains(':') && line.len() <= 120 {
+                    message = format!("{message}: {line:?}");
                 }
+                self.bad_line(line_no, message);
             }
         }
     }
@@ -553,17 +550,35 @@ impl Analyzer {
             .feed(ev, t0);
     }
 
-    /// Reads a whole trace from a reader, line by line (invalid UTF-8 is replaced).
+    /// Reads a whole trace from a reader, line by line (invalid UTF-8 is replaced, a line
+    /// longer than [`MAX_LINE_BYTES`] is skipped as bad).
     pub fn read_from(&mut self, mut r: impl BufRead) -> std::io::Result<()> {
+        use crate::lines::{Line, read_line_bounded};
         let mut buf = Vec::with_capacity(256);
         let mut n = 0usize;
         loop {
-            buf.clear();
-            if r.read_until(b'\n', &mut buf)? == 0 {
-                return Ok(());
+            match read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES)? {
+                Line::Eof => return Ok(()),
+                Line::Whole => {
+                    n += 1;
+                    self.feed_line(n, &String::from_utf8_lossy(&buf));
+                }
+                Line::TooLong => {
+                    n += 1;
+                    self.lines += 1;
+                    self.bad_line(
+                        n,
+                        format!("longer than {MAX_LINE_BYTES} bytes: not a block event"),
+                    );
+                }
             }
-            n += 1;
-            self.feed_line(n, &String::from_utf8_lossy(&buf));
+        }
+    }
+
+    fn bad_line(&mut self, line: usize, message: String) {
+        self.bad_lines += 1;
+        if self.bad_examples.len() < MAX_ERROR_EXAMPLES {
+            self.bad_examples.push(BadLine { line, message });
         }
     }
 
@@ -607,10 +622,20 @@ impl Analyzer {
                     .into(),
             );
         }
+        // A device whose queue events all lack a size (size 0: corrupt, or flushes only) has
+        // no bio to judge merging by: advice from it would be advice from nothing.
+        let mut without_bios = Vec::new();
+        for d in self.devices.values().filter(|d| d.total_bios() == 0) {
+            without_bios.push(d.dev.to_string());
+            notes.push(format!(
+                "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
+                d.dev, d.nodata, d.issues
+            ));
+        }
         let devices: Vec<DeviceReport> = self
             .devices
             .values()
-            .filter(|d| d.total_bios() > 0 || d.issues > 0)
+            .filter(|d| d.total_bios() > 0)
             .map(|d| {
                 // No merge events but as many requests as bios: nothing merged, known.
                 let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
@@ -624,6 +649,7 @@ impl Analyzer {
             bad_examples: self.bad_examples,
             notes,
             devices,
+            devices_without_bios: without_bios,
         }
     }
 }
@@ -1017,6 +1043,8 @@ pub struct Analysis {
     pub bad_examples: Vec<BadLine>,
     pub notes: Vec<String>,
     pub devices: Vec<DeviceReport>,
+    /// Devices with events but no usable bio (every queue event without a size).
+    pub devices_without_bios: Vec<String>,
 }
 
 /// Streams a trace file through an [`Analyzer`].
@@ -1048,9 +1076,10 @@ pub fn read_bios(
     let mut buf = Vec::new();
     let mut truncated = false;
     loop {
-        buf.clear();
-        if r.read_until(b'\n', &mut buf)? == 0 {
-            break;
+        match crate::lines::read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES)? {
+            crate::lines::Line::Eof => break,
+            crate::lines::Line::TooLong => continue,
+            crate::lines::Line::Whole => {}
         }
         let text = String::from_utf8_lossy(&buf);
         let line = text.trim();
@@ -1180,6 +1209,9 @@ pub fn what_if(
         let mut sim = Simulation::new(&sc).context("building the what-if simulation")?;
         let mut ctl = crate::controller::KernelDefault { interval_ms: 1000 };
         let rep = run_scenario(&mut sim, &mut ctl, "static", &mut |_, _| {});
+        if let Some(e) = sim.halted() {
+            bail!("what-if {label}: {e}");
+        }
         let Some(d) = rep.phases.first().and_then(|p| p.devices.first()) else {
             bail!("what-if: the simulation reported no device");
         };
@@ -1417,12 +1449,19 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let analysis = analyze_file(&args.trace, filter, &cfg)?;
     if analysis.devices.is_empty() {
         let mut msg = format!(
-            "{}: no bios found ({} lines, {} block events, {} not block events)",
+            "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
             args.trace.display(),
             analysis.lines,
             analysis.events,
             analysis.bad_lines
         );
+        if !analysis.devices_without_bios.is_empty() {
+            let _ = write!(
+                msg,
+                "; device(s) {} have events but every bio queued has size 0",
+                analysis.devices_without_bios.join(", ")
+            );
+        }
         if let Some(b) = analysis.bad_examples.first() {
             let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
         }

@@ -63,8 +63,9 @@ impl FsError {
 /// `rel` paths are relative to the device directory, e.g. `"queue/nomerges"`,
 /// `"queue/iosched/front_merges"`, `"stat"`, `"slaves"`.
 pub trait BlockFs {
-    /// The whole text of `/proc/diskstats`.
-    fn read_diskstats(&mut self) -> Result<String, FsError>;
+    /// The whole content of `/proc/diskstats`, as bytes: the parser takes it line by line,
+    /// so one non-UTF-8 byte costs only its own line.
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError>;
     /// The entries of `/sys/block` (whole devices only), sorted.
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError>;
     /// The content of `/sys/block/<dev>/<rel>`, with the trailing newline trimmed.
@@ -84,6 +85,9 @@ pub trait BlockFs {
     /// Whether `/sys/block/<dev>/<rel>` exists.
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
 }
+
+/// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
+pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
 
 /// The real machine (or a fake tree laid out like it): sysfs and procfs under given roots.
 #[derive(Debug, Clone)]
@@ -149,9 +153,22 @@ impl RealFs {
 }
 
 impl BlockFs for RealFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
+        use std::io::Read;
         let path = self.procfs_root.join("diskstats");
-        std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))
+        let f = std::fs::File::open(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        // Bounded: a fake or broken procfs must not make a tick read without end.
+        let mut buf = Vec::with_capacity(4096);
+        f.take(MAX_DISKSTATS_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| FsError::from_io(&path, e, None))?;
+        if buf.len() as u64 > MAX_DISKSTATS_BYTES {
+            return Err(FsError::Io {
+                path: path.display().to_string(),
+                message: format!("larger than {MAX_DISKSTATS_BYTES} bytes: not read"),
+            });
+        }
+        Ok(buf)
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {

@@ -306,6 +306,9 @@ fn run_one(
     let mut sim = Simulation::new(sc)?;
     let mut sampling = crate::plot::Sampling::new(controller);
     let report = run_scenario(&mut sim, &mut sampling, label, &mut |_, _| {});
+    if let Some(e) = sim.halted() {
+        return Err(e.clone());
+    }
     let series = sampling.finish();
     Ok(PolicyRun {
         policy: label.to_string(),

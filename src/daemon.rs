@@ -8,7 +8,7 @@ use crate::blockfs::{BlockFs, FsError};
 use crate::config::Config;
 use crate::controller::Controller;
 use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
-use crate::diskstats::parse_diskstats;
+use crate::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use crate::state::MemoryStore;
@@ -109,7 +109,7 @@ pub struct Daemon {
     force_rescan: bool,
     /// Devices a reload cleared of their hands-off mark: rediscovered at the next tick.
     pending_rediscover: Vec<String>,
-    last_parse_error_count: usize,
+    diskstats_health: DiskstatsHealth,
     /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
     /// L3 watch interval while a managed device is at L3.
     next_step_ms: u64,
@@ -129,7 +129,7 @@ impl Daemon {
             pending: BTreeMap::new(),
             force_rescan: true,
             pending_rediscover: Vec::new(),
-            last_parse_error_count: 0,
+            diskstats_health: DiskstatsHealth::new(),
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
@@ -379,24 +379,16 @@ impl Daemon {
             self.rescan(now_ms, fs);
         }
         self.counters.ticks += 1;
-        let text = match fs.read_diskstats() {
-            Ok(t) => t,
-            Err(e) => {
-                self.counters.diskstats_errors += 1;
-                warn!("{e}");
-                return Vec::new();
-            }
+        let read = fs.read_diskstats();
+        let parsed = read.as_ref().map(parse_diskstats);
+        let health = match &parsed {
+            Ok(p) => self.diskstats_health.review(p),
+            Err(e) => self.diskstats_health.read_failed(&e.to_string()),
         };
-        let parsed = parse_diskstats(&text);
-        if !parsed.errors.is_empty() {
-            self.counters.diskstats_errors += 1;
-            if parsed.errors.len() != self.last_parse_error_count {
-                for e in parsed.errors.iter().take(5) {
-                    warn!("diskstats: {e} (other devices still read)");
-                }
-            }
-        }
-        self.last_parse_error_count = parsed.errors.len();
+        self.note_diskstats_health(&health);
+        let Ok(parsed) = parsed else {
+            return Vec::new();
+        };
         let samples = self.sampler.observe(&parsed.devices);
         self.pending.clear();
         for (stat, delta) in parsed.devices.iter().zip(samples.deltas) {
@@ -440,6 +432,17 @@ impl Daemon {
         }
         self.counters.decisions += decisions.len() as u64;
         decisions
+    }
+
+    /// Logs what [`DiskstatsHealth`] says of this read, and counts a read with a problem.
+    fn note_diskstats_health(&mut self, h: &HealthReport) {
+        self.counters.diskstats_errors += u64::from(h.problem);
+        for w in &h.warnings {
+            warn!("diskstats: {w}");
+        }
+        for c in &h.cleared {
+            info!("diskstats: {c}");
+        }
     }
 
     fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {

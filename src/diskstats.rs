@@ -1,7 +1,14 @@
 //! Pure parsers for the kernel's block counters: `/proc/diskstats` lines (14, 18 or 20
 //! columns: kernels with 11, 15 or 17 stat fields) and `/sys/block/<dev>/stat` (the same
-//! fields without major, minor and name). A bad line is reported with its number and the
-//! reason, and never stops the other devices from being parsed.
+//! fields without major, minor and name).
+//!
+//! The input is bytes, not text: one stray non-UTF-8 byte must cost only the line it is
+//! in, never the whole file. A bad line is reported with its number and a typed
+//! [`LineFault`], and never stops the other devices from being parsed. A device name that
+//! appears on two lines of one read cannot be diffed (which line is which device?): every
+//! line of that name is set aside as a duplicate until the name is unique again.
+//! [`DiskstatsHealth`] turns the problems of successive reads into log lines said once
+//! per device per change of its fault, not once per tick.
 
 use serde::Serialize;
 
@@ -67,27 +74,110 @@ pub struct DiskStat {
     pub fields: StatFields,
 }
 
+/// Why a diskstats line could not be parsed. The values in the line are not part of it:
+/// a counter field that holds changing garbage is one lasting fault, not a new one per read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LineFault {
+    MissingMinor,
+    MissingName,
+    BadMajor,
+    BadMinor,
+    /// The device name is not UTF-8 (no /sys/block entry can match it).
+    NameNotUtf8,
+    /// A stat field (1-based) is not a decimal number that fits in 64 bits.
+    NotANumber {
+        field: usize,
+    },
+    /// Not 11, 15 or 17 (or more) stat fields.
+    FieldCount {
+        count: usize,
+    },
+}
+
+impl std::fmt::Display for LineFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineFault::MissingMinor => write!(f, "missing minor number"),
+            LineFault::MissingName => write!(f, "missing device name"),
+            LineFault::BadMajor => write!(f, "major is not a number"),
+            LineFault::BadMinor => write!(f, "minor is not a number"),
+            LineFault::NameNotUtf8 => write!(f, "device name is not UTF-8"),
+            LineFault::NotANumber { field } => write!(f, "field {field} is not a number"),
+            LineFault::FieldCount { count } => {
+                write!(f, "{count} stat fields, expected 11, 15 or 17")
+            }
+        }
+    }
+}
+
+/// Bytes of a bad line (and of its bad token) quoted in messages: a 50 MB line must not
+/// become a 50 MB log line.
+pub const MAX_QUOTED_BYTES: usize = 160;
+
+fn quote(b: &[u8]) -> String {
+    let cut = &b[..b.len().min(MAX_QUOTED_BYTES)];
+    let mut s = String::from_utf8_lossy(cut).into_owned();
+    // Each bad byte became a 3-byte replacement character: cut again, on a char boundary.
+    let mut end = s.len().min(MAX_QUOTED_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let shortened = end < s.len() || cut.len() < b.len();
+    s.truncate(end);
+    if shortened {
+        s.push_str("...");
+    }
+    s
+}
+
 /// A line that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("line {line_no}: {reason}: {line:?}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LineError {
     /// 1-based line number in the file.
     pub line_no: usize,
+    /// The device name as far as it could be read (lossily decoded), for per-device
+    /// bookkeeping; None when the line has no third column.
+    pub device: Option<String>,
+    pub fault: LineFault,
+    /// The offending token, quoted (lossy, cut at [`MAX_QUOTED_BYTES`]).
+    pub token: Option<String>,
+    /// The line, quoted (lossy, cut at [`MAX_QUOTED_BYTES`]).
     pub line: String,
-    pub reason: String,
 }
 
-/// The result of parsing a whole /proc/diskstats: the good lines and the bad ones.
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line_no, self.fault)?;
+        if let Some(t) = &self.token {
+            write!(f, ": {t:?}")?;
+        }
+        write!(f, " in {:?}", self.line)
+    }
+}
+
+impl std::error::Error for LineError {}
+
+/// A device name found on more than one line of one read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub name: String,
+    /// 1-based line numbers of every line with that name.
+    pub lines: Vec<usize>,
+}
+
+/// The result of parsing a whole /proc/diskstats: the good lines, the bad ones, and the
+/// names set aside because they are not unique.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Diskstats {
+    /// Devices whose name is unique in this read, in file order.
     pub devices: Vec<DiskStat>,
     pub errors: Vec<LineError>,
+    pub duplicates: Vec<Duplicate>,
 }
 
 /// Parses a decimal u64 token without going through `str::parse`'s generic path: this is
 /// the hot loop of every tick (17 fields per device).
-fn parse_u64(tok: &str) -> Option<u64> {
-    let b = tok.as_bytes();
+fn parse_u64(b: &[u8]) -> Option<u64> {
     if b.is_empty() || b.len() > 20 {
         return None;
     }
@@ -102,17 +192,25 @@ fn parse_u64(tok: &str) -> Option<u64> {
     Some(v)
 }
 
-fn parse_fields<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<StatFields, String> {
+fn tokens(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|c| c.is_ascii_whitespace())
+        .filter(|t| !t.is_empty())
+}
+
+/// A fault and the token it is about.
+type Fault = (LineFault, Option<String>);
+
+fn parse_fields<'a>(toks: impl Iterator<Item = &'a [u8]>) -> Result<StatFields, Fault> {
     let mut values = [0u64; MAX_FIELDS];
     let mut count = 0usize;
-    for tok in tokens {
+    for tok in toks {
         if count == MAX_FIELDS {
             // Newer kernels may append fields; the 17 we know keep their meaning.
             count += 1;
             break;
         }
         values[count] = parse_u64(tok)
-            .ok_or_else(|| format!("field {} is not a number: {tok:?}", count + 1))?;
+            .ok_or_else(|| (LineFault::NotANumber { field: count + 1 }, Some(quote(tok))))?;
         count += 1;
     }
     match count {
@@ -124,29 +222,42 @@ fn parse_fields<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<StatFields,
             values,
             field_count: MAX_FIELDS as u8,
         }),
-        n => Err(format!("{n} stat fields, expected 11, 15 or 17")),
+        n => Err((LineFault::FieldCount { count: n }, None)),
     }
 }
 
 /// Parses the stat fields (11, 15 or 17 numbers, whitespace-separated), as in
 /// /sys/block/<dev>/stat.
-pub fn parse_stat_fields(text: &str) -> Result<StatFields, String> {
-    parse_fields(text.split_ascii_whitespace())
+pub fn parse_stat_fields(text: &(impl AsRef<[u8]> + ?Sized)) -> Result<StatFields, String> {
+    parse_fields(tokens(text.as_ref())).map_err(|(fault, tok)| match tok {
+        Some(t) => format!("{fault}: {t:?}"),
+        None => fault.to_string(),
+    })
 }
 
-/// Parses one /proc/diskstats line: `major minor name` then the stat fields.
-pub fn parse_diskstats_line(line: &str) -> Result<DiskStat, String> {
-    let mut it = line.split_ascii_whitespace();
-    let major = it.next().ok_or("empty line")?;
-    let minor = it.next().ok_or("missing minor number")?;
-    let name = it.next().ok_or("missing device name")?;
+fn parse_line(line: &[u8]) -> Result<DiskStat, (Fault, Option<String>)> {
+    let mut it = tokens(line);
+    let no_dev = |f: LineFault, t: Option<String>| ((f, t), None);
+    let major = it
+        .next()
+        .ok_or_else(|| no_dev(LineFault::MissingMinor, None))?;
+    let minor = it
+        .next()
+        .ok_or_else(|| no_dev(LineFault::MissingMinor, None))?;
+    let name = it
+        .next()
+        .ok_or_else(|| no_dev(LineFault::MissingName, None))?;
+    let dev = Some(quote(name));
+    let with_dev = |f: Fault| (f, dev.clone());
     let major = parse_u64(major)
         .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| format!("major {major:?} is not a number"))?;
+        .ok_or_else(|| with_dev((LineFault::BadMajor, Some(quote(major)))))?;
     let minor = parse_u64(minor)
         .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| format!("minor {minor:?} is not a number"))?;
-    let fields = parse_fields(it)?;
+        .ok_or_else(|| with_dev((LineFault::BadMinor, Some(quote(minor)))))?;
+    let name = std::str::from_utf8(name)
+        .map_err(|_| with_dev((LineFault::NameNotUtf8, Some(quote(name)))))?;
+    let fields = parse_fields(it).map_err(with_dev)?;
     Ok(DiskStat {
         major,
         minor,
@@ -155,23 +266,225 @@ pub fn parse_diskstats_line(line: &str) -> Result<DiskStat, String> {
     })
 }
 
-/// Parses a whole /proc/diskstats text. Blank lines are ignored.
-pub fn parse_diskstats(text: &str) -> Diskstats {
+/// Parses one /proc/diskstats line: `major minor name` then the stat fields. The error
+/// says line 1 (one line); [`parse_diskstats`] numbers the lines of a file.
+pub fn parse_diskstats_line(line: &(impl AsRef<[u8]> + ?Sized)) -> Result<DiskStat, LineError> {
+    let line = line.as_ref();
+    parse_line(line).map_err(|((fault, token), device)| LineError {
+        line_no: 1,
+        device,
+        fault,
+        token,
+        line: quote(line),
+    })
+}
+
+/// Parses a whole /proc/diskstats. Blank lines are ignored; a line that is not UTF-8, has
+/// the wrong number of fields or a non-number costs only itself; a name on several lines
+/// costs all of them (see [`Diskstats::duplicates`]).
+pub fn parse_diskstats(input: &(impl AsRef<[u8]> + ?Sized)) -> Diskstats {
     let mut out = Diskstats::default();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+    let mut line_nos = Vec::new();
+    for (i, line) in input.as_ref().split(|&c| c == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         match parse_diskstats_line(line) {
-            Ok(d) => out.devices.push(d),
-            Err(reason) => out.errors.push(LineError {
-                line_no: i + 1,
-                line: line.to_string(),
-                reason,
-            }),
+            Ok(d) => {
+                out.devices.push(d);
+                line_nos.push(i + 1);
+            }
+            Err(mut e) => {
+                e.line_no = i + 1;
+                out.errors.push(e);
+            }
         }
     }
+    set_aside_duplicates(&mut out, &line_nos);
     out
+}
+
+fn set_aside_duplicates(out: &mut Diskstats, line_nos: &[usize]) {
+    if out.devices.len() < 2 {
+        return;
+    }
+    // Sorting indices by name finds repeats without a hash map; the common case (no
+    // repeat) keeps the device list untouched.
+    let mut order: Vec<u32> = (0..out.devices.len() as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        out.devices[a as usize]
+            .name
+            .cmp(&out.devices[b as usize].name)
+    });
+    let same = |a: u32, b: u32| out.devices[a as usize].name == out.devices[b as usize].name;
+    if !order.windows(2).any(|w| same(w[0], w[1])) {
+        return;
+    }
+    let mut drop = vec![false; out.devices.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i + 1;
+        while j < order.len() && same(order[i], order[j]) {
+            j += 1;
+        }
+        if j - i > 1 {
+            let mut lines: Vec<usize> = order[i..j].iter().map(|&k| line_nos[k as usize]).collect();
+            lines.sort_unstable();
+            for &k in &order[i..j] {
+                drop[k as usize] = true;
+            }
+            out.duplicates.push(Duplicate {
+                name: out.devices[order[i] as usize].name.clone(),
+                lines,
+            });
+        }
+        i = j;
+    }
+    let mut k = 0;
+    out.devices.retain(|_| {
+        let keep = !drop[k];
+        k += 1;
+        keep
+    });
+}
+
+/// Distinct problems remembered at most (bad lines by device, duplicate names): a file of
+/// a million bad lines must not grow the bookkeeping without bound.
+pub const MAX_TRACKED_PROBLEMS: usize = 4096;
+/// Warnings one read yields at most; the rest are summed up in one more line.
+pub const MAX_WARNINGS_PER_READ: usize = 8;
+
+/// What to say about one read of /proc/diskstats.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealthReport {
+    /// The read had a problem (unreadable, a bad line, a duplicate name, no device at
+    /// all): the daemon counts it in `mergetune_diskstats_errors_total`.
+    pub problem: bool,
+    /// Problems new in this read, or whose fault changed: warn.
+    pub warnings: Vec<String>,
+    /// Problems gone since the previous read: say so once.
+    pub cleared: Vec<String>,
+}
+
+/// Remembers which diskstats problems were already said, so each is logged once per
+/// device per change of its fault (and once when it clears), not once per tick. Pure:
+/// the daemon feeds it every read and logs what it returns.
+#[derive(Debug, Clone, Default)]
+pub struct DiskstatsHealth {
+    /// Bad lines by device name (or `line N` for a line without a name).
+    faults: std::collections::BTreeMap<String, LineFault>,
+    duplicates: std::collections::BTreeSet<String>,
+    empty: bool,
+    read_error: Option<String>,
+}
+
+impl DiskstatsHealth {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A read that failed: warn when the error is new or changed.
+    pub fn read_failed(&mut self, error: &str) -> HealthReport {
+        let mut r = HealthReport {
+            problem: true,
+            ..Default::default()
+        };
+        if self.read_error.as_deref() != Some(error) {
+            r.warnings.push(error.to_string());
+            self.read_error = Some(error.to_string());
+        }
+        r
+    }
+
+    /// A read that succeeded and parsed into `parsed`.
+    pub fn review(&mut self, parsed: &Diskstats) -> HealthReport {
+        let mut r = HealthReport {
+            problem: !parsed.errors.is_empty() || !parsed.duplicates.is_empty(),
+            ..Default::default()
+        };
+        let mut hidden = 0usize;
+        let warn = |r: &mut HealthReport, hidden: &mut usize, msg: String| {
+            if r.warnings.len() < MAX_WARNINGS_PER_READ {
+                r.warnings.push(msg);
+            } else {
+                *hidden += 1;
+            }
+        };
+        if let Some(e) = self.read_error.take() {
+            r.cleared.push(format!("readable again (was: {e})"));
+        }
+        let empty = parsed.devices.is_empty() && !r.problem;
+        if empty {
+            r.problem = true;
+            if !self.empty {
+                warn(
+                    &mut r,
+                    &mut hidden,
+                    "lists no device: nothing to sample".into(),
+                );
+            }
+        } else if self.empty {
+            r.cleared.push("lists devices again".into());
+        }
+        self.empty = empty;
+
+        let mut faults = std::collections::BTreeMap::new();
+        for e in &parsed.errors {
+            let key = e
+                .device
+                .clone()
+                .unwrap_or_else(|| format!("line {}", e.line_no));
+            if faults.contains_key(&key) {
+                continue;
+            }
+            if faults.len() >= MAX_TRACKED_PROBLEMS {
+                hidden += usize::from(!self.faults.contains_key(&key));
+                continue;
+            }
+            if self.faults.get(&key) != Some(&e.fault) {
+                warn(
+                    &mut r,
+                    &mut hidden,
+                    format!("{e} (this device is skipped; the others are still read)"),
+                );
+            }
+            faults.insert(key, e.fault);
+        }
+        for key in self.faults.keys().filter(|k| !faults.contains_key(*k)) {
+            r.cleared.push(format!("{key}: no bad line any more"));
+        }
+        self.faults = faults;
+
+        let mut dups = std::collections::BTreeSet::new();
+        for d in parsed.duplicates.iter().take(MAX_TRACKED_PROBLEMS) {
+            if !self.duplicates.contains(&d.name) {
+                let lines: Vec<String> = d.lines.iter().take(8).map(|l| l.to_string()).collect();
+                warn(
+                    &mut r,
+                    &mut hidden,
+                    format!(
+                        "device name {:?} appears on {} lines ({}{}): its counters cannot be told apart and are ignored until the name is unique again",
+                        d.name,
+                        d.lines.len(),
+                        lines.join(", "),
+                        if d.lines.len() > 8 { ", ..." } else { "" }
+                    ),
+                );
+            }
+            dups.insert(d.name.clone());
+        }
+        for name in self.duplicates.iter().filter(|n| !dups.contains(*n)) {
+            r.cleared.push(format!(
+                "device name {name:?} is unique again: its counters are read again"
+            ));
+        }
+        self.duplicates = dups;
+        if hidden > 0 {
+            r.warnings
+                .push(format!("... and {hidden} more problem(s) not shown"));
+        }
+        r
+    }
 }
 
 /// Renders stat fields as /sys/block/<dev>/stat does (17 fields, right-aligned).
@@ -218,10 +531,87 @@ mod tests {
 
     #[test]
     fn rejects_short_and_garbage_lines() {
-        assert!(parse_diskstats_line("8 0 sda 1 2 3").is_err());
-        assert!(parse_diskstats_line("8 0 sda 1 2 3 4 5 6 7 8 9 10 x").is_err());
-        assert!(parse_diskstats_line("x 0 sda 1 2 3 4 5 6 7 8 9 10 11").is_err());
-        assert!(parse_diskstats_line("8").is_err());
+        let fault = |l: &str| parse_diskstats_line(l).unwrap_err().fault;
+        assert_eq!(fault("8 0 sda 1 2 3"), LineFault::FieldCount { count: 3 });
+        assert_eq!(
+            fault("8 0 sda 1 2 3 4 5 6 7 8 9 10 x"),
+            LineFault::NotANumber { field: 11 }
+        );
+        assert_eq!(
+            fault("x 0 sda 1 2 3 4 5 6 7 8 9 10 11"),
+            LineFault::BadMajor
+        );
+        assert_eq!(fault("8"), LineFault::MissingMinor);
+        assert_eq!(fault("8 0"), LineFault::MissingName);
+    }
+
+    fn bad(device: &str, fault: LineFault) -> LineError {
+        LineError {
+            line_no: 2,
+            device: Some(device.into()),
+            fault,
+            token: None,
+            line: String::new(),
+        }
+    }
+
+    #[test]
+    fn health_warns_once_per_change_and_once_when_cleared() {
+        let mut h = DiskstatsHealth::new();
+        let with = |errors: Vec<LineError>| Diskstats {
+            devices: vec![parse_diskstats_line("8 0 sda 1 2 3 4 5 6 7 8 9 10 11").unwrap()],
+            errors,
+            duplicates: Vec::new(),
+        };
+        let nan = LineFault::NotANumber { field: 3 };
+        let r = h.review(&with(vec![bad("sdb", nan)]));
+        assert!(r.problem);
+        assert_eq!(r.warnings.len(), 1, "{r:?}");
+        for _ in 0..5 {
+            let r = h.review(&with(vec![bad("sdb", nan)]));
+            assert!(
+                r.problem && r.warnings.is_empty() && r.cleared.is_empty(),
+                "{r:?}"
+            );
+        }
+        let r = h.review(&with(vec![bad("sdb", LineFault::FieldCount { count: 3 })]));
+        assert_eq!(r.warnings.len(), 1, "a changed fault is said again");
+        let r = h.review(&with(vec![]));
+        assert!(!r.problem && r.warnings.is_empty());
+        assert_eq!(r.cleared, vec!["sdb: no bad line any more".to_string()]);
+        let r = h.review(&with(vec![]));
+        assert_eq!(r, HealthReport::default());
+    }
+
+    #[test]
+    fn health_bounds_what_it_says_and_remembers() {
+        let mut h = DiskstatsHealth::new();
+        let many = Diskstats {
+            devices: Vec::new(),
+            errors: (0..3 * MAX_TRACKED_PROBLEMS)
+                .map(|i| bad(&format!("d{i}"), LineFault::BadMajor))
+                .collect(),
+            duplicates: Vec::new(),
+        };
+        let r = h.review(&many);
+        assert_eq!(r.warnings.len(), MAX_WARNINGS_PER_READ + 1);
+        assert!(r.warnings.last().unwrap().contains("more problem"), "{r:?}");
+        assert_eq!(h.faults.len(), MAX_TRACKED_PROBLEMS);
+    }
+
+    #[test]
+    fn health_of_reads_that_fail_or_find_nothing() {
+        let mut h = DiskstatsHealth::new();
+        assert_eq!(h.read_failed("x: gone").warnings.len(), 1);
+        assert!(h.read_failed("x: gone").warnings.is_empty());
+        let r = h.review(&Diskstats::default());
+        assert!(r.problem);
+        assert_eq!(
+            r.warnings,
+            vec!["lists no device: nothing to sample".to_string()]
+        );
+        assert_eq!(r.cleared.len(), 1, "readable again: {r:?}");
+        assert!(h.review(&Diskstats::default()).warnings.is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod devices;
 pub mod diskstats;
 pub mod http;
+pub mod lines;
 pub mod logging;
 pub mod metrics;
 pub mod plot;

@@ -207,7 +207,10 @@ fn run_command(cmd: Command) -> Result<i32> {
             };
             let ticks = mergetune::record::load(&file)?;
             let n = ticks.len();
-            let span_ms = ticks.last().map(|t| t.t_ms).unwrap_or(0) - ticks[0].t_ms;
+            // load() refuses ticks out of time order, so this cannot underflow.
+            let span_ms = ticks
+                .last()
+                .map_or(0, |t| t.t_ms.saturating_sub(ticks[0].t_ms));
             let mut daemon = Daemon::simulated(cfg);
             let decisions = match &plot {
                 Some(p) => {

@@ -13,7 +13,7 @@ use crate::controller::{Controller, Decision};
 use crate::tunable::Tunable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Errors reading or writing a recording; the path is in every variant.
@@ -37,9 +37,15 @@ pub enum RecordError {
 pub struct TickRecord {
     /// The tick's time, ms since the recorded daemon started.
     pub t_ms: u64,
-    /// The /proc/diskstats text (absent when it could not be read).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diskstats: Option<String>,
+    /// The /proc/diskstats content (absent when it could not be read): a JSON string when
+    /// it is UTF-8 (always, in recordings made before diskstats was read as bytes), else an
+    /// array of byte values, so a stray byte replays exactly as it was read.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "bytes_or_text"
+    )]
+    pub diskstats: Option<Vec<u8>>,
     /// The /sys/block listing, when the daemon rescanned in this tick.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<String>>,
@@ -49,6 +55,34 @@ pub struct TickRecord {
     /// `dev/rel` -> directory entries read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dirs: BTreeMap<String, Vec<String>>,
+}
+
+mod bytes_or_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(b) => match std::str::from_utf8(b) {
+                Ok(t) => s.serialize_str(t),
+                Err(_) => b.serialize(s),
+            },
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<Repr>::deserialize(d)?.map(|r| match r {
+            Repr::Text(t) => t.into_bytes(),
+            Repr::Bytes(b) => b,
+        }))
+    }
 }
 
 /// A [`BlockFs`] that notes what is read through it.
@@ -78,7 +112,7 @@ fn key(dev: &str, rel: &str) -> String {
 }
 
 impl BlockFs for RecordingFs<'_> {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let r = self.inner.read_diskstats();
         if let Ok(t) = &r {
             self.current.diskstats = Some(t.clone());
@@ -169,37 +203,78 @@ impl Recorder {
     }
 }
 
+/// The longest tick line [`load`] reads: a tick holds one /proc/diskstats read (at most
+/// [`crate::blockfs::MAX_DISKSTATS_BYTES`], up to four times that as a JSON byte array)
+/// and the few attributes read with it.
+pub const MAX_LINE_BYTES: usize = 4 * crate::blockfs::MAX_DISKSTATS_BYTES as usize + (1 << 20);
+
 /// Reads a recording. A truncated last line (the daemon died mid-write) is skipped; any
-/// other bad line is an error naming its number.
+/// other bad line is an error naming its number, and so is a tick earlier than the one
+/// before it (a replay runs forward in time).
 pub fn load(path: &Path) -> Result<Vec<TickRecord>, RecordError> {
-    let f = std::fs::File::open(path).map_err(|e| RecordError::Io {
+    load_bounded(path, MAX_LINE_BYTES)
+}
+
+/// [`load`] with a bound on the line length: a line longer than `max_line_bytes` is an
+/// error, read without holding more than the bound in memory.
+pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Vec<TickRecord>, RecordError> {
+    use crate::lines::{Line, read_line_bounded};
+    let io = |e: std::io::Error| RecordError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
-    let lines: Vec<String> = std::io::BufReader::new(f)
-        .lines()
-        .collect::<Result<_, _>>()
-        .map_err(|e| RecordError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    let mut out = Vec::with_capacity(lines.len());
-    let last = lines.len();
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
+    };
+    let parse = |line: usize, message: String| RecordError::Parse {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let f = std::fs::File::open(path).map_err(io)?;
+    let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+    let mut out: Vec<TickRecord> = Vec::new();
+    let mut buf = Vec::new();
+    let mut line_no = 0usize;
+    let mut prev_line = 0usize;
+    // A line cut short by a crash is only forgiven when nothing follows it.
+    let mut truncated: Option<(usize, String)> = None;
+    loop {
+        let kind = read_line_bounded(&mut r, &mut buf, max_line_bytes).map_err(io)?;
+        if kind == Line::Eof {
+            break;
+        }
+        line_no += 1;
+        if buf.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_str::<TickRecord>(line) {
-            Ok(r) => out.push(r),
-            Err(e) if i + 1 == last && e.is_eof() => break,
-            Err(e) => {
-                return Err(RecordError::Parse {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    message: e.to_string(),
-                });
-            }
+        if let Some((n, message)) = truncated.take() {
+            return Err(parse(n, message));
         }
+        if kind == Line::TooLong {
+            return Err(parse(
+                line_no,
+                format!("longer than {max_line_bytes} bytes: not a tick mergetune wrote"),
+            ));
+        }
+        let rec = match serde_json::from_slice::<TickRecord>(&buf) {
+            Ok(r) => r,
+            Err(e) if e.is_eof() => {
+                truncated = Some((line_no, e.to_string()));
+                continue;
+            }
+            Err(e) => return Err(parse(line_no, e.to_string())),
+        };
+        if let Some(prev) = out.last()
+            && rec.t_ms < prev.t_ms
+        {
+            return Err(parse(
+                line_no,
+                format!(
+                    "t_ms {} is earlier than {} at line {prev_line}: ticks must be in time order (two recordings appended to one file?)",
+                    rec.t_ms, prev.t_ms
+                ),
+            ));
+        }
+        prev_line = line_no;
+        out.push(rec);
     }
     if out.is_empty() {
         return Err(RecordError::Empty {
@@ -265,7 +340,7 @@ impl ReplayFs {
 }
 
 impl BlockFs for ReplayFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.ticks[self.index]
             .diskstats
             .clone()

@@ -9,6 +9,8 @@
 //! does not overrun the ring buffer. At the end (time up, Ctrl-C, SIGTERM or an error) the
 //! events are switched off, a marker line ends the stream, and the instance is removed.
 //! tracefs is mounted at /sys/kernel/tracing when it is not mounted, and left mounted.
+//! The events go to a temp file next to `--output`, renamed over it only once the capture
+//! has ended well: a capture that fails leaves an existing `--output` as it was.
 
 use anyhow::{Context as _, bail};
 use std::ffi::CString;
@@ -217,6 +219,68 @@ impl Drop for Instance {
     }
 }
 
+/// The capture's output while it is written: a temp file in `--output`'s directory (so
+/// the final rename stays on one filesystem). [`PendingOutput::commit`] renames it over
+/// `--output`; dropped without that (any failure), it is removed and `--output` is left
+/// as it was.
+struct PendingOutput {
+    tmp: PathBuf,
+    dest: PathBuf,
+    committed: bool,
+}
+
+impl PendingOutput {
+    fn create(dest: &Path) -> anyhow::Result<(PendingOutput, std::fs::File)> {
+        let name = dest
+            .file_name()
+            .with_context(|| format!("--output {}: names no file", dest.display()))?;
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let tmp = dir.join(format!(
+            ".{}.mergetune-{}.tmp",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let f = std::fs::File::create(&tmp).with_context(|| {
+            format!(
+                "cannot create {} (the capture is written there, then renamed to {})",
+                tmp.display(),
+                dest.display()
+            )
+        })?;
+        Ok((
+            PendingOutput {
+                tmp,
+                dest: dest.to_path_buf(),
+                committed: false,
+            },
+            f,
+        ))
+    }
+
+    fn commit(mut self) -> anyhow::Result<()> {
+        std::fs::rename(&self.tmp, &self.dest).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                self.tmp.display(),
+                self.dest.display()
+            )
+        })?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for PendingOutput {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 /// Summary of a capture.
 #[derive(Debug, Clone, Default)]
 pub struct CaptureStats {
@@ -242,8 +306,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the SIGINT/SIGTERM handler")?;
     }
-    let mut out = std::fs::File::create(&a.output)
-        .with_context(|| format!("cannot create {}", a.output.display()))?;
+    let (pending, mut out) = PendingOutput::create(&a.output)?;
     let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
     ensure_tracefs(&tracefs)?;
     for (dir, pid) in remove_stale_instances(&tracefs, &a.procfs_root) {
@@ -350,9 +413,9 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     drop(inst);
     let (mut file, stats) = match result {
         Some(Ok(v)) => v,
-        Some(Err(e)) => bail!("writing {}: {e}", a.output.display()),
+        Some(Err(e)) => bail!("writing {}: {e}", pending.tmp.display()),
         None => bail!(
-            "the trace reader did not finish; {} may be incomplete",
+            "the trace reader did not finish; {} was left as it was",
             a.output.display()
         ),
     };
@@ -371,6 +434,10 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
             String::new()
         }
     )?;
+    file.sync_all()
+        .with_context(|| format!("writing {}", pending.tmp.display()))?;
+    drop(file);
+    pending.commit()?;
     println!(
         "{}: {} block events of {name} in {:.2} s{}{}",
         a.output.display(),

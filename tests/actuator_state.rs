@@ -125,14 +125,11 @@ struct Refusing {
 }
 
 impl BlockFs for Refusing {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.ticks += 1;
         // Random traffic: 10,000 writes per tick, none merged.
         let w = self.ticks * 10_000;
-        Ok(format!(
-            "8 0 sda 0 0 0 0 {w} 0 {} 0 0 0 0 0 0 0 0 0 0\n",
-            w * 8
-        ))
+        Ok(format!("8 0 sda 0 0 0 0 {w} 0 {} 0 0 0 0 0 0 0 0 0 0\n", w * 8).into_bytes())
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         Ok(vec!["sda".into()])

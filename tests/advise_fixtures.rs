@@ -163,7 +163,7 @@ fn a_file_without_events_is_a_clear_error() {
     let out = bin().arg("advise").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no bios found"), "{err}");
+    assert!(err.contains("no usable bios"), "{err}");
     assert!(err.contains("line 1"), "{err}");
     let out = bin()
         .arg("advise")

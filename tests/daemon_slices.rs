@@ -37,7 +37,7 @@ impl Starving {
 }
 
 impl BlockFs for Starving {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.t += 1;
         let (r, w) = (50 * self.t, 200 * self.t);
         // Reads and writes merge a little (so the merge ladder stays at L0) and take
@@ -50,7 +50,8 @@ impl BlockFs for Starving {
             w,
             w * 16,
             w * 40
-        ))
+        )
+        .into_bytes())
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         Ok(vec!["sda".into()])

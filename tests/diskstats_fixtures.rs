@@ -1,6 +1,6 @@
 //! The parser and sampler on real /proc/diskstats text (tests/fixtures/).
 
-use mergetune::diskstats::{field, parse_diskstats};
+use mergetune::diskstats::{LineFault, field, parse_diskstats};
 use mergetune::sampler::{Delta, Sampler};
 
 fn fixture(name: &str) -> String {
@@ -57,12 +57,51 @@ fn malformed_lines_are_reported_and_the_rest_parsed() {
     assert_eq!(d.devices.len(), 10);
     assert_eq!(d.errors.len(), 3);
     assert_eq!(d.errors[0].line_no, 1);
+    assert_eq!(d.errors[0].fault, LineFault::FieldCount { count: 3 });
     assert!(
-        d.errors[0].reason.contains("3 stat fields"),
+        d.errors[0].to_string().contains("3 stat fields"),
         "{}",
         d.errors[0]
     );
-    assert!(d.errors[2].reason.contains("eleven"), "{}", d.errors[2]);
+    assert_eq!(d.errors[0].device.as_deref(), Some("sdx"));
+    assert_eq!(d.errors[1].device, None, "no third column");
+    assert!(
+        d.errors[2].to_string().contains("eleven"),
+        "{}",
+        d.errors[2]
+    );
+}
+
+#[test]
+fn a_non_utf8_byte_costs_only_its_line() {
+    let mut bytes = fixture("diskstats_6.18_after_fio.txt").into_bytes();
+    bytes.extend_from_slice(b" 254 16 vd\xffb 1 2 3 4 5 6 7 8 9 10 11\n");
+    bytes.extend_from_slice(b" 254 32 vdc 1 2 \xfe 4 5 6 7 8 9 10 11\n");
+    let d = parse_diskstats(&bytes);
+    assert_eq!(d.devices.len(), 10);
+    assert_eq!(d.errors.len(), 2);
+    assert_eq!(d.errors[0].fault, LineFault::NameNotUtf8);
+    assert_eq!(d.errors[1].fault, LineFault::NotANumber { field: 3 });
+    assert_eq!(d.errors[1].device.as_deref(), Some("vdc"));
+}
+
+#[test]
+fn a_name_on_two_lines_is_set_aside_with_both_line_numbers() {
+    let mut text = fixture("diskstats_6.18_after_fio.txt");
+    let loop0 = text
+        .lines()
+        .find(|l| l.contains(" loop0 "))
+        .unwrap()
+        .to_string();
+    text.push_str(&loop0.replace(" 7       0 ", " 7      99 "));
+    text.push('\n');
+    let d = parse_diskstats(&text);
+    assert_eq!(d.devices.len(), 9, "both loop0 lines set aside");
+    assert!(d.devices.iter().all(|x| x.name != "loop0"));
+    assert_eq!(d.duplicates.len(), 1);
+    assert_eq!(d.duplicates[0].name, "loop0");
+    assert_eq!(d.duplicates[0].lines.len(), 2);
+    assert_eq!(*d.duplicates[0].lines.last().unwrap(), text.lines().count());
 }
 
 #[test]

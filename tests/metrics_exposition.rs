@@ -62,7 +62,7 @@ impl MemFs {
 }
 
 impl BlockFs for MemFs {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let mut s = String::new();
         for (i, name) in self.devices.iter().enumerate() {
             let nomerges = self
@@ -95,7 +95,7 @@ impl BlockFs for MemFs {
         if std::mem::take(&mut self.garbage_once) {
             s.push_str("this is not a diskstats line\n");
         }
-        Ok(s)
+        Ok(s.into_bytes())
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         Ok(self.devices.clone())

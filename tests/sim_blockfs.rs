@@ -21,7 +21,7 @@ fn sim() -> Simulation {
 fn diskstats_and_stat_have_the_kernels_columns() {
     let mut s = sim();
     s.advance_to(500_000_000);
-    let ds = s.read_diskstats().unwrap();
+    let ds = String::from_utf8(s.read_diskstats().unwrap()).unwrap();
     let lines: Vec<&str> = ds.lines().collect();
     assert_eq!(lines.len(), 5);
     for l in &lines {

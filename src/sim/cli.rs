@@ -82,6 +82,9 @@ pub fn measure_bench(merge_heavy: bool, duration_s: f64) -> anyhow::Result<(u64,
     let mut sim = Simulation::new(&sc)?;
     let start = Instant::now();
     sim.run_to_end();
+    if let Some(e) = sim.halted() {
+        anyhow::bail!("bench {}: {e}", sc.name);
+    }
     let wall = start.elapsed().as_secs_f64();
     Ok((sim.total_bios(), sim.total_bios() as f64 / wall.max(1e-9)))
 }
@@ -223,6 +226,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     );
     let series = sampling.finish();
     progress.finish();
+    if let Some(e) = sim.halted() {
+        anyhow::bail!("simulation of {}: {e}", scenario.name);
+    }
     if let Some(p) = &args.plot {
         crate::plot::plot_run(&report, Some(&series), p)
             .with_context(|| format!("plotting to {}", p.display()))?;

@@ -46,6 +46,12 @@ use std::sync::Arc;
 pub(crate) const NIL: u32 = u32::MAX;
 /// blk-mq flushes a plug once it holds this many requests (BLK_MAX_REQUEST_COUNT).
 const PLUG_MAX_REQUESTS: usize = 32;
+/// Bios alive at once (submitted, not completed; dm pieces included) at most. Scenario
+/// validation keeps iodepth x numjobs under it; a trace replayed faster than the device
+/// serves it, or bios split into many dm pieces, can still reach it, and then the
+/// simulation stops with [`SimError::TooManyInFlight`] instead of growing without bound
+/// (each bio costs about 64 bytes of slab plus its share of requests and events).
+pub const MAX_IN_FLIGHT_BIOS: usize = 1 << 18;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -67,6 +73,10 @@ pub enum SimError {
     UnknownDevice(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "more than {cap} bios in flight at {at_ms} ms (job {job:?}): the simulation stopped there; lower iodepth or numjobs, replay the trace on a faster device, or shorten it"
+    )]
+    TooManyInFlight { cap: usize, at_ms: u64, job: String },
 }
 
 /// A bio to submit by hand (tests, crafted streams).
@@ -593,6 +603,10 @@ pub struct Simulation {
     pub(crate) nomerges_log: Vec<NomergesChange>,
     pub(crate) scheduler_switches: u64,
     total_bios: u64,
+    /// Bios allocated and not yet freed (see [`MAX_IN_FLIGHT_BIOS`]).
+    live_bios: usize,
+    /// Set when the simulation had to stop (the in-flight cap); nothing runs after it.
+    halted: Option<SimError>,
     name: String,
     seed: u64,
 }
@@ -899,6 +913,8 @@ impl Simulation {
             nomerges_log: Vec::new(),
             scheduler_switches: 0,
             total_bios: 0,
+            live_bios: 0,
+            halted: None,
             name: sc.name.clone(),
             seed: sc.seed,
         };
@@ -937,6 +953,11 @@ impl Simulation {
     /// Bios submitted by jobs so far (dm pieces not counted twice).
     pub fn total_bios(&self) -> u64 {
         self.total_bios
+    }
+    /// Why the simulation stopped early, if it did: its results are then incomplete and
+    /// must not be reported as a run.
+    pub fn halted(&self) -> Option<&SimError> {
+        self.halted.as_ref()
     }
     pub fn phases(&self) -> &[PhaseInfo] {
         &self.phases
@@ -1072,7 +1093,7 @@ impl Simulation {
     /// Processes every event up to and including `t_ns`, then sets the clock to `t_ns`.
     pub fn advance_to(&mut self, t_ns: u64) {
         while let Some(Reverse(ev)) = self.events.peek().copied() {
-            if ev.t > t_ns {
+            if ev.t > t_ns || self.halted.is_some() {
                 break;
             }
             self.events.pop();
@@ -1116,6 +1137,7 @@ impl Simulation {
     // ------------------------------------------------------------ slabs
 
     fn alloc_bio(&mut self, bio: Bio) -> u32 {
+        self.live_bios += 1;
         if self.bio_free != NIL {
             let i = self.bio_free;
             self.bio_free = self.bios[i as usize].next;
@@ -1128,6 +1150,7 @@ impl Simulation {
     }
 
     fn free_bio(&mut self, b: u32) {
+        self.live_bios -= 1;
         self.bios[b as usize].next = self.bio_free;
         self.bio_free = b;
     }
@@ -1197,6 +1220,10 @@ impl Simulation {
     }
 
     fn new_bio(&mut self, j: usize, dev: u32, dir: Dir, sync: bool, sector: u64, nr: u32) {
+        if self.live_bios >= MAX_IN_FLIGHT_BIOS {
+            self.halt_in_flight(j);
+            return;
+        }
         let b = self.alloc_bio(Bio {
             job: j as u32,
             dev,
@@ -1212,6 +1239,21 @@ impl Simulation {
         self.jobs[j].outstanding += 1;
         self.total_bios += 1;
         self.submit_bio(b, j);
+    }
+
+    /// Stops the simulation at the in-flight cap: every job stops submitting and no
+    /// further event is processed.
+    fn halt_in_flight(&mut self, j: usize) {
+        if self.halted.is_none() {
+            self.halted = Some(SimError::TooManyInFlight {
+                cap: MAX_IN_FLIGHT_BIOS,
+                at_ms: self.now_ns / 1_000_000,
+                job: self.jobs[j].name.clone(),
+            });
+        }
+        for job in &mut self.jobs {
+            job.active = false;
+        }
     }
 
     fn submit_bio(&mut self, b: u32, j: usize) {
@@ -1870,6 +1912,9 @@ impl Simulation {
         loop {
             let now = self.now_ns;
             let job = &mut self.jobs[j];
+            if !job.active {
+                return; // halted at the in-flight cap
+            }
             let free = job.iodepth - job.outstanding.min(job.iodepth);
             if free == 0 || free < job.batch_complete || job.budget_sectors == 0 {
                 return;
@@ -1962,7 +2007,7 @@ impl Simulation {
         };
         let dev = self.jobs[j].dev;
         let cap = self.devs[dev as usize].capacity_sectors;
-        while idx < bios.len() && base + bios[idx].t_ns <= now {
+        while idx < bios.len() && base + bios[idx].t_ns <= now && self.halted.is_none() {
             self.jobs[j].plugging = true;
             loop {
                 let tb = bios[idx];

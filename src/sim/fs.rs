@@ -165,7 +165,7 @@ impl Simulation {
 }
 
 impl BlockFs for Simulation {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let mut out = String::new();
         for d in 0..self.devs.len() {
             let st = self.stat_of(d);
@@ -180,7 +180,7 @@ impl BlockFs for Simulation {
             ));
             out.push('\n');
         }
-        Ok(out)
+        Ok(out.into_bytes())
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {

@@ -182,7 +182,8 @@ pub fn run_scenario_observed(
     let mut decisions = controller.tick(0, sim);
     on_tick(&*controller, &decisions, 0);
     let mut t = 0u64;
-    while t < end {
+    // A simulation halted at its in-flight cap has nothing left to run.
+    while t < end && sim.halted().is_none() {
         let step_ns = controller.next_tick_in_ms().max(1) * 1_000_000;
         t = (t + step_ns).min(end);
         sim.advance_to(t);

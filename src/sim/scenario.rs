@@ -4,6 +4,13 @@
 //! and timed phases, each with its workload jobs. [`Scenario::from_toml_str`] parses and
 //! validates; a job with `trace = "file"` has its trace parsed here too (relative to the
 //! scenario's directory), so a bad trace line is reported before anything runs.
+//!
+//! Every number is range-checked, not just type-checked: the engine turns times into u64
+//! nanoseconds and rates into intervals, so a value like `bandwidth_mb_s = 1e-300` (a
+//! service time past u64, wrapping to zero: full speed) or a sum of phases beyond u64 ns
+//! would silently break the model. The ranges are wide enough for any real device and
+//! narrow enough that no product of them overflows; iodepth x numjobs is bounded by the
+//! engine's cap on bios in flight.
 
 use super::cost::CostModel;
 use super::trace::{TraceBio, parse_trace};
@@ -11,6 +18,26 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Bounds of the scenario's numbers (see the module doc for why they exist).
+pub mod limits {
+    /// Device bandwidth, MB/s: 10 kB/s to 1 TB/s.
+    pub const BANDWIDTH_MB_S: (f64, f64) = (0.01, 1e6);
+    /// Per-request overheads and seek times, µs: up to 10 s.
+    pub const SERVICE_US_MAX: f64 = 1e7;
+    /// Think time and the trace plug gap, µs: up to 1,000 s.
+    pub const PAUSE_US_MAX: f64 = 1e9;
+    /// A rate limit, bios per second, when not 0 (unlimited).
+    pub const RATE_IOPS: (f64, f64) = (0.001, 1e9);
+    /// Simulated time over all phases, s (11.6 days).
+    pub const TOTAL_DURATION_S: f64 = 1e6;
+    /// Offsets and sizes of a job's region, MB (the largest device is 2^30 MB).
+    pub const REGION_MB_MAX: u64 = 1 << 30;
+    /// A job's `io_size_mb`.
+    pub const IO_SIZE_MB_MAX: u64 = 1 << 40;
+    /// One step of the cost model, cycles.
+    pub const COST_CYCLES_MAX: u64 = 1_000_000;
+}
 
 /// The embedded default scenario (`mergetune simulate` with no file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../config/scenarios/default.toml");
@@ -343,6 +370,27 @@ impl Scenario {
         if self.phases.is_empty() {
             return Err(bad("phase".into(), "at least one [[phase]] is required"));
         }
+        let c = &self.cost;
+        for (key, v) in [
+            ("plug_check", c.plug_check),
+            ("one_hit", c.one_hit),
+            ("hash_lookup", c.hash_lookup),
+            ("front_lookup", c.front_lookup),
+            ("merge", c.merge),
+            ("request_alloc", c.request_alloc),
+            ("insert", c.insert),
+            ("dispatch", c.dispatch),
+            ("completion", c.completion),
+            ("bio_complete", c.bio_complete),
+            ("dm_split", c.dm_split),
+        ] {
+            if v > limits::COST_CYCLES_MAX {
+                return Err(bad(
+                    format!("cost.{key}"),
+                    &format!("must be at most {} cycles", limits::COST_CYCLES_MAX),
+                ));
+            }
+        }
         let mut names = HashSet::new();
         let mut used_members = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {
@@ -405,22 +453,30 @@ impl Scenario {
                     return Err(bad(k(&format!("iosched.{key}")), "must be at least 1"));
                 }
             }
-            let positive = |v: Option<f64>, f: &str| -> Result<(), ScenarioError> {
+            let service = |v: Option<f64>, f: &str| -> Result<(), ScenarioError> {
                 match v {
-                    Some(x) if !(x.is_finite() && x >= 0.0) => {
-                        Err(bad(k(f), "must be a finite number >= 0"))
-                    }
+                    Some(x) if !(0.0..=limits::SERVICE_US_MAX).contains(&x) => Err(bad(
+                        k(f),
+                        &format!(
+                            "must be a number of µs in 0..={} (10 s)",
+                            limits::SERVICE_US_MAX
+                        ),
+                    )),
                     _ => Ok(()),
                 }
             };
-            positive(d.read_overhead_us, "read_overhead_us")?;
-            positive(d.write_overhead_us, "write_overhead_us")?;
-            positive(d.min_seek_us, "min_seek_us")?;
-            positive(d.max_seek_us, "max_seek_us")?;
+            service(d.read_overhead_us, "read_overhead_us")?;
+            service(d.write_overhead_us, "write_overhead_us")?;
+            service(d.min_seek_us, "min_seek_us")?;
+            service(d.max_seek_us, "max_seek_us")?;
+            let (lo, hi) = limits::BANDWIDTH_MB_S;
             if let Some(b) = d.bandwidth_mb_s
-                && !(b.is_finite() && b > 0.0)
+                && !(lo..=hi).contains(&b)
             {
-                return Err(bad(k("bandwidth_mb_s"), "must be > 0"));
+                return Err(bad(
+                    k("bandwidth_mb_s"),
+                    &format!("must be in {lo}..={hi} MB/s"),
+                ));
             }
             if let Some(p) = d.parallelism
                 && !(1..=1024).contains(&p)
@@ -456,11 +512,24 @@ impl Scenario {
                 return Err(bad(k("members"), "only dm devices have members"));
             }
         }
+        let mut total_s = 0.0;
         for (pi, p) in self.phases.iter().enumerate() {
             let k = |f: &str| format!("phase[{pi}].{f}");
-            if !(p.duration_s.is_finite() && p.duration_s > 0.0 && p.duration_s <= 1e6) {
+            let max_s = limits::TOTAL_DURATION_S;
+            if !(p.duration_s.is_finite() && p.duration_s > 0.0 && p.duration_s <= max_s) {
                 return Err(bad(k("duration_s"), "must be in (0, 1e6] seconds"));
             }
+            total_s += p.duration_s;
+            if total_s > max_s {
+                return Err(bad(
+                    "phase".into(),
+                    &format!(
+                        "the phases last {total_s} s up to phase[{pi}]; the simulator runs at most {max_s} s in all"
+                    ),
+                ));
+            }
+            // Jobs of a phase run at once: their queues add up.
+            let mut in_flight = 0u64;
             for (ji, j) in p.jobs.iter().enumerate() {
                 let k = |f: &str| format!("phase[{pi}].job[{ji}].{f}");
                 let Some(dev) = self.devices.iter().find(|d| d.name == j.device) else {
@@ -493,17 +562,48 @@ impl Scenario {
                 {
                     return Err(bad(k("batch_complete"), "must be in 1..=iodepth"));
                 }
-                if !(j.think_time_us.is_finite() && j.think_time_us >= 0.0) {
-                    return Err(bad(k("think_time_us"), "must be >= 0"));
+                let pause = limits::PAUSE_US_MAX;
+                if !(0.0..=pause).contains(&j.think_time_us) {
+                    return Err(bad(
+                        k("think_time_us"),
+                        &format!("must be in 0..={pause} µs"),
+                    ));
                 }
-                if !(j.rate_iops.is_finite() && j.rate_iops >= 0.0) {
-                    return Err(bad(k("rate_iops"), "must be >= 0"));
+                let (lo, hi) = limits::RATE_IOPS;
+                if !(j.rate_iops == 0.0 || (lo..=hi).contains(&j.rate_iops)) {
+                    return Err(bad(
+                        k("rate_iops"),
+                        &format!("must be 0 (unlimited) or in {lo}..={hi} bios/s"),
+                    ));
                 }
-                if !(j.trace_plug_gap_us.is_finite() && j.trace_plug_gap_us >= 0.0) {
-                    return Err(bad(k("trace_plug_gap_us"), "must be >= 0"));
+                if !(0.0..=pause).contains(&j.trace_plug_gap_us) {
+                    return Err(bad(
+                        k("trace_plug_gap_us"),
+                        &format!("must be in 0..={pause} µs"),
+                    ));
                 }
                 if !(1..=1024).contains(&j.numjobs) {
                     return Err(bad(k("numjobs"), "must be in 1..=1024"));
+                }
+                for (f, v, max) in [
+                    ("offset_mb", j.offset_mb, limits::REGION_MB_MAX),
+                    ("size_mb", j.size_mb, limits::REGION_MB_MAX),
+                    ("io_size_mb", j.io_size_mb, limits::IO_SIZE_MB_MAX),
+                ] {
+                    if v > max {
+                        return Err(bad(k(f), &format!("must be at most {max} MB")));
+                    }
+                }
+                let cap = super::engine::MAX_IN_FLIGHT_BIOS as u64;
+                let job_bios = u64::from(j.iodepth) * u64::from(j.numjobs);
+                in_flight += job_bios;
+                if in_flight > cap {
+                    return Err(bad(
+                        k("iodepth"),
+                        &format!(
+                            "iodepth x numjobs = {job_bios}: with the phase's other jobs up to {in_flight} bios in flight, more than the simulator's cap of {cap}"
+                        ),
+                    ));
                 }
             }
         }

@@ -140,7 +140,7 @@ fn eio(path: String) -> FsError {
 }
 
 impl BlockFs for MemKernel {
-    fn read_diskstats(&mut self) -> Result<String, FsError> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         if self.faults.diskstats_fails {
             return Err(eio("mem:/proc/diskstats".into()));
         }
@@ -162,7 +162,7 @@ impl BlockFs for MemKernel {
                 f[10]
             ));
         }
-        Ok(s)
+        Ok(s.into_bytes())
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {

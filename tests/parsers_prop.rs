@@ -1,0 +1,386 @@
+//! Fuzz-style properties for every parser of outside input (issue 13): /proc/diskstats and
+//! stat lines, the record file, tracefs text, scenario and config TOML. Random bytes and
+//! random mutations of real inputs never panic; an error names the line or the key; what
+//! is accepted is usable. Case counts are bounded so the file runs in a few seconds in
+//! release. (state.json has its own file, tests/state_fuzz.rs.)
+
+use mergetune::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
+use mergetune::diskstats::{parse_diskstats_line, parse_stat_fields};
+use proptest::prelude::*;
+use std::path::Path;
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+}
+
+/// One mutation of a text: overwrite a byte, insert one, delete a span, or duplicate a
+/// line; positions are fractions so they scale to any text.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Set(f64, u8),
+    Insert(f64, u8),
+    Delete(f64, usize),
+    DupLine(f64),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let byte = prop_oneof![
+        any::<u8>(),
+        Just(b'\n'),
+        Just(b' '),
+        Just(0xff),
+        Just(b'9'),
+        Just(b'-')
+    ];
+    prop_oneof![
+        (0.0..1.0f64, byte.clone()).prop_map(|(p, b)| Mutation::Set(p, b)),
+        (0.0..1.0f64, byte).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        (0.0..1.0f64, 1..40usize).prop_map(|(p, n)| Mutation::Delete(p, n)),
+        (0.0..1.0f64).prop_map(Mutation::DupLine),
+    ]
+}
+
+fn apply(text: &[u8], muts: &[Mutation]) -> Vec<u8> {
+    let mut v = text.to_vec();
+    for m in muts {
+        let at = |p: f64, len: usize| ((p * len as f64) as usize).min(len);
+        match *m {
+            Mutation::Set(p, b) if !v.is_empty() => {
+                let i = at(p, v.len() - 1);
+                v[i] = b;
+            }
+            Mutation::Insert(p, b) => {
+                let i = at(p, v.len());
+                v.insert(i, b);
+            }
+            Mutation::Delete(p, n) if !v.is_empty() => {
+                let i = at(p, v.len() - 1);
+                v.drain(i..(i + n).min(v.len()));
+            }
+            Mutation::DupLine(p) => {
+                let lines: Vec<&[u8]> = v.split(|&c| c == b'\n').collect();
+                let i = at(p, lines.len().saturating_sub(1));
+                let mut out = Vec::with_capacity(v.len() * 2);
+                for (k, l) in lines.iter().enumerate() {
+                    out.extend_from_slice(l);
+                    out.push(b'\n');
+                    if k == i {
+                        out.extend_from_slice(l);
+                        out.push(b'\n');
+                    }
+                }
+                v = out;
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+fn non_blank_lines(b: &[u8]) -> usize {
+    b.split(|&c| c == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .count()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Every non-blank line is a device, a named error or part of a duplicate, never lost
+    /// and never a panic; names in `devices` are unique.
+    #[test]
+    fn diskstats_random_bytes_every_line_accounted(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let d = parse_diskstats(&bytes);
+        let dup_lines: usize = d.duplicates.iter().map(|x| x.lines.len()).sum();
+        prop_assert_eq!(d.devices.len() + d.errors.len() + dup_lines, non_blank_lines(&bytes));
+        let total = bytes.split(|&c| c == b'\n').count();
+        for e in &d.errors {
+            prop_assert!(e.line_no >= 1 && e.line_no <= total);
+            let prefix = format!("line {}:", e.line_no);
+            prop_assert!(e.to_string().starts_with(&prefix), "{}", e);
+            prop_assert!(e.line.len() <= mergetune::diskstats::MAX_QUOTED_BYTES + 3);
+        }
+        let mut names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
+        names.sort_unstable();
+        let n = names.len();
+        names.dedup();
+        prop_assert_eq!(names.len(), n);
+        let _ = parse_stat_fields(&bytes);
+        let _ = parse_diskstats_line(&bytes);
+    }
+
+    /// Mutating a real file costs only the lines touched: every untouched line whose name
+    /// stays unique still parses to the same device.
+    #[test]
+    fn diskstats_mutations_cost_only_their_lines(muts in proptest::collection::vec(mutation(), 1..6)) {
+        let text = fixture("tests/fixtures/diskstats_mixed_kernels.txt");
+        let good = parse_diskstats(&text);
+        let bytes = apply(text.as_bytes(), &muts);
+        let d = parse_diskstats(&bytes);
+        let lines: Vec<&[u8]> = bytes.split(|&c| c == b'\n').collect();
+        let dup_names: Vec<&str> = d.duplicates.iter().map(|x| x.name.as_str()).collect();
+        for dev in &good.devices {
+            let intact = lines.iter().filter(|l| {
+                parse_diskstats_line(l).is_ok_and(|p| p == *dev)
+            }).count();
+            if intact == 1 && !dup_names.contains(&dev.name.as_str()) {
+                prop_assert!(d.devices.contains(dev), "{} lost", dev.name);
+            }
+        }
+    }
+
+    /// However reads go, one review says at most MAX_WARNINGS_PER_READ (+1 summing up the
+    /// rest), and the same read again says nothing new.
+    #[test]
+    fn diskstats_health_says_each_problem_once(reads in proptest::collection::vec(proptest::collection::vec(mutation(), 0..4), 1..8)) {
+        let text = fixture("tests/fixtures/diskstats_6.18_after_fio.txt");
+        let mut h = DiskstatsHealth::new();
+        for muts in reads {
+            let d = parse_diskstats(&apply(text.as_bytes(), &muts));
+            let r = h.review(&d);
+            prop_assert!(r.warnings.len() <= MAX_WARNINGS_PER_READ + 1);
+            prop_assert_eq!(r.problem, !d.errors.is_empty() || !d.duplicates.is_empty() || d.devices.is_empty());
+            let again = h.review(&d);
+            prop_assert!(again.warnings.is_empty() && again.cleared.is_empty(), "{:?}", again);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The record file: random mutations of a real recording load, or fail naming the file
+    /// and (for a bad line) a line that exists.
+    #[test]
+    fn record_file_mutations_load_or_name_the_line(muts in proptest::collection::vec(mutation(), 1..5)) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rec.jsonl");
+        let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt");
+        let mut text = String::new();
+        for t in 0..4 {
+            let rec = mergetune::record::TickRecord {
+                t_ms: t * 1000,
+                diskstats: Some(ds.clone().into_bytes()),
+                devices: Some(vec!["vda".into(), "loop0".into()]),
+                ..Default::default()
+            };
+            text.push_str(&serde_json::to_string(&rec).unwrap());
+            text.push('\n');
+        }
+        let bytes = apply(text.as_bytes(), &muts);
+        std::fs::write(&p, &bytes).unwrap();
+        match mergetune::record::load(&p) {
+            Ok(ticks) => {
+                prop_assert!(!ticks.is_empty());
+                prop_assert!(ticks.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
+                // What loads replays without a panic.
+                let mut d = mergetune::daemon::Daemon::simulated(Default::default());
+                let _ = mergetune::record::replay(ticks, &mut d);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("rec.jsonl"), "{}", msg);
+                if let mergetune::record::RecordError::Parse { line, .. } = e {
+                    let lines = bytes.split(|&c| c == b'\n').count();
+                    prop_assert!(line >= 1 && line <= lines, "line {} of {}", line, lines);
+                }
+            }
+        }
+    }
+
+    /// tracefs text: random bytes and mutated real traces go through the streaming reader,
+    /// the line parser and the whole-file parser without a panic; errors name a line.
+    #[test]
+    fn trace_text_never_panics_errors_name_a_line(
+        muts in proptest::collection::vec(mutation(), 1..8),
+        noise in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let text = fixture("tests/fixtures/trace_seq_batched_write.txt");
+        let head: String = text.lines().take(80).collect::<Vec<_>>().join("\n");
+        let mut bytes = apply(head.as_bytes(), &muts);
+        bytes.extend_from_slice(&noise);
+        let mut a = mergetune::advise::Analyzer::new(None);
+        a.read_from(&bytes[..]).unwrap();
+        let lines = bytes.split(|&c| c == b'\n').count();
+        for b in &a.bad_examples {
+            prop_assert!(b.line >= 1 && b.line <= lines);
+        }
+        let an = a.finish(&Default::default());
+        for d in &an.devices {
+            prop_assert!(d.bios > 0, "a report only for a device with usable bios");
+        }
+        let s = String::from_utf8_lossy(&bytes);
+        for l in s.lines() {
+            let _ = mergetune::sim::trace::parse_event(l);
+        }
+        if let Err(e) = mergetune::sim::parse_trace(&s, 10_000) {
+            prop_assert!(e.line >= 1 && e.line <= lines, "{}", e);
+        }
+    }
+}
+
+/// A TOML value to put in place of a number: extremes, non-numbers, wrong types.
+fn toml_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("nan".to_string()),
+        Just("inf".to_string()),
+        Just("-inf".to_string()),
+        Just("1e-300".to_string()),
+        Just("1e300".to_string()),
+        Just("0".to_string()),
+        Just("0.0".to_string()),
+        Just("-1".to_string()),
+        Just("9223372036854775807".to_string()),
+        Just("\"x\"".to_string()),
+        Just("[]".to_string()),
+        (0u64..100_000).prop_map(|v| v.to_string()),
+        (-1e9..1e9f64).prop_map(|v| format!("{v:?}")),
+    ]
+}
+
+/// Replaces the value of the `n`-th `key = value` line (modulo their number).
+fn replace_value(text: &str, n: usize, value: &str) -> (String, String) {
+    let lines: Vec<&str> = text.lines().collect();
+    let keyed: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.trim_start();
+            !t.starts_with('#') && !t.starts_with('[') && t.contains(" = ")
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let i = keyed[n % keyed.len()];
+    let key = lines[i].split(" = ").next().unwrap().trim().to_string();
+    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    out[i] = format!("{key} = {value}");
+    (out.join("\n") + "\n", key)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Scenario TOML: any value in place of any key gives a scenario that builds and runs
+    /// its first 10 ms, or an error naming the key (or the TOML position).
+    #[test]
+    fn scenario_values_are_accepted_and_run_or_named(n in 0usize..1000, value in toml_value()) {
+        let base = fixture("config/scenarios/seed002_dm_stripe_oltp.toml");
+        let (text, key) = replace_value(&base, n, &value);
+        match mergetune::sim::Scenario::from_toml_str(&text, "s.toml", None) {
+            Ok(sc) => {
+                let mut sim = mergetune::sim::Simulation::new(&sc).unwrap();
+                sim.advance_to(10_000_000);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.starts_with("s.toml: "), "{}", msg);
+                match e {
+                    mergetune::sim::ScenarioError::Invalid { key: k, .. } => {
+                        // The key, the phases' total, or what refers to a renamed device.
+                        let refers = key == "name" && (k.ends_with(".device") || k.ends_with(".members"));
+                        prop_assert!(k.contains(&key) || k == "phase" || refers, "{} for {}", k, key);
+                    }
+                    mergetune::sim::ScenarioError::Parse { message, .. } => {
+                        prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
+                    }
+                    other => prop_assert!(false, "{}", other),
+                }
+            }
+        }
+    }
+
+    /// Config TOML, the same way: accepted configs validate and drive a daemon tick; errors
+    /// name the key or the position.
+    #[test]
+    fn config_values_are_accepted_or_named(n in 0usize..1000, value in toml_value()) {
+        let base = fixture("config/mergetune.toml");
+        let (text, key) = replace_value(&base, n, &value);
+        match mergetune::config::load_str(&text, "c.toml") {
+            Ok(cfg) => {
+                prop_assert!(cfg.validate("c.toml").is_ok());
+                let mut sim = mergetune::sim::Simulation::new(&mergetune::sim::Scenario::default_scenario()).unwrap();
+                let mut d = mergetune::daemon::Daemon::simulated(cfg);
+                let _ = d.tick(0, &mut sim);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.starts_with("c.toml: "), "{}", msg);
+                match e {
+                    mergetune::config::ConfigError::Invalid { key: k, .. } => {
+                        // The key itself, or (a rule between two keys) its partner, naming it.
+                        prop_assert!(k.contains(&key) || msg.contains(&key), "{} for {}", msg, key);
+                    }
+                    mergetune::config::ConfigError::Parse { message, .. } => {
+                        prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
+                    }
+                    // Several keys at once (a value and a rule relating it to another): the
+                    // changed key is among them.
+                    mergetune::config::ConfigError::Many { .. } => {
+                        prop_assert!(msg.contains(&key), "{} for {}", msg, key);
+                    }
+                    other => prop_assert!(false, "{}", other),
+                }
+            }
+        }
+    }
+}
+
+/// A reader of `n` bytes of `b` with no newline, made on the fly.
+struct Endless {
+    left: u64,
+    byte: u8,
+}
+
+impl std::io::Read for Endless {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (buf.len() as u64).min(self.left) as usize;
+        buf[..n].fill(self.byte);
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_50_mb_line_is_read_in_bounded_memory() {
+    use mergetune::lines::{Line, read_line_bounded};
+    let mut r = std::io::BufReader::new(Endless {
+        left: 50 << 20,
+        byte: b'x',
+    });
+    let mut buf = Vec::new();
+    let max = 64 * 1024;
+    assert_eq!(
+        read_line_bounded(&mut r, &mut buf, max).unwrap(),
+        Line::TooLong
+    );
+    assert_eq!(buf.len(), max);
+    assert!(buf.capacity() <= 2 * max, "capacity {}", buf.capacity());
+    assert_eq!(read_line_bounded(&mut r, &mut buf, max).unwrap(), Line::Eof);
+    // advise takes such a "trace" as one bad line.
+    let mut a = mergetune::advise::Analyzer::new(None);
+    a.read_from(std::io::BufReader::new(Endless {
+        left: 50 << 20,
+        byte: b'x',
+    }))
+    .unwrap();
+    assert_eq!((a.lines, a.bad_lines), (1, 1));
+    assert!(a.bad_examples[0].message.contains("longer than"));
+}
+
+#[test]
+fn a_record_line_over_the_bound_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("rec.jsonl");
+    let mut text = String::from("{\"t_ms\": 0}\n{\"t_ms\": 1, \"diskstats\": \"");
+    text.push_str(&"8 0 sda 1 2 3 4 5 6 7 8 9 10 11\\n".repeat(1000));
+    text.push_str("\"}\n");
+    std::fs::write(&p, &text).unwrap();
+    let e = mergetune::record::load_bounded(&p, 4096)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rec.jsonl") && e.contains("line 2") && e.contains("longer than"),
+        "{e}"
+    );
+    assert_eq!(mergetune::record::load(&p).unwrap().len(), 2);
+}
