@@ -63,9 +63,9 @@ impl Default for Limits {
             max_request_head_bytes: 8192,
             max_headers: 64,
             header_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
             write_timeout: Duration::from_secs(10),
-            connection_lifetime: Duration::from_secs(60),
+            connection_lifetime: Duration::from_secs(600),
         }
     }
 }
@@ -157,6 +157,17 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, limits: Limits) -> io::Res
             libc::IPPROTO_TCP,
             libc::TCP_NODELAY,
             (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        // Wake for a connection when its request has arrived, not at its handshake: one
+        // wakeup per scrape instead of two, and a client that connects and never speaks
+        // is held by the kernel (for at most the header timeout), not in our table.
+        let defer: libc::c_int = limits.header_timeout.as_secs().clamp(1, 60) as libc::c_int;
+        libc::setsockopt(
+            lfd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&defer as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
         let epfd = cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?;
@@ -473,15 +484,7 @@ impl Server {
                 drop(stream);
                 continue;
             }
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: fd as u64,
-            };
-            // SAFETY: registering a socket we own; ev is a valid local.
-            if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-                continue;
-            }
-            let c = Conn {
+            let mut c = Conn {
                 stream,
                 opened: now,
                 active: now,
@@ -491,6 +494,24 @@ impl Server {
                     idle: false,
                 },
             };
+            // The request is usually here already (deferred accept): answer it before
+            // registering, so that a `Connection: close` scrape never touches epoll.
+            if let Next::Close = self.read(&mut c, now) {
+                continue;
+            }
+            let events = if matches!(c.state, State::Writing { .. }) {
+                libc::EPOLLOUT
+            } else {
+                libc::EPOLLIN
+            };
+            let mut ev = libc::epoll_event {
+                events: events as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: registering a socket we own; ev is a valid local.
+            if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+                continue;
+            }
             let d = c.deadline(&self.limits);
             self.conns.insert(fd, c);
             self.schedule(d);
