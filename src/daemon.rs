@@ -60,13 +60,34 @@ pub struct DeviceRuntime {
 }
 
 /// Counters for the operator (exported as metrics by the metrics layer).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DaemonCounters {
     pub ticks: u64,
     pub decisions: u64,
     pub write_errors: u64,
     pub diskstats_errors: u64,
     pub counter_resets: u64,
+    /// Failed saves of state.json.
+    pub state_save_errors: u64,
+    /// Failed reads of a device tunable.
+    pub tunable_read_errors: u64,
+    /// True when state.json holds every record mergetune has in memory.
+    pub state_persisted: bool,
+}
+
+impl Default for DaemonCounters {
+    fn default() -> Self {
+        DaemonCounters {
+            ticks: 0,
+            decisions: 0,
+            write_errors: 0,
+            diskstats_errors: 0,
+            counter_resets: 0,
+            state_save_errors: 0,
+            tunable_read_errors: 0,
+            state_persisted: true,
+        }
+    }
 }
 
 /// A row of the device table.
