@@ -194,6 +194,14 @@ pub fn serve(addr: SocketAddr, metrics: Arc<Metrics>, limits: Limits) -> io::Res
     let thread = std::thread::Builder::new()
         .name("mergetune-http".into())
         .spawn(move || {
+            // The endpoint yields the CPU to the tick loop: under a flood of scrapers the
+            // decisions keep their schedule and the scrapers wait (nice +10 for this thread
+            // only; Linux applies it per thread).
+            // SAFETY: gettid/setpriority on the calling thread; failure leaves the default.
+            unsafe {
+                let tid = libc::gettid();
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+            }
             let mut server = Server {
                 epfd,
                 listener,
