@@ -13,6 +13,10 @@
 //! with its range, for a new connection per scrape and for one kept-alive connection, and
 //! both processes' RSS (`/proc/PID/status` VmRSS, VmHWM) at the end.
 //!
+//! `MERGETUNE_COST_PACE_MS=N` spaces the scrapes N ms apart (the endpoint then sleeps
+//! between scrapes and pays a wakeup for each, as with a real scrape interval; back to
+//! back, a busy endpoint can find the next request already waiting).
+//!
 //! The request is what Prometheus 2.x sends (its Accept header), without
 //! `Accept-Encoding: gzip` unless `MERGETUNE_COST_GZIP=1`: node_exporter compresses when
 //! asked and mergetune never does, so without gzip node_exporter is measured at its cheapest.
@@ -250,6 +254,7 @@ fn rounds(
     count: usize,
     reps: usize,
 ) -> Vec<[u64; 4]> {
+    let pace = Duration::from_millis(env_or("MERGETUNE_COST_PACE_MS", 0));
     let mut out = Vec::new();
     for rep in 0..reps {
         let mut row = [0u64; 4];
@@ -269,6 +274,9 @@ fn rounds(
             let (t0, ns0) = cpu(pid);
             for _ in 0..count {
                 c.get().unwrap_or_else(|err| panic!("{}: {err}", e.name));
+                if !pace.is_zero() {
+                    std::thread::sleep(pace);
+                }
             }
             drop(c);
             let (t1, ns1) = cpu(pid);
@@ -380,8 +388,9 @@ pub fn run() {
         .unwrap()
     };
     println!(
-        "scrape cost: {devices} devices, {count} scrapes per exporter per round, {reps} rounds, gzip {}",
-        if gzip { "asked" } else { "not asked" }
+        "scrape cost: {devices} devices, {count} scrapes per exporter per round, {reps} rounds, gzip {}, {} ms between scrapes",
+        if gzip { "asked" } else { "not asked" },
+        env_or::<u64>("MERGETUNE_COST_PACE_MS", 0)
     );
     println!(
         "one scrape: mergetune {} bytes, node_exporter {} bytes",
