@@ -172,6 +172,9 @@ fn bench(c: &mut Criterion) {
 
 criterion_group!(benches, bench);
 
+#[path = "metrics_support/scrape_cost.rs"]
+mod scrape_cost;
+
 fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
@@ -332,6 +335,10 @@ fn load_run() {
 fn main() {
     if std::env::var_os("MERGETUNE_LOAD").is_some() {
         load_run();
+        return;
+    }
+    if std::env::var_os("MERGETUNE_SCRAPE_COST").is_some() {
+        scrape_cost::run();
         return;
     }
     benches();

@@ -1,20 +1,36 @@
-//! systemd integration: logging to the journal with structured fields, and `sd_notify`.
+//! systemd integration and log formats: logging to the journal with structured fields,
+//! one readable line per event on a terminal, JSON lines for log shippers, and `sd_notify`.
 //!
-//! Logging: under systemd (`JOURNAL_STREAM` names our stderr) events go to the journal
-//! directly, each tracing field as a journal field in upper case: a decision carries
-//! `DEVICE=`, `FROM=`, `TO=` and `REASON=` next to `MESSAGE=` (`journalctl -u mergetune
-//! DEVICE=sda`). Elsewhere, readable lines on stderr. `-v` debug, `-vv` trace, `-q` warnings
-//! only; `RUST_LOG` (an `EnvFilter` directive) overrides all three.
+//! Logging (`--log-format`, [`LogFormat`]):
+//! - `journal`: events go to the journal directly, each tracing field as a journal field in
+//!   upper case: a decision carries `DEVICE=`, `FROM=`, `TO=` and `REASON=` next to
+//!   `MESSAGE=` (`journalctl -u mergetune DEVICE=sda`).
+//! - `text`: one line per event: time, level, the message, then only the fields whose value
+//!   the message does not already say (a decision's message names its device, values and
+//!   reason, so on a terminal it reads once).
+//! - `json`: one JSON object per line: `timestamp`, `level`, `message` and every field.
+//! - `auto` (the default): `journal` when `JOURNAL_STREAM` names our stderr (started by
+//!   systemd), else `text`.
+//!
+//! `-v` debug, `-vv` trace, `-q` warnings only; `RUST_LOG` (an `EnvFilter` directive)
+//! overrides all three.
 //!
 //! Notify: `READY=1`, `STATUS=...`, `WATCHDOG=1` and `STOPPING=1` are datagrams to the unix
 //! socket named by `$NOTIFY_SOCKET` (a path, or an abstract name starting with `@`). Outside
 //! systemd nothing is sent.
 
+use std::fmt::Write as _;
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// The filter directive for `-v`/`-q` when `RUST_LOG` is not set.
@@ -51,6 +67,20 @@ pub fn stderr_is_journal() -> bool {
     }
 }
 
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `journal` under systemd, else `text`.
+    #[default]
+    Auto,
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line, every field included.
+    Json,
+    /// The journal's native protocol, fields as upper-case journal fields.
+    Journal,
+}
+
 /// Where log lines went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogTarget {
@@ -58,48 +88,192 @@ pub enum LogTarget {
     Stderr,
 }
 
+/// An event's message and its other fields, as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    rest: Vec<(&'static str, String)>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_string();
+        } else {
+            self.rest.push((field.name(), value.to_string()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.rest.push((field.name(), format!("{value:?}")));
+        }
+    }
+}
+
+/// The text line: `[time] LEVEL message [key=value ...]`, a field shown only when the
+/// message does not already contain its value.
+pub struct TextFormat {
+    pub timestamps: bool,
+    pub ansi: bool,
+}
+
+impl<S, N> FormatEvent<S, N> for TextFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let mut f = Fields::default();
+        event.record(&mut f);
+        if self.timestamps {
+            SystemTime.format_time(&mut w)?;
+            w.write_char(' ')?;
+        }
+        let level = *event.metadata().level();
+        let colour = match level {
+            tracing::Level::ERROR => "31",
+            tracing::Level::WARN => "33",
+            tracing::Level::INFO => "32",
+            tracing::Level::DEBUG => "34",
+            tracing::Level::TRACE => "35",
+        };
+        if self.ansi {
+            write!(w, "\x1b[{colour}m{level:>5}\x1b[0m ")?;
+        } else {
+            write!(w, "{level:>5} ")?;
+        }
+        w.write_str(&text_line(&f.message, &f.rest))?;
+        writeln!(w)
+    }
+}
+
+/// The message, then `key=value` for each field whose value it does not contain.
+pub fn text_line(message: &str, fields: &[(&str, String)]) -> String {
+    let mut out = message.to_string();
+    for (k, v) in fields {
+        if v.is_empty() || message.contains(v.as_str()) {
+            continue;
+        }
+        if v.contains([' ', '"', '=']) {
+            let _ = write!(out, " {k}={v:?}");
+        } else {
+            let _ = write!(out, " {k}={v}");
+        }
+    }
+    out
+}
+
+/// A JSON line: `{"timestamp":..,"level":..,"message":..,<field>:..}`.
+pub struct JsonFormat;
+
+impl<S, N> FormatEvent<S, N> for JsonFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let mut ts = String::new();
+        SystemTime.format_time(&mut Writer::new(&mut ts))?;
+        let level = event.metadata().level().to_string();
+        writeln!(w, "{}", json_line(&ts, &level, &f.message, &f.rest))
+    }
+}
+
+/// One JSON object; a field named like one of the fixed keys keeps its value under
+/// `field_<name>`.
+pub fn json_line(timestamp: &str, level: &str, message: &str, fields: &[(&str, String)]) -> String {
+    let mut m = serde_json::Map::new();
+    m.insert("timestamp".into(), timestamp.into());
+    m.insert("level".into(), level.into());
+    m.insert("message".into(), message.into());
+    for (k, v) in fields {
+        let key = if m.contains_key(*k) {
+            format!("field_{k}")
+        } else {
+            k.to_string()
+        };
+        m.insert(key, v.as_str().into());
+    }
+    serde_json::Value::Object(m).to_string()
+}
+
 /// Installs the global subscriber. Call once, first thing in main.
-pub fn init(verbose: u8, quiet: bool) -> LogTarget {
+pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
     let filter = || {
         EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| EnvFilter::new(default_directive(verbose, quiet)))
     };
-    if stderr_is_journal() {
-        match tracing_journald::layer() {
-            Ok(layer) => {
-                let layer = layer
-                    .with_field_prefix(None)
-                    .with_syslog_identifier("mergetune".to_string());
-                if tracing_subscriber::registry()
-                    .with(filter())
-                    .with(layer)
-                    .try_init()
-                    .is_ok()
-                {
-                    return LogTarget::Journal;
+    let under_systemd = stderr_is_journal();
+    let format = match format {
+        LogFormat::Auto if under_systemd => LogFormat::Journal,
+        LogFormat::Auto => LogFormat::Text,
+        f => f,
+    };
+    match format {
+        LogFormat::Journal => {
+            match tracing_journald::layer() {
+                Ok(layer) => {
+                    let layer = layer
+                        .with_field_prefix(None)
+                        .with_syslog_identifier("mergetune".to_string());
+                    if tracing_subscriber::registry()
+                        .with(filter())
+                        .with(layer)
+                        .try_init()
+                        .is_ok()
+                    {
+                        return LogTarget::Journal;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("mergetune: cannot open the journal socket ({e}); logging to stderr")
                 }
             }
-            Err(e) => {
-                eprintln!("mergetune: cannot open the journal socket ({e}); logging to stderr")
-            }
+            // Stderr is (likely) the journal anyway: no timestamps (journald adds them), no
+            // colours.
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter())
+                .with_writer(io::stderr)
+                .event_format(TextFormat {
+                    timestamps: false,
+                    ansi: false,
+                })
+                .try_init();
         }
-        // Stderr is the journal anyway: no timestamps (journald adds them), no colours.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter())
-            .with_writer(io::stderr)
-            .with_target(false)
-            .with_ansi(false)
-            .without_time()
-            .try_init();
-        return LogTarget::Stderr;
+        LogFormat::Json => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter())
+                .with_writer(io::stderr)
+                .event_format(JsonFormat)
+                .try_init();
+        }
+        LogFormat::Text | LogFormat::Auto => {
+            use std::io::IsTerminal;
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter())
+                .with_writer(io::stderr)
+                .event_format(TextFormat {
+                    timestamps: true,
+                    ansi: io::stderr().is_terminal(),
+                })
+                .try_init();
+        }
     }
-    use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter())
-        .with_writer(io::stderr)
-        .with_target(false)
-        .with_ansi(io::stderr().is_terminal())
-        .try_init();
     LogTarget::Stderr
 }
 
@@ -205,6 +379,94 @@ fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+    use std::sync::{Arc, Mutex};
+
+    /// A writer into a shared buffer, for a subscriber under test.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn decision_line<E>(format: E) -> String
+    where
+        E: FormatEvent<
+                tracing_subscriber::Registry,
+                tracing_subscriber::fmt::format::DefaultFields,
+            > + Send
+            + Sync
+            + 'static,
+    {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .event_format(format)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            // As the daemon logs a decision: the message says it all, the fields repeat it
+            // for the journal and JSON.
+            tracing::info!(device = %"sda", from = %"0", to = %"2",
+                reason = %"merge ratio 0.0% < 1.0% for 2 windows", extra = %"kept",
+                "sda: queue/nomerges 0 -> 2: disable: merge ratio 0.0% < 1.0% for 2 windows");
+        });
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_terminal_line_says_the_reason_once() {
+        let line = decision_line(TextFormat {
+            timestamps: false,
+            ansi: false,
+        });
+        assert_eq!(
+            line,
+            " INFO sda: queue/nomerges 0 -> 2: disable: merge ratio 0.0% < 1.0% for 2 windows extra=kept\n"
+        );
+        assert_eq!(line.matches("merge ratio").count(), 1, "{line}");
+        let stamped = decision_line(TextFormat {
+            timestamps: true,
+            ansi: false,
+        });
+        assert!(stamped.starts_with("20"), "{stamped}");
+    }
+
+    #[test]
+    fn a_json_line_carries_every_field() {
+        let line = decision_line(JsonFormat);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["device"], "sda");
+        assert_eq!(v["from"], "0");
+        assert_eq!(v["to"], "2");
+        assert_eq!(v["reason"], "merge ratio 0.0% < 1.0% for 2 windows");
+        assert!(v["message"].as_str().unwrap().starts_with("sda: "), "{v}");
+        assert!(v["timestamp"].as_str().unwrap().starts_with("20"), "{v}");
+    }
+
+    #[test]
+    fn fields_the_message_does_not_say_are_kept_quoted_when_needed() {
+        let fields = [
+            ("device", "sda".to_string()),
+            ("path", "/x y".to_string()),
+            ("empty", String::new()),
+        ];
+        assert_eq!(text_line("sda: gone", &fields), "sda: gone path=\"/x y\"");
+        let j = json_line("t", "INFO", "m", &[("message", "dup".into())]);
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(
+            (v["message"].as_str(), v["field_message"].as_str()),
+            (Some("m"), Some("dup"))
+        );
+    }
 
     #[test]
     fn sends_to_a_path_socket() {

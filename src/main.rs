@@ -31,6 +31,10 @@ struct Cli {
     /// Less log output (warnings and errors only).
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Log format: auto (journal under systemd, else text), text, json (one object per
+    /// line, for log shippers) or journal.
+    #[arg(long, global = true, value_enum, default_value_t)]
+    log_format: mergetune::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -127,7 +131,7 @@ struct RunArgs {
 
 fn main() {
     let cli = Cli::parse();
-    mergetune::logging::init(cli.verbose, cli.quiet);
+    mergetune::logging::init(cli.verbose, cli.quiet, cli.log_format);
     let code = match run_command(cli.command) {
         Ok(code) => code,
         Err(e) => {

@@ -167,7 +167,11 @@ struct Families {
     probes: Family<ProbeLabels, Counter>,
     write_errors: Counter,
     diskstats_errors: Counter,
-    counter_resets: Counter,
+    diskstats_resets: Counter,
+    state_save_errors: Counter,
+    tunable_read_errors: Counter,
+    state_persisted: Gauge,
+    max_changes_per_hour: Gauge,
     ticks: Counter,
     reloads: Family<ResultLabels, Counter>,
     tick_duration: Histogram,
@@ -252,7 +256,11 @@ impl Metrics {
             probes: Family::default(),
             write_errors: Counter::default(),
             diskstats_errors: Counter::default(),
-            counter_resets: Counter::default(),
+            diskstats_resets: Counter::default(),
+            state_save_errors: Counter::default(),
+            tunable_read_errors: Counter::default(),
+            state_persisted: Gauge::default(),
+            max_changes_per_hour: Gauge::default(),
             ticks: Counter::default(),
             reloads: Family::default(),
             tick_duration: Histogram::new(tick_buckets()),
@@ -320,9 +328,29 @@ impl Metrics {
             f.diskstats_errors.clone(),
         );
         r.register(
-            "counter_resets",
-            "Device counters that went backwards (device removed and re-added): the window restarted",
-            f.counter_resets.clone(),
+            "diskstats_resets",
+            "Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted",
+            f.diskstats_resets.clone(),
+        );
+        r.register(
+            "state_save_errors",
+            "Failed saves of state.json, the record of original values (the records stay in memory and the save is retried)",
+            f.state_save_errors.clone(),
+        );
+        r.register(
+            "tunable_read_errors",
+            "Failed reads of a device tunable (queue/nomerges, queue/iosched/...)",
+            f.tunable_read_errors.clone(),
+        );
+        r.register(
+            "state_persisted",
+            "1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it)",
+            f.state_persisted.clone(),
+        );
+        r.register(
+            "policy_max_changes_per_hour",
+            "[policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour",
+            f.max_changes_per_hour.clone(),
         );
         r.register(
             "ticks",
@@ -349,6 +377,8 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             })
             .set(1);
+        // Nothing recorded yet is nothing unsaved.
+        f.state_persisted.set(1);
         for result in ["success", "failure"] {
             f.reloads
                 .get_or_create(&ResultLabels {
@@ -388,6 +418,8 @@ impl Metrics {
         let cfg = daemon.config();
         f.dry_run.set(i64::from(daemon.actuator().dry_run()));
         f.policy_enabled.set(i64::from(cfg.policy.enabled));
+        f.max_changes_per_hour
+            .set(i64::from(cfg.policy.max_changes_per_hour));
 
         let mut present = BTreeSet::new();
         for (name, dev) in daemon.devices() {
@@ -510,10 +542,21 @@ impl Metrics {
             inner.last.diskstats_errors,
         );
         add(
-            &f.counter_resets,
+            &f.diskstats_resets,
             c.counter_resets,
             inner.last.counter_resets,
         );
+        add(
+            &f.state_save_errors,
+            c.state_save_errors,
+            inner.last.state_save_errors,
+        );
+        add(
+            &f.tunable_read_errors,
+            c.tunable_read_errors,
+            inner.last.tunable_read_errors,
+        );
+        f.state_persisted.set(i64::from(c.state_persisted));
         add(&f.ticks, c.ticks, inner.last.ticks);
         inner.last = c.clone();
 

@@ -1,5 +1,7 @@
-//! The Grafana dashboard (config/grafana/mergetune.json) queries only metrics the daemon
-//! exports, has a device variable, and every panel has a query.
+//! The Grafana dashboard (config/grafana/mergetune.json) and the mixin's rules and alerts
+//! (config/mixin/) query only metrics the daemon exports or the mixin records, the dashboard
+//! has host and device variables and a fleet row on the recorded series, and every panel has
+//! a query. (promtool's own checks of the rules are in tests/mixin.rs.)
 
 use mergetune::blockfs::RealFs;
 use mergetune::config::Config;
@@ -89,20 +91,135 @@ fn exported() -> BTreeSet<String> {
     names
 }
 
+/// Every identifier of `expr` that names a mergetune series: `mergetune_...`, or a recorded
+/// `level:mergetune_...:ops` (identifiers are `[A-Za-z0-9_:]+`; label values in quotes are
+/// skipped).
 fn metric_names(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let b = expr.as_bytes();
-    let mut i = 0;
-    while let Some(pos) = expr[i..].find("mergetune_") {
-        let start = i + pos;
-        let mut end = start;
-        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
-            end += 1;
+    let mut in_quotes = false;
+    let mut word = String::new();
+    let mut flush = |w: &mut String| {
+        if w.contains("mergetune_") {
+            out.push(std::mem::take(w));
         }
-        out.push(expr[start..end].to_string());
-        i = end;
+        w.clear();
+    };
+    for c in expr.chars() {
+        if c == '"' {
+            in_quotes = !in_quotes;
+            flush(&mut word);
+        } else if !in_quotes && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            word.push(c);
+        } else {
+            flush(&mut word);
+        }
+    }
+    flush(&mut word);
+    out
+}
+
+fn mixin_file(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config/mixin")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// (record or alert name, expr) of every rule in a rules file of the mixin's own layout:
+/// `- record: NAME` or `- alert: NAME`, then `expr: ONE LINE` or `expr: |` and a more
+/// indented block.
+fn rules(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut name: Option<String> = None;
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if let Some(n) = t
+            .strip_prefix("- record:")
+            .or_else(|| t.strip_prefix("- alert:"))
+        {
+            name = Some(n.trim().to_string());
+        } else if let Some(e) = t.strip_prefix("expr:") {
+            let indent = line.len() - t.len();
+            let mut expr = e.trim().to_string();
+            if expr == "|" {
+                expr.clear();
+                while let Some(next) = lines.peek() {
+                    let nt = next.trim_start();
+                    if !nt.is_empty() && next.len() - nt.len() <= indent {
+                        break;
+                    }
+                    expr.push_str(nt);
+                    expr.push('\n');
+                    lines.next();
+                }
+            }
+            let n = name.take().expect("expr without a record or alert name");
+            out.push((n, expr));
+        }
     }
     out
+}
+
+/// The series the mixin records.
+fn recorded() -> BTreeSet<String> {
+    rules(&mixin_file("prometheus_rules.yaml"))
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
+
+#[test]
+fn rules_and_alerts_name_only_exported_or_recorded_series() {
+    let known = exported();
+    let recorded = recorded();
+    assert!(recorded.len() >= 10, "{recorded:?}");
+    for file in ["prometheus_rules.yaml", "prometheus_alerts.yaml"] {
+        let rs = rules(&mixin_file(file));
+        assert!(rs.len() >= 8, "{file}: {} rules", rs.len());
+        for (name, expr) in rs {
+            let names = metric_names(&expr);
+            // Prometheus' own `up` is the one other series an alert may use.
+            assert!(
+                !names.is_empty() || expr.starts_with("up{"),
+                "{file} {name}: {expr:?} names no mergetune series"
+            );
+            for n in names {
+                assert!(
+                    known.contains(&n) || recorded.contains(&n),
+                    "{file} {name}: {n} is neither exported nor recorded (expr {expr:?})"
+                );
+            }
+        }
+    }
+    // The alerts the fleet docs promise.
+    let alerts: BTreeSet<String> = rules(&mixin_file("prometheus_alerts.yaml"))
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for a in [
+        "MergetuneDown",
+        "MergetuneNotTicking",
+        "MergetuneTickLag",
+        "MergetuneSysfsWriteErrors",
+        "MergetuneStateNotPersisted",
+        "MergetuneDeviceFlapping",
+        "MergetuneMergingOffWhileItPays",
+        "MergetuneConfigReloadFailed",
+    ] {
+        assert!(alerts.contains(a), "no alert {a}: {alerts:?}");
+    }
+}
+
+#[test]
+fn the_mixin_ships_the_same_dashboard() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let a = std::fs::read(root.join("config/mixin/dashboards_out/mergetune.json")).unwrap();
+    let b = std::fs::read(root.join("config/grafana/mergetune.json")).unwrap();
+    assert!(
+        a == b,
+        "config/mixin/dashboards_out/mergetune.json differs from config/grafana/"
+    );
 }
 
 fn panels(v: &Value, out: &mut Vec<Value>) {
@@ -117,7 +234,9 @@ fn panels(v: &Value, out: &mut Vec<Value>) {
 #[test]
 fn every_query_names_an_exported_metric() {
     let d = dashboard();
-    let known = exported();
+    let exported_names = exported();
+    let mut known = exported_names.clone();
+    known.extend(recorded());
     let mut all = Vec::new();
     panels(&d, &mut all);
     let mut queries = 0;
@@ -170,7 +289,7 @@ fn every_query_names_an_exported_metric() {
     assert!(queries >= 15, "{queries} queries");
     // And the scrape really has samples of every family the dashboard needs.
     let text = scrape();
-    for n in &known {
+    for n in &exported_names {
         if !n.ends_with("_bucket") && !n.ends_with("_sum") && !n.ends_with("_count") {
             assert!(
                 text.lines()
@@ -190,7 +309,9 @@ fn has_a_device_variable_used_by_the_per_device_panels() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert!(vars.contains(&"device"), "{vars:?}");
+    for v in ["job", "instance", "device"] {
+        assert!(vars.contains(&v), "{v}: {vars:?}");
+    }
     let mut all = Vec::new();
     panels(&d, &mut all);
     for metric in [
@@ -209,6 +330,19 @@ fn has_a_device_variable_used_by_the_per_device_panels() {
         });
         assert!(used, "no panel shows {metric}");
     }
+    // The fleet row is built on the recording rules.
+    let recorded = recorded();
+    let fleet_queries = all
+        .iter()
+        .filter_map(|p| p["targets"].as_array())
+        .flatten()
+        .filter_map(|t| t["expr"].as_str())
+        .filter(|e| metric_names(e).iter().any(|n| recorded.contains(n)))
+        .count();
+    assert!(
+        fleet_queries >= 6,
+        "{fleet_queries} queries on recorded series"
+    );
     let per_device = all
         .iter()
         .filter(|p| p["title"] == "Merge ratio (last window)" || p["title"] == "Ladder level")

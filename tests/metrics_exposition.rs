@@ -226,9 +226,21 @@ mergetune_sysfs_write_errors_total 0
 # HELP mergetune_diskstats_errors_total Ticks where /proc/diskstats could not be read or had unparsable lines.
 # TYPE mergetune_diskstats_errors_total counter
 mergetune_diskstats_errors_total 0
-# HELP mergetune_counter_resets_total Device counters that went backwards (device removed and re-added): the window restarted.
-# TYPE mergetune_counter_resets_total counter
-mergetune_counter_resets_total 0
+# HELP mergetune_diskstats_resets_total Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted.
+# TYPE mergetune_diskstats_resets_total counter
+mergetune_diskstats_resets_total 0
+# HELP mergetune_state_save_errors_total Failed saves of state.json, the record of original values (the records stay in memory and the save is retried).
+# TYPE mergetune_state_save_errors_total counter
+mergetune_state_save_errors_total 0
+# HELP mergetune_tunable_read_errors_total Failed reads of a device tunable (queue/nomerges, queue/iosched/...).
+# TYPE mergetune_tunable_read_errors_total counter
+mergetune_tunable_read_errors_total 0
+# HELP mergetune_state_persisted 1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it).
+# TYPE mergetune_state_persisted gauge
+mergetune_state_persisted 1
+# HELP mergetune_policy_max_changes_per_hour [policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour.
+# TYPE mergetune_policy_max_changes_per_hour gauge
+mergetune_policy_max_changes_per_hour 60
 # HELP mergetune_ticks_total Ticks (samples of the counters) taken.
 # TYPE mergetune_ticks_total counter
 mergetune_ticks_total 6
@@ -474,6 +486,22 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     tick(&mut d, &mut fs, &mut kinds, &mut now);
     m.config_reload(true);
     m.config_reload(false);
+    // The state-file counters are the daemon's to raise (a failed save, an unreadable
+    // tunable); here the exporter is shown to carry whatever the daemon counted.
+    d.counters.state_save_errors += 2;
+    d.counters.tunable_read_errors += 1;
+    d.counters.state_persisted = false;
+    m.update(&d, &[], timing(now));
+    let after = String::from_utf8(m.render(false).to_vec()).unwrap();
+    assert!(
+        after.contains("\nmergetune_state_save_errors_total 2\n"),
+        "{after}"
+    );
+    assert!(
+        after.contains("\nmergetune_tunable_read_errors_total 1\n"),
+        "{after}"
+    );
+    assert!(after.contains("\nmergetune_state_persisted 0\n"), "{after}");
     assert!(kinds.contains("disable"), "{kinds:?}");
     assert!(kinds.contains("probe"), "{kinds:?}");
     assert!(kinds.contains("probe_failed"), "{kinds:?}");

@@ -1,6 +1,7 @@
-//! Logging: readable stderr lines outside systemd, `-q`/`-v`/`RUST_LOG`, and the journal
-//! detection (`JOURNAL_STREAM` must name our stderr; without a journald socket the daemon
-//! falls back to plain lines without timestamps, which journald would add itself).
+//! Logging: readable stderr lines outside systemd (a field the message already says is not
+//! repeated), `--log-format json`, `-q`/`-v`/`RUST_LOG`, and the journal detection
+//! (`JOURNAL_STREAM` must name our stderr; without a journald socket the daemon falls back
+//! to plain lines without timestamps, which journald would add itself).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -65,13 +66,15 @@ fn stderr_lines_and_verbosity_flags() {
     let normal = run(t.path(), &[], &[], false);
     assert!(normal.contains("INFO"), "{normal}");
     assert!(normal.contains("sda"), "{normal}");
-    // Outside systemd: timestamps, and the device as a field.
+    // Outside systemd: timestamps, and the device once: in the message, not again as a
+    // field.
     assert!(
         normal
             .lines()
-            .any(|l| l.starts_with("20") && l.contains("device=sda")),
+            .any(|l| l.starts_with("20") && l.contains(" INFO sda: ")),
         "{normal}"
     );
+    assert!(!normal.contains("device=sda"), "{normal}");
 
     let quiet = run(t.path(), &["-q"], &[], false);
     assert!(!quiet.contains("INFO"), "-q: {quiet}");
@@ -86,6 +89,33 @@ fn stderr_lines_and_verbosity_flags() {
         false,
     );
     assert!(env.contains("INFO"), "RUST_LOG overrides -q: {env}");
+}
+
+#[test]
+fn json_lines_for_log_shippers() {
+    let t = tree();
+    let text = run(t.path(), &["--log-format", "json"], &[], false);
+    let mut sda = None;
+    for l in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not a JSON line: {l}"));
+        assert!(
+            v["timestamp"].as_str().is_some_and(|t| t.starts_with("20")),
+            "{l}"
+        );
+        assert!(v["level"].is_string() && v["message"].is_string(), "{l}");
+        if v["device"] == "sda" {
+            sda = Some(v);
+        }
+    }
+    let sda = sda.unwrap_or_else(|| panic!("no line with \"device\":\"sda\": {text}"));
+    assert!(
+        sda["message"].as_str().unwrap().starts_with("sda: "),
+        "{sda}"
+    );
+    // Under systemd the journal stays the default; json is asked for explicitly.
+    let journal = run(t.path(), &["--log-format", "text"], &[], true);
+    assert!(journal.lines().any(|l| l.starts_with("20")), "{journal}");
 }
 
 #[test]
