@@ -247,8 +247,8 @@ fn parse_line(line: &[u8]) -> Result<DiskStat, (Fault, Option<String>)> {
     let name = it
         .next()
         .ok_or_else(|| no_dev(LineFault::MissingName, None))?;
-    let dev = Some(quote(name));
-    let with_dev = |f: Fault| (f, dev.clone());
+    // Quoted only on error: a good line allocates nothing but its name.
+    let with_dev = |f: Fault| (f, Some(quote(name)));
     let major = parse_u64(major)
         .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(|| with_dev((LineFault::BadMajor, Some(quote(major)))))?;
@@ -308,8 +308,21 @@ fn set_aside_duplicates(out: &mut Diskstats, line_nos: &[usize]) {
     if out.devices.len() < 2 {
         return;
     }
-    // Sorting indices by name finds repeats without a hash map; the common case (no
-    // repeat) keeps the device list untouched.
+    // The common case, no repeat, is told by sorted name hashes (cheap u64 compares); only
+    // a repeated hash takes the exact path by name.
+    let mut hashes: Vec<u64> = out
+        .devices
+        .iter()
+        .map(|d| {
+            d.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        })
+        .collect();
+    hashes.sort_unstable();
+    if !hashes.windows(2).any(|w| w[0] == w[1]) {
+        return;
+    }
     let mut order: Vec<u32> = (0..out.devices.len() as u32).collect();
     order.sort_unstable_by(|&a, &b| {
         out.devices[a as usize]
