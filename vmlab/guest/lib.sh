@@ -135,3 +135,36 @@ hostile_load_stop() {
         LOAD_PID=""
     fi
 }
+
+# trace_dev_t DEV: the kernel-internal dev_t the block events carry (major << 20 | minor).
+trace_dev_t() {
+    local mm
+    mm="$(cat "/sys/block/$1/dev")"
+    echo $(( (${mm%%:*} << 20) | ${mm##*:} ))
+}
+# A tracefs instance of its own with the block events of the given devices.
+trace_start() { # NAME DEV...
+    local t=/sys/kernel/tracing
+    mountpoint -q $t || mount -t tracefs nodev $t
+    TR=$t/instances/$1
+    rmdir "$TR" 2>/dev/null || true
+    mkdir "$TR"
+    echo 8192 > "$TR/buffer_size_kb"
+    shift
+    local filt="" d
+    for d in "$@"; do filt="${filt:+$filt || }dev == $(trace_dev_t "$d")"; done
+    local e
+    for e in block_bio_queue block_bio_backmerge block_bio_frontmerge block_rq_issue block_rq_complete block_split block_bio_remap; do
+        echo "$filt" > "$TR/events/block/$e/filter"
+        echo 1 > "$TR/events/block/$e/enable"
+    done
+    echo > "$TR/trace"
+}
+trace_stop() { # FILE
+    local e
+    for e in "$TR"/events/block/*/enable; do echo 0 > "$e"; done
+    cat "$TR/trace" > "$1"
+    echo > "$TR/trace"
+    rmdir "$TR"
+}
+

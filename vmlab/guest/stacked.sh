@@ -8,8 +8,11 @@ STK_CONF=/root/stacked.toml
 
 stacked_setup() {
     local n
+    local extra
     for n in nullblin0 nullblin1 nullbstr0 nullbstr1 nullbmd0 nullbmd1; do
-        mk_nullb "$n" $STK_ARGS > "/run/vmlab-$n" || fail "null_blk $n not created"
+        # md reads its superblock back: its members keep what is written (in RAM).
+        extra=""; case "$n" in nullbmd*) extra="memory_backed=1" ;; esac
+        mk_nullb "$n" $STK_ARGS $extra > "/run/vmlab-$n" || fail "null_blk $n not created"
         echo mq-deadline > "/sys/block/$(cat /run/vmlab-$n)/queue/scheduler"
     done
     LIN0=$(cat /run/vmlab-nullblin0) LIN1=$(cat /run/vmlab-nullblin1)
@@ -81,31 +84,46 @@ stacked_real_run() {
 }
 
 # Seed 002: a 2 MiB read at sector 224 of the 128 KiB-chunk stripe. The kernel's block
-# events on the top and on both members, and the members' stat deltas.
+# events on the top and on both members, and the stat deltas. Twice: with the queue limits
+# the stack came up with (the block layer splits the bio at the top's max_sectors_kb before
+# dm or md sees it), then with the top's and the members' max_sectors_kb raised to their
+# max_hw_sectors_kb, the closest to seed 002's single 2 MiB bio this kernel allows.
+limits_of() { # DEV
+    echo "max_sectors_kb=$(cat /sys/block/$1/queue/max_sectors_kb) max_hw_sectors_kb=$(cat /sys/block/$1/queue/max_hw_sectors_kb) chunk_sectors=$(cat /sys/block/$1/queue/chunk_sectors 2>/dev/null)"
+}
+raise_limits() { # DEV
+    cat "/sys/block/$1/queue/max_hw_sectors_kb" > "/sys/block/$1/queue/max_sectors_kb" 2>/dev/null || true
+}
 stacked_split() {
     . /run/vmlab-stacked
-    local top="$1" m0="$2" m1="$3" tag="$4"
-    local f="$OUT/traces/split_${tag}"
+    local top="$1" m0="$2" m1="$3" tag="$4" f
     mkdir -p "$OUT/traces"
-    local b0 b1 bt a0 a1 at
-    trace_start vmlab-split "$top" "$m0" "$m1"
-    bt="$(stat_fields "$top")"; b0="$(stat_fields "$m0")"; b1="$(stat_fields "$m1")"
-    dd if="/dev/$top" of=/dev/null bs=2M count=1 skip=$((224 * 512)) iflag=direct,skip_bytes status=none \
-        || fail "dd failed"
-    at="$(stat_fields "$top")"; a0="$(stat_fields "$m0")"; a1="$(stat_fields "$m1")"
-    trace_stop "$f.txt"
-    local dt=($(stat_delta "$bt" "$at")) d0=($(stat_delta "$b0" "$a0")) d1=($(stat_delta "$b1" "$a1"))
-    local dev_top dev0 dev1
-    dev_top="$(cat /sys/block/$top/dev)"; dev0="$(cat /sys/block/$m0/dev)"; dev1="$(cat /sys/block/$m1/dev)"
-    local q_top q0 q1 splits
-    q_top=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev_top/:/,} ")
-    q0=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev0/:/,} ")
-    q1=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev1/:/,} ")
-    splits=$(grep -c ' block_split:' "$f.txt")
-    local pieces=$(( d0[0] + d0[1] + d1[0] + d1[1] ))
-    figure "split_${tag} top=$top queued_top=$q_top top_reads=${dt[0]} top_merged=${dt[1]} member_queued=$((q0 + q1)) ($q0+$q1) member_reads=$((d0[0] + d1[0])) member_merged=$((d0[1] + d1[1])) member_bios=$pieces block_split_events=$splits simulator_member_bios=17"
-    grep ' block_bio_queue:' "$f.txt" | awk '{for (i=1;i<=NF;i++) if ($i ~ /^[0-9]+,[0-9]+$/) {print $i, $(i+2), $(i+3), $(i+4); break}}' > "$f.queued"
-    [ "$pieces" -gt 0 ] || fail "no I/O reached the members"
+    local pass
+    for pass in default raised; do
+        if [ "$pass" = raised ]; then raise_limits "$m0"; raise_limits "$m1"; raise_limits "$top"; fi
+        f="$OUT/traces/split_${tag}_$pass"
+        local b0 b1 bt a0 a1 at
+        trace_start vmlab-split "$top" "$m0" "$m1"
+        bt="$(stat_fields "$top")"; b0="$(stat_fields "$m0")"; b1="$(stat_fields "$m1")"
+        dd if="/dev/$top" of=/dev/null bs=2M count=1 skip=$((224 * 512)) iflag=direct,skip_bytes status=none \
+            || fail "dd failed"
+        at="$(stat_fields "$top")"; a0="$(stat_fields "$m0")"; a1="$(stat_fields "$m1")"
+        trace_stop "$f.txt"
+        local dt=($(stat_delta "$bt" "$at")) d0=($(stat_delta "$b0" "$a0")) d1=($(stat_delta "$b1" "$a1"))
+        local dev_top dev0 dev1
+        dev_top="$(cat /sys/block/$top/dev)"; dev0="$(cat /sys/block/$m0/dev)"; dev1="$(cat /sys/block/$m1/dev)"
+        local q_top q0 q1 splits
+        q_top=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev_top/:/,} ")
+        q0=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev0/:/,} ")
+        q1=$(grep ' block_bio_queue:' "$f.txt" | grep -c " ${dev1/:/,} ")
+        splits=$(grep -c ' block_split:' "$f.txt")
+        local pieces=$(( d0[0] + d0[1] + d1[0] + d1[1] ))
+        figure "split_${tag}_$pass top=$top [$(limits_of "$top")] member [$(limits_of "$m0")] queued_top=$q_top top_reads=${dt[0]} member_queued=$((q0 + q1)) ($q0+$q1) member_reads=$((d0[0] + d1[0])) member_merged=$((d0[1] + d1[1])) member_bios=$pieces block_split_events=$splits simulator_member_bios=17"
+        figure "split_${tag}_${pass}_top_bios $(grep ' block_bio_queue:' "$f.txt" | grep " ${dev_top/:/,} " | sed 's/.*block_bio_queue: [0-9,]* [A-Z]* \([0-9]* + [0-9]*\).*/\1/' | tr '\n' ';')"
+        figure "split_${tag}_${pass}_member_bios $(grep ' block_bio_queue:' "$f.txt" | grep -v " ${dev_top/:/,} " | sed 's/.*block_bio_queue: \([0-9,]*\) [A-Z]* \([0-9]* + [0-9]*\).*/\1:\2/' | tr '\n' ';')"
+        [ "$pieces" -gt 0 ] || fail "no I/O reached the members"
+        [ "$((q0 + q1))" -gt 0 ] || fail "the trace saw no bio queued on the members"
+    done
 }
 stacked_split_stripe() { stacked_split "$DMSTR" "$STR0" "$STR1" dm_stripe; }
 stacked_split_md() { stacked_split "$MDTOP" "$MD0" "$MD1" md_raid0; }
@@ -114,6 +132,7 @@ stacked_teardown() {
     dmsetup remove vmlab-linear 2>/dev/null
     dmsetup remove vmlab-stripe 2>/dev/null
     mdadm --stop /dev/md/vmlab >/dev/null 2>&1
+    mdadm --stop --scan >/dev/null 2>&1
     local n
     for n in nullblin0 nullblin1 nullbstr0 nullbstr1 nullbmd0 nullbmd1; do rm_nullb "$n"; done
 }
