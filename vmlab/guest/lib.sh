@@ -80,7 +80,13 @@ mk_nullb() {
     local name="$1"; shift
     local d=/sys/kernel/config/nullb/$name kv before after
     mkdir "$d"
-    for kv in "$@"; do echo "${kv#*=}" > "$d/${kv%%=*}"; done
+    for kv in "$@"; do
+        if [ -e "$d/${kv%%=*}" ]; then
+            echo "${kv#*=}" > "$d/${kv%%=*}"
+        else
+            echo "null_blk on $(uname -r) has no configfs attribute ${kv%%=*}: left at its default" >&2
+        fi
+    done
     before="$(ls /sys/block)"
     echo 1 > "$d/power"
     udevadm settle
