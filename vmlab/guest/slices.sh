@@ -19,6 +19,9 @@ slices_run() {
     local lo
     lo="$(losetup -f --show --direct-io=on /dev/mapper/vmlab-delay)" || fail "losetup failed"
     lo="${lo#/dev/}"
+    # A loop device keeps its queue settings across detach: put its scheduler back after.
+    local orig_sched
+    orig_sched="$(sed 's/.*\[\(.*\)\].*/\1/' "/sys/block/$lo/queue/scheduler")"
     echo mq-deadline > "/sys/block/$lo/queue/scheduler"
     figure "slices_device $lo loop(dio=$(cat /sys/block/$lo/loop/dio), hw_queue_depth=$(cat /sys/module/loop/parameters/hw_queue_depth 2>/dev/null)) over dm-delay read 30 ms write 0 ms over $nb, mq-deadline writes_starved=$(cat /sys/block/$lo/queue/iosched/writes_starved) read_expire=$(cat /sys/block/$lo/queue/iosched/read_expire)"
     {
@@ -64,6 +67,7 @@ slices_run() {
     grep -E 'writes_starved|read_expire|slices' "$OUT/slices-daemon.log" | head -n 12 | while read -r l; do figure "slices_log $l"; done
     [ "$(cat /sys/block/$lo/queue/iosched/writes_starved)" = "$orig_ws" ] || fail "writes_starved not restored"
     [ "$(cat /sys/block/$lo/queue/iosched/read_expire)" = "$orig_re" ] || fail "read_expire not restored"
+    echo "$orig_sched" > "/sys/block/$lo/queue/scheduler"
     losetup -d "/dev/$lo"
     udevadm settle
     local i
