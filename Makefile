@@ -4,6 +4,9 @@
 #   sudo make install         # binary, unit, example config (kept if present), docs, dashboard
 #   sudo make uninstall       # stops the service (which restores every original value), removes
 #                             # what install put in place; keeps /etc/mergetune unless PURGE=1
+#   make deb                  # target/deb/mergetune_<version>_<arch>.deb (packaging/build-deb:
+#                             # this install, staged under /usr, plus maintainer scripts; lintian
+#                             # when installed). The VM lab installs it: vmlab/run
 #
 # DESTDIR stages into a directory (packaging); PREFIX moves the binary and docs (the unit's
 # paths follow). BIN picks another binary than target/release/mergetune.
@@ -20,12 +23,17 @@ PURGE   ?=
 
 DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md config/grafana/mergetune.json
 
-.PHONY: all build install uninstall
+.PHONY: all build install uninstall deb
 
 all: build
 
 build:
 	$(CARGO) build --release --locked
+
+# The package is `make install DESTDIR=stage PREFIX=/usr UNITDIR=/lib/systemd/system`: the
+# same unit file, the same rewriting of its paths.
+deb: build
+	packaging/build-deb --no-build --bin "$(BIN)" $$(command -v lintian >/dev/null && echo --lintian)
 
 install:
 	@test -x "$(BIN)" || { echo "$(BIN) not found: run make (as your user) first" >&2; exit 1; }

@@ -1,0 +1,120 @@
+# The checks under systemd (sourced by main). The lab config (lab.toml) is in place and the
+# service stopped; $FAST is the null_blk device the hostile load runs on.
+
+start_after_ready() {
+    local t0 t1
+    t0=$(date +%s%N)
+    systemctl start "$UNIT" || fail "systemctl start failed"
+    t1=$(date +%s%N)
+    # Type=notify: start returns once READY=1 came, i.e. the unit is already "active",
+    # and the daemon set its STATUS= after the first tick.
+    local state status
+    state="$(unit_prop ActiveState)/$(unit_prop SubState)"
+    status="$(unit_prop StatusText)"
+    echo "start took $(( (t1 - t0) / 1000000 )) ms; state $state; status: $status"
+    [ "$state" = active/running ] || fail "after start: $state"
+    [ -n "$status" ] || fail "no STATUS= yet when start returned"
+    figure systemd_start_ms "$(( (t1 - t0) / 1000000 ))"
+}
+
+status_line() {
+    local s
+    s="$(systemctl status --no-pager "$UNIT")"
+    echo "$s"
+    echo "$s" | grep -q '^ *Status: "' || fail "systemctl status has no Status: line"
+    echo "$s" | grep -q 'managed' || fail "the Status: line does not say what is managed"
+}
+
+actuates() {
+    hostile_load_start "$FAST"
+    local t0=$(date +%s) rc=0
+    wait_for 90 nomerges_is "$FAST" 2 || rc=1
+    hostile_load_stop
+    [ $rc = 0 ] || fail "$FAST nomerges $(nomerges_of "$FAST") after 90 s of random reads"
+    figure systemd_random_to_nomerges2_s "$(( $(date +%s) - t0 ))"
+}
+
+journal_fields() {
+    local j
+    j="$(journalctl -u "$UNIT" -o verbose --no-pager "DEVICE=$FAST")"
+    for f in DEVICE FROM TO REASON; do
+        echo "$j" | grep -q "^ *$f=" || fail "no $f= field in the journal entries for $FAST"
+    done
+    echo "$j" | grep -E '^ *(DEVICE|FROM|TO|REASON)=' | head -n 8
+}
+
+reload_bad_config() {
+    local pid since
+    pid="$(unit_prop MainPID)"
+    since="$(date '+%Y-%m-%d %H:%M:%S')"
+    sleep 1
+    sed 's/^min_dwell_secs = 1$/min_dwell_secs = 1\ndisable_below_percent = 9.0/' "$LAB/guest/lab.toml" > /etc/mergetune/mergetune.toml
+    grep -q disable_below_percent /etc/mergetune/mergetune.toml || fail "bad config not written"
+    systemctl reload "$UNIT" || fail "systemctl reload failed"
+    wait_for 10 sh -c "journalctl -u $UNIT --since '$since' --no-pager | grep -q 'new config rejected'" \
+        || fail "no 'new config rejected' in the journal"
+    local msg
+    msg="$(journalctl -u "$UNIT" --since "$since" --no-pager | grep 'new config rejected')"
+    echo "$msg"
+    echo "$msg" | grep -q 'disable_below_percent' || fail "the journal does not name the key: $msg"
+    [ "$(unit_prop MainPID)" = "$pid" ] || fail "daemon restarted (pid $pid -> $(unit_prop MainPID))"
+    systemctl is-active --quiet "$UNIT" || fail "not active after the bad reload"
+    # The old config stays: the daemon still answers on its endpoint and counts the failure.
+    metrics | grep -q '^mergetune_config_reloads_total{result="failure"} 1' \
+        || fail "metrics do not count one failed reload"
+    install -m 0644 "$LAB/guest/lab.toml" /etc/mergetune/mergetune.toml
+    systemctl reload "$UNIT" || fail "good reload failed"
+    sleep 1
+    metrics | grep -q '^mergetune_config_reloads_total{result="success"} 1' \
+        || fail "the good reload after it was not counted as a success"
+}
+
+# wait_restart_pending N: waits until the unit sits in auto-restart (stopped, ExecStopPost
+# done, RestartSec running) or has already restarted more than N times.
+in_auto_restart() { [ "$(unit_prop SubState)" = auto-restart ]; }
+
+watchdog() {
+    systemctl is-active --quiet "$UNIT" || systemctl start "$UNIT"
+    actuate || return 1
+    local pid n0 t0
+    pid="$(unit_prop MainPID)"
+    n0="$(unit_prop NRestarts)"
+    t0=$(date +%s)
+    kill -STOP "$pid"
+    # WatchdogSec=30s: systemd sends SIGABRT, then ExecStopPost (restore), then auto-restart.
+    wait_for 60 in_auto_restart || fail "no auto-restart within 60 s of SIGSTOP (state $(unit_prop ActiveState)/$(unit_prop SubState))"
+    figure systemd_watchdog_fired_after_s "$(( $(date +%s) - t0 ))"
+    # Checked while the unit waits for its restart: only ExecStopPost can have restored.
+    originals_in_place "$OUT/originals.txt" || return 1
+    journalctl -u "$UNIT" --no-pager -n 50 | grep -qi 'watchdog timeout' || fail "journal has no watchdog timeout"
+    wait_for 30 systemctl is-active --quiet "$UNIT" || fail "not restarted"
+    [ "$(unit_prop NRestarts)" -gt "$n0" ] || fail "NRestarts did not grow"
+    [ "$(unit_prop MainPID)" != "$pid" ] || fail "same pid after restart"
+}
+
+kill_nine() {
+    systemctl is-active --quiet "$UNIT" || systemctl start "$UNIT"
+    actuate || return 1
+    systemctl kill -s KILL "$UNIT"
+    wait_for 20 in_auto_restart || fail "no auto-restart after SIGKILL ($(unit_prop ActiveState)/$(unit_prop SubState))"
+    originals_in_place "$OUT/originals.txt" || return 1
+    wait_for 30 systemctl is-active --quiet "$UNIT" || fail "not restarted after SIGKILL"
+}
+
+stop_restores() {
+    systemctl is-active --quiet "$UNIT" || systemctl start "$UNIT"
+    actuate || return 1
+    systemctl stop "$UNIT" || fail "stop failed"
+    originals_in_place "$OUT/originals.txt" || return 1
+    journalctl -u "$UNIT" --no-pager -n 60 | grep -q 'restoring original values' || fail "no 'restoring original values' in the journal"
+}
+
+analyze_security() {
+    local out line score
+    out="$(systemd-analyze security --no-pager "$UNIT" 2>&1)"
+    line="$(echo "$out" | grep 'Overall exposure level')"
+    echo "$line"
+    score="$(echo "$line" | sed 's/.*: *\([0-9.]*\) .*/\1/')"
+    figure systemd_analyze_security "$score $(echo "$line" | sed "s/.*: *[0-9.]* \([A-Z]*\).*/\1/")"
+    echo "$line" | grep -Eq ' (OK|SAFE)' || fail "rated: $line"
+}
