@@ -21,7 +21,8 @@ CARGO   ?= cargo
 BIN     ?= target/release/mergetune
 PURGE   ?=
 
-DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md config/grafana/mergetune.json
+DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md docs/fleet.md docs/design.md config/grafana/mergetune.json
+MIXIN = config/mixin/prometheus_alerts.yaml config/mixin/prometheus_rules.yaml
 
 .PHONY: all build install uninstall deb
 
@@ -51,6 +52,8 @@ install:
 	fi
 	install -m 0644 config/mergetune.toml "$(DESTDIR)$(DOCDIR)/mergetune.toml.example"
 	install -m 0644 $(DOCS) "$(DESTDIR)$(DOCDIR)/"
+	install -d -m 0755 "$(DESTDIR)$(DOCDIR)/mixin"
+	install -m 0644 $(MIXIN) "$(DESTDIR)$(DOCDIR)/mixin/"
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "installed. Next: mergetune run --once --dry-run; then systemctl enable --now mergetune"
 

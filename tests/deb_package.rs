@@ -98,6 +98,9 @@ fn package_has_the_debian_layout_and_scripts() {
         "./usr/share/doc/mergetune/policy.md",
         "./usr/share/doc/mergetune/mergetune.json",
         "./usr/share/doc/mergetune/mergetune.toml.example",
+        "./usr/share/doc/mergetune/fleet.md",
+        "./usr/share/doc/mergetune/mixin/prometheus_alerts.yaml",
+        "./usr/share/doc/mergetune/mixin/prometheus_rules.yaml",
         "./usr/share/doc/mergetune/copyright",
         "./usr/share/doc/mergetune/changelog.gz",
         "./usr/share/man/man1/mergetune.1.gz",
@@ -118,7 +121,7 @@ fn package_has_the_debian_layout_and_scripts() {
         )
     );
     assert!(
-        unit.contains("\nExecStopPost=/usr/bin/mergetune restore --state-dir /run/mergetune\n")
+        unit.contains("\nExecStopPost=/usr/bin/mergetune restore --config /etc/mergetune/mergetune.toml\n")
     );
     assert!(unit.contains("file:///usr/share/doc/mergetune/operator.md"));
     assert!(
@@ -157,7 +160,7 @@ fn package_has_the_debian_layout_and_scripts() {
     assert!(postinst.contains("deb-systemd-invoke $_action 'mergetune.service'"));
     let prerm = member(&deb, "prerm");
     assert!(prerm.contains("deb-systemd-invoke stop 'mergetune.service'"));
-    assert!(prerm.contains("mergetune -q restore --state-dir /run/mergetune"));
+    assert!(prerm.contains("mergetune -q restore || true"));
     let postrm = member(&deb, "postrm");
     assert!(postrm.contains("deb-systemd-helper purge 'mergetune.service'"));
     for (name, script) in [
