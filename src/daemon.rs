@@ -263,13 +263,7 @@ impl Daemon {
                         }
                         dev.management = m;
                         dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
-                        self.actuator
-                            .observe(&name, Tunable::Nomerges, info.nomerges.as_deref());
-                        self.actuator.observe(
-                            &name,
-                            Tunable::FrontMerges,
-                            info.front_merges.as_deref(),
-                        );
+                        observe_ladder(&mut self.actuator, &info);
                     }
                     let caps = Caps::for_scheduler(
                         info.scheduler.as_deref(),
@@ -292,13 +286,7 @@ impl Daemon {
                     dev.info = info;
                 }
                 None => {
-                    self.actuator
-                        .observe(&name, Tunable::Nomerges, info.nomerges.as_deref());
-                    self.actuator.observe(
-                        &name,
-                        Tunable::FrontMerges,
-                        info.front_merges.as_deref(),
-                    );
+                    observe_ladder(&mut self.actuator, &info);
                     let m = classify(&info, &self.cfg.devices);
                     info!(device = %name, "{}", describe(&info, &m));
                     self.devices.insert(
@@ -792,6 +780,16 @@ impl Daemon {
             })
             .collect()
     }
+}
+
+/// Notes the ladder's tunables as just read from the device.
+fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
+    actuator.observe(&info.name, Tunable::Nomerges, info.nomerges.as_deref());
+    actuator.observe(
+        &info.name,
+        Tunable::FrontMerges,
+        info.front_merges.as_deref(),
+    );
 }
 
 fn caps_of(info: &DeviceInfo) -> Caps {

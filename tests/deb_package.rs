@@ -120,9 +120,9 @@ fn package_has_the_debian_layout_and_scripts() {
             "\nExecStart=/usr/bin/mergetune run --config /etc/mergetune/mergetune.toml\n"
         )
     );
-    assert!(
-        unit.contains("\nExecStopPost=/usr/bin/mergetune restore --config /etc/mergetune/mergetune.toml\n")
-    );
+    assert!(unit.contains(
+        "\nExecStopPost=/usr/bin/mergetune restore --config /etc/mergetune/mergetune.toml\n"
+    ));
     assert!(unit.contains("file:///usr/share/doc/mergetune/operator.md"));
     assert!(
         !unit.contains("/usr/local"),

@@ -38,6 +38,15 @@ fn daemon(store: &SharedStore) -> Daemon {
     Daemon::new(fast_config(), Actuator::new(false, Box::new(store.clone())))
 }
 
+/// A daemon over one mq-deadline disk `sda` under random writes, at time 0.
+fn random_sda() -> (SharedStore, MemKernel, Daemon, u64) {
+    let store = SharedStore::default();
+    let mut k = MemKernel::with(&["sda"]);
+    k.devs.get_mut("sda").unwrap().load = Load::Random;
+    let d = daemon(&store);
+    (store, k, d, 0)
+}
+
 /// Ticks `n` times from `*t`, one second apart, with `bios` bios per tick.
 fn run(d: &mut Daemon, k: &mut MemKernel, t: &mut u64, n: u64) {
     for _ in 0..n {
@@ -49,11 +58,7 @@ fn run(d: &mut Daemon, k: &mut MemKernel, t: &mut u64, n: u64) {
 
 #[test]
 fn someone_elses_nomerges_leaves_mergetunes_front_merges_restored() {
-    let store = SharedStore::default();
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
+    let (store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 4);
     // L1 wrote front_merges 0, then L2 nomerges 1.
     assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("0"));
@@ -70,11 +75,7 @@ fn someone_elses_nomerges_leaves_mergetunes_front_merges_restored() {
 
 #[test]
 fn someone_elses_front_merges_leaves_mergetunes_nomerges_restored() {
-    let store = SharedStore::default();
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
+    let (_store, mut k, mut d, mut t) = random_sda();
     // L1: front_merges 0 (nomerges still 0), then L2: nomerges 1.
     run(&mut d, &mut k, &mut t, 3);
     let nm = k.value("sda", Tunable::Nomerges).unwrap();
@@ -89,12 +90,8 @@ fn someone_elses_front_merges_leaves_mergetunes_nomerges_restored() {
 
 #[test]
 fn a_failed_state_save_means_no_write_and_nothing_lost() {
-    let store = SharedStore::default();
+    let (store, mut k, mut d, mut t) = random_sda();
     *store.fail_saves.borrow_mut() = true;
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
     run(&mut d, &mut k, &mut t, 6);
     assert!(
         k.writes.is_empty(),
@@ -119,11 +116,7 @@ fn a_failed_state_save_means_no_write_and_nothing_lost() {
 
 #[test]
 fn a_device_gone_for_a_while_and_back_at_mergetunes_value_is_still_restored() {
-    let store = SharedStore::default();
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
+    let (_store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 6);
     assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("2"));
     k.devs.get_mut("sda").unwrap().present = false;
@@ -142,11 +135,7 @@ fn a_device_gone_for_a_while_and_back_at_mergetunes_value_is_still_restored() {
 
 #[test]
 fn a_device_still_gone_at_exit_keeps_its_record_for_the_next_restore() {
-    let store = SharedStore::default();
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
+    let (store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 6);
     k.devs.get_mut("sda").unwrap().present = false;
     run(&mut d, &mut k, &mut t, 3);
@@ -162,11 +151,7 @@ fn a_device_still_gone_at_exit_keeps_its_record_for_the_next_restore() {
 
 #[test]
 fn an_unreadable_tunable_is_counted_and_warned_about_rarely() {
-    let store = SharedStore::default();
-    let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = daemon(&store);
-    let mut t = 0;
+    let (_store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 1);
     k.faults
         .failing_reads

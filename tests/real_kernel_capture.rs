@@ -66,6 +66,9 @@ fn capture_records_the_device_and_cleans_up() {
     let (major, minor) = dev.major_minor();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
+    // Compared with tracing as the capture finds it mounted (it mounts tracefs itself when
+    // it is not: that is not a change to the global tracing state).
+    kernel::ensure_tracefs();
     let before_global = global_state();
     let before = dev.stat();
     let child = spawn_capture(dev.name(), "3", &out);

@@ -685,7 +685,8 @@ impl Drop for TraceCapture {
     }
 }
 
-fn ensure_tracefs() {
+/// Mounts the tracing filesystem at its usual place unless it is there already.
+pub fn ensure_tracefs() {
     if Path::new(TRACEFS).join("instances").is_dir() {
         return;
     }
