@@ -32,7 +32,7 @@
 //! least one request in flight) integrated over in-flight count changes, and the weighted
 //! field 11 as the kernel prints it since 5.x: the sum of the per-direction ns, in ms.
 
-use super::cost::CostModel;
+use super::cost::{Costs, Step};
 use super::hist::Histogram;
 use super::rng::SplitMix64;
 use super::scenario::{DeviceKind, Pattern, Scenario, secs_to_ns};
@@ -199,6 +199,11 @@ impl SchedKind {
             "bfq" => Some(SchedKind::Slice),
             _ => None,
         }
+    }
+    /// Index into `Pricing::by_sched` (none, mq-deadline, kyber, bfq).
+    #[inline]
+    fn idx(self) -> usize {
+        self as usize
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -436,9 +441,13 @@ pub(crate) struct Device {
     pub(crate) holders: Vec<u32>,
     pub(crate) slaves: Vec<u32>,
     busy_tags: u32,
-    /// A scheduler switch freezes the queue: nothing is dispatched until the requests in
-    /// flight have completed (DESIGN.md: constant switching cut throughput 25x).
+    /// A scheduler switch or a `queue/nomerges` write freezes the queue: nothing is
+    /// dispatched until the requests in flight have completed (DESIGN.md: constant
+    /// switching cut throughput 25x) and, for nomerges, until `frozen_until_ns` (the
+    /// measured time of one write).
     frozen: bool,
+    frozen_since_ns: u64,
+    frozen_until_ns: u64,
     // elevator
     last_merge: u32,
     hash: FastMap<u32>,
@@ -542,6 +551,7 @@ const EV_COMPLETE: u8 = 0;
 const EV_JOB_WAKE: u8 = 1;
 const EV_IDLE: u8 = 2;
 const EV_PHASE: u8 = 3;
+const EV_UNFREEZE: u8 = 4;
 
 // ---------------------------------------------------------------- per-phase accounting
 
@@ -553,7 +563,10 @@ pub struct PhaseAcc {
     pub completed: [u64; 2],
     pub sectors: [u64; 2],
     pub lat: [Histogram; 2],
+    /// CPU of the block-layer steps, in the scenario's own currency.
     pub cycles: u64,
+    /// The same steps priced in the other shipped profile (`Costs::second`).
+    pub cycles_second: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -586,12 +599,16 @@ pub struct Simulation {
     phases: Vec<PhaseInfo>,
     cur_phase: usize,
     acc: Vec<Vec<PhaseAcc>>,
-    cost: CostModel,
+    costs: Costs,
     rng: SplitMix64,
     end_ns: u64,
     pieces: Vec<Piece>,
     pub(crate) nomerges_log: Vec<NomergesChange>,
     pub(crate) scheduler_switches: u64,
+    /// Writes of `queue/nomerges` (each one a queue freeze) and the time queues spent
+    /// frozen by them.
+    pub(crate) nomerges_writes: u64,
+    pub(crate) nomerges_frozen_ns: u64,
     total_bios: u64,
     name: String,
     seed: u64,
@@ -699,6 +716,8 @@ impl Simulation {
                 slaves: Vec::new(),
                 busy_tags: 0,
                 frozen: false,
+                frozen_since_ns: 0,
+                frozen_until_ns: 0,
                 last_merge: NIL,
                 hash: FastMap::default(),
                 sorted: [BTreeSet::new(), BTreeSet::new()],
@@ -892,12 +911,14 @@ impl Simulation {
             phases,
             cur_phase: 0,
             acc,
-            cost: sc.cost,
+            costs: Costs::for_scenario(sc.cost_profile.as_deref(), sc.cost),
             rng: SplitMix64::new(sc.seed ^ 0x6d65_7267_6574_756e),
             end_ns: t,
             pieces: Vec::new(),
             nomerges_log: Vec::new(),
             scheduler_switches: 0,
+            nomerges_writes: 0,
+            nomerges_frozen_ns: 0,
             total_bios: 0,
             name: sc.name.clone(),
             seed: sc.seed,
@@ -1001,6 +1022,19 @@ impl Simulation {
     // ------------------------------------------------------------ tunables (used by fs.rs)
 
     pub(crate) fn set_nomerges(&mut self, d: usize, v: u8) {
+        // queue_nomerges_store freezes the queue on every write, changed or not.
+        self.nomerges_writes += 1;
+        let now = self.now_ns;
+        let until = now + self.costs.primary.freeze_min_ns;
+        let dev = &mut self.devs[d];
+        if !dev.frozen {
+            dev.frozen_since_ns = now;
+        }
+        dev.frozen = true;
+        dev.frozen_until_ns = dev.frozen_until_ns.max(until);
+        if until > now {
+            self.push_ev(until, EV_UNFREEZE, d as u32, 0);
+        }
         if self.devs[d].nomerges != v {
             self.devs[d].nomerges = v;
             // The kernel drops the one-hit cache when merging is restricted.
@@ -1013,6 +1047,26 @@ impl Simulation {
                 value: v,
             });
         }
+        self.run_dispatch(d);
+    }
+
+    /// Names of the two currencies the steps are priced in: the scenario's own and the
+    /// other shipped profile's (`PhaseAcc::cycles`, `PhaseAcc::cycles_second`).
+    pub fn cost_names(&self) -> (&str, &str) {
+        (&self.costs.primary.name, &self.costs.second.name)
+    }
+
+    /// Writes of `queue/nomerges` so far and the total time they kept queues frozen, ns.
+    pub fn nomerges_freezes(&self) -> (u64, u64) {
+        (self.nomerges_writes, self.nomerges_frozen_ns)
+    }
+
+    #[inline]
+    fn charge(&mut self, ph: usize, d: usize, step: Step, n: u64) {
+        let k = self.devs[d].sched.idx();
+        let acc = &mut self.acc[ph][d];
+        acc.cycles += self.costs.primary.by_sched[k].step(step) * n;
+        acc.cycles_second += self.costs.second.by_sched[k].step(step) * n;
     }
 
     /// Switches the scheduler: the queue freezes until the requests in flight complete, and
@@ -1039,6 +1093,9 @@ impl Simulation {
         dev.queued = 0;
         dev.last_merge = NIL;
         dev.sched = s;
+        if !dev.frozen {
+            dev.frozen_since_ns = self.now_ns;
+        }
         dev.frozen = true;
         dev.tun = Tunables::default();
         dev.sl_active = None;
@@ -1086,6 +1143,7 @@ impl Simulation {
                 }
                 EV_IDLE => self.idle_expired(ev.a() as usize, ev.b()),
                 EV_PHASE => self.start_phase(ev.a() as usize),
+                EV_UNFREEZE => self.run_dispatch(ev.a() as usize),
                 _ => {}
             }
         }
@@ -1241,9 +1299,8 @@ impl Simulation {
         } else {
             pieces.clear();
         }
-        let acc = &mut self.acc[ph][d];
-        acc.bios[bio.dir.idx()] += 1;
-        acc.cycles += self.cost.dm_split * pieces.len() as u64;
+        self.acc[ph][d].bios[bio.dir.idx()] += 1;
+        self.charge(ph, d, Step::DmSplit, pieces.len() as u64);
         self.bios[b as usize].remaining = pieces.len() as u32;
         for p in &pieces {
             let member = match &self.devs[d].media {
@@ -1280,12 +1337,10 @@ impl Simulation {
         let bio = self.bios[b as usize];
         let d = bio.dev as usize;
         let ph = self.cur_phase;
-        let cost = self.cost;
         let eff = Self::eff_nomerges(&self.devs[d]);
-        let mut cycles = 0u64;
         self.acc[ph][d].bios[bio.dir.idx()] += 1;
         if eff < 2 {
-            cycles += cost.plug_check;
+            self.charge(ph, d, Step::PlugCheck, 1);
             // blk_attempt_plug_merge: one try, against the most recent request in the
             // plug for this queue (a plug can hold several queues: dm pieces).
             let plug_rq = self.jobs[j]
@@ -1297,35 +1352,35 @@ impl Simulation {
             if let Some(r) = plug_rq
                 && self.try_merge(r, b, true)
             {
-                self.acc[ph][d].cycles += cycles + cost.merge;
+                self.charge(ph, d, Step::Merge, 1);
                 return;
             }
-            cycles += cost.one_hit;
+            self.charge(ph, d, Step::OneHit, 1);
             let lm = self.devs[d].last_merge;
             if lm != NIL && self.try_merge(lm, b, true) {
-                self.acc[ph][d].cycles += cycles + cost.merge;
+                self.charge(ph, d, Step::Merge, 1);
                 return;
             }
             // Nothing queued means nothing to find: the lookups are still charged (the
             // kernel does them), but the simulator skips the work.
             let queued = self.devs[d].queued > 0;
             if eff == 0 {
-                cycles += cost.hash_lookup;
+                self.charge(ph, d, Step::HashLookup, 1);
                 if queued
                     && let Some(&r) = self.devs[d].hash.get(&bio.sector)
                     && self.try_merge(r, b, false)
                 {
                     self.devs[d].last_merge = r;
-                    self.acc[ph][d].cycles += cycles + cost.merge;
+                    self.charge(ph, d, Step::Merge, 1);
                     return;
                 }
                 let dev = &self.devs[d];
                 let front_ok = dev.sched != SchedKind::MqDeadline || dev.tun.front_merges == 1;
                 if front_ok {
-                    cycles += cost.front_lookup;
+                    self.charge(ph, d, Step::FrontLookup, 1);
                     let end = bio.sector + bio.nr_sectors as u64;
                     let hit = if queued {
-                        dev.sorted[bio.dir.idx()]
+                        self.devs[d].sorted[bio.dir.idx()]
                             .range((end, 0)..=(end, u32::MAX))
                             .next()
                             .map(|&(_, r)| r)
@@ -1336,14 +1391,13 @@ impl Simulation {
                         && self.try_merge(r, b, true)
                     {
                         self.devs[d].last_merge = r;
-                        self.acc[ph][d].cycles += cycles + cost.merge;
+                        self.charge(ph, d, Step::Merge, 1);
                         return;
                     }
                 }
             }
         }
-        cycles += cost.request_alloc;
-        self.acc[ph][d].cycles += cycles;
+        self.charge(ph, d, Step::RequestAlloc, 1);
         let now = self.now_ns;
         {
             let c = &mut self.devs[d].cnt;
@@ -1469,7 +1523,7 @@ impl Simulation {
     fn insert(&mut self, r: u32) {
         let rq = self.reqs[r as usize];
         let d = rq.dev as usize;
-        self.acc[self.cur_phase][d].cycles += self.cost.insert;
+        self.charge(self.cur_phase, d, Step::Insert, 1);
         let dev = &self.devs[d];
         if dev.queued == 0
             && dev.busy_tags < dev.queue_depth
@@ -1526,10 +1580,15 @@ impl Simulation {
 
     fn run_dispatch(&mut self, d: usize) {
         if self.devs[d].frozen {
-            if self.devs[d].busy_tags > 0 {
+            let dev = &self.devs[d];
+            if dev.busy_tags > 0 || self.now_ns < dev.frozen_until_ns {
                 return;
             }
+            if dev.frozen_until_ns > 0 {
+                self.nomerges_frozen_ns += self.now_ns - dev.frozen_since_ns;
+            }
             self.devs[d].frozen = false;
+            self.devs[d].frozen_until_ns = 0;
         }
         loop {
             let dev = &self.devs[d];
@@ -1699,7 +1758,7 @@ impl Simulation {
         let d = rq.dev as usize;
         let now = self.now_ns;
         self.reqs[r as usize].state = ReqState::InFlight;
-        self.acc[self.cur_phase][d].cycles += self.cost.dispatch;
+        self.charge(self.cur_phase, d, Step::Dispatch, 1);
         let rng = &mut self.rng;
         let dev = &mut self.devs[d];
         dev.busy_tags += 1;
@@ -1801,7 +1860,7 @@ impl Simulation {
             let acc = &mut self.acc[ph][d];
             acc.completed[rq.dir.idx()] += 1;
             acc.sectors[rq.dir.idx()] += rq.nr_sectors as u64;
-            acc.cycles += self.cost.completion;
+            self.charge(ph, d, Step::Completion, 1);
         }
         self.free_req(r);
         let mut b = rq.first_bio;
@@ -1819,7 +1878,7 @@ impl Simulation {
         let ph = self.cur_phase;
         let acc = &mut self.acc[ph][d];
         acc.lat[bio.dir.idx()].record(now - bio.submit_ns);
-        acc.cycles += self.cost.bio_complete;
+        self.charge(ph, d, Step::BioComplete, 1);
         self.free_bio(b);
         if bio.parent != NIL {
             let p = bio.parent as usize;
