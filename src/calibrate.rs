@@ -137,7 +137,11 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub runtime_ms: Option<u64>,
     /// Schedulers to measure (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "none,mq-deadline,bfq,kyber")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,mq-deadline,bfq,kyber"
+    )]
     pub schedulers: Vec<String>,
     /// The CPU fio is pinned to [default: the last one].
     #[arg(long)]
@@ -211,7 +215,11 @@ fn is_tmpfs(dir: &Path) -> Result<bool> {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     if rc != 0 {
-        bail!("statfs {}: {}", dir.display(), std::io::Error::last_os_error());
+        bail!(
+            "statfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(st.f_type as i64 == TMPFS_MAGIC)
 }
@@ -236,7 +244,9 @@ fn detach_leftovers(tmpfs_dir: &Path) -> Vec<String> {
             continue;
         };
         let back = PathBuf::from(back.trim().trim_end_matches(" (deleted)"));
-        let Some(parent) = back.parent() else { continue };
+        let Some(parent) = back.parent() else {
+            continue;
+        };
         let Some(dname) = parent.file_name().map(|n| n.to_string_lossy().into_owned()) else {
             continue;
         };
@@ -408,7 +418,10 @@ fn kworker_runtime_ns() -> u64 {
             continue;
         }
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-            && let Some(v) = s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok())
+            && let Some(v) = s
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
         {
             sum += v;
         }
@@ -631,7 +644,10 @@ fn measure_run(
                 break;
             }
             if Instant::now() > deadline {
-                bail!("fewer than {MIN_WINDOW_BIOS} bios in {} ms", window_ms + MAX_WINDOW_EXTRA_MS);
+                bail!(
+                    "fewer than {MIN_WINDOW_BIOS} bios in {} ms",
+                    window_ms + MAX_WINDOW_EXTRA_MS
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -749,7 +765,11 @@ fn check_tools() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("calibrate needs root (it attaches a scratch loop device)");
     }
-    for (tool, arg) in [("fio", "--version"), ("taskset", "--version"), ("losetup", "--version")] {
+    for (tool, arg) in [
+        ("fio", "--version"),
+        ("taskset", "--version"),
+        ("losetup", "--version"),
+    ] {
         let ok = Command::new(tool)
             .arg(arg)
             .stdout(Stdio::null())
@@ -819,9 +839,15 @@ fn summarize_toggle(
 ) -> ToggleCost {
     let col = |v: &[ToggleSample], f: fn(&ToggleSample) -> f64| v.iter().map(f).collect::<Vec<_>>();
     let change = |f: fn(&ToggleSample) -> f64| {
-        stats::estimate(&stats::paired_change_percent(&col(without, f), &col(with, f)))
+        stats::estimate(&stats::paired_change_percent(
+            &col(without, f),
+            &col(with, f),
+        ))
     };
-    let writes: Vec<f64> = with.iter().flat_map(|t| t.write_us.iter().copied()).collect();
+    let writes: Vec<f64> = with
+        .iter()
+        .flat_map(|t| t.write_us.iter().copied())
+        .collect();
     let p99 = change(|t| t.p99_us);
     let max = change(|t| t.max_us);
     let iops = change(|t| t.iops);
@@ -867,7 +893,9 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
         .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
     let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
-    let window_ms = args.runtime_ms.unwrap_or(if args.quick { 300 } else { 1000 });
+    let window_ms = args
+        .runtime_ms
+        .unwrap_or(if args.quick { 300 } else { 1000 });
     let toggle_reps = args.toggle_reps.unwrap_or(if args.quick { 2 } else { 5 });
     let toggle_runtime_s = args
         .toggle_runtime_s

@@ -8,8 +8,9 @@
 //! - `adaptive`: mergetune's daemon, unchanged;
 //! - `oracle`: knows each phase's true pattern. It is built from the scenario itself: the
 //!   scenario is first run at each static ladder level, and for each phase the oracle takes
-//!   the deepest level whose throughput stays within 0.5% of L0's; then it runs with that
-//!   level set at every phase start.
+//!   the cheapest level whose throughput stays within 0.5% of L0's and that saves at least
+//!   0.1% of L0's CPU (else L0: a toggle freezes the queue, not worth nothing); then it
+//!   runs with that level set at every phase start.
 //!
 //! Figures per policy: block-layer CPU saved against the kernel default, priced in the
 //! scenario's cost profile (the one measured on this kernel unless the scenario names
@@ -32,6 +33,13 @@ use std::collections::BTreeMap;
 
 /// Largest throughput loss the oracle accepts for a deeper level.
 pub const ORACLE_MAX_LOSS: f64 = 0.005;
+/// Least CPU saving (share of the phase's L0 CPU) for which the oracle leaves L0: a
+/// `queue/nomerges` write freezes the queue, so it does not move for a saving that is
+/// nothing (in the measured profile every level's saving can be exactly that).
+pub const ORACLE_MIN_SAVING: f64 = 0.001;
+/// An oracle saving below this (percent) is reported as none: "of oracle" is then 100 for
+/// a policy that loses nothing, 0 for one that loses CPU.
+const NOTHING_TO_SAVE_PERCENT: f64 = 0.01;
 
 /// Sets ladder levels on every request-based device on a schedule of (start_ms, level).
 pub struct LevelSchedule {
@@ -521,7 +529,7 @@ fn summarize(
         frozen_ms: run.frozen_ms,
         // Where the oracle saves nothing (merging pays throughout), matching or beating it
         // is all there is to capture.
-        of_oracle_percent: if oracle_saved.abs() < 1e-9 {
+        of_oracle_percent: if oracle_saved.abs() < NOTHING_TO_SAVE_PERCENT {
             if saved >= -1e-9 { 100.0 } else { 0.0 }
         } else {
             saved / oracle_saved * 100.0
@@ -585,11 +593,15 @@ pub fn compare(sc: &Scenario, cfg: &Config) -> Result<ScenarioComparison, SimErr
     let mut oracle_levels = Vec::with_capacity(nphases);
     for i in 0..nphases {
         let b = base.phases[i].bytes as f64;
+        let worth = base.phases[i].cycles as f64 * (1.0 - ORACLE_MIN_SAVING);
         let mut best = 0u8;
         for (level, run) in statics.iter().enumerate().skip(1) {
             let p = &run.phases[i];
             let within = b == 0.0 || (b - p.bytes as f64) / b <= ORACLE_MAX_LOSS;
-            if within && p.cycles < statics[best as usize].phases[i].cycles {
+            if within
+                && (p.cycles as f64) < worth
+                && p.cycles < statics[best as usize].phases[i].cycles
+            {
                 best = level as u8;
             }
         }

@@ -428,7 +428,10 @@ impl CostProfile {
             if !c.scheduler.levels().contains(&c.level) {
                 return Err(bad(
                     k("level"),
-                    format!("{} has no {} (front_merges is mq-deadline's)", c.scheduler, c.level),
+                    format!(
+                        "{} has no {} (front_merges is mq-deadline's)",
+                        c.scheduler, c.level
+                    ),
                 ));
             }
             if self.cells[..i]
@@ -451,7 +454,10 @@ impl CostProfile {
                 check_ci(k("submitter_change_ci"), v, c.submitter_change_ci)?;
             }
             if measured && c.cpu_per_io_ci.is_none() {
-                return Err(bad(k("cpu_per_io_ci"), "a measured cell needs its interval"));
+                return Err(bad(
+                    k("cpu_per_io_ci"),
+                    "a measured cell needs its interval",
+                ));
             }
             if !(0.0..=100.0).contains(&c.merged_percent) {
                 return Err(bad(k("merged_percent"), "must be in 0..=100"));
@@ -486,7 +492,10 @@ impl CostProfile {
         }
         // The simulator derives step costs from random unbatched I/O at every level.
         for s in &self.schedulers {
-            if self.cell(*s, Level::L0, Workload::RandomUnbatched).is_none() {
+            if self
+                .cell(*s, Level::L0, Workload::RandomUnbatched)
+                .is_none()
+            {
                 return Err(bad(
                     "cell",
                     format!("{s} has no L0 random-unbatched cell (the simulator's reference)"),

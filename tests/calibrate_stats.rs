@@ -1,9 +1,7 @@
 //! The calibration's statistics: medians, distribution-free intervals, paired changes and
 //! the seeded interleaving order. Pure, so deterministic.
 
-use mergetune::calibrate::stats::{
-    estimate, median, median_ci, paired_change_percent, shuffle,
-};
+use mergetune::calibrate::stats::{estimate, median, median_ci, paired_change_percent, shuffle};
 
 #[test]
 fn median_of_odd_and_even_counts() {
@@ -72,5 +70,8 @@ fn the_interleaving_order_is_a_permutation_fixed_by_the_seed() {
     let mut sorted = a.clone();
     sorted.sort();
     assert_eq!(sorted, (0..16).collect::<Vec<_>>());
-    assert_ne!(a, sorted, "a shuffle of 16 that leaves them in order is astronomically unlikely");
+    assert_ne!(
+        a, sorted,
+        "a shuffle of 16 that leaves them in order is astronomically unlikely"
+    );
 }

@@ -71,11 +71,21 @@ fn the_measured_profile_records_its_provenance() {
     let p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
     assert_eq!(p.method, Method::CpuBoundLoop);
     assert!(p.kernel_release.starts_with("6.18"), "{}", p.kernel_release);
-    assert!(p.command.starts_with("mergetune calibrate"), "{}", p.command);
+    assert!(
+        p.command.starts_with("mergetune calibrate"),
+        "{}",
+        p.command
+    );
     assert!(!p.measured_at.is_empty());
-    assert!(p.reps >= 10, "the shipped profile is a full run, not --quick");
+    assert!(
+        p.reps >= 10,
+        "the shipped profile is a full run, not --quick"
+    );
     assert!(p.ci_coverage_percent >= 95.0);
-    assert!(p.toggle.is_some(), "the freeze of a nomerges write is measured");
+    assert!(
+        p.toggle.is_some(),
+        "the freeze of a nomerges write is measured"
+    );
     for s in Scheduler::ALL {
         for &l in s.levels() {
             for w in Workload::ALL {
@@ -103,7 +113,9 @@ fn the_2008_profile_prices_the_steps_as_the_old_defaults() {
 #[test]
 fn a_change_whose_interval_contains_zero_is_no_measurable_difference_and_costs_nothing() {
     let p = CostProfile::from_toml_str(&measured(-3.0, [-6.0, 0.5])).unwrap();
-    let c = p.cell(Scheduler::None, Level::L3, Workload::RandomUnbatched).unwrap();
+    let c = p
+        .cell(Scheduler::None, Level::L3, Workload::RandomUnbatched)
+        .unwrap();
     assert_eq!(c.verdict(), Some(Verdict::NoMeasurableDifference));
     assert_eq!(c.significant_change(), 0.0);
     let m = CostModel::from_profile(&p, Scheduler::None);
@@ -113,23 +125,29 @@ fn a_change_whose_interval_contains_zero_is_no_measurable_difference_and_costs_n
 #[test]
 fn a_measurable_saving_becomes_lookup_cost() {
     let p = CostProfile::from_toml_str(&measured(-8.0, [-10.0, -6.0])).unwrap();
-    let c = p.cell(Scheduler::None, Level::L3, Workload::RandomUnbatched).unwrap();
+    let c = p
+        .cell(Scheduler::None, Level::L3, Workload::RandomUnbatched)
+        .unwrap();
     assert_eq!(c.verdict(), Some(Verdict::Saves));
     let m = CostModel::from_profile(&p, Scheduler::None);
-    let (u0, u2) = (m.unmerged_bio_cycles(0) as f64, m.unmerged_bio_cycles(2) as f64);
+    let (u0, u2) = (
+        m.unmerged_bio_cycles(0) as f64,
+        m.unmerged_bio_cycles(2) as f64,
+    );
     assert!((u0 - 5000.0).abs() <= 2.0, "{u0}");
     assert!(((1.0 - u2 / u0) * 100.0 - 8.0).abs() < 0.1, "{u0} {u2}");
-    // No L2 cell: L2 costs what L0 costs, so the saving is all hash and front lookups,
-    // and `none` has no front lookup.
-    assert_eq!(m.plug_check + m.one_hit, 0);
-    assert_eq!(m.front_lookup, 0);
-    assert!(m.hash_lookup > 0);
+    // No L2 cell: L2 costs what L0 costs, so the whole saving is what nomerges=2 drops
+    // beyond 1 (the plug check and the one-hit try), none of it hash or front lookups.
+    assert!(m.plug_check > 0 && m.one_hit > 0);
+    assert_eq!(m.hash_lookup + m.front_lookup, 0);
 }
 
 #[test]
 fn a_measured_cost_increase_is_not_a_negative_lookup() {
     let p = CostProfile::from_toml_str(&measured(6.0, [3.0, 9.0])).unwrap();
-    let c = p.cell(Scheduler::None, Level::L3, Workload::RandomUnbatched).unwrap();
+    let c = p
+        .cell(Scheduler::None, Level::L3, Workload::RandomUnbatched)
+        .unwrap();
     assert_eq!(c.verdict(), Some(Verdict::Costs));
     let m = CostModel::from_profile(&p, Scheduler::None);
     assert_eq!(m.unmerged_bio_cycles(0), m.unmerged_bio_cycles(2));
@@ -137,7 +155,8 @@ fn a_measured_cost_increase_is_not_a_negative_lookup() {
 
 #[test]
 fn a_quick_profile_with_short_intervals_shows_no_saving() {
-    let text = measured(-8.0, [-10.0, -6.0]).replace("ci_coverage_percent = 97.9", "ci_coverage_percent = 50.0");
+    let text = measured(-8.0, [-10.0, -6.0])
+        .replace("ci_coverage_percent = 97.9", "ci_coverage_percent = 50.0");
     let p = CostProfile::from_toml_str(&text).unwrap();
     let m = CostModel::from_profile(&p, Scheduler::None);
     assert_eq!(m.unmerged_bio_cycles(0), m.unmerged_bio_cycles(2));
@@ -148,37 +167,84 @@ fn pricing_takes_the_freeze_from_the_toggle_measurement() {
     let p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
     let t = p.toggle.as_ref().unwrap();
     let pr = Pricing::from_profile(&p);
-    assert_eq!(pr.freeze_min_ns, (t.write_us_median * 1000.0).round() as u64);
-    assert_eq!(Pricing::builtin(cost_profile::LKML_2008_NAME).unwrap().freeze_min_ns, 0);
+    assert_eq!(
+        pr.freeze_min_ns,
+        (t.write_us_median * 1000.0).round() as u64
+    );
+    assert_eq!(
+        Pricing::builtin(cost_profile::LKML_2008_NAME)
+            .unwrap()
+            .freeze_min_ns,
+        0
+    );
 }
 
 #[test]
 fn unknown_keys_are_refused() {
     let text = measured(-8.0, [-10.0, -6.0]).replace("reps = 10", "reps = 10\nrepz = 3");
     let e = CostProfile::from_toml_str(&text).unwrap_err();
-    assert!(matches!(e, ProfileError::Parse(ref m) if m.contains("repz")), "{e}");
+    assert!(
+        matches!(e, ProfileError::Parse(ref m) if m.contains("repz")),
+        "{e}"
+    );
 }
 
 #[test]
 fn validation_names_the_key() {
     let ok = measured(-8.0, [-10.0, -6.0]);
     let cases: &[(&str, &str, &str)] = &[
-        ("kernel_release = \"6.18.0\"", "kernel_release = \"\"", "kernel_release"),
+        (
+            "kernel_release = \"6.18.0\"",
+            "kernel_release = \"\"",
+            "kernel_release",
+        ),
         ("reps = 10", "reps = 0", "reps"),
         ("unit = \"ns\"", "unit = \"model-cycles\"", "unit"),
-        ("schedulers = [\"none\"]", "schedulers = [\"none\", \"none\"]", "schedulers"),
+        (
+            "schedulers = [\"none\"]",
+            "schedulers = [\"none\", \"none\"]",
+            "schedulers",
+        ),
         // L1 is mq-deadline's front_merges=0: none has no such level.
         ("level = \"L3\"", "level = \"L1\"", "cell[1].level"),
-        ("cpu_per_io = 5000.0", "cpu_per_io = -1.0", "cell[0].cpu_per_io"),
+        (
+            "cpu_per_io = 5000.0",
+            "cpu_per_io = -1.0",
+            "cell[0].cpu_per_io",
+        ),
         // An interval must contain its median.
-        ("cpu_per_io_ci = [4900.0, 5100.0]", "cpu_per_io_ci = [5200.0, 5300.0]", "cell[0].cpu_per_io_ci"),
-        ("change_ci = [-10, -6]", "change_ci = [-5, -1]", "cell[1].change_ci"),
-        ("merged_percent = 0.0\n\n[[cell]]", "merged_percent = 120.0\n\n[[cell]]", "cell[0].merged_percent"),
+        (
+            "cpu_per_io_ci = [4900.0, 5100.0]",
+            "cpu_per_io_ci = [5200.0, 5300.0]",
+            "cell[0].cpu_per_io_ci",
+        ),
+        (
+            "change_ci = [-10, -6]",
+            "change_ci = [-5, -1]",
+            "cell[1].change_ci",
+        ),
+        (
+            "merged_percent = 0.0\n\n[[cell]]",
+            "merged_percent = 120.0\n\n[[cell]]",
+            "cell[0].merged_percent",
+        ),
         // L0 is the reference.
-        ("merged_percent = 0.0\n\n[[cell]]", "merged_percent = 0.0\nchange_percent = 1.0\n\n[[cell]]", "cell[0].change_percent"),
+        (
+            "merged_percent = 0.0\n\n[[cell]]",
+            "merged_percent = 0.0\nchange_percent = 1.0\n\n[[cell]]",
+            "cell[0].change_percent",
+        ),
         // The simulator's reference cell must be there.
-        ("level = \"L0\"\nworkload = \"random-unbatched\"", "level = \"L0\"\nworkload = \"random-batched\"", "cell"),
-        ("schedulers = [\"none\"]", "schedulers = [\"kyber\"]", "cell[0].scheduler"),
+        (
+            "level = \"L0\"\nworkload = \"random-unbatched\"",
+            "level = \"L0\"\nworkload = \"random-batched\"",
+            "cell",
+        ),
+        (
+            "schedulers = [\"none\"]",
+            "schedulers = [\"kyber\"]",
+            "cell[0].scheduler",
+        ),
     ];
     for (from, to, key) in cases {
         assert!(ok.contains(from), "fixture lacks {from:?}");
@@ -191,7 +257,10 @@ fn validation_names_the_key() {
         "{ok}\n[[cell]]\nscheduler = \"none\"\nlevel = \"L0\"\nworkload = \"random-unbatched\"\n\
          cpu_per_io = 1.0\ncpu_per_io_ci = [1.0, 1.0]\nmerged_percent = 0.0\n"
     );
-    assert_eq!(key_of(CostProfile::from_toml_str(&twice).unwrap_err()), "cell[2].workload");
+    assert_eq!(
+        key_of(CostProfile::from_toml_str(&twice).unwrap_err()),
+        "cell[2].workload"
+    );
 }
 
 #[test]
@@ -204,7 +273,8 @@ fn a_profile_round_trips_through_toml() {
 #[test]
 fn a_scenario_names_a_profile_and_an_unknown_name_is_refused() {
     use mergetune::sim::Scenario;
-    let base = "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n[[phase]]\nname = \"p\"\nduration_s = 1\n";
+    let base =
+        "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n[[phase]]\nname = \"p\"\nduration_s = 1\n";
     let sc = Scenario::from_toml_str(&format!("cost_profile = \"lkml-2008\"\n{base}"), "t", None)
         .unwrap();
     assert_eq!(sc.cost_profile.as_deref(), Some("lkml-2008"));

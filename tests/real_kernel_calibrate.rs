@@ -46,7 +46,11 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
         .expect("run mergetune calibrate");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "calibrate failed: {stderr}");
-    assert_eq!(attached_loops(), before, "calibrate left a loop device behind");
+    assert_eq!(
+        attached_loops(),
+        before,
+        "calibrate left a loop device behind"
+    );
     assert!(
         !attached_loops()
             .iter()
@@ -57,23 +61,35 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
     let text = std::fs::read_to_string(&out).unwrap();
     let p = CostProfile::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let uname = Command::new("uname").arg("-r").output().unwrap();
-    assert_eq!(p.kernel_release, String::from_utf8_lossy(&uname.stdout).trim());
+    assert_eq!(
+        p.kernel_release,
+        String::from_utf8_lossy(&uname.stdout).trim()
+    );
     assert_eq!(p.method, Method::CpuBoundLoop);
     assert_eq!(p.reps, 2);
     assert_eq!(p.schedulers, vec![Scheduler::None, Scheduler::MqDeadline]);
-    assert!(p.ci_coverage_percent < 95.0, "two reps cannot give a 95% interval");
+    assert!(
+        p.ci_coverage_percent < 95.0,
+        "two reps cannot give a 95% interval"
+    );
     let t = p.toggle.as_ref().expect("toggle measured");
     assert!(t.write_us_median > 0.0);
     for s in [Scheduler::None, Scheduler::MqDeadline] {
         for &l in s.levels() {
             for w in Workload::ALL {
-                let c = p.cell(s, l, w).unwrap_or_else(|| panic!("{s} {l} {w} missing"));
+                let c = p
+                    .cell(s, l, w)
+                    .unwrap_or_else(|| panic!("{s} {l} {w} missing"));
                 assert!(c.cpu_per_io > 0.0 && c.iops.unwrap_or(0.0) > 0.0, "{c:?}");
             }
         }
         // Merges come from the loop device's stat: the plug merges 31 of every 32 bios of
         // the batched sequential job, nomerges=2 none.
-        let seq = |l| p.cell(s, l, Workload::SequentialBatched).unwrap().merged_percent;
+        let seq = |l| {
+            p.cell(s, l, Workload::SequentialBatched)
+                .unwrap()
+                .merged_percent
+        };
         assert!(seq(Level::L0) > 90.0, "{s}: {}", seq(Level::L0));
         assert_eq!(seq(Level::L3), 0.0, "{s}");
     }

@@ -441,13 +441,16 @@ pub(crate) struct Device {
     pub(crate) holders: Vec<u32>,
     pub(crate) slaves: Vec<u32>,
     busy_tags: u32,
-    /// A scheduler switch or a `queue/nomerges` write freezes the queue: nothing is
-    /// dispatched until the requests in flight have completed (DESIGN.md: constant
-    /// switching cut throughput 25x) and, for nomerges, until `frozen_until_ns` (the
-    /// measured time of one write).
+    /// A scheduler switch freezes the queue: nothing is dispatched until the requests in
+    /// flight have completed (DESIGN.md: constant switching cut throughput 25x).
     frozen: bool,
-    frozen_since_ns: u64,
-    frozen_until_ns: u64,
+    /// A `queue/nomerges` write freezes the queue as `blk_mq_freeze_queue` does: new bios
+    /// wait (`nm_waiting`, bio and job) while every allocated request completes, and at
+    /// least until `nm_until_ns` (the measured time of one write).
+    nm_frozen: bool,
+    nm_since_ns: u64,
+    nm_until_ns: u64,
+    nm_waiting: Vec<(u32, u32)>,
     // elevator
     last_merge: u32,
     hash: FastMap<u32>,
@@ -716,8 +719,10 @@ impl Simulation {
                 slaves: Vec::new(),
                 busy_tags: 0,
                 frozen: false,
-                frozen_since_ns: 0,
-                frozen_until_ns: 0,
+                nm_frozen: false,
+                nm_since_ns: 0,
+                nm_until_ns: 0,
+                nm_waiting: Vec::new(),
                 last_merge: NIL,
                 hash: FastMap::default(),
                 sorted: [BTreeSet::new(), BTreeSet::new()],
@@ -1023,17 +1028,19 @@ impl Simulation {
 
     pub(crate) fn set_nomerges(&mut self, d: usize, v: u8) {
         // queue_nomerges_store freezes the queue on every write, changed or not.
-        self.nomerges_writes += 1;
-        let now = self.now_ns;
-        let until = now + self.costs.primary.freeze_min_ns;
-        let dev = &mut self.devs[d];
-        if !dev.frozen {
-            dev.frozen_since_ns = now;
-        }
-        dev.frozen = true;
-        dev.frozen_until_ns = dev.frozen_until_ns.max(until);
-        if until > now {
-            self.push_ev(until, EV_UNFREEZE, d as u32, 0);
+        if !self.devs[d].kind.is_dm() {
+            self.nomerges_writes += 1;
+            let now = self.now_ns;
+            let until = now + self.costs.primary.freeze_min_ns;
+            let dev = &mut self.devs[d];
+            if !dev.nm_frozen {
+                dev.nm_since_ns = now;
+            }
+            dev.nm_frozen = true;
+            dev.nm_until_ns = dev.nm_until_ns.max(until);
+            if until > now {
+                self.push_ev(until, EV_UNFREEZE, d as u32, 0);
+            }
         }
         if self.devs[d].nomerges != v {
             self.devs[d].nomerges = v;
@@ -1047,7 +1054,31 @@ impl Simulation {
                 value: v,
             });
         }
-        self.run_dispatch(d);
+        self.try_unfreeze(d);
+    }
+
+    /// Ends a nomerges freeze once every allocated request has completed and the write's
+    /// time has passed, then submits the bios that waited.
+    fn try_unfreeze(&mut self, d: usize) {
+        let dev = &self.devs[d];
+        if !dev.nm_frozen || dev.cnt.in_flight > 0 || self.now_ns < dev.nm_until_ns {
+            return;
+        }
+        self.nomerges_frozen_ns += self.now_ns - dev.nm_since_ns;
+        let dev = &mut self.devs[d];
+        dev.nm_frozen = false;
+        dev.nm_until_ns = 0;
+        let waiting = std::mem::take(&mut dev.nm_waiting);
+        let mut jobs: Vec<usize> = Vec::new();
+        for &(b, j) in &waiting {
+            self.rq_submit(b, j as usize);
+            if !jobs.contains(&(j as usize)) {
+                jobs.push(j as usize);
+            }
+        }
+        for j in jobs {
+            self.flush_plug(j);
+        }
     }
 
     /// Names of the two currencies the steps are priced in: the scenario's own and the
@@ -1093,9 +1124,6 @@ impl Simulation {
         dev.queued = 0;
         dev.last_merge = NIL;
         dev.sched = s;
-        if !dev.frozen {
-            dev.frozen_since_ns = self.now_ns;
-        }
         dev.frozen = true;
         dev.tun = Tunables::default();
         dev.sl_active = None;
@@ -1143,7 +1171,7 @@ impl Simulation {
                 }
                 EV_IDLE => self.idle_expired(ev.a() as usize, ev.b()),
                 EV_PHASE => self.start_phase(ev.a() as usize),
-                EV_UNFREEZE => self.run_dispatch(ev.a() as usize),
+                EV_UNFREEZE => self.try_unfreeze(ev.a() as usize),
                 _ => {}
             }
         }
@@ -1336,6 +1364,11 @@ impl Simulation {
     fn rq_submit(&mut self, b: u32, j: usize) {
         let bio = self.bios[b as usize];
         let d = bio.dev as usize;
+        if self.devs[d].nm_frozen {
+            // bio_queue_enter: wait for the freeze to end.
+            self.devs[d].nm_waiting.push((b, j as u32));
+            return;
+        }
         let ph = self.cur_phase;
         let eff = Self::eff_nomerges(&self.devs[d]);
         self.acc[ph][d].bios[bio.dir.idx()] += 1;
@@ -1580,15 +1613,10 @@ impl Simulation {
 
     fn run_dispatch(&mut self, d: usize) {
         if self.devs[d].frozen {
-            let dev = &self.devs[d];
-            if dev.busy_tags > 0 || self.now_ns < dev.frozen_until_ns {
+            if self.devs[d].busy_tags > 0 {
                 return;
             }
-            if dev.frozen_until_ns > 0 {
-                self.nomerges_frozen_ns += self.now_ns - dev.frozen_since_ns;
-            }
             self.devs[d].frozen = false;
-            self.devs[d].frozen_until_ns = 0;
         }
         loop {
             let dev = &self.devs[d];
@@ -1870,6 +1898,7 @@ impl Simulation {
             b = next;
         }
         self.run_dispatch(d);
+        self.try_unfreeze(d);
     }
 
     fn end_bio(&mut self, b: u32, d: usize) {

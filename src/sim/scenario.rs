@@ -346,7 +346,10 @@ impl Scenario {
         {
             return Err(bad(
                 "cost_profile".into(),
-                &format!("must be one of {}", crate::cost_profile::BUILTIN_NAMES.join(", ")),
+                &format!(
+                    "must be one of {}",
+                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                ),
             ));
         }
         if self.devices.is_empty() {
