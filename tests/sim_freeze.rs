@@ -33,7 +33,11 @@ fn run(kind: &str, profile: &str, every_ms: u64, value: &str) -> (u64, (u64, u64
         s.advance_to(i * 1_000_000);
         // No write at the very end: its freeze would outlast the run.
         if every_ms > 0 && i % every_ms == 0 && i < 1000 {
-            let v = if (i / every_ms) % 2 == 0 { "0" } else { value };
+            let v = if (i / every_ms).is_multiple_of(2) {
+                "0"
+            } else {
+                value
+            };
             s.write_attr("sda", "queue/nomerges", v).unwrap();
         }
     }
