@@ -7,9 +7,11 @@
 pub mod actuator;
 pub mod advise;
 pub mod blockfs;
+pub mod calibrate;
 pub mod compare;
 pub mod config;
 pub mod controller;
+pub mod cost_profile;
 pub mod daemon;
 pub mod devices;
 pub mod diskstats;

@@ -80,6 +80,9 @@ enum Command {
     /// Read a captured block trace and suggest the merge level, scheduler and slice
     /// settings, each with its evidence (`--what-if`: their modelled effect).
     Advise(mergetune::advise::AdviseArgs),
+    /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
+    /// write costs in latency, on a scratch loop device; write a cost profile.
+    Calibrate(mergetune::calibrate::CalibrateArgs),
     /// Capture block traces for `advise`.
     Trace {
         #[command(subcommand)]
@@ -198,6 +201,7 @@ fn run_command(cmd: Command) -> Result<i32> {
             Ok(0)
         }
         Command::Advise(args) => mergetune::advise::run(args),
+        Command::Calibrate(args) => mergetune::calibrate::run(args),
         Command::Trace { command } => mergetune::tracecap::run(command),
         Command::Replay {
             file,

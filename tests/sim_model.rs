@@ -294,7 +294,8 @@ fn seed001_idling_bounds_readers_max_latency() {
 
 fn cycles_per_io(nomerges: u8) -> f64 {
     let text = format!(
-        "[[device]]\nname = \"sda\"\nkind = \"ssd\"\nscheduler = \"mq-deadline\"\n\
+        "cost_profile = \"lkml-2008\"\n\
+         [[device]]\nname = \"sda\"\nkind = \"ssd\"\nscheduler = \"mq-deadline\"\n\
          queue_depth = 32\nparallelism = 8\nnomerges = {nomerges}\n\
          [[phase]]\nname = \"p\"\nduration_s = 0.5\n\
          [[phase.job]]\nname = \"r\"\ndevice = \"sda\"\npattern = \"random\"\n\

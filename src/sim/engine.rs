@@ -32,7 +32,7 @@
 //! least one request in flight) integrated over in-flight count changes, and the weighted
 //! field 11 as the kernel prints it since 5.x: the sum of the per-direction ns, in ms.
 
-use super::cost::CostModel;
+use super::cost::{Costs, Step};
 use super::hist::Histogram;
 use super::rng::SplitMix64;
 use super::scenario::{DeviceKind, Pattern, Scenario, secs_to_ns};
@@ -209,6 +209,11 @@ impl SchedKind {
             "bfq" => Some(SchedKind::Slice),
             _ => None,
         }
+    }
+    /// Index into `Pricing::by_sched` (none, mq-deadline, kyber, bfq).
+    #[inline]
+    fn idx(self) -> usize {
+        self as usize
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -449,6 +454,13 @@ pub(crate) struct Device {
     /// A scheduler switch freezes the queue: nothing is dispatched until the requests in
     /// flight have completed (DESIGN.md: constant switching cut throughput 25x).
     frozen: bool,
+    /// A `queue/nomerges` write freezes the queue as `blk_mq_freeze_queue` does: new bios
+    /// wait (`nm_waiting`, bio and job) while every allocated request completes, and at
+    /// least until `nm_until_ns` (the measured time of one write).
+    nm_frozen: bool,
+    nm_since_ns: u64,
+    nm_until_ns: u64,
+    nm_waiting: Vec<(u32, u32)>,
     // elevator
     last_merge: u32,
     hash: FastMap<u32>,
@@ -552,6 +564,7 @@ const EV_COMPLETE: u8 = 0;
 const EV_JOB_WAKE: u8 = 1;
 const EV_IDLE: u8 = 2;
 const EV_PHASE: u8 = 3;
+const EV_UNFREEZE: u8 = 4;
 
 // ---------------------------------------------------------------- per-phase accounting
 
@@ -563,7 +576,10 @@ pub struct PhaseAcc {
     pub completed: [u64; 2],
     pub sectors: [u64; 2],
     pub lat: [Histogram; 2],
+    /// CPU of the block-layer steps, in the scenario's own currency.
     pub cycles: u64,
+    /// The same steps priced in the other shipped profile (`Costs::second`).
+    pub cycles_second: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -596,12 +612,16 @@ pub struct Simulation {
     phases: Vec<PhaseInfo>,
     cur_phase: usize,
     acc: Vec<Vec<PhaseAcc>>,
-    cost: CostModel,
+    costs: Costs,
     rng: SplitMix64,
     end_ns: u64,
     pieces: Vec<Piece>,
     pub(crate) nomerges_log: Vec<NomergesChange>,
     pub(crate) scheduler_switches: u64,
+    /// Writes of `queue/nomerges` (each one a queue freeze) and the time queues spent
+    /// frozen by them.
+    pub(crate) nomerges_writes: u64,
+    pub(crate) nomerges_frozen_ns: u64,
     total_bios: u64,
     /// Bios allocated and not yet freed (see [`MAX_IN_FLIGHT_BIOS`]).
     live_bios: usize,
@@ -713,6 +733,10 @@ impl Simulation {
                 slaves: Vec::new(),
                 busy_tags: 0,
                 frozen: false,
+                nm_frozen: false,
+                nm_since_ns: 0,
+                nm_until_ns: 0,
+                nm_waiting: Vec::new(),
                 last_merge: NIL,
                 hash: FastMap::default(),
                 sorted: [BTreeSet::new(), BTreeSet::new()],
@@ -906,12 +930,14 @@ impl Simulation {
             phases,
             cur_phase: 0,
             acc,
-            cost: sc.cost,
+            costs: Costs::for_scenario(sc.cost_profile.as_deref(), sc.cost),
             rng: SplitMix64::new(sc.seed ^ 0x6d65_7267_6574_756e),
             end_ns: t,
             pieces: Vec::new(),
             nomerges_log: Vec::new(),
             scheduler_switches: 0,
+            nomerges_writes: 0,
+            nomerges_frozen_ns: 0,
             total_bios: 0,
             live_bios: 0,
             halted: None,
@@ -1022,6 +1048,21 @@ impl Simulation {
     // ------------------------------------------------------------ tunables (used by fs.rs)
 
     pub(crate) fn set_nomerges(&mut self, d: usize, v: u8) {
+        // queue_nomerges_store freezes the queue on every write, changed or not.
+        if !self.devs[d].kind.is_dm() {
+            self.nomerges_writes += 1;
+            let now = self.now_ns;
+            let until = now + self.costs.primary.freeze_min_ns;
+            let dev = &mut self.devs[d];
+            if !dev.nm_frozen {
+                dev.nm_since_ns = now;
+            }
+            dev.nm_frozen = true;
+            dev.nm_until_ns = dev.nm_until_ns.max(until);
+            if until > now {
+                self.push_ev(until, EV_UNFREEZE, d as u32, 0);
+            }
+        }
         if self.devs[d].nomerges != v {
             self.devs[d].nomerges = v;
             // The kernel drops the one-hit cache when merging is restricted.
@@ -1034,6 +1075,50 @@ impl Simulation {
                 value: v,
             });
         }
+        self.try_unfreeze(d);
+    }
+
+    /// Ends a nomerges freeze once every allocated request has completed and the write's
+    /// time has passed, then submits the bios that waited.
+    fn try_unfreeze(&mut self, d: usize) {
+        let dev = &self.devs[d];
+        if !dev.nm_frozen || dev.cnt.in_flight > 0 || self.now_ns < dev.nm_until_ns {
+            return;
+        }
+        self.nomerges_frozen_ns += self.now_ns - dev.nm_since_ns;
+        let dev = &mut self.devs[d];
+        dev.nm_frozen = false;
+        dev.nm_until_ns = 0;
+        let waiting = std::mem::take(&mut dev.nm_waiting);
+        let mut jobs: Vec<usize> = Vec::new();
+        for &(b, j) in &waiting {
+            self.rq_submit(b, j as usize);
+            if !jobs.contains(&(j as usize)) {
+                jobs.push(j as usize);
+            }
+        }
+        for j in jobs {
+            self.flush_plug(j);
+        }
+    }
+
+    /// Names of the two currencies the steps are priced in: the scenario's own and the
+    /// other shipped profile's (`PhaseAcc::cycles`, `PhaseAcc::cycles_second`).
+    pub fn cost_names(&self) -> (&str, &str) {
+        (&self.costs.primary.name, &self.costs.second.name)
+    }
+
+    /// Writes of `queue/nomerges` so far and the total time they kept queues frozen, ns.
+    pub fn nomerges_freezes(&self) -> (u64, u64) {
+        (self.nomerges_writes, self.nomerges_frozen_ns)
+    }
+
+    #[inline]
+    fn charge(&mut self, ph: usize, d: usize, step: Step, n: u64) {
+        let k = self.devs[d].sched.idx();
+        let acc = &mut self.acc[ph][d];
+        acc.cycles += self.costs.primary.by_sched[k].step(step) * n;
+        acc.cycles_second += self.costs.second.by_sched[k].step(step) * n;
     }
 
     /// Switches the scheduler: the queue freezes until the requests in flight complete, and
@@ -1107,6 +1192,7 @@ impl Simulation {
                 }
                 EV_IDLE => self.idle_expired(ev.a() as usize, ev.b()),
                 EV_PHASE => self.start_phase(ev.a() as usize),
+                EV_UNFREEZE => self.try_unfreeze(ev.a() as usize),
                 _ => {}
             }
         }
@@ -1283,9 +1369,8 @@ impl Simulation {
         } else {
             pieces.clear();
         }
-        let acc = &mut self.acc[ph][d];
-        acc.bios[bio.dir.idx()] += 1;
-        acc.cycles += self.cost.dm_split * pieces.len() as u64;
+        self.acc[ph][d].bios[bio.dir.idx()] += 1;
+        self.charge(ph, d, Step::DmSplit, pieces.len() as u64);
         self.bios[b as usize].remaining = pieces.len() as u32;
         for p in &pieces {
             let member = match &self.devs[d].media {
@@ -1321,13 +1406,16 @@ impl Simulation {
     fn rq_submit(&mut self, b: u32, j: usize) {
         let bio = self.bios[b as usize];
         let d = bio.dev as usize;
+        if self.devs[d].nm_frozen {
+            // bio_queue_enter: wait for the freeze to end.
+            self.devs[d].nm_waiting.push((b, j as u32));
+            return;
+        }
         let ph = self.cur_phase;
-        let cost = self.cost;
         let eff = Self::eff_nomerges(&self.devs[d]);
-        let mut cycles = 0u64;
         self.acc[ph][d].bios[bio.dir.idx()] += 1;
         if eff < 2 {
-            cycles += cost.plug_check;
+            self.charge(ph, d, Step::PlugCheck, 1);
             // blk_attempt_plug_merge: one try, against the most recent request in the
             // plug for this queue (a plug can hold several queues: dm pieces).
             let plug_rq = self.jobs[j]
@@ -1339,35 +1427,35 @@ impl Simulation {
             if let Some(r) = plug_rq
                 && self.try_merge(r, b, true)
             {
-                self.acc[ph][d].cycles += cycles + cost.merge;
+                self.charge(ph, d, Step::Merge, 1);
                 return;
             }
-            cycles += cost.one_hit;
+            self.charge(ph, d, Step::OneHit, 1);
             let lm = self.devs[d].last_merge;
             if lm != NIL && self.try_merge(lm, b, true) {
-                self.acc[ph][d].cycles += cycles + cost.merge;
+                self.charge(ph, d, Step::Merge, 1);
                 return;
             }
             // Nothing queued means nothing to find: the lookups are still charged (the
             // kernel does them), but the simulator skips the work.
             let queued = self.devs[d].queued > 0;
             if eff == 0 {
-                cycles += cost.hash_lookup;
+                self.charge(ph, d, Step::HashLookup, 1);
                 if queued
                     && let Some(&r) = self.devs[d].hash.get(&bio.sector)
                     && self.try_merge(r, b, false)
                 {
                     self.devs[d].last_merge = r;
-                    self.acc[ph][d].cycles += cycles + cost.merge;
+                    self.charge(ph, d, Step::Merge, 1);
                     return;
                 }
                 let dev = &self.devs[d];
                 let front_ok = dev.sched != SchedKind::MqDeadline || dev.tun.front_merges == 1;
                 if front_ok {
-                    cycles += cost.front_lookup;
+                    self.charge(ph, d, Step::FrontLookup, 1);
                     let end = bio.sector + bio.nr_sectors as u64;
                     let hit = if queued {
-                        dev.sorted[bio.dir.idx()]
+                        self.devs[d].sorted[bio.dir.idx()]
                             .range((end, 0)..=(end, u32::MAX))
                             .next()
                             .map(|&(_, r)| r)
@@ -1378,14 +1466,13 @@ impl Simulation {
                         && self.try_merge(r, b, true)
                     {
                         self.devs[d].last_merge = r;
-                        self.acc[ph][d].cycles += cycles + cost.merge;
+                        self.charge(ph, d, Step::Merge, 1);
                         return;
                     }
                 }
             }
         }
-        cycles += cost.request_alloc;
-        self.acc[ph][d].cycles += cycles;
+        self.charge(ph, d, Step::RequestAlloc, 1);
         let now = self.now_ns;
         {
             let c = &mut self.devs[d].cnt;
@@ -1511,7 +1598,7 @@ impl Simulation {
     fn insert(&mut self, r: u32) {
         let rq = self.reqs[r as usize];
         let d = rq.dev as usize;
-        self.acc[self.cur_phase][d].cycles += self.cost.insert;
+        self.charge(self.cur_phase, d, Step::Insert, 1);
         let dev = &self.devs[d];
         if dev.queued == 0
             && dev.busy_tags < dev.queue_depth
@@ -1741,7 +1828,7 @@ impl Simulation {
         let d = rq.dev as usize;
         let now = self.now_ns;
         self.reqs[r as usize].state = ReqState::InFlight;
-        self.acc[self.cur_phase][d].cycles += self.cost.dispatch;
+        self.charge(self.cur_phase, d, Step::Dispatch, 1);
         let rng = &mut self.rng;
         let dev = &mut self.devs[d];
         dev.busy_tags += 1;
@@ -1843,7 +1930,7 @@ impl Simulation {
             let acc = &mut self.acc[ph][d];
             acc.completed[rq.dir.idx()] += 1;
             acc.sectors[rq.dir.idx()] += rq.nr_sectors as u64;
-            acc.cycles += self.cost.completion;
+            self.charge(ph, d, Step::Completion, 1);
         }
         self.free_req(r);
         let mut b = rq.first_bio;
@@ -1853,6 +1940,7 @@ impl Simulation {
             b = next;
         }
         self.run_dispatch(d);
+        self.try_unfreeze(d);
     }
 
     fn end_bio(&mut self, b: u32, d: usize) {
@@ -1861,7 +1949,7 @@ impl Simulation {
         let ph = self.cur_phase;
         let acc = &mut self.acc[ph][d];
         acc.lat[bio.dir.idx()].record(now - bio.submit_ns);
-        acc.cycles += self.cost.bio_complete;
+        self.charge(ph, d, Step::BioComplete, 1);
         self.free_bio(b);
         if bio.parent != NIL {
             let p = bio.parent as usize;

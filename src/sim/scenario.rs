@@ -252,8 +252,12 @@ pub struct Scenario {
     pub description: String,
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// Step costs for every scheduler, overriding the profile.
     #[serde(default)]
-    pub cost: CostModel,
+    pub cost: Option<CostModel>,
+    /// The cost profile that prices the steps: `measured-6.18` (default) or `lkml-2008`.
+    #[serde(default)]
+    pub cost_profile: Option<String>,
     #[serde(rename = "device")]
     pub devices: Vec<DeviceSpec>,
     #[serde(rename = "phase")]
@@ -364,6 +368,17 @@ impl Scenario {
             key,
             reason: reason.to_string(),
         };
+        if let Some(p) = &self.cost_profile
+            && !crate::cost_profile::BUILTIN_NAMES.contains(&p.as_str())
+        {
+            return Err(bad(
+                "cost_profile".into(),
+                &format!(
+                    "must be one of {}",
+                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                ),
+            ));
+        }
         if self.devices.is_empty() {
             return Err(bad("device".into(), "at least one [[device]] is required"));
         }
