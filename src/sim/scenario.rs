@@ -385,25 +385,26 @@ impl Scenario {
         if self.phases.is_empty() {
             return Err(bad("phase".into(), "at least one [[phase]] is required"));
         }
-        let c = &self.cost;
-        for (key, v) in [
-            ("plug_check", c.plug_check),
-            ("one_hit", c.one_hit),
-            ("hash_lookup", c.hash_lookup),
-            ("front_lookup", c.front_lookup),
-            ("merge", c.merge),
-            ("request_alloc", c.request_alloc),
-            ("insert", c.insert),
-            ("dispatch", c.dispatch),
-            ("completion", c.completion),
-            ("bio_complete", c.bio_complete),
-            ("dm_split", c.dm_split),
-        ] {
-            if v > limits::COST_CYCLES_MAX {
-                return Err(bad(
-                    format!("cost.{key}"),
-                    &format!("must be at most {} cycles", limits::COST_CYCLES_MAX),
-                ));
+        if let Some(c) = &self.cost {
+            for (key, v) in [
+                ("plug_check", c.plug_check),
+                ("one_hit", c.one_hit),
+                ("hash_lookup", c.hash_lookup),
+                ("front_lookup", c.front_lookup),
+                ("merge", c.merge),
+                ("request_alloc", c.request_alloc),
+                ("insert", c.insert),
+                ("dispatch", c.dispatch),
+                ("completion", c.completion),
+                ("bio_complete", c.bio_complete),
+                ("dm_split", c.dm_split),
+            ] {
+                if v > limits::COST_CYCLES_MAX {
+                    return Err(bad(
+                        format!("cost.{key}"),
+                        &format!("must be at most {} cycles", limits::COST_CYCLES_MAX),
+                    ));
+                }
             }
         }
         let mut names = HashSet::new();
