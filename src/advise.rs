@@ -1,6 +1,6 @@
 //! `mergetune advise TRACE`: helpful suggestions from a captured block trace.
 //!
-//! Carl Henrik's idea in the 2008 thread (seed 000): "a program which makes some helpful
+//! Carl Henrik's idea in the 2008 nomerges thread (docs/design.md): "a program which makes some helpful
 //! suggestions after looking at a blktrace file ... suggest changing the I/O scheduler,
 //! increasing a parameter such as slice_sync, or disable merges". This module reads the
 //! tracing filesystem's block events (or blkparse's text) through the simulator's own line

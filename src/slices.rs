@@ -1,4 +1,4 @@
-//! Scheduler slices: keep reads from starving behind writes (seed 003), within bounds.
+//! Scheduler slices: keep reads from starving behind writes (the 2009 read/write ratio thread, docs/design.md), within bounds.
 //!
 //! A pure function of (state, window, scheduler, current values, originals, config, now) to
 //! at most one bounded change with its reason, like the merge policy. The evidence is what
@@ -19,7 +19,7 @@
 //! (reads doing well then may be the steps' own doing). A tunable whose value was not the
 //! kernel's default when mergetune first saw
 //! it is the operator's and is never touched. Idling (`slice_idle`) is left alone: whether
-//! idling helps a sync queue (seed 001) depends on per-process seekiness the counters do
+//! idling helps a sync queue (the 2009 cfq latency thread) depends on per-process seekiness the counters do
 //! not show; `mergetune advise` looks at that from a trace.
 
 use crate::config::SlicesConfig;

@@ -1,6 +1,6 @@
 //! `mergetune trace capture`: record one device's block events from the tracing filesystem.
 //!
-//! blktrace's relay files are refused on locked-down kernels (DESIGN.md); the tracing
+//! blktrace's relay files are refused on locked-down kernels (docs/design.md); the tracing
 //! filesystem's block events work and their merge counts equal the kernel's stat deltas.
 //! The capture uses a private tracefs instance (`instances/mergetune-PID`): its own ring
 //! buffer and event switches, so the global buffer and other tools' tracing are untouched.

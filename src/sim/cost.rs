@@ -2,7 +2,7 @@
 //! profile (`cost_profile`).
 //!
 //! Why steps: the daemon's case for turning merging off is the CPU spent on merge lookups
-//! that find nothing (seed 000), against the CPU a merge saves by not allocating,
+//! that find nothing (the 2008 nomerges thread, docs/design.md), against the CPU a merge saves by not allocating,
 //! dispatching and completing a request. The simulator counts the steps each bio takes;
 //! a profile prices them. [`CostModel::from_profile`] derives the prices from what a
 //! profile measured for one scheduler:

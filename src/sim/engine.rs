@@ -10,7 +10,7 @@
 //!    `last_merge` request, then (nomerges=0 only) the back-merge hash keyed by end sector
 //!    and the front-merge lookup in the per-direction sector-ordered tree (mq-deadline:
 //!    only if front_merges=1).
-//!    `none` and kyber merge the same at 0 and 1 (DESIGN.md). Otherwise a new request joins
+//!    `none` and kyber merge the same at 0 and 1 (docs/design.md). Otherwise a new request joins
 //!    the plug; the plug is flushed at the end of the batch or at 32 requests.
 //! 2. An inserted request is dispatched at once if the device has a free tag and nothing is
 //!    queued; else it waits in the scheduler's structures, where later bios can merge into it.
@@ -452,7 +452,7 @@ pub(crate) struct Device {
     pub(crate) slaves: Vec<u32>,
     busy_tags: u32,
     /// A scheduler switch freezes the queue: nothing is dispatched until the requests in
-    /// flight have completed (DESIGN.md: constant switching cut throughput 25x).
+    /// flight have completed (docs/design.md: constant switching cut throughput 25x).
     frozen: bool,
     /// A `queue/nomerges` write freezes the queue as `blk_mq_freeze_queue` does: new bios
     /// wait (`nm_waiting`, bio and job) while every allocated request completes, and at

@@ -8,7 +8,7 @@
 //!   `  8,0    3        1     0.000000000  2176  Q   R 2504 + 1792 [xfs_io]`; the summary
 //!   blkparse prints at the end (from a line starting with `CPU` or `Total`) ends parsing.
 //!
-//! Why plugs matter: a batched submission merges in the plug (seed 004), and a trace of
+//! Why plugs matter: a batched submission merges in the plug (the 2009 aio batching thread, docs/design.md), and a trace of
 //! only `block_bio_queue` events does not show plugs; then bios at most `plug_gap_ns` apart
 //! are taken to share one. Flush-only and discard bios are skipped. Any malformed line gives
 //! an error naming its line number, never a panic.
