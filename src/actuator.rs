@@ -356,23 +356,6 @@ impl Actuator {
         out
     }
 
-    /// Restores every tunable of `dev` in `tunables` that is still mergetune's.
-    pub fn restore_tunables(
-        &mut self,
-        fs: &mut dyn BlockFs,
-        dev: &str,
-        tunables: &[Tunable],
-    ) -> Vec<RestoreResult> {
-        let out: Vec<RestoreResult> = tunables
-            .iter()
-            .filter_map(|&t| self.restore_one(fs, dev, t))
-            .collect();
-        if !out.is_empty() {
-            let _ = self.save();
-        }
-        out
-    }
-
     /// A device is gone from `/sys/block` at `now_ms`: its records with something to
     /// restore are kept (dated), the rest forgotten.
     pub fn device_vanished(&mut self, dev: &str, now_ms: u64) {

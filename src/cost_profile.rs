@@ -82,40 +82,8 @@ impl fmt::Display for Scheduler {
     }
 }
 
-/// The merge ladder: L0 kernel default, L1 mq-deadline without front merges, L2
-/// nomerges=1, L3 nomerges=2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Level {
-    L0,
-    L1,
-    L2,
-    L3,
-}
-
-impl Level {
-    pub const ALL: [Level; 4] = [Level::L0, Level::L1, Level::L2, Level::L3];
-    /// `queue/nomerges` at this level.
-    pub fn nomerges(self) -> u8 {
-        match self {
-            Level::L0 | Level::L1 => 0,
-            Level::L2 => 1,
-            Level::L3 => 2,
-        }
-    }
-    /// mq-deadline's `iosched/front_merges` at this level.
-    pub fn front_merges(self) -> u8 {
-        match self {
-            Level::L1 => 0,
-            _ => 1,
-        }
-    }
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self:?}")
-    }
-}
+/// The merge ladder's levels, as everywhere else in mergetune.
+pub use crate::tunable::Level;
 
 /// What the measured job does: 4 KiB reads at queue depth 32, random or sequential, one
 /// I/O per submission or 32 under one plug.

@@ -114,8 +114,8 @@ pub fn is_plain_device_name(name: &str) -> bool {
 }
 
 /// A rung of the merge ladder.
+/// Written as `"L0"` .. `"L3"` (cost profiles name levels that way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(into = "u8", try_from = "u8")]
 pub enum Level {
     /// nomerges=0, front_merges=1: every merge (the kernel default).
     L0,
@@ -149,6 +149,14 @@ impl Level {
         }
     }
 
+    /// mq-deadline's `iosched/front_merges` at this level.
+    pub fn front_merges(self) -> u8 {
+        match self {
+            Level::L1 => 0,
+            _ => 1,
+        }
+    }
+
     /// The next rung down, if any.
     pub fn below(self) -> Option<Level> {
         Level::from_index(self.index() + 1)
@@ -158,19 +166,6 @@ impl Level {
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "L{}", self.index())
-    }
-}
-
-impl From<Level> for u8 {
-    fn from(l: Level) -> u8 {
-        l.index()
-    }
-}
-
-impl TryFrom<u8> for Level {
-    type Error = String;
-    fn try_from(i: u8) -> Result<Level, String> {
-        Level::from_index(i).ok_or_else(|| format!("level {i} is not 0..=3"))
     }
 }
 
