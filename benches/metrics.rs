@@ -13,13 +13,14 @@
 //! after. docs/metrics.md records the figures.
 
 use criterion::{Criterion, criterion_group};
-use mergetune::blockfs::{BlockFs, FsError};
-use mergetune::config::Config;
-use mergetune::controller::Decision;
-use mergetune::daemon::Daemon;
-use mergetune::http::{Limits, serve};
-use mergetune::metrics::{Metrics, TickTiming};
-use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::controller::Decision;
+use mergetune::export::http::{Limits, serve};
+use mergetune::export::metrics::{Metrics, TickTiming};
+use mergetune::kernel::blockfs::{BlockFs, FsError};
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
+use mergetune::logic::decision::{Applied, Change, DecisionKind};
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -201,7 +202,7 @@ fn proc_usage(pid: u32) -> (u64, u64, u64) {
 }
 
 fn status_lag(addr: &str) -> f64 {
-    mergetune::status::fetch(addr, Duration::from_secs(5))
+    mergetune::export::status::fetch(addr, Duration::from_secs(5))
         .map(|s| s.max_tick_lag_ms)
         .unwrap_or(f64::NAN)
 }

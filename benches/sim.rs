@@ -5,8 +5,8 @@
 //! figure without criterion.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use mergetune::cli::simulate::bench_scenario;
 use mergetune::sim::Simulation;
-use mergetune::sim::cli::bench_scenario;
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {

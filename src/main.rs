@@ -3,13 +3,13 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use mergetune::actuator::Actuator;
-use mergetune::blockfs::RealFs;
-use mergetune::config::{self, Config, DEFAULT_CONFIG_PATH};
-use mergetune::daemon::{Daemon, format_rows};
-use mergetune::logging::Notifier;
-use mergetune::metrics::{Metrics, TickTiming};
-use mergetune::state::{FileStore, MemoryStore, StateStore, restore_from_store};
+use mergetune::daemon::actuator::Actuator;
+use mergetune::daemon::adaptive::{Daemon, format_rows};
+use mergetune::daemon::state::{FileStore, MemoryStore, StateStore, restore_from_store};
+use mergetune::export::logging::Notifier;
+use mergetune::export::metrics::{Metrics, TickTiming};
+use mergetune::kernel::blockfs::RealFs;
+use mergetune::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ struct Cli {
     /// Log format: auto (journal under systemd, else text), text, json (one object per
     /// line, for log shippers) or journal.
     #[arg(long, global = true, value_enum, default_value_t)]
-    log_format: mergetune::logging::LogFormat,
+    log_format: mergetune::export::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,7 +61,7 @@ enum Command {
         sysfs_root: PathBuf,
     },
     /// Run the daemon's policy against an in-process simulated block stack in virtual time.
-    Simulate(mergetune::sim::cli::SimulateArgs),
+    Simulate(mergetune::cli::simulate::SimulateArgs),
     /// Run the policy over a recording (`run --record FILE`) and print the decisions it
     /// would make, with reasons: what-if tuning on production data, offline.
     Replay {
@@ -79,19 +79,19 @@ enum Command {
     },
     /// Read a captured block trace and suggest the merge level, scheduler and slice
     /// settings, each with its evidence (`--what-if`: their modelled effect).
-    Advise(mergetune::advise::AdviseArgs),
+    Advise(mergetune::lab::advise::AdviseArgs),
     /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
     /// write costs in latency, on a scratch loop device; write a cost profile.
-    Calibrate(mergetune::calibrate::CalibrateArgs),
+    Calibrate(mergetune::lab::calibrate::CalibrateArgs),
     /// Capture block traces for `advise`.
     Trace {
         #[command(subcommand)]
-        command: mergetune::tracecap::TraceCommand,
+        command: mergetune::kernel::tracefs::TraceCommand,
     },
     /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
     Status {
         /// The daemon's metrics endpoint ([metrics] listen).
-        #[arg(long, default_value = mergetune::metrics::DEFAULT_LISTEN)]
+        #[arg(long, default_value = mergetune::export::metrics::DEFAULT_LISTEN)]
         addr: String,
         /// Print the raw /status JSON.
         #[arg(long)]
@@ -134,7 +134,7 @@ struct RunArgs {
 
 fn main() {
     let cli = Cli::parse();
-    mergetune::logging::init(cli.verbose, cli.quiet, cli.log_format);
+    mergetune::export::logging::init(cli.verbose, cli.quiet, cli.log_format);
     let code = match run_command(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -197,12 +197,12 @@ fn run_command(cmd: Command) -> Result<i32> {
             })
         }
         Command::Simulate(args) => {
-            mergetune::sim::cli::run(args)?;
+            mergetune::cli::simulate::run(args)?;
             Ok(0)
         }
-        Command::Advise(args) => mergetune::advise::run(args),
-        Command::Calibrate(args) => mergetune::calibrate::run(args),
-        Command::Trace { command } => mergetune::tracecap::run(command),
+        Command::Advise(args) => mergetune::lab::advise::run(args),
+        Command::Calibrate(args) => mergetune::lab::calibrate::run(args),
+        Command::Trace { command } => mergetune::kernel::tracefs::run(command),
         Command::Replay {
             file,
             config,
@@ -213,7 +213,7 @@ fn run_command(cmd: Command) -> Result<i32> {
                 Some(p) => config::load_file(p)?,
                 None => Config::default(),
             };
-            let ticks = mergetune::record::load(&file)?;
+            let ticks = mergetune::daemon::record::load(&file)?;
             let n = ticks.len();
             // load() refuses ticks out of time order, so this cannot underflow.
             let span_ms = ticks
@@ -222,14 +222,14 @@ fn run_command(cmd: Command) -> Result<i32> {
             let mut daemon = Daemon::simulated(cfg);
             let decisions = match &plot {
                 Some(p) => {
-                    let mut sampling = mergetune::plot::Sampling::new(&mut daemon);
-                    let d = mergetune::record::replay(ticks, &mut sampling);
+                    let mut sampling = mergetune::lab::plot::Sampling::new(&mut daemon);
+                    let d = mergetune::daemon::record::replay(ticks, &mut sampling);
                     let mut series = sampling.finish();
                     series.title = format!("replay of {}", file.display());
-                    mergetune::plot::plot_series(&series, p)?;
+                    mergetune::lab::plot::plot_series(&series, p)?;
                     d
                 }
-                None => mergetune::record::replay(ticks, &mut daemon),
+                None => mergetune::daemon::record::replay(ticks, &mut daemon),
             };
             if json {
                 println!(
@@ -266,11 +266,11 @@ fn run_command(cmd: Command) -> Result<i32> {
         Command::Status { addr, json } => {
             let timeout = Duration::from_secs(5);
             if json {
-                let body = mergetune::status::http_get(&addr, "/status", timeout)?;
+                let body = mergetune::export::status::http_get(&addr, "/status", timeout)?;
                 println!("{}", String::from_utf8_lossy(&body).trim_end());
             } else {
-                let s = mergetune::status::fetch(&addr, timeout)?;
-                print!("{}", mergetune::status::format_status(&s));
+                let s = mergetune::export::status::fetch(&addr, timeout)?;
+                print!("{}", mergetune::export::status::format_status(&s));
             }
             Ok(0)
         }
@@ -409,15 +409,18 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         None => cfg.metrics.listen.clone(),
     };
     let metrics = Arc::new(Metrics::new());
-    let server = match mergetune::metrics::parse_listen(&listen) {
+    let server = match mergetune::export::metrics::parse_listen(&listen) {
         Err(e) => bail!("--metrics-listen: {e}"),
         Ok(None) => {
             info!("metrics endpoint off ([metrics] listen = \"\")");
             None
         }
         Ok(Some(addr)) => {
-            match mergetune::http::serve(addr, metrics.clone(), mergetune::http::Limits::default())
-            {
+            match mergetune::export::http::serve(
+                addr,
+                metrics.clone(),
+                mergetune::export::http::Limits::default(),
+            ) {
                 Ok(h) => {
                     info!(
                         "metrics endpoint: http://{}/metrics and /status",
@@ -461,7 +464,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
     let mut recorder = match &args.record {
         Some(p) => {
             info!("recording every tick to {}", p.display());
-            Some(mergetune::record::Recorder::create(p)?)
+            Some(mergetune::daemon::record::Recorder::create(p)?)
         }
         None => None,
     };
@@ -478,7 +481,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
             let tick_start = Instant::now();
             let decisions = match recorder.as_mut() {
                 Some(rec) => {
-                    let mut rfs = mergetune::record::RecordingFs::new(&mut fs, tick_at);
+                    let mut rfs = mergetune::daemon::record::RecordingFs::new(&mut fs, tick_at);
                     let d = daemon.tick(tick_at, &mut rfs);
                     if let Err(e) = rec.write(&rfs.finish()) {
                         error!("{e}; recording stopped");
@@ -594,7 +597,7 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
     let restored = daemon.restore_all(now_ms(&start), &mut fs);
     let failed = restored
         .iter()
-        .filter(|d| matches!(d.applied, mergetune::tunable::Applied::Failed(_)))
+        .filter(|d| matches!(d.applied, mergetune::logic::decision::Applied::Failed(_)))
         .count();
     info!(
         "stopped; {} value(s) restored",

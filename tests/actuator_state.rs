@@ -1,11 +1,13 @@
 //! Read-before-write, original recording, dry-run, restore rules and write failures.
 
-use mergetune::actuator::{Actuator, SetOutcome};
-use mergetune::blockfs::{BlockFs, FsError, RealFs};
-use mergetune::config::Config;
-use mergetune::daemon::Daemon;
-use mergetune::state::{FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store};
-use mergetune::tunable::Tunable;
+use mergetune::daemon::actuator::{Actuator, SetOutcome};
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::state::{
+    FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store,
+};
+use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
 use std::path::Path;
 
 fn tree() -> tempfile::TempDir {

@@ -2,8 +2,8 @@
 //! (tests/fixtures/*.meta.toml) and the advice fits the workload; and bad input gives a
 //! clear message and a best-effort report, never a panic.
 
-use mergetune::advise::{Analysis, Analyzer, DevNum, analyze_file};
-use mergetune::config::PolicyConfig;
+use mergetune::lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
+use mergetune::logic::config::PolicyConfig;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -80,7 +80,7 @@ fn mixed_load_keeps_the_plug_merges_at_nomerges_1() {
 fn what_if_shows_the_cpu_saving_and_the_cost() {
     let a = analyze("trace_mixed.txt");
     let d = &a.devices[0];
-    let (bios, truncated) = mergetune::advise::read_bios(
+    let (bios, truncated) = mergetune::lab::advise::read_bios(
         &fixture("trace_mixed.txt"),
         DevNum { major: 7, minor: 0 },
         10_000,
@@ -88,7 +88,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
     )
     .unwrap();
     assert_eq!((bios.len(), truncated), (2048, false));
-    let w = mergetune::advise::what_if("7,0", bios, false, d).unwrap();
+    let w = mergetune::lab::advise::what_if("7,0", bios, false, d).unwrap();
     let row = |l: &str| w.rows.iter().find(|r| r.label == l).unwrap();
     assert!(row("L2").cycles_per_bio < row("L0").cycles_per_bio);
     assert!(

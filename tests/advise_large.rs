@@ -3,10 +3,10 @@
 //! peak RSS of the advise process (from wait4's rusage) is compared with the peak on a
 //! 1 MB trace of the same kind. The internal state is bounded by construction too.
 
-use mergetune::advise::{
+use mergetune::lab::advise::{
     Analyzer, DeviceAcc, MAX_INFLIGHT, MAX_TASKS, SCATTER_POINTS, TIMELINE_BUCKETS,
 };
-use mergetune::config::PolicyConfig;
+use mergetune::logic::config::PolicyConfig;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,9 @@
 //! The calibration's statistics: medians, distribution-free intervals, paired changes and
 //! the seeded interleaving order. Pure, so deterministic.
 
-use mergetune::calibrate::stats::{estimate, median, median_ci, paired_change_percent, shuffle};
+use mergetune::lab::calibrate::stats::{
+    estimate, median, median_ci, paired_change_percent, shuffle,
+};
 
 #[test]
 fn median_of_odd_and_even_counts() {

@@ -11,8 +11,8 @@
 //!   down), and within one window when a sequential phase starts (stricter than the
 //!   issue's "one probe interval").
 
-use mergetune::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
-use mergetune::config::Config;
+use mergetune::lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
+use mergetune::logic::config::Config;
 
 fn run_with(name: &str, cfg: &Config) -> ScenarioComparison {
     let sc = suite_scenario(name, 1.0).unwrap_or_else(|| panic!("no suite scenario {name}"));

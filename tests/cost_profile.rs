@@ -1,7 +1,7 @@
 //! Cost profiles: the shipped ones parse and validate, bad ones are refused naming the key,
 //! and the simulator's step prices derive from them as documented in `sim::cost`.
 
-use mergetune::cost_profile::{
+use mergetune::logic::cost_profile::{
     self, BUILTIN_NAMES, CostProfile, Level, Method, ProfileError, Scheduler, Verdict, Workload,
 };
 use mergetune::sim::CostModel;

@@ -1,7 +1,7 @@
 //! The parser and sampler on real /proc/diskstats text (tests/fixtures/).
 
-use mergetune::diskstats::{LineFault, field, parse_diskstats};
-use mergetune::sampler::{Delta, Sampler};
+use mergetune::kernel::diskstats::{LineFault, field, parse_diskstats};
+use mergetune::logic::sampler::{Delta, Sampler};
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(

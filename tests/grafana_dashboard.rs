@@ -3,12 +3,13 @@
 //! has host and device variables and a fleet row on the recorded series, and every panel has
 //! a query. (promtool's own checks of the rules are in tests/mixin.rs.)
 
-use mergetune::blockfs::RealFs;
-use mergetune::config::Config;
-use mergetune::controller::Decision;
-use mergetune::daemon::Daemon;
-use mergetune::metrics::{Metrics, TickTiming};
-use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::controller::Decision;
+use mergetune::export::metrics::{Metrics, TickTiming};
+use mergetune::kernel::blockfs::RealFs;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
+use mergetune::logic::decision::{Applied, Change, DecisionKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
 

@@ -3,11 +3,11 @@
 //! the daemon's own tick, the built binary on a bad file, a scenario with values that
 //! broke the simulator.
 
-use mergetune::actuator::Actuator;
-use mergetune::blockfs::RealFs;
-use mergetune::config::Config;
-use mergetune::daemon::Daemon;
-use mergetune::state::MemoryStore;
+use mergetune::daemon::actuator::Actuator;
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::state::MemoryStore;
+use mergetune::kernel::blockfs::RealFs;
+use mergetune::logic::config::Config;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};

@@ -3,12 +3,12 @@
 //! probed) after a fraction of a second; once no device is at L3 it ticks at the normal
 //! interval again. Driven on the simulator with the daemon's own loop.
 
-use mergetune::config::Config;
-use mergetune::controller::{Controller, Decision};
-use mergetune::daemon::Daemon;
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::controller::{Controller, Decision};
+use mergetune::logic::config::Config;
+use mergetune::logic::decision::DecisionKind;
 use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
-use mergetune::tunable::DecisionKind;
 
 const SCENARIO: &str = r#"
 name = "watch"

@@ -2,14 +2,15 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
-use mergetune::actuator::Actuator;
-use mergetune::blockfs::{BlockFs, FsError};
-use mergetune::config::Config;
-use mergetune::controller::Decision;
-use mergetune::daemon::Daemon;
-use mergetune::metrics::{Metrics, TickTiming};
-use mergetune::state::MemoryStore;
-use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
+use mergetune::daemon::actuator::Actuator;
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::controller::Decision;
+use mergetune::daemon::state::MemoryStore;
+use mergetune::export::metrics::{Metrics, TickTiming};
+use mergetune::kernel::blockfs::{BlockFs, FsError};
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
+use mergetune::logic::decision::{Applied, Change, DecisionKind};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
@@ -593,7 +594,8 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
         }
     }
     assert!(seen_off, "merging never went off on random traffic");
-    let s: mergetune::status::StatusSnapshot = serde_json::from_slice(&m.status_json()).unwrap();
+    let s: mergetune::export::status::StatusSnapshot =
+        serde_json::from_slice(&m.status_json()).unwrap();
     assert_eq!(s, m.status());
     let sda = s.devices.iter().find(|x| x.device == "sda").unwrap();
     assert_eq!(sda.status, "managed");
@@ -607,7 +609,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();
     assert_eq!(sdb.status, "admin-owned");
     assert_eq!(sdb.level, None);
-    let table = mergetune::status::format_status(&s);
+    let table = mergetune::export::status::format_status(&s);
     assert!(table.contains("sda"), "{table}");
     assert!(
         table.contains("0\u{2192}"),

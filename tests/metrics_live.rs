@@ -2,9 +2,9 @@
 //! scenario runs, through [`LiveExporter`], driven here the way the simulator's loop does it
 //! (advance, tick, `on_tick`).
 
-use mergetune::config::Config;
-use mergetune::metrics::LiveExporter;
-use mergetune::sim::cli::bench_scenario;
+use mergetune::cli::simulate::bench_scenario;
+use mergetune::export::metrics::LiveExporter;
+use mergetune::logic::config::Config;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::runner::Policy;
 use std::time::{Duration, Instant};
@@ -39,7 +39,8 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
         wall >= Duration::from_millis(250),
         "--speed 10 paced 3 s of virtual time in {wall:?}"
     );
-    let body = mergetune::status::http_get(&addr, "/metrics", Duration::from_secs(5)).unwrap();
+    let body =
+        mergetune::export::status::http_get(&addr, "/metrics", Duration::from_secs(5)).unwrap();
     let text = String::from_utf8(body).unwrap();
     assert!(
         text.contains(r#"mergetune_device_management{device="nvme0n1",management="managed"} 1"#),
@@ -50,7 +51,7 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
         "{text}"
     );
     assert!(text.contains("mergetune_ticks_total 4"), "{text}");
-    let s = mergetune::status::fetch(&addr, Duration::from_secs(5)).unwrap();
+    let s = mergetune::export::status::fetch(&addr, Duration::from_secs(5)).unwrap();
     assert_eq!(s.devices.len(), 1);
     assert!(
         (s.uptime_secs - 3.0).abs() < 1e-9,

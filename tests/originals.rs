@@ -8,11 +8,11 @@
 mod memkernel;
 
 use memkernel::{Load, MemKernel, SharedStore};
-use mergetune::actuator::Actuator;
-use mergetune::config::Config;
-use mergetune::daemon::Daemon;
-use mergetune::state::restore_from_store;
-use mergetune::tunable::Tunable;
+use mergetune::daemon::actuator::Actuator;
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::state::restore_from_store;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 

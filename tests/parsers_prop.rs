@@ -4,8 +4,8 @@
 //! is accepted is usable. Case counts are bounded so the file runs in a few seconds in
 //! release. (state.json has its own file, tests/state_fuzz.rs.)
 
-use mergetune::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
-use mergetune::diskstats::{parse_diskstats_line, parse_stat_fields};
+use mergetune::kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
+use mergetune::kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -98,7 +98,7 @@ proptest! {
             prop_assert!(e.line_no >= 1 && e.line_no <= total);
             let prefix = format!("line {}:", e.line_no);
             prop_assert!(e.to_string().starts_with(&prefix), "{}", e);
-            prop_assert!(e.line.len() <= mergetune::diskstats::MAX_QUOTED_BYTES + 3);
+            prop_assert!(e.line.len() <= mergetune::kernel::diskstats::MAX_QUOTED_BYTES + 3);
         }
         let mut names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
         names.sort_unstable();
@@ -158,7 +158,7 @@ proptest! {
         let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt");
         let mut text = String::new();
         for t in 0..4 {
-            let rec = mergetune::record::TickRecord {
+            let rec = mergetune::daemon::record::TickRecord {
                 t_ms: t * 1000,
                 diskstats: Some(ds.clone().into_bytes()),
                 devices: Some(vec!["vda".into(), "loop0".into()]),
@@ -169,18 +169,18 @@ proptest! {
         }
         let bytes = apply(text.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
-        match mergetune::record::load(&p) {
+        match mergetune::daemon::record::load(&p) {
             Ok(ticks) => {
                 prop_assert!(!ticks.is_empty());
                 prop_assert!(ticks.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
                 // What loads replays without a panic.
-                let mut d = mergetune::daemon::Daemon::simulated(Default::default());
-                let _ = mergetune::record::replay(ticks, &mut d);
+                let mut d = mergetune::daemon::adaptive::Daemon::simulated(Default::default());
+                let _ = mergetune::daemon::record::replay(ticks, &mut d);
             }
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.contains("rec.jsonl"), "{}", msg);
-                if let mergetune::record::RecordError::Parse { line, .. } = e {
+                if let mergetune::daemon::record::RecordError::Parse { line, .. } = e {
                     let lines = bytes.split(|&c| c == b'\n').count();
                     prop_assert!(line >= 1 && line <= lines, "line {} of {}", line, lines);
                 }
@@ -199,7 +199,7 @@ proptest! {
         let head: String = text.lines().take(80).collect::<Vec<_>>().join("\n");
         let mut bytes = apply(head.as_bytes(), &muts);
         bytes.extend_from_slice(&noise);
-        let mut a = mergetune::advise::Analyzer::new(None);
+        let mut a = mergetune::lab::advise::Analyzer::new(None);
         a.read_from(&bytes[..]).unwrap();
         let lines = bytes.split(|&c| c == b'\n').count();
         for b in &a.bad_examples {
@@ -211,7 +211,7 @@ proptest! {
         }
         let s = String::from_utf8_lossy(&bytes);
         for l in s.lines() {
-            let _ = mergetune::sim::trace::parse_event(l);
+            let _ = mergetune::kernel::trace::parse_event(l);
         }
         if let Err(e) = mergetune::sim::parse_trace(&s, 10_000) {
             prop_assert!(e.line >= 1 && e.line <= lines, "{}", e);
@@ -295,27 +295,27 @@ proptest! {
     fn config_values_are_accepted_or_named(n in 0usize..1000, value in toml_value()) {
         let base = fixture("config/mergetune.toml");
         let (text, key) = replace_value(&base, n, &value);
-        match mergetune::config::load_str(&text, "c.toml") {
+        match mergetune::logic::config::load_str(&text, "c.toml") {
             Ok(cfg) => {
                 prop_assert!(cfg.validate("c.toml").is_ok());
                 let mut sim = mergetune::sim::Simulation::new(&mergetune::sim::Scenario::default_scenario()).unwrap();
-                let mut d = mergetune::daemon::Daemon::simulated(cfg);
+                let mut d = mergetune::daemon::adaptive::Daemon::simulated(cfg);
                 let _ = d.tick(0, &mut sim);
             }
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.starts_with("c.toml: "), "{}", msg);
                 match e {
-                    mergetune::config::ConfigError::Invalid { key: k, .. } => {
+                    mergetune::logic::config::ConfigError::Invalid { key: k, .. } => {
                         // The key itself, or (a rule between two keys) its partner, naming it.
                         prop_assert!(k.contains(&key) || msg.contains(&key), "{} for {}", msg, key);
                     }
-                    mergetune::config::ConfigError::Parse { message, .. } => {
+                    mergetune::logic::config::ConfigError::Parse { message, .. } => {
                         prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
                     }
                     // Several keys at once (a value and a rule relating it to another): the
                     // changed key is among them.
-                    mergetune::config::ConfigError::Many { .. } => {
+                    mergetune::logic::config::ConfigError::Many { .. } => {
                         prop_assert!(msg.contains(&key), "{} for {}", msg, key);
                     }
                     other => prop_assert!(false, "{}", other),
@@ -342,7 +342,7 @@ impl std::io::Read for Endless {
 
 #[test]
 fn a_50_mb_line_is_read_in_bounded_memory() {
-    use mergetune::lines::{Line, read_line_bounded};
+    use mergetune::kernel::lines::{Line, read_line_bounded};
     let mut r = std::io::BufReader::new(Endless {
         left: 50 << 20,
         byte: b'x',
@@ -357,7 +357,7 @@ fn a_50_mb_line_is_read_in_bounded_memory() {
     assert!(buf.capacity() <= 2 * max, "capacity {}", buf.capacity());
     assert_eq!(read_line_bounded(&mut r, &mut buf, max).unwrap(), Line::Eof);
     // advise takes such a "trace" as one bad line.
-    let mut a = mergetune::advise::Analyzer::new(None);
+    let mut a = mergetune::lab::advise::Analyzer::new(None);
     a.read_from(std::io::BufReader::new(Endless {
         left: 50 << 20,
         byte: b'x',
@@ -375,12 +375,12 @@ fn a_record_line_over_the_bound_is_an_error_naming_it() {
     text.push_str(&"8 0 sda 1 2 3 4 5 6 7 8 9 10 11\\n".repeat(1000));
     text.push_str("\"}\n");
     std::fs::write(&p, &text).unwrap();
-    let e = mergetune::record::load_bounded(&p, 4096)
+    let e = mergetune::daemon::record::load_bounded(&p, 4096)
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("rec.jsonl") && e.contains("line 2") && e.contains("longer than"),
         "{e}"
     );
-    assert_eq!(mergetune::record::load(&p).unwrap().len(), 2);
+    assert_eq!(mergetune::daemon::record::load(&p).unwrap().len(), 2);
 }

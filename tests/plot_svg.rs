@@ -3,11 +3,11 @@
 //! `replay --plot`. With MERGETUNE_WRITE_DOC_IMAGES=1 the pictures of docs/advise.md are
 //! (re)written under docs/img/.
 
-use mergetune::blockfs::BlockFs;
-use mergetune::config::Config;
-use mergetune::daemon::Daemon;
-use mergetune::plot::{self, Sampling};
-use mergetune::record::{Recorder, RecordingFs};
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::record::{Recorder, RecordingFs};
+use mergetune::kernel::blockfs::BlockFs;
+use mergetune::lab::plot::{self, Sampling};
+use mergetune::logic::config::Config;
 use mergetune::sim::{Policy, Scenario, Simulation, run_scenario};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -157,13 +157,13 @@ fn replay_plot_from_a_recording() {
 #[test]
 fn plotting_nothing_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let empty = mergetune::advise::Analyzer::new(None).finish(&Default::default());
+    let empty = mergetune::lab::advise::Analyzer::new(None).finish(&Default::default());
     let e = plot::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
     assert!(e.to_string().contains("nothing to plot"));
     let e = plot::plot_series(&plot::Series::default(), &dir.path().join("y.svg")).unwrap_err();
     assert!(e.to_string().contains("no device"));
     let e = plot::plot_advise(
-        &mergetune::advise::analyze_file(
+        &mergetune::lab::advise::analyze_file(
             &root().join("tests/fixtures/trace_mixed.txt"),
             None,
             &Default::default(),

@@ -1,10 +1,10 @@
 //! Policy behaviour: the merge ladder, thresholds, hysteresis, dwell, cap, probes, and
 //! invariants (proptest).
 
-use mergetune::config::PolicyConfig;
-use mergetune::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
-use mergetune::sampler::{Counters, Window};
-use mergetune::tunable::Tunable;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::PolicyConfig;
+use mergetune::logic::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
+use mergetune::logic::sampler::{Counters, Window};
 use proptest::prelude::*;
 
 fn cfg() -> PolicyConfig {

@@ -7,7 +7,7 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use mergetune::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
+use mergetune::logic::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
 use std::collections::BTreeSet;
 use std::process::Command;
 

@@ -1,6 +1,6 @@
 //! The `simulate` entry point end to end: the embedded default scenario runs and reports.
 
-use mergetune::config::Config;
+use mergetune::logic::config::Config;
 use mergetune::sim::{Policy, Scenario, Simulation, run_scenario};
 
 #[test]

@@ -3,7 +3,7 @@
 //! completed and the measured time of one write has passed; every write counts, changed
 //! value or not; and the steps of every run are priced in two currencies.
 
-use mergetune::cost_profile;
+use mergetune::logic::cost_profile;
 use mergetune::sim::cost::Pricing;
 use mergetune::sim::{Dir, Scenario, Simulation};
 

@@ -1,11 +1,12 @@
 //! The simulator's model checked against the kernel rules in DESIGN.md, the kernel's own
 //! measurements and the seeds. Every test is quick in a debug build.
 
-use mergetune::blockfs::BlockFs;
-use mergetune::controller::{Controller, Decision, KernelDefault};
+use mergetune::daemon::controller::{Controller, Decision, KernelDefault};
+use mergetune::kernel::blockfs::BlockFs;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::decision::{Applied, Change, DecisionKind};
 use mergetune::sim::engine::DmTable;
 use mergetune::sim::{BioSpec, Dir, Scenario, Simulation, run_scenario};
-use mergetune::tunable::{Applied, Change, DecisionKind, Tunable};
 
 fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, "test", None).unwrap()

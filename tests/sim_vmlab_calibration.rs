@@ -13,8 +13,8 @@
 //! Under TCG the guest submits slowly, so a generated job of the same shape would not
 //! queue the same way: the trace replay carries the guest's real timing (issue 15).
 
+use mergetune::kernel::trace::{EventKind, parse_event};
 use mergetune::sim::engine::DmTable;
-use mergetune::sim::trace::{EventKind, parse_event};
 use mergetune::sim::{Dir, Scenario, Simulation};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

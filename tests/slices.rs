@@ -1,9 +1,9 @@
 //! Scheduler slices: favour reads when they starve behind writes, bounded, judged, undone.
 
-use mergetune::config::SlicesConfig;
-use mergetune::sampler::{Counters, Window};
-use mergetune::slices::{SliceState, decide};
-use mergetune::tunable::Tunable;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::SlicesConfig;
+use mergetune::logic::sampler::{Counters, Window};
+use mergetune::logic::slices::{SliceState, decide};
 
 /// The tunable of an iosched file name.
 fn tunable(name: &str) -> Tunable {

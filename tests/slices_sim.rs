@@ -3,14 +3,14 @@
 //! more than the writes lose, and undoes it when the mix ends; on an SSD's fast mixed load
 //! it never moves. Figures in docs/evaluation.md ("Scheduler slices").
 
-use mergetune::compare::suite_scenario;
-use mergetune::config::Config;
-use mergetune::controller::Decision;
+use mergetune::daemon::controller::Decision;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::lab::compare::suite_scenario;
+use mergetune::logic::config::Config;
 use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::report::{DeviceReport, Report};
 use mergetune::sim::runner::{Policy, run_scenario};
-use mergetune::tunable::Tunable;
 use std::path::Path;
 
 fn run(sc: &Scenario, cfg: Config) -> Report {

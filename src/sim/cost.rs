@@ -23,7 +23,7 @@
 //! nomerges=2 for random 4 KiB QD32, from which the old defaults derive exactly), or
 //! override every step in its `[cost]` table.
 
-use crate::cost_profile::{self, CostProfile, Level, Method, Scheduler, Workload};
+use crate::logic::cost_profile::{self, CostProfile, Level, Method, Scheduler, Workload};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

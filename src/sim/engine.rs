@@ -35,8 +35,10 @@
 use super::cost::{Costs, Step};
 use super::hist::Histogram;
 use super::rng::SplitMix64;
+pub use super::scenario::MAX_IN_FLIGHT_BIOS;
 use super::scenario::{DeviceKind, Pattern, Scenario, secs_to_ns};
-use super::trace::TraceBio;
+pub use crate::kernel::trace::Dir;
+use crate::kernel::trace::TraceBio;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -46,26 +48,6 @@ use std::sync::Arc;
 pub(crate) const NIL: u32 = u32::MAX;
 /// blk-mq flushes a plug once it holds this many requests (BLK_MAX_REQUEST_COUNT).
 const PLUG_MAX_REQUESTS: usize = 32;
-/// Bios alive at once (submitted, not completed; dm pieces included) at most. Scenario
-/// validation keeps iodepth x numjobs under it; a trace replayed faster than the device
-/// serves it, or bios split into many dm pieces, can still reach it, and then the
-/// simulation stops with [`SimError::TooManyInFlight`] instead of growing without bound
-/// (each bio costs about 64 bytes of slab plus its share of requests and events).
-pub const MAX_IN_FLIGHT_BIOS: usize = 1 << 18;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dir {
-    Read = 0,
-    Write = 1,
-}
-
-impl Dir {
-    #[inline]
-    pub fn idx(self) -> usize {
-        self as usize
-    }
-}
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum SimError {
@@ -114,15 +96,15 @@ impl DiskStat {
         self.0[10]
     }
     /// The same 17 fields as the daemon's parser holds them.
-    pub fn fields(&self) -> crate::diskstats::StatFields {
-        crate::diskstats::StatFields {
+    pub fn fields(&self) -> crate::kernel::diskstats::StatFields {
+        crate::kernel::diskstats::StatFields {
             values: self.0,
-            field_count: crate::diskstats::MAX_FIELDS as u8,
+            field_count: crate::kernel::diskstats::MAX_FIELDS as u8,
         }
     }
     /// Formatted as the kernel prints `stat` (`%8u` fields separated by a space).
     pub fn render(&self) -> String {
-        crate::diskstats::format_stat_fields(&self.fields())
+        crate::kernel::diskstats::format_stat_fields(&self.fields())
     }
 }
 

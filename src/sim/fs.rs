@@ -4,8 +4,8 @@
 
 use super::engine::{SchedKind, Simulation};
 use super::scenario::{DeviceKind, SCHEDULERS, iosched_keys};
-use crate::blockfs::{BlockFs, FsError};
-use crate::tunable::Tunable;
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::tunable::Tunable;
 
 fn path(dev: &str, rel: &str) -> String {
     if rel.is_empty() {
@@ -170,8 +170,8 @@ impl BlockFs for Simulation {
         for d in 0..self.devs.len() {
             let st = self.stat_of(d);
             let dev = &self.devs[d];
-            out.push_str(&crate::diskstats::format_diskstats_line(
-                &crate::diskstats::DiskStat {
+            out.push_str(&crate::kernel::diskstats::format_diskstats_line(
+                &crate::kernel::diskstats::DiskStat {
                     major: dev.major,
                     minor: dev.minor,
                     name: dev.name.clone(),

@@ -8,8 +8,8 @@
 //! busy; devices (rotational or SSD) complete them after a modelled service time; dm-linear
 //! and dm-stripe devices split bios at chunk boundaries onto member devices.
 //!
-//! The [`Simulation`] implements [`crate::blockfs::BlockFs`], so the daemon's own loop and
-//! policy ([`crate::controller::Controller`]) drive it exactly as they drive real devices:
+//! The [`Simulation`] implements [`crate::kernel::blockfs::BlockFs`], so the daemon's own loop and
+//! policy ([`crate::daemon::controller::Controller`]) drive it exactly as they drive real devices:
 //! the runner ([`runner::run`]) advances virtual time to each tick and calls
 //! `controller.tick(now_ms, &mut sim)`. Nothing here reads the wall clock except the CLI
 //! edge (progress bar, `--bench`).
@@ -17,7 +17,6 @@
 //! Memory is flat in run length: bios and requests live in slabs with free lists (only the
 //! ones in flight exist), latencies go into fixed-size log-linear histograms.
 
-pub mod cli;
 pub mod cost;
 pub mod engine;
 pub mod fs;
@@ -26,12 +25,10 @@ pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
-pub mod trace;
 
-pub use cli::{SimulateArgs, run};
+pub use crate::kernel::trace::{TraceBio, TraceError, parse_trace};
 pub use cost::CostModel;
 pub use engine::{BioSpec, Dir, DiskStat, SimError, Simulation};
 pub use report::Report;
 pub use runner::{Policy, StaticNomerges, run_scenario};
 pub use scenario::{Scenario, ScenarioError};
-pub use trace::{TraceBio, TraceError, parse_trace};

@@ -3,7 +3,7 @@
 //! contains nothing from the wall clock, so the same seed gives the same report.
 
 use super::engine::{Dir, NomergesChange, PhaseAcc, Simulation};
-use crate::controller::Decision;
+use crate::daemon::controller::Decision;
 use serde::Serialize;
 use std::fmt::Write as _;
 

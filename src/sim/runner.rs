@@ -1,15 +1,16 @@
 //! Driving a [`Controller`] against the simulation in virtual time: advance the sim to the
 //! next tick, call `controller.tick(now_ms, &mut sim)`, repeat after `next_tick_in_ms()`. The
-//! adaptive policy is the daemon's own ([`crate::daemon::Daemon::simulated`]); there is no
+//! adaptive policy is the daemon's own ([`crate::daemon::adaptive::Daemon::simulated`]); there is no
 //! second copy of the policy here. `off` is [`KernelDefault`], `static:N` is
 //! [`StaticNomerges`].
 
 use super::engine::Simulation;
 use super::report::Report;
-use crate::blockfs::BlockFs;
-use crate::config::Config;
-use crate::controller::{Controller, Decision, KernelDefault};
-use crate::tunable::{Applied, Change, DecisionKind, Tunable};
+use crate::daemon::controller::{Controller, Decision, KernelDefault};
+use crate::kernel::blockfs::BlockFs;
+use crate::kernel::tunable::Tunable;
+use crate::logic::config::Config;
+use crate::logic::decision::{Applied, Change, DecisionKind};
 use std::str::FromStr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ impl Policy {
     pub fn controller(self, cfg: Config) -> Box<dyn Controller> {
         let interval_ms = cfg.daemon.interval_ms.max(1);
         match self {
-            Policy::Adaptive => Box::new(crate::daemon::Daemon::simulated(cfg)),
+            Policy::Adaptive => Box::new(crate::daemon::adaptive::Daemon::simulated(cfg)),
             Policy::Off => Box::new(KernelDefault { interval_ms }),
             Policy::Static(n) => Box::new(StaticNomerges::new(n, interval_ms)),
         }

@@ -13,11 +13,18 @@
 //! engine's cap on bios in flight.
 
 use super::cost::CostModel;
-use super::trace::{TraceBio, parse_trace};
+use crate::kernel::trace::{TraceBio, parse_trace};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Bios alive at once (submitted, not completed; dm pieces included) at most. Scenario
+/// validation keeps iodepth x numjobs under it; a trace replayed faster than the device
+/// serves it, or bios split into many dm pieces, can still reach it, and then the
+/// simulation stops with [`SimError::TooManyInFlight`] instead of growing without bound
+/// (each bio costs about 64 bytes of slab plus its share of requests and events).
+pub const MAX_IN_FLIGHT_BIOS: usize = 1 << 18;
 
 /// Bounds of the scenario's numbers (see the module doc for why they exist).
 pub mod limits {
@@ -369,13 +376,13 @@ impl Scenario {
             reason: reason.to_string(),
         };
         if let Some(p) = &self.cost_profile
-            && !crate::cost_profile::BUILTIN_NAMES.contains(&p.as_str())
+            && !crate::logic::cost_profile::BUILTIN_NAMES.contains(&p.as_str())
         {
             return Err(bad(
                 "cost_profile".into(),
                 &format!(
                     "must be one of {}",
-                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                    crate::logic::cost_profile::BUILTIN_NAMES.join(", ")
                 ),
             ));
         }
@@ -610,7 +617,7 @@ impl Scenario {
                         return Err(bad(k(f), &format!("must be at most {max} MB")));
                     }
                 }
-                let cap = super::engine::MAX_IN_FLIGHT_BIOS as u64;
+                let cap = MAX_IN_FLIGHT_BIOS as u64;
                 let job_bios = u64::from(j.iodepth) * u64::from(j.numjobs);
                 in_flight += job_bios;
                 if in_flight > cap {

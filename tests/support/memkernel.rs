@@ -8,9 +8,9 @@
 
 #![allow(dead_code)]
 
-use mergetune::blockfs::{BlockFs, FsError};
-use mergetune::state::{SavedState, StateError, StateStore, parse_state};
-use mergetune::tunable::Tunable;
+use mergetune::daemon::state::{SavedState, StateError, StateStore, parse_state};
+use mergetune::kernel::blockfs::{BlockFs, FsError};
+use mergetune::kernel::tunable::Tunable;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -237,7 +237,7 @@ pub struct SharedStore {
 }
 
 impl StateStore for SharedStore {
-    fn load(&self) -> Result<Option<mergetune::state::Loaded>, StateError> {
+    fn load(&self) -> Result<Option<mergetune::daemon::state::Loaded>, StateError> {
         match self.text.borrow().as_deref() {
             None => Ok(None),
             Some(t) => parse_state(t, Path::new("mem:state.json")).map(Some),

@@ -19,11 +19,11 @@
 //!
 //! In dry-run nothing is written and nothing is recorded.
 
-use crate::blockfs::{BlockFs, FsError};
-use crate::state::{
+use crate::daemon::state::{
     RestoreOutcome, RestoreResult, SavedAttr, SavedState, StateError, StateStore, restore_attr,
 };
-use crate::tunable::Tunable;
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::tunable::Tunable;
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]

@@ -22,10 +22,11 @@
 //! idling helps a sync queue (the 2009 cfq latency thread) depends on per-process seekiness the counters do
 //! not show; `mergetune advise` looks at that from a trace.
 
-use crate::config::SlicesConfig;
-use crate::policy::HOUR_MS;
-use crate::sampler::{Counters, Window};
-use crate::tunable::{DecisionKind, Tunable};
+use crate::kernel::tunable::Tunable;
+use crate::logic::config::SlicesConfig;
+use crate::logic::decision::DecisionKind;
+use crate::logic::policy::HOUR_MS;
+use crate::logic::sampler::{Counters, Window};
 use serde::Serialize;
 
 /// Kernel defaults: a value that differs was set by the operator.

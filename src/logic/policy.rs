@@ -29,9 +29,10 @@
 //!   only when it completed at most `trial_max_extra_requests_percent` more requests;
 //! - idle windows (too few bios) decide nothing.
 
-use crate::config::PolicyConfig;
-use crate::sampler::{Counters, Window};
-use crate::tunable::{DecisionKind, Tunable};
+use crate::kernel::tunable::Tunable;
+use crate::logic::config::PolicyConfig;
+use crate::logic::decision::DecisionKind;
+use crate::logic::sampler::{Counters, Window};
 use serde::Serialize;
 use std::borrow::Cow;
 

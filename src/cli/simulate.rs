@@ -1,9 +1,9 @@
 //! `mergetune simulate`: the command-line edge of the simulator. This is the only sim module
 //! that reads the wall clock (progress bar, `--bench`).
 
-use super::engine::Simulation;
-use super::runner::Policy;
-use super::scenario::Scenario;
+use crate::sim::engine::Simulation;
+use crate::sim::runner::Policy;
+use crate::sim::scenario::Scenario;
 use anyhow::Context as _;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -179,8 +179,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario.seed = s;
     }
     let cfg = match &args.config {
-        Some(p) => crate::config::load_file(p)?,
-        None => crate::config::Config::default(),
+        Some(p) => crate::logic::config::load_file(p)?,
+        None => crate::logic::config::Config::default(),
     };
     let mut sim = Simulation::new(&scenario).context("building the simulation")?;
     let mut controller = args.policy.controller(cfg);
@@ -193,7 +193,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     let mut exporter = match &args.metrics_listen {
         Some(addr) => {
-            let ex = crate::metrics::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
+            let ex =
+                crate::export::metrics::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
             eprintln!(
                 "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
                 args.speed.unwrap_or(1.0)
@@ -207,9 +208,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let mut sampling = crate::plot::Sampling::new(controller.as_mut());
+    let mut sampling = crate::lab::plot::Sampling::new(controller.as_mut());
     let mut last_tick = Instant::now();
-    let report = super::runner::run_scenario_observed(
+    let report = crate::sim::runner::run_scenario_observed(
         &mut sim,
         &mut sampling,
         &args.policy.to_string(),
@@ -230,7 +231,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         anyhow::bail!("simulation of {}: {e}", scenario.name);
     }
     if let Some(p) = &args.plot {
-        crate::plot::plot_run(&report, Some(&series), p)
+        crate::lab::plot::plot_run(&report, Some(&series), p)
             .with_context(|| format!("plotting to {}", p.display()))?;
     }
     if args.json {
@@ -251,16 +252,16 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
         anyhow::bail!("--scale {}: must be a positive number", args.scale);
     }
     let cfg = match &args.config {
-        Some(p) => crate::config::load_file(p)?,
-        None => crate::config::Config::default(),
+        Some(p) => crate::logic::config::load_file(p)?,
+        None => crate::logic::config::Config::default(),
     };
     let mut scenarios = if args.scenarios.is_empty() {
-        crate::compare::suite(args.scale)?
+        crate::lab::compare::suite(args.scale)?
     } else {
         let mut v = Vec::new();
         for p in &args.scenarios {
             let mut sc = Scenario::load_file(p)?;
-            crate::compare::scale_phases(&mut sc, args.scale);
+            crate::lab::compare::scale_phases(&mut sc, args.scale);
             v.push(sc);
         }
         v
@@ -276,7 +277,7 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
         // Dozens of runs: the daemon's per-decision log lines would drown the table.
         let cmp =
             tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-                crate::compare::compare(sc, &cfg)
+                crate::lab::compare::compare(sc, &cfg)
             });
         out.push(cmp.with_context(|| format!("scenario {}", sc.name))?);
     }
@@ -296,7 +297,7 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
                 .iter()
                 .filter_map(|r| r.report.as_ref().map(|rep| (rep, r.series.as_ref())))
                 .collect();
-            crate::plot::plot_compare(&runs, &path)
+            crate::lab::plot::plot_compare(&runs, &path)
                 .with_context(|| format!("plotting to {}", path.display()))?;
             eprintln!("{}: plotted {}", c.scenario, path.display());
         }
@@ -305,7 +306,7 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", crate::compare::render(&out, window_ms));
+        print!("{}", crate::lab::compare::render(&out, window_ms));
     }
     Ok(())
 }

@@ -3,17 +3,18 @@
 //! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
-use crate::actuator::{Actuator, ActuatorError, SetOutcome};
-use crate::blockfs::{BlockFs, FsError};
-use crate::config::Config;
-use crate::controller::Controller;
-use crate::devices::{DeviceInfo, Management, classify, describe, read_device};
-use crate::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
-use crate::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
-use crate::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
-use crate::state::MemoryStore;
-use crate::state::{RestoreOutcome, RestoreResult};
-use crate::tunable::{Applied, Change, Decision, DecisionKind, Tunable};
+use crate::daemon::actuator::{Actuator, ActuatorError, SetOutcome};
+use crate::daemon::controller::Controller;
+use crate::daemon::state::MemoryStore;
+use crate::daemon::state::{RestoreOutcome, RestoreResult};
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::devices::{DeviceInfo, Management, classify, describe, read_device};
+use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
+use crate::kernel::tunable::Tunable;
+use crate::logic::config::Config;
+use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
+use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
+use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
@@ -42,11 +43,11 @@ pub struct DeviceRuntime {
     /// When `last_window` closed.
     pub last_window_ms: u64,
     /// Scheduler slice tuning (src/slices.rs).
-    pub slices: crate::slices::SliceState,
+    pub slices: crate::logic::slices::SliceState,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
-    pub last_reason: crate::policy::Reason,
+    pub last_reason: crate::logic::policy::Reason,
     pub last_decision: Option<Decision>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
@@ -305,7 +306,7 @@ impl Daemon {
                             slices: Default::default(),
                             last_tick: None,
                             last_tick_ms: now_ms,
-                            last_reason: crate::policy::Reason::from(""),
+                            last_reason: crate::logic::policy::Reason::from(""),
                             last_decision: None,
                             retry_after_ms: 0,
                             read_warned_ms: None,
@@ -349,10 +350,9 @@ impl Daemon {
 
     fn step_after_tick(&self) -> u64 {
         let watching = self.cfg.policy.enabled
-            && self
-                .devices
-                .values()
-                .any(|d| d.management.is_managed() && d.policy.mode == crate::policy::Mode::Off);
+            && self.devices.values().any(|d| {
+                d.management.is_managed() && d.policy.mode == crate::logic::policy::Mode::Off
+            });
         if watching {
             self.cfg.l3_tick_ms()
         } else {
@@ -437,7 +437,7 @@ impl Daemon {
         let pcfg = self.cfg.policy.clone();
         let dev = self.devices.get_mut(name)?;
         let window_ms = self.cfg.window_ms();
-        let close = if dev.policy.mode == crate::policy::Mode::Off {
+        let close = if dev.policy.mode == crate::logic::policy::Mode::Off {
             // At L3 a window only has to show a workload change (the merges are invisible
             // there): it closes at the first watch tick that holds enough bios to judge.
             WindowClose {
@@ -628,7 +628,7 @@ impl Daemon {
         }
         let w = dev.last_window?;
         let sched = dev.info.scheduler.clone()?;
-        let defaults = crate::slices::tunables_for(&sched);
+        let defaults = crate::logic::slices::tunables_for(&sched);
         if defaults.is_empty() {
             return None;
         }
@@ -669,7 +669,7 @@ impl Daemon {
             .map(|(t, _)| *t)
             .collect();
         let (state, change) =
-            crate::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
+            crate::logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
         let previous = std::mem::replace(&mut dev.slices, state);
         if let Some(kept) = dev.slices.kept.take() {
             info!(device = %name, "{name}: slices: {kept}");

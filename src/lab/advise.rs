@@ -4,13 +4,13 @@
 //! suggestions after looking at a blktrace file ... suggest changing the I/O scheduler,
 //! increasing a parameter such as slice_sync, or disable merges". This module reads the
 //! tracing filesystem's block events (or blkparse's text) through the simulator's own line
-//! parser ([`crate::sim::trace::parse_event`]), one line at a time, and keeps only
+//! parser ([`crate::kernel::trace::parse_event`]), one line at a time, and keeps only
 //! fixed-size state per device: counters, log-scale histograms, a timeline of at most
 //! [`TIMELINE_BUCKETS`] buckets (their width doubles as the trace grows), a reservoir of at
 //! most [`SCATTER_POINTS`] sampled bios for the sector-over-time picture, and capped maps
 //! (tasks, requests in flight). Memory is flat in trace length.
 //!
-//! The merge ladder (see [`crate::policy`]): L0 keeps every merge, L1 drops front merges,
+//! The merge ladder (see [`crate::logic::policy`]): L0 keeps every merge, L1 drops front merges,
 //! L2 (`nomerges=1`) keeps only the plug and one-hit (`last_merge`) merges, L3 none. A
 //! trace does not say which path a merge took; the approximation used here: a merge is a
 //! *simple* one (kept at L2) when the merged bio abuts the bio queued just before it by
@@ -23,10 +23,10 @@
 //! Bad input never panics: a line that is not a block event is counted and skipped (the
 //! first few are quoted with their line numbers); the report is best effort.
 
-use crate::config::PolicyConfig;
+use crate::kernel::trace::{BioStream, BlockEvent, EventKind, TraceBio, is_blkparse_summary};
+use crate::logic::config::PolicyConfig;
 use crate::sim::engine::Dir;
 use crate::sim::hist::Histogram;
-use crate::sim::trace::{BioStream, BlockEvent, EventKind, TraceBio, is_blkparse_summary};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -508,7 +508,7 @@ impl Analyzer {
             self.summary_reached = true;
             return;
         }
-        match crate::sim::trace::parse_event(line) {
+        match crate::kernel::trace::parse_event(line) {
             Ok(ev) => self.feed_event(&ev),
             Err(e) => {
                 let mut message = e.message;
@@ -553,7 +553,7 @@ impl Analyzer {
     /// Reads a whole trace from a reader, line by line (invalid UTF-8 is replaced, a line
     /// longer than [`MAX_LINE_BYTES`] is skipped as bad).
     pub fn read_from(&mut self, mut r: impl BufRead) -> std::io::Result<()> {
-        use crate::lines::{Line, read_line_bounded};
+        use crate::kernel::lines::{Line, read_line_bounded};
         let mut buf = Vec::with_capacity(256);
         let mut n = 0usize;
         loop {
@@ -1076,10 +1076,10 @@ pub fn read_bios(
     let mut buf = Vec::new();
     let mut truncated = false;
     loop {
-        match crate::lines::read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES)? {
-            crate::lines::Line::Eof => break,
-            crate::lines::Line::TooLong => continue,
-            crate::lines::Line::Whole => {}
+        match crate::kernel::lines::read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES)? {
+            crate::kernel::lines::Line::Eof => break,
+            crate::kernel::lines::Line::TooLong => continue,
+            crate::kernel::lines::Line::Whole => {}
         }
         let text = String::from_utf8_lossy(&buf);
         let line = text.trim();
@@ -1089,7 +1089,7 @@ pub fn read_bios(
         if is_blkparse_summary(line) {
             break;
         }
-        let Ok(ev) = crate::sim::trace::parse_event(line) else {
+        let Ok(ev) = crate::kernel::trace::parse_event(line) else {
             continue;
         };
         // Plug markers name no device in tracefs: they go through.
@@ -1107,7 +1107,7 @@ pub fn read_bios(
             out.push(b);
         }
     }
-    crate::sim::trace::rebase_times(&mut out);
+    crate::kernel::trace::rebase_times(&mut out);
     Ok((out, truncated))
 }
 
@@ -1207,7 +1207,7 @@ pub fn what_if(
             .map_err(|e| anyhow::anyhow!("what-if scenario: {e}"))?;
         sc.phases[0].jobs[0].trace_bios = Some(bios.clone());
         let mut sim = Simulation::new(&sc).context("building the what-if simulation")?;
-        let mut ctl = crate::controller::KernelDefault { interval_ms: 1000 };
+        let mut ctl = crate::daemon::controller::KernelDefault { interval_ms: 1000 };
         let rep = run_scenario(&mut sim, &mut ctl, "static", &mut |_, _| {});
         if let Some(e) = sim.halted() {
             bail!("what-if {label}: {e}");
@@ -1480,7 +1480,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
         }
     }
     if let Some(p) = &args.plot {
-        crate::plot::plot_advise(&analysis, p)?;
+        crate::lab::plot::plot_advise(&analysis, p)?;
     }
     if args.json {
         println!(

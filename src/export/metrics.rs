@@ -2,7 +2,7 @@
 //! tick, and the `/status` snapshot taken at the same moment.
 //!
 //! The daemon's tick loop calls [`Metrics::update`] with the [`Daemon`] it just ticked and the
-//! decisions of that tick; the HTTP side ([`crate::http`]) only ever reads
+//! decisions of that tick; the HTTP side ([`crate::export::http`]) only ever reads
 //! ([`Metrics::render`], [`Metrics::status_json`]). Both sides take one short lock, so a
 //! scrape never sees half a tick. The text is encoded at most once per tick, whatever the
 //! number of scrapers: a scrape in between costs a copy of a reference-counted buffer.
@@ -12,11 +12,10 @@
 //! and nomerges values outside the known sets are reported as `other`). The full list with
 //! meanings is in docs/metrics.md.
 
-use crate::config::ConfigError;
-use crate::controller::{Controller, Decision};
-use crate::daemon::{Daemon, DaemonCounters};
-use crate::status::{DecisionStatus, DeviceStatus, StatusSnapshot};
-use crate::tunable::Change;
+use crate::daemon::adaptive::{Daemon, DaemonCounters};
+use crate::daemon::controller::{Controller, Decision};
+use crate::export::status::{DecisionStatus, DeviceStatus, StatusSnapshot};
+use crate::logic::decision::Change;
 use bytes::Bytes;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -24,64 +23,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and
-/// is not the default of any widely deployed exporter (docs/metrics.md).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9725";
-
-/// The `[metrics]` section of the config.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// `host:port` of the read-only HTTP endpoint serving `/metrics` and `/status`;
-    /// `""` turns it off.
-    pub listen: String,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            listen: DEFAULT_LISTEN.to_string(),
-        }
-    }
-}
-
-impl MetricsConfig {
-    /// Pure check of the section; the error names `metrics.listen`.
-    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        parse_listen(&self.listen)
-            .map(|_| ())
-            .map_err(|reason| ConfigError::Invalid {
-                origin: origin.to_string(),
-                key: "metrics.listen".to_string(),
-                reason,
-            })
-    }
-
-    /// The address to bind, or None when the endpoint is off.
-    pub fn listen_addr(&self) -> Option<SocketAddr> {
-        parse_listen(&self.listen).ok().flatten()
-    }
-}
-
-/// `""` -> Ok(None) (off); `ip:port` -> the address; anything else -> why not.
-pub fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Ok(None);
-    }
-    s.parse::<SocketAddr>().map(Some).map_err(|_| {
-        format!(
-            "{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:9725\", \"[::1]:9725\"; \"\" turns the endpoint off)"
-        )
-    })
-}
+pub use crate::logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 
 /// Timing of one tick, measured at the edge (main.rs, or the simulator's CLI).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -794,7 +742,7 @@ pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusS
 /// `speed` times real time.
 pub struct LiveExporter {
     metrics: Arc<Metrics>,
-    server: Option<crate::http::ServerHandle>,
+    server: Option<crate::export::http::ServerHandle>,
     speed: Option<f64>,
     started: Instant,
     ticks: u64,
@@ -806,10 +754,10 @@ impl LiveExporter {
     pub fn start(listen: &str, speed: Option<f64>) -> anyhow::Result<LiveExporter> {
         let metrics = Arc::new(Metrics::new());
         let server = match parse_listen(listen).map_err(anyhow::Error::msg)? {
-            Some(addr) => Some(crate::http::serve(
+            Some(addr) => Some(crate::export::http::serve(
                 addr,
                 metrics.clone(),
-                crate::http::Limits::default(),
+                crate::export::http::Limits::default(),
             )?),
             None => None,
         };

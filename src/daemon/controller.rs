@@ -2,12 +2,12 @@
 //!
 //! The simulator runs a [`Controller`] in virtual time exactly as the real daemon loop runs
 //! its own: every [`Controller::next_tick_in_ms`] it calls [`Controller::tick`] with the current time and the
-//! [`BlockFs`] of the world. The adaptive daemon ([`crate::daemon::Daemon`]) is one
+//! [`BlockFs`] of the world. The adaptive daemon ([`crate::daemon::adaptive::Daemon`]) is one
 //! implementation; the kernel default (`off`) and pinned `static:N` are the others.
 
-use crate::blockfs::BlockFs;
+use crate::kernel::blockfs::BlockFs;
 
-pub use crate::tunable::Decision;
+pub use crate::logic::decision::Decision;
 
 /// A policy driving a block stack.
 pub trait Controller {
@@ -24,7 +24,7 @@ pub trait Controller {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
     /// The adaptive daemon behind this controller, if it is one: lets the metrics and
     /// status layers read the same per-device state in every world.
-    fn as_daemon(&self) -> Option<&crate::daemon::Daemon> {
+    fn as_daemon(&self) -> Option<&crate::daemon::adaptive::Daemon> {
         None
     }
 }

@@ -19,16 +19,17 @@
 //! the worst phase's throughput loss and p99 latency change against the kernel default,
 //! level changes (and per hour), and the time to react after each phase change.
 
-use crate::blockfs::BlockFs;
-use crate::config::Config;
-use crate::controller::{Controller, Decision, KernelDefault};
-use crate::daemon::Daemon;
-use crate::devices::active_scheduler;
-use crate::diskstats::parse_diskstats;
-use crate::policy::{Caps, tunables};
-use crate::sampler::{Delta, Sampler, WindowAcc, WindowClose};
+use crate::daemon::adaptive::Daemon;
+use crate::daemon::controller::{Controller, Decision, KernelDefault};
+use crate::kernel::blockfs::BlockFs;
+use crate::kernel::devices::active_scheduler;
+use crate::kernel::diskstats::parse_diskstats;
+use crate::kernel::tunable::Tunable;
+use crate::logic::config::Config;
+use crate::logic::decision::{Applied, Change, DecisionKind};
+use crate::logic::policy::{Caps, tunables};
+use crate::logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use crate::sim::{Scenario, SimError, Simulation, run_scenario};
-use crate::tunable::{Applied, Change, DecisionKind, Tunable};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -272,7 +273,7 @@ pub struct PolicyRun {
     #[serde(skip)]
     pub report: Option<crate::sim::Report>,
     #[serde(skip)]
-    pub series: Option<crate::plot::Series>,
+    pub series: Option<crate::lab::plot::Series>,
 }
 
 fn figures(sim: &mut Simulation) -> Vec<PhaseFigures> {
@@ -322,7 +323,7 @@ fn run_one(
     label: &str,
 ) -> Result<PolicyRun, SimError> {
     let mut sim = Simulation::new(sc)?;
-    let mut sampling = crate::plot::Sampling::new(controller);
+    let mut sampling = crate::lab::plot::Sampling::new(controller);
     let report = run_scenario(&mut sim, &mut sampling, label, &mut |_, _| {});
     if let Some(e) = sim.halted() {
         return Err(e.clone());
@@ -450,7 +451,7 @@ fn settled_changes_of_one_device(
     let mut most = 0;
     let mut first = 0;
     for (i, &t) in settled.iter().enumerate() {
-        while t - settled[first] >= crate::policy::HOUR_MS {
+        while t - settled[first] >= crate::logic::policy::HOUR_MS {
             first += 1;
         }
         most = most.max(i + 1 - first);
@@ -733,31 +734,31 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
 pub const SUITE: &[(&str, &str)] = &[
     (
         "oltp_steady",
-        include_str!("../config/scenarios/compare/oltp_steady.toml"),
+        include_str!("../../config/scenarios/compare/oltp_steady.toml"),
     ),
     (
         "backup",
-        include_str!("../config/scenarios/compare/backup.toml"),
+        include_str!("../../config/scenarios/compare/backup.toml"),
     ),
     (
         "oltp_backup_every_minute",
-        include_str!("../config/scenarios/compare/oltp_backup_every_minute.toml"),
+        include_str!("../../config/scenarios/compare/oltp_backup_every_minute.toml"),
     ),
     (
         "mix_noise",
-        include_str!("../config/scenarios/compare/mix_noise.toml"),
+        include_str!("../../config/scenarios/compare/mix_noise.toml"),
     ),
     (
         "bursty_spikes",
-        include_str!("../config/scenarios/compare/bursty_spikes.toml"),
+        include_str!("../../config/scenarios/compare/bursty_spikes.toml"),
     ),
     (
         "dm_stripe_oltp",
-        include_str!("../config/scenarios/compare/dm_stripe_oltp.toml"),
+        include_str!("../../config/scenarios/compare/dm_stripe_oltp.toml"),
     ),
     (
         "readers_vs_writer",
-        include_str!("../config/scenarios/compare/readers_vs_writer.toml"),
+        include_str!("../../config/scenarios/compare/readers_vs_writer.toml"),
     ),
 ];
 
@@ -822,7 +823,7 @@ mod tests {
 
     #[test]
     fn settled_changes_leave_out_convergence_and_count_per_device_per_hour() {
-        let h = crate::policy::HOUR_MS;
+        let h = crate::logic::policy::HOUR_MS;
         let phases = [phase(0, 3 * h)];
         // Convergence to L3 (not counted), then probes: out and back, each two changes.
         let mut d = vec![change(10_000, "sda", "0", "2")];

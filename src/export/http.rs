@@ -24,7 +24,7 @@
 //!
 //! A failure here is logged and never reaches the daemon.
 
-use crate::metrics::Metrics;
+use crate::export::metrics::Metrics;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};

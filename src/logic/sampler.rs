@@ -6,7 +6,7 @@
 //! backwards step, or a changed major:minor, is a reset: the sample is dropped and the
 //! device starts afresh, never producing a huge delta. Pure: no I/O, no clock.
 
-use crate::diskstats::{DiskStat, MAX_FIELDS, field};
+use crate::kernel::diskstats::{DiskStat, MAX_FIELDS, field};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -113,7 +113,7 @@ fn field_delta(index: usize, prev: u64, cur: u64) -> Option<u64> {
     // wrapped shows a small step modulo 2^32. Anything else going backwards is a reset.
     if prev < U32_SPAN {
         let wrapped = U32_SPAN - prev + cur;
-        let limit = if crate::diskstats::field_is_u32(index) {
+        let limit = if crate::kernel::diskstats::field_is_u32(index) {
             U32_SPAN / 2
         } else {
             U32_SPAN / 4
@@ -302,7 +302,7 @@ impl WindowAcc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diskstats::parse_diskstats_line;
+    use crate::kernel::diskstats::parse_diskstats_line;
 
     fn stat(line: &str) -> DiskStat {
         parse_diskstats_line(line).unwrap()

@@ -18,7 +18,22 @@
 //! its device), and [`BioStream`] groups queue events into plugs. `mergetune advise`
 //! streams a trace through them; [`parse_trace`] is the same two steps over a whole text.
 
-use super::engine::Dir;
+use serde::Serialize;
+
+/// The direction of a bio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    Read = 0,
+    Write = 1,
+}
+
+impl Dir {
+    #[inline]
+    pub fn idx(self) -> usize {
+        self as usize
+    }
+}
 
 /// One bio of a trace, at its time relative to the first bio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

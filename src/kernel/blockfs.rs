@@ -8,7 +8,7 @@
 //! difference. Values are exchanged as the kernel prints them (`"0"`, `"none [mq-deadline]"`),
 //! which keeps every parser in one place and exercised by both worlds.
 
-use crate::tunable::{Tunable, is_plain_device_name};
+use crate::kernel::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 

@@ -15,8 +15,8 @@
 //! reported and skipped, and every other entry is still restored. Every format version
 //! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
 
-use crate::blockfs::{BlockFs, FsError};
-use crate::tunable::{Tunable, is_plain_device_name};
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

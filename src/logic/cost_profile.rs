@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The profile measured on this machine's kernel: the simulator's default currency.
-pub const MEASURED: &str = include_str!("../config/cost-profiles/measured-6.18.toml");
+pub const MEASURED: &str = include_str!("../../config/cost-profiles/measured-6.18.toml");
 /// The 2008 linux-kernel "nomerges" thread's figures, as `sim::cost` stated them.
-pub const LKML_2008: &str = include_str!("../config/cost-profiles/lkml-2008.toml");
+pub const LKML_2008: &str = include_str!("../../config/cost-profiles/lkml-2008.toml");
 /// Name of the measured profile (a scenario's `cost_profile`).
 pub const MEASURED_NAME: &str = "measured-6.18";
 /// Name of the 2008 profile.
@@ -83,7 +83,7 @@ impl fmt::Display for Scheduler {
 }
 
 /// The merge ladder's levels, as everywhere else in mergetune.
-pub use crate::tunable::Level;
+pub use crate::logic::decision::Level;
 
 /// What the measured job does: 4 KiB reads at queue depth 32, random or sequential, one
 /// I/O per submission or 32 under one plug.

@@ -2,9 +2,27 @@
 //! mergetune may manage them. All reads go through [`BlockFs`]; the classification itself
 //! is a pure function of what was read and the config, so it is tested without a tree.
 
-use crate::blockfs::{BlockFs, FsError};
-use crate::config::DevicesConfig;
-use serde::Serialize;
+use crate::kernel::blockfs::{BlockFs, FsError};
+use serde::{Deserialize, Serialize};
+
+/// The `[devices]` section of the config: which devices mergetune may manage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DevicesConfig {
+    /// Shell globs over /sys/block names; a device is a candidate when one matches.
+    pub include: Vec<String>,
+    /// Shell globs; a device matching one is never touched.
+    pub exclude: Vec<String>,
+}
+
+impl Default for DevicesConfig {
+    fn default() -> Self {
+        DevicesConfig {
+            include: vec!["*".to_string()],
+            exclude: Vec::new(),
+        }
+    }
+}
 
 /// What was read about one device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

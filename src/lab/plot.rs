@@ -7,11 +7,12 @@
 //! then reads the block stack's counters and tunables through the same [`BlockFs`] (the
 //! simulator's, or a recording's in replay), giving a [`Series`] for [`plot_run`].
 
-use crate::advise::{Analysis, SIZE_BUCKETS, size_bucket_label};
-use crate::blockfs::BlockFs;
-use crate::controller::{Controller, Decision};
+use crate::daemon::controller::{Controller, Decision};
+use crate::kernel::blockfs::BlockFs;
+use crate::kernel::tunable::Tunable;
+use crate::lab::advise::{Analysis, SIZE_BUCKETS, size_bucket_label};
+use crate::logic::decision::DecisionKind;
 use crate::sim::report::Report;
-use crate::tunable::{DecisionKind, Tunable};
 use plotters::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -94,7 +95,7 @@ impl<'a> Sampling<'a> {
         let Ok(text) = fs.read_diskstats() else {
             return;
         };
-        let stats = crate::diskstats::parse_diskstats(&text);
+        let stats = crate::kernel::diskstats::parse_diskstats(&text);
         let dt_s = now_ms.saturating_sub(self.prev_t_ms) as f64 / 1000.0;
         for d in &stats.devices {
             let v = d.fields.values;
@@ -160,7 +161,7 @@ impl Controller for Sampling<'_> {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.inner.restore(now_ms, fs)
     }
-    fn as_daemon(&self) -> Option<&crate::daemon::Daemon> {
+    fn as_daemon(&self) -> Option<&crate::daemon::adaptive::Daemon> {
         self.inner.as_daemon()
     }
 }

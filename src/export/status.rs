@@ -1,11 +1,11 @@
 //! `/status`: the daemon's per-device state as JSON, and `mergetune status`, which fetches it
 //! and prints a table a human reads at a glance.
 //!
-//! The snapshot is built by [`crate::metrics::Metrics::update`] after each tick; the client
+//! The snapshot is built by [`crate::export::metrics::Metrics::update`] after each tick; the client
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
-use crate::tunable::{Applied, Change, Decision, DecisionKind};
+use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};

@@ -24,7 +24,7 @@
 //! This module is the only one that names `/dev/loop*`, losetup, tmpfs paths and fio: it
 //! is a kernel-layer edge, like `tracecap`.
 
-use crate::cost_profile::{
+use crate::logic::cost_profile::{
     Cell, CostProfile, Level, Method, Scheduler, ToggleCost, Unit, Workload,
 };
 use anyhow::{Context, Result, bail};
@@ -171,7 +171,7 @@ pub struct CalibrateArgs {
     #[arg(long, default_value = "mq-deadline")]
     pub toggle_scheduler: String,
     /// Name written into the profile.
-    #[arg(long, default_value = crate::cost_profile::MEASURED_NAME)]
+    #[arg(long, default_value = crate::logic::cost_profile::MEASURED_NAME)]
     pub name: String,
 }
 

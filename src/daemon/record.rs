@@ -8,9 +8,9 @@
 //! config sees its own choices. With the same config, a replay reproduces the recorded
 //! decisions tick for tick: the policy is pure and sees the same inputs.
 
-use crate::blockfs::{BlockFs, FsError};
-use crate::controller::{Controller, Decision};
-use crate::tunable::Tunable;
+use crate::daemon::controller::{Controller, Decision};
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::tunable::Tunable;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -204,9 +204,10 @@ impl Recorder {
 }
 
 /// The longest tick line [`load`] reads: a tick holds one /proc/diskstats read (at most
-/// [`crate::blockfs::MAX_DISKSTATS_BYTES`], up to four times that as a JSON byte array)
+/// [`crate::kernel::blockfs::MAX_DISKSTATS_BYTES`], up to four times that as a JSON byte array)
 /// and the few attributes read with it.
-pub const MAX_LINE_BYTES: usize = 4 * crate::blockfs::MAX_DISKSTATS_BYTES as usize + (1 << 20);
+pub const MAX_LINE_BYTES: usize =
+    4 * crate::kernel::blockfs::MAX_DISKSTATS_BYTES as usize + (1 << 20);
 
 /// Reads a recording. A truncated last line (the daemon died mid-write) is skipped; any
 /// other bad line is an error naming its number, and so is a tick earlier than the one
@@ -218,7 +219,7 @@ pub fn load(path: &Path) -> Result<Vec<TickRecord>, RecordError> {
 /// [`load`] with a bound on the line length: a line longer than `max_line_bytes` is an
 /// error, read without holding more than the bound in memory.
 pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Vec<TickRecord>, RecordError> {
-    use crate::lines::{Line, read_line_bounded};
+    use crate::kernel::lines::{Line, read_line_bounded};
     let io = |e: std::io::Error| RecordError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),

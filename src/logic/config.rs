@@ -3,6 +3,7 @@
 //! lives in [`load_file`]; everything else works on strings so tests need no files.
 
 use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/mergetune/mergetune.toml";
@@ -35,7 +36,7 @@ pub struct Config {
     pub devices: DevicesConfig,
     pub policy: PolicyConfig,
     pub slices: SlicesConfig,
-    pub metrics: crate::metrics::MetricsConfig,
+    pub metrics: MetricsConfig,
 }
 
 /// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
@@ -105,23 +106,7 @@ impl Default for DaemonConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DevicesConfig {
-    /// Shell globs over /sys/block names; a device is a candidate when one matches.
-    pub include: Vec<String>,
-    /// Shell globs; a device matching one is never touched.
-    pub exclude: Vec<String>,
-}
-
-impl Default for DevicesConfig {
-    fn default() -> Self {
-        DevicesConfig {
-            include: vec!["*".to_string()],
-            exclude: Vec::new(),
-        }
-    }
-}
+pub use crate::kernel::devices::DevicesConfig;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -489,6 +474,58 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
         message: e.to_string(),
     })?;
     load_str(&text, &path.display().to_string())
+}
+
+/// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and
+/// is not the default of any widely deployed exporter (docs/metrics.md).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9725";
+
+/// The `[metrics]` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` of the read-only HTTP endpoint serving `/metrics` and `/status`;
+    /// `""` turns it off.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: DEFAULT_LISTEN.to_string(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// Pure check of the section; the error names `metrics.listen`.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        parse_listen(&self.listen)
+            .map(|_| ())
+            .map_err(|reason| ConfigError::Invalid {
+                origin: origin.to_string(),
+                key: "metrics.listen".to_string(),
+                reason,
+            })
+    }
+
+    /// The address to bind, or None when the endpoint is off.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen).ok().flatten()
+    }
+}
+
+/// `""` -> Ok(None) (off); `ip:port` -> the address; anything else -> why not.
+pub fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<SocketAddr>().map(Some).map_err(|_| {
+        format!(
+            "{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:9725\", \"[::1]:9725\"; \"\" turns the endpoint off)"
+        )
+    })
 }
 
 #[cfg(test)]

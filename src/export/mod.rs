@@ -1,0 +1,8 @@
+//! Exporters: what the daemon tells the outside. Prometheus metrics and `/status` over the
+//! HTTP endpoint, the status client, and the log/journal output. They read what the
+//! daemon layer hands them and never reach back into it.
+
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod status;

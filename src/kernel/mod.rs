@@ -1,0 +1,12 @@
+//! The kernel layer: the only code that names `/sys`, `/proc` or tracefs, and the parsers
+//! of what the kernel writes there (diskstats lines, tracefs block events). Everything above
+//! reaches the kernel through [`blockfs::BlockFs`], so the real machine, a fake tree and the
+//! simulator are interchangeable.
+
+pub mod blockfs;
+pub mod devices;
+pub mod diskstats;
+pub mod lines;
+pub mod trace;
+pub mod tracefs;
+pub mod tunable;

@@ -1,0 +1,8 @@
+//! The lab: tools that judge the policy rather than run it. `simulate --compare` and its
+//! baselines, the trace advisor, the plots, and `calibrate` (measuring the cost of merging
+//! on the real kernel).
+
+pub mod advise;
+pub mod calibrate;
+pub mod compare;
+pub mod plot;

@@ -1,0 +1,10 @@
+//! Pure logic: the config, the typed decisions, the sampler that turns counter snapshots
+//! into windows, the merge-ladder policy, the slice tuner's rules and the cost profiles.
+//! Nothing here does I/O or reads a clock: input and time are arguments.
+
+pub mod config;
+pub mod cost_profile;
+pub mod decision;
+pub mod policy;
+pub mod sampler;
+pub mod slices;
