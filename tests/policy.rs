@@ -34,6 +34,7 @@ fn win(bios: u64, merged: u64) -> Window {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     }
 }
 
@@ -246,6 +247,7 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
                     ..Default::default()
                 },
                 duration_ms: 1000,
+                sensed: None,
             })
         }),
     ]
@@ -253,6 +255,7 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
 
 fn arb_caps() -> impl Strategy<Value = Caps> {
     (any::<bool>(), any::<bool>()).prop_map(|(f, s)| Caps {
+        sense_at_l3: false,
         front_merges: f,
         simple_merges: s,
     })
@@ -378,6 +381,7 @@ fn a_workload_change_at_l3_probes_at_once() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     run(&mut s, caps, &c, 100_000, &[rnd; 3]);
     assert_eq!(s.level, 3);
@@ -392,6 +396,7 @@ fn a_workload_change_at_l3_probes_at_once() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
     assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
@@ -417,6 +422,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     // First time: the whole ladder, and the workload is remembered at L3.
     let mut s = PolicyState::new(0, &c);
@@ -437,6 +443,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     let mut s2 = s.clone();
     s2.move_to_for_test(0, 300_000);
@@ -455,6 +462,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     let (slow, fast) = (reads_at(5000), reads_at(15_000));
     let mut s = PolicyState::new(0, &c);
@@ -487,6 +495,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
             ..Default::default()
         },
         duration_ms: 1000,
+        sensed: None,
     };
     let ev = decide(&s, Some(&scan), caps, &c, 127_000);
     assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));

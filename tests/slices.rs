@@ -21,6 +21,7 @@ fn win(r: u64, r_ms: u64, w: u64, w_ms: u64) -> Window {
             ..Default::default()
         },
         duration_ms: 2000,
+        sensed: None,
     }
 }
 

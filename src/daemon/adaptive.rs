@@ -397,6 +397,7 @@ impl Daemon {
                     dev.last_tick = Some(Window {
                         counters: c,
                         duration_ms: now_ms.saturating_sub(prev_tick_ms),
+                        sensed: None,
                     });
                     self.pending.insert(name.clone(), c);
                 }

@@ -72,6 +72,9 @@ pub struct Caps {
     pub front_merges: bool,
     /// The scheduler treats nomerges=1 differently from 0 (mq-deadline, bfq: L2 available).
     pub simple_merges: bool,
+    /// The daemon can sample the device's queued bios (the bio tap works), so L3 is not
+    /// blind: a switch to mergeable I/O is seen although the merge counters read zero.
+    pub sense_at_l3: bool,
 }
 
 impl Caps {
@@ -79,11 +82,13 @@ impl Caps {
     pub const FULL: Caps = Caps {
         front_merges: true,
         simple_merges: true,
+        sense_at_l3: false,
     };
     /// none / kyber: only L0 and L3 differ.
     pub const BARE: Caps = Caps {
         front_merges: false,
         simple_merges: false,
+        sense_at_l3: false,
     };
 
     pub fn for_scheduler(scheduler: Option<&str>, has_front_merges: bool) -> Caps {
@@ -91,6 +96,7 @@ impl Caps {
         Caps {
             front_merges: has_front_merges && sched == "mq-deadline",
             simple_merges: matches!(sched, "mq-deadline" | "bfq"),
+            sense_at_l3: false,
         }
     }
 

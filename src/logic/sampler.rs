@@ -231,6 +231,20 @@ pub struct WindowAcc {
 pub struct Window {
     pub counters: Counters,
     pub duration_ms: u64,
+    /// What the bio tap saw in this window, if the device was sampled (at L3 the merge
+    /// counters read zero whatever the load, so this is the only sight of mergeable I/O).
+    pub sensed: Option<Sensed>,
+}
+
+/// A sample of the bios queued on a device (tracefs `block_bio_queue`, or the simulator's
+/// tap through the same seam): how many were seen, and how many started where a recent bio
+/// of the same direction ended, which are the merges the kernel would have found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Sensed {
+    pub bios: u64,
+    pub contiguous: u64,
+    /// How long the tap was open, in ms.
+    pub sampled_ms: u64,
 }
 
 impl Window {
@@ -290,6 +304,7 @@ impl WindowAcc {
             let w = Window {
                 counters: self.counters,
                 duration_ms: elapsed_ms,
+                sensed: None,
             };
             self.restart(now_ms);
             Some(w)
