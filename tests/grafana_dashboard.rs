@@ -367,3 +367,27 @@ fn has_a_device_variable_used_by_the_per_device_panels() {
         assert!(uses, "{}: per-device panel ignores $device", p["title"]);
     }
 }
+
+#[test]
+fn the_device_state_table_lists_every_device_not_only_the_managed_ones() {
+    // The table answers "which devices does mergetune see, and why does it leave some
+    // alone": an excluded or unsupported device must appear in it, so neither the $device
+    // variable it filters on nor its own query may be narrowed to management="managed".
+    let d = dashboard();
+    let var = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "device")
+        .unwrap();
+    let q = var["query"]["query"].as_str().unwrap();
+    assert!(q.contains("mergetune_device_management"), "{q}");
+    assert!(!q.contains("management="), "device variable narrowed: {q}");
+    let mut all = Vec::new();
+    panels(&d, &mut all);
+    let table = all.iter().find(|p| p["title"] == "Device state").unwrap();
+    for t in table["targets"].as_array().unwrap() {
+        let e = t["expr"].as_str().unwrap();
+        assert!(!e.contains("management="), "table narrowed: {e}");
+    }
+}
