@@ -1,4 +1,4 @@
-//! Fuzz-style properties for every parser of outside input (issue 13): /proc/diskstats and
+//! Fuzz-style properties for every parser of outside input: /proc/diskstats and
 //! stat lines, the record file, tracefs text, scenario and config TOML. Random bytes and
 //! random mutations of real inputs never panic; an error names the line or the key; what
 //! is accepted is usable. Case counts are bounded so the file runs in a few seconds in

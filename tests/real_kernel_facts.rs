@@ -1,4 +1,4 @@
-//! Pins the kernel facts of DESIGN.md that the simulator is checked against, on a loop
+//! Pins the kernel facts of docs/design.md that the simulator is checked against, on a loop
 //! device of this machine's kernel (real-kernel test: `MERGETUNE_KERNEL_TESTS=1`, as root):
 //!
 //! - the batched sequential 4 KiB write job gives exactly 128 writes + 8,064 merged at
@@ -134,7 +134,7 @@ fn kernel_merge_facts() {
     assert!(d.reads + d.reads_merged >= 8192, "{d}");
     assert!(
         d.reads_merged <= 8,
-        "unbatched random 4k reads merged {} of {} (DESIGN.md: 0)",
+        "unbatched random 4k reads merged {} of {} (docs/design.md: 0)",
         d.reads_merged,
         d.reads + d.reads_merged
     );

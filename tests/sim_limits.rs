@@ -1,4 +1,4 @@
-//! The simulator's cap on bios in flight (issue 13, item 10): a workload that would keep
+//! The simulator's cap on bios in flight: a workload that would keep
 //! more bios alive than [`mergetune::sim::engine::MAX_IN_FLIGHT_BIOS`] stops the run with
 //! a clear error instead of growing memory without bound.
 

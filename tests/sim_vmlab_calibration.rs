@@ -11,7 +11,7 @@
 //! catches a sequential stream's back merges and a backwards stream's front merges.
 //!
 //! Under TCG the guest submits slowly, so a generated job of the same shape would not
-//! queue the same way: the trace replay carries the guest's real timing (issue 15).
+//! queue the same way: the trace replay carries the guest's real timing.
 
 use mergetune::kernel::trace::{EventKind, parse_event};
 use mergetune::sim::engine::DmTable;
@@ -178,7 +178,7 @@ const TOLERANCE_PCT: f64 = 15.0;
 /// depend on how dd's buffer pages come: in the 6.1 capture two (224 + 3872, 4096 + 224,
 /// cut at a chunk boundary), in the 6.12 one two 1 MiB bios (224 + 2048, 2272 + 2048: a bio
 /// holds at most 256 pages) that meet inside chunk 8. dm-stripe cuts them at the chunk
-/// boundaries the simulator uses (224-256, 256-512, ..., 4096-4320): seed 002's 17 pieces in
+/// boundaries the simulator uses (224-256, 256-512, ..., 4096-4320): the 17 pieces of the 2020 dm-devel split thread's example, in
 /// the 6.1 capture, 18 in the 6.12 one (the extra cut where the two bios meet). Mapped by the
 /// simulator's dm table, the kernel's own top bios must give exactly the kernel's member
 /// bios, member by member, in order.
@@ -208,7 +208,7 @@ fn guest_dm_stripe_split_matches_the_simulator() {
             .filter(|e| e.dev == Some(top))
             .map(|e| e.extent.unwrap())
             .collect();
-        // Together the top bios are seed 002's read: 2 MiB from sector 224.
+        // Together the top bios are the read from the 2020 dm-devel split thread: 2 MiB from sector 224.
         assert_eq!(top_bios[0].0, 224, "{file}");
         assert_eq!(
             top_bios.iter().map(|b| b.1 as u64).sum::<u64>(),

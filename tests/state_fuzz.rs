@@ -1,4 +1,4 @@
-//! Fuzz-style property for state.json (issue 13): whatever bytes sit in `<dir>/state.json`,
+//! Fuzz-style property for state.json: whatever bytes sit in `<dir>/state.json`,
 //! `FileStore::load` gives Ok or an error naming the file, never a panic. Written against
 //! the public `FileStore::load` only (through `StateStore`), so it holds whatever the
 //! format inside becomes; the seed document below is the version-1 format and only feeds

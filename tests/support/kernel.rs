@@ -525,7 +525,7 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// DESIGN.md's merge-friendly job: sequential 4 KiB, libaio, QD64, submitted and reaped in
+/// docs/design.md's merge-friendly job: sequential 4 KiB, libaio, QD64, submitted and reaped in
 /// batches of 64. `rw` is `write` or `read`.
 pub fn job_batched_seq(dev: &LoopDevice, rw: &str, size: &str) -> Vec<String> {
     let mut v = strings(&["--name=f"]);
@@ -543,7 +543,7 @@ pub fn job_batched_seq(dev: &LoopDevice, rw: &str, size: &str) -> Vec<String> {
     v
 }
 
-/// DESIGN.md's merge-hostile job: random 4 KiB over 512 MiB, `io_size` in total, libaio,
+/// docs/design.md's merge-hostile job: random 4 KiB over 512 MiB, `io_size` in total, libaio,
 /// QD64, one I/O per submission. `rw` is `randread` or `randwrite`.
 pub fn job_rand(dev: &LoopDevice, rw: &str, io_size: &str) -> Vec<String> {
     let mut v = strings(&["--name=h"]);
