@@ -258,5 +258,5 @@ fn the_scanner_sees_edges() {
     };
     assert!(has("daemon::adaptive", "logic::policy"));
     assert!(has("sim::engine", "kernel::trace"));
-    assert!(has("sim::engine", "sim::hist"), "super:: paths count");
+    assert!(has("sim::engine", "sim::scenario"), "super:: paths count");
 }

@@ -6,11 +6,9 @@
 //! merge there. The dm device counts one I/O per bio (started at submission, completed
 //! when its last piece completes), never merges and has no scheduler.
 
-use super::device::Device;
+use super::Simulation;
 use super::slab::Bio;
-use super::{SimError, Simulation};
 use crate::sim::cost::Step;
-use crate::sim::scenario::Scenario;
 
 /// A dm table: how a dm device maps its sectors onto members.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,36 +96,6 @@ impl DmTable {
             }
         }
     }
-}
-
-/// Constructor step: fills each dm device's table with its members (by name), records
-/// `slaves/` and `holders/`, and sets the dm device's capacity from the table.
-pub(super) fn wire_members(devs: &mut [Device], sc: &Scenario) -> Result<(), SimError> {
-    for (i, spec) in sc.devices.iter().enumerate() {
-        if !spec.kind.is_dm() {
-            continue;
-        }
-        let mut ids = Vec::new();
-        let mut sizes = Vec::new();
-        for m in &spec.members {
-            let id = sc
-                .devices
-                .iter()
-                .position(|d| &d.name == m)
-                .ok_or_else(|| SimError::UnknownDevice(m.clone()))?;
-            ids.push(id as u32);
-            sizes.push(devs[id].capacity_sectors);
-            devs[id].holders.push(i as u32);
-        }
-        devs[i].slaves = ids.clone();
-        if let Some((table, members)) = devs[i].media.dm_mut() {
-            table.member_sectors = sizes;
-            *members = ids;
-            let cap = table.capacity_sectors();
-            devs[i].capacity_sectors = cap.max(1);
-        }
-    }
-    Ok(())
 }
 
 impl Simulation {
