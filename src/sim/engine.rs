@@ -130,7 +130,7 @@ impl Simulation {
         sc.validate("scenario")
             .map_err(|e| SimError::Invalid(e.to_string()))?;
         let mut devs = device::build_devices(sc)?;
-        device::wire_members(&mut devs, sc)?;
+        device::wire_dm_members(&mut devs, sc)?;
         let jobs = jobs::build_jobs(sc, &devs)?;
         let (phases, end_ns) = build_phases(sc);
         let acc = (0..phases.len())

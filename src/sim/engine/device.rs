@@ -4,8 +4,8 @@
 //! The writes the daemon makes through `BlockFs` (fs.rs) land here: `queue/nomerges`
 //! (with the queue freeze it costs), `queue/scheduler` (a switch freezes dispatch until
 //! the requests in flight complete and carries the queued ones over) and
-//! `queue/iosched/*`. Constructor step [`build_devices`] numbers devices like the kernel
-//! (sd*: 8:16n, nvme*: 259:n, dm: 253:n).
+//! `queue/iosched/*`. Constructor steps: [`build_devices`] numbers devices like the kernel
+//! (sd*: 8:16n, nvme*: 259:n, dm: 253:n), [`wire_dm_members`] stacks dm devices on theirs.
 
 use super::deadline::Deadline;
 use super::elevator::Elevator;
@@ -135,6 +135,36 @@ pub(super) fn build_devices(sc: &Scenario) -> Result<Vec<Device>, SimError> {
     Ok(devs)
 }
 
+/// Constructor step: fills each dm device's table with its members (by name), records
+/// `slaves/` and `holders/`, and sets the dm device's capacity from the table.
+pub(super) fn wire_dm_members(devs: &mut [Device], sc: &Scenario) -> Result<(), SimError> {
+    for (i, spec) in sc.devices.iter().enumerate() {
+        if !spec.kind.is_dm() {
+            continue;
+        }
+        let mut ids = Vec::new();
+        let mut sizes = Vec::new();
+        for m in &spec.members {
+            let id = sc
+                .devices
+                .iter()
+                .position(|d| &d.name == m)
+                .ok_or_else(|| SimError::UnknownDevice(m.clone()))?;
+            ids.push(id as u32);
+            sizes.push(devs[id].capacity_sectors);
+            devs[id].holders.push(i as u32);
+        }
+        devs[i].slaves = ids.clone();
+        if let Some((table, members)) = devs[i].media.dm_mut() {
+            table.member_sectors = sizes;
+            *members = ids;
+            let cap = table.capacity_sectors();
+            devs[i].capacity_sectors = cap.max(1);
+        }
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------- writes (used by fs.rs)
 
 impl Simulation {
@@ -219,34 +249,4 @@ impl Simulation {
         }
         ok
     }
-}
-
-/// Constructor step: fills each dm device's table with its members (by name), records
-/// `slaves/` and `holders/`, and sets the dm device's capacity from the table.
-pub(super) fn wire_members(devs: &mut [Device], sc: &Scenario) -> Result<(), SimError> {
-    for (i, spec) in sc.devices.iter().enumerate() {
-        if !spec.kind.is_dm() {
-            continue;
-        }
-        let mut ids = Vec::new();
-        let mut sizes = Vec::new();
-        for m in &spec.members {
-            let id = sc
-                .devices
-                .iter()
-                .position(|d| &d.name == m)
-                .ok_or_else(|| SimError::UnknownDevice(m.clone()))?;
-            ids.push(id as u32);
-            sizes.push(devs[id].capacity_sectors);
-            devs[id].holders.push(i as u32);
-        }
-        devs[i].slaves = ids.clone();
-        if let Some((table, members)) = devs[i].media.dm_mut() {
-            table.member_sectors = sizes;
-            *members = ids;
-            let cap = table.capacity_sectors();
-            devs[i].capacity_sectors = cap.max(1);
-        }
-    }
-    Ok(())
 }
