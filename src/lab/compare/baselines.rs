@@ -26,6 +26,13 @@ use crate::logic::policy::{Caps, tunables};
 use crate::logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::collections::BTreeMap;
 
+/// Largest throughput loss the oracle accepts for a deeper level.
+pub const ORACLE_MAX_LOSS: f64 = 0.005;
+/// Least CPU saving (share of the phase's L0 CPU) for which the oracle leaves L0: a
+/// `queue/nomerges` write freezes the queue, so it does not move for a saving that is
+/// nothing (in the measured profile every level's saving can be exactly that).
+pub const ORACLE_MIN_SAVING: f64 = 0.001;
+
 /// The policies of a comparison, in the order of the report. The first is the reference
 /// the others are measured against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +69,7 @@ impl Contender {
         let interval_ms = cfg.daemon.interval_ms;
         match self {
             Contender::KernelDefault => Box::new(KernelDefault { interval_ms }),
-            Contender::StaticNomerges2 => {
-                Box::new(LevelSchedule::new(interval_ms, vec![(0, 3)], "pin"))
-            }
+            Contender::StaticNomerges2 => Box::new(static_level(interval_ms, 3)),
             Contender::NaiveToggle => Box::new(NaiveToggle::new(cfg.clone())),
             Contender::Adaptive => Box::new(Daemon::simulated(cfg.clone())),
             Contender::Oracle => Box::new(LevelSchedule::new(
@@ -115,13 +120,6 @@ pub fn oracle_schedule(base: &PolicyRun, oracle_levels: &[u8]) -> Vec<(u64, u8)>
         .map(|(p, l)| (p.start_ms, *l))
         .collect()
 }
-
-/// Largest throughput loss the oracle accepts for a deeper level.
-pub const ORACLE_MAX_LOSS: f64 = 0.005;
-/// Least CPU saving (share of the phase's L0 CPU) for which the oracle leaves L0: a
-/// `queue/nomerges` write freezes the queue, so it does not move for a saving that is
-/// nothing (in the measured profile every level's saving can be exactly that).
-pub const ORACLE_MIN_SAVING: f64 = 0.001;
 
 /// Sets ladder levels on every request-based device on a schedule of (start_ms, level).
 pub struct LevelSchedule {

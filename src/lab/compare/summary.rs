@@ -223,6 +223,7 @@ fn level_at(decisions: &[Decision], t_ms: u64) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logic::decision::{Applied, Change};
 
     fn change(at_ms: u64, device: &str, from: &str, to: &str) -> Decision {
         Decision {
