@@ -166,7 +166,6 @@ fn no_module_uses_a_later_layer() {
 const KNOWN_CYCLES: &[&[&str]] = &[
     &["daemon::adaptive", "daemon::controller"],
     &["export::http", "export::metrics"],
-    &["lab::advise", "lab::plot"],
 ];
 
 #[test]

@@ -158,11 +158,11 @@ fn replay_plot_from_a_recording() {
 fn plotting_nothing_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let empty = mergetune::lab::advise::Analyzer::new(None).finish(&Default::default());
-    let e = plot::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
+    let e = mergetune::lab::advise::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
     assert!(e.to_string().contains("nothing to plot"));
     let e = plot::plot_series(&plot::Series::default(), &dir.path().join("y.svg")).unwrap_err();
     assert!(e.to_string().contains("no device"));
-    let e = plot::plot_advise(
+    let e = mergetune::lab::advise::plot_advise(
         &mergetune::lab::advise::analyze_file(
             &root().join("tests/fixtures/trace_mixed.txt"),
             None,

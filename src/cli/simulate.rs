@@ -266,24 +266,13 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
         }
         v
     };
-    let mut out = Vec::new();
     for sc in &mut scenarios {
         if let Some(s) = args.seed {
             sc.seed = s;
         }
-        if std::io::stderr().is_terminal() {
-            eprint!("\rcomparing {:<40}", sc.name);
-        }
-        // Dozens of runs: the daemon's per-decision log lines would drown the table.
-        let cmp =
-            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
-                crate::lab::compare::compare(sc, &cfg)
-            });
-        out.push(cmp.with_context(|| format!("scenario {}", sc.name))?);
     }
-    if std::io::stderr().is_terminal() {
-        eprint!("\r{:<60}\r", "");
-    }
+    // Progress on a terminal and wall-clock figures go to stderr; stdout gets the report.
+    let out = crate::lab::compare::run_suite(&scenarios, &cfg)?;
     if let Some(p) = &args.plot {
         for c in &out {
             let path = if out.len() == 1 {

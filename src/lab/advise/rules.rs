@@ -1,0 +1,192 @@
+//! The rules of `advise`: from one device's figures to a merge level, a scheduler and a
+//! slice setting, each with one line of evidence. Pure: a [`DeviceReport`] and the
+//! policy's thresholds in, recommendations out.
+
+use super::report::{DeviceReport, Recommendation, level_tunables, pct};
+use crate::logic::config::PolicyConfig;
+
+/// Unmerged bios below this share: the lookups a deeper level would skip cost too
+/// little to matter, and L0 keeps every merge (Axboe: not merging can cost 5x).
+pub const MIN_UNMERGED_PERCENT_TO_ACT: f64 = 20.0;
+
+/// The merge level, scheduler and slice recommendations, each with one line of evidence:
+/// the recommended level and the recommendations, merge level first.
+pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendation>) {
+    let low = cfg.disable_below_percent;
+    let high = cfg.enable_above_percent;
+    let merged = r.back_merges + r.front_merges;
+    let unmerged = 100.0 - r.merge_percent;
+    let lost = |l: usize| r.ladder[l].lost_percent_of_bios;
+    let est = if r.merges_estimated {
+        " (estimated from contiguity)"
+    } else {
+        ""
+    };
+    let (level, evidence) = if merged == 0 && r.sequential_percent >= high {
+        (
+            0,
+            format!(
+                "no merges in the trace, yet {:.1}% of bios start where their task's previous one ended: merging would pay (was nomerges=2 when captured?)",
+                r.sequential_percent
+            ),
+        )
+    } else if unmerged < MIN_UNMERGED_PERCENT_TO_ACT {
+        (
+            0,
+            format!(
+                "{:.1}% of {} bios merged{est}: only {:.1}% miss, so skipping lookups saves little and every level down loses merges",
+                r.merge_percent, r.bios, unmerged
+            ),
+        )
+    } else if lost(3) < low && r.sequential_percent < high {
+        (
+            3,
+            format!(
+                "{:.2}% of {} bios merged{est} and {:.1}% are contiguous with their task's previous bio: every merge lookup misses",
+                r.merge_percent, r.bios, r.sequential_percent
+            ),
+        )
+    } else if lost(2) < low {
+        (
+            2,
+            format!(
+                "{:.1}% of bios merged{est}, {:.0}% of those simply (plug/one-hit, kept at nomerges=1); {:.1}% of bios miss and would skip the hash and tree lookups",
+                r.merge_percent, r.ladder[2].kept_percent, unmerged
+            ),
+        )
+    } else if lost(1) < low {
+        (
+            1,
+            format!(
+                "{} front merges of {} bios ({:.2}%){est}: the front-merge lookup is nearly always wasted, back merges ({:.1}% of bios) stay",
+                r.front_merges,
+                r.bios,
+                lost(1),
+                pct(r.back_merges, r.bios)
+            ),
+        )
+    } else {
+        (
+            0,
+            format!(
+                "{:.1}% of bios merged{est}, {:.1}% through the hash or tree lookups (lost at nomerges=1): keep every merge",
+                r.merge_percent,
+                lost(2)
+            ),
+        )
+    };
+    let mut recs = vec![Recommendation {
+        topic: "merge level".into(),
+        setting: format!("L{level}: {}", level_tunables(level)),
+        evidence,
+    }];
+    if r.bios < cfg.min_window_bios {
+        recs[0]
+            .evidence
+            .push_str(&format!(" [only {} bios: too few for confidence]", r.bios));
+    }
+    let read = r.read_percent;
+    let one_dir = !(10.0..=90.0).contains(&read);
+    let depth = r.queue_depth_max;
+    let (sched, sev) = match level {
+        1 => (
+            "mq-deadline",
+            "L1 is mq-deadline's iosched/front_merges=0; no other scheduler has it".to_string(),
+        ),
+        2 => (
+            "mq-deadline",
+            format!(
+                "nomerges=1 differs from 0 only under mq-deadline and bfq; {:.0}% reads{}",
+                read,
+                if one_dir {
+                    ""
+                } else {
+                    " mixed with writes: mq-deadline's read_expire protects the reads"
+                }
+            ),
+        ),
+        3 if one_dir => (
+            "none",
+            format!(
+                "{:.0}% {} at queue depth up to {depth}, nothing merges: a scheduler's sorting and merging buy nothing, none is the cheapest",
+                read.max(100.0 - read),
+                if read >= 50.0 { "reads" } else { "writes" }
+            ),
+        ),
+        3 => (
+            "mq-deadline",
+            format!(
+                "nothing merges, but reads ({read:.0}%) share the queue with writes: keep mq-deadline so read_expire bounds read latency"
+            ),
+        ),
+        _ => (
+            "mq-deadline",
+            format!(
+                "merges pay ({:.1}% of bios); mq-deadline merges and sorts at little cost (kernel default for single-queue devices)",
+                r.merge_percent
+            ),
+        ),
+    };
+    recs.push(Recommendation {
+        topic: "scheduler".into(),
+        setting: sched.into(),
+        evidence: sev,
+    });
+    // Slices: CFQ's slice_sync is gone since 5.0; its jobs live in mq-deadline's
+    // expiries and bfq's idling.
+    let rl = r.read_latency.as_ref();
+    let wl = r.write_latency.as_ref();
+    let slice = if sched == "none" {
+        Recommendation {
+            topic: "slices".into(),
+            setting: "none has no slices; with bfq use slice_idle=0".into(),
+            evidence: format!(
+                "up to {depth} requests in flight from random access: idling for a task's next request (bfq slice_idle) would stall a full queue"
+            ),
+        }
+    } else if let Some(r) = rl
+        && !one_dir
+        && r.p99_us > 100_000.0
+    {
+        Recommendation {
+            topic: "slices".into(),
+            setting: "mq-deadline read_expire=100, writes_starved=4".into(),
+            evidence: format!(
+                "read p99 {:.1} ms with {:.0}% writes in the queue: shorten the read deadline and let reads pass writes longer",
+                r.p99_us / 1000.0,
+                100.0 - read
+            ),
+        }
+    } else if depth <= 1 && r.sequential_percent >= 50.0 && r.sync_percent >= 50.0 {
+        Recommendation {
+            topic: "slices".into(),
+            setting: "with bfq keep slice_idle=8 (ms); mq-deadline defaults".into(),
+            evidence: format!(
+                "one request at a time, {:.0}% sequential and sync: idling for the task's next request keeps the stream together",
+                r.sequential_percent
+            ),
+        }
+    } else {
+        let worst = rl
+            .map(|r| r.p99_us)
+            .into_iter()
+            .chain(wl.map(|w| w.p99_us))
+            .fold(0.0f64, f64::max);
+        Recommendation {
+                topic: "slices".into(),
+                setting: "mq-deadline defaults (read_expire=500, write_expire=5000, fifo_batch=16); with bfq slice_idle=0".into(),
+                evidence: if worst > 0.0 {
+                    format!(
+                        "completion p99 {:.2} ms is far below the 500 ms read deadline, and up to {depth} requests in flight make idling useless",
+                        worst / 1000.0
+                    )
+                } else {
+                    format!(
+                        "no completions in the trace to judge deadlines; up to {depth} requests in flight make idling useless"
+                    )
+                },
+            }
+    };
+    recs.push(slice);
+    (level, recs)
+}

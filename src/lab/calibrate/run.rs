@@ -1,0 +1,246 @@
+//! `mergetune calibrate` on the command line: its arguments, the tools it needs, and the
+//! run: the interleaved measurement loop over schedulers, levels and workloads, the toggle
+//! runs, then the profile.
+
+use super::cpu::loadavg_1m;
+use super::fio::{measure_run, toggle_run};
+use super::profile::{
+    Measured, Samples, build_profile, summarize_toggle, utc_now_rfc3339, write_profile,
+};
+use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
+use super::stats;
+use crate::logic::cost_profile::{Level, Scheduler, Workload};
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CalibrateArgs {
+    /// A short run for tests: 2 repetitions of 300 ms windows, 2 short toggle pairs.
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the profile here (TOML) [default: print it].
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Repetitions of every cell [default: 10; --quick: 2].
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Measured window of each run, ms [default: 1000; --quick: 300].
+    #[arg(long)]
+    pub runtime_ms: Option<u64>,
+    /// Schedulers to measure (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,mq-deadline,bfq,kyber"
+    )]
+    pub schedulers: Vec<String>,
+    /// The CPU fio is pinned to [default: the last one].
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// A tmpfs directory for the scratch loop device's backing file.
+    #[arg(long, default_value = "/dev/shm")]
+    pub tmpfs_dir: PathBuf,
+    /// Size of the backing file, MiB.
+    #[arg(long, default_value_t = 512)]
+    pub size_mib: u64,
+    /// Seed of the interleaving order.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Skip the toggle-freeze measurement.
+    #[arg(long)]
+    pub no_toggle: bool,
+    /// Toggle measurement: pairs of (toggled, untoggled) runs [default: 5; --quick: 2].
+    #[arg(long)]
+    pub toggle_reps: Option<u32>,
+    /// Toggle measurement: length of each run, s [default: 20; --quick: 2].
+    #[arg(long)]
+    pub toggle_runtime_s: Option<f64>,
+    /// Toggle measurement: one nomerges write every this many ms [default: 1000; --quick: 250].
+    #[arg(long)]
+    pub toggle_interval_ms: Option<u64>,
+    /// Toggle measurement: the scheduler.
+    #[arg(long, default_value = "mq-deadline")]
+    pub toggle_scheduler: String,
+    /// Name written into the profile.
+    #[arg(long, default_value = crate::logic::cost_profile::MEASURED_NAME)]
+    pub name: String,
+}
+
+fn check_tools() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("calibrate needs root (it attaches a scratch loop device)");
+    }
+    for (tool, arg) in [
+        ("fio", "--version"),
+        ("taskset", "--version"),
+        ("losetup", "--version"),
+    ] {
+        let ok = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            bail!("{tool} not found (apt-get install fio util-linux)");
+        }
+    }
+    Ok(())
+}
+
+fn parse_schedulers(names: &[String]) -> Result<Vec<Scheduler>> {
+    let mut out = Vec::new();
+    for n in names {
+        let s = Scheduler::from_name(n.trim())
+            .with_context(|| format!("--schedulers: unknown scheduler {n:?}"))?;
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    if out.is_empty() {
+        bail!("--schedulers: at least one");
+    }
+    Ok(out)
+}
+
+/// `mergetune calibrate`.
+pub fn run(args: CalibrateArgs) -> Result<i32> {
+    check_tools()?;
+    let schedulers = parse_schedulers(&args.schedulers)?;
+    let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
+        .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
+    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
+    let window_ms = args
+        .runtime_ms
+        .unwrap_or(if args.quick { 300 } else { 1000 });
+    let toggle_reps = args.toggle_reps.unwrap_or(if args.quick { 2 } else { 5 });
+    let toggle_runtime_s = args
+        .toggle_runtime_s
+        .unwrap_or(if args.quick { 2.0 } else { 20.0 });
+    let toggle_interval_ms = args
+        .toggle_interval_ms
+        .unwrap_or(if args.quick { 250 } else { 1000 });
+    if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
+        bail!("--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50");
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let cpu = args.cpu.unwrap_or(ncpu - 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
+    }
+    for name in detach_leftovers(&args.tmpfs_dir) {
+        eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
+    }
+    let started = Instant::now();
+    let measured_at = utc_now_rfc3339();
+    let load_start = loadavg_1m();
+    let lp = ScratchLoop::create(&args.tmpfs_dir, args.size_mib)?;
+    let json = lp.dir.join("fio.json");
+    eprintln!(
+        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {reps} reps of {window_ms} ms windows",
+        lp.dev.display(),
+        args.size_mib,
+        if lp.direct_io { "on" } else { "off: buffered" }
+    );
+    // The first heavy run on a new loop device can be a cold outlier.
+    measure_run(&lp, Workload::RandomUnbatched, cpu, window_ms, &json)?;
+
+    let mut samples: Samples = Samples::new();
+    for rep in 0..reps {
+        let mut order = schedulers.clone();
+        let n = order.len();
+        order.rotate_left(rep as usize % n);
+        for (si, &s) in order.iter().enumerate() {
+            lp.set_scheduler(s)?;
+            let mut cells: Vec<(Level, Workload)> = s
+                .levels()
+                .iter()
+                .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
+                .collect();
+            stats::shuffle(&mut cells, args.seed ^ ((rep as u64) << 32) ^ si as u64);
+            for (l, w) in cells {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                lp.set_level(s, l)?;
+                // A run starved past its deadline by other tenants is tried again, twice.
+                let mut r = measure_run(&lp, w, cpu, window_ms, &json);
+                for _ in 0..2 {
+                    if let Err(e) = &r {
+                        eprintln!("calibrate: {s} {l} {w}: {e:#}; again");
+                        r = measure_run(&lp, w, cpu, window_ms, &json);
+                    }
+                }
+                let r = r.with_context(|| format!("{s} {l} {w}"))?;
+                samples.entry((s, l, w)).or_default().push(r);
+            }
+            lp.set_level(s, Level::L0)?;
+        }
+        eprintln!(
+            "calibrate: rep {}/{reps} done ({:.0} s)",
+            rep + 1,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    let toggle = if args.no_toggle {
+        None
+    } else {
+        lp.set_scheduler(toggle_sched)?;
+        lp.set_level(toggle_sched, Level::L0)?;
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for rep in 0..toggle_reps {
+            // ABBA order: neither arm always runs first.
+            let arms = if rep % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for t in arms {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                let r = toggle_run(&lp, cpu, toggle_runtime_s, toggle_interval_ms, t, &json)?;
+                if t { with.push(r) } else { without.push(r) }
+            }
+        }
+        eprintln!(
+            "calibrate: toggle runs done ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+        Some(summarize_toggle(
+            toggle_sched,
+            toggle_interval_ms,
+            toggle_runtime_s,
+            &with,
+            &without,
+        ))
+    };
+
+    let profile = build_profile(Measured {
+        name: args.name.clone(),
+        loop_direct_io: lp.direct_io,
+        kernel_release: run_cmd("uname", &["-r"]).unwrap_or_default(),
+        schedulers: schedulers.clone(),
+        measured_at,
+        duration_s: started.elapsed().as_secs_f64().round(),
+        reps,
+        window_ms,
+        loadavg: vec![load_start, loadavg_1m()],
+        samples,
+        toggle,
+    });
+    drop(lp);
+    write_profile(&profile, args.output.as_deref())?;
+    Ok(0)
+}
