@@ -3,7 +3,7 @@
 //! (advance, tick, `on_tick`).
 
 use mergetune::cli::simulate::bench_scenario;
-use mergetune::export::metrics::LiveExporter;
+use mergetune::export::live::LiveExporter;
 use mergetune::logic::config::Config;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::runner::Policy;

@@ -161,8 +161,8 @@ impl Controller for Sampling<'_> {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.inner.restore(now_ms, fs)
     }
-    fn as_daemon(&self) -> Option<&crate::daemon::adaptive::Daemon> {
-        self.inner.as_daemon()
+    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
+        self.inner.snapshot()
     }
 }
 
