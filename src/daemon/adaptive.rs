@@ -5,6 +5,7 @@
 
 use crate::daemon::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::daemon::controller::Controller;
+use crate::daemon::dryrun::as_counted_at;
 use crate::daemon::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::daemon::state::MemoryStore;
 use crate::kernel::blockfs::{BlockFs, FsError};
@@ -293,7 +294,27 @@ impl Daemon {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
         }
-        let ev = decide(&dev.policy, window.as_ref(), dev.caps, &pcfg, now_ms);
+        let dry_run = self.actuator.dry_run();
+        // A dry run decides on what the live daemon would have counted at the level it
+        // would have set; the counters were taken at the real level (src/daemon/dryrun.rs).
+        // Its stand-in for the bio tap is the real level's merge counters, so it assumes
+        // the live daemon's tap works (root, tracefs): docs/operator.md says so.
+        let (window, caps) = if dry_run {
+            let real = self
+                .actuator
+                .expected(name, Tunable::Nomerges)
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .unwrap_or(0);
+            let would = dev.policy.nomerges(&pcfg);
+            let caps = Caps {
+                sense_at_l3: true,
+                ..dev.caps
+            };
+            (window.map(|w| as_counted_at(&w, real, would)), caps)
+        } else {
+            (window, dev.caps)
+        };
+        let ev = decide(&dev.policy, window.as_ref(), caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             dev.policy = ev.state;
@@ -361,11 +382,23 @@ impl Daemon {
             kind: ev.kind.decision_kind().unwrap_or(DecisionKind::Enable),
             changes: Vec::new(),
             reason: ev.reason.to_string(),
-            applied: Applied::Yes,
+            applied: if dry_run {
+                Applied::DryRun
+            } else {
+                Applied::Yes
+            },
         };
         let Some(to_level) = ev.to_level else {
             // A probe that ends at L0, a trial that stays: nothing changes in the kernel.
-            info!(device = %name, from = %current_nomerges, to = %current_nomerges, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            let seen = self
+                .actuator
+                .as_seen(name, Tunable::Nomerges, &current_nomerges)
+                .to_string();
+            if dry_run {
+                info!(device = %name, from = %seen, to = %seen, reason = %decision.reason, "{name}: dry-run: {}: {}", decision.kind, decision.reason);
+            } else {
+                info!(device = %name, from = %seen, to = %seen, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            }
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
             dev.last_decision = Some(decision.clone());
@@ -381,7 +414,6 @@ impl Daemon {
             return None;
         }
         // Apply the level's tunables, nomerges first; stop at the first failure.
-        let mut dry = false;
         let mut failure = None;
         for (t, value) in tunables(to_level, dev.caps) {
             match self.actuator.set(fs, name, t, value) {
@@ -392,7 +424,6 @@ impl Daemon {
                     to: value.to_string(),
                 }),
                 Ok(SetOutcome::DryRun { from }) => {
-                    dry = true;
                     decision.changes.push(Change {
                         tunable: t,
                         from,
@@ -433,8 +464,7 @@ impl Daemon {
             dev.last_decision = Some(decision.clone());
             return Some(decision);
         }
-        if dry {
-            decision.applied = Applied::DryRun;
+        if dry_run {
             info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
                 "{name}: dry-run, would write {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         } else {

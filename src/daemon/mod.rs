@@ -7,6 +7,7 @@
 pub mod actuator;
 pub mod adaptive;
 pub mod controller;
+pub mod dryrun;
 pub mod record;
 pub mod snapshot;
 pub mod state;

@@ -18,9 +18,7 @@ use crate::daemon::controller::{Controller, Decision};
 use crate::daemon::snapshot::{DaemonCounters, DaemonSnapshot};
 use crate::export::http::Documents;
 use crate::export::status::StatusSnapshot;
-use crate::logic::decision::Change;
 use bytes::Bytes;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,51 +32,14 @@ pub use crate::export::exposition::finish_exposition;
 pub use crate::export::status::TickTiming;
 pub use crate::logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeviceLabels {
-    device: String,
-}
+mod labels;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ManagementLabels {
-    device: String,
-    management: String,
-}
+use labels::{
+    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PROBE_OUTCOMES,
+    ProbeLabels, ResultLabels, attr_label, dl, value_label,
+};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DirectionLabels {
-    device: String,
-    direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecisionLabels {
-    device: String,
-    kind: String,
-    attr: String,
-    from: String,
-    to: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProbeLabels {
-    device: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: String,
-}
-
-/// The management states a device can be in (the `management` label).
-pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
-const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];
+pub use labels::MANAGEMENT_STATES;
 
 fn tick_buckets() -> Vec<f64> {
     vec![
@@ -142,43 +103,6 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// The values a decision wrote (`2`, or `0+1` when it wrote nomerges and front_merges),
-/// as a bounded label value: values are the kernel's, so one that is not a value the
-/// tunable can hold is `other`; no change is `none`.
-fn value_label(changes: &[Change], pick: impl Fn(&Change) -> &String) -> String {
-    if changes.is_empty() {
-        return "none".to_string();
-    }
-    if changes.iter().all(|c| c.tunable.accepts(pick(c))) {
-        changes
-            .iter()
-            .map(|c| pick(c).as_str())
-            .collect::<Vec<_>>()
-            .join("+")
-    } else {
-        "other".to_string()
-    }
-}
-
-/// The tunable(s) a decision wrote, by file name: `nomerges`, `nomerges+front_merges`,
-/// `none` without a write.
-fn attr_label(changes: &[Change]) -> String {
-    if changes.is_empty() {
-        return "none".to_string();
-    }
-    changes
-        .iter()
-        .map(|c| c.tunable.file_name())
-        .collect::<Vec<_>>()
-        .join("+")
-}
-
-fn dl(device: &str) -> DeviceLabels {
-    DeviceLabels {
-        device: device.to_string(),
     }
 }
 

@@ -37,8 +37,9 @@ impl Daemon {
         }
         let mut values = Vec::with_capacity(defaults.len());
         for (t, _) in defaults {
+            // A dry run tunes from the values it would have written.
             if let Ok(v) = fs.read_tunable(name, *t)
-                && let Ok(x) = v.parse::<u64>()
+                && let Ok(x) = self.actuator.as_seen(name, *t, &v).parse::<u64>()
             {
                 values.push((*t, x));
             }
