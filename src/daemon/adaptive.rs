@@ -395,9 +395,9 @@ impl Daemon {
                 .as_seen(name, Tunable::Nomerges, &current_nomerges)
                 .to_string();
             if dry_run {
-                info!(device = %name, from = %seen, to = %seen, reason = %decision.reason, "{name}: dry-run: {}: {}", decision.kind, decision.reason);
+                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: dry-run: {}: {}", decision.kind, decision.reason);
             } else {
-                info!(device = %name, from = %seen, to = %seen, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
             }
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
@@ -465,10 +465,10 @@ impl Daemon {
             return Some(decision);
         }
         if dry_run {
-            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
                 "{name}: dry-run, would write {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         } else {
-            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
                 "{name}: {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         }
         dev.policy = ev.state;

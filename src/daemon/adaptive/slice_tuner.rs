@@ -95,11 +95,11 @@ impl Daemon {
         match self.actuator.set(fs, name, t, &ch.to.to_string()) {
             Ok(SetOutcome::DryRun { .. }) => {
                 decision.applied = Applied::DryRun;
-                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
                     "{name}: dry-run, would write {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Ok(_) => {
-                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
                     "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Err(e) => {
