@@ -185,3 +185,45 @@ fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
         "a failed write is not fatal"
     );
 }
+
+#[test]
+fn a_dry_run_keeps_what_it_would_have_written_and_writes_nothing() {
+    let t = tree();
+    let mut fs = fs_of(t.path());
+    let state_dir = t.path().join("state");
+    let mut a = Actuator::new(true, Box::new(FileStore::new(&state_dir)));
+    let kernel = |t: &Path| {
+        std::fs::read_to_string(t.join("sys/block/sda/queue/nomerges"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap(),
+        SetOutcome::DryRun { from: "0".into() }
+    );
+    assert_eq!(a.would_be("sda", Tunable::Nomerges), Some("2"));
+    assert_eq!(a.as_seen("sda", Tunable::Nomerges, "0"), "2");
+    // The next decision starts from the would-be value, as the live one starts from the
+    // value it wrote: L3 -> L0 would write 2 -> 0, and another 2 would write nothing.
+    assert_eq!(
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap(),
+        SetOutcome::Unchanged
+    );
+    assert_eq!(
+        a.set(&mut fs, "sda", Tunable::Nomerges, "0").unwrap(),
+        SetOutcome::DryRun { from: "2".into() }
+    );
+    assert_eq!(
+        a.would_be("sda", Tunable::Nomerges),
+        None,
+        "back to the kernel's"
+    );
+    a.set(&mut fs, "sda", Tunable::Nomerges, "1").unwrap();
+    assert_eq!(kernel(t.path()), "0", "the kernel's value is never written");
+    assert!(!state_dir.join("state.json").exists(), "nor the state file");
+    // Exit (or any hand-back) forgets the would-be values, and restores nothing.
+    assert!(a.restore_all(&mut fs, 0).is_empty());
+    assert_eq!(a.would_be("sda", Tunable::Nomerges), None);
+    assert_eq!(kernel(t.path()), "0");
+}

@@ -3,7 +3,7 @@
 //! (advance, tick, `on_tick`).
 
 use mergetune::cli::simulate::bench_scenario;
-use mergetune::export::metrics::LiveExporter;
+use mergetune::export::live::LiveExporter;
 use mergetune::logic::config::Config;
 use mergetune::sim::engine::Simulation;
 use mergetune::sim::runner::Policy;
@@ -51,8 +51,15 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
         "{text}"
     );
     assert!(text.contains("mergetune_ticks_total 4"), "{text}");
+    // They say they are the simulator's, not a host's (the daemon's own exposition has no
+    // such family: tests/metrics_exposition.rs's golden text).
+    assert!(
+        text.contains("# TYPE mergetune_simulated gauge\nmergetune_simulated 1\n"),
+        "{text}"
+    );
     let s = mergetune::export::status::fetch(&addr, Duration::from_secs(5)).unwrap();
     assert_eq!(s.devices.len(), 1);
+    assert!(s.simulated, "/status says simulated");
     assert!(
         (s.uptime_secs - 3.0).abs() < 1e-9,
         "virtual time: {}",

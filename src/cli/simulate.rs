@@ -194,7 +194,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut exporter = match &args.metrics_listen {
         Some(addr) => {
             let ex =
-                crate::export::metrics::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
+                crate::export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
             eprintln!(
                 "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
                 args.speed.unwrap_or(1.0)

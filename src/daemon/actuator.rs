@@ -17,7 +17,11 @@
 //! - **vanished devices** keep their records; a device that comes back holding a value
 //!   mergetune wrote gets its original back.
 //!
-//! In dry-run nothing is written and nothing is recorded.
+//! In dry-run nothing is written and nothing is recorded; what would have been written is
+//! kept apart, as the value each tunable would hold ([`Actuator::would_be`]), so the dry
+//! run's decisions start from the level it would have set (src/daemon/dryrun.rs). Any
+//! event that would have put the originals back (a hand-off, a device leaving mergetune's
+//! care, exit) forgets it.
 
 use crate::daemon::state::{
     RestoreOutcome, RestoreResult, SavedAttr, SavedState, StateError, StateStore, restore_attr,
@@ -71,6 +75,8 @@ pub struct Actuator {
     save_errors: u64,
     /// Seconds since the epoch at `now_ms == 0`, for the vanished-device timestamps.
     clock_origin_unix_secs: u64,
+    /// Dry-run: the value each tunable would hold had the dry run written it.
+    would_be: BTreeMap<String, BTreeMap<Tunable, String>>,
 }
 
 impl Actuator {
@@ -82,6 +88,7 @@ impl Actuator {
             persisted: true,
             save_errors: 0,
             clock_origin_unix_secs: 0,
+            would_be: BTreeMap::new(),
         }
     }
 
@@ -135,6 +142,25 @@ impl Actuator {
     /// What `dev`'s `t` holds as far as mergetune knows.
     pub fn expected(&self, dev: &str, t: Tunable) -> Option<&str> {
         self.record(dev, t).and_then(|r| r.expected.as_deref())
+    }
+
+    /// Dry-run: the value `dev`'s `t` would hold, where the dry run would have written it
+    /// (None where it would hold what the kernel holds).
+    pub fn would_be(&self, dev: &str, t: Tunable) -> Option<&str> {
+        self.would_be
+            .get(dev)
+            .and_then(|m| m.get(&t))
+            .map(String::as_str)
+    }
+
+    /// The value `dev`'s `t` holds for the tuners: what the kernel holds (`read`), or in a
+    /// dry run what it would hold.
+    pub fn as_seen<'a>(&'a self, dev: &str, t: Tunable, read: &'a str) -> &'a str {
+        self.would_be(dev, t).unwrap_or(read)
+    }
+
+    fn forget_would_be(&mut self, dev: &str) {
+        self.would_be.remove(dev);
     }
 
     /// What mergetune last wrote to `dev`'s `t`, if it wrote.
@@ -217,11 +243,21 @@ impl Actuator {
         value: &str,
     ) -> Result<SetOutcome, ActuatorError> {
         let current = fs.read_tunable(dev, t)?;
+        if self.dry_run {
+            let from = self.as_seen(dev, t, &current).to_string();
+            if from == value {
+                return Ok(SetOutcome::Unchanged);
+            }
+            let m = self.would_be.entry(dev.to_string()).or_default();
+            if current == value {
+                m.remove(&t);
+            } else {
+                m.insert(t, value.to_string());
+            }
+            return Ok(SetOutcome::DryRun { from });
+        }
         if current == value {
             return Ok(SetOutcome::Unchanged);
-        }
-        if self.dry_run {
-            return Ok(SetOutcome::DryRun { from: current });
         }
         if let Some(theirs) = self.record(dev, t).and_then(|r| r.theirs.clone()) {
             return Err(ActuatorError::NotOurs {
@@ -274,6 +310,7 @@ impl Actuator {
         value: &str,
         siblings: &[Tunable],
     ) -> Vec<RestoreResult> {
+        self.forget_would_be(dev);
         {
             let r = self.entry(dev, changed);
             r.theirs = Some(value.to_string());
@@ -341,6 +378,7 @@ impl Actuator {
 
     /// Restores every recorded original of one device (it leaves mergetune's care).
     pub fn restore_device(&mut self, fs: &mut dyn BlockFs, dev: &str) -> Vec<RestoreResult> {
+        self.forget_would_be(dev);
         let tunables: Vec<Tunable> = self
             .records
             .get(dev)
@@ -359,6 +397,7 @@ impl Actuator {
     /// A device is gone from `/sys/block` at `now_ms`: its records with something to
     /// restore are kept (dated), the rest forgotten.
     pub fn device_vanished(&mut self, dev: &str, now_ms: u64) {
+        self.forget_would_be(dev);
         let at = self.clock_origin_unix_secs + now_ms / 1000;
         let Some(m) = self.records.get_mut(dev) else {
             return;
@@ -413,6 +452,7 @@ impl Actuator {
     /// Restores every recorded original (on exit). Records that could not be restored
     /// (failed, device gone) stay in the store for `mergetune restore` or the next start.
     pub fn restore_all(&mut self, fs: &mut dyn BlockFs, now_ms: u64) -> Vec<RestoreResult> {
+        self.would_be.clear();
         let devs: Vec<String> = self.records.keys().cloned().collect();
         let mut out = Vec::new();
         for dev in devs {

@@ -5,19 +5,24 @@
 
 use crate::daemon::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::daemon::controller::Controller;
+use crate::daemon::dryrun::as_counted_at;
+use crate::daemon::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::daemon::state::MemoryStore;
-use crate::daemon::state::{RestoreOutcome, RestoreResult};
 use crate::kernel::blockfs::{BlockFs, FsError};
-use crate::kernel::devices::{DeviceInfo, Management, classify, describe, read_device};
+use crate::kernel::devices::{DeviceInfo, Management};
 use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
 use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
-use serde::Serialize;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
+
+mod membership;
+mod slice_tuner;
+
+pub use crate::daemon::snapshot::{DaemonCounters, DeviceRow};
 
 /// The merge ladder's tunables.
 pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];
@@ -53,52 +58,6 @@ pub struct DeviceRuntime {
     pub retry_after_ms: u64,
     /// The last warning about an unreadable tunable, to repeat it rarely.
     pub read_warned_ms: Option<u64>,
-}
-
-/// Counters for the operator (exported as metrics by the metrics layer).
-#[derive(Debug, Clone, Serialize)]
-pub struct DaemonCounters {
-    pub ticks: u64,
-    pub decisions: u64,
-    pub write_errors: u64,
-    pub diskstats_errors: u64,
-    pub counter_resets: u64,
-    /// Failed saves of the state file.
-    pub state_save_errors: u64,
-    /// Failed reads of a device tunable.
-    pub tunable_read_errors: u64,
-    /// The state file holds every record mergetune has in memory.
-    pub state_persisted: bool,
-}
-
-impl Default for DaemonCounters {
-    fn default() -> Self {
-        DaemonCounters {
-            ticks: 0,
-            decisions: 0,
-            write_errors: 0,
-            diskstats_errors: 0,
-            counter_resets: 0,
-            state_save_errors: 0,
-            tunable_read_errors: 0,
-            state_persisted: true,
-        }
-    }
-}
-
-/// A row of the device table.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeviceRow {
-    pub device: String,
-    pub scheduler: String,
-    pub status: String,
-    pub why: String,
-    pub nomerges: String,
-    pub mode: String,
-    pub bios_per_sec: Option<f64>,
-    pub read_merge_percent: Option<f64>,
-    pub write_merge_percent: Option<f64>,
-    pub last: String,
 }
 
 pub struct Daemon {
@@ -192,129 +151,6 @@ impl Daemon {
             .cloned()
             .collect();
         self.pending_rediscover.extend(foreign);
-    }
-
-    fn log_restores(results: &[RestoreResult], context: &str) {
-        for r in results {
-            if r.outcome.failed() {
-                warn!(device = %r.device, "{context}: {r}");
-            } else {
-                info!(device = %r.device, "{context}: {r}");
-            }
-        }
-    }
-
-    fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
-        for name in std::mem::take(&mut self.pending_rediscover) {
-            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
-            let results = self.actuator.rediscover(fs, &name);
-            Self::log_restores(&results, "rediscovery");
-            self.devices.remove(&name);
-        }
-        let names = match fs.list_block_devices() {
-            Ok(n) => n,
-            Err(e) => {
-                warn!("cannot list block devices: {e}");
-                return;
-            }
-        };
-        let gone: Vec<String> = self
-            .devices
-            .keys()
-            .filter(|n| !names.contains(n))
-            .cloned()
-            .collect();
-        for name in gone {
-            info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
-            self.devices.remove(&name);
-            self.pending.remove(&name);
-            self.actuator.device_vanished(&name, now_ms);
-        }
-        for name in names {
-            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
-                // Back after a while: a value mergetune wrote is still mergetune's.
-                let results = self.actuator.device_returned(fs, &name);
-                Self::log_restores(&results, "device back");
-            }
-            let info = match read_device(fs, &name) {
-                Ok(i) => i,
-                Err(FsError::NotFound { .. }) => continue,
-                Err(e) => {
-                    warn!(device = %name, "{name}: cannot read queue attributes: {e}");
-                    continue;
-                }
-            };
-            match self.devices.get_mut(&name) {
-                Some(dev) => {
-                    let mut judged = info.clone();
-                    judged.nomerges = self
-                        .actuator
-                        .first_seen(&name, Tunable::Nomerges)
-                        .map(str::to_string);
-                    let m = if self.actuator.any_theirs(&name, &LADDER) {
-                        dev.management.clone()
-                    } else {
-                        classify(&judged, &self.cfg.devices)
-                    };
-                    if m != dev.management {
-                        info!(device = %name, "{}", describe(&judged, &m));
-                        if dev.management.is_managed() {
-                            let results = self.actuator.restore_device(fs, &name);
-                            Self::log_restores(&results, "no longer managed");
-                        }
-                        dev.management = m;
-                        dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
-                        observe_ladder(&mut self.actuator, &info);
-                    }
-                    let caps = Caps::for_scheduler(
-                        info.scheduler.as_deref(),
-                        info.has_front_merges
-                            && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
-                    );
-                    if caps != dev.caps && dev.management.is_managed() {
-                        info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
-                        // A lost rung (say front_merges after a scheduler switch) is
-                        // simply no longer written; the level stays meaningful via nomerges.
-                        dev.caps = caps;
-                        if caps.front_merges {
-                            self.actuator.observe(
-                                &name,
-                                Tunable::FrontMerges,
-                                info.front_merges.as_deref(),
-                            );
-                        }
-                    }
-                    dev.info = info;
-                }
-                None => {
-                    observe_ladder(&mut self.actuator, &info);
-                    let m = classify(&info, &self.cfg.devices);
-                    info!(device = %name, "{}", describe(&info, &m));
-                    self.devices.insert(
-                        name.clone(),
-                        DeviceRuntime {
-                            caps: caps_of(&info),
-                            info,
-                            management: m,
-                            policy: PolicyState::new(now_ms, &self.cfg.policy),
-                            window: WindowAcc {
-                                started_ms: now_ms,
-                                ..Default::default()
-                            },
-                            last_window: None,
-                            last_window_ms: 0,
-                            slices: Default::default(),
-                            last_tick: None,
-                            last_tick_ms: now_ms,
-                            last_reason: crate::logic::policy::Reason::from(""),
-                            last_decision: None,
-                            retry_after_ms: 0,
-                            read_warned_ms: None,
-                        },
-                    );
-                }
-            }
-        }
     }
 
     /// One tick at `now_ms` (ms since the daemon started, real or virtual).
@@ -458,7 +294,27 @@ impl Daemon {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
         }
-        let ev = decide(&dev.policy, window.as_ref(), dev.caps, &pcfg, now_ms);
+        let dry_run = self.actuator.dry_run();
+        // A dry run decides on what the live daemon would have counted at the level it
+        // would have set; the counters were taken at the real level (src/daemon/dryrun.rs).
+        // Its stand-in for the bio tap is the real level's merge counters, so it assumes
+        // the live daemon's tap works (root, tracefs): docs/operator.md says so.
+        let (window, caps) = if dry_run {
+            let real = self
+                .actuator
+                .expected(name, Tunable::Nomerges)
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .unwrap_or(0);
+            let would = dev.policy.nomerges(&pcfg);
+            let caps = Caps {
+                sense_at_l3: true,
+                ..dev.caps
+            };
+            (window.map(|w| as_counted_at(&w, real, would)), caps)
+        } else {
+            (window, dev.caps)
+        };
+        let ev = decide(&dev.policy, window.as_ref(), caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             dev.policy = ev.state;
@@ -526,11 +382,23 @@ impl Daemon {
             kind: ev.kind.decision_kind().unwrap_or(DecisionKind::Enable),
             changes: Vec::new(),
             reason: ev.reason.to_string(),
-            applied: Applied::Yes,
+            applied: if dry_run {
+                Applied::DryRun
+            } else {
+                Applied::Yes
+            },
         };
         let Some(to_level) = ev.to_level else {
             // A probe that ends at L0, a trial that stays: nothing changes in the kernel.
-            info!(device = %name, from = %current_nomerges, to = %current_nomerges, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            let seen = self
+                .actuator
+                .as_seen(name, Tunable::Nomerges, &current_nomerges)
+                .to_string();
+            if dry_run {
+                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: dry-run: {}: {}", decision.kind, decision.reason);
+            } else {
+                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
+            }
             dev.policy = ev.state;
             dev.last_reason = ev.reason;
             dev.last_decision = Some(decision.clone());
@@ -546,7 +414,6 @@ impl Daemon {
             return None;
         }
         // Apply the level's tunables, nomerges first; stop at the first failure.
-        let mut dry = false;
         let mut failure = None;
         for (t, value) in tunables(to_level, dev.caps) {
             match self.actuator.set(fs, name, t, value) {
@@ -557,7 +424,6 @@ impl Daemon {
                     to: value.to_string(),
                 }),
                 Ok(SetOutcome::DryRun { from }) => {
-                    dry = true;
                     decision.changes.push(Change {
                         tunable: t,
                         from,
@@ -598,12 +464,11 @@ impl Daemon {
             dev.last_decision = Some(decision.clone());
             return Some(decision);
         }
-        if dry {
-            decision.applied = Applied::DryRun;
-            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+        if dry_run {
+            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
                 "{name}: dry-run, would write {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         } else {
-            info!(device = %name, from = %log_from, to = %log_to, reason = %decision.reason,
+            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
                 "{name}: {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
         }
         dev.policy = ev.state;
@@ -614,190 +479,52 @@ impl Daemon {
         Some(decision)
     }
 
-    /// Scheduler slices for one device, on the window that closed at this tick.
-    fn tick_slices(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
-        let cfg = self.cfg.slices.clone();
-        if !cfg.enabled || !self.cfg.policy.enabled {
-            return None;
-        }
-        let dev = self.devices.get_mut(name)?;
-        if !dev.management.is_managed()
-            || self.actuator.any_theirs(name, &SLICES)
-            || dev.last_window_ms != now_ms
-        {
-            return None;
-        }
-        let w = dev.last_window?;
-        let sched = dev.info.scheduler.clone()?;
-        let defaults = crate::logic::slices::tunables_for(&sched);
-        if defaults.is_empty() {
-            return None;
-        }
-        let mut values = Vec::with_capacity(defaults.len());
-        for (t, _) in defaults {
-            if let Ok(v) = fs.read_tunable(name, *t)
-                && let Ok(x) = v.parse::<u64>()
-            {
-                values.push((*t, x));
-            }
-        }
-        // Someone else's write wins, as for the ladder: checked on what mergetune wrote.
-        for (t, cur) in &values {
-            if let Some(ours) = self.actuator.last_written(name, *t)
-                && ours != cur.to_string()
-            {
-                warn!(device = %name, "{name}: {t} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here");
-                let results = self
-                    .actuator
-                    .hand_off(fs, name, *t, &cur.to_string(), &SLICES);
-                Self::log_restores(&results, "hand-off");
-                return None;
-            }
-        }
-        for (t, v) in &values {
-            if self.actuator.first_seen(name, *t).is_none() {
-                self.actuator.observe(name, *t, Some(&v.to_string()));
-            }
-        }
-        // A tunable that was not at the kernel's default when first seen is the operator's.
-        let owned: Vec<Tunable> = defaults
-            .iter()
-            .filter(|(t, d)| {
-                self.actuator
-                    .first_seen(name, *t)
-                    .is_some_and(|v| v != d.to_string())
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        let (state, change) =
-            crate::logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
-        let previous = std::mem::replace(&mut dev.slices, state);
-        if let Some(kept) = dev.slices.kept.take() {
-            info!(device = %name, "{name}: slices: {kept}");
-        }
-        let ch = change?;
-        let t = ch.tunable;
-        let mut decision = Decision {
-            at_ms: now_ms,
-            device: name.to_string(),
-            kind: ch.kind,
-            changes: vec![Change {
-                tunable: t,
-                from: ch.from.to_string(),
-                to: ch.to.to_string(),
-            }],
-            reason: ch.reason.clone(),
-            applied: Applied::Yes,
-        };
-        match self.actuator.set(fs, name, t, &ch.to.to_string()) {
-            Ok(SetOutcome::DryRun { .. }) => {
-                decision.applied = Applied::DryRun;
-                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
-                    "{name}: dry-run, would write {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
-            }
-            Ok(_) => {
-                info!(device = %name, from = %ch.from, to = %ch.to, reason = %decision.reason,
-                    "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
-            }
-            Err(e) => {
-                self.counters.write_errors += 1;
-                warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
-                dev.slices = previous;
-                decision.applied = Applied::Failed(e.to_string());
-                decision.reason = format!("{} (write failed: {e})", decision.reason);
-            }
-        }
-        dev.last_decision = Some(decision.clone());
-        Some(decision)
-    }
-
-    /// Restores every original value (on exit). Returns decisions of kind `restore`.
-    pub fn restore_all(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
-        let results = self.actuator.restore_all(fs, now_ms);
-        results
-            .into_iter()
-            .map(|r| {
-                if r.outcome.failed() {
-                    warn!(device = %r.device, "{r}");
-                } else {
-                    info!(device = %r.device, "{r}");
-                }
-                let (changes, applied) = match &r.outcome {
-                    RestoreOutcome::Restored { from, to } => (
-                        vec![Change {
-                            tunable: r.tunable,
-                            from: from.clone(),
-                            to: to.clone(),
-                        }],
-                        Applied::Yes,
-                    ),
-                    RestoreOutcome::Failed { error } => {
-                        (Vec::new(), Applied::Failed(error.clone()))
+    /// What the daemon shows the exporters: per device its management, level, mode,
+    /// windows and last decision, and the daemon's counters.
+    pub fn snapshot(&self) -> DaemonSnapshot {
+        DaemonSnapshot {
+            dry_run: self.actuator.dry_run(),
+            policy_enabled: self.cfg.policy.enabled,
+            max_changes_per_hour: self.cfg.policy.max_changes_per_hour,
+            interval_ms: self.cfg.daemon.interval_ms,
+            counters: self.counters.clone(),
+            devices: self
+                .devices
+                .values()
+                .map(|d| {
+                    let name = &d.info.name;
+                    let managed = d.management.is_managed();
+                    DeviceSnapshot {
+                        name: name.clone(),
+                        scheduler: d.info.scheduler.clone(),
+                        management: d.management.clone(),
+                        level: managed.then(|| d.policy.level(&self.cfg.policy)),
+                        mode: managed.then_some(d.policy.mode),
+                        nomerges: self.nomerges_of(name),
+                        original_nomerges: self.original_nomerges(name),
+                        last_window: d.last_window,
+                        last_tick: d.last_tick,
+                        last_reason: d.last_reason.clone(),
+                        last_decision: d.last_decision.clone(),
+                        next_probe_at_ms: if managed {
+                            d.policy.next_probe_at_ms
+                        } else {
+                            None
+                        },
                     }
-                    _ => (Vec::new(), Applied::No),
-                };
-                if applied == Applied::Yes
-                    && let Some(dev) = self.devices.get_mut(&r.device)
-                {
-                    dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
-                }
-                Decision {
-                    at_ms: now_ms,
-                    device: r.device.clone(),
-                    kind: DecisionKind::Restore,
-                    changes,
-                    reason: r.to_string(),
-                    applied,
-                }
-            })
-            .collect()
+                })
+                .collect(),
+        }
     }
 
     /// The device table.
     pub fn rows(&self) -> Vec<DeviceRow> {
-        self.devices
-            .values()
-            .map(|d| DeviceRow {
-                device: d.info.name.clone(),
-                scheduler: d.info.scheduler.clone().unwrap_or_else(|| "-".into()),
-                status: d.management.label().to_string(),
-                why: d.management.why().to_string(),
-                nomerges: self.nomerges_of(&d.info.name).unwrap_or_else(|| "-".into()),
-                mode: if d.management.is_managed() {
-                    format!("L{} {}", d.policy.level, d.policy.mode.as_str())
-                } else {
-                    "-".into()
-                },
-                bios_per_sec: d.last_tick.map(|w| w.bios_per_sec()),
-                read_merge_percent: d
-                    .last_tick
-                    .filter(|w| w.counters.read_bios() > 0)
-                    .map(|w| w.counters.read_merge_ratio() * 100.0),
-                write_merge_percent: d
-                    .last_tick
-                    .filter(|w| w.counters.write_bios() > 0)
-                    .map(|w| w.counters.write_merge_ratio() * 100.0),
-                last: d.last_reason.to_string(),
-            })
+        self.snapshot()
+            .devices
+            .iter()
+            .map(DeviceSnapshot::row)
             .collect()
     }
-}
-
-/// Notes the ladder's tunables as just read from the device.
-fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
-    actuator.observe(&info.name, Tunable::Nomerges, info.nomerges.as_deref());
-    actuator.observe(
-        &info.name,
-        Tunable::FrontMerges,
-        info.front_merges.as_deref(),
-    );
-}
-
-fn caps_of(info: &DeviceInfo) -> Caps {
-    Caps::for_scheduler(
-        info.scheduler.as_deref(),
-        info.front_merges.as_deref() == Some("1"),
-    )
 }
 
 /// Formats the device table for humans.
@@ -845,7 +572,7 @@ impl Controller for Daemon {
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.restore_all(now_ms, fs)
     }
-    fn as_daemon(&self) -> Option<&Daemon> {
-        Some(self)
+    fn snapshot(&self) -> Option<DaemonSnapshot> {
+        Some(Daemon::snapshot(self))
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! The simulator runs a [`Controller`] in virtual time exactly as the real daemon loop runs
 //! its own: every [`Controller::next_tick_in_ms`] it calls [`Controller::tick`] with the current time and the
-//! [`BlockFs`] of the world. The adaptive daemon ([`crate::daemon::adaptive::Daemon`]) is one
-//! implementation; the kernel default (`off`) and pinned `static:N` are the others.
+//! [`BlockFs`] of the world. The adaptive daemon (`daemon::adaptive::Daemon`) is one
+//! implementation; the kernel default (`off`) and pinned `static:N` are the others. What a
+//! controller shows the exporters is its [`Controller::snapshot`], never its internals.
 
+use crate::daemon::snapshot::DaemonSnapshot;
 use crate::kernel::blockfs::BlockFs;
 
 pub use crate::logic::decision::Decision;
@@ -22,9 +24,9 @@ pub trait Controller {
     fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
     /// Put back every original value this controller changed.
     fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision>;
-    /// The adaptive daemon behind this controller, if it is one: lets the metrics and
-    /// status layers read the same per-device state in every world.
-    fn as_daemon(&self) -> Option<&crate::daemon::adaptive::Daemon> {
+    /// What the controller shows the exporters after a tick, the same in every world;
+    /// `None` for a controller with no per-device state (the fixed baselines).
+    fn snapshot(&self) -> Option<DaemonSnapshot> {
         None
     }
 }

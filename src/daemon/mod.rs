@@ -1,12 +1,16 @@
 //! The daemon layer: the [`controller::Controller`] trait that drives a block stack each
-//! tick, the adaptive controller built from the pure policy, the actuator that owns every
-//! tunable it writes (one record per tunable, saved before it is written), the state file,
-//! and record/replay of a run.
+//! tick and hands out a [`snapshot::DaemonSnapshot`] of what it did, the adaptive
+//! controller built from the pure policy, the actuator that owns every tunable it writes
+//! (one record per tunable, saved before it is written), the state file, the dry run's
+//! view of the level it would have set, and record/replay of a run.
 
 pub mod actuator;
 pub mod adaptive;
 pub mod controller;
+pub mod dryrun;
 pub mod record;
+pub mod snapshot;
 pub mod state;
 
-pub use adaptive::{Daemon, DaemonCounters};
+pub use adaptive::Daemon;
+pub use snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};

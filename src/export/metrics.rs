@@ -1,8 +1,10 @@
 //! Prometheus metrics: one registry ([`prometheus_client`]) fed from the daemon after every
 //! tick, and the `/status` snapshot taken at the same moment.
 //!
-//! The daemon's tick loop calls [`Metrics::update`] with the [`Daemon`] it just ticked and the
-//! decisions of that tick; the HTTP side ([`crate::export::http`]) only ever reads
+//! The daemon's tick loop calls [`Metrics::update`] with the controller it just ticked and
+//! the decisions of that tick; the metrics read the controller's
+//! [`crate::daemon::snapshot::DaemonSnapshot`], never its internals. The HTTP side
+//! ([`crate::export::http`]) only ever reads, through [`crate::export::http::Documents`]
 //! ([`Metrics::render`], [`Metrics::status_json`]). Both sides take one short lock, so a
 //! scrape never sees half a tick. The text is encoded at most once per tick, whatever the
 //! number of scrapers: a scrape in between costs a copy of a reference-counted buffer.
@@ -12,82 +14,32 @@
 //! and nomerges values outside the known sets are reported as `other`). The full list with
 //! meanings is in docs/metrics.md.
 
-use crate::daemon::adaptive::{Daemon, DaemonCounters};
 use crate::daemon::controller::{Controller, Decision};
-use crate::export::status::{DecisionStatus, DeviceStatus, StatusSnapshot};
-use crate::logic::decision::Change;
+use crate::daemon::snapshot::{DaemonCounters, DaemonSnapshot};
+use crate::export::http::Documents;
+use crate::export::status::StatusSnapshot;
 use bytes::Bytes;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
 
+pub use crate::export::exposition::finish_exposition;
+pub use crate::export::status::TickTiming;
 pub use crate::logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 
-/// Timing of one tick, measured at the edge (main.rs, or the simulator's CLI).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TickTiming {
-    /// The tick's time in ms since the daemon started (real or virtual): the same `now_ms`
-    /// passed to `Daemon::tick`.
-    pub now_ms: u64,
-    /// Wall time the tick took, in seconds.
-    pub duration_seconds: f64,
-    /// How late the tick started against its schedule, in seconds (0 when on time).
-    pub lag_seconds: f64,
-}
+mod labels;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeviceLabels {
-    device: String,
-}
+use labels::{
+    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PROBE_OUTCOMES,
+    ProbeLabels, ResultLabels, attr_label, dl, value_label,
+};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ManagementLabels {
-    device: String,
-    management: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DirectionLabels {
-    device: String,
-    direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DecisionLabels {
-    device: String,
-    kind: String,
-    attr: String,
-    from: String,
-    to: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProbeLabels {
-    device: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: String,
-}
-
-/// The management states a device can be in (the `management` label).
-pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
-const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];
+pub use labels::MANAGEMENT_STATES;
 
 fn tick_buckets() -> Vec<f64> {
     vec![
@@ -144,6 +96,8 @@ pub struct Metrics {
     registry: Registry,
     f: Families,
     inner: Mutex<Inner>,
+    /// Served by `mergetune simulate`: `mergetune_simulated 1` and `/status` say so.
+    simulated: bool,
 }
 
 impl Default for Metrics {
@@ -152,45 +106,20 @@ impl Default for Metrics {
     }
 }
 
-/// The values a decision wrote (`2`, or `0+1` when it wrote nomerges and front_merges),
-/// as a bounded label value: values are the kernel's, so one that is not a value the
-/// tunable can hold is `other`; no change is `none`.
-fn value_label(changes: &[Change], pick: impl Fn(&Change) -> &String) -> String {
-    if changes.is_empty() {
-        return "none".to_string();
-    }
-    if changes.iter().all(|c| c.tunable.accepts(pick(c))) {
-        changes
-            .iter()
-            .map(|c| pick(c).as_str())
-            .collect::<Vec<_>>()
-            .join("+")
-    } else {
-        "other".to_string()
-    }
-}
-
-/// The tunable(s) a decision wrote, by file name: `nomerges`, `nomerges+front_merges`,
-/// `none` without a write.
-fn attr_label(changes: &[Change]) -> String {
-    if changes.is_empty() {
-        return "none".to_string();
-    }
-    changes
-        .iter()
-        .map(|c| c.tunable.file_name())
-        .collect::<Vec<_>>()
-        .join("+")
-}
-
-fn dl(device: &str) -> DeviceLabels {
-    DeviceLabels {
-        device: device.to_string(),
-    }
-}
-
 impl Metrics {
+    /// The daemon's metrics.
     pub fn new() -> Self {
+        Self::build(false)
+    }
+
+    /// The metrics of `mergetune simulate --metrics-listen`: the same families, plus
+    /// `mergetune_simulated 1`, so that no dashboard takes the simulator's devices for the
+    /// host's.
+    pub fn simulated() -> Self {
+        Self::build(true)
+    }
+
+    fn build(simulated: bool) -> Self {
         let f = Families {
             build_info: Family::default(),
             dry_run: Gauge::default(),
@@ -320,6 +249,15 @@ impl Metrics {
             "How late a tick started against its schedule",
             f.tick_lag.clone(),
         );
+        if simulated {
+            let g: Gauge = Gauge::default();
+            g.set(1);
+            r.register(
+                "simulated",
+                "1: these metrics come from mergetune simulate (simulated devices in virtual time), not from a host's devices",
+                g,
+            );
+        }
         f.build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -350,6 +288,7 @@ impl Metrics {
                 openmetrics: None,
                 status_json: None,
             }),
+            simulated,
         }
     }
 
@@ -358,23 +297,32 @@ impl Metrics {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads the daemon after a tick: per-device gauges, decision and probe counters, the
-    /// daemon's own counters, tick timing and the `/status` snapshot.
-    pub fn update(&self, daemon: &Daemon, decisions: &[Decision], t: TickTiming) {
+    /// Reads the controller after a tick: per-device gauges, decision and probe counters,
+    /// the daemon's own counters, tick timing and the `/status` snapshot. A controller
+    /// without a snapshot (a fixed baseline) exports nothing.
+    pub fn update(&self, controller: &dyn Controller, decisions: &[Decision], t: TickTiming) {
+        if let Some(snap) = controller.snapshot() {
+            self.update_from(&snap, decisions, t);
+        }
+    }
+
+    /// [`Metrics::update`] from a snapshot already taken.
+    pub fn update_from(&self, daemon: &DaemonSnapshot, decisions: &[Decision], t: TickTiming) {
         let mut inner = self.lock();
         let f = &self.f;
-        let cfg = daemon.config();
-        f.dry_run.set(i64::from(daemon.actuator().dry_run()));
-        f.policy_enabled.set(i64::from(cfg.policy.enabled));
+        f.dry_run.set(i64::from(daemon.dry_run));
+        f.policy_enabled.set(i64::from(daemon.policy_enabled));
         f.max_changes_per_hour
-            .set(i64::from(cfg.policy.max_changes_per_hour));
+            .set(i64::from(daemon.max_changes_per_hour));
 
         let mut present = BTreeSet::new();
-        for (name, dev) in daemon.devices() {
+        for dev in &daemon.devices {
+            let name = &dev.name;
             present.insert(name.clone());
             let labels = dl(name);
-            match daemon
-                .nomerges_of(name)
+            match dev
+                .nomerges
+                .as_deref()
                 .and_then(|v| v.trim().parse::<i64>().ok())
             {
                 Some(v) => {
@@ -397,10 +345,8 @@ impl Metrics {
                     f.management.remove(&l);
                 }
             }
-            if dev.management.is_managed() {
-                f.level
-                    .get_or_create(&labels)
-                    .set(i64::from(dev.policy.level(&cfg.policy)));
+            if let Some(level) = dev.level {
+                f.level.get_or_create(&labels).set(i64::from(level));
                 for outcome in PROBE_OUTCOMES {
                     f.probes
                         .get_or_create(&ProbeLabels {
@@ -520,7 +466,8 @@ impl Metrics {
         inner.max_lag_seconds = inner.max_lag_seconds.max(lag);
 
         let max_lag = inner.max_lag_seconds;
-        inner.status = snapshot(daemon, t, max_lag);
+        inner.status = StatusSnapshot::of(daemon, t, max_lag);
+        inner.status.simulated = self.simulated;
         inner.generation += 1;
     }
 
@@ -609,205 +556,11 @@ impl Metrics {
     }
 }
 
-/// Finishes prometheus-client's OpenMetrics output in one pass: the samples of each counter
-/// and gauge family sorted (prometheus-client keeps them in hash order; sorted, the
-/// exposition is stable from scrape to scrape and testable; histogram lines keep their
-/// order), and, unless `openmetrics`, rewritten to the Prometheus text format 0.0.4: a
-/// counter family `x` is announced as `x_total` (its samples already are), `# UNIT` and
-/// `# EOF` lines go. Escaping and everything else are the same in both formats.
-pub fn finish_exposition(om: &str, openmetrics: bool) -> String {
-    let mut out = String::with_capacity(om.len() + 1024);
-    let mut block: Vec<&str> = Vec::new();
-    let mut sortable = false;
-    let mut help: Option<&str> = None;
-    fn flush(block: &mut Vec<&str>, out: &mut String, sortable: bool) {
-        if sortable {
-            block.sort_unstable();
-        }
-        for l in block.drain(..) {
-            out.push_str(l);
-            out.push('\n');
-        }
+impl Documents for Metrics {
+    fn render(&self, openmetrics: bool) -> Bytes {
+        Metrics::render(self, openmetrics)
     }
-    for line in om.lines() {
-        if !line.starts_with('#') {
-            block.push(line);
-            continue;
-        }
-        flush(&mut block, &mut out, sortable);
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            // Held until its TYPE line says whether the name needs `_total`.
-            if let Some(h) = help.replace(rest) {
-                out.push_str("# HELP ");
-                out.push_str(h);
-                out.push('\n');
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            sortable = rest.ends_with(" counter") || rest.ends_with(" gauge");
-            let name = rest.split(' ').next().unwrap_or("");
-            let rename = !openmetrics && rest.ends_with(" counter") && !name.ends_with("_total");
-            for (prefix, text) in [("# HELP ", help.take()), ("# TYPE ", Some(rest))] {
-                let Some(text) = text else { continue };
-                out.push_str(prefix);
-                if rename && let Some(tail) = text.strip_prefix(name) {
-                    out.push_str(name);
-                    out.push_str("_total");
-                    out.push_str(tail);
-                } else {
-                    out.push_str(text);
-                }
-                out.push('\n');
-            }
-            continue;
-        }
-        if !openmetrics && (line == "# EOF" || line.starts_with("# UNIT ")) {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    flush(&mut block, &mut out, sortable);
-    if let Some(h) = help {
-        out.push_str("# HELP ");
-        out.push_str(h);
-        out.push('\n');
-    }
-    out
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-/// Builds the `/status` document from the daemon at `t.now_ms`.
-pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusSnapshot {
-    let cfg = daemon.config();
-    let rows = daemon.rows();
-    let devices = daemon
-        .devices()
-        .values()
-        .zip(rows)
-        .map(|(d, row)| {
-            let managed = d.management.is_managed();
-            DeviceStatus {
-                device: row.device,
-                scheduler: row.scheduler,
-                status: row.status,
-                why: row.why,
-                mode: row.mode,
-                level: managed.then(|| d.policy.level(&cfg.policy)),
-                original_nomerges: daemon.original_nomerges(&d.info.name),
-                nomerges: daemon.nomerges_of(&d.info.name),
-                bios_per_sec: row.bios_per_sec.map(|x| x.round()),
-                read_merge_percent: row.read_merge_percent.map(|x| (x * 10.0).round() / 10.0),
-                write_merge_percent: row.write_merge_percent.map(|x| (x * 10.0).round() / 10.0),
-                last_reason: row.last,
-                last_decision: d.last_decision.as_ref().map(|x| DecisionStatus {
-                    at_ms: x.at_ms,
-                    ago_secs: round3(t.now_ms.saturating_sub(x.at_ms) as f64 / 1000.0),
-                    kind: x.kind,
-                    changes: x.changes.clone(),
-                    reason: x.reason.clone(),
-                    applied: x.applied.clone(),
-                }),
-                next_probe_in_secs: if managed {
-                    d.policy
-                        .next_probe_at_ms
-                        .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0))
-                } else {
-                    None
-                },
-            }
-        })
-        .collect();
-    StatusSnapshot {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        dry_run: daemon.actuator().dry_run(),
-        policy_enabled: cfg.policy.enabled,
-        interval_ms: cfg.daemon.interval_ms,
-        uptime_secs: round3(t.now_ms as f64 / 1000.0),
-        ticks: daemon.counters.ticks,
-        last_tick_duration_ms: round3(t.duration_seconds * 1000.0),
-        max_tick_lag_ms: round3(max_lag_seconds * 1000.0),
-        write_errors: daemon.counters.write_errors,
-        devices,
-    }
-}
-
-/// Serves the metrics of a simulated run while it runs: `mergetune simulate
-/// --metrics-listen ADDR --speed X`. The simulator calls [`LiveExporter::on_tick`] after
-/// each controller tick; it updates the metrics and sleeps so that virtual time runs at
-/// `speed` times real time.
-pub struct LiveExporter {
-    metrics: Arc<Metrics>,
-    server: Option<crate::export::http::ServerHandle>,
-    speed: Option<f64>,
-    started: Instant,
-    ticks: u64,
-}
-
-impl LiveExporter {
-    /// Binds `listen` (e.g. "127.0.0.1:9725") and starts serving. `speed`: virtual seconds
-    /// per wall second (None or a non-positive value: as fast as possible).
-    pub fn start(listen: &str, speed: Option<f64>) -> anyhow::Result<LiveExporter> {
-        let metrics = Arc::new(Metrics::new());
-        let server = match parse_listen(listen).map_err(anyhow::Error::msg)? {
-            Some(addr) => Some(crate::export::http::serve(
-                addr,
-                metrics.clone(),
-                crate::export::http::Limits::default(),
-            )?),
-            None => None,
-        };
-        Ok(LiveExporter {
-            metrics,
-            server,
-            speed: speed.filter(|s| s.is_finite() && *s > 0.0),
-            started: Instant::now(),
-            ticks: 0,
-        })
-    }
-
-    /// The bound address (the real port when `listen` asked for port 0).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.server.as_ref().map(|s| s.local_addr())
-    }
-
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// After each tick of the simulated run: `controller` the one just ticked, `decisions`
-    /// what that tick returned, `now_ms` its virtual time, `tick_seconds` the wall time
-    /// `controller.tick` took. Controllers other than the adaptive daemon export nothing
-    /// per device. Then waits until wall time catches up with `now_ms / speed`.
-    pub fn on_tick(
-        &mut self,
-        controller: &dyn Controller,
-        decisions: &[Decision],
-        now_ms: u64,
-        tick_seconds: f64,
-    ) {
-        self.ticks += 1;
-        if let Some(d) = controller.as_daemon() {
-            self.metrics.update(
-                d,
-                decisions,
-                TickTiming {
-                    now_ms,
-                    duration_seconds: tick_seconds,
-                    lag_seconds: 0.0,
-                },
-            );
-        }
-        if let Some(speed) = self.speed {
-            let target = Duration::from_secs_f64(now_ms as f64 / 1000.0 / speed);
-            let elapsed = self.started.elapsed();
-            if target > elapsed {
-                std::thread::sleep(target - elapsed);
-            }
-        }
+    fn status_json(&self) -> Bytes {
+        Metrics::status_json(self)
     }
 }

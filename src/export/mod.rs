@@ -2,7 +2,9 @@
 //! HTTP endpoint, the status client, and the log/journal output. They read what the
 //! daemon layer hands them and never reach back into it.
 
+pub mod exposition;
 pub mod http;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod status;

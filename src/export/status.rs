@@ -1,21 +1,38 @@
 //! `/status`: the daemon's per-device state as JSON, and `mergetune status`, which fetches it
 //! and prints a table a human reads at a glance.
 //!
-//! The snapshot is built by [`crate::export::metrics::Metrics::update`] after each tick; the client
+//! The document is built from the daemon's [`DaemonSnapshot`] by
+//! [`crate::export::metrics::Metrics::update`] after each tick; the client
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
+use crate::daemon::snapshot::DaemonSnapshot;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+/// Timing of one tick, measured at the edge (main.rs, or the simulator's CLI).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TickTiming {
+    /// The tick's time in ms since the daemon started (real or virtual): the same `now_ms`
+    /// passed to `Daemon::tick`.
+    pub now_ms: u64,
+    /// Wall time the tick took, in seconds.
+    pub duration_seconds: f64,
+    /// How late the tick started against its schedule, in seconds (0 when on time).
+    pub lag_seconds: f64,
+}
+
 /// The `/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusSnapshot {
     pub version: String,
     pub dry_run: bool,
+    /// Served by `mergetune simulate`: the devices are the simulator's (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
     pub policy_enabled: bool,
     pub interval_ms: u64,
     /// Time since the daemon started, in seconds (virtual time under the simulator).
@@ -65,6 +82,61 @@ pub struct DecisionStatus {
     pub changes: Vec<Change>,
     pub reason: String,
     pub applied: Applied,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+impl StatusSnapshot {
+    /// The `/status` document of the daemon's snapshot taken at `t.now_ms`.
+    pub fn of(daemon: &DaemonSnapshot, t: TickTiming, max_lag_seconds: f64) -> StatusSnapshot {
+        let devices = daemon
+            .devices
+            .iter()
+            .map(|d| {
+                let row = d.row();
+                DeviceStatus {
+                    device: row.device,
+                    scheduler: row.scheduler,
+                    status: row.status,
+                    why: row.why,
+                    mode: row.mode,
+                    level: d.level,
+                    original_nomerges: d.original_nomerges.clone(),
+                    nomerges: d.nomerges.clone(),
+                    bios_per_sec: row.bios_per_sec.map(|x| x.round()),
+                    read_merge_percent: row.read_merge_percent.map(|x| (x * 10.0).round() / 10.0),
+                    write_merge_percent: row.write_merge_percent.map(|x| (x * 10.0).round() / 10.0),
+                    last_reason: row.last,
+                    last_decision: d.last_decision.as_ref().map(|x| DecisionStatus {
+                        at_ms: x.at_ms,
+                        ago_secs: round3(t.now_ms.saturating_sub(x.at_ms) as f64 / 1000.0),
+                        kind: x.kind,
+                        changes: x.changes.clone(),
+                        reason: x.reason.clone(),
+                        applied: x.applied.clone(),
+                    }),
+                    next_probe_in_secs: d
+                        .next_probe_at_ms
+                        .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
+                }
+            })
+            .collect();
+        StatusSnapshot {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            dry_run: daemon.dry_run,
+            simulated: false,
+            policy_enabled: daemon.policy_enabled,
+            interval_ms: daemon.interval_ms,
+            uptime_secs: round3(t.now_ms as f64 / 1000.0),
+            ticks: daemon.counters.ticks,
+            last_tick_duration_ms: round3(t.duration_seconds * 1000.0),
+            max_tick_lag_ms: round3(max_lag_seconds * 1000.0),
+            write_errors: daemon.counters.write_errors,
+            devices,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

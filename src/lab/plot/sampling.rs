@@ -115,8 +115,8 @@ impl Controller for Sampling<'_> {
     // The only use of the daemon's internals here: the live exporter of `simulate
     // --metrics-listen` reads the wrapped daemon through this. It forwards whatever the
     // controller seam offers (a downcast today, a status snapshot once it has one).
-    fn as_daemon(&self) -> Option<&crate::daemon::adaptive::Daemon> {
-        self.inner.as_daemon()
+    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
+        self.inner.snapshot()
     }
 }
 

@@ -1,0 +1,199 @@
+//! Which devices the daemon knows and whether it manages them: discovery at a rescan,
+//! devices that come, go and come back, a reload that clears a hands-off mark, and the
+//! exit path that puts every original back. The ownership itself (one record per tunable)
+//! is the actuator's; this is the daemon's side of it.
+
+use super::{Daemon, DeviceRuntime, LADDER};
+use crate::daemon::actuator::Actuator;
+use crate::daemon::state::{RestoreOutcome, RestoreResult};
+use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::devices::{DeviceInfo, classify, describe, read_device};
+use crate::kernel::tunable::Tunable;
+use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
+use crate::logic::policy::{Caps, PolicyState};
+use crate::logic::sampler::WindowAcc;
+use tracing::{info, warn};
+
+impl Daemon {
+    pub(super) fn log_restores(results: &[RestoreResult], context: &str) {
+        for r in results {
+            if r.outcome.failed() {
+                warn!(device = %r.device, "{context}: {r}");
+            } else {
+                info!(device = %r.device, "{context}: {r}");
+            }
+        }
+    }
+
+    pub(super) fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        for name in std::mem::take(&mut self.pending_rediscover) {
+            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
+            let results = self.actuator.rediscover(fs, &name);
+            Self::log_restores(&results, "rediscovery");
+            self.devices.remove(&name);
+        }
+        let names = match fs.list_block_devices() {
+            Ok(n) => n,
+            Err(e) => {
+                warn!("cannot list block devices: {e}");
+                return;
+            }
+        };
+        let gone: Vec<String> = self
+            .devices
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        for name in gone {
+            info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
+            self.devices.remove(&name);
+            self.pending.remove(&name);
+            self.actuator.device_vanished(&name, now_ms);
+        }
+        for name in names {
+            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
+                // Back after a while: a value mergetune wrote is still mergetune's.
+                let results = self.actuator.device_returned(fs, &name);
+                Self::log_restores(&results, "device back");
+            }
+            let info = match read_device(fs, &name) {
+                Ok(i) => i,
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => {
+                    warn!(device = %name, "{name}: cannot read queue attributes: {e}");
+                    continue;
+                }
+            };
+            match self.devices.get_mut(&name) {
+                Some(dev) => {
+                    let mut judged = info.clone();
+                    judged.nomerges = self
+                        .actuator
+                        .first_seen(&name, Tunable::Nomerges)
+                        .map(str::to_string);
+                    let m = if self.actuator.any_theirs(&name, &LADDER) {
+                        dev.management.clone()
+                    } else {
+                        classify(&judged, &self.cfg.devices)
+                    };
+                    if m != dev.management {
+                        info!(device = %name, "{}", describe(&judged, &m));
+                        if dev.management.is_managed() {
+                            let results = self.actuator.restore_device(fs, &name);
+                            Self::log_restores(&results, "no longer managed");
+                        }
+                        dev.management = m;
+                        dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                        observe_ladder(&mut self.actuator, &info);
+                    }
+                    let caps = Caps::for_scheduler(
+                        info.scheduler.as_deref(),
+                        info.has_front_merges
+                            && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
+                    );
+                    if caps != dev.caps && dev.management.is_managed() {
+                        info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
+                        // A lost rung (say front_merges after a scheduler switch) is
+                        // simply no longer written; the level stays meaningful via nomerges.
+                        dev.caps = caps;
+                        if caps.front_merges {
+                            self.actuator.observe(
+                                &name,
+                                Tunable::FrontMerges,
+                                info.front_merges.as_deref(),
+                            );
+                        }
+                    }
+                    dev.info = info;
+                }
+                None => {
+                    observe_ladder(&mut self.actuator, &info);
+                    let m = classify(&info, &self.cfg.devices);
+                    info!(device = %name, "{}", describe(&info, &m));
+                    self.devices.insert(
+                        name.clone(),
+                        DeviceRuntime {
+                            caps: caps_of(&info),
+                            info,
+                            management: m,
+                            policy: PolicyState::new(now_ms, &self.cfg.policy),
+                            window: WindowAcc {
+                                started_ms: now_ms,
+                                ..Default::default()
+                            },
+                            last_window: None,
+                            last_window_ms: 0,
+                            slices: Default::default(),
+                            last_tick: None,
+                            last_tick_ms: now_ms,
+                            last_reason: crate::logic::policy::Reason::from(""),
+                            last_decision: None,
+                            retry_after_ms: 0,
+                            read_warned_ms: None,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Restores every original value (on exit). Returns decisions of kind `restore`.
+    pub fn restore_all(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let results = self.actuator.restore_all(fs, now_ms);
+        results
+            .into_iter()
+            .map(|r| {
+                if r.outcome.failed() {
+                    warn!(device = %r.device, "{r}");
+                } else {
+                    info!(device = %r.device, "{r}");
+                }
+                let (changes, applied) = match &r.outcome {
+                    RestoreOutcome::Restored { from, to } => (
+                        vec![Change {
+                            tunable: r.tunable,
+                            from: from.clone(),
+                            to: to.clone(),
+                        }],
+                        Applied::Yes,
+                    ),
+                    RestoreOutcome::Failed { error } => {
+                        (Vec::new(), Applied::Failed(error.clone()))
+                    }
+                    _ => (Vec::new(), Applied::No),
+                };
+                if applied == Applied::Yes
+                    && let Some(dev) = self.devices.get_mut(&r.device)
+                {
+                    dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                }
+                Decision {
+                    at_ms: now_ms,
+                    device: r.device.clone(),
+                    kind: DecisionKind::Restore,
+                    changes,
+                    reason: r.to_string(),
+                    applied,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Notes the ladder's tunables as just read from the device.
+fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
+    actuator.observe(&info.name, Tunable::Nomerges, info.nomerges.as_deref());
+    actuator.observe(
+        &info.name,
+        Tunable::FrontMerges,
+        info.front_merges.as_deref(),
+    );
+}
+
+fn caps_of(info: &DeviceInfo) -> Caps {
+    Caps::for_scheduler(
+        info.scheduler.as_deref(),
+        info.front_merges.as_deref() == Some("1"),
+    )
+}

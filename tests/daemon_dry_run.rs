@@ -1,0 +1,219 @@
+//! A dry run is faithful: on the same load it takes the decisions the live daemon takes
+//! (the same kinds, to the same levels), every one marked as a dry run, and it writes
+//! nothing. Driven on the simulator with the daemon's own loop: the live daemon writes the
+//! simulated tunables, the dry run leaves them at the kernel default and decides on the
+//! level it would have set (src/daemon/dryrun.rs). The real-kernel counterpart is
+//! tests/real_kernel_daemon.rs, `a_dry_run_decides_as_the_live_daemon`.
+
+use mergetune::daemon::actuator::Actuator;
+use mergetune::daemon::adaptive::Daemon;
+use mergetune::daemon::controller::{Controller, Decision};
+use mergetune::daemon::state::MemoryStore;
+use mergetune::kernel::blockfs::BlockFs;
+use mergetune::kernel::tunable::Tunable;
+use mergetune::logic::config::Config;
+use mergetune::logic::decision::{Applied, DecisionKind};
+use mergetune::sim::Scenario;
+use mergetune::sim::engine::Simulation;
+use mergetune::sim::scenario::DEFAULT_SCENARIO;
+
+/// Random writes on a `none` queue (L0 -> L3 straight), then batched sequential writes.
+const RANDOM_THEN_SEQUENTIAL: &str = r#"
+name = "random-then-sequential"
+seed = 7
+
+[[device]]
+name = "sda"
+kind = "ssd"
+scheduler = "none"
+queue_depth = 32
+parallelism = 4
+read_overhead_us = 90.0
+write_overhead_us = 40.0
+bandwidth_mb_s = 520.0
+
+[[phase]]
+name = "random"
+duration_s = 40.0
+[[phase.job]]
+name = "db"
+device = "sda"
+pattern = "random"
+read_percent = 0.0
+block_size_kb = 4
+iodepth = 32
+rate_iops = 6000.0
+
+[[phase]]
+name = "sequential"
+duration_s = 40.0
+[[phase.job]]
+name = "backup"
+device = "sda"
+pattern = "sequential"
+read_percent = 100.0
+block_size_kb = 4
+iodepth = 32
+batch = 16
+"#;
+
+/// One run: the decisions, and the largest nomerges the simulated kernel ever held.
+struct Run {
+    decisions: Vec<Decision>,
+    max_nomerges: u8,
+}
+
+fn drive(scenario: &str, cfg: &Config, dry_run: bool) -> Run {
+    let sc = Scenario::from_toml_str(scenario, "dry-run test", None).unwrap();
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut d = Daemon::new(
+        cfg.clone(),
+        Actuator::new(dry_run, Box::new(MemoryStore::default())),
+    );
+    let end_ms = sim.duration_ns() / 1_000_000;
+    let mut decisions = d.tick(0, &mut sim);
+    let mut max_nomerges = 0;
+    let mut t_ms = 0;
+    while t_ms < end_ms {
+        t_ms = (t_ms + d.next_tick_in_ms().max(1)).min(end_ms);
+        sim.advance_to(t_ms * 1_000_000);
+        decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
+        for dev in sim.list_block_devices().unwrap() {
+            if let Ok(v) = sim.read_tunable(&dev, Tunable::Nomerges) {
+                max_nomerges = max_nomerges.max(v.trim().parse().unwrap_or(0));
+            }
+        }
+    }
+    Run {
+        decisions,
+        max_nomerges,
+    }
+}
+
+/// The ladder level each decision leaves its device at, from the values it writes (the
+/// dry run's "from" and "to" are those it would have written).
+fn kinds_and_levels(decisions: &[Decision]) -> Vec<(String, DecisionKind, u8)> {
+    let mut state: std::collections::BTreeMap<String, (String, String)> = Default::default();
+    decisions
+        .iter()
+        .filter(|d| d.kind != DecisionKind::Restore)
+        .map(|d| {
+            let s = state
+                .entry(d.device.clone())
+                .or_insert(("0".into(), "1".into()));
+            for c in &d.changes {
+                match c.tunable {
+                    Tunable::Nomerges => s.0 = c.to.clone(),
+                    Tunable::FrontMerges => s.1 = c.to.clone(),
+                    _ => {}
+                }
+            }
+            let level = match (s.0.as_str(), s.1.as_str()) {
+                ("2", _) => 3,
+                ("1", _) => 2,
+                (_, "0") => 1,
+                _ => 0,
+            };
+            (d.device.clone(), d.kind, level)
+        })
+        .collect()
+}
+
+fn describe(decisions: &[Decision]) -> String {
+    decisions
+        .iter()
+        .map(|d| format!("  {:>7.1}s {d}", d.at_ms as f64 / 1000.0))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn assert_faithful(scenario: &str, cfg: &Config, must_see: &[DecisionKind]) {
+    let live = drive(scenario, cfg, false);
+    let dry = drive(scenario, cfg, true);
+    let (l, d) = (
+        kinds_and_levels(&live.decisions),
+        kinds_and_levels(&dry.decisions),
+    );
+    eprintln!(
+        "live:\n{}\ndry run:\n{}",
+        describe(&live.decisions),
+        describe(&dry.decisions)
+    );
+    assert_eq!(
+        d,
+        l,
+        "the dry run decided otherwise than the live daemon on the same load\nlive:\n{}\ndry run:\n{}",
+        describe(&live.decisions),
+        describe(&dry.decisions)
+    );
+    for kind in must_see {
+        assert!(
+            l.iter().any(|(_, k, _)| k == kind),
+            "the scenario never led to {kind}: not a test of it\n{}",
+            describe(&live.decisions)
+        );
+    }
+    assert!(live.max_nomerges == 2, "the live daemon reached L3");
+    assert_eq!(dry.max_nomerges, 0, "the dry run wrote a tunable");
+    for x in dry
+        .decisions
+        .iter()
+        .filter(|x| x.kind != DecisionKind::Restore)
+    {
+        assert_eq!(x.applied, Applied::DryRun, "not marked as a dry run: {x}");
+    }
+    // The same decisions, near the same times: the dry run's load is the real level's, so
+    // a window may close a tick apart, never more than a few seconds.
+    for (a, b) in live.decisions.iter().zip(&dry.decisions) {
+        let gap = a.at_ms.abs_diff(b.at_ms);
+        assert!(gap <= 5_000, "{a}\nvs the dry run's\n{b}\n{gap} ms apart");
+    }
+}
+
+fn test_config() -> Config {
+    let mut cfg = Config::default();
+    cfg.policy.probe_initial_backoff_secs = 10;
+    cfg.policy.probe_max_backoff_secs = 20;
+    cfg.policy.min_dwell_secs = 2;
+    cfg
+}
+
+#[test]
+fn random_then_sequential_on_a_bare_queue() {
+    assert_faithful(
+        RANDOM_THEN_SEQUENTIAL,
+        &test_config(),
+        &[DecisionKind::Disable, DecisionKind::Probe],
+    );
+}
+
+#[test]
+fn the_built_in_scenario_on_mq_deadline() {
+    // OLTP, a batched backup, OLTP again: the whole ladder, probes and a trial of L2.
+    assert_faithful(
+        DEFAULT_SCENARIO,
+        &test_config(),
+        &[
+            DecisionKind::StepDown,
+            DecisionKind::Disable,
+            DecisionKind::Probe,
+        ],
+    );
+}
+
+#[test]
+fn a_dry_run_probe_out_of_l3_would_write_2_to_0() {
+    // The bug this fixes: the dry run never left the real L0, so its probe read
+    // "queue/nomerges 0 -> 0" and was not marked as a dry run.
+    let dry = drive(RANDOM_THEN_SEQUENTIAL, &test_config(), true);
+    let probe = dry
+        .decisions
+        .iter()
+        .find(|d| d.kind == DecisionKind::Probe)
+        .expect("a probe");
+    let c = probe
+        .change_of(Tunable::Nomerges)
+        .expect("a nomerges change");
+    assert_eq!((c.from.as_str(), c.to.as_str()), ("2", "0"), "{probe}");
+    assert_eq!(probe.applied, Applied::DryRun);
+}
