@@ -6,3 +6,4 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod status;
+pub mod table;
