@@ -3,7 +3,7 @@
 //! A decision needs windows: the first step down the merge ladder is taken after
 //! `step_down_after_windows` consecutive low windows of `window_ticks * interval_ms` each
 //! (3 x 2 s by default). So the look samples that long (from the first tick, which only
-//! takes the baseline), with a progress line on a terminal, then prints the device table
+//! takes the baseline, to the tick that closes the last window: about 6 s by default), with a progress line on a terminal, then prints the device table
 //! and every decision taken, or, in a dry run, that it would take. A device that holds says
 //! why in the table's last column (idle, merging pays, between the thresholds, ...).
 //! Going on past the first decision would show steps a dry run cannot reach faithfully on a
@@ -13,6 +13,7 @@ use crate::daemon::adaptive::Daemon;
 use crate::export::metrics::TickTiming;
 use crate::logic::config::Config;
 use crate::logic::decision::Decision;
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
 /// The state of a one-shot look.
@@ -26,6 +27,8 @@ pub struct Once {
     last_tick_ms: u64,
     ticks: u64,
     decisions: Vec<Decision>,
+    /// Windows closed per managed device since the first tick.
+    closed: BTreeMap<String, u32>,
     progress: bool,
     shown: bool,
 }
@@ -33,6 +36,15 @@ pub struct Once {
 /// How long one decision needs: `step_down_after_windows` windows.
 pub fn span_ms(cfg: &Config) -> u64 {
     cfg.window_ms() * u64::from(cfg.policy.step_down_after_windows.max(1))
+}
+
+/// `40 ms`, `2.0 s`.
+fn secs(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 impl Once {
@@ -46,6 +58,7 @@ impl Once {
             last_tick_ms: 0,
             ticks: 0,
             decisions: Vec::new(),
+            closed: BTreeMap::new(),
             progress: std::io::stderr().is_terminal(),
             shown: false,
         }
@@ -59,22 +72,37 @@ impl Once {
         }
     }
 
-    /// Notes a tick; true when the look has sampled long enough.
-    pub fn after_tick(&mut self, at_ms: u64, decisions: Vec<Decision>) -> bool {
+    /// Notes a tick; true when the look has sampled long enough: until every managed
+    /// device has closed `step_down_after_windows` windows (a late tick moves the next
+    /// window's start with it, so time alone is not enough), then stops at that tick, so
+    /// the table says what the last window decided, never "window still open". At most
+    /// three times [`span_ms`] (windows always close on time; this is a backstop).
+    pub fn after_tick(&mut self, at_ms: u64, decisions: Vec<Decision>, daemon: &Daemon) -> bool {
         let first = *self.first_tick_ms.get_or_insert(at_ms);
         self.last_tick_ms = at_ms;
         self.ticks += 1;
         self.decisions.extend(decisions);
         let sampled = at_ms - first;
-        let done = sampled >= self.span_ms;
+        let mut all_closed = true;
+        for (name, d) in daemon.devices() {
+            if !d.management.is_managed() {
+                continue;
+            }
+            let n = self.closed.entry(name.clone()).or_insert(0);
+            if d.last_window_ms == at_ms && sampled > 0 {
+                *n += 1;
+            }
+            all_closed &= *n >= self.windows;
+        }
+        let done = (all_closed && self.ticks >= 2) || sampled >= 3 * self.span_ms;
         if self.progress && !done {
             let _ = write!(
                 std::io::stderr(),
-                "\rsampling {:.1} of {:.1} s ({} windows of {:.1} s: one decision's worth)",
-                sampled as f64 / 1000.0,
-                self.span_ms as f64 / 1000.0,
+                "\rsampling {} of {} ({} windows of {}: one decision's worth)",
+                secs(sampled),
+                secs(self.span_ms),
                 self.windows,
-                self.window_ms as f64 / 1000.0
+                secs(self.window_ms)
             );
             let _ = std::io::stderr().flush();
             self.shown = true;
@@ -123,10 +151,10 @@ impl Once {
     fn summary(&self, devices: &[crate::export::status::DeviceStatus]) -> String {
         let managed = devices.iter().filter(|d| d.status == "managed").count();
         let looked = format!(
-            "sampled {:.1} s ({} windows of {:.1} s)",
-            self.sampled_ms() as f64 / 1000.0,
+            "sampled {} ({} windows of {})",
+            secs(self.sampled_ms()),
             self.windows,
-            self.window_ms as f64 / 1000.0
+            secs(self.window_ms)
         );
         let n = self.decisions.len();
         match (n, self.dry_run) {

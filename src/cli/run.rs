@@ -429,7 +429,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             }
             let (at, decisions) = lp.tick();
             if let Some(o) = once.as_mut()
-                && o.after_tick(at, decisions)
+                && o.after_tick(at, decisions, &lp.daemon)
             {
                 break "--once";
             }
