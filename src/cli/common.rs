@@ -45,9 +45,3 @@ pub fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
         }
     }
 }
-
-/// Whether stdout/stderr output may be coloured: a terminal and no `NO_COLOR`
-/// (<https://no-color.org>: set and not empty).
-pub fn colour_allowed(is_terminal: bool) -> bool {
-    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
