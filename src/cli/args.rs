@@ -4,6 +4,7 @@
 
 use crate::cli::common::EXIT_STATUS_HELP;
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -59,5 +60,26 @@ pub enum Command {
     },
     /// Write the man pages or the shell completions (for packaging: `make install` runs it).
     #[command(hide = true)]
-    Generate(crate::cli::generate::GenerateArgs),
+    Generate(GenerateArgs),
+}
+
+/// `mergetune generate` (here, not in its file: the generator reads [`Cli`]).
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum What {
+    /// Man pages (roff): mergetune.1 and mergetune-COMMAND.1.
+    Man {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+    },
+    /// Shell completions for bash, zsh and fish.
+    Completions {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+    },
 }

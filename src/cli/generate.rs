@@ -6,31 +6,11 @@
 //!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know.
 //! - `completions DIR`: `mergetune.bash`, `_mergetune` (zsh) and `mergetune.fish`.
 
-use crate::cli::args::Cli;
+use crate::cli::args::{Cli, GenerateArgs, What};
 use crate::cli::common::{EXIT_OK, EXIT_STATUS_HELP};
 use anyhow::Context as _;
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, clap::Args)]
-pub struct GenerateArgs {
-    #[command(subcommand)]
-    pub what: What,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum What {
-    /// Man pages (roff): mergetune.1 and mergetune-COMMAND.1.
-    Man {
-        /// Directory to write into (created if missing).
-        dir: PathBuf,
-    },
-    /// Shell completions for bash, zsh and fish.
-    Completions {
-        /// Directory to write into (created if missing).
-        dir: PathBuf,
-    },
-}
 
 /// Writes the man pages into `dir`; returns the files written.
 pub fn man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {

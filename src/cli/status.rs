@@ -53,7 +53,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
     } else {
-        print!("{}", crate::export::status::format_status(&snapshot));
+        print!("{}", crate::export::table::format_status(&snapshot));
     }
     Ok(EXIT_OK)
 }

@@ -1,5 +1,5 @@
-//! `/status`: the daemon's per-device state as JSON, and `mergetune status`, which fetches it
-//! and prints a table a human reads at a glance.
+//! `/status`: the daemon's per-device state as JSON, and the client `mergetune status`
+//! fetches it with (the table it prints is [`crate::export::table`]'s).
 //!
 //! The snapshot is built by [`crate::export::metrics::Metrics::update`] after each tick; the client
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
@@ -133,29 +133,4 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
         addr: addr.to_string(),
         message: format!("/status is not a mergetune status document: {e}"),
     })
-}
-
-/// The table `mergetune status` prints: one header line, then one line per device.
-pub fn format_status(s: &StatusSnapshot) -> String {
-    let managed = s.devices.iter().filter(|d| d.status == "managed").count();
-    let mut out = format!(
-        "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
-        s.version,
-        managed,
-        s.devices.len(),
-        if s.dry_run { ", DRY-RUN" } else { "" },
-        if s.policy_enabled {
-            ""
-        } else {
-            ", policy disabled"
-        },
-        s.uptime_secs,
-        s.ticks,
-        s.interval_ms,
-        s.last_tick_duration_ms,
-        s.max_tick_lag_ms,
-        s.write_errors
-    );
-    out.push_str(&crate::export::table::render(&s.devices));
-    out
 }

@@ -7,7 +7,7 @@
 //! the last column, the decision or the reason for holding, is not padded. No colour: the
 //! table is read in terminals, pipes and bug reports alike.
 
-use crate::export::status::DeviceStatus;
+use crate::export::status::{DeviceStatus, StatusSnapshot};
 use crate::logic::decision::{Applied, Decision};
 
 const HEADER: [&str; 10] = [
@@ -141,6 +141,31 @@ pub fn render(devices: &[DeviceStatus]) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    out
+}
+
+/// The table `mergetune status` prints: one header line, then one line per device.
+pub fn format_status(s: &StatusSnapshot) -> String {
+    let managed = s.devices.iter().filter(|d| d.status == "managed").count();
+    let mut out = format!(
+        "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
+        s.version,
+        managed,
+        s.devices.len(),
+        if s.dry_run { ", DRY-RUN" } else { "" },
+        if s.policy_enabled {
+            ""
+        } else {
+            ", policy disabled"
+        },
+        s.uptime_secs,
+        s.ticks,
+        s.interval_ms,
+        s.last_tick_duration_ms,
+        s.max_tick_lag_ms,
+        s.write_errors
+    );
+    out.push_str(&render(&s.devices));
     out
 }
 
