@@ -447,3 +447,42 @@ fn man_pages_and_completions_come_from_the_command_line_definition() {
         assert!(s.contains("check-config") && s.contains("--dry-run"), "{f}");
     }
 }
+
+/// The only colour is the level of a log line on a terminal; `NO_COLOR` turns it off. Run
+/// under `script(1)` so that stderr is a terminal.
+#[test]
+fn no_color_turns_the_log_colours_off_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIP: script(1) (util-linux) not installed");
+        return;
+    }
+    let t = Tree::new();
+    let cmdline = format!(
+        "{} run --once --dry-run --config {} --sysfs-root {} --procfs-root {}",
+        env!("CARGO_BIN_EXE_mergetune"),
+        t.config("").display(),
+        t.p("sys").display(),
+        t.p("proc").display()
+    );
+    let under_tty = |no_color: Option<&str>| {
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmdline, "/dev/null"])
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null());
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{:?}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let coloured = under_tty(None);
+    assert!(coloured.contains("\x1b[32m INFO"), "{coloured:?}");
+    let plain = under_tty(Some("1"));
+    assert!(plain.contains(" INFO "), "{plain:?}");
+    assert!(!plain.contains("\x1b[3"), "{plain:?}");
+    // An empty NO_COLOR does not count (no-color.org).
+    assert!(under_tty(Some("")).contains("\x1b[32m INFO"));
+}
