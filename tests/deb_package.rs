@@ -1,7 +1,8 @@
 //! The Debian package (packaging/build-deb): built from the test binary into a temp dir, it
 //! holds the binary in /usr/bin, the unit in /lib/systemd/system with ExecStart and
 //! ExecStopPost naming that binary, the config as a conffile, the docs and the dashboard in
-//! /usr/share/doc/mergetune, and maintainer scripts that enable/start on install and restore
+//! /usr/share/doc/mergetune, the generated man pages (gzipped) and shell completions, and
+//! maintainer scripts that enable/start on install and restore
 //! on remove. Needs dpkg-deb and dpkg-shlibdeps (skipped with a message where they are
 //! missing: not a Debian system); lintian, where installed, must report no error. Installing
 //! it under a real systemd is the VM lab's job (vmlab/run, docs/testing.md).
@@ -104,12 +105,45 @@ fn package_has_the_debian_layout_and_scripts() {
         "./usr/share/doc/mergetune/copyright",
         "./usr/share/doc/mergetune/changelog.gz",
         "./usr/share/man/man1/mergetune.1.gz",
+        "./usr/share/man/man1/mergetune-run.1.gz",
+        "./usr/share/man/man1/mergetune-status.1.gz",
+        "./usr/share/bash-completion/completions/mergetune",
+        "./usr/share/zsh/vendor-completions/_mergetune",
+        "./usr/share/fish/vendor_completions.d/mergetune.fish",
     ] {
         assert!(
             list.lines().any(|l| l.ends_with(f)),
             "{f} not in the package:\n{list}"
         );
     }
+    // Every man page compressed (Debian policy 12.1), none left plain.
+    assert!(
+        !list
+            .lines()
+            .any(|l| l.contains("/man1/") && l.ends_with(".1")),
+        "{list}"
+    );
+    // The pages are the binary's own: generated from its command-line definition.
+    let x = tempfile::tempdir().unwrap();
+    assert!(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(x.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    let gz = Command::new("gzip")
+        .arg("-dc")
+        .arg(x.path().join("usr/share/man/man1/mergetune-run.1.gz"))
+        .output()
+        .unwrap();
+    let page = String::from_utf8(gz.stdout).unwrap();
+    assert!(
+        page.contains("\\-\\-dry\\-run") && page.contains("EXIT STATUS"),
+        "{page}"
+    );
     // Owned by root whoever built it; nothing under /usr/local or /etc/systemd.
     assert!(list.lines().all(|l| l.contains(" root/root ")), "{list}");
     assert!(!list.contains("./usr/local/") && !list.contains("./etc/systemd/"));

@@ -609,7 +609,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();
     assert_eq!(sdb.status, "admin-owned");
     assert_eq!(sdb.level, None);
-    let table = mergetune::export::status::format_status(&s);
+    let table = mergetune::export::table::format_status(&s);
     assert!(table.contains("sda"), "{table}");
     assert!(
         table.contains("0\u{2192}"),

@@ -50,3 +50,52 @@ fn default_scenario_adaptive_turns_merging_off_and_back_on() {
     assert!(r.phases[1].devices[0].read.merge_percent > 50.0);
     assert!(r.render_text().contains("decisions"));
 }
+
+/// `mergetune simulate` on the command line: its decisions are logged in virtual time and
+/// marked simulated (`[sim 6.0s] sda: ...`), never with a wall-clock timestamp that would
+/// read as a change to this machine's `sda`; the wall-clock speed goes to stderr, out of the
+/// report on stdout, which is the same on every run.
+#[test]
+fn simulated_decisions_are_marked_and_timed_in_virtual_time() {
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["--log-format", "text", "simulate"])
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let changes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("queue/nomerges"))
+        .collect();
+    assert!(!changes.is_empty(), "{err}");
+    for l in &changes {
+        assert!(l.starts_with("[sim "), "not marked simulated: {l}");
+        assert!(!l.starts_with("20"), "a wall-clock timestamp: {l}");
+    }
+    // The first step down comes after 3 windows of 2 s of virtual time.
+    assert!(
+        changes
+            .iter()
+            .chain(
+                err.lines()
+                    .filter(|l| l.contains("front_merges"))
+                    .collect::<Vec<_>>()
+                    .iter()
+            )
+            .any(|l| l.starts_with("[sim 6.0s]")),
+        "{err}"
+    );
+    assert!(err.contains("wall time"), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(!out.contains("wall time"), "{out}");
+    assert_eq!(
+        out,
+        String::from_utf8_lossy(&run().stdout),
+        "the report differs between two runs"
+    );
+}

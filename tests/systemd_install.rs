@@ -1,5 +1,6 @@
 //! `make install` / `make uninstall` into a staging directory: everything lands where the
-//! unit expects it, an existing config is never overwritten, uninstall reverses install.
+//! unit expects it, the man pages and completions are generated from the binary, an existing
+//! config is never overwritten, uninstall reverses install.
 
 use std::path::Path;
 use std::process::Command;
@@ -40,9 +41,26 @@ fn install_then_uninstall_into_a_staging_dir() {
         "usr/local/share/doc/mergetune/hardening.md",
         "usr/local/share/doc/mergetune/mergetune.json",
         "usr/local/share/doc/mergetune/mergetune.toml.example",
+        "usr/local/share/man/man1/mergetune.1",
+        "usr/local/share/man/man1/mergetune-run.1",
+        "usr/local/share/man/man1/mergetune-check-config.1",
+        "usr/local/share/bash-completion/completions/mergetune",
+        "usr/local/share/zsh/vendor-completions/_mergetune",
+        "usr/local/share/fish/vendor_completions.d/mergetune.fish",
     ] {
         assert!(dest.join(f).exists(), "{f} not installed");
     }
+    // Generated from the binary's own command line: its options are in them.
+    let man =
+        std::fs::read_to_string(dest.join("usr/local/share/man/man1/mergetune-status.1")).unwrap();
+    assert!(
+        man.contains("\\-\\-config") && man.contains("EXIT STATUS"),
+        "{man}"
+    );
+    let bash =
+        std::fs::read_to_string(dest.join("usr/local/share/bash-completion/completions/mergetune"))
+            .unwrap();
+    assert!(bash.contains("--dry-run"), "{bash}");
     let unit = std::fs::read_to_string(dest.join("etc/systemd/system/mergetune.service")).unwrap();
     assert!(
         unit.contains(
@@ -84,6 +102,17 @@ fn install_then_uninstall_into_a_staging_dir() {
     assert!(!dest.join("usr/local/bin/mergetune").exists());
     assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
     assert!(!dest.join("usr/local/share/doc/mergetune").exists());
+    assert!(!dest.join("usr/local/share/man/man1/mergetune.1").exists());
+    assert!(
+        !dest
+            .join("usr/local/share/man/man1/mergetune-run.1")
+            .exists()
+    );
+    assert!(
+        !dest
+            .join("usr/local/share/bash-completion/completions/mergetune")
+            .exists()
+    );
     assert!(cfg.exists(), "config kept without PURGE=1");
     let out = make(dest, "uninstall", &["PURGE=1"]);
     assert!(out.status.success());

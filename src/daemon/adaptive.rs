@@ -527,38 +527,6 @@ impl Daemon {
     }
 }
 
-/// Formats the device table for humans.
-pub fn format_rows(rows: &[DeviceRow]) -> String {
-    let mut s = format!(
-        "{:<12} {:<12} {:<12} {:>8} {:<11} {:>10} {:>7} {:>7}  {}\n",
-        "DEVICE", "SCHEDULER", "STATUS", "NOMERGES", "LEVEL", "BIOS/S", "RD-MRG", "WR-MRG", "LAST"
-    );
-    let opt = |v: Option<f64>, prec: usize| match v {
-        Some(x) => format!("{x:.prec$}"),
-        None => "-".into(),
-    };
-    for r in rows {
-        let last = if r.status == "managed" {
-            r.last.clone()
-        } else {
-            r.why.clone()
-        };
-        s.push_str(&format!(
-            "{:<12} {:<12} {:<12} {:>8} {:<11} {:>10} {:>6}% {:>6}%  {}\n",
-            r.device,
-            r.scheduler,
-            r.status,
-            r.nomerges,
-            r.mode,
-            opt(r.bios_per_sec, 0),
-            opt(r.read_merge_percent, 1),
-            opt(r.write_merge_percent, 1),
-            last
-        ));
-    }
-    s
-}
-
 impl Controller for Daemon {
     fn interval_ms(&self) -> u64 {
         self.cfg.daemon.interval_ms

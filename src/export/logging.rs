@@ -13,7 +13,11 @@
 //!   systemd), else `text`.
 //!
 //! `-v` debug, `-vv` trace, `-q` warnings only; `RUST_LOG` (an `EnvFilter` directive)
-//! overrides all three.
+//! overrides all three. `NO_COLOR` (set, not empty) turns the level colours off.
+//!
+//! Simulated time ([`set_sim_time_ms`], set by `mergetune simulate` before each virtual
+//! tick): a text line starts `[sim 12.5s]` instead of the wall clock and a JSON line
+//! carries `sim_time_s`, so a simulated decision never reads as a change to a real disk.
 //!
 //! Notify: `READY=1`, `STATUS=...`, `WATCHDOG=1` and `STOPPING=1` are datagrams to the unix
 //! socket named by `$NOTIFY_SOCKET` (a path, or an abstract name starting with `@`). Outside
@@ -32,6 +36,19 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
+
+/// The virtual time of the simulation being logged, in ms; `u64::MAX` when not simulating.
+static SIM_TIME_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+
+/// Marks the log lines that follow as simulated, at `ms` of virtual time (None: real again).
+pub fn set_sim_time_ms(ms: Option<u64>) {
+    SIM_TIME_MS.store(ms.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn sim_time_ms() -> Option<u64> {
+    let ms = SIM_TIME_MS.load(std::sync::atomic::Ordering::Relaxed);
+    (ms != u64::MAX).then_some(ms)
+}
 
 /// The filter directive for `-v`/`-q` when `RUST_LOG` is not set.
 pub fn default_directive(verbose: u8, quiet: bool) -> &'static str {
@@ -133,7 +150,9 @@ where
     ) -> std::fmt::Result {
         let mut f = Fields::default();
         event.record(&mut f);
-        if self.timestamps {
+        if let Some(ms) = sim_time_ms() {
+            write!(w, "[sim {:.1}s] ", ms as f64 / 1000.0)?;
+        } else if self.timestamps {
             SystemTime.format_time(&mut w)?;
             w.write_char(' ')?;
         }
@@ -190,6 +209,10 @@ where
         let mut ts = String::new();
         SystemTime.format_time(&mut Writer::new(&mut ts))?;
         let level = event.metadata().level().to_string();
+        if let Some(ms) = sim_time_ms() {
+            f.rest
+                .push(("sim_time_s", format!("{:.3}", ms as f64 / 1000.0)));
+        }
         writeln!(w, "{}", json_line(&ts, &level, &f.message, &f.rest))
     }
 }
@@ -269,7 +292,8 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
                 .with_writer(io::stderr)
                 .event_format(TextFormat {
                     timestamps: true,
-                    ansi: io::stderr().is_terminal(),
+                    ansi: io::stderr().is_terminal()
+                        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
                 })
                 .try_init();
         }

@@ -8,3 +8,4 @@ pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod status;
+pub mod table;

@@ -1,5 +1,5 @@
-//! `/status`: the daemon's per-device state as JSON, and `mergetune status`, which fetches it
-//! and prints a table a human reads at a glance.
+//! `/status`: the daemon's per-device state as JSON, and the client `mergetune status`
+//! fetches it with (the table it prints is [`crate::export::table`]'s).
 //!
 //! The document is built from the daemon's [`DaemonSnapshot`] by
 //! [`crate::export::metrics::Metrics::update`] after each tick; the client
@@ -7,7 +7,7 @@
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
 use crate::daemon::snapshot::DaemonSnapshot;
-use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
+use crate::logic::decision::{Applied, Change, DecisionKind};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -141,6 +141,10 @@ impl StatusSnapshot {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
+    /// Nothing answers at the address: the daemon is not running there (`mergetune status`
+    /// exits 3 on it).
+    #[error("{addr}: {message}")]
+    NotRunning { addr: String, message: String },
     #[error("{addr}: {message}")]
     Connect { addr: String, message: String },
     #[error("{addr}: bad response: {message}")]
@@ -162,11 +166,13 @@ pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, St
         .map_err(|e| conn_err(format!("cannot resolve: {e}")))?
         .next()
         .ok_or_else(|| conn_err("resolves to no address".into()))?;
-    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| {
-        conn_err(format!(
-            "cannot connect: {e} (is mergetune running with [metrics] listen = \"{addr}\"?)"
-        ))
-    })?;
+    let mut s =
+        TcpStream::connect_timeout(&sock, timeout).map_err(|e| StatusError::NotRunning {
+            addr: addr.to_string(),
+            message: format!(
+                "cannot connect: {e} (is mergetune running with [metrics] listen = \"{addr}\"?)"
+            ),
+        })?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     write!(
@@ -199,114 +205,4 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
         addr: addr.to_string(),
         message: format!("/status is not a mergetune status document: {e}"),
     })
-}
-
-fn opt(v: Option<f64>, prec: usize, suffix: &str) -> String {
-    match v {
-        Some(x) => format!("{x:.prec$}{suffix}"),
-        None => "-".into(),
-    }
-}
-
-fn ago(secs: f64) -> String {
-    if secs < 90.0 {
-        format!("{secs:.0}s ago")
-    } else if secs < 5400.0 {
-        format!("{:.0}m ago", secs / 60.0)
-    } else {
-        format!("{:.1}h ago", secs / 3600.0)
-    }
-}
-
-fn dur(secs: f64) -> String {
-    if secs < 90.0 {
-        format!("in {secs:.0}s")
-    } else if secs < 5400.0 {
-        format!("in {:.0}m", secs / 60.0)
-    } else {
-        format!("in {:.1}h", secs / 3600.0)
-    }
-}
-
-/// The table `mergetune status` prints: one header line, then one line per device.
-pub fn format_status(s: &StatusSnapshot) -> String {
-    let managed = s.devices.iter().filter(|d| d.status == "managed").count();
-    let mut out = format!(
-        "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
-        s.version,
-        managed,
-        s.devices.len(),
-        if s.dry_run { ", DRY-RUN" } else { "" },
-        if s.policy_enabled {
-            ""
-        } else {
-            ", policy disabled"
-        },
-        s.uptime_secs,
-        s.ticks,
-        s.interval_ms,
-        s.last_tick_duration_ms,
-        s.max_tick_lag_ms,
-        s.write_errors
-    );
-    out.push_str(&format!(
-        "{:<10} {:<11} {:<11} {:>5} {:>8} {:>7} {:>7} {:>9}  {:<11} {}\n",
-        "DEVICE",
-        "SCHEDULER",
-        "STATUS",
-        "LEVEL",
-        "NOMERGES",
-        "RD-MRG",
-        "WR-MRG",
-        "BIOS/S",
-        "NEXT-PROBE",
-        "LAST DECISION / REASON"
-    ));
-    for d in &s.devices {
-        let orig = d.original_nomerges.as_deref().unwrap_or("-");
-        let now = d.nomerges.as_deref().unwrap_or("-");
-        let nomerges = if orig == now {
-            now.to_string()
-        } else {
-            format!("{orig}\u{2192}{now}")
-        };
-        let last = if d.status != "managed" {
-            d.why.clone()
-        } else {
-            match &d.last_decision {
-                Some(x) => format!(
-                    "{} {} {}{}: {}",
-                    x.kind,
-                    Decision::render_changes(&x.changes, ", ", "\u{2192}"),
-                    ago(x.ago_secs),
-                    match &x.applied {
-                        Applied::Yes => "",
-                        Applied::DryRun => " (dry-run)",
-                        _ => " (not applied)",
-                    },
-                    x.reason
-                ),
-                None if d.last_reason.is_empty() => "no decision yet".into(),
-                None => format!("no decision yet: {}", d.last_reason),
-            }
-        };
-        s_push_row(&mut out, d, &nomerges, &last);
-    }
-    out
-}
-
-fn s_push_row(out: &mut String, d: &DeviceStatus, nomerges: &str, last: &str) {
-    out.push_str(&format!(
-        "{:<10} {:<11} {:<11} {:>5} {:>8} {:>7} {:>7} {:>9}  {:<11} {}\n",
-        d.device,
-        d.scheduler,
-        d.status,
-        d.level.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
-        nomerges,
-        opt(d.read_merge_percent, 1, "%"),
-        opt(d.write_merge_percent, 1, "%"),
-        opt(d.bios_per_sec, 0, ""),
-        d.next_probe_in_secs.map(dur).unwrap_or_else(|| "-".into()),
-        last
-    ));
 }

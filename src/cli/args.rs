@@ -1,0 +1,85 @@
+//! The clap definition of the whole command line: the top-level flags and one variant per
+//! subcommand, whose arguments live in the subcommand's own file. The man page and the
+//! shell completions (`mergetune generate`) are generated from this one definition.
+
+use crate::cli::common::EXIT_STATUS_HELP;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mergetune",
+    version,
+    about = "Adaptive request-merge control for Linux block devices",
+    long_about = "mergetune watches every block device's merge counters and turns request \
+merging off (queue/nomerges) where it is wasted and back on where it pays, with hysteresis, \
+probing and a reason for every decision. It restores the original values on exit and after a crash.",
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less log output (warnings and errors only).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Log format: auto (journal under systemd, else text), text, json (one object per
+    /// line, for log shippers) or journal.
+    #[arg(long, global = true, value_enum, default_value_t)]
+    pub log_format: crate::export::logging::LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the daemon on this machine's block devices (`--once --dry-run`: look, write nothing).
+    Run(crate::cli::run::RunArgs),
+    /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
+    #[command(after_help = EXIT_STATUS_HELP)]
+    Status(crate::cli::status::StatusArgs),
+    /// Put back every original value recorded in the state file, then remove it.
+    Restore(crate::cli::restore::RestoreArgs),
+    /// Validate a config file: exit 0 with a summary, or 1 naming every bad key and the reason.
+    CheckConfig(crate::cli::check_config::CheckConfigArgs),
+    /// Run the daemon's policy against an in-process simulated block stack in virtual time.
+    Simulate(crate::cli::simulate::SimulateArgs),
+    /// Run the policy over a recording (`run --record FILE`) and print the decisions it
+    /// would make, with reasons: what-if tuning on production data, offline.
+    Replay(crate::cli::replay::ReplayArgs),
+    /// Read a captured block trace and suggest the merge level, scheduler and slice
+    /// settings, each with its evidence (`--what-if`: their modelled effect).
+    Advise(crate::lab::advise::AdviseArgs),
+    /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
+    /// write costs in latency, on a scratch loop device; write a cost profile.
+    Calibrate(crate::lab::calibrate::CalibrateArgs),
+    /// Capture block traces for `advise`.
+    Trace {
+        #[command(subcommand)]
+        command: crate::kernel::tracefs::TraceCommand,
+    },
+    /// Write the man pages or the shell completions (for packaging: `make install` runs it).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `mergetune generate` (here, not in its file: the generator reads [`Cli`]).
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: What,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum What {
+    /// Man pages (roff): mergetune.1 and mergetune-COMMAND.1.
+    Man {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+    },
+    /// Shell completions for bash, zsh and fish.
+    Completions {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+    },
+}

@@ -1,0 +1,47 @@
+//! What every subcommand shares: the exit codes, the config lookup and the wall clock.
+//! The codes are part of the interface (scripts and `systemctl`-style checks read them), so
+//! they are named once here and printed in `--help` and the man page from [`EXIT_STATUS_HELP`].
+
+use crate::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// Success.
+pub const EXIT_OK: i32 = 0;
+/// An error: a bad config, a failed restore, an unreadable file.
+pub const EXIT_ERROR: i32 = 1;
+/// A usage error: an unknown option or a bad argument (clap exits with it).
+pub const EXIT_USAGE: i32 = 2;
+/// `mergetune status`: no daemon answers at the address (like `systemctl status` of a
+/// stopped unit).
+pub const EXIT_NOT_RUNNING: i32 = 3;
+
+/// The `EXIT STATUS` text of `--help` and the man page.
+pub const EXIT_STATUS_HELP: &str = "Exit status:
+  0  success
+  1  error (bad config, failed restore, unreadable file, ...)
+  2  usage error (unknown option, bad argument)
+  3  status: the daemon is not running (nothing answers at its address)";
+
+pub fn unix_now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The config and where it came from (None: built-in defaults, no file at
+/// [`DEFAULT_CONFIG_PATH`]).
+pub fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
+    match path {
+        Some(p) => Ok((config::load_file(p)?, Some(p.to_path_buf()))),
+        None => {
+            let p = Path::new(DEFAULT_CONFIG_PATH);
+            if p.exists() {
+                Ok((config::load_file(p)?, Some(p.to_path_buf())))
+            } else {
+                Ok((Config::default(), None))
+            }
+        }
+    }
+}

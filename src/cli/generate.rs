@@ -1,0 +1,125 @@
+//! `mergetune generate man|completions DIR` (hidden): the man pages and the shell
+//! completions, generated from the clap definition ([`crate::cli::args::Cli`]) so they
+//! cannot drift from `--help`. `make install` and `packaging/build-deb` run it.
+//!
+//! - `man DIR`: `mergetune.1` and one `mergetune-COMMAND.1` per visible subcommand, each
+//!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know.
+//! - `completions DIR`: `mergetune.bash`, `_mergetune` (zsh) and `mergetune.fish`.
+
+use crate::cli::args::{Cli, GenerateArgs, What};
+use crate::cli::common::{EXIT_OK, EXIT_STATUS_HELP};
+use anyhow::Context as _;
+use clap::CommandFactory;
+use std::path::{Path, PathBuf};
+
+/// Writes the man pages into `dir`; returns the files written.
+pub fn man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let version = cmd.get_version().unwrap_or_default().to_string();
+    let mut out = vec![write_page(dir, "mergetune", cmd.clone())?];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        // `mergetune-COMMAND` is how man(1) finds a subcommand's page.
+        let name = format!("mergetune-{}", sub.get_name());
+        let sub = sub.clone().name(name.clone()).version(version.clone());
+        out.push(write_page(dir, &name, sub)?);
+    }
+    Ok(out)
+}
+
+/// The sections clap knows, then EXIT STATUS, FILES and SEE ALSO, which it does not.
+fn write_page(dir: &Path, name: &str, cmd: clap::Command) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("{name}.1"));
+    let man = clap_mangen::Man::new(cmd.clone())
+        .section("1")
+        .manual("System administration");
+    let mut buf = Vec::new();
+    let render = |buf: &mut Vec<u8>| -> std::io::Result<()> {
+        man.render_title(buf)?;
+        man.render_name_section(buf)?;
+        man.render_synopsis_section(buf)?;
+        man.render_description_section(buf)?;
+        if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+            man.render_options_section(buf)?;
+        }
+        if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+            man.render_subcommands_section(buf)?;
+        }
+        buf.extend_from_slice(extra_sections(name).as_bytes());
+        man.render_version_section(buf)
+    };
+    render(&mut buf).with_context(|| format!("rendering {name}.1"))?;
+    std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// EXIT STATUS from [`EXIT_STATUS_HELP`] (the same lines as `--help`), FILES, SEE ALSO.
+fn extra_sections(name: &str) -> String {
+    let mut s = String::from(".SH \"EXIT STATUS\"\n");
+    for line in EXIT_STATUS_HELP.lines().skip(1) {
+        let (code, what) = line
+            .trim()
+            .split_once(char::is_whitespace)
+            .unwrap_or(("", line));
+        s.push_str(&format!(".TP\n.B {code}\n{}\n", roff_escape(what.trim())));
+    }
+    s.push_str(
+        ".SH FILES\n.TP\n.I /etc/mergetune/mergetune.toml\n\
+         The configuration; every key is documented in the example config installed with the docs\n\
+         .RI ( /usr/share/doc/mergetune/mergetune.toml.example ).\n\
+         .TP\n.I /run/mergetune/state.json\n\
+         The original values of every tunable mergetune changed, kept until they are restored.\n",
+    );
+    s.push_str(".SH \"SEE ALSO\"\n");
+    let mut see = vec!["systemctl(1)", "journalctl(1)"];
+    if name != "mergetune" {
+        see.insert(0, "mergetune(1)");
+    }
+    s.push_str(
+        &see.iter()
+            .map(|p| {
+                let (n, sec) = p.trim_end_matches(')').split_once('(').unwrap_or((p, "1"));
+                format!(".BR {} ({})", roff_escape(n), sec)
+            })
+            .collect::<Vec<_>>()
+            .join(",\n"),
+    );
+    s.push_str(",\n.I /usr/share/doc/mergetune/operator.md\n");
+    s
+}
+
+/// Text safe in a roff line: backslashes and hyphens escaped, no leading dot or quote.
+fn roff_escape(t: &str) -> String {
+    let e = t.replace('\\', "\\e").replace('-', "\\-");
+    if e.starts_with(['.', '\'']) {
+        format!("\\&{e}")
+    } else {
+        e
+    }
+}
+
+/// Writes the bash, zsh and fish completions into `dir`; returns the files written.
+pub fn completions(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use clap_complete::Shell;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command();
+    let mut out = Vec::new();
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        let p = clap_complete::generate_to(shell, &mut cmd, "mergetune", dir)
+            .with_context(|| format!("writing the {shell} completions into {}", dir.display()))?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+pub fn run(args: GenerateArgs) -> anyhow::Result<i32> {
+    let files = match &args.what {
+        What::Man { dir } => man_pages(dir)?,
+        What::Completions { dir } => completions(dir)?,
+    };
+    for f in files {
+        println!("{}", f.display());
+    }
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,90 @@
+//! `mergetune replay FILE`: the policy over a recording (`run --record FILE`), offline: the
+//! decisions it makes with their reasons, then the device table as it stands at the end of
+//! the recording (the same table and JSON fields as `status` and `run --once`).
+
+use crate::cli::common::EXIT_OK;
+use crate::daemon::adaptive::Daemon;
+use crate::export::metrics::TickTiming;
+use crate::logic::config::{self, Config};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The recording (JSON lines, one tick per line).
+    pub file: PathBuf,
+    /// Config for the replayed policy [default: built-in defaults].
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// Print the decisions and the devices as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw merge ratios, ladder level, bios/s and latency per device over time (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
+    let cfg = match &args.config {
+        Some(p) => config::load_file(p)?,
+        None => Config::default(),
+    };
+    let ticks = crate::daemon::record::load(&args.file)?;
+    let n = ticks.len();
+    // load() refuses ticks out of time order, so this cannot underflow.
+    let span_ms = ticks
+        .last()
+        .map_or(0, |t| t.t_ms.saturating_sub(ticks[0].t_ms));
+    let end_ms = ticks.last().map_or(0, |t| t.t_ms);
+    let mut daemon = Daemon::simulated(cfg);
+    let decisions = match &args.plot {
+        Some(p) => {
+            let mut sampling = crate::lab::plot::Sampling::new(&mut daemon);
+            let d = crate::daemon::record::replay(ticks, &mut sampling);
+            let mut series = sampling.finish();
+            series.title = format!("replay of {}", args.file.display());
+            crate::lab::plot::plot_series(&series, p)?;
+            d
+        }
+        None => crate::daemon::record::replay(ticks, &mut daemon),
+    };
+    let status = crate::export::status::StatusSnapshot::of(
+        &daemon.snapshot(),
+        TickTiming {
+            now_ms: end_ms,
+            duration_seconds: 0.0,
+            lag_seconds: 0.0,
+        },
+        0.0,
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "file": args.file.display().to_string(),
+                "ticks": n,
+                "span_ms": span_ms,
+                "decisions": decisions,
+                "devices": status.devices,
+            }))?
+        );
+    } else {
+        println!(
+            "{}: {n} ticks over {:.1} s, {} decision(s)",
+            args.file.display(),
+            span_ms as f64 / 1000.0,
+            decisions.len()
+        );
+        for d in &decisions {
+            println!(
+                "{:>10.1} s  {:<10} {} [{}]: {}",
+                d.at_ms as f64 / 1000.0,
+                d.device,
+                d.changes_text(),
+                d.kind,
+                d.reason
+            );
+        }
+        print!("{}", crate::export::table::render(&status.devices));
+    }
+    Ok(EXIT_OK)
+}

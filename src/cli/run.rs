@@ -1,0 +1,449 @@
+//! `mergetune run`: the daemon's loop, the edge where clocks, signals, files and the service
+//! manager live. Each step of a start is a function here (config, state recovery, metrics
+//! endpoint, signals), the loop is [`TickLoop`], and `--once`'s look is [`crate::cli::once`]'s.
+//!
+//! Order at start: config (with the command line's overrides), then the originals a dead
+//! predecessor left in the state file are put back before anything is read as "original",
+//! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
+//! worth of windows has been sampled). At stop every original value is restored; a dry run
+//! wrote nothing and has nothing to restore.
+
+use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
+use crate::cli::once::Once;
+use crate::daemon::actuator::Actuator;
+use crate::daemon::adaptive::Daemon;
+use crate::daemon::state::{FileStore, MemoryStore, StateStore, restore_from_store};
+use crate::export::http::ServerHandle;
+use crate::export::logging::Notifier;
+use crate::export::metrics::{Metrics, TickTiming};
+use crate::kernel::blockfs::RealFs;
+use crate::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
+use crate::logic::decision::{Applied, Decision};
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+use tracing::{error, info, warn};
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Config file [default: /etc/mergetune/mergetune.toml if it exists, else built-in defaults].
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// Decide and log what would be written; write nothing (no tunable, no state file).
+    /// Reads only world-readable files: needs no root.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Sample for as long as one decision needs (step_down_after_windows windows), print
+    /// the device table and every decision taken (with --dry-run: that it would take), exit.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the devices and decisions as one JSON document.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// Override [daemon] interval_ms: time between samples, in milliseconds.
+    #[arg(long)]
+    pub interval_ms: Option<u64>,
+    /// Override [daemon] state_dir: where the original values are recorded.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// For tests: the root of a fake sysfs tree.
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+    /// For tests: the root of a fake procfs tree.
+    #[arg(long, default_value = "/proc", hide = true)]
+    pub procfs_root: PathBuf,
+    /// Append every tick's raw samples to FILE (JSON lines, one per tick), for
+    /// `mergetune replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Override [metrics] listen: IP:PORT of the read-only /metrics and /status endpoint;
+    /// "" turns it off. With --once the endpoint is off unless this is given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+}
+
+fn apply_overrides(cfg: &mut Config, args: &RunArgs) -> Result<()> {
+    if let Some(ms) = args.interval_ms {
+        cfg.daemon.interval_ms = ms;
+    }
+    if let Some(d) = &args.state_dir {
+        cfg.daemon.state_dir = d.clone();
+    }
+    cfg.validate("command line")?;
+    Ok(())
+}
+
+/// The config with the command line's overrides, logged, and the file it came from.
+fn configure(args: &RunArgs) -> Result<(Config, Option<PathBuf>)> {
+    let (mut cfg, cfg_path) = load_config(args.config.as_deref())?;
+    apply_overrides(&mut cfg, args)?;
+    match &cfg_path {
+        Some(p) => info!("config {}: {}", p.display(), cfg.summary()),
+        None => info!(
+            "no config file at {DEFAULT_CONFIG_PATH}: built-in defaults: {}",
+            cfg.summary()
+        ),
+    }
+    for w in cfg.warnings() {
+        warn!("{w}");
+    }
+    Ok((cfg, cfg_path))
+}
+
+/// The actuator: in a dry run over a memory store (nothing is written, not even the state
+/// file); live over the state file, after putting back what a dead predecessor left.
+fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
+    let store: Box<dyn StateStore> = if args.dry_run {
+        let stale = FileStore::new(&cfg.daemon.state_dir);
+        if stale.path().exists() {
+            warn!(
+                "{} exists: a previous run did not restore its changes; dry-run leaves it (run `mergetune restore`)",
+                stale.path().display()
+            );
+        }
+        info!("dry-run: decisions are logged, nothing is written");
+        Box::new(MemoryStore::default())
+    } else {
+        let mut store = FileStore::new(&cfg.daemon.state_dir);
+        // A state file left by a run that died holds the true originals: put them back
+        // before anything else, so our own earlier writes are never taken as "original".
+        let report = restore_from_store(fs, &mut store, unix_now_secs())
+            .context("cannot recover the original values from a previous run; inspect or remove the state file")?;
+        for r in &report.results {
+            info!(device = %r.device, "recovery after an unclean exit: {r}");
+        }
+        for r in &report.rejected {
+            warn!("{}: {r}", store.describe());
+        }
+        if report.failed() {
+            bail!(
+                "could not restore every original value recorded in {}; not starting",
+                store.describe()
+            );
+        }
+        Box::new(store)
+    };
+    let mut actuator = Actuator::new(args.dry_run, store);
+    actuator.set_clock_origin_unix_secs(unix_now_secs());
+    if !args.dry_run {
+        // Records of devices that are gone stay with the daemon until they come back.
+        let kept = FileStore::new(&cfg.daemon.state_dir)
+            .load()
+            .ok()
+            .flatten()
+            .map(|l| l.state)
+            .unwrap_or_default();
+        actuator.adopt(kept);
+    }
+    Ok(actuator)
+}
+
+/// The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
+/// does not depend on being scraped (Prometheus' `up` shows the target down).
+fn endpoint(args: &RunArgs, cfg: &Config, metrics: &Arc<Metrics>) -> Result<Option<ServerHandle>> {
+    let listen = match &args.metrics_listen {
+        Some(l) => l.clone(),
+        // `--once` looks at the machine next to a running service: no second endpoint.
+        None if args.once => String::new(),
+        None => cfg.metrics.listen.clone(),
+    };
+    match crate::export::metrics::parse_listen(&listen) {
+        Err(e) => bail!("--metrics-listen: {e}"),
+        Ok(None) => {
+            info!("metrics endpoint off ([metrics] listen = \"\")");
+            Ok(None)
+        }
+        Ok(Some(addr)) => {
+            match crate::export::http::serve(
+                addr,
+                metrics.clone(),
+                crate::export::http::Limits::default(),
+            ) {
+                Ok(h) => {
+                    info!(
+                        "metrics endpoint: http://{}/metrics and /status",
+                        h.local_addr()
+                    );
+                    Ok(Some(h))
+                }
+                Err(e) => {
+                    error!("metrics endpoint {addr}: cannot listen: {e}; running without metrics");
+                    Ok(None)
+                }
+            }
+        }
+    }
+}
+
+enum Event {
+    Stop(&'static str),
+    Reload,
+}
+
+/// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s.
+fn signals() -> Result<mpsc::Receiver<Event>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .context("cannot install signal handlers")?;
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            let ev = match sig {
+                SIGHUP => Event::Reload,
+                SIGINT => Event::Stop("SIGINT"),
+                _ => Event::Stop("SIGTERM"),
+            };
+            if tx.send(ev).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The one-line summary for systemd's STATUS= (`systemctl status mergetune`).
+fn status_line(daemon: &Daemon) -> String {
+    let devs = daemon.devices();
+    let managed = devs.values().filter(|d| d.management.is_managed()).count();
+    let reduced = devs
+        .values()
+        .filter(|d| d.management.is_managed() && d.policy.level(&daemon.config().policy) > 0)
+        .count();
+    let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
+        format!(", watching L3 every {} ms", daemon.next_tick_in_ms())
+    } else {
+        String::new()
+    };
+    format!(
+        "{}{managed} of {} devices managed, {reduced} with merging reduced{watching}, {} decisions, {} write errors",
+        if daemon.actuator().dry_run() {
+            "dry-run: "
+        } else {
+            ""
+        },
+        devs.len(),
+        daemon.counters.decisions,
+        daemon.counters.write_errors
+    )
+}
+
+/// The tick loop's state: the daemon and everything around it that keeps time.
+struct TickLoop {
+    daemon: Daemon,
+    fs: RealFs,
+    metrics: Arc<Metrics>,
+    server: Option<ServerHandle>,
+    notifier: Notifier,
+    /// Pings at half the watchdog timeout at least, whatever the tick interval.
+    watchdog_every: Option<Duration>,
+    last_ping: Instant,
+    last_status: String,
+    worst_lag: Duration,
+    recorder: Option<crate::daemon::record::Recorder>,
+    start: Instant,
+    next_tick: Duration,
+}
+
+impl TickLoop {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Whether the next tick is due.
+    fn due(&self) -> bool {
+        self.start.elapsed() >= self.next_tick
+    }
+
+    /// One tick: sample, decide, apply, export, tell systemd. Returns the tick's time and
+    /// its decisions.
+    fn tick(&mut self) -> (u64, Vec<Decision>) {
+        let lag = self.start.elapsed().saturating_sub(self.next_tick);
+        self.worst_lag = self.worst_lag.max(lag);
+        let tick_at = self.now_ms();
+        let tick_start = Instant::now();
+        let decisions = match self.recorder.as_mut() {
+            Some(rec) => {
+                let mut rfs = crate::daemon::record::RecordingFs::new(&mut self.fs, tick_at);
+                let d = self.daemon.tick(tick_at, &mut rfs);
+                if let Err(e) = rec.write(&rfs.finish()) {
+                    error!("{e}; recording stopped");
+                    self.recorder = None;
+                }
+                d
+            }
+            None => self.daemon.tick(tick_at, &mut self.fs),
+        };
+        let took = tick_start.elapsed();
+        if self.server.is_some() {
+            self.metrics.update(
+                &self.daemon,
+                &decisions,
+                TickTiming {
+                    now_ms: tick_at,
+                    duration_seconds: took.as_secs_f64(),
+                    lag_seconds: lag.as_secs_f64(),
+                },
+            );
+        }
+        let status = status_line(&self.daemon);
+        if self.daemon.counters.ticks == 1 {
+            if let Err(e) = self.notifier.ready(&status) {
+                warn!("sd_notify READY=1: {e}");
+            }
+            self.last_status = status;
+        } else if status != self.last_status {
+            let _ = self.notifier.status(&status);
+            self.last_status = status;
+        }
+        // A tick proves the loop alive; at the L3 watch's ten ticks a second, a ping at
+        // every tick would be ten datagrams a second for nothing.
+        if self
+            .watchdog_every
+            .is_some_and(|every| self.last_ping.elapsed() >= every / 2)
+        {
+            let _ = self.notifier.watchdog();
+            self.last_ping = Instant::now();
+        }
+        let interval = Duration::from_millis(self.daemon.next_tick_in_ms());
+        self.next_tick += interval;
+        // After a stall (suspend, a slow sysfs), skip missed ticks rather than burst.
+        if self.next_tick < self.start.elapsed() {
+            self.next_tick = self.start.elapsed() + interval;
+        }
+        (tick_at, decisions)
+    }
+
+    /// How long to wait for a signal before the next tick (or watchdog ping) is due; pings
+    /// the watchdog when a tick interval is longer than it allows.
+    fn wait(&mut self) -> Duration {
+        let mut wait = self.next_tick.saturating_sub(self.start.elapsed());
+        if let Some(every) = self.watchdog_every {
+            if self.last_ping.elapsed() >= every {
+                let _ = self.notifier.watchdog();
+                self.last_ping = Instant::now();
+            }
+            wait = wait.min(every.saturating_sub(self.last_ping.elapsed()));
+        }
+        wait
+    }
+
+    /// SIGHUP: a new config from the same file, or the old one kept with the reason.
+    fn reload(&mut self, cfg_path: Option<&std::path::Path>, args: &RunArgs) {
+        let Some(p) = cfg_path else {
+            warn!("SIGHUP: running on built-in defaults, no config file to reload");
+            return;
+        };
+        let loaded = config::load_file(p)
+            .map_err(anyhow::Error::from)
+            .and_then(|mut c| apply_overrides(&mut c, args).map(|()| c));
+        match loaded {
+            Err(e) => {
+                self.metrics.config_reload(false);
+                error!("SIGHUP: new config rejected, keeping the old one: {e:#}");
+            }
+            Ok(new_cfg) => {
+                info!(
+                    "SIGHUP: config reloaded from {}: {}",
+                    p.display(),
+                    new_cfg.summary()
+                );
+                if new_cfg.metrics != self.daemon.config().metrics && args.metrics_listen.is_none()
+                {
+                    warn!(
+                        "SIGHUP: [metrics] listen changed to {:?}: takes effect at the next restart",
+                        new_cfg.metrics.listen
+                    );
+                }
+                self.metrics.config_reload(true);
+                self.daemon.reload(new_cfg);
+            }
+        }
+    }
+
+    /// The stop: every original value restored (a dry run wrote none), the exit code.
+    fn stop(mut self, why: &str) -> i32 {
+        if self.worst_lag > Duration::from_millis(100) {
+            info!("worst tick lag this run: {} ms", self.worst_lag.as_millis());
+        }
+        if self.daemon.actuator().dry_run() {
+            let _ = self
+                .notifier
+                .stopping(&format!("stopping ({why}): dry run, nothing was written"));
+            info!("stopping ({why}): dry run, nothing was written, nothing to restore");
+            return EXIT_OK;
+        }
+        let _ = self
+            .notifier
+            .stopping(&format!("stopping ({why}): restoring original values"));
+        info!("stopping ({why}): restoring original values");
+        let now = self.now_ms();
+        let restored = self.daemon.restore_all(now, &mut self.fs);
+        let failed = restored
+            .iter()
+            .filter(|d| matches!(d.applied, Applied::Failed(_)))
+            .count();
+        info!(
+            "stopped; {} value(s) restored",
+            restored.iter().filter(|d| d.was_applied()).count()
+        );
+        if failed > 0 { EXIT_ERROR } else { EXIT_OK }
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let (cfg, cfg_path) = configure(&args)?;
+    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
+    let actuator = actuator(&args, &cfg, &mut fs)?;
+    let metrics = Arc::new(Metrics::new());
+    let server = endpoint(&args, &cfg, &metrics)?;
+    let notifier = Notifier::from_env();
+    let watchdog_every = notifier.watchdog_timeout().map(|t| t / 2);
+    let rx = signals()?;
+    let recorder = match &args.record {
+        Some(p) => {
+            info!("recording every tick to {}", p.display());
+            Some(crate::daemon::record::Recorder::create(p)?)
+        }
+        None => None,
+    };
+    let mut once = args.once.then(|| Once::new(&cfg, args.dry_run));
+    let mut lp = TickLoop {
+        daemon: Daemon::new(cfg, actuator),
+        fs,
+        metrics,
+        server,
+        notifier,
+        watchdog_every,
+        last_ping: Instant::now(),
+        last_status: String::new(),
+        worst_lag: Duration::ZERO,
+        recorder,
+        start: Instant::now(),
+        next_tick: Duration::ZERO,
+    };
+    let stop_reason: &str = loop {
+        if lp.due() {
+            if let Some(o) = once.as_mut() {
+                o.before_tick();
+            }
+            let (at, decisions) = lp.tick();
+            if let Some(o) = once.as_mut()
+                && o.after_tick(at, decisions, &lp.daemon)
+            {
+                break "--once";
+            }
+        }
+        let wait = lp.wait();
+        match rx.recv_timeout(wait) {
+            Ok(Event::Stop(sig)) => break sig,
+            Ok(Event::Reload) => lp.reload(cfg_path.as_deref(), &args),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break "signal thread ended",
+        }
+    };
+    if let Some(o) = once {
+        o.print(&lp.daemon, lp.now_ms(), args.json)?;
+    }
+    Ok(lp.stop(stop_reason))
+}
