@@ -322,7 +322,11 @@ fn run_daemon(args: RunArgs) -> Result<i32> {
         let managed = devs.values().filter(|d| d.management.is_managed()).count();
         let reduced = devs
             .values()
-            .filter(|d| d.management.is_managed() && d.policy.level(&daemon.config().policy) > 0)
+            .filter(|d| {
+                d.management.is_managed()
+                    && d.policy.level(&daemon.config().policy)
+                        > mergetune::logic::decision::Level::L0
+            })
             .count();
         let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
             format!(", watching L3 every {} ms", daemon.next_tick_in_ms())

@@ -62,7 +62,7 @@ fn drive(cfg: Config) -> (Vec<(u64, u64, u8)>, Vec<Decision>) {
         t_ms += d.next_tick_in_ms();
         sim.advance_to(t_ms * 1_000_000);
         decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
-        let level = d.devices()["sda"].policy.level;
+        let level = d.devices()["sda"].policy.level.index();
         ticks.push((t_ms, d.next_tick_in_ms(), level));
     }
     (ticks, decisions)

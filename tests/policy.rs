@@ -3,6 +3,7 @@
 
 use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::PolicyConfig;
+use mergetune::logic::decision::Level;
 use mergetune::logic::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
 use mergetune::logic::sampler::{Counters, Window};
 use proptest::prelude::*;
@@ -45,7 +46,7 @@ fn run(
     c: &PolicyConfig,
     t0: u64,
     windows: &[Window],
-) -> Vec<(u64, OutcomeKind, Option<u8>, String)> {
+) -> Vec<(u64, OutcomeKind, Option<Level>, String)> {
     let mut out = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let now = t0 + (i as u64 + 1) * 1000;
@@ -56,7 +57,7 @@ fn run(
     out
 }
 
-fn changes(out: &[(u64, OutcomeKind, Option<u8>, String)]) -> Vec<(OutcomeKind, u8)> {
+fn changes(out: &[(u64, OutcomeKind, Option<Level>, String)]) -> Vec<(OutcomeKind, Level)> {
     out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
@@ -68,20 +69,20 @@ fn walks_down_the_ladder_one_step_at_a_time() {
     assert_eq!(
         changes(&out),
         vec![
-            (OutcomeKind::StepDown, 1),
-            (OutcomeKind::StepDown, 2),
-            (OutcomeKind::Disable, 3)
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2),
+            (OutcomeKind::Disable, Level::L3)
         ],
         "{out:#?}"
     );
     // L1 after 2 low windows (not before), L2 after 2 more, L3 after 3 more and the dwell.
-    let at = |l: u8| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
-    assert_eq!(at(1), 102_000);
-    assert_eq!(at(2), 104_000);
-    assert_eq!(at(3), 114_000, "dwell of 10 s at L2");
+    let at = |l: Level| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
+    assert_eq!(at(Level::L1), 102_000);
+    assert_eq!(at(Level::L2), 104_000);
+    assert_eq!(at(Level::L3), 114_000, "dwell of 10 s at L2");
     assert!(out.iter().any(|o| o.3.contains("dwell")));
     assert_eq!(s.mode, Mode::Off);
-    let d = out.iter().find(|o| o.2 == Some(3)).unwrap();
+    let d = out.iter().find(|o| o.2 == Some(Level::L3)).unwrap();
     assert!(
         d.3.contains("< 1.0%") && d.3.contains("5000 bios/s"),
         "{}",
@@ -94,20 +95,23 @@ fn skips_rungs_a_scheduler_does_not_have() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 20]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, Level::L3)]);
     let bfq = Caps::for_scheduler(Some("bfq"), false);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, bfq, &c, 100_000, &[win(5000, 0); 20]);
     assert_eq!(
         changes(&out),
-        vec![(OutcomeKind::StepDown, 2), (OutcomeKind::Disable, 3)]
+        vec![
+            (OutcomeKind::StepDown, Level::L2),
+            (OutcomeKind::Disable, Level::L3)
+        ]
     );
     // disabled_nomerges = 1: the ladder stops at L2.
     let mut c1 = c.clone();
     c1.disabled_nomerges = 1;
     let mut s = PolicyState::new(0, &c1);
     let out = run(&mut s, Caps::FULL, &c1, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
     assert_eq!(changes(&out).len(), 2);
 }
 
@@ -115,16 +119,19 @@ fn skips_rungs_a_scheduler_does_not_have() {
 fn tunables_per_level() {
     let f = Caps::FULL;
     assert_eq!(
-        tunables(0, f),
+        tunables(Level::L0, f),
         vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "1")]
     );
     assert_eq!(
-        tunables(1, f),
+        tunables(Level::L1, f),
         vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "0")]
     );
-    assert_eq!(tunables(2, f), vec![(Tunable::Nomerges, "1")]);
-    assert_eq!(tunables(3, f), vec![(Tunable::Nomerges, "2")]);
-    assert_eq!(tunables(0, Caps::BARE), vec![(Tunable::Nomerges, "0")]);
+    assert_eq!(tunables(Level::L2, f), vec![(Tunable::Nomerges, "1")]);
+    assert_eq!(tunables(Level::L3, f), vec![(Tunable::Nomerges, "2")]);
+    assert_eq!(
+        tunables(Level::L0, Caps::BARE),
+        vec![(Tunable::Nomerges, "0")]
+    );
 }
 
 #[test]
@@ -138,7 +145,7 @@ fn a_good_window_resets_the_count() {
         100_000,
         &[win(5000, 0), win(5000, 200), win(5000, 0)],
     );
-    assert_eq!(s.level, 0);
+    assert_eq!(s.level, Level::L0);
     assert_eq!(s.low_windows, 1);
 }
 
@@ -157,14 +164,17 @@ fn visible_merges_step_up_at_once_and_the_band_holds() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
     run(&mut s, Caps::FULL, &c, 100_000, &[win(10_000, 0); 4]);
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
     // In the band (3%, between 1% and 5%): nothing moves.
     let out = run(&mut s, Caps::FULL, &c, 104_000, &[win(10_000, 300); 30]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
     // Plug merges visible at nomerges=1 over the high threshold: straight back to L0.
     let ev = decide(&s, Some(&win(10_000, 6000)), Caps::FULL, &c, 135_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Enable, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0))
+    );
     assert!(ev.reason.contains("L2"), "{}", ev.reason);
 }
 
@@ -182,12 +192,15 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
         let ev = decide(&s, None, caps, &c, due - 1);
         assert_eq!(ev.kind, OutcomeKind::Hold);
         let ev = decide(&s, None, caps, &c, due);
-        assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+        assert_eq!(
+            (ev.kind, ev.to_level),
+            (OutcomeKind::ProbeStart, Some(Level::L0))
+        );
         s = ev.state;
         let out = run(&mut s, caps, &c, due, &[win(5000, 0), win(5000, 0)]);
         assert_eq!(
             (out[1].1, out[1].2),
-            (OutcomeKind::ProbeFailed, Some(3)),
+            (OutcomeKind::ProbeFailed, Some(Level::L3)),
             "{out:?}"
         );
         backoffs.push(s.backoff_ms / 1000);
@@ -198,7 +211,10 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     s = decide(&s, None, caps, &c, due).state;
     let out = run(&mut s, caps, &c, due, &[win(5000, 2000), win(5000, 2000)]);
     assert_eq!(out[1].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!((s.mode, s.level, s.backoff_ms), (Mode::Merging, 0, 60_000));
+    assert_eq!(
+        (s.mode, s.level, s.backoff_ms),
+        (Mode::Merging, Level::L0, 60_000)
+    );
 }
 
 #[test]
@@ -209,10 +225,10 @@ fn hourly_cap_stops_steps_down_never_up() {
     let caps = Caps::FULL;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(5000, 0); 20]);
-    assert_eq!(s.level, 2, "two changes, then the cap");
+    assert_eq!(s.level, Level::L2, "two changes, then the cap");
     // Stepping up is never refused.
     let ev = decide(&s, Some(&win(5000, 3000)), caps, &c, 121_000);
-    assert_eq!(ev.to_level, Some(0));
+    assert_eq!(ev.to_level, Some(Level::L0));
     s = ev.state;
     let out = run(&mut s, caps, &c, 121_000, &[win(5000, 0); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
@@ -220,7 +236,7 @@ fn hourly_cap_stops_steps_down_never_up() {
     // After the hour, it may step down again.
     let out = run(&mut s, caps, &c, 130_000 + HOUR_MS, &[win(5000, 0); 2]);
     // The low windows seen while capped still count: the step comes at once.
-    assert_eq!(out[0].2, Some(1), "{out:?}");
+    assert_eq!(out[0].2, Some(Level::L1), "{out:?}");
 }
 
 #[test]
@@ -232,7 +248,7 @@ fn idle_probe_ends_at_l0() {
     s = decide(&s, None, Caps::BARE, &c, due).state;
     let out = run(&mut s, Caps::BARE, &c, due, &[win(10, 0); 8]);
     assert_eq!(out[7].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!((s.mode, s.level), (Mode::Merging, 0));
+    assert_eq!((s.mode, s.level), (Mode::Merging, Level::L0));
 }
 
 fn arb_window() -> impl Strategy<Value = Option<Window>> {
@@ -276,16 +292,16 @@ proptest! {
             prop_assert_eq!(&ev, &decide(&s, w.as_ref(), caps, &c, now));
             prop_assert!(ev.state.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.backoff_ms <= c.probe_max_backoff_secs * 1000);
-            prop_assert!(ev.state.level <= 3);
+            prop_assert!(ev.state.level <= Level::TOP);
             // Only rungs the device has.
-            if ev.state.level == 1 { prop_assert!(caps.front_merges); }
-            if ev.state.level == 2 { prop_assert!(caps.simple_merges); }
+            if ev.state.level == Level::L1 { prop_assert!(caps.front_merges); }
+            if ev.state.level == Level::L2 { prop_assert!(caps.simple_merges); }
             if ev.kind == OutcomeKind::TrialStart {
-                prop_assert_eq!(ev.to_level, Some(2));
+                prop_assert_eq!(ev.to_level, Some(Level::L2));
                 prop_assert!(caps.simple_merges);
             }
             // L3 and Off go together.
-            prop_assert_eq!(ev.state.level == 3, ev.state.mode == Mode::Off);
+            prop_assert_eq!(ev.state.level == Level::L3, ev.state.mode == Mode::Off);
             if s.mode == Mode::Merging {
                 if let Some(w) = w
                     && w.counters.bios() >= c.min_window_bios
@@ -318,7 +334,8 @@ proptest! {
                     && l > s.level
                     && ev.kind != OutcomeKind::TrialStart
                 {
-                    prop_assert!(l == s.level + 1 || (l > s.level + 1 && (s.level + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
+                    let (l, from) = (l.index(), s.level.index());
+                    prop_assert!(l == from + 1 || (l > from + 1 && (from + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
                 }
             } else {
                 consecutive_low = 0;
@@ -345,21 +362,28 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     // Batched sequential: 94% merged at L0 and at L2 alike.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::TrialStart, 2)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::TrialStart, Level::L2)],
+        "{out:?}"
+    );
     let ev = decide(&s, Some(&win(10_000, 9_390)), caps, &c, 105_000);
     assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
     s = ev.state;
     // Verified L2: a high ratio there is no reason to go back to L0.
     let out = run(&mut s, caps, &c, 105_000, &[win(10_000, 9_400); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
 
     // Unbatched sequential that only the elevator merges: L2 loses them.
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(10_000, 9_000); 2]);
     assert_eq!(s.mode, Mode::Trial);
     let ev = decide(&s, Some(&win(10_000, 1_000)), caps, &c, 104_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::TrialFailed, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::TrialFailed, Some(Level::L0))
+    );
     assert!(ev.reason.contains("lost merges"), "{}", ev.reason);
     s = ev.state;
     assert_eq!(s.next_trial_at_ms, 104_000 + 120_000, "backoff doubled");
@@ -384,7 +408,7 @@ fn a_workload_change_at_l3_probes_at_once() {
         sensed: None,
     };
     run(&mut s, caps, &c, 100_000, &[rnd; 3]);
-    assert_eq!(s.level, 3);
+    assert_eq!(s.level, Level::L3);
     // The same workload: nothing until the timer.
     let out = run(&mut s, caps, &c, 103_000, &[rnd; 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
@@ -399,7 +423,10 @@ fn a_workload_change_at_l3_probes_at_once() {
         sensed: None,
     };
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
     assert!(ev.reason.contains("workload changed"), "{}", ev.reason);
     // The probe finds nothing (it was random after all): back to L3 without doubling the
     // timed backoff, and the new workload is the new baseline.
@@ -431,9 +458,13 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     assert_eq!(s.known_hostile.len(), 1);
     // Back at L0 (say a sequential phase came and went), the same workload returns:
     // two low windows and straight to L3.
-    s.move_to_for_test(0, 200_000);
+    s.move_to_for_test(Level::L0, 200_000);
     let out = run(&mut s, caps, &c, 200_000, &[rnd; 3]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::Disable, Level::L3)],
+        "{out:?}"
+    );
     assert!(out[1].3.contains("settled at L3 before"), "{}", out[1].3);
     // Another workload (twice the rate) walks the ladder again.
     let other = Window {
@@ -446,9 +477,13 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
         sensed: None,
     };
     let mut s2 = s.clone();
-    s2.move_to_for_test(0, 300_000);
+    s2.move_to_for_test(Level::L0, 300_000);
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::StepDown, 1)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::StepDown, Level::L1)],
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -467,12 +502,15 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     let (slow, fast) = (reads_at(5000), reads_at(15_000));
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[slow; 3]);
-    assert_eq!(s.level, 3);
+    assert_eq!(s.level, Level::L3);
     // The first switch to the faster rate is news: probe, nothing found, back to L3.
     let out = run(&mut s, caps, &c, 103_000, &[fast; 3]);
     assert_eq!(
         changes(&out),
-        vec![(OutcomeKind::ProbeStart, 0), (OutcomeKind::ProbeFailed, 3)],
+        vec![
+            (OutcomeKind::ProbeStart, Level::L0),
+            (OutcomeKind::ProbeFailed, Level::L3)
+        ],
         "{out:?}"
     );
     assert_eq!(s.known_hostile.len(), 2, "{:?}", s.known_hostile);
@@ -498,5 +536,8 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
         sensed: None,
     };
     let ev = decide(&s, Some(&scan), caps, &c, 127_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
 }

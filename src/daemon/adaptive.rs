@@ -583,7 +583,7 @@ impl Daemon {
             } else {
                 format!(" (written before the failure: {})", decision.changes_text())
             };
-            warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
             decision.applied = Applied::Failed(e.to_string());
             decision.reason = format!("{} (write failed: {e})", decision.reason);
             dev.last_reason = decision.reason.clone().into();
@@ -764,7 +764,7 @@ impl Daemon {
                 why: d.management.why().to_string(),
                 nomerges: self.nomerges_of(&d.info.name).unwrap_or_else(|| "-".into()),
                 mode: if d.management.is_managed() {
-                    format!("L{} {}", d.policy.level, d.policy.mode.as_str())
+                    format!("{} {}", d.policy.level, d.policy.mode.as_str())
                 } else {
                     "-".into()
                 },

@@ -400,7 +400,7 @@ impl Metrics {
             if dev.management.is_managed() {
                 f.level
                     .get_or_create(&labels)
-                    .set(i64::from(dev.policy.level(&cfg.policy)));
+                    .set(i64::from(dev.policy.level(&cfg.policy).index()));
                 for outcome in PROBE_OUTCOMES {
                     f.probes
                         .get_or_create(&ProbeLabels {
@@ -697,7 +697,7 @@ pub fn snapshot(daemon: &Daemon, t: TickTiming, max_lag_seconds: f64) -> StatusS
                 status: row.status,
                 why: row.why,
                 mode: row.mode,
-                level: managed.then(|| d.policy.level(&cfg.policy)),
+                level: managed.then(|| d.policy.level(&cfg.policy).index()),
                 original_nomerges: daemon.original_nomerges(&d.info.name),
                 nomerges: daemon.nomerges_of(&d.info.name),
                 bios_per_sec: row.bios_per_sec.map(|x| x.round()),
