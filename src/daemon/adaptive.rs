@@ -12,8 +12,9 @@ use crate::kernel::devices::{DeviceInfo, Management, classify, describe, read_de
 use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
+use crate::logic::cost_profile::CostProfile;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
-use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
+use crate::logic::policy::{Caps, OutcomeKind, PolicyState, Worth, decide, tunables};
 use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -117,11 +118,14 @@ pub struct Daemon {
     /// Half the step that led to this tick: the tolerance of window lengths.
     slack_ms: u64,
     pub counters: DaemonCounters,
+    /// `[policy] cost_profile`: what not merging saves, priced into each device's caps.
+    profile: CostProfile,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
+        let profile = load_profile(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -134,6 +138,7 @@ impl Daemon {
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
+            profile,
         }
     }
 
@@ -181,6 +186,7 @@ impl Daemon {
     /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
+        self.profile = load_profile(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         let foreign: Vec<String> = self
@@ -270,7 +276,11 @@ impl Daemon {
                         info.scheduler.as_deref(),
                         info.has_front_merges
                             && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
-                    );
+                    )
+                    .priced(Worth::from_profile(
+                        &self.profile,
+                        info.scheduler.as_deref(),
+                    ));
                     if caps != dev.caps && dev.management.is_managed() {
                         info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
                         // A lost rung (say front_merges after a scheduler switch) is
@@ -293,7 +303,10 @@ impl Daemon {
                     self.devices.insert(
                         name.clone(),
                         DeviceRuntime {
-                            caps: caps_of(&info),
+                            caps: caps_of(&info).priced(Worth::from_profile(
+                                &self.profile,
+                                info.scheduler.as_deref(),
+                            )),
                             info,
                             management: m,
                             policy: PolicyState::new(now_ms, &self.cfg.policy),
@@ -791,6 +804,16 @@ fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
         Tunable::FrontMerges,
         info.front_merges.as_deref(),
     );
+}
+
+/// The config's cost profile; a file that cannot be read any more (it was checked when the
+/// config was loaded) falls back to the measured built-in, on which nothing is worth it.
+fn load_profile(cfg: &Config) -> CostProfile {
+    crate::logic::cost_profile::resolve(&cfg.policy.cost_profile).unwrap_or_else(|e| {
+        warn!("{e}: using {}", crate::logic::cost_profile::MEASURED_NAME);
+        crate::logic::cost_profile::builtin(crate::logic::cost_profile::MEASURED_NAME)
+            .expect("shipped cost profile is valid")
+    })
 }
 
 fn caps_of(info: &DeviceInfo) -> Caps {

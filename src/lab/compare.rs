@@ -598,6 +598,8 @@ fn level_at(decisions: &[Decision], t_ms: u64) -> u8 {
 
 /// Runs the whole comparison for one scenario.
 pub fn compare(sc: &Scenario, cfg: &Config) -> Result<ScenarioComparison, SimError> {
+    // The daemon reads the scenario's cost profile, the one the oracle is chosen in.
+    let cfg = &sc.daemon_config(cfg);
     let interval_ms = cfg.daemon.interval_ms;
     // Static levels, for the oracle.
     let (profile, second_profile) = {

@@ -1,10 +1,11 @@
 //! The merging mode (L0, L1, L2: the counters still show merges): step up at once when
 //! merges are visible, try L2 while merging pays, step down one rung after enough low
-//! windows (straight to L3 for a workload already found merge-hostile).
+//! windows (straight to L3 for a workload already found merge-hostile), but only toward a
+//! level the cost profile says saves measurably: else "not worth it on this kernel".
 
 use super::reason::{pct, secs};
 use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature, TOP_LEVEL};
-use super::{change, floor_level, hold, next_down};
+use super::{change, hold, next_down, settle};
 use crate::logic::decision::Level;
 use crate::logic::sampler::Window;
 
@@ -24,6 +25,17 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
                 bios,
                 min_bios: cfg.min_window_bios,
             },
+        );
+    }
+    // A level that saves nothing measurable, with nothing worth it below (the profile or
+    // the scheduler changed since it was reached): its lost merges buy nothing.
+    if level > Level::L0 && !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
+        s.move_to(Level::L0, now_ms);
+        let why = cx.caps.worth.describe([level]);
+        return change(
+            s,
+            OutcomeKind::Enable,
+            format!("{level} not worth it on this kernel: {why}; back to L0"),
         );
     }
     if level > Level::L0 && ratio >= high && !(level == Level::L2 && s.l2_verified) {
@@ -57,6 +69,7 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
     }
     if ratio >= low {
         s.low_windows = 0;
+        s.not_worth_noted = false;
         return hold(
             s,
             Reason::Pays {
@@ -67,21 +80,41 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
             },
         );
     }
-    s.low_windows += 1;
+    s.low_windows = s.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {
+        let blind = if !cx.caps.sense_at_l3 && super::floor_level(cfg) == TOP_LEVEL {
+            " (L3 would be blind: no bio tap)"
+        } else {
+            ""
+        };
         return hold(
             s,
             format!(
-                "merge ratio {} < {} at {level}, the deepest level allowed here",
+                "merge ratio {} < {} at {level}, the deepest level allowed here{blind}",
                 pct(ratio),
                 pct(low)
             ),
         );
     };
+    let k = if next == TOP_LEVEL {
+        cfg.disable_after_windows
+    } else {
+        cfg.step_down_after_windows
+    };
+    // Nothing below saves measurably: say so once, when the step would have come, then
+    // hold quietly. The rungs on the way to a level that does save are taken (they are
+    // the safe path there: the counters still see merges on them).
+    if let Some(reason) = cx.not_worth(level) {
+        if !s.not_worth_noted && s.low_windows >= k {
+            s.not_worth_noted = true;
+            return settle(s, OutcomeKind::NotWorthIt, reason);
+        }
+        return hold(s, reason);
+    }
     // A workload already known to be merge-hostile: the safe rungs have nothing to show,
     // go straight to L3 (after two low windows, and under the cap).
     let sig = Signature::of(w);
-    let known = floor_level(cfg) == TOP_LEVEL
+    let known = cx.l3_allowed()
         && s.low_windows >= cfg.step_down_after_windows.min(2)
         && !cx.cap_reached
         && s.is_known_hostile(&sig);
@@ -101,11 +134,6 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         );
         return change(s, OutcomeKind::Disable, reason);
     }
-    let k = if next == TOP_LEVEL {
-        cfg.disable_after_windows
-    } else {
-        cfg.step_down_after_windows
-    };
     if s.low_windows < k {
         let n = s.low_windows;
         return hold(

@@ -27,7 +27,14 @@
 //!   batched sequential work merges in the plug, so L2 often keeps every merge at a lower
 //!   cost. The trial compares requests per bio at L2 with the window before it; L2 stays
 //!   only when it completed at most `trial_max_extra_requests_percent` more requests;
-//! - idle windows (too few bios) decide nothing.
+//! - idle windows (too few bios) decide nothing;
+//! - a step down is taken only toward a level the cost profile says saves measurably
+//!   ([`Worth`], in [`Caps`]): where no level below saves, the device stays and the policy
+//!   says "not worth it on this kernel" once ([`OutcomeKind::NotWorthIt`]);
+//! - L3 is a resting level only where the daemon can see there (`Caps::sense_at_l3`, a bio
+//!   tap): without it the deepest level is L2, whose plug and one-hit merges are counted.
+//!   At L3 a sensed sample whose contiguous share reaches the high threshold returns to L0
+//!   at once, and one clearly under the low threshold answers a probe without leaving L3.
 //!
 //! Layout: this file holds the state, the capabilities, the outcome and the dispatcher
 //! [`decide`]; each mode's rules live in their own file ([`merging`], [`off`], [`probing`],
@@ -39,9 +46,11 @@ mod probing;
 pub mod reason;
 pub mod signature;
 mod trial;
+pub mod worth;
 
 pub use reason::Reason;
 pub use signature::Signature;
+pub use worth::Worth;
 
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::PolicyConfig;
@@ -79,8 +88,9 @@ impl Mode {
     }
 }
 
-/// What a device's queue offers: which rungs of the ladder exist on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What a device's queue offers: which rungs of the ladder exist on it, whether the daemon
+/// can see at L3, and what each rung saves there.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Caps {
     /// mq-deadline's iosched/front_merges exists and was 1 (L1 available).
     pub front_merges: bool,
@@ -89,6 +99,8 @@ pub struct Caps {
     /// The daemon can sample the device's queued bios (the bio tap works), so L3 is not
     /// blind: a switch to mergeable I/O is seen although the merge counters read zero.
     pub sense_at_l3: bool,
+    /// What not merging saves per level on this device (from the cost profile).
+    pub worth: Worth,
 }
 
 impl Caps {
@@ -97,12 +109,14 @@ impl Caps {
         front_merges: true,
         simple_merges: true,
         sense_at_l3: false,
+        worth: Worth::UNPRICED,
     };
     /// none / kyber: only L0 and L3 differ.
     pub const BARE: Caps = Caps {
         front_merges: false,
         simple_merges: false,
         sense_at_l3: false,
+        worth: Worth::UNPRICED,
     };
 
     pub fn for_scheduler(scheduler: Option<&str>, has_front_merges: bool) -> Caps {
@@ -111,6 +125,20 @@ impl Caps {
             front_merges: has_front_merges && sched == "mq-deadline",
             simple_merges: matches!(sched, "mq-deadline" | "bfq"),
             sense_at_l3: false,
+            worth: Worth::UNPRICED,
+        }
+    }
+
+    /// The same rungs, priced by a cost profile's table for this device.
+    pub fn priced(self, worth: Worth) -> Caps {
+        Caps { worth, ..self }
+    }
+
+    /// The same rungs, with (or without) sight at L3.
+    pub fn sensing(self, sense_at_l3: bool) -> Caps {
+        Caps {
+            sense_at_l3,
+            ..self
         }
     }
 
@@ -133,12 +161,37 @@ pub fn floor_level(cfg: &PolicyConfig) -> Level {
     }
 }
 
-/// The next level down that exists on this device, within the config's floor.
-pub fn next_down(level: Level, caps: Caps, cfg: &PolicyConfig) -> Option<Level> {
+/// The deepest level the policy may rest at on this device: the config's floor, but L2
+/// where the daemon cannot see at L3 (no bio tap: the merge counters read zero there).
+pub fn deepest_level(cfg: &PolicyConfig, caps: Caps) -> Level {
     let floor = floor_level(cfg);
+    if caps.sense_at_l3 {
+        floor
+    } else {
+        floor.min(Level::L2)
+    }
+}
+
+/// The next level down that exists on this device, within the deepest level allowed.
+pub fn next_down(level: Level, caps: Caps, cfg: &PolicyConfig) -> Option<Level> {
+    let floor = deepest_level(cfg, caps);
     Level::ALL
         .into_iter()
         .find(|&l| l > level && l <= floor && caps.has(l))
+}
+
+/// The levels below `level` this device can reach (the candidates of a step down).
+fn levels_below(level: Level, caps: Caps, cfg: &PolicyConfig) -> impl Iterator<Item = Level> {
+    let floor = deepest_level(cfg, caps);
+    Level::ALL
+        .into_iter()
+        .filter(move |&l| l > level && l <= floor && caps.has(l))
+}
+
+/// Sampled bios a sensed window needs to be judged: a tap samples a short slice of a
+/// window, so a quarter of `min_window_bios`.
+pub fn sensed_min_bios(cfg: &PolicyConfig) -> u64 {
+    (cfg.min_window_bios / 4).max(1)
 }
 
 /// The tunable values of a level, `queue/nomerges` first. `front_merges` is listed only
@@ -204,6 +257,9 @@ pub struct PolicyState {
     /// The running probe was started by a workload change (a failure does not double the
     /// backoff of the timed probes).
     pub probe_by_change: bool,
+    /// "Not worth it on this kernel" was said at this level for the current run of low
+    /// windows (it is a decision once, then a hold).
+    pub not_worth_noted: bool,
 }
 
 impl PolicyState {
@@ -228,6 +284,7 @@ impl PolicyState {
             l3_signature: None,
             known_hostile: Vec::new(),
             probe_by_change: false,
+            not_worth_noted: false,
         }
     }
 
@@ -284,6 +341,7 @@ impl PolicyState {
         self.since_ms = now_ms;
         self.low_windows = 0;
         self.high_windows = 0;
+        self.not_worth_noted = false;
         if level != Level::L2 {
             self.l2_verified = false;
         }
@@ -316,6 +374,9 @@ pub enum OutcomeKind {
     TrialSucceeded,
     /// L2 lost merges: back where the trial started.
     TrialFailed,
+    /// The merges find nothing, but no level below saves measurably on this kernel (the
+    /// cost profile): the device stays (no write).
+    NotWorthIt,
 }
 
 impl OutcomeKind {
@@ -332,6 +393,7 @@ impl OutcomeKind {
             OutcomeKind::TrialStart => DecisionKind::Trial,
             OutcomeKind::TrialSucceeded => DecisionKind::TrialSucceeded,
             OutcomeKind::TrialFailed => DecisionKind::TrialFailed,
+            OutcomeKind::NotWorthIt => DecisionKind::NotWorthIt,
         })
     }
 
@@ -347,6 +409,7 @@ impl OutcomeKind {
             OutcomeKind::TrialStart => "trial",
             OutcomeKind::TrialSucceeded => "trial_succeeded",
             OutcomeKind::TrialFailed => "trial_failed",
+            OutcomeKind::NotWorthIt => "not_worth_it",
         }
     }
 }
@@ -412,6 +475,31 @@ impl Ctx<'_> {
         self.caps.simple_merges
             && floor_level(self.cfg) >= Level::L2
             && self.cfg.trial_max_extra_requests_percent > 0.0
+            && self.caps.worth.worth(Level::L2)
+    }
+
+    /// L3 is a level to rest at: allowed by the config, seen by a bio tap, and worth it.
+    fn l3_allowed(&self) -> bool {
+        deepest_level(self.cfg, self.caps) == TOP_LEVEL && self.caps.worth.worth(TOP_LEVEL)
+    }
+
+    /// The "not worth it" reason for a device at `at`, if no level below it that this
+    /// device can reach saves measurably.
+    fn not_worth(&self, at: Level) -> Option<Reason> {
+        let mut below = [false; 4];
+        let mut any = false;
+        for l in levels_below(at, self.caps, self.cfg) {
+            below[usize::from(l.index())] = true;
+            any = true;
+            if self.caps.worth.worth(l) {
+                return None;
+            }
+        }
+        any.then_some(Reason::NotWorth {
+            at,
+            below,
+            worth: self.caps.worth,
+        })
     }
 }
 

@@ -44,6 +44,28 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
     let bios = s.probe_counters.bios();
     // The cap never keeps a failed probe from returning to L3: that only undoes the
     // probe's own excursion (probes themselves are paced by the backoff).
+    if ratio < low && !cx.l3_allowed() {
+        // Nothing to go back to: L3 is blind here or not worth it (the tap or the profile
+        // changed during the probe). L0 it is; the ladder walks down from there.
+        s.mode = Mode::Merging;
+        s.since_ms = now_ms;
+        s.low_windows = 0;
+        s.backoff_ms = cx.initial_backoff_ms;
+        let why = if cx.caps.sense_at_l3 {
+            "L3 is not worth it on this kernel"
+        } else {
+            "L3 would be blind (no bio tap)"
+        };
+        return settle(
+            s,
+            OutcomeKind::ProbeFailed,
+            format!(
+                "probe found merge ratio {} < {} over {bios} bios, but {why}: staying at L0",
+                pct(ratio),
+                pct(low)
+            ),
+        );
+    }
     if ratio < low {
         // A probe started by a workload change that finds nothing says nothing about the
         // timer: only timed probes double the backoff.

@@ -2,6 +2,7 @@
 //! and are formatted only when someone reads them (a tick for 64 devices stays cheap); the
 //! rest are text built where the decision is taken.
 
+use super::Worth;
 use crate::logic::decision::Level;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -30,6 +31,13 @@ pub enum Reason {
     },
     AtL3 {
         next_probe_in_ms: u64,
+    },
+    /// No level below `at` that the device can reach saves measurably (`below` marks the
+    /// levels considered, by index).
+    NotWorth {
+        at: Level,
+        below: [bool; 4],
+        worth: Worth,
     },
 }
 
@@ -90,6 +98,16 @@ impl std::fmt::Display for Reason {
             ),
             Reason::AtL3 { next_probe_in_ms } => {
                 write!(f, "at L3; next probe in {}", secs(*next_probe_in_ms))
+            }
+            Reason::NotWorth { at, below, worth } => {
+                let levels = Level::ALL
+                    .into_iter()
+                    .filter(|l| below[usize::from(l.index())]);
+                write!(
+                    f,
+                    "not worth it on this kernel: {} (no measurable saving below {at}); staying at {at}",
+                    worth.describe(levels)
+                )
             }
         }
     }
