@@ -636,10 +636,38 @@ mod tests {
                 "[policy]\ndisable_below_percent = -1.0\n",
                 "policy.disable_below_percent",
             ),
+            ("[policy]\ncost_profile = \"fast\"\n", "policy.cost_profile"),
+            ("[policy]\ncost_profile = \"\"\n", "policy.cost_profile"),
         ] {
             let e = load_str(text, "t").unwrap_err().to_string();
             assert!(e.contains(key), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_cost_profile_is_a_builtin_name_or_a_file_that_loads() {
+        for name in crate::logic::cost_profile::BUILTIN_NAMES {
+            let c = load_str(&format!("[policy]\ncost_profile = {name:?}\n"), "t").unwrap();
+            assert_eq!(c.policy.cost_profile, name);
+        }
+        let dir = std::env::temp_dir().join(format!("mergetune-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg_path = dir.join("m.toml");
+        // A path is checked when the file is loaded: missing, then valid.
+        let prof = dir.join("mine.toml");
+        let text = format!(
+            "[policy]\ncost_profile = {:?}\n",
+            prof.display().to_string()
+        );
+        std::fs::write(&cfg_path, &text).unwrap();
+        let e = load_file(&cfg_path).unwrap_err().to_string();
+        assert!(
+            e.contains("policy.cost_profile") && e.contains("mine.toml"),
+            "{e}"
+        );
+        std::fs::write(&prof, crate::logic::cost_profile::LKML_2008).unwrap();
+        assert!(load_file(&cfg_path).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
