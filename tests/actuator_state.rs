@@ -165,6 +165,7 @@ fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
     cfg.policy.window_ticks = 1;
     cfg.policy.disable_after_windows = 2;
     cfg.policy.min_dwell_secs = 30;
+    cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays here (2008 figures)
     let mut d = Daemon::simulated(cfg);
     let mut fs = Refusing {
         ticks: 0,

@@ -69,7 +69,7 @@ fn advise_plot_has_scatter_and_histogram() {
 fn run(policy: Policy) -> (mergetune::sim::Report, plot::Series) {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
-    let mut ctl = policy.controller(Config::default());
+    let mut ctl = policy.controller(sc.daemon_config(&Config::default()));
     let mut sampling = Sampling::new(ctl.as_mut());
     let report = run_scenario(&mut sim, &mut sampling, &policy.to_string(), &mut |_, _| {});
     (report, sampling.finish())
@@ -82,7 +82,8 @@ fn simulate_plots_per_tick_from_report_and_compared() {
     let samples = &series.devices["sda"];
     assert!(samples.len() > 200, "one sample per tick");
     // The adaptive policy went down the ladder in the OLTP phase and back up for backup.
-    assert!(samples.iter().any(|s| s.level == 3));
+    // (L3 with a bio tap, L2 without one.)
+    assert!(samples.iter().any(|s| s.level >= 2));
     assert!(
         samples
             .iter()

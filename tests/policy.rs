@@ -3,9 +3,26 @@
 
 use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::PolicyConfig;
-use mergetune::logic::policy::{Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, decide, tunables};
+use mergetune::logic::cost_profile::{self, CostProfile};
+use mergetune::logic::decision::Level;
+use mergetune::logic::policy::{
+    Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, Worth, decide, tunables,
+};
+use mergetune::logic::sampler::Sensed;
 use mergetune::logic::sampler::{Counters, Window};
 use proptest::prelude::*;
+
+/// The ladder's mechanics: every rung, sight at L3 (a bio tap), no cost profile (every
+/// level is taken as worth it). The tests of the profile and of blindness say otherwise.
+const FULL: Caps = Caps {
+    sense_at_l3: true,
+    ..Caps::FULL
+};
+/// none / kyber with a bio tap: only L0 and L3.
+const BARE: Caps = Caps {
+    sense_at_l3: true,
+    ..Caps::BARE
+};
 
 fn cfg() -> PolicyConfig {
     PolicyConfig {
@@ -45,7 +62,7 @@ fn run(
     c: &PolicyConfig,
     t0: u64,
     windows: &[Window],
-) -> Vec<(u64, OutcomeKind, Option<u8>, String)> {
+) -> Vec<(u64, OutcomeKind, Option<Level>, String)> {
     let mut out = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let now = t0 + (i as u64 + 1) * 1000;
@@ -56,7 +73,7 @@ fn run(
     out
 }
 
-fn changes(out: &[(u64, OutcomeKind, Option<u8>, String)]) -> Vec<(OutcomeKind, u8)> {
+fn changes(out: &[(u64, OutcomeKind, Option<Level>, String)]) -> Vec<(OutcomeKind, Level)> {
     out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
@@ -64,24 +81,24 @@ fn changes(out: &[(u64, OutcomeKind, Option<u8>, String)]) -> Vec<(OutcomeKind, 
 fn walks_down_the_ladder_one_step_at_a_time() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 40]);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(
         changes(&out),
         vec![
-            (OutcomeKind::StepDown, 1),
-            (OutcomeKind::StepDown, 2),
-            (OutcomeKind::Disable, 3)
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2),
+            (OutcomeKind::Disable, Level::L3)
         ],
         "{out:#?}"
     );
     // L1 after 2 low windows (not before), L2 after 2 more, L3 after 3 more and the dwell.
-    let at = |l: u8| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
-    assert_eq!(at(1), 102_000);
-    assert_eq!(at(2), 104_000);
-    assert_eq!(at(3), 114_000, "dwell of 10 s at L2");
+    let at = |l: Level| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
+    assert_eq!(at(Level::L1), 102_000);
+    assert_eq!(at(Level::L2), 104_000);
+    assert_eq!(at(Level::L3), 114_000, "dwell of 10 s at L2");
     assert!(out.iter().any(|o| o.3.contains("dwell")));
     assert_eq!(s.mode, Mode::Off);
-    let d = out.iter().find(|o| o.2 == Some(3)).unwrap();
+    let d = out.iter().find(|o| o.2 == Some(Level::L3)).unwrap();
     assert!(
         d.3.contains("< 1.0%") && d.3.contains("5000 bios/s"),
         "{}",
@@ -93,38 +110,44 @@ fn walks_down_the_ladder_one_step_at_a_time() {
 fn skips_rungs_a_scheduler_does_not_have() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 20]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)]);
-    let bfq = Caps::for_scheduler(Some("bfq"), false);
+    let out = run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 20]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, Level::L3)]);
+    let bfq = Caps::for_scheduler(Some("bfq"), false).sensing(true);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, bfq, &c, 100_000, &[win(5000, 0); 20]);
     assert_eq!(
         changes(&out),
-        vec![(OutcomeKind::StepDown, 2), (OutcomeKind::Disable, 3)]
+        vec![
+            (OutcomeKind::StepDown, Level::L2),
+            (OutcomeKind::Disable, Level::L3)
+        ]
     );
     // disabled_nomerges = 1: the ladder stops at L2.
     let mut c1 = c.clone();
     c1.disabled_nomerges = 1;
     let mut s = PolicyState::new(0, &c1);
-    let out = run(&mut s, Caps::FULL, &c1, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(s.level, 2);
+    let out = run(&mut s, FULL, &c1, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(s.level, Level::L2);
     assert_eq!(changes(&out).len(), 2);
 }
 
 #[test]
 fn tunables_per_level() {
-    let f = Caps::FULL;
+    let f = FULL;
     assert_eq!(
-        tunables(0, f),
+        tunables(Level::L0, f),
         vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "1")]
     );
     assert_eq!(
-        tunables(1, f),
+        tunables(Level::L1, f),
         vec![(Tunable::Nomerges, "0"), (Tunable::FrontMerges, "0")]
     );
-    assert_eq!(tunables(2, f), vec![(Tunable::Nomerges, "1")]);
-    assert_eq!(tunables(3, f), vec![(Tunable::Nomerges, "2")]);
-    assert_eq!(tunables(0, Caps::BARE), vec![(Tunable::Nomerges, "0")]);
+    assert_eq!(tunables(Level::L2, f), vec![(Tunable::Nomerges, "1")]);
+    assert_eq!(tunables(Level::L3, f), vec![(Tunable::Nomerges, "2")]);
+    assert_eq!(
+        tunables(Level::L0, Caps::BARE),
+        vec![(Tunable::Nomerges, "0")]
+    );
 }
 
 #[test]
@@ -133,12 +156,12 @@ fn a_good_window_resets_the_count() {
     let mut s = PolicyState::new(0, &c);
     run(
         &mut s,
-        Caps::FULL,
+        FULL,
         &c,
         100_000,
         &[win(5000, 0), win(5000, 200), win(5000, 0)],
     );
-    assert_eq!(s.level, 0);
+    assert_eq!(s.level, Level::L0);
     assert_eq!(s.low_windows, 1);
 }
 
@@ -146,7 +169,7 @@ fn a_good_window_resets_the_count() {
 fn idle_windows_decide_nothing() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(50, 0); 20]);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(50, 0); 20]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
     assert!(out[0].3.contains("idle"));
     assert_eq!(s.low_windows, 0);
@@ -156,22 +179,25 @@ fn idle_windows_decide_nothing() {
 fn visible_merges_step_up_at_once_and_the_band_holds() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, Caps::FULL, &c, 100_000, &[win(10_000, 0); 4]);
-    assert_eq!(s.level, 2);
+    run(&mut s, FULL, &c, 100_000, &[win(10_000, 0); 4]);
+    assert_eq!(s.level, Level::L2);
     // In the band (3%, between 1% and 5%): nothing moves.
-    let out = run(&mut s, Caps::FULL, &c, 104_000, &[win(10_000, 300); 30]);
+    let out = run(&mut s, FULL, &c, 104_000, &[win(10_000, 300); 30]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
     // Plug merges visible at nomerges=1 over the high threshold: straight back to L0.
-    let ev = decide(&s, Some(&win(10_000, 6000)), Caps::FULL, &c, 135_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Enable, Some(0)));
+    let ev = decide(&s, Some(&win(10_000, 6000)), FULL, &c, 135_000);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0))
+    );
     assert!(ev.reason.contains("L2"), "{}", ev.reason);
 }
 
 #[test]
 fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     let c = cfg();
-    let caps = Caps::BARE;
+    let caps = BARE;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(5000, 0); 3]);
     assert_eq!(s.mode, Mode::Off);
@@ -182,12 +208,15 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
         let ev = decide(&s, None, caps, &c, due - 1);
         assert_eq!(ev.kind, OutcomeKind::Hold);
         let ev = decide(&s, None, caps, &c, due);
-        assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+        assert_eq!(
+            (ev.kind, ev.to_level),
+            (OutcomeKind::ProbeStart, Some(Level::L0))
+        );
         s = ev.state;
         let out = run(&mut s, caps, &c, due, &[win(5000, 0), win(5000, 0)]);
         assert_eq!(
             (out[1].1, out[1].2),
-            (OutcomeKind::ProbeFailed, Some(3)),
+            (OutcomeKind::ProbeFailed, Some(Level::L3)),
             "{out:?}"
         );
         backoffs.push(s.backoff_ms / 1000);
@@ -198,7 +227,10 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     s = decide(&s, None, caps, &c, due).state;
     let out = run(&mut s, caps, &c, due, &[win(5000, 2000), win(5000, 2000)]);
     assert_eq!(out[1].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!((s.mode, s.level, s.backoff_ms), (Mode::Merging, 0, 60_000));
+    assert_eq!(
+        (s.mode, s.level, s.backoff_ms),
+        (Mode::Merging, Level::L0, 60_000)
+    );
 }
 
 #[test]
@@ -206,13 +238,13 @@ fn hourly_cap_stops_steps_down_never_up() {
     let mut c = cfg();
     c.max_changes_per_hour = 2;
     c.min_dwell_secs = 0;
-    let caps = Caps::FULL;
+    let caps = FULL;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(5000, 0); 20]);
-    assert_eq!(s.level, 2, "two changes, then the cap");
+    assert_eq!(s.level, Level::L2, "two changes, then the cap");
     // Stepping up is never refused.
     let ev = decide(&s, Some(&win(5000, 3000)), caps, &c, 121_000);
-    assert_eq!(ev.to_level, Some(0));
+    assert_eq!(ev.to_level, Some(Level::L0));
     s = ev.state;
     let out = run(&mut s, caps, &c, 121_000, &[win(5000, 0); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
@@ -220,19 +252,19 @@ fn hourly_cap_stops_steps_down_never_up() {
     // After the hour, it may step down again.
     let out = run(&mut s, caps, &c, 130_000 + HOUR_MS, &[win(5000, 0); 2]);
     // The low windows seen while capped still count: the step comes at once.
-    assert_eq!(out[0].2, Some(1), "{out:?}");
+    assert_eq!(out[0].2, Some(Level::L1), "{out:?}");
 }
 
 #[test]
 fn idle_probe_ends_at_l0() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 3]);
+    run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 3]);
     let due = s.next_probe_at_ms.unwrap();
-    s = decide(&s, None, Caps::BARE, &c, due).state;
-    let out = run(&mut s, Caps::BARE, &c, due, &[win(10, 0); 8]);
+    s = decide(&s, None, BARE, &c, due).state;
+    let out = run(&mut s, BARE, &c, due, &[win(10, 0); 8]);
     assert_eq!(out[7].1, OutcomeKind::ProbeSucceeded);
-    assert_eq!((s.mode, s.level), (Mode::Merging, 0));
+    assert_eq!((s.mode, s.level), (Mode::Merging, Level::L0));
 }
 
 fn arb_window() -> impl Strategy<Value = Option<Window>> {
@@ -250,14 +282,30 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
                 sensed: None,
             })
         }),
+        // With a tap's sample, as at L3.
+        1 => (0u64..20_000, 0u64..2_000, 0u64..=100).prop_map(|(bios, sampled, pct)| {
+            Some(Window {
+                counters: Counters {
+                    reads_completed: bios,
+                    ..Default::default()
+                },
+                duration_ms: 1000,
+                sensed: Some(Sensed {
+                    bios: sampled,
+                    contiguous: sampled * pct / 100,
+                    sampled_ms: 250,
+                }),
+            })
+        }),
     ]
 }
 
 fn arb_caps() -> impl Strategy<Value = Caps> {
-    (any::<bool>(), any::<bool>()).prop_map(|(f, s)| Caps {
-        sense_at_l3: false,
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(f, s, seen)| Caps {
+        sense_at_l3: seen,
         front_merges: f,
         simple_merges: s,
+        worth: Worth::UNPRICED,
     })
 }
 
@@ -276,16 +324,18 @@ proptest! {
             prop_assert_eq!(&ev, &decide(&s, w.as_ref(), caps, &c, now));
             prop_assert!(ev.state.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.backoff_ms <= c.probe_max_backoff_secs * 1000);
-            prop_assert!(ev.state.level <= 3);
+            prop_assert!(ev.state.level <= Level::TOP);
+            // No blind level: L3 only with a bio tap.
+            if !caps.sense_at_l3 { prop_assert!(ev.state.level <= Level::L2); }
             // Only rungs the device has.
-            if ev.state.level == 1 { prop_assert!(caps.front_merges); }
-            if ev.state.level == 2 { prop_assert!(caps.simple_merges); }
+            if ev.state.level == Level::L1 { prop_assert!(caps.front_merges); }
+            if ev.state.level == Level::L2 { prop_assert!(caps.simple_merges); }
             if ev.kind == OutcomeKind::TrialStart {
-                prop_assert_eq!(ev.to_level, Some(2));
+                prop_assert_eq!(ev.to_level, Some(Level::L2));
                 prop_assert!(caps.simple_merges);
             }
             // L3 and Off go together.
-            prop_assert_eq!(ev.state.level == 3, ev.state.mode == Mode::Off);
+            prop_assert_eq!(ev.state.level == Level::L3, ev.state.mode == Mode::Off);
             if s.mode == Mode::Merging {
                 if let Some(w) = w
                     && w.counters.bios() >= c.min_window_bios
@@ -313,12 +363,15 @@ proptest! {
                 if idle {
                     prop_assert_eq!(ev.kind, OutcomeKind::Hold);
                 }
-                // Steps down are one rung at a time (a trial goes straight to L2).
+                // Steps down are one rung at a time (a trial goes straight to L2, a
+                // workload that settled at L3 before straight to L3).
                 if let Some(l) = ev.to_level
                     && l > s.level
                     && ev.kind != OutcomeKind::TrialStart
+                    && !ev.reason.contains("settled at L3 before")
                 {
-                    prop_assert!(l == s.level + 1 || (l > s.level + 1 && (s.level + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
+                    let (l, from) = (l.index(), s.level.index());
+                    prop_assert!(l == from + 1 || (l > from + 1 && (from + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
                 }
             } else {
                 consecutive_low = 0;
@@ -341,25 +394,32 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     let mut c = cfg();
     c.probe_windows = 1;
     c.trial_max_extra_requests_percent = 2.0;
-    let caps = Caps::FULL;
+    let caps = FULL;
     // Batched sequential: 94% merged at L0 and at L2 alike.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::TrialStart, 2)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::TrialStart, Level::L2)],
+        "{out:?}"
+    );
     let ev = decide(&s, Some(&win(10_000, 9_390)), caps, &c, 105_000);
     assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
     s = ev.state;
     // Verified L2: a high ratio there is no reason to go back to L0.
     let out = run(&mut s, caps, &c, 105_000, &[win(10_000, 9_400); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    assert_eq!(s.level, 2);
+    assert_eq!(s.level, Level::L2);
 
     // Unbatched sequential that only the elevator merges: L2 loses them.
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(10_000, 9_000); 2]);
     assert_eq!(s.mode, Mode::Trial);
     let ev = decide(&s, Some(&win(10_000, 1_000)), caps, &c, 104_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::TrialFailed, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::TrialFailed, Some(Level::L0))
+    );
     assert!(ev.reason.contains("lost merges"), "{}", ev.reason);
     s = ev.state;
     assert_eq!(s.next_trial_at_ms, 104_000 + 120_000, "backoff doubled");
@@ -371,7 +431,7 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
 #[test]
 fn a_workload_change_at_l3_probes_at_once() {
     let c = cfg();
-    let caps = Caps::BARE;
+    let caps = BARE;
     let mut s = PolicyState::new(0, &c);
     // Random reads at 5000 bios/s take the device to L3.
     let rnd = Window {
@@ -384,7 +444,7 @@ fn a_workload_change_at_l3_probes_at_once() {
         sensed: None,
     };
     run(&mut s, caps, &c, 100_000, &[rnd; 3]);
-    assert_eq!(s.level, 3);
+    assert_eq!(s.level, Level::L3);
     // The same workload: nothing until the timer.
     let out = run(&mut s, caps, &c, 103_000, &[rnd; 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
@@ -399,7 +459,10 @@ fn a_workload_change_at_l3_probes_at_once() {
         sensed: None,
     };
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
     assert!(ev.reason.contains("workload changed"), "{}", ev.reason);
     // The probe finds nothing (it was random after all): back to L3 without doubling the
     // timed backoff, and the new workload is the new baseline.
@@ -414,7 +477,7 @@ fn a_workload_change_at_l3_probes_at_once() {
 #[test]
 fn a_known_hostile_workload_goes_straight_to_l3() {
     let c = cfg();
-    let caps = Caps::FULL;
+    let caps = FULL;
     let rnd = Window {
         counters: Counters {
             reads_completed: 5000,
@@ -431,9 +494,13 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     assert_eq!(s.known_hostile.len(), 1);
     // Back at L0 (say a sequential phase came and went), the same workload returns:
     // two low windows and straight to L3.
-    s.move_to_for_test(0, 200_000);
+    s.move_to_for_test(Level::L0, 200_000);
     let out = run(&mut s, caps, &c, 200_000, &[rnd; 3]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::Disable, 3)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::Disable, Level::L3)],
+        "{out:?}"
+    );
     assert!(out[1].3.contains("settled at L3 before"), "{}", out[1].3);
     // Another workload (twice the rate) walks the ladder again.
     let other = Window {
@@ -446,15 +513,19 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
         sensed: None,
     };
     let mut s2 = s.clone();
-    s2.move_to_for_test(0, 300_000);
+    s2.move_to_for_test(Level::L0, 300_000);
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
-    assert_eq!(changes(&out), vec![(OutcomeKind::StepDown, 1)], "{out:?}");
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::StepDown, Level::L1)],
+        "{out:?}"
+    );
 }
 
 #[test]
 fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     let c = cfg();
-    let caps = Caps::BARE;
+    let caps = BARE;
     let reads_at = |bios_per_sec: u64| Window {
         counters: Counters {
             reads_completed: bios_per_sec,
@@ -467,12 +538,15 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     let (slow, fast) = (reads_at(5000), reads_at(15_000));
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[slow; 3]);
-    assert_eq!(s.level, 3);
+    assert_eq!(s.level, Level::L3);
     // The first switch to the faster rate is news: probe, nothing found, back to L3.
     let out = run(&mut s, caps, &c, 103_000, &[fast; 3]);
     assert_eq!(
         changes(&out),
-        vec![(OutcomeKind::ProbeStart, 0), (OutcomeKind::ProbeFailed, 3)],
+        vec![
+            (OutcomeKind::ProbeStart, Level::L0),
+            (OutcomeKind::ProbeFailed, Level::L3)
+        ],
         "{out:?}"
     );
     assert_eq!(s.known_hostile.len(), 2, "{:?}", s.known_hostile);
@@ -498,5 +572,271 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
         sensed: None,
     };
     let ev = decide(&s, Some(&scan), caps, &c, 127_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::ProbeStart, Some(0)));
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
+}
+
+/// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
+fn priced(name: &str) -> Caps {
+    let p = cost_profile::builtin(name).unwrap();
+    Caps::for_scheduler(Some("mq-deadline"), true)
+        .sensing(true)
+        .priced(Worth::from_profile(&p, Some("mq-deadline")))
+}
+
+#[test]
+fn on_the_measured_profile_merging_stays_on_and_says_why_once() {
+    let c = cfg();
+    let caps = priced(cost_profile::MEASURED_NAME);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 40]);
+    assert!(changes(&out).is_empty(), "no write: {out:?}");
+    assert_eq!(s.level, Level::L0);
+    let said: Vec<_> = out
+        .iter()
+        .filter(|o| o.1 == OutcomeKind::NotWorthIt)
+        .collect();
+    assert_eq!(said.len(), 1, "a decision once, then holds: {out:?}");
+    // Said when the step would have come (after step_down_after_windows low windows).
+    assert_eq!(said[0].0, 102_000);
+    assert_eq!(said[0].2, None);
+    // With the numbers: the measured change of CPU per I/O and its interval, per level.
+    let r = &said[0].3;
+    assert!(r.starts_with("not worth it on this kernel"), "{r}");
+    assert!(r.contains("L3 -6.1% [-25.6, +17.5]"), "{r}");
+    assert!(r.contains("on mq-deadline"), "{r}");
+    assert!(r.contains("staying at L0"), "{r}");
+    assert!(
+        out.last().unwrap().3.contains("not worth it"),
+        "the holds say it too"
+    );
+    // Merges seen again, then low again: said again once.
+    let out = run(
+        &mut s,
+        caps,
+        &c,
+        140_000,
+        &[win(5000, 500), win(5000, 0), win(5000, 0), win(5000, 0)],
+    );
+    let n = out
+        .iter()
+        .filter(|o| o.1 == OutcomeKind::NotWorthIt)
+        .count();
+    assert_eq!(n, 1, "{out:?}");
+    // The trial of L2 needs L2 to save, too: merging that pays stays at L0.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 200_000, &[win(10_000, 9_400); 10]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+}
+
+#[test]
+fn on_the_2008_profile_the_ladder_is_walked_as_without_a_profile() {
+    let c = cfg();
+    let windows = [win(5000, 0); 40];
+    let mut a = PolicyState::new(0, &c);
+    let with = run(
+        &mut a,
+        priced(cost_profile::LKML_2008_NAME),
+        &c,
+        100_000,
+        &windows,
+    );
+    let mut b = PolicyState::new(0, &c);
+    let without = run(&mut b, FULL, &c, 100_000, &windows);
+    assert_eq!(with, without);
+    assert_eq!(a.level, Level::L3);
+    // And the trial of L2 (-16.25% there) is tried.
+    let mut s = PolicyState::new(0, &c);
+    let caps = priced(cost_profile::LKML_2008_NAME);
+    let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
+    assert_eq!(changes(&out), vec![(OutcomeKind::TrialStart, Level::L2)]);
+}
+
+/// The measured profile with mq-deadline's L3 random cell made a clear saving.
+fn l3_only_saves() -> CostProfile {
+    let mut p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
+    for cell in &mut p.cells {
+        if cell.scheduler.name() == "mq-deadline"
+            && cell.level == Level::L3
+            && cell.workload.name() == "random-unbatched"
+        {
+            cell.change_percent = Some(-8.0);
+            cell.change_ci = Some([-12.0, -4.0]);
+        }
+    }
+    p.validate().unwrap();
+    p
+}
+
+#[test]
+fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
+    let c = cfg();
+    let worth = Worth::from_profile(&l3_only_saves(), Some("mq-deadline"));
+    assert!(!worth.worth(Level::L1) && !worth.worth(Level::L2) && worth.worth(Level::L3));
+    let caps = Caps::for_scheduler(Some("mq-deadline"), true)
+        .sensing(true)
+        .priced(worth);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2),
+            (OutcomeKind::Disable, Level::L3)
+        ]
+    );
+    // Without a tap L3 cannot be rested at, and L1, L2 save nothing: stay at L0.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(
+        &mut s,
+        caps.sensing(false),
+        &c,
+        100_000,
+        &[win(5000, 0); 40],
+    );
+    assert!(changes(&out).is_empty(), "{out:?}");
+    let r = &out
+        .iter()
+        .find(|o| o.1 == OutcomeKind::NotWorthIt)
+        .unwrap()
+        .3;
+    assert!(
+        r.contains("L1 ") && r.contains("L2 ") && !r.contains("L3"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_level_no_longer_worth_it_is_left_for_l0() {
+    // Reached on the 2008 profile, then the profile changes (a reload): L2 saves nothing.
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(
+        &mut s,
+        priced(cost_profile::LKML_2008_NAME),
+        &c,
+        100_000,
+        &[win(5000, 0); 4],
+    );
+    assert_eq!(s.level, Level::L2);
+    let ev = decide(
+        &s,
+        Some(&win(5000, 0)),
+        priced(cost_profile::MEASURED_NAME),
+        &c,
+        105_000,
+    );
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0))
+    );
+    assert!(
+        ev.reason.contains("L2 not worth it on this kernel"),
+        "{}",
+        ev.reason
+    );
+}
+
+#[test]
+fn without_a_bio_tap_the_deepest_level_is_l2() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2)
+        ]
+    );
+    assert_eq!((s.level, s.mode), (Level::L2, Mode::Merging));
+    let last = &out.last().unwrap().3;
+    assert!(
+        last.contains("deepest level allowed here") && last.contains("blind"),
+        "{last}"
+    );
+    // none/kyber have no L2: they stay at L0.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::BARE, &c, 100_000, &[win(5000, 0); 40]);
+    assert!(changes(&out).is_empty(), "{out:?}");
+    // At L3 when the tap goes away (say tracefs was unmounted): up to L2 at once.
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(s.level, Level::L3);
+    let ev = decide(&s, None, Caps::FULL, &c, 141_000);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L2))
+    );
+    assert!(ev.reason.contains("no bio tap"), "{}", ev.reason);
+}
+
+/// A window of random 4 KiB writes at 5000 bios/s whose tap sampled `bios` bios, of which
+/// `contiguous` were contiguous with a recent one.
+fn sensed(bios: u64, contiguous: u64) -> Window {
+    Window {
+        counters: Counters {
+            writes_completed: 5000,
+            sectors_written: 40_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+        sensed: Some(Sensed {
+            bios,
+            contiguous,
+            sampled_ms: 250,
+        }),
+    }
+}
+
+#[test]
+fn at_l3_a_sensed_contiguous_share_steps_up_at_once() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
+    assert_eq!(s.level, Level::L3);
+    // Same rate, same size, same read share: the counters see nothing. The tap does.
+    let ev = decide(&s, Some(&sensed(1000, 20)), FULL, &c, 141_000);
+    assert_eq!(
+        ev.kind,
+        OutcomeKind::Hold,
+        "2% is not mergeable I/O: {}",
+        ev.reason
+    );
+    let ev = decide(&s, Some(&sensed(1000, 940)), FULL, &c, 141_000);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0))
+    );
+    assert!(
+        ev.reason.contains("sensed at L3") && ev.reason.contains("94% of 1000"),
+        "{}",
+        ev.reason
+    );
+    assert_eq!(ev.state.mode, Mode::Merging);
+    // Too small a sample decides nothing (min_window_bios / 4 = 25 bios here).
+    let ev = decide(&s, Some(&sensed(20, 20)), FULL, &c, 141_000);
+    assert_eq!(ev.kind, OutcomeKind::Hold);
+}
+
+#[test]
+fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
+    let due = s.next_probe_at_ms.unwrap();
+    // The timed probe with a sample showing 0.5% contiguous: no excursion to L0.
+    let ev = decide(&s, Some(&sensed(1000, 5)), FULL, &c, due);
+    assert_eq!(ev.kind, OutcomeKind::Hold, "{}", ev.reason);
+    assert!(ev.reason.contains("answered by the tap"), "{}", ev.reason);
+    assert_eq!(ev.state.next_probe_at_ms, Some(due + s.backoff_ms));
+    // Without a sample the probe goes to L0 as ever.
+    let ev = decide(&s, Some(&sensed(0, 0)), FULL, &c, due);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
 }

@@ -16,7 +16,7 @@ fn default_scenario_parses() {
 fn print_default_report() {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
-    let mut c = Policy::Adaptive.controller(Config::default());
+    let mut c = Policy::Adaptive.controller(sc.daemon_config(&Config::default()));
     let start = std::time::Instant::now();
     let r = run_scenario(&mut sim, c.as_mut(), "adaptive", &mut |_, _| {});
     println!("{}", r.render_text());
@@ -32,7 +32,7 @@ fn default_scenario_adaptive_turns_merging_off_and_back_on() {
     let backup_start_ms = (sc.phases[0].duration_s * 1000.0) as u64;
     let backup_end_ms = backup_start_ms + (backup.duration_s * 1000.0) as u64;
     let mut sim = Simulation::new(&sc).unwrap();
-    let mut c = Policy::Adaptive.controller(Config::default());
+    let mut c = Policy::Adaptive.controller(sc.daemon_config(&Config::default()));
     let r = run_scenario(&mut sim, c.as_mut(), "adaptive", &mut |_, _| {});
     let tl = &r.nomerges_timeline;
     assert!(

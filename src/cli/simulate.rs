@@ -216,7 +216,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => crate::logic::config::Config::default(),
     };
     let mut sim = Simulation::new(&scenario).context("building the simulation")?;
-    let mut controller = args.policy.controller(cfg);
+    let mut controller = args.policy.controller(scenario.daemon_config(&cfg));
     let mut progress = Progress::new();
     let wall = Instant::now();
     if let Some(x) = args.speed

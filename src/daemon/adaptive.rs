@@ -13,6 +13,7 @@ use crate::kernel::devices::{DeviceInfo, Management};
 use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
+use crate::logic::cost_profile::CostProfile;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
 use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
@@ -76,11 +77,14 @@ pub struct Daemon {
     /// Half the step that led to this tick: the tolerance of window lengths.
     slack_ms: u64,
     pub counters: DaemonCounters,
+    /// `[policy] cost_profile`: what not merging saves, priced into each device's caps.
+    profile: CostProfile,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
+        let profile = load_profile(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -93,6 +97,7 @@ impl Daemon {
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
+            profile,
         }
     }
 
@@ -140,6 +145,7 @@ impl Daemon {
     /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
+        self.profile = load_profile(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         let foreign: Vec<String> = self
@@ -449,7 +455,7 @@ impl Daemon {
             } else {
                 format!(" (written before the failure: {})", decision.changes_text())
             };
-            warn!(device = %name, "{name}: L{from_level} -> L{to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
             decision.applied = Applied::Failed(e.to_string());
             decision.reason = format!("{} (write failed: {e})", decision.reason);
             dev.last_reason = decision.reason.clone().into();
@@ -498,7 +504,7 @@ impl Daemon {
                         name: name.clone(),
                         scheduler: d.info.scheduler.clone(),
                         management: d.management.clone(),
-                        level: managed.then(|| d.policy.level(&self.cfg.policy)),
+                        level: managed.then(|| d.policy.level(&self.cfg.policy).index()),
                         mode: managed.then_some(d.policy.mode),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),
@@ -543,4 +549,14 @@ impl Controller for Daemon {
     fn snapshot(&self) -> Option<DaemonSnapshot> {
         Some(Daemon::snapshot(self))
     }
+}
+
+/// The config's cost profile; a file that cannot be read any more (it was checked when the
+/// config was loaded) falls back to the measured built-in, on which nothing is worth it.
+fn load_profile(cfg: &Config) -> CostProfile {
+    crate::logic::cost_profile::resolve(&cfg.policy.cost_profile).unwrap_or_else(|e| {
+        warn!("{e}: using {}", crate::logic::cost_profile::MEASURED_NAME);
+        crate::logic::cost_profile::builtin(crate::logic::cost_profile::MEASURED_NAME)
+            .expect("shipped cost profile is valid")
+    })
 }

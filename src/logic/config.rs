@@ -153,6 +153,11 @@ pub struct PolicyConfig {
     /// Cap on tunable changes per device in any rolling hour. When reached, merging is
     /// left on (changes that turn merging on are never refused).
     pub max_changes_per_hour: u32,
+    /// What not merging saves on this kernel, per scheduler and level: a built-in cost
+    /// profile (`measured-6.18`, measured on this project's machine; `lkml-2008`, the 2008
+    /// thread's figures) or the path of one `mergetune calibrate` wrote. A step down is
+    /// taken only toward a level whose saving's interval lies below 0.
+    pub cost_profile: String,
 }
 
 pub const DEFAULT_WINDOW_TICKS: u32 = 2;
@@ -169,6 +174,7 @@ pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
 pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
+pub const DEFAULT_COST_PROFILE: &str = crate::logic::cost_profile::MEASURED_NAME;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -188,6 +194,7 @@ impl Default for PolicyConfig {
             l3_watch_interval_ms: DEFAULT_L3_WATCH_INTERVAL_MS,
             trial_max_extra_requests_percent: DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT,
             max_changes_per_hour: DEFAULT_MAX_CHANGES_PER_HOUR,
+            cost_profile: DEFAULT_COST_PROFILE.to_string(),
         }
     }
 }
@@ -331,6 +338,21 @@ impl Config {
                 format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
             ));
         }
+        let cp = p.cost_profile.trim();
+        if cp.is_empty()
+            || (!crate::logic::cost_profile::BUILTIN_NAMES.contains(&cp)
+                && !crate::logic::cost_profile::is_path(cp))
+        {
+            errs.push(invalid(
+                origin,
+                "policy.cost_profile",
+                format!(
+                    "{:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
+                    p.cost_profile,
+                    crate::logic::cost_profile::BUILTIN_NAMES.join(", ")
+                ),
+            ));
+        }
         if let Err(e) = self.metrics.validate(origin) {
             errs.push(e);
         }
@@ -467,13 +489,19 @@ pub fn load_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
     Ok(cfg)
 }
 
-/// Reads, parses and validates a config file.
+/// Reads, parses and validates a config file, and the cost profile file it names (a
+/// built-in name needs no reading), so that a bad profile stops the start or the reload.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    load_str(&text, &path.display().to_string())
+    let origin = path.display().to_string();
+    let cfg = load_str(&text, &origin)?;
+    if let Err(e) = crate::logic::cost_profile::resolve(&cfg.policy.cost_profile) {
+        return Err(invalid(&origin, "policy.cost_profile", e.to_string()));
+    }
+    Ok(cfg)
 }
 
 /// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and
@@ -608,10 +636,38 @@ mod tests {
                 "[policy]\ndisable_below_percent = -1.0\n",
                 "policy.disable_below_percent",
             ),
+            ("[policy]\ncost_profile = \"fast\"\n", "policy.cost_profile"),
+            ("[policy]\ncost_profile = \"\"\n", "policy.cost_profile"),
         ] {
             let e = load_str(text, "t").unwrap_err().to_string();
             assert!(e.contains(key), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_cost_profile_is_a_builtin_name_or_a_file_that_loads() {
+        for name in crate::logic::cost_profile::BUILTIN_NAMES {
+            let c = load_str(&format!("[policy]\ncost_profile = {name:?}\n"), "t").unwrap();
+            assert_eq!(c.policy.cost_profile, name);
+        }
+        let dir = std::env::temp_dir().join(format!("mergetune-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg_path = dir.join("m.toml");
+        // A path is checked when the file is loaded: missing, then valid.
+        let prof = dir.join("mine.toml");
+        let text = format!(
+            "[policy]\ncost_profile = {:?}\n",
+            prof.display().to_string()
+        );
+        std::fs::write(&cfg_path, &text).unwrap();
+        let e = load_file(&cfg_path).unwrap_err().to_string();
+        assert!(
+            e.contains("policy.cost_profile") && e.contains("mine.toml"),
+            "{e}"
+        );
+        std::fs::write(&prof, crate::logic::cost_profile::LKML_2008).unwrap();
+        assert!(load_file(&cfg_path).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -35,6 +35,41 @@ pub fn builtin(name: &str) -> Option<CostProfile> {
 /// Names accepted by [`builtin`].
 pub const BUILTIN_NAMES: [&str; 2] = [MEASURED_NAME, LKML_2008_NAME];
 
+/// Whether a profile reference (`[policy] cost_profile`) names a file rather than a
+/// built-in profile: it contains a `/` or ends in `.toml`.
+pub fn is_path(spec: &str) -> bool {
+    spec.contains('/') || spec.ends_with(".toml")
+}
+
+/// A built-in profile by name, or a profile file (a path, see [`is_path`]). Reading the
+/// file is the only I/O of this module.
+pub fn resolve(spec: &str) -> Result<CostProfile, ProfileError> {
+    if let Some(p) = builtin(spec) {
+        return Ok(p);
+    }
+    if !is_path(spec) {
+        return Err(bad(
+            "name",
+            format!(
+                "{spec:?} is neither a built-in profile ({}) nor a path",
+                BUILTIN_NAMES.join(", ")
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(spec).map_err(|e| ProfileError::Read {
+        path: spec.into(),
+        message: e.to_string(),
+    })?;
+    CostProfile::from_toml_str(&text).map_err(|e| match e {
+        ProfileError::Parse(m) => ProfileError::Parse(format!("{spec}: {m}")),
+        ProfileError::Invalid { key, reason } => ProfileError::Invalid {
+            key,
+            reason: format!("{reason} (in {spec})"),
+        },
+        other => other,
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Scheduler {
     #[serde(rename = "none")]
@@ -308,6 +343,11 @@ pub struct CostProfile {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProfileError {
+    #[error("cost profile {path}: {message}")]
+    Read {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("cost profile: {0}")]
     Parse(String),
     #[error("cost profile: key `{key}`: {reason}")]

@@ -82,6 +82,9 @@ pub enum DecisionKind {
     Trial,
     TrialSucceeded,
     TrialFailed,
+    /// Ladder: merging finds nothing, but no level below saves measurably on this kernel
+    /// (the cost profile): the device stays, nothing is written.
+    NotWorthIt,
     /// Slices: one step favouring starving reads.
     FavourReads,
     /// Slices: a step undone because it did not pay.
@@ -95,7 +98,7 @@ pub enum DecisionKind {
 }
 
 impl DecisionKind {
-    pub const ALL: [DecisionKind; 14] = [
+    pub const ALL: [DecisionKind; 15] = [
         DecisionKind::StepDown,
         DecisionKind::Disable,
         DecisionKind::Enable,
@@ -105,6 +108,7 @@ impl DecisionKind {
         DecisionKind::Trial,
         DecisionKind::TrialSucceeded,
         DecisionKind::TrialFailed,
+        DecisionKind::NotWorthIt,
         DecisionKind::FavourReads,
         DecisionKind::Undo,
         DecisionKind::Relax,
@@ -123,6 +127,7 @@ impl DecisionKind {
             DecisionKind::Trial => "trial",
             DecisionKind::TrialSucceeded => "trial_succeeded",
             DecisionKind::TrialFailed => "trial_failed",
+            DecisionKind::NotWorthIt => "not_worth_it",
             DecisionKind::FavourReads => "favour_reads",
             DecisionKind::Undo => "undo",
             DecisionKind::Relax => "relax",

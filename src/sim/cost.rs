@@ -235,9 +235,8 @@ impl Pricing {
 }
 
 /// What a scenario is priced in: its own currency (`primary`: its `[cost]` table, else the
-/// profile it names, else the 2008 one until the policy reads the measured profile) and the
-/// other shipped profile (`second`), so
-/// that a comparison can report both.
+/// profile it names, else the one measured on this kernel) and the other shipped profile
+/// (`second`), so that a comparison can report both.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Costs {
     pub primary: Pricing,
@@ -246,7 +245,7 @@ pub struct Costs {
 
 impl Costs {
     pub fn for_scenario(profile: Option<&str>, table: Option<CostModel>) -> Costs {
-        let name = profile.unwrap_or(cost_profile::LKML_2008_NAME);
+        let name = profile.unwrap_or(cost_profile::MEASURED_NAME);
         let other = if name == cost_profile::MEASURED_NAME {
             cost_profile::LKML_2008_NAME
         } else {

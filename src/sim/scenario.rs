@@ -281,6 +281,27 @@ pub fn iosched_keys(scheduler: &str) -> &'static [&'static str] {
 }
 
 impl Scenario {
+    /// The cost profile that prices this scenario: the one it names, else the profile
+    /// measured on this project's kernel.
+    pub fn cost_profile_name(&self) -> &str {
+        self.cost_profile
+            .as_deref()
+            .unwrap_or(crate::logic::cost_profile::MEASURED_NAME)
+    }
+
+    /// The daemon's config for a run of this scenario: `cfg` with `[policy] cost_profile`
+    /// set to the scenario's profile. The simulated kernel costs what that profile says,
+    /// and a daemon is told the profile of its kernel, as an operator configures the one
+    /// `mergetune calibrate` measured on theirs.
+    pub fn daemon_config(
+        &self,
+        cfg: &crate::logic::config::Config,
+    ) -> crate::logic::config::Config {
+        let mut c = cfg.clone();
+        c.policy.cost_profile = self.cost_profile_name().to_string();
+        c
+    }
+
     /// The embedded default scenario.
     pub fn default_scenario() -> Scenario {
         // The embedded file is tested; failing here would be a build defect.

@@ -10,7 +10,7 @@ use crate::kernel::blockfs::{BlockFs, FsError};
 use crate::kernel::devices::{DeviceInfo, classify, describe, read_device};
 use crate::kernel::tunable::Tunable;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
-use crate::logic::policy::{Caps, PolicyState};
+use crate::logic::policy::{Caps, PolicyState, Worth};
 use crate::logic::sampler::WindowAcc;
 use tracing::{info, warn};
 
@@ -91,7 +91,11 @@ impl Daemon {
                         info.scheduler.as_deref(),
                         info.has_front_merges
                             && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
-                    );
+                    )
+                    .priced(Worth::from_profile(
+                        &self.profile,
+                        info.scheduler.as_deref(),
+                    ));
                     if caps != dev.caps && dev.management.is_managed() {
                         info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
                         // A lost rung (say front_merges after a scheduler switch) is
@@ -114,7 +118,10 @@ impl Daemon {
                     self.devices.insert(
                         name.clone(),
                         DeviceRuntime {
-                            caps: caps_of(&info),
+                            caps: caps_of(&info).priced(Worth::from_profile(
+                                &self.profile,
+                                info.scheduler.as_deref(),
+                            )),
                             info,
                             management: m,
                             policy: PolicyState::new(now_ms, &self.cfg.policy),

@@ -21,6 +21,7 @@ use crate::kernel::devices::active_scheduler;
 use crate::kernel::diskstats::parse_diskstats;
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
+use crate::logic::decision::Level;
 use crate::logic::decision::{Applied, Change, DecisionKind};
 use crate::logic::policy::{Caps, tunables};
 use crate::logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
@@ -192,7 +193,9 @@ impl Controller for LevelSchedule {
                 continue;
             }
             let from = self.applied.get(dev).copied().unwrap_or(0);
-            for (t, value) in tunables(level, *caps) {
+            // The schedule keeps indices 0..=3; the policy's ladder is typed.
+            let typed = Level::from_index(level).unwrap_or(Level::TOP);
+            for (t, value) in tunables(typed, *caps) {
                 let cur = fs.read_tunable(dev, t).unwrap_or_default();
                 if cur != value && fs.write_tunable(dev, t, value).is_ok() {
                     out.push(Decision {

@@ -55,6 +55,8 @@ pub fn compare_with_progress(
     cfg: &Config,
     progress: &mut ProgressFn<'_>,
 ) -> Result<ScenarioComparison, SimError> {
+    // The daemon reads the scenario's cost profile, the one the oracle is chosen in.
+    let cfg = &sc.daemon_config(cfg);
     let interval_ms = cfg.daemon.interval_ms;
     let (profile, second_profile) = {
         let sim = Simulation::new(sc)?;

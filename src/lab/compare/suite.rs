@@ -34,6 +34,10 @@ pub const SUITE: &[(&str, &str)] = &[
         "readers_vs_writer",
         include_str!("../../../config/scenarios/compare/readers_vs_writer.toml"),
     ),
+    (
+        "same_signature",
+        include_str!("../../../config/scenarios/compare/same_signature.toml"),
+    ),
 ];
 
 /// The suite's scenarios, each phase's duration scaled by `scale` (1.0: as shipped; the
