@@ -53,6 +53,8 @@ pub struct DeviceRuntime {
     pub retry_after_ms: u64,
     /// The last warning about an unreadable tunable, to repeat it rarely.
     pub read_warned_ms: Option<u64>,
+    /// sense: the bio tap's duty cycle and samples at L3 (src/daemon/sense.rs).
+    pub sense: crate::daemon::sense::DeviceSense,
 }
 
 /// Counters for the operator (exported as metrics by the metrics layer).
@@ -225,6 +227,7 @@ impl Daemon {
             .cloned()
             .collect();
         for name in gone {
+            let _ = fs.tap_close(&name); // sense: a removed device's tap goes with it
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
             self.devices.remove(&name);
             self.pending.remove(&name);
@@ -310,6 +313,7 @@ impl Daemon {
                             last_decision: None,
                             retry_after_ms: 0,
                             read_warned_ms: None,
+                            sense: Default::default(), // sense
                         },
                     );
                 }
@@ -419,6 +423,12 @@ impl Daemon {
                 decisions.push(d);
             }
         }
+        // sense: a device that is no longer managed keeps no tap open.
+        for (name, dev) in self.devices.iter_mut() {
+            if !dev.management.is_managed() {
+                dev.sense.stop(name, fs);
+            }
+        }
         self.counters.decisions += decisions.len() as u64;
         decisions
     }
@@ -450,15 +460,23 @@ impl Daemon {
         } else {
             WindowClose::fixed(window_ms, self.slack_ms)
         };
-        let window = self
+        // sense: the tap's duty cycle at L3; its sample rides on the next window to close.
+        let at_l3 = dev.policy.level == crate::logic::policy::TOP_LEVEL;
+        dev.sense.tick(name, now_ms, at_l3, &self.cfg.sense, fs);
+        let mut window = self
             .pending
             .get(name)
             .and_then(|c| dev.window.push(c, now_ms, &close));
+        if let Some(w) = window.as_mut() {
+            w.sensed = dev.sense.take_sample(); // sense
+        }
+        let mut caps = dev.caps; // sense: L3 is watched where the tap works
+        caps.sense_at_l3 = dev.sense.usable(&self.cfg.sense);
         if window.is_some() {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
         }
-        let ev = decide(&dev.policy, window.as_ref(), dev.caps, &pcfg, now_ms);
+        let ev = decide(&dev.policy, window.as_ref(), caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             dev.policy = ev.state;

@@ -7,6 +7,7 @@ pub mod actuator;
 pub mod adaptive;
 pub mod controller;
 pub mod record;
+pub mod sense;
 pub mod state;
 
 pub use adaptive::{Daemon, DaemonCounters};

@@ -37,6 +37,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub slices: SlicesConfig,
     pub metrics: MetricsConfig,
+    /// The bio tap that keeps L3 from being blind (src/logic/sense.rs).
+    pub sense: crate::logic::sense::SenseConfig,
 }
 
 /// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
@@ -334,6 +336,7 @@ impl Config {
         if let Err(e) = self.metrics.validate(origin) {
             errs.push(e);
         }
+        errs.extend(self.sense.validate(origin));
         let sl = &self.slices;
         if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
             errs.push(invalid(

@@ -611,6 +611,8 @@ pub struct Simulation {
     halted: Option<SimError>,
     name: String,
     seed: u64,
+    /// sense: the bio taps (src/sim/tap.rs), fed from `submit_bio` like block_bio_queue.
+    pub(crate) taps: super::tap::Taps,
 }
 
 fn us(v: f64) -> u64 {
@@ -925,6 +927,7 @@ impl Simulation {
             halted: None,
             name: sc.name.clone(),
             seed: sc.seed,
+            taps: Default::default(), // sense: the bio taps
         };
         for d in 0..sim.devs.len() {
             if !sim.devs[d].kind.is_dm() {
@@ -1326,6 +1329,10 @@ impl Simulation {
 
     fn submit_bio(&mut self, b: u32, j: usize) {
         let d = self.bios[b as usize].dev as usize;
+        // sense: every bio entering a device is what the kernel's block_bio_queue reports.
+        let x = &self.bios[b as usize];
+        self.taps
+            .record(d, self.now_ns, x.dir, x.sector, x.nr_sectors);
         if matches!(self.devs[d].media, Media::Dm { .. }) {
             self.dm_submit(b, j);
         } else {
