@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 
 /// Runs fio with `args` while the tap of `dev` is open, draining it every 50 ms; returns
 /// what the tap counted and the stat delta.
-fn tapped(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> (Sensed, kernel::StatDelta, u64) {
+fn tapped(
+    fs: &mut RealFs,
+    dev: &kernel::LoopDevice,
+    args: &[String],
+) -> (Sensed, kernel::StatDelta, u64) {
     let before = dev.stat();
     fs.tap_open(dev.name(), &TapParams { buffer_kb: 512 })
         .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
@@ -33,21 +37,31 @@ fn tapped(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> (Sensed
     loop {
         let done = child.try_wait().expect("wait fio").is_some();
         buf.clear();
-        let d = fs.tap_drain(dev.name(), &mut buf, 1_000_000).expect("drain");
+        let d = fs
+            .tap_drain(dev.name(), &mut buf, 1_000_000)
+            .expect("drain");
         lost += d.lost + d.dropped;
         acc.extend(&buf);
         if done {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "fio ran over 2 min");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "fio ran over 2 min"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let status = child.wait().unwrap();
-    assert!(status.success(), "{} failed", kernel::fio_command_line(args));
+    assert!(
+        status.success(),
+        "{} failed",
+        kernel::fio_command_line(args)
+    );
     // The last events can still be on their way into the ring buffer.
     std::thread::sleep(Duration::from_millis(100));
     buf.clear();
-    fs.tap_drain(dev.name(), &mut buf, 1_000_000).expect("drain");
+    fs.tap_drain(dev.name(), &mut buf, 1_000_000)
+        .expect("drain");
     acc.extend(&buf);
     fs.tap_close(dev.name()).expect("close");
     let ms = start.elapsed().as_millis() as u64;
@@ -112,7 +126,8 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(64);
     let mut fs = RealFs::new("/sys", "/proc");
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 }).unwrap();
+    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 })
+        .unwrap();
     assert_eq!(our_instances().len(), 1);
     drop(fs);
     assert!(our_instances().is_empty(), "left: {:?}", our_instances());
@@ -124,7 +139,8 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
         .join(format!("{SENSE_INSTANCE_PREFIX}{dead}-7_0"));
     std::fs::create_dir(&stale).unwrap();
     let mut fs = RealFs::new("/sys", "/proc");
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 }).unwrap();
+    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 })
+        .unwrap();
     let gone = !stale.exists();
     if !gone {
         let _ = std::fs::remove_dir(&stale);

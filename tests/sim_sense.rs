@@ -109,9 +109,16 @@ fn the_tap_tells_random_from_sequential_at_l3_within_one_duty_cycle() {
         .filter(|(t, _, _)| *t < SWITCH_MS)
         .filter_map(|(_, _, s)| *s)
         .collect();
-    assert!(before.len() >= 5, "{} samples at L3 before the switch", before.len());
+    assert!(
+        before.len() >= 5,
+        "{} samples at L3 before the switch",
+        before.len()
+    );
     for s in &before {
-        assert!(contiguous_percent(s) < 2.0, "random writes look contiguous: {s:?}");
+        assert!(
+            contiguous_percent(s) < 2.0,
+            "random writes look contiguous: {s:?}"
+        );
         // 250 ms at 5000 bios/s.
         assert!((1000..=1500).contains(&s.bios), "{s:?}");
         assert!((250..=350).contains(&s.sampled_ms), "{s:?}");
@@ -122,7 +129,15 @@ fn the_tap_tells_random_from_sequential_at_l3_within_one_duty_cycle() {
         .iter()
         .filter(|(t, level, _)| *t >= SWITCH_MS && *level == 3)
         .find_map(|(t, _, s)| s.filter(|s| contiguous_percent(s) >= 90.0).map(|s| (*t, s)))
-        .unwrap_or_else(|| panic!("no sample saw the sequential writes: {:?}", run.ticks.iter().filter(|(t, _, s)| *t >= SWITCH_MS && s.is_some()).collect::<Vec<_>>()));
+        .unwrap_or_else(|| {
+            panic!(
+                "no sample saw the sequential writes: {:?}",
+                run.ticks
+                    .iter()
+                    .filter(|(t, _, s)| *t >= SWITCH_MS && s.is_some())
+                    .collect::<Vec<_>>()
+            )
+        });
     assert!(
         seen_at <= SWITCH_MS + 2500,
         "seen {} ms after the switch: {s:?}",

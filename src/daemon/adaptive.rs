@@ -462,7 +462,9 @@ impl Daemon {
         };
         // sense: the tap's duty cycle at L3; its sample rides on the next window to close.
         let at_l3 = dev.policy.level == crate::logic::policy::TOP_LEVEL;
-        dev.sense.tick(name, now_ms, at_l3, &self.cfg.sense, fs);
+        let mergeable = pcfg.enable_above_percent;
+        dev.sense
+            .tick(name, now_ms, at_l3, &self.cfg.sense, mergeable, fs);
         let mut window = self
             .pending
             .get(name)

@@ -15,8 +15,8 @@
 use crate::kernel::biosense::{QueuedBio, TapError, TapParams};
 use crate::kernel::blockfs::BlockFs;
 use crate::logic::sampler::Sensed;
-use crate::logic::sense::{Contiguity, SenseConfig};
-use tracing::{info, warn};
+use crate::logic::sense::{Contiguity, SenseConfig, contiguous_percent};
+use tracing::{debug, info, warn};
 
 /// What the tap of a device should do at this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,13 +178,15 @@ impl DeviceSense {
     }
 
     /// One tick: checks availability when due, then opens, drains or closes the tap as the
-    /// duty cycle says.
+    /// duty cycle says. `mergeable_percent` (the policy's `enable_above_percent`) only
+    /// chooses what is logged: a sample crossing it, either way, is told at info level.
     pub fn tick(
         &mut self,
         dev: &str,
         now_ms: u64,
         at_l3: bool,
         cfg: &SenseConfig,
+        mergeable_percent: f64,
         fs: &mut dyn BlockFs,
     ) {
         if !cfg.enabled {
@@ -247,6 +249,14 @@ impl DeviceSense {
                     return;
                 }
                 let s = self.acc.sensed(sampled_ms);
+                let high = |x: &Sensed| contiguous_percent(x) >= mergeable_percent;
+                let pct = contiguous_percent(&s);
+                if s.bios >= cfg.min_sample_bios && self.last.is_none_or(|l| high(&l) != high(&s)) {
+                    info!(device = %dev, "{dev}: at L3 the bio tap saw {pct:.1}% contiguous bios ({} of {} in {sampled_ms} ms, {} lost): {}", s.contiguous, s.bios, self.lost,
+                        if high(&s) { "mergeable I/O" } else { "nothing to merge" });
+                } else {
+                    debug!(device = %dev, "{dev}: bio tap sample: {pct:.1}% contiguous ({} of {} in {sampled_ms} ms, {} lost)", s.contiguous, s.bios, self.lost);
+                }
                 self.samples += 1;
                 self.last = Some(s);
                 self.pending = (s.bios >= cfg.min_sample_bios).then_some(s);
