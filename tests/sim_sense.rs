@@ -200,3 +200,18 @@ fn merging_is_back_within_a_few_seconds_of_the_same_signature_switch() {
     );
     assert_eq!(run.ticks.last().unwrap().1, 0, "{:#?}", run.decisions);
 }
+
+#[test]
+fn a_bad_sense_key_is_named_and_a_high_duty_cycle_refused() {
+    let e = mergetune::logic::config::load_str("[sense]\nopen_ms = 1000\nevery_ms = 2000\n", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sense.every_ms") && e.contains("duty cycle"),
+        "{e}"
+    );
+    let e = mergetune::logic::config::load_str("[sense]\nrecent = 3\n", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("recent"), "{e}");
+}

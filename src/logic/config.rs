@@ -336,7 +336,9 @@ impl Config {
         if let Err(e) = self.metrics.validate(origin) {
             errs.push(e);
         }
-        errs.extend(self.sense.validate(origin));
+        for (key, reason) in self.sense.problems() {
+            errs.push(invalid(origin, &format!("sense.{key}"), reason));
+        }
         let sl = &self.slices;
         if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
             errs.push(invalid(

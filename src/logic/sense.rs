@@ -14,7 +14,6 @@
 
 use crate::kernel::biosense::QueuedBio;
 use crate::kernel::trace::Dir;
-use crate::logic::config::ConfigError;
 use crate::logic::sampler::Sensed;
 use serde::{Deserialize, Serialize};
 
@@ -162,16 +161,11 @@ impl SenseConfig {
         self.open_ms as f64 / self.every_ms.max(1) as f64
     }
 
-    /// Every problem with the `[sense]` keys, each naming its key.
-    pub fn validate(&self, origin: &str) -> Vec<ConfigError> {
+    /// Every problem with the `[sense]` keys, as (key under `sense.`, reason); the config's
+    /// `validate()` turns them into errors naming `sense.KEY`.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut errs = Vec::new();
-        let mut bad = |key: &str, reason: String| {
-            errs.push(ConfigError::Invalid {
-                origin: origin.to_string(),
-                key: format!("sense.{key}"),
-                reason,
-            })
-        };
+        let mut bad = |key: &'static str, reason: String| errs.push((key, reason));
         if !(10..=60_000).contains(&self.open_ms) {
             bad("open_ms", format!("{} is outside 10..=60000", self.open_ms));
         }
@@ -312,15 +306,15 @@ mod tests {
 
     #[test]
     fn the_default_config_is_valid_and_a_high_duty_cycle_is_refused() {
-        assert!(SenseConfig::default().validate("t").is_empty());
+        assert!(SenseConfig::default().problems().is_empty());
         let c = SenseConfig {
             open_ms: 1000,
             every_ms: 2000,
             ..Default::default()
         };
-        let e = c.validate("t");
-        assert_eq!(e.len(), 1);
-        assert!(e[0].to_string().contains("sense.every_ms"), "{}", e[0]);
-        assert!(e[0].to_string().contains("duty cycle of 50%"), "{}", e[0]);
+        let e = c.problems();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].0, "every_ms");
+        assert!(e[0].1.contains("duty cycle of 50%"), "{}", e[0].1);
     }
 }
