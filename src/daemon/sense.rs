@@ -315,16 +315,16 @@ mod tests {
     fn at_l3_the_tap_opens_at_once_for_open_ms_every_every_ms() {
         let (opens, closes) = run(50, 10_000);
         assert_eq!(opens, vec![0, 2000, 4000, 6000, 8000, 10_000]);
-        assert_eq!(closes[0], (250, 250));
-        assert!(closes.iter().all(|&(_, ms)| ms == 250));
+        assert_eq!(closes[0], (100, 100));
+        assert!(closes.iter().all(|&(_, ms)| ms == 100));
     }
 
     #[test]
     fn late_closing_ticks_keep_the_duty_cycle() {
         // Ticking every second, each sample lasts a whole second: the tap then stays shut
-        // seven seconds, so it is open an eighth of the time as configured.
+        // 19 seconds, so it is open a twentieth of the time as configured.
         let (opens, closes) = run(1000, 40_000);
-        assert_eq!(opens, vec![0, 8000, 16_000, 24_000, 32_000, 40_000]);
+        assert_eq!(opens, vec![0, 20_000, 40_000]);
         assert!(closes.iter().all(|&(_, ms)| ms == 1000));
     }
 
@@ -333,8 +333,8 @@ mod tests {
         let mut d = DutyCycle::default();
         assert_eq!(d.step(0, false, &cfg()), TapStep::Idle);
         assert_eq!(d.step(100, true, &cfg()), TapStep::Open);
-        assert_eq!(d.step(200, true, &cfg()), TapStep::Drain);
-        assert_eq!(d.step(300, false, &cfg()), TapStep::Abort);
+        assert_eq!(d.step(150, true, &cfg()), TapStep::Drain);
+        assert_eq!(d.step(180, false, &cfg()), TapStep::Abort);
         assert!(!d.is_open());
         assert_eq!(d.step(400, false, &cfg()), TapStep::Idle);
         // Back at L3: the aborted sample does not delay the next one.

@@ -256,7 +256,9 @@ impl BioTap {
         };
         let mut kept = 0usize;
         let mut total = 0usize;
-        while total < MAX_DRAIN_BYTES {
+        // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
+        // it is most of the tap's cost, and the unread rest goes with the instance.
+        while total < MAX_DRAIN_BYTES && kept < max {
             let n = match pipe.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => n,

@@ -122,7 +122,9 @@ pub struct SenseConfig {
     pub recent_bios: usize,
     /// A sample with fewer bios says nothing (it is not given to the policy).
     pub min_sample_bios: u64,
-    /// The most bios one sample takes; the rest are dropped (memory stays bounded).
+    /// The most bios one sample takes; the rest are left unread in the kernel's buffer and
+    /// dropped with it (memory and the reader's CPU stay bounded: reading and parsing a bio
+    /// costs about 3 us, docs/evaluation.md "Sensing overhead").
     pub max_sample_bios: usize,
     /// The tap's kernel ring buffer per CPU, in KiB (tracefs `buffer_size_kb`).
     pub buffer_kb: u64,
@@ -130,11 +132,11 @@ pub struct SenseConfig {
     pub retry_after_secs: u64,
 }
 
-pub const DEFAULT_SENSE_OPEN_MS: u64 = 250;
+pub const DEFAULT_SENSE_OPEN_MS: u64 = 100;
 pub const DEFAULT_SENSE_EVERY_MS: u64 = 2000;
 pub const DEFAULT_SENSE_RECENT_BIOS: usize = 16;
 pub const DEFAULT_SENSE_MIN_SAMPLE_BIOS: u64 = 64;
-pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 200_000;
+pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 4096;
 pub const DEFAULT_SENSE_BUFFER_KB: u64 = 512;
 pub const DEFAULT_SENSE_RETRY_AFTER_SECS: u64 = 600;
 /// The highest duty cycle `[sense]` accepts: open at most a quarter of the time.
