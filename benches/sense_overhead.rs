@@ -6,7 +6,7 @@
 //! device at nomerges=2 for the whole run. Meanwhile this process runs the daemon's own
 //! sensing code ([`DeviceSense::tick`] over [`RealFs`], every 100 ms like the L3 watch) in
 //! segments of SEGMENT_MS, one mode per segment, the modes of a repetition in a rotated
-//! order: `off` (the tap never opens), `duty` (the default `[sense]`: 100 ms every 2 s, at most 4096 bios read per sample) and
+//! order: `off` (the tap never opens), `duty` (the default `[sense]`: 100 ms every 2 s, at most 512 bios read per sample) and
 //! `open` (the tap open the whole segment: the cost per bio while tapping, with more
 //! signal). CPU = the on-CPU time (schedstat, ns) of every fio thread (where the tracepoint,
 //! its filter and the ring-buffer write run, in the submitter's context) plus every thread
@@ -45,6 +45,20 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// User and system CPU ticks of this process (/proc/self/stat fields 14 and 15).
+fn own_ticks() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (
+        f.get(11).copied().unwrap_or(0),
+        f.get(12).copied().unwrap_or(0),
+    )
 }
 
 /// On-CPU ns of every thread of `pid` (schedstat's first field).
@@ -99,6 +113,9 @@ struct Segment {
     own_ns: u64,
     wall_ms: u64,
     samples: u64,
+    /// This process's user and system CPU ticks (10 ms) in the segment.
+    own_user_ticks: u64,
+    own_sys_ticks: u64,
 }
 
 impl Segment {
@@ -123,6 +140,7 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
     let mut sense = DeviceSense::default();
     let before = dev.stat();
     let (f0, o0) = cpu_ns(fio);
+    let (u0, s0) = own_ticks();
     let start = Instant::now();
     let mut now_ms = 0;
     while now_ms < SEGMENT_MS {
@@ -136,6 +154,7 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
     sense.stop(dev.name(), fs);
     let wall_ms = start.elapsed().as_millis() as u64;
     let (f1, o1) = cpu_ns(fio);
+    let (u1, s1) = own_ticks();
     let d = dev.stat().delta(&before);
     assert!(
         !matches!(
@@ -152,6 +171,8 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
         own_ns: o1 - o0,
         wall_ms,
         samples: sense.samples,
+        own_user_ticks: u1 - u0,
+        own_sys_ticks: s1 - s0,
     }
 }
 
@@ -211,13 +232,15 @@ fn main() {
             let mode = MODES[(r + k) % 3];
             let s = segment(mode, &dev, &mut fs, fio_pid);
             println!(
-                "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU: {:.0} ns/bio, {:.1} ms CPU/s",
+                "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU (user {} sys {} ticks): {:.0} ns/bio, {:.1} ms CPU/s",
                 s.mode,
                 s.bios,
                 s.wall_ms,
                 s.samples,
                 s.fio_ns as f64 / 1e6,
                 s.own_ns as f64 / 1e6,
+                s.own_user_ticks,
+                s.own_sys_ticks,
                 s.ns_per_bio(),
                 s.cpu_ms_per_s()
             );

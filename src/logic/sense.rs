@@ -136,8 +136,8 @@ pub const DEFAULT_SENSE_OPEN_MS: u64 = 100;
 pub const DEFAULT_SENSE_EVERY_MS: u64 = 2000;
 pub const DEFAULT_SENSE_RECENT_BIOS: usize = 16;
 pub const DEFAULT_SENSE_MIN_SAMPLE_BIOS: u64 = 64;
-pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 4096;
-pub const DEFAULT_SENSE_BUFFER_KB: u64 = 512;
+pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 512;
+pub const DEFAULT_SENSE_BUFFER_KB: u64 = 64;
 pub const DEFAULT_SENSE_RETRY_AFTER_SECS: u64 = 600;
 /// The highest duty cycle `[sense]` accepts: open at most a quarter of the time.
 pub const MAX_SENSE_DUTY: f64 = 0.25;
