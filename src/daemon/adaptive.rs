@@ -59,6 +59,8 @@ pub struct DeviceRuntime {
     pub retry_after_ms: u64,
     /// The last warning about an unreadable tunable, to repeat it rarely.
     pub read_warned_ms: Option<u64>,
+    /// sense: the bio tap's duty cycle and samples at L3 (src/daemon/sense.rs).
+    pub sense: crate::daemon::sense::DeviceSense,
 }
 
 pub struct Daemon {
@@ -261,6 +263,12 @@ impl Daemon {
                 decisions.push(d);
             }
         }
+        // sense: a device that is no longer managed keeps no tap open.
+        for (name, dev) in self.devices.iter_mut() {
+            if !dev.management.is_managed() {
+                dev.sense.stop(name, fs);
+            }
+        }
         self.counters.decisions += decisions.len() as u64;
         decisions
     }
@@ -292,10 +300,20 @@ impl Daemon {
         } else {
             WindowClose::fixed(window_ms, self.slack_ms)
         };
-        let window = self
+        // sense: the tap's duty cycle at L3; its sample rides on the next window to close.
+        let at_l3 = dev.policy.level == crate::logic::policy::TOP_LEVEL;
+        let mergeable = pcfg.enable_above_percent;
+        dev.sense
+            .tick(name, now_ms, at_l3, &self.cfg.sense, mergeable, fs);
+        let mut window = self
             .pending
             .get(name)
             .and_then(|c| dev.window.push(c, now_ms, &close));
+        if let Some(w) = window.as_mut() {
+            w.sensed = dev.sense.take_sample(); // sense
+        }
+        let mut caps = dev.caps; // sense: L3 is watched where the tap works
+        caps.sense_at_l3 = dev.sense.usable(&self.cfg.sense);
         if window.is_some() {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
@@ -314,11 +332,11 @@ impl Daemon {
             let would = dev.policy.nomerges(&pcfg);
             let caps = Caps {
                 sense_at_l3: true,
-                ..dev.caps
+                ..caps
             };
             (window.map(|w| as_counted_at(&w, real, would)), caps)
         } else {
-            (window, dev.caps)
+            (window, caps)
         };
         let ev = decide(&dev.policy, window.as_ref(), caps, &pcfg, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {

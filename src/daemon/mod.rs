@@ -9,6 +9,7 @@ pub mod adaptive;
 pub mod controller;
 pub mod dryrun;
 pub mod record;
+pub mod sense;
 pub mod snapshot;
 pub mod state;
 

@@ -8,6 +8,7 @@
 //! difference. Values are exchanged as the kernel prints them (`"0"`, `"none [mq-deadline]"`),
 //! which keeps every parser in one place and exercised by both worlds.
 
+use crate::kernel::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
 use crate::kernel::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,43 @@ pub trait BlockFs {
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError>;
     /// Whether `/sys/block/<dev>/<rel>` exists.
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
+
+    // The bio tap (src/kernel/biosense.rs): a sample of the bios queued on a device, the
+    // only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the
+    // in-memory kernels of tests) keeps these defaults: "unsupported", and the policy then
+    // knows that L3 is blind there.
+
+    /// Whether a tap could be opened on `dev` (creates nothing).
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        Err(TapError::Unsupported {
+            path: dev.to_string(),
+        })
+    }
+    /// Starts recording the bios queued on `dev` (a reopen starts afresh).
+    fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
+        let _ = params;
+        Err(TapError::Unsupported {
+            path: dev.to_string(),
+        })
+    }
+    /// Appends the bios queued on `dev` since the open or the last drain to `out`, at most
+    /// `max`; never blocks.
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        let _ = (out, max);
+        Err(TapError::Unsupported {
+            path: dev.to_string(),
+        })
+    }
+    /// Stops recording on `dev` and frees what the tap held (a closed tap: nothing to do).
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        let _ = dev;
+        Ok(())
+    }
 }
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
@@ -94,6 +132,8 @@ pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
 pub struct RealFs {
     sysfs_root: PathBuf,
     procfs_root: PathBuf,
+    /// The open bio taps (tracefs instances), removed when closed or when this is dropped.
+    taps: RealTaps,
 }
 
 impl RealFs {
@@ -101,7 +141,25 @@ impl RealFs {
         RealFs {
             sysfs_root: sysfs_root.into(),
             procfs_root: procfs_root.into(),
+            taps: RealTaps::default(),
         }
+    }
+
+    /// Where tracefs is expected: `<sysfs_root>/kernel/tracing`.
+    pub fn tracefs_dir(&self) -> PathBuf {
+        self.sysfs_root
+            .join(crate::kernel::biosense::TRACEFS_IN_SYSFS)
+    }
+
+    fn dev_number(&mut self, dev: &str) -> Result<(u32, u32), TapError> {
+        let text = self.read_attr(dev, "dev").map_err(|e| TapError::Io {
+            path: e.path().to_string(),
+            message: e.to_string(),
+        })?;
+        crate::kernel::biosense::parse_dev_number(&text).ok_or_else(|| TapError::Io {
+            path: self.dev_path(dev, "dev").display().to_string(),
+            message: format!("unexpected content {text:?}"),
+        })
     }
 
     fn dev_path(&self, dev: &str, rel: &str) -> PathBuf {
@@ -233,5 +291,30 @@ impl BlockFs for RealFs {
 
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
         valid_dev_name(dev) && self.dev_path(dev, rel).exists()
+    }
+
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        self.dev_number(dev)?;
+        crate::kernel::biosense::check_available(&self.tracefs_dir())
+    }
+
+    fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
+        let number = self.dev_number(dev)?;
+        let tracefs = self.tracefs_dir();
+        self.taps
+            .open(&tracefs, &self.procfs_root, dev, number, params)
+    }
+
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        self.taps.drain(dev, out, max)
+    }
+
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        self.taps.close(dev)
     }
 }

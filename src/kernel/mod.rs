@@ -3,6 +3,7 @@
 //! reaches the kernel through [`blockfs::BlockFs`], so the real machine, a fake tree and the
 //! simulator are interchangeable.
 
+pub mod biosense;
 pub mod blockfs;
 pub mod devices;
 pub mod diskstats;

@@ -37,6 +37,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     pub slices: SlicesConfig,
     pub metrics: MetricsConfig,
+    /// The bio tap that keeps L3 from being blind (src/logic/sense.rs).
+    pub sense: crate::logic::sense::SenseConfig,
 }
 
 /// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
@@ -355,6 +357,9 @@ impl Config {
         }
         if let Err(e) = self.metrics.validate(origin) {
             errs.push(e);
+        }
+        for (key, reason) in self.sense.problems() {
+            errs.push(invalid(origin, &format!("sense.{key}"), reason));
         }
         let sl = &self.slices;
         if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {

@@ -7,4 +7,5 @@ pub mod cost_profile;
 pub mod decision;
 pub mod policy;
 pub mod sampler;
+pub mod sense;
 pub mod slices;

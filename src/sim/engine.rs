@@ -101,6 +101,8 @@ pub struct Simulation {
     halted: Option<SimError>,
     name: String,
     seed: u64,
+    /// sense: the bio taps (src/sim/tap.rs), fed from `submit_bio` like block_bio_queue.
+    pub(crate) taps: super::tap::Taps,
 }
 
 /// Microseconds (as scenarios give them) to integer nanoseconds.
@@ -158,6 +160,7 @@ impl Simulation {
             halted: None,
             name: sc.name.clone(),
             seed: sc.seed,
+            taps: Default::default(), // sense: the bio taps
         };
         sim.log_initial_nomerges();
         sim.schedule_phases();

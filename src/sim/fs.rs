@@ -4,6 +4,7 @@
 
 use super::engine::{SchedKind, Simulation};
 use super::scenario::{DeviceKind, SCHEDULERS, iosched_keys};
+use crate::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use crate::kernel::blockfs::{BlockFs, FsError};
 use crate::kernel::tunable::Tunable;
 
@@ -164,6 +165,15 @@ impl Simulation {
     }
 }
 
+impl Simulation {
+    fn tap_dev(&self, dev: &str) -> Result<usize, TapError> {
+        self.dev_index(dev).ok_or_else(|| TapError::Io {
+            path: path(dev, ""),
+            message: "no such device".into(),
+        })
+    }
+}
+
 impl BlockFs for Simulation {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let mut out = String::new();
@@ -245,5 +255,38 @@ impl BlockFs for Simulation {
             "dm" => dm,
             r => self.read_dev_attr(d, dev, r).is_ok(),
         }
+    }
+
+    // The bio tap: the engine records every bio submitted to a tapped device
+    // (src/sim/tap.rs), as the kernel's block_bio_queue tracepoint does.
+
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        self.tap_dev(dev).map(|_| ())
+    }
+
+    fn tap_open(&mut self, dev: &str, _params: &TapParams) -> Result<(), TapError> {
+        let d = self.tap_dev(dev)?;
+        self.taps.open(d);
+        Ok(())
+    }
+
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        self.dev_index(dev)
+            .and_then(|d| self.taps.drain(d, out, max))
+            .ok_or_else(|| TapError::NotOpen {
+                path: path(dev, ""),
+            })
+    }
+
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        if let Some(d) = self.dev_index(dev) {
+            self.taps.close(d);
+        }
+        Ok(())
     }
 }

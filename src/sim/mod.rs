@@ -25,6 +25,7 @@ pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod scenario;
+pub mod tap;
 
 pub use crate::kernel::trace::{TraceBio, TraceError, parse_trace};
 pub use cost::CostModel;

@@ -46,6 +46,7 @@ impl Daemon {
             .cloned()
             .collect();
         for name in gone {
+            let _ = fs.tap_close(&name); // sense: a removed device's tap goes with it
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
             self.devices.remove(&name);
             self.pending.remove(&name);
@@ -138,6 +139,7 @@ impl Daemon {
                             last_decision: None,
                             retry_after_ms: 0,
                             read_warned_ms: None,
+                            sense: Default::default(), // sense
                         },
                     );
                 }

@@ -72,6 +72,10 @@ impl Simulation {
     /// dm pieces included: the place to observe what is submitted.
     pub(super) fn submit_bio(&mut self, b: u32, j: usize) {
         let d = self.bios[b as usize].dev as usize;
+        // sense: every bio entering a device is what the kernel's block_bio_queue reports.
+        let x = &self.bios[b as usize];
+        self.taps
+            .record(d, self.now_ns, x.dir, x.sector, x.nr_sectors);
         if self.devs[d].media.is_dm() {
             self.dm_submit(b, j);
         } else {
