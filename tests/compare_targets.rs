@@ -197,7 +197,6 @@ fn same_signature() {
 }
 
 #[test]
-#[ignore = "needs the bio tap (branch sense): without it the policy never rests at L3, so the watch has nothing to watch"]
 fn without_the_l3_watch_the_spikes_cost_throughput() {
     // What meets the target on short sequential spikes is the watch at L3: read the
     // counters once a second only, and each spike runs a whole second unmerged.

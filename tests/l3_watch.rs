@@ -76,7 +76,6 @@ fn lkml() -> Config {
 }
 
 #[test]
-#[ignore = "needs the bio tap (branch sense): without it the policy never rests at L3"]
 fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
     let (ticks, decisions) = drive(lkml());
     let disabled_at = decisions
@@ -114,7 +113,6 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
 }
 
 #[test]
-#[ignore = "needs the bio tap (branch sense): without it the policy never rests at L3"]
 fn the_watch_can_be_turned_off() {
     let mut cfg = lkml();
     cfg.policy.l3_watch_interval_ms = 0;

@@ -116,7 +116,6 @@ fn a_failed_state_save_means_no_write_and_nothing_lost() {
 }
 
 #[test]
-#[ignore = "needs L3, which needs a bio tap: this fake BlockFs has none (the sense branch adds the BlockFs tap methods); without it the policy stops at L2"]
 fn a_device_gone_for_a_while_and_back_at_mergetunes_value_is_still_restored() {
     let (_store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 6);

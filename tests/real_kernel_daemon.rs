@@ -341,6 +341,8 @@ exclude = ["vd*", "sd*", "hd*", "nvme*", "xvd*", "mmcblk*", "zram*", "ram*", "dm
 
 [policy]
 enabled = true
+# Priced in the 2008 figures, where L3 saves: the ladder has somewhere to go.
+cost_profile = "lkml-2008"
 window_ticks = 2
 min_window_bios = 200
 disable_below_percent = 1.0

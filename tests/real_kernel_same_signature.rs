@@ -7,7 +7,7 @@
 //! - `the_bio_tap_sees_the_switch_at_l3`: the daemon's tap reports mergeable I/O within
 //!   10 s of the switch (and nothing mergeable before it);
 //! - `merging_is_back_within_10_s_of_the_switch`: nomerges leaves 2 within 10 s. It needs
-//!   the policy's reaction to the tap's samples (another branch): ignored until merged.
+//!   the policy's reaction to the tap's samples.
 //!
 //! Gated by MERGETUNE_KERNEL_TESTS=1; the daemon (the built binary, config
 //! tests/fixtures/same_signature.toml) and fio are killed and the loop device detached
@@ -283,7 +283,6 @@ fn the_bio_tap_sees_the_switch_at_l3() {
 }
 
 #[test]
-#[ignore = "needs the policy's L3 sensing rule (branch policy): un-ignore at merge"]
 fn merging_is_back_within_10_s_of_the_switch() {
     let Some(out) = run_switch("real_kernel_same_signature_merging") else {
         return;

@@ -40,6 +40,7 @@ state_dir = "{state}"
 [devices]
 include = ["{name}"]
 [policy]
+cost_profile = "lkml-2008"
 window_ticks = 1
 min_window_bios = 50
 step_down_after_windows = 1

@@ -9,6 +9,10 @@
 #![allow(dead_code)]
 
 use mergetune::daemon::state::{SavedState, StateError, StateStore, parse_state};
+#[path = "faketap.rs"]
+mod faketap;
+
+use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune::kernel::blockfs::{BlockFs, FsError};
 use mergetune::kernel::tunable::Tunable;
 use std::cell::RefCell;
@@ -140,6 +144,34 @@ fn eio(path: String) -> FsError {
 }
 
 impl BlockFs for MemKernel {
+    // A bio tap that reports each load's mergeable share as queued, whatever nomerges is.
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        match self.devs.get(dev) {
+            Some(d) if d.present => Ok(()),
+            _ => Err(TapError::Unsupported {
+                path: dev.to_string(),
+            }),
+        }
+    }
+    fn tap_open(&mut self, dev: &str, _p: &TapParams) -> Result<(), TapError> {
+        self.tap_available(dev)
+    }
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        self.tap_available(dev)?;
+        let n = 128;
+        match self.devs[dev].load {
+            Load::Idle => {}
+            Load::Sequential => faketap::bios(out, n, n / 64 * 63, max),
+            Load::Random | Load::StarvingReads => faketap::bios(out, n, 0, max),
+        }
+        Ok(TapDrain::default())
+    }
+
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         if self.faults.diskstats_fails {
             return Err(eio("mem:/proc/diskstats".into()));
