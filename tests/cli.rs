@@ -79,7 +79,7 @@ impl Tree {
         std::fs::write(
             &path,
             format!(
-                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"{listen}\"\n",
+                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n# priced in the 2008 figures, so that the ladder has a step to show\ncost_profile = \"lkml-2008\"\n\n[metrics]\nlisten = \"{listen}\"\n",
                 self.p("state").display()
             ),
         )
@@ -485,4 +485,30 @@ fn no_color_turns_the_log_colours_off_on_a_terminal() {
     assert!(!plain.contains("\x1b[3"), "{plain:?}");
     // An empty NO_COLOR does not count (no-color.org).
     assert!(under_tty(Some("")).contains("\x1b[32m INFO"));
+}
+
+#[test]
+fn on_the_measured_profile_a_one_shot_dry_run_says_not_worth_it() {
+    // The shipped default: on this kernel no level saves measurably, so the look says so
+    // and would write nothing.
+    let t = Tree::new();
+    let cfg = t.p("measured.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"\"\n",
+            t.p("state").display()
+        ),
+    )
+    .unwrap();
+    let _traffic = Traffic::start(&t);
+    let mut c = bin();
+    c.args(["run", "--once", "--dry-run", "--config"]).arg(&cfg);
+    t.roots(&mut c);
+    let o = c.output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("[not_worth_it, dry-run]"), "{out}");
+    assert!(out.contains("not worth it on this kernel"), "{out}");
+    assert!(!out.contains("front_merges 1 -> 0"), "{out}");
 }
