@@ -27,7 +27,9 @@ CARGO   ?= cargo
 BIN     ?= target/release/mergetune
 PURGE   ?=
 
-DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md docs/fleet.md docs/design.md config/grafana/mergetune.json
+DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md docs/fleet.md docs/design.md \
+       docs/evaluation.md docs/testing.md docs/simulator.md docs/advise.md config/grafana/mergetune.json
+DOCIMG = docs/img/advise_mixed.svg docs/img/replay.svg docs/img/simulate_compare.svg docs/img/simulate_default.svg
 MIXIN = config/mixin/prometheus_alerts.yaml config/mixin/prometheus_rules.yaml
 
 .PHONY: all build install uninstall deb
@@ -58,6 +60,8 @@ install:
 	fi
 	install -m 0644 config/mergetune.toml "$(DESTDIR)$(DOCDIR)/mergetune.toml.example"
 	install -m 0644 $(DOCS) "$(DESTDIR)$(DOCDIR)/"
+	install -d -m 0755 "$(DESTDIR)$(DOCDIR)/img"
+	install -m 0644 $(DOCIMG) "$(DESTDIR)$(DOCDIR)/img/"
 	install -d -m 0755 "$(DESTDIR)$(DOCDIR)/mixin"
 	install -m 0644 $(MIXIN) "$(DESTDIR)$(DOCDIR)/mixin/"
 	@# Man pages and completions come from the binary's own clap definition, so they match

@@ -722,9 +722,10 @@ fn random_then_sequential(dev: &LoopDevice, dry_run: bool) -> (Vec<Logged>, Stri
         dry_run,
         &format!("{what}, sequential writes"),
         Duration::from_secs(40),
+        // Out of L3 by a probe or by the bio tap's sample (`enable`), then settled.
         |d| {
             d.iter()
-                .position(|x| x.kind == "probe")
+                .position(|x| x.kind == "probe" || x.kind == "enable")
                 .is_some_and(|p| d[p..].iter().any(|x| settled.contains(&x.kind.as_str())))
         },
     );

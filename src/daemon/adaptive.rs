@@ -330,11 +330,17 @@ impl Daemon {
                 .and_then(|v| v.trim().parse::<u8>().ok())
                 .unwrap_or(0);
             let would = dev.policy.nomerges(&pcfg);
+            // With a working tap the dry run sees what the live daemon would (its samples,
+            // on the same duty cycle); without one the counted merges stand in for it.
+            let tap_works = caps.sense_at_l3;
             let caps = Caps {
                 sense_at_l3: true,
                 ..caps
             };
-            (window.map(|w| as_counted_at(&w, real, would)), caps)
+            (
+                window.map(|w| as_counted_at(&w, real, would, tap_works)),
+                caps,
+            )
         } else {
             (window, caps)
         };

@@ -21,8 +21,10 @@
 use crate::logic::sampler::{Sensed, Window};
 
 /// The window the live daemon would have counted at `would` nomerges, from one the kernel
-/// counted at `real` nomerges (both 0, 1 or 2).
-pub fn as_counted_at(w: &Window, real: u8, would: u8) -> Window {
+/// counted at `real` nomerges (both 0, 1 or 2). With `tap_works`, the bio tap samples on
+/// the live daemon's own schedule, so its samples (or their absence) are kept as they are;
+/// only without a tap do the counted merges stand in for one.
+pub fn as_counted_at(w: &Window, real: u8, would: u8, tap_works: bool) -> Window {
     if would < 2 || real >= 2 {
         // Equal, or not translatable from these counters (see the module header): as is.
         return *w;
@@ -37,11 +39,15 @@ pub fn as_counted_at(w: &Window, real: u8, would: u8) -> Window {
         counters: c,
         duration_ms: w.duration_ms,
         // A sample the tap really took stays; otherwise the counted merges stand for it.
-        sensed: w.sensed.or(Some(Sensed {
-            bios: w.counters.bios(),
-            contiguous: merged,
-            sampled_ms: w.duration_ms,
-        })),
+        sensed: if tap_works {
+            w.sensed
+        } else {
+            w.sensed.or(Some(Sensed {
+                bios: w.counters.bios(),
+                contiguous: merged,
+                sampled_ms: w.duration_ms,
+            }))
+        },
     }
 }
 
@@ -71,7 +77,7 @@ mod tests {
     fn at_a_would_be_nomerges_2_every_merge_is_a_request_and_a_sensed_contiguous_bio() {
         // Batched sequential writes at the real L0: 128 requests holding 8,192 bios.
         let w = window(10, 0, 128, 8064);
-        let t = as_counted_at(&w, 0, 2);
+        let t = as_counted_at(&w, 0, 2, false);
         assert_eq!(t.counters.writes_completed, 8192);
         assert_eq!(t.counters.writes_merged + t.counters.reads_merged, 0);
         assert_eq!(
@@ -102,7 +108,16 @@ mod tests {
             sampled_ms: 250,
         };
         w.sensed = Some(tap);
-        assert_eq!(as_counted_at(&w, 0, 2).sensed, Some(tap));
+        assert_eq!(as_counted_at(&w, 0, 2, false).sensed, Some(tap));
+    }
+
+    #[test]
+    fn with_a_working_tap_no_sample_is_made_up() {
+        // The live daemon's tap samples on its duty cycle; a window without a sample must
+        // stay without one, or the dry run would see more than the live daemon does.
+        let w = window(100, 50, 0, 0);
+        assert_eq!(as_counted_at(&w, 0, 2, true).sensed, None);
+        assert!(as_counted_at(&w, 0, 2, false).sensed.is_some());
     }
 
     #[test]
@@ -110,7 +125,7 @@ mod tests {
         let w = window(100, 50, 20, 5);
         for (real, would) in [(0, 0), (1, 1), (2, 2), (0, 1), (2, 0), (1, 0)] {
             assert_eq!(
-                as_counted_at(&w, real, would),
+                as_counted_at(&w, real, would, false),
                 w,
                 "real {real}, would {would}"
             );

@@ -8,6 +8,11 @@
 //! differences with its confidence interval, because that is what the levels were
 //! interleaved for: an interval that contains 0 is "no measurable difference" and the
 //! simulator then charges nothing for it ([`Cell::significant_change`]).
+//!
+//! One file of about 650 lines on purpose: it is one concern, the profile format. Most of
+//! it is the schema's field documentation and the checks that name each bad key; the
+//! queries the policy and the simulator ask of a profile sit next to the fields they read,
+//! and splitting schema from checks would put every key in two places.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
