@@ -6,9 +6,11 @@
 //! device at nomerges=2 for the whole run. Meanwhile this process runs the daemon's own
 //! sensing code ([`DeviceSense::tick`] over [`RealFs`], every 100 ms like the L3 watch) in
 //! segments of SEGMENT_MS, one mode per segment, the modes of a repetition in a rotated
-//! order: `off` (the tap never opens), `duty` (the default `[sense]`: 100 ms every 2 s, at most 512 bios read per sample) and
-//! `open` (the tap open the whole segment: the cost per bio while tapping, with more
-//! signal). CPU = the on-CPU time (schedstat, ns) of every fio thread (where the tracepoint,
+//! order: `off` (the tap never opens), `duty` (the default `[sense]`: 100 ms every 2 s, at
+//! most 512 bios read per sample, the tracefs instance paused between samples as the
+//! daemon does), `reopen` (the same duty cycle, the instance created and removed for each
+//! sample: what the daemon did before it paused) and `open` (the tap open the whole
+//! segment: the cost per bio while tapping, with more signal). CPU = the on-CPU time (schedstat, ns) of every fio thread (where the tracepoint,
 //! its filter and the ring-buffer write run, in the submitter's context) plus every thread
 //! of this process (trace_pipe formatting in the kernel, parsing here), per bio completed
 //! (the loop device's stat). The cost of a mode is the per-repetition paired difference to
@@ -20,7 +22,9 @@
 mod kernel;
 
 use mergetune::daemon::sense::DeviceSense;
-use mergetune::kernel::blockfs::RealFs;
+use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune::kernel::tunable::Tunable;
 use mergetune::lab::calibrate::stats;
 use mergetune::logic::sense::SenseConfig;
 use std::process::{Child, Command, Stdio};
@@ -35,10 +39,53 @@ const TICK_MS: u64 = 100;
 enum Mode {
     Off,
     Duty,
+    Reopen,
     Open,
 }
 
-const MODES: [Mode; 3] = [Mode::Off, Mode::Duty, Mode::Open];
+const MODES: [Mode; 4] = [Mode::Off, Mode::Duty, Mode::Reopen, Mode::Open];
+
+/// The real machine with a tap that cannot pause: `tap_pause` keeps the trait's default
+/// (close), so every sample creates and removes its instance.
+struct Reopening<'a>(&'a mut RealFs);
+
+impl BlockFs for Reopening<'_> {
+    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
+        self.0.read_diskstats()
+    }
+    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+        self.0.list_block_devices()
+    }
+    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        self.0.read_attr(dev, rel)
+    }
+    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
+        self.0.write_tunable(dev, tunable, value)
+    }
+    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
+        self.0.list_dir(dev, rel)
+    }
+    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
+        self.0.attr_exists(dev, rel)
+    }
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        self.0.tap_available(dev)
+    }
+    fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
+        self.0.tap_open(dev, params)
+    }
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        self.0.tap_drain(dev, out, max)
+    }
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        self.0.tap_close(dev)
+    }
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -129,7 +176,7 @@ impl Segment {
 
 fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> Segment {
     let cfg = match mode {
-        Mode::Off | Mode::Duty => SenseConfig::default(),
+        Mode::Off | Mode::Duty | Mode::Reopen => SenseConfig::default(),
         Mode::Open => SenseConfig {
             open_ms: SEGMENT_MS * 2,
             every_ms: SEGMENT_MS * 2,
@@ -143,6 +190,12 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
     let (u0, s0) = own_ticks();
     let start = Instant::now();
     let mut now_ms = 0;
+    let mut reopening = Reopening(fs);
+    let fs: &mut dyn BlockFs = if mode == Mode::Reopen {
+        &mut reopening
+    } else {
+        reopening.0
+    };
     while now_ms < SEGMENT_MS {
         sense.tick(dev.name(), now_ms, mode != Mode::Off, &cfg, 5.0, fs);
         now_ms += TICK_MS;
@@ -191,7 +244,7 @@ fn main() {
     let dev = kernel::LoopDevice::new(600);
     dev.warm_up();
     dev.set_nomerges(2);
-    let total_s = reps as u64 * 3 * SEGMENT_MS / 1000 + 30;
+    let total_s = reps as u64 * MODES.len() as u64 * SEGMENT_MS / 1000 + 30;
     let args: Vec<String> = vec![
         "--name=rand".into(),
         format!("--filename={}", dev.dev_str()),
@@ -228,8 +281,8 @@ fn main() {
     let mut fs = RealFs::new("/sys", "/proc");
     let mut segs: Vec<Segment> = Vec::new();
     for r in 0..reps {
-        for k in 0..3 {
-            let mode = MODES[(r + k) % 3];
+        for k in 0..MODES.len() {
+            let mode = MODES[(r + k) % MODES.len()];
             let s = segment(mode, &dev, &mut fs, fio_pid);
             println!(
                 "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU (user {} sys {} ticks): {:.0} ns/bio, {:.1} ms CPU/s",
@@ -249,11 +302,21 @@ fn main() {
     }
     drop(fio);
     let per = |m: Mode| -> Vec<&Segment> { segs.iter().filter(|s| s.mode == m).collect() };
-    let (off, duty, open) = (per(Mode::Off), per(Mode::Duty), per(Mode::Open));
+    let (off, duty, reopen, open) = (
+        per(Mode::Off),
+        per(Mode::Duty),
+        per(Mode::Reopen),
+        per(Mode::Open),
+    );
     println!(
         "\n{reps} repetitions of {SEGMENT_MS} ms per mode, paired against `off` in the same repetition"
     );
-    for (name, v) in [("off", &off), ("duty", &duty), ("open", &open)] {
+    for (name, v) in [
+        ("off", &off),
+        ("duty", &duty),
+        ("reopen", &reopen),
+        ("open", &open),
+    ] {
         let ns: Vec<f64> = v.iter().map(|s| s.ns_per_bio()).collect();
         let cpu: Vec<f64> = v.iter().map(|s| s.cpu_ms_per_s()).collect();
         let rate: Vec<f64> = v
@@ -272,7 +335,27 @@ fn main() {
             stats::median(&rate)
         );
     }
-    for (name, v) in [("duty", &duty), ("open", &open)] {
+    // The tap process's own CPU: measured cleanly (fio's share is lost in the noise).
+    let own_ms_per_s = |s: &Segment| s.own_ns as f64 / 1e6 / (s.wall_ms as f64 / 1000.0);
+    for (name, v) in [("duty", &duty), ("reopen", &reopen), ("open", &open)] {
+        let d: Vec<f64> = off
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| (own_ms_per_s(b) - own_ms_per_s(a)) * 1000.0)
+            .collect();
+        let e = stats::estimate(&d);
+        println!("  {name} - off, tap process only: {} us CPU per s", fmt(&e));
+    }
+    let d: Vec<f64> = duty
+        .iter()
+        .zip(reopen.iter())
+        .map(|(a, b)| (own_ms_per_s(a) - own_ms_per_s(b)) * 1000.0)
+        .collect();
+    println!(
+        "  duty - reopen, tap process only: {} us CPU per s",
+        fmt(&stats::estimate(&d))
+    );
+    for (name, v) in [("duty", &duty), ("reopen", &reopen), ("open", &open)] {
         let d_ns: Vec<f64> = off
             .iter()
             .zip(v.iter())

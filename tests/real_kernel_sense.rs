@@ -1,7 +1,8 @@
 //! The bio tap on the real kernel: on a loop device this test creates, the tap (a private
 //! tracefs instance with only block_bio_queue, filtered on the device) sees a sequential
 //! batched fio job as almost all contiguous and a random one as almost none, at
-//! nomerges=2 where the merge counters read zero for both; and no instance is left.
+//! nomerges=2 where the merge counters read zero for both; a paused tap records nothing and
+//! resumes in the same instance with nothing left over; and no instance is left.
 //! Gated by MERGETUNE_KERNEL_TESTS=1 (fails, never skips, when asked and unable to run).
 
 #[path = "support/kernel.rs"]
@@ -147,6 +148,114 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     }
     fs.tap_close(dev.name()).unwrap();
     assert!(gone, "{} was not removed", stale.display());
+    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+}
+
+/// Writes `count` 4 KiB blocks from block `seek` of `dev`, one direct bio each (dd).
+fn dd_write(dev: &kernel::LoopDevice, seek: u64, count: u64) {
+    let st = Command::new("dd")
+        .args([
+            "if=/dev/zero".to_string(),
+            format!("of={}", dev.dev_str()),
+            "bs=4k".into(),
+            format!("seek={seek}"),
+            format!("count={count}"),
+            "oflag=direct".into(),
+            "conv=notrunc".into(),
+            "status=none".into(),
+        ])
+        .status()
+        .expect("dd");
+    assert!(st.success(), "dd to {} failed", dev.dev_str());
+}
+
+fn drain_all(fs: &mut RealFs, dev: &kernel::LoopDevice) -> Vec<QueuedBio> {
+    // The last events can still be on their way into the ring buffer.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut buf = Vec::new();
+    fs.tap_drain(dev.name(), &mut buf, 1_000_000)
+        .expect("drain");
+    buf
+}
+
+fn inode_of(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .ino()
+}
+
+#[test]
+fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
+    let Some(_k) = kernel::require_kernel("real_kernel_sense_pause") else {
+        return;
+    };
+    kernel::ensure_tracefs();
+    let dev = kernel::LoopDevice::new(64);
+    dev.set_nomerges(2);
+    let mut fs = RealFs::new("/sys", "/proc");
+    let params = TapParams { buffer_kb: 64 };
+    fs.tap_open(dev.name(), &params).unwrap();
+    let names = our_instances();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let dir = std::path::Path::new("/sys/kernel/tracing/instances").join(&names[0]);
+    let ino = inode_of(&dir);
+
+    // A sample that leaves bios unread (as the 512-bio cap does), then the pause.
+    dd_write(&dev, 0, 64);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut first = Vec::new();
+    fs.tap_drain(dev.name(), &mut first, 8).unwrap();
+    assert_eq!(first.len(), 8, "the first sample saw {first:?}");
+    fs.tap_pause(dev.name()).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("events/block/block_bio_queue/enable"))
+            .unwrap()
+            .trim(),
+        "0",
+        "a paused tap has its event off"
+    );
+
+    // Bios queued while paused are not recorded.
+    dd_write(&dev, 1000, 32);
+
+    // The next open resumes the same instance, and its first drain holds neither the last
+    // sample's unread rest nor what was queued while paused.
+    fs.tap_open(dev.name(), &params).unwrap();
+    assert_eq!(our_instances(), names);
+    assert_eq!(inode_of(&dir), ino, "a resume reuses the instance");
+    let stale = drain_all(&mut fs, &dev);
+    assert!(stale.is_empty(), "after resume, before any I/O: {stale:?}");
+
+    dd_write(&dev, 4000, 16);
+    let fresh = drain_all(&mut fs, &dev);
+    assert_eq!(fresh.len(), 16, "{fresh:?}");
+    for b in &fresh {
+        // Block 4000 of 4 KiB is sector 32,000.
+        assert!(
+            (32_000..32_000 + 16 * 8).contains(&b.sector),
+            "a bio from before the resume: {b:?}"
+        );
+    }
+
+    // Other parameters: a new instance, not the paused one (the kernel rounds the size
+    // to whole pages, so it is compared with what it read before, not with 128).
+    let size_kb = || {
+        std::fs::read_to_string(dir.join("buffer_size_kb"))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let small_kb = size_kb();
+    fs.tap_pause(dev.name()).unwrap();
+    fs.tap_open(dev.name(), &TapParams { buffer_kb: 128 })
+        .unwrap();
+    assert_eq!(our_instances().len(), 1);
+    assert!(size_kb() > small_kb, "{} KiB, was {small_kb}", size_kb());
+    fs.tap_pause(dev.name()).unwrap();
+    // A paused tap is still the RealFs's own: dropping it removes the instance.
+    drop(fs);
     assert!(our_instances().is_empty(), "left: {:?}", our_instances());
 }
 

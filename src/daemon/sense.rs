@@ -8,7 +8,9 @@
 //! late (the off time scales with the time it was really open). [`DeviceSense`] carries it
 //! out on one device through [`BlockFs`] at each tick: every tick while open it drains the
 //! tap into a [`Contiguity`] (so the kernel ring buffer never has to hold a whole sample),
-//! and when the sample ends it keeps the [`Sensed`] for the next closed window. A tap that
+//! and when the sample ends it keeps the [`Sensed`] for the next closed window. Between
+//! samples the tap is paused, not closed (`BlockFs::tap_pause`: on the real kernel the
+//! tracefs instance stays, its event off), and it is closed when the device leaves L3. A tap that
 //! cannot open (no tracefs, read-only under a unit without access) marks the device blind
 //! (`Caps.sense_at_l3 = false`) and is tried again after `retry_after_secs`.
 
@@ -104,6 +106,8 @@ pub struct DeviceSense {
     buf: Vec<QueuedBio>,
     /// Events the kernel ring buffer overwrote or the cap dropped in the current sample.
     pub lost: u64,
+    /// The tap is paused between two samples (kept for the next one; closed off L3).
+    parked: bool,
     /// The last complete sample, not yet given to a window.
     pending: Option<Sensed>,
     /// The last complete sample (for the operator).
@@ -122,6 +126,7 @@ impl Default for DeviceSense {
             taken: 0,
             buf: Vec::new(),
             lost: 0,
+            parked: false,
             pending: None,
             last: None,
             samples: 0,
@@ -141,8 +146,12 @@ impl DeviceSense {
         self.pending.take()
     }
 
-    fn fail(&mut self, dev: &str, now_ms: u64, error: TapError) {
+    fn fail(&mut self, dev: &str, now_ms: u64, error: TapError, fs: &mut dyn BlockFs) {
         self.failures += 1;
+        if self.duty.is_open() || self.parked {
+            let _ = fs.tap_close(dev);
+            self.parked = false;
+        }
         match &self.availability {
             Availability::Usable => {
                 warn!(device = %dev, "{dev}: the bio tap failed, L3 is blind here until it works again: {error}")
@@ -169,8 +178,9 @@ impl DeviceSense {
 
     /// Closes an open tap (device no longer managed, sensing turned off, exit).
     pub fn stop(&mut self, dev: &str, fs: &mut dyn BlockFs) {
-        if self.duty.is_open() {
+        if self.duty.is_open() || self.parked {
             self.duty.reset();
+            self.parked = false;
             let _ = fs.tap_close(dev);
         }
         self.forget();
@@ -209,7 +219,7 @@ impl DeviceSense {
                     self.availability = Availability::Usable;
                 }
                 Err(e) => {
-                    self.fail(dev, now_ms, e);
+                    self.fail(dev, now_ms, e, fs);
                     return;
                 }
             }
@@ -219,6 +229,10 @@ impl DeviceSense {
         }
         if !at_l3 {
             self.pending = None;
+            if self.parked {
+                self.parked = false;
+                let _ = fs.tap_close(dev);
+            }
         }
         match self.duty.step(now_ms, at_l3, cfg) {
             TapStep::Idle => {}
@@ -231,21 +245,22 @@ impl DeviceSense {
                 let params = TapParams {
                     buffer_kb: cfg.buffer_kb,
                 };
+                self.parked = false;
                 if let Err(e) = fs.tap_open(dev, &params) {
-                    self.fail(dev, now_ms, e);
+                    self.fail(dev, now_ms, e, fs);
                 }
             }
             TapStep::Drain => {
                 if let Err(e) = self.drain(dev, cfg, fs) {
-                    let _ = fs.tap_close(dev);
-                    self.fail(dev, now_ms, e);
+                    self.fail(dev, now_ms, e, fs);
                 }
             }
             TapStep::Close { sampled_ms } => {
                 let drained = self.drain(dev, cfg, fs);
-                let closed = fs.tap_close(dev);
-                if let Err(e) = drained.and(closed) {
-                    self.fail(dev, now_ms, e);
+                let paused = fs.tap_pause(dev);
+                self.parked = paused.is_ok();
+                if let Err(e) = drained.and(paused) {
+                    self.fail(dev, now_ms, e, fs);
                     return;
                 }
                 let s = self.acc.sensed(sampled_ms);
@@ -326,6 +341,98 @@ mod tests {
         let (opens, closes) = run(1000, 40_000);
         assert_eq!(opens, vec![0, 20_000, 40_000]);
         assert!(closes.iter().all(|&(_, ms)| ms == 1000));
+    }
+
+    /// A world whose tap only says what was asked of it.
+    #[derive(Default)]
+    struct CallLog(Vec<&'static str>);
+
+    impl BlockFs for CallLog {
+        fn read_diskstats(&mut self) -> Result<Vec<u8>, crate::kernel::blockfs::FsError> {
+            Ok(Vec::new())
+        }
+        fn list_block_devices(&mut self) -> Result<Vec<String>, crate::kernel::blockfs::FsError> {
+            Ok(Vec::new())
+        }
+        fn read_attr(
+            &mut self,
+            dev: &str,
+            rel: &str,
+        ) -> Result<String, crate::kernel::blockfs::FsError> {
+            Err(crate::kernel::blockfs::FsError::NotFound {
+                path: format!("{dev}/{rel}"),
+            })
+        }
+        fn write_tunable(
+            &mut self,
+            _: &str,
+            _: crate::kernel::tunable::Tunable,
+            _: &str,
+        ) -> Result<(), crate::kernel::blockfs::FsError> {
+            Ok(())
+        }
+        fn list_dir(
+            &mut self,
+            _: &str,
+            _: &str,
+        ) -> Result<Vec<String>, crate::kernel::blockfs::FsError> {
+            Ok(Vec::new())
+        }
+        fn attr_exists(&mut self, _: &str, _: &str) -> bool {
+            false
+        }
+        fn tap_available(&mut self, _: &str) -> Result<(), TapError> {
+            Ok(())
+        }
+        fn tap_open(&mut self, _: &str, _: &TapParams) -> Result<(), TapError> {
+            self.0.push("open");
+            Ok(())
+        }
+        fn tap_drain(
+            &mut self,
+            _: &str,
+            _: &mut Vec<QueuedBio>,
+            _: usize,
+        ) -> Result<crate::kernel::biosense::TapDrain, TapError> {
+            Ok(Default::default())
+        }
+        fn tap_pause(&mut self, _: &str) -> Result<(), TapError> {
+            self.0.push("pause");
+            Ok(())
+        }
+        fn tap_close(&mut self, _: &str) -> Result<(), TapError> {
+            self.0.push("close");
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn between_samples_at_l3_the_tap_is_paused_and_it_is_closed_when_l3_ends() {
+        let (mut fs, mut sense) = (CallLog::default(), DeviceSense::default());
+        let at_l3_until_ms = 4_100;
+        for t in (0..=6_000).step_by(100) {
+            sense.tick("loop0", t, t < at_l3_until_ms, &cfg(), 5.0, &mut fs);
+        }
+        // Samples at 0, 2,000 and 4,000 ms; the one at 4,000 was still open at 4,100.
+        assert_eq!(
+            fs.0,
+            ["open", "pause", "open", "pause", "open", "close"],
+            "{:?}",
+            fs.0
+        );
+        // A paused tap off L3 is closed at once, and stop() closes a paused one too.
+        let (mut fs, mut sense) = (CallLog::default(), DeviceSense::default());
+        for t in (0..=300).step_by(100) {
+            sense.tick("loop0", t, true, &cfg(), 5.0, &mut fs);
+        }
+        sense.tick("loop0", 400, false, &cfg(), 5.0, &mut fs);
+        assert_eq!(fs.0, ["open", "pause", "close"]);
+        let (mut fs, mut sense) = (CallLog::default(), DeviceSense::default());
+        for t in (0..=300).step_by(100) {
+            sense.tick("loop0", t, true, &cfg(), 5.0, &mut fs);
+        }
+        sense.stop("loop0", &mut fs);
+        assert_eq!(fs.0, ["open", "pause", "close"]);
     }
 
     #[test]

@@ -182,6 +182,8 @@ pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf
 }
 
 /// One open tap: the instance, its event switched on, its `trace_pipe` open non-blocking.
+/// Between two samples it can be paused (event off, instance kept) so that the next sample
+/// does not pay for creating and removing the instance.
 #[derive(Debug)]
 pub struct BioTap {
     dir: PathBuf,
@@ -189,6 +191,10 @@ pub struct BioTap {
     /// The tail of the last read that did not end in a newline.
     partial: Vec<u8>,
     buf: Vec<u8>,
+    /// What the instance was set up for: a resume reuses it only for the same.
+    number: (u32, u32),
+    params: TapParams,
+    paused: bool,
 }
 
 impl BioTap {
@@ -211,6 +217,9 @@ impl BioTap {
             pipe: None,
             partial: Vec::new(),
             buf: vec![0; 64 << 10],
+            number: (major, minor),
+            params: *params,
+            paused: false,
         };
         tap.write("tracing_on", "0")?;
         tap.write("buffer_size_kb", &params.buffer_kb.to_string())?;
@@ -239,6 +248,42 @@ impl BioTap {
     /// The instance directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether [`BioTap::resume`] gives what a fresh [`BioTap::open`] with these arguments
+    /// would.
+    pub fn fits(&self, number: (u32, u32), params: &TapParams) -> bool {
+        self.number == number && self.params == *params
+    }
+
+    /// Stops recording and keeps the instance, its ring buffer, filter and pipe. With the
+    /// event switched off (not only `tracing_on`) the tracepoint has no probe of ours, so a
+    /// paused tap costs the device's bios nothing.
+    pub fn pause(&mut self) -> Result<(), TapError> {
+        self.paused = true;
+        self.write(&format!("{EVENT}/enable"), "0")?;
+        self.write("tracing_on", "0")
+    }
+
+    /// Starts recording again after [`BioTap::pause`], as a fresh open would: what the last
+    /// sample left unread is thrown away (truncating the instance's `trace` clears its ring
+    /// buffer; reading it would cost the formatting the read cap saves).
+    pub fn resume(&mut self) -> Result<(), TapError> {
+        let trace = self.dir.join("trace");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&trace)
+            .map_err(|e| TapError::io(&trace, e))?;
+        self.partial.clear();
+        self.write(&format!("{EVENT}/enable"), "1")?;
+        self.write("tracing_on", "1")?;
+        self.paused = false;
+        Ok(())
     }
 
     fn write(&self, rel: &str, value: &str) -> Result<(), TapError> {
@@ -396,7 +441,16 @@ impl RealTaps {
                 );
             }
         }
-        if let Some(old) = self.open.remove(dev) {
+        if let Some(mut old) = self.open.remove(dev) {
+            if old.is_paused() && old.fits(number, params) {
+                match old.resume() {
+                    Ok(()) => {
+                        self.open.insert(dev.to_string(), old);
+                        return Ok(());
+                    }
+                    Err(e) => tracing::debug!("{dev}: cannot resume the bio tap, reopening: {e}"),
+                }
+            }
             let _ = old.close();
         }
         let tap = BioTap::open(tracefs, number, params)?;
@@ -416,6 +470,19 @@ impl RealTaps {
                 path: dev.to_string(),
             }),
         }
+    }
+
+    /// Pauses the tap of `dev` (kept for the next [`RealTaps::open`]); none open: nothing.
+    pub fn pause(&mut self, dev: &str) -> Result<(), TapError> {
+        let Some(t) = self.open.get_mut(dev) else {
+            return Ok(());
+        };
+        let paused = t.pause();
+        if paused.is_err() {
+            // A tap that cannot be switched off is not kept recording.
+            let _ = self.close(dev);
+        }
+        paused
     }
 
     pub fn close(&mut self, dev: &str) -> Result<(), TapError> {

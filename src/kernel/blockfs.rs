@@ -117,6 +117,12 @@ pub trait BlockFs {
             path: dev.to_string(),
         })
     }
+    /// Stops recording on `dev` between two samples: a world that can keeps what the tap
+    /// set up, so that the next [`BlockFs::tap_open`] is cheap (and starts afresh all the
+    /// same); the others close it.
+    fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
+        self.tap_close(dev)
+    }
     /// Stops recording on `dev` and frees what the tap held (a closed tap: nothing to do).
     fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
         let _ = dev;
@@ -312,6 +318,10 @@ impl BlockFs for RealFs {
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.taps.drain(dev, out, max)
+    }
+
+    fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
+        self.taps.pause(dev)
     }
 
     fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
