@@ -24,9 +24,11 @@ mod kernel;
 use mergetune::daemon::sense::DeviceSense;
 use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune::kernel::cputime;
 use mergetune::kernel::tunable::Tunable;
 use mergetune::lab::calibrate::stats;
 use mergetune::logic::sense::SenseConfig;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -108,40 +110,11 @@ fn own_ticks() -> (u64, u64) {
     )
 }
 
-/// On-CPU ns of every thread of `pid` (schedstat's first field).
-fn task_ns(pid: u32) -> u64 {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    rd.flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
-/// `pid` and all its descendants.
-fn family(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        if let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for t in rd.flatten() {
-                if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
-                    out.extend(c.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
-                }
-            }
-        }
-        i += 1;
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
 fn cpu_ns(fio: u32) -> (u64, u64) {
-    let f: u64 = family(fio).into_iter().map(task_ns).sum();
-    (f, task_ns(std::process::id()))
+    let proc = Path::new(cputime::PROCFS);
+    let f = cputime::family_runtime_ns(proc, fio).expect("fio's CPU time");
+    let own = cputime::task_runtime_ns(proc, std::process::id()).expect("own CPU time");
+    (f, own)
 }
 
 struct Fio(Child);

@@ -29,6 +29,7 @@
 mod kernel;
 
 use kernel::LoopDevice;
+use mergetune::kernel::cputime;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -92,41 +93,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// On-CPU ns of all threads of `pid` (first field of each task's schedstat).
 fn task_runtime_ns(pid: u32) -> u64 {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    rd.flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    cputime::task_runtime_ns(Path::new(cputime::PROCFS), pid)
+        .unwrap_or_else(|e| panic!("CPU time of {pid}: {e}"))
 }
 
-/// On-CPU ns of every kworker thread (children of kthreadd named kworker/*): the loop
-/// device's I/O runs in one of them.
 fn kworker_runtime_ns() -> u64 {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut sum = 0;
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let ppid = stat[close + 1..].split_whitespace().nth(1);
-        if comm.starts_with("kworker") && ppid == Some("2") {
-            sum += task_runtime_ns(pid);
-        }
-    }
-    sum
+    cputime::kworker_runtime_ns(Path::new(cputime::PROCFS))
+        .unwrap_or_else(|e| panic!("kworker CPU time: {e}"))
 }
 
 /// fio args of one phase, time-based, pinned by taskset.
@@ -193,7 +167,10 @@ fn run_phase(dev: &LoopDevice, phase: Phase, secs: u64, dir: &Path, daemon: Opti
         if let Some(st) = child.try_wait().unwrap() {
             break st;
         }
-        fio_ns = fio_ns.max(task_runtime_ns(pid));
+        // Between try_wait and this read fio may have exited: its last reading stands.
+        if let Ok(ns) = cputime::task_runtime_ns(Path::new(cputime::PROCFS), pid) {
+            fio_ns = fio_ns.max(ns);
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
     if !status.success() {

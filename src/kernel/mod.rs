@@ -5,6 +5,7 @@
 
 pub mod biosense;
 pub mod blockfs;
+pub mod cputime;
 pub mod devices;
 pub mod diskstats;
 pub mod lines;
