@@ -6,23 +6,25 @@
 //! device at nomerges=2 for the whole run. Meanwhile this process runs the daemon's own
 //! sensing code ([`DeviceSense::tick`] over [`RealFs`], every 100 ms like the L3 watch) in
 //! segments of SEGMENT_MS, one mode per segment, the modes of a repetition in a rotated
-//! order: `off` (the tap never opens), `duty` (the default `[sense]`: 100 ms every 2 s, at
-//! most 512 bios read per sample, the tracefs instance paused between samples as the
-//! daemon does), `reopen` (the same duty cycle, the instance created and removed for each
-//! sample: what the daemon did before it paused) and `open` (the tap open the whole
-//! segment: the cost per bio while tapping, with more signal). CPU = the on-CPU time (schedstat, ns) of every fio thread (where the tracepoint,
+//! order: `off` (the tap never opens), `duty` (the daemon's tap with the default
+//! `[sense]`: 100 ms every 2 s, at most 512 bios read per sample from the ring buffer's
+//! binary pages, the tracefs instance paused between samples), `reopen` (the same, the
+//! instance created and removed for each sample), `text` (the same duty cycle as the tap
+//! was before either change: `trace_pipe` text, an instance per sample) and `open` (the
+//! daemon's tap open the whole segment: the cost per bio while tapping, with more signal). CPU = the on-CPU time (schedstat, ns) of every fio thread (where the tracepoint,
 //! its filter and the ring-buffer write run, in the submitter's context) plus every thread
 //! of this process (trace_pipe formatting in the kernel, parsing here), per bio completed
 //! (the loop device's stat). The cost of a mode is the per-repetition paired difference to
 //! `off`, reported as a median with a distribution-free 95% interval.
 //!
-//! Environment: SENSE_BENCH_REPS (default 8), SENSE_BENCH_RATE_IOPS (default 20000).
+//! Environment: SENSE_BENCH_REPS (default 8), SENSE_BENCH_RATE_IOPS (default 20000),
+//! SENSE_BENCH_MODES (a comma-separated subset of the modes; default all).
 
 #[path = "../tests/support/kernel.rs"]
 mod kernel;
 
 use mergetune::daemon::sense::DeviceSense;
-use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams, TapRead};
 use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
 use mergetune::kernel::cputime;
 use mergetune::kernel::tunable::Tunable;
@@ -42,39 +44,49 @@ enum Mode {
     Off,
     Duty,
     Reopen,
+    Text,
     Open,
 }
 
-const MODES: [Mode; 4] = [Mode::Off, Mode::Duty, Mode::Reopen, Mode::Open];
+const MODES: [Mode; 5] = [Mode::Off, Mode::Duty, Mode::Reopen, Mode::Text, Mode::Open];
 
-/// The real machine with a tap that cannot pause: `tap_pause` keeps the trait's default
-/// (close), so every sample creates and removes its instance.
-struct Reopening<'a>(&'a mut RealFs);
+/// The real machine with the tap of an earlier design: `pause: false` closes where the
+/// daemon pauses (every sample creates and removes its instance), `read` overrides how the
+/// ring buffer is read.
+struct Earlier<'a> {
+    fs: &'a mut RealFs,
+    pause: bool,
+    read: TapRead,
+}
 
-impl BlockFs for Reopening<'_> {
+impl BlockFs for Earlier<'_> {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        self.0.read_diskstats()
+        self.fs.read_diskstats()
     }
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        self.0.list_block_devices()
+        self.fs.list_block_devices()
     }
     fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-        self.0.read_attr(dev, rel)
+        self.fs.read_attr(dev, rel)
     }
     fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
-        self.0.write_tunable(dev, tunable, value)
+        self.fs.write_tunable(dev, tunable, value)
     }
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
-        self.0.list_dir(dev, rel)
+        self.fs.list_dir(dev, rel)
     }
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
-        self.0.attr_exists(dev, rel)
+        self.fs.attr_exists(dev, rel)
     }
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
-        self.0.tap_available(dev)
+        self.fs.tap_available(dev)
     }
     fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
-        self.0.tap_open(dev, params)
+        let params = TapParams {
+            read: self.read,
+            ..*params
+        };
+        self.fs.tap_open(dev, &params)
     }
     fn tap_drain(
         &mut self,
@@ -82,10 +94,17 @@ impl BlockFs for Reopening<'_> {
         out: &mut Vec<QueuedBio>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
-        self.0.tap_drain(dev, out, max)
+        self.fs.tap_drain(dev, out, max)
+    }
+    fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
+        if self.pause {
+            self.fs.tap_pause(dev)
+        } else {
+            self.fs.tap_close(dev)
+        }
     }
     fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
-        self.0.tap_close(dev)
+        self.fs.tap_close(dev)
     }
 }
 
@@ -149,7 +168,7 @@ impl Segment {
 
 fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> Segment {
     let cfg = match mode {
-        Mode::Off | Mode::Duty | Mode::Reopen => SenseConfig::default(),
+        Mode::Off | Mode::Duty | Mode::Reopen | Mode::Text => SenseConfig::default(),
         Mode::Open => SenseConfig {
             open_ms: SEGMENT_MS * 2,
             every_ms: SEGMENT_MS * 2,
@@ -163,12 +182,16 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
     let (u0, s0) = own_ticks();
     let start = Instant::now();
     let mut now_ms = 0;
-    let mut reopening = Reopening(fs);
-    let fs: &mut dyn BlockFs = if mode == Mode::Reopen {
-        &mut reopening
-    } else {
-        reopening.0
+    let mut fs = Earlier {
+        fs,
+        pause: !matches!(mode, Mode::Reopen | Mode::Text),
+        read: if mode == Mode::Text {
+            TapRead::Text
+        } else {
+            TapRead::Pages
+        },
     };
+    let fs: &mut dyn BlockFs = &mut fs;
     while now_ms < SEGMENT_MS {
         sense.tick(dev.name(), now_ms, mode != Mode::Off, &cfg, 5.0, fs);
         now_ms += TICK_MS;
@@ -217,7 +240,22 @@ fn main() {
     let dev = kernel::LoopDevice::new(600);
     dev.warm_up();
     dev.set_nomerges(2);
-    let total_s = reps as u64 * MODES.len() as u64 * SEGMENT_MS / 1000 + 30;
+    // SENSE_BENCH_MODES=off,duty (say) runs only those, e.g. to profile one under perf.
+    let modes: Vec<Mode> = match std::env::var("SENSE_BENCH_MODES") {
+        Ok(list) => MODES
+            .into_iter()
+            .filter(|m| {
+                list.split(',')
+                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{m:?}")))
+            })
+            .collect(),
+        Err(_) => MODES.to_vec(),
+    };
+    assert!(
+        !modes.is_empty(),
+        "SENSE_BENCH_MODES names no mode of {MODES:?}"
+    );
+    let total_s = reps as u64 * modes.len() as u64 * SEGMENT_MS / 1000 + 30;
     let args: Vec<String> = vec![
         "--name=rand".into(),
         format!("--filename={}", dev.dev_str()),
@@ -254,8 +292,8 @@ fn main() {
     let mut fs = RealFs::new("/sys", "/proc");
     let mut segs: Vec<Segment> = Vec::new();
     for r in 0..reps {
-        for k in 0..MODES.len() {
-            let mode = MODES[(r + k) % MODES.len()];
+        for k in 0..modes.len() {
+            let mode = modes[(r + k) % modes.len()];
             let s = segment(mode, &dev, &mut fs, fio_pid);
             println!(
                 "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU (user {} sys {} ticks): {:.0} ns/bio, {:.1} ms CPU/s",
@@ -275,12 +313,17 @@ fn main() {
     }
     drop(fio);
     let per = |m: Mode| -> Vec<&Segment> { segs.iter().filter(|s| s.mode == m).collect() };
-    let (off, duty, reopen, open) = (
+    let (off, duty, reopen, text, open) = (
         per(Mode::Off),
         per(Mode::Duty),
         per(Mode::Reopen),
+        per(Mode::Text),
         per(Mode::Open),
     );
+    if modes.len() < MODES.len() {
+        println!("(a subset of the modes: the per-segment lines above only)");
+        return;
+    }
     println!(
         "\n{reps} repetitions of {SEGMENT_MS} ms per mode, paired against `off` in the same repetition"
     );
@@ -288,6 +331,7 @@ fn main() {
         ("off", &off),
         ("duty", &duty),
         ("reopen", &reopen),
+        ("text", &text),
         ("open", &open),
     ] {
         let ns: Vec<f64> = v.iter().map(|s| s.ns_per_bio()).collect();
@@ -310,7 +354,12 @@ fn main() {
     }
     // The tap process's own CPU: measured cleanly (fio's share is lost in the noise).
     let own_ms_per_s = |s: &Segment| s.own_ns as f64 / 1e6 / (s.wall_ms as f64 / 1000.0);
-    for (name, v) in [("duty", &duty), ("reopen", &reopen), ("open", &open)] {
+    for (name, v) in [
+        ("duty", &duty),
+        ("reopen", &reopen),
+        ("text", &text),
+        ("open", &open),
+    ] {
         let d: Vec<f64> = off
             .iter()
             .zip(v.iter())
@@ -319,16 +368,23 @@ fn main() {
         let e = stats::estimate(&d);
         println!("  {name} - off, tap process only: {} us CPU per s", fmt(&e));
     }
-    let d: Vec<f64> = duty
-        .iter()
-        .zip(reopen.iter())
-        .map(|(a, b)| (own_ms_per_s(a) - own_ms_per_s(b)) * 1000.0)
-        .collect();
-    println!(
-        "  duty - reopen, tap process only: {} us CPU per s",
-        fmt(&stats::estimate(&d))
-    );
-    for (name, v) in [("duty", &duty), ("reopen", &reopen), ("open", &open)] {
+    for (name, v) in [("reopen", &reopen), ("text", &text)] {
+        let d: Vec<f64> = duty
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| (own_ms_per_s(a) - own_ms_per_s(b)) * 1000.0)
+            .collect();
+        println!(
+            "  duty - {name}, tap process only: {} us CPU per s",
+            fmt(&stats::estimate(&d))
+        );
+    }
+    for (name, v) in [
+        ("duty", &duty),
+        ("reopen", &reopen),
+        ("text", &text),
+        ("open", &open),
+    ] {
         let d_ns: Vec<f64> = off
             .iter()
             .zip(v.iter())

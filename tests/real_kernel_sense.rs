@@ -23,8 +23,10 @@ fn tapped(
     args: &[String],
 ) -> (Sensed, kernel::StatDelta, u64) {
     let before = dev.stat();
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 512 })
+    fs.tap_open(dev.name(), &TapParams::new(512))
         .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
+    // On this kernel the layouts are readable: the binary pages, not the 10x dearer text.
+    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
     let mut child = Command::new("fio")
         .args(args)
         .stdout(Stdio::null())
@@ -127,8 +129,7 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(64);
     let mut fs = RealFs::new("/sys", "/proc");
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 })
-        .unwrap();
+    fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     assert_eq!(our_instances().len(), 1);
     drop(fs);
     assert!(our_instances().is_empty(), "left: {:?}", our_instances());
@@ -140,8 +141,7 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
         .join(format!("{SENSE_INSTANCE_PREFIX}{dead}-7_0"));
     std::fs::create_dir(&stale).unwrap();
     let mut fs = RealFs::new("/sys", "/proc");
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 64 })
-        .unwrap();
+    fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     let gone = !stale.exists();
     if !gone {
         let _ = std::fs::remove_dir(&stale);
@@ -194,7 +194,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     let dev = kernel::LoopDevice::new(64);
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");
-    let params = TapParams { buffer_kb: 64 };
+    let params = TapParams::new(64);
     fs.tap_open(dev.name(), &params).unwrap();
     let names = our_instances();
     assert_eq!(names.len(), 1, "{names:?}");
@@ -249,8 +249,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     };
     let small_kb = size_kb();
     fs.tap_pause(dev.name()).unwrap();
-    fs.tap_open(dev.name(), &TapParams { buffer_kb: 128 })
-        .unwrap();
+    fs.tap_open(dev.name(), &TapParams::new(128)).unwrap();
     assert_eq!(our_instances().len(), 1);
     assert!(size_kb() > small_kb, "{} KiB, was {small_kb}", size_kb());
     fs.tap_pause(dev.name()).unwrap();

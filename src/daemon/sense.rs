@@ -242,9 +242,7 @@ impl DeviceSense {
                     self.acc_recent = cfg.recent_bios;
                 }
                 self.forget();
-                let params = TapParams {
-                    buffer_kb: cfg.buffer_kb,
-                };
+                let params = TapParams::new(cfg.buffer_kb);
                 self.parked = false;
                 if let Err(e) = fs.tap_open(dev, &params) {
                     self.fail(dev, now_ms, e, fs);

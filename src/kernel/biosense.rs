@@ -6,12 +6,16 @@
 //! memory is bounded whatever the rate) and its own event switches, so the global buffer
 //! and other tools' tracing are untouched. Only `block/block_bio_queue` is enabled, with
 //! the filter `dev == MAJOR<<20|MINOR` evaluated in the kernel, so other devices' bios cost
-//! nothing beyond the tracepoint's test. The instance's `trace_pipe` is read non-blocking
-//! (a drain never waits), each line parsed by [`crate::kernel::trace::parse_event`], and at
-//! most `max` bios kept per drain. The instance is removed on close and on drop; instances
+//! nothing beyond the tracepoint's test. The instance's per-CPU `trace_pipe_raw` files are
+//! read non-blocking (a drain never waits), a page at a time from each CPU in turn, parsed
+//! by [`crate::kernel::rawtrace`] from the layouts the kernel publishes, and at most `max`
+//! bios kept per drain, in time order. Where the layouts cannot be read, the instance's
+//! `trace_pipe` text is read instead (the kernel formats each event for it, which costs
+//! about ten times as much), each line parsed by [`crate::kernel::trace::parse_event`]. The instance is removed on close and on drop; instances
 //! left by a process that is gone (SIGKILL) are removed before the first tap opens.
 //! Nothing here decides when to tap: that is the daemon's duty cycle (src/daemon/sense.rs).
 
+use crate::kernel::rawtrace::{BioLayout, PageLayout, parse_page};
 use crate::kernel::trace::{Dir, EventKind, parse_event};
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -44,6 +48,28 @@ pub struct QueuedBio {
 pub struct TapParams {
     /// The ring buffer per CPU, KiB.
     pub buffer_kb: u64,
+    /// How the ring buffer is read.
+    pub read: TapRead,
+}
+
+impl TapParams {
+    /// `buffer_kb` per CPU, read the cheap way.
+    pub fn new(buffer_kb: u64) -> TapParams {
+        TapParams {
+            buffer_kb,
+            read: TapRead::Pages,
+        }
+    }
+}
+
+/// How a tap reads its ring buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapRead {
+    /// The binary per-CPU pages, falling back to the text where their layouts cannot be
+    /// read: what the daemon uses.
+    Pages,
+    /// Only `trace_pipe`'s formatted text (the benchmark's reference).
+    Text,
 }
 
 /// What one drain saw besides the bios it returned.
@@ -187,10 +213,11 @@ pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf
 #[derive(Debug)]
 pub struct BioTap {
     dir: PathBuf,
-    pipe: Option<std::fs::File>,
-    /// The tail of the last read that did not end in a newline.
+    reader: Option<Reader>,
+    /// The tail of the last text read that did not end in a newline.
     partial: Vec<u8>,
     buf: Vec<u8>,
+    raw: Vec<crate::kernel::rawtrace::RawBio>,
     /// What the instance was set up for: a resume reuses it only for the same.
     number: (u32, u32),
     params: TapParams,
@@ -214,9 +241,10 @@ impl BioTap {
         // From here the instance exists: dropping `tap` on any error removes it.
         let mut tap = BioTap {
             dir,
-            pipe: None,
+            reader: None,
             partial: Vec::new(),
             buf: vec![0; 64 << 10],
+            raw: Vec::new(),
             number: (major, minor),
             params: *params,
             paused: false,
@@ -234,15 +262,30 @@ impl BioTap {
             &format!("dev == {}", kernel_dev_t(major, minor)),
         )?;
         tap.write(&format!("{EVENT}/enable"), "1")?;
-        let pipe_path = tap.dir.join("trace_pipe");
-        let pipe = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&pipe_path)
-            .map_err(|e| TapError::io(&pipe_path, e))?;
-        tap.pipe = Some(pipe);
+        let raw = match params.read {
+            TapRead::Pages => Reader::raw(&tap.dir),
+            TapRead::Text => Err(TapError::Unsupported {
+                path: tap.dir.display().to_string(),
+            }),
+        };
+        let reader = match raw {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("{}: reading trace_pipe text: {e}", tap.dir.display());
+                Reader::text(&tap.dir)?
+            }
+        };
+        if let Reader::Raw { page, .. } = &reader {
+            tap.buf.resize(page.page_size(), 0);
+        }
+        tap.reader = Some(reader);
         tap.write("tracing_on", "1")?;
         Ok(tap)
+    }
+
+    /// Whether the tap reads the binary per-CPU pages (else the formatted text).
+    pub fn reads_raw_pages(&self) -> bool {
+        matches!(self.reader, Some(Reader::Raw { .. }))
     }
 
     /// The instance directory.
@@ -293,11 +336,78 @@ impl BioTap {
     /// Appends the bios queued since the last drain to `out`, at most `max` of them; never
     /// blocks.
     pub fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
-        let mut stats = TapDrain::default();
-        let Some(pipe) = self.pipe.as_mut() else {
-            return Err(TapError::NotOpen {
+        match self.reader.as_mut() {
+            None => Err(TapError::NotOpen {
                 path: self.dir.display().to_string(),
-            });
+            }),
+            Some(Reader::Text { .. }) => self.drain_text(out, max),
+            Some(Reader::Raw { .. }) => self.drain_raw(out, max),
+        }
+    }
+
+    /// A page from each CPU in turn until `max` bios are kept or every CPU is empty; the
+    /// bios of the drain then sorted by time (each CPU's buffer is in order, the CPUs are
+    /// not, and contiguity is judged in submission order).
+    fn drain_raw(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+        let Some(Reader::Raw { cpus, page, bio }) = self.reader.as_mut() else {
+            unreachable!("drain_raw on a raw reader");
+        };
+        let mut stats = TapDrain::default();
+        let start = out.len();
+        let mut total = 0usize;
+        let mut empty = vec![false; cpus.len()];
+        'rounds: while total < MAX_DRAIN_BYTES && !empty.iter().all(|&e| e) {
+            for (i, (path, f)) in cpus.iter_mut().enumerate() {
+                if empty[i] {
+                    continue;
+                }
+                let n = match f.read(&mut self.buf) {
+                    Ok(0) => {
+                        empty[i] = true;
+                        continue;
+                    }
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        empty[i] = true;
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(TapError::io(path, e)),
+                };
+                total += n;
+                self.raw.clear();
+                stats.lost += parse_page(&self.buf[..n], page, bio, &mut self.raw).lost;
+                for b in &self.raw {
+                    let Some(dir) = b.dir else { continue };
+                    if b.nr_sectors == 0 {
+                        continue;
+                    }
+                    if out.len() - start >= max {
+                        stats.dropped += 1;
+                        continue;
+                    }
+                    out.push(QueuedBio {
+                        t_ns: b.t_ns,
+                        dir,
+                        sector: b.sector,
+                        nr_sectors: b.nr_sectors,
+                    });
+                }
+                // Past `max` nothing more is read: the unread rest goes at the next
+                // resume or with the instance.
+                if out.len() - start >= max {
+                    break 'rounds;
+                }
+            }
+        }
+        out[start..].sort_by_key(|b| b.t_ns);
+        Ok(stats)
+    }
+
+    fn drain_text(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+        let mut stats = TapDrain::default();
+        let Some(Reader::Text { pipe }) = self.reader.as_mut() else {
+            unreachable!("drain_text on a text reader");
         };
         let mut kept = 0usize;
         let mut total = 0usize;
@@ -344,10 +454,98 @@ impl BioTap {
         }
         let _ = self.write(&format!("{EVENT}/enable"), "0");
         let _ = self.write("tracing_on", "0");
-        // An instance with an open file cannot be removed (EBUSY): the pipe goes first.
-        self.pipe = None;
+        // An instance with an open file cannot be removed (EBUSY): the readers go first.
+        self.reader = None;
         let dir = std::mem::take(&mut self.dir);
         std::fs::remove_dir(&dir).map_err(|e| TapError::io(&dir, e))
+    }
+}
+
+/// How a tap reads its instance's ring buffer.
+#[derive(Debug)]
+enum Reader {
+    /// `per_cpu/cpuN/trace_pipe_raw`, one per CPU, and the layouts to parse their pages.
+    Raw {
+        cpus: Vec<(PathBuf, std::fs::File)>,
+        page: PageLayout,
+        bio: BioLayout,
+    },
+    /// `trace_pipe`, formatted by the kernel.
+    Text { pipe: std::fs::File },
+}
+
+fn open_nonblocking(path: &Path) -> Result<std::fs::File, TapError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| TapError::io(path, e))
+}
+
+/// A tracefs layout file, read with reads of 64 KiB. `events/header_page` answers only the
+/// first read of an open file, cut to its size, and EOF after that: `read_to_string`'s
+/// first 32-byte probe would get a third of it.
+fn read_text(path: &Path) -> Result<String, TapError> {
+    let mut f = std::fs::File::open(path).map_err(|e| TapError::io(path, e))?;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(TapError::io(path, e)),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| TapError::Io {
+        path: path.display().to_string(),
+        message: "not UTF-8".into(),
+    })
+}
+
+impl Reader {
+    fn raw(dir: &Path) -> Result<Reader, TapError> {
+        let layout_err = |path: &Path, e: crate::kernel::rawtrace::LayoutError| TapError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let hp = dir.join("events/header_page");
+        let page = PageLayout::parse(&read_text(&hp)?, &hp.display().to_string())
+            .map_err(|e| layout_err(&hp, e))?;
+        let fmt = dir.join(EVENT).join("format");
+        let bio = BioLayout::parse(&read_text(&fmt)?, &fmt.display().to_string())
+            .map_err(|e| layout_err(&fmt, e))?;
+        let per_cpu = dir.join("per_cpu");
+        let mut names: Vec<String> = std::fs::read_dir(&per_cpu)
+            .map_err(|e| TapError::io(&per_cpu, e))?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("cpu"))
+            .collect();
+        names.sort();
+        let mut cpus = Vec::with_capacity(names.len());
+        for n in names {
+            let path = per_cpu.join(n).join("trace_pipe_raw");
+            let f = open_nonblocking(&path)?;
+            cpus.push((path, f));
+        }
+        if cpus.is_empty() {
+            return Err(TapError::Io {
+                path: per_cpu.display().to_string(),
+                message: "no CPUs".into(),
+            });
+        }
+        Ok(Reader::Raw { cpus, page, bio })
+    }
+
+    fn text(dir: &Path) -> Result<Reader, TapError> {
+        Ok(Reader::Text {
+            pipe: open_nonblocking(&dir.join("trace_pipe"))?,
+        })
     }
 }
 
@@ -421,6 +619,11 @@ impl Clone for RealTaps {
 impl RealTaps {
     pub fn is_open(&self, dev: &str) -> bool {
         self.open.contains_key(dev)
+    }
+
+    /// Whether the open tap of `dev` reads binary pages (None: no tap open).
+    pub fn reads_raw_pages(&self, dev: &str) -> Option<bool> {
+        self.open.get(dev).map(BioTap::reads_raw_pages)
     }
 
     /// Opens (or reopens) the tap of `dev`, whose device number is `number`.

@@ -175,6 +175,12 @@ impl RealFs {
         }
         p
     }
+
+    /// Whether the open bio tap of `dev` reads the ring buffer's binary pages rather than
+    /// `trace_pipe` text (None: no tap open): the cheap way, which the tests hold to.
+    pub fn tap_reads_raw_pages(&self, dev: &str) -> Option<bool> {
+        self.taps.reads_raw_pages(dev)
+    }
 }
 
 fn valid_dev_name(dev: &str) -> bool {

@@ -182,6 +182,12 @@ fn parse_time(s: &str) -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(ns)
 }
 
+/// The direction of a bio from its RWBS field: None for discards, flushes without data and
+/// what is not an RWBS field.
+pub fn rwbs_dir(s: &str) -> Option<Dir> {
+    parse_rwbs(s).ok().flatten().map(|(dir, _)| dir)
+}
+
 /// RWBS to a direction; None for flushes without data and discards.
 fn parse_rwbs(s: &str) -> Result<Option<(Dir, bool)>, String> {
     if s.is_empty() || !s.bytes().all(|b| b"RWDFSMANE".contains(&b)) {
