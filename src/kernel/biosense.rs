@@ -23,6 +23,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub use crate::kernel::tracefs::TRACEFS_IN_SYSFS;
+use crate::kernel::tracefs::sweep_dead_instances;
 
 /// Instances of the tap are named `mergetune-sense-PID-MAJ_MIN` (the capture's are
 /// `mergetune-PID`: neither cleanup takes the other's).
@@ -182,25 +183,14 @@ pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
 /// Removes tap instances whose process is gone (their ring buffers stay allocated until
 /// someone does). An instance whose pid is alive is left alone. Returns what was removed.
 pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(tracefs.join("instances")) else {
-        return Vec::new();
-    };
+    let event = EVENT.trim_start_matches("events/");
     let mut removed = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(sense_instance_pid) else {
-            continue;
-        };
-        if pid == std::process::id() || procfs_root.join(pid.to_string()).exists() {
-            continue;
-        }
-        let dir = e.path();
-        let _ = std::fs::write(dir.join(EVENT).join("enable"), "0");
-        match std::fs::remove_dir(&dir) {
-            Ok(()) => removed.push(dir),
+    for s in sweep_dead_instances(tracefs, procfs_root, sense_instance_pid, &[event]) {
+        match s.removed {
+            Ok(()) => removed.push(s.dir),
             Err(err) => tracing::warn!(
                 "cannot remove stale tracefs instance {}: {err}",
-                dir.display()
+                s.dir.display()
             ),
         }
     }

@@ -135,33 +135,61 @@ pub fn instance_pid(name: &str) -> Option<u32> {
     name.strip_prefix(INSTANCE_PREFIX)?.parse().ok()
 }
 
-/// Removes the instances of captures whose process is gone (a SIGKILLed capture cannot
-/// clean up after itself, and its ring buffer stays allocated until someone does). An
-/// instance whose pid is alive is left alone, whatever that process is now. Returns what
-/// was removed.
-fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<(PathBuf, u32)> {
+/// What a sweep did with one instance of a dead process.
+#[derive(Debug)]
+pub struct Swept {
+    pub dir: PathBuf,
+    pub pid: u32,
+    /// The removal's outcome (an instance still in use elsewhere cannot be removed).
+    pub removed: std::io::Result<()>,
+}
+
+/// Removes the tracefs instances whose name `pid_of` maps to a pid that is gone (a
+/// SIGKILLed process cannot clean up after itself, and an instance's ring buffer stays
+/// allocated until someone does). The `events` (paths under the instance's `events/`) are
+/// switched off first, as the owner's own cleanup does. An instance whose pid is alive is
+/// left alone, whatever that process is now; so is one of this process. Shared by the
+/// capture (`mergetune-PID`) and the bio tap (`mergetune-sense-PID-MAJ_MIN`): neither
+/// prefix matches the other's names.
+pub fn sweep_dead_instances(
+    tracefs: &Path,
+    procfs_root: &Path,
+    pid_of: impl Fn(&str) -> Option<u32>,
+    events: &[&str],
+) -> Vec<Swept> {
     let Ok(entries) = std::fs::read_dir(tracefs.join("instances")) else {
         return Vec::new();
     };
-    let mut removed = Vec::new();
+    let mut swept = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(instance_pid) else {
+        let Some(pid) = name.to_str().and_then(&pid_of) else {
             continue;
         };
         if pid == std::process::id() || procfs_root.join(pid.to_string()).exists() {
             continue;
         }
         let dir = e.path();
-        // Events off first, as a capture's own cleanup does.
-        for ev in EVENTS {
-            let _ = std::fs::write(dir.join(format!("events/block/{ev}/enable")), "0");
+        for ev in events {
+            let _ = std::fs::write(dir.join("events").join(ev).join("enable"), "0");
         }
-        match std::fs::remove_dir(&dir) {
-            Ok(()) => removed.push((dir, pid)),
+        let removed = std::fs::remove_dir(&dir);
+        swept.push(Swept { dir, pid, removed });
+    }
+    swept
+}
+
+/// Removes the instances of captures whose process is gone. Returns what was removed.
+fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<(PathBuf, u32)> {
+    let events: Vec<String> = EVENTS.iter().map(|ev| format!("block/{ev}")).collect();
+    let events: Vec<&str> = events.iter().map(String::as_str).collect();
+    let mut removed = Vec::new();
+    for s in sweep_dead_instances(tracefs, procfs_root, instance_pid, &events) {
+        match s.removed {
+            Ok(()) => removed.push((s.dir, s.pid)),
             Err(e) => eprintln!(
                 "warning: cannot remove stale tracefs instance {}: {e}",
-                dir.display()
+                s.dir.display()
             ),
         }
     }
