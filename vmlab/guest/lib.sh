@@ -22,8 +22,9 @@ result() {
 # in a subshell, so `fail` ends the check there; a background load it started is stopped.
 check() {
     local name="$1"; shift
-    local log
+    local log t0
     log="$(mktemp)"
+    t0=$(date +%s)
     echo "=== $name" >> "$OUT/checks.log"
     if ( trap hostile_load_stop EXIT; "$@" ) > "$log" 2>&1; then
         cat "$log" >> "$OUT/checks.log"
@@ -32,6 +33,8 @@ check() {
         cat "$log" >> "$OUT/checks.log"
         result "FAIL $name: $(grep -v '^[[:space:]]*$' "$log" | tail -n1)"
     fi
+    # Where the guest's time goes (it runs under a timeout): one line per check.
+    echo "--- $name took $(( $(date +%s) - t0 )) s" >> "$OUT/checks.log"
     rm -f "$log"
 }
 # figure KEY VALUE...: a measured figure, for the host's figures file.
@@ -147,6 +150,30 @@ trace_dev_t() {
     local mm
     mm="$(cat "/sys/block/$1/dev")"
     echo $(( (${mm%%:*} << 20) | ${mm##*:} ))
+}
+# TCG and live code patching: under qemu TCG (no KVM here), a guest kernel that patches a
+# tracepoint's jump label or static call (text_poke_bp) while the other vCPU runs through
+# that site can take a stray int3 and panic ("Oops: int3" in submit_bio_noacct_nocheck, the
+# block_bio_queue site, with fio running; in ttwu_do_activate, a sched_wakeup site that the
+# tracer's command-line recording registers). Twice on 2026-12-01 (6.12 guests at 15:30 and
+# 17:00 UTC); on real hardware and KVM the same patching is routine and safe. The daemon's
+# bio tap switches block_bio_queue on and off for each sample, and the captures switch the
+# block events. Two instances of the lab's own that keep every one of those events enabled
+# (recording off, a filter that matches no device) hold each tracepoint past two probes. A
+# third probe added or removed then changes only the probe list, never the code, and the
+# command-line recording stays registered.
+keep_tracepoints_patched() {
+    local t=/sys/kernel/tracing i e
+    mountpoint -q $t || mount -t tracefs nodev $t
+    for i in 1 2; do
+        mkdir -p "$t/instances/vmlab-keep$i"
+        echo 0 > "$t/instances/vmlab-keep$i/tracing_on"
+        for e in block_bio_queue block_bio_backmerge block_bio_frontmerge block_rq_insert block_rq_issue block_rq_complete block_rq_requeue block_split block_bio_remap; do
+            [ -d "$t/instances/vmlab-keep$i/events/block/$e" ] || continue
+            echo "dev == 1" > "$t/instances/vmlab-keep$i/events/block/$e/filter"
+            echo 1 > "$t/instances/vmlab-keep$i/events/block/$e/enable"
+        done
+    done
 }
 # A tracefs instance of its own with the block events of the given devices.
 trace_start() { # NAME DEV...
