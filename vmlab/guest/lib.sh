@@ -155,8 +155,9 @@ trace_dev_t() {
 # tracepoint's jump label or static call (text_poke_bp) while the other vCPU runs through
 # that site can take a stray int3 and panic ("Oops: int3" in submit_bio_noacct_nocheck, the
 # block_bio_queue site, with fio running; in ttwu_do_activate, a sched_wakeup site that the
-# tracer's command-line recording registers). Twice on 2026-12-01 (6.12 guests at 15:30 and
-# 17:00 UTC); on real hardware and KVM the same patching is routine and safe. The daemon's
+# tracer's command-line recording registers). Twice on 2026-12-01 (6.12 guests of the runs
+# started at 15:07 and 16:48 UTC); on real hardware and KVM the same patching is routine
+# and safe. The daemon's
 # bio tap switches block_bio_queue on and off for each sample, and the captures switch the
 # block events. Two instances of the lab's own that keep every one of those events enabled
 # (recording off, a filter that matches no device) hold each tracepoint past two probes. A
