@@ -175,6 +175,7 @@ keep_tracepoints_patched() {
             echo 1 > "$t/instances/vmlab-keep$i/events/block/$e/enable"
         done
     done
+    figure tracepoint_keepers_enabled "$(cat "$t"/instances/vmlab-keep*/events/block/*/enable | grep -c '^1')"
 }
 # A tracefs instance of its own with the block events of the given devices.
 trace_start() { # NAME DEV...
