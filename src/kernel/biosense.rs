@@ -16,7 +16,7 @@
 //! Nothing here decides when to tap: that is the daemon's duty cycle (src/daemon/sense.rs).
 
 use crate::kernel::rawtrace::{BioLayout, PageLayout, parse_page};
-use crate::kernel::trace::{Dir, EventKind, parse_event};
+use crate::kernel::trace::{Dir, EventKind, lost_events, parse_event};
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -549,12 +549,8 @@ fn take_line(
     let Ok(line) = std::str::from_utf8(line) else {
         return;
     };
-    if let Some(i) = line.find("[LOST ") {
-        stats.lost += line[i + 6..]
-            .split_whitespace()
-            .next()
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
+    if let Some(n) = lost_events(line) {
+        stats.lost += n;
         return;
     }
     let Ok(ev) = parse_event(line) else {

@@ -182,6 +182,20 @@ fn parse_time(s: &str) -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(ns)
 }
 
+/// The count of a ring buffer's `[LOST N EVENTS]` marker line (`trace_pipe` prints one
+/// where it overwrote events before they were read); None for any other line. A marker
+/// whose count does not parse counts 0.
+pub fn lost_events(line: &str) -> Option<u64> {
+    let i = line.find("[LOST ")?;
+    Some(
+        line[i + 6..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0),
+    )
+}
+
 /// The direction of a bio from its RWBS field: None for discards, flushes without data and
 /// what is not an RWBS field.
 pub fn rwbs_dir(s: &str) -> Option<Dir> {

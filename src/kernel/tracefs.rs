@@ -392,12 +392,8 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
             if line.contains(END_MARKER) {
                 break;
             }
-            if let Some(i) = line.find("[LOST ") {
-                stats.lost += line[i + 6..]
-                    .split_whitespace()
-                    .next()
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
+            if let Some(n) = crate::kernel::trace::lost_events(&line) {
+                stats.lost += n;
             } else {
                 stats.events += 1;
             }
