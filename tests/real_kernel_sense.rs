@@ -8,7 +8,7 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use mergetune::kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams};
+use mergetune::kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams, TapRead};
 use mergetune::kernel::blockfs::{BlockFs, RealFs};
 use mergetune::logic::sampler::Sensed;
 use mergetune::logic::sense::{Contiguity, contiguous_percent};
@@ -255,6 +255,43 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     fs.tap_pause(dev.name()).unwrap();
     // A paused tap is still the RealFs's own: dropping it removes the instance.
     drop(fs);
+    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+}
+
+#[test]
+fn the_text_fallback_reads_the_same_bios_as_the_pages() {
+    let Some(_k) = kernel::require_kernel("real_kernel_sense_text") else {
+        return;
+    };
+    kernel::ensure_tracefs();
+    let dev = kernel::LoopDevice::new(64);
+    dev.set_nomerges(2);
+    let mut fs = RealFs::new("/sys", "/proc");
+    let mut seen = Vec::new();
+    for read in [TapRead::Pages, TapRead::Text] {
+        fs.tap_open(
+            dev.name(),
+            &TapParams {
+                read,
+                ..TapParams::new(64)
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            fs.tap_reads_raw_pages(dev.name()),
+            Some(read == TapRead::Pages)
+        );
+        dd_write(&dev, 2000, 24);
+        let bios = drain_all(&mut fs, &dev);
+        fs.tap_close(dev.name()).unwrap();
+        seen.push(
+            bios.iter()
+                .map(|b| (b.dir, b.sector, b.nr_sectors))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(seen[0].len(), 24, "{:?}", seen[0]);
+    assert_eq!(seen[0], seen[1], "pages and text disagree");
     assert!(our_instances().is_empty(), "left: {:?}", our_instances());
 }
 

@@ -204,10 +204,6 @@ pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf
 pub struct BioTap {
     dir: PathBuf,
     reader: Option<Reader>,
-    /// The tail of the last text read that did not end in a newline.
-    partial: Vec<u8>,
-    buf: Vec<u8>,
-    raw: Vec<crate::kernel::rawtrace::RawBio>,
     /// What the instance was set up for: a resume reuses it only for the same.
     number: (u32, u32),
     params: TapParams,
@@ -232,9 +228,6 @@ impl BioTap {
         let mut tap = BioTap {
             dir,
             reader: None,
-            partial: Vec::new(),
-            buf: vec![0; 64 << 10],
-            raw: Vec::new(),
             number: (major, minor),
             params: *params,
             paused: false,
@@ -265,9 +258,6 @@ impl BioTap {
                 Reader::text(&tap.dir)?
             }
         };
-        if let Reader::Raw { page, .. } = &reader {
-            tap.buf.resize(page.page_size(), 0);
-        }
         tap.reader = Some(reader);
         tap.write("tracing_on", "1")?;
         Ok(tap)
@@ -275,7 +265,7 @@ impl BioTap {
 
     /// Whether the tap reads the binary per-CPU pages (else the formatted text).
     pub fn reads_raw_pages(&self) -> bool {
-        matches!(self.reader, Some(Reader::Raw { .. }))
+        matches!(self.reader, Some(Reader::Raw(_)))
     }
 
     /// The instance directory.
@@ -312,7 +302,9 @@ impl BioTap {
             .truncate(true)
             .open(&trace)
             .map_err(|e| TapError::io(&trace, e))?;
-        self.partial.clear();
+        if let Some(Reader::Text(t)) = self.reader.as_mut() {
+            t.partial.clear();
+        }
         self.write(&format!("{EVENT}/enable"), "1")?;
         self.write("tracing_on", "1")?;
         self.paused = false;
@@ -330,18 +322,59 @@ impl BioTap {
             None => Err(TapError::NotOpen {
                 path: self.dir.display().to_string(),
             }),
-            Some(Reader::Text { .. }) => self.drain_text(out, max),
-            Some(Reader::Raw { .. }) => self.drain_raw(out, max),
+            Some(Reader::Text(t)) => t.drain(out, max),
+            Some(Reader::Raw(r)) => r.drain(out, max),
         }
     }
 
+    /// Stops tracing and removes the instance.
+    pub fn close(mut self) -> Result<(), TapError> {
+        self.shut()
+    }
+
+    fn shut(&mut self) -> Result<(), TapError> {
+        if self.dir.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let _ = self.write(&format!("{EVENT}/enable"), "0");
+        let _ = self.write("tracing_on", "0");
+        // An instance with an open file cannot be removed (EBUSY): the readers go first.
+        self.reader = None;
+        let dir = std::mem::take(&mut self.dir);
+        std::fs::remove_dir(&dir).map_err(|e| TapError::io(&dir, e))
+    }
+}
+
+/// How a tap reads its instance's ring buffer.
+#[derive(Debug)]
+enum Reader {
+    Raw(RawReader),
+    Text(TextReader),
+}
+
+/// `per_cpu/cpuN/trace_pipe_raw`, one per CPU, and the layouts to parse their pages.
+#[derive(Debug)]
+struct RawReader {
+    cpus: Vec<(PathBuf, std::fs::File)>,
+    page: PageLayout,
+    bio: BioLayout,
+    /// One page.
+    buf: Vec<u8>,
+    raw: Vec<crate::kernel::rawtrace::RawBio>,
+}
+
+impl RawReader {
     /// A page from each CPU in turn until `max` bios are kept or every CPU is empty; the
     /// bios of the drain then sorted by time (each CPU's buffer is in order, the CPUs are
     /// not, and contiguity is judged in submission order).
-    fn drain_raw(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
-        let Some(Reader::Raw { cpus, page, bio }) = self.reader.as_mut() else {
-            unreachable!("drain_raw on a raw reader");
-        };
+    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+        let RawReader {
+            cpus,
+            page,
+            bio,
+            buf,
+            raw,
+        } = self;
         let mut stats = TapDrain::default();
         let start = out.len();
         let mut total = 0usize;
@@ -351,7 +384,7 @@ impl BioTap {
                 if empty[i] {
                     continue;
                 }
-                let n = match f.read(&mut self.buf) {
+                let n = match f.read(buf) {
                     Ok(0) => {
                         empty[i] = true;
                         continue;
@@ -365,9 +398,9 @@ impl BioTap {
                     Err(e) => return Err(TapError::io(path, e)),
                 };
                 total += n;
-                self.raw.clear();
-                stats.lost += parse_page(&self.buf[..n], page, bio, &mut self.raw).lost;
-                for b in &self.raw {
+                raw.clear();
+                stats.lost += parse_page(&buf[..n], page, bio, raw).lost;
+                for b in raw.iter() {
                     let Some(dir) = b.dir else { continue };
                     if b.nr_sectors == 0 {
                         continue;
@@ -393,23 +426,32 @@ impl BioTap {
         out[start..].sort_by_key(|b| b.t_ns);
         Ok(stats)
     }
+}
 
-    fn drain_text(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+/// `trace_pipe`, formatted by the kernel.
+#[derive(Debug)]
+struct TextReader {
+    path: PathBuf,
+    pipe: std::fs::File,
+    /// The tail of the last read that did not end in a newline.
+    partial: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl TextReader {
+    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
         let mut stats = TapDrain::default();
-        let Some(Reader::Text { pipe }) = self.reader.as_mut() else {
-            unreachable!("drain_text on a text reader");
-        };
         let mut kept = 0usize;
         let mut total = 0usize;
         // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
         // it is most of the tap's cost, and the unread rest goes with the instance.
         while total < MAX_DRAIN_BYTES && kept < max {
-            let n = match pipe.read(&mut self.buf) {
+            let n = match self.pipe.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(TapError::io(&self.dir.join("trace_pipe"), e)),
+                Err(e) => return Err(TapError::io(&self.path, e)),
             };
             total += n;
             let mut chunk = &self.buf[..n];
@@ -432,36 +474,6 @@ impl BioTap {
         }
         Ok(stats)
     }
-
-    /// Stops tracing and removes the instance.
-    pub fn close(mut self) -> Result<(), TapError> {
-        self.shut()
-    }
-
-    fn shut(&mut self) -> Result<(), TapError> {
-        if self.dir.as_os_str().is_empty() {
-            return Ok(());
-        }
-        let _ = self.write(&format!("{EVENT}/enable"), "0");
-        let _ = self.write("tracing_on", "0");
-        // An instance with an open file cannot be removed (EBUSY): the readers go first.
-        self.reader = None;
-        let dir = std::mem::take(&mut self.dir);
-        std::fs::remove_dir(&dir).map_err(|e| TapError::io(&dir, e))
-    }
-}
-
-/// How a tap reads its instance's ring buffer.
-#[derive(Debug)]
-enum Reader {
-    /// `per_cpu/cpuN/trace_pipe_raw`, one per CPU, and the layouts to parse their pages.
-    Raw {
-        cpus: Vec<(PathBuf, std::fs::File)>,
-        page: PageLayout,
-        bio: BioLayout,
-    },
-    /// `trace_pipe`, formatted by the kernel.
-    Text { pipe: std::fs::File },
 }
 
 fn open_nonblocking(path: &Path) -> Result<std::fs::File, TapError> {
@@ -529,13 +541,23 @@ impl Reader {
                 message: "no CPUs".into(),
             });
         }
-        Ok(Reader::Raw { cpus, page, bio })
+        Ok(Reader::Raw(RawReader {
+            cpus,
+            buf: vec![0; page.page_size()],
+            page,
+            bio,
+            raw: Vec::new(),
+        }))
     }
 
     fn text(dir: &Path) -> Result<Reader, TapError> {
-        Ok(Reader::Text {
-            pipe: open_nonblocking(&dir.join("trace_pipe"))?,
-        })
+        let path = dir.join("trace_pipe");
+        Ok(Reader::Text(TextReader {
+            pipe: open_nonblocking(&path)?,
+            path,
+            partial: Vec::new(),
+            buf: vec![0; 64 << 10],
+        }))
     }
 }
 
