@@ -4,6 +4,7 @@
 
 use mergetune::lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
 use mergetune::logic::config::PolicyConfig;
+use mergetune::logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,7 +42,7 @@ fn random_reads_advise_no_merges() {
     assert_eq!(d.queue_depth_max, 64);
     assert!(d.read_latency.as_ref().unwrap().requests == 1024);
     assert!(d.sequential_percent < 1.0);
-    assert_eq!(d.recommended_level, 3, "{:?}", d.recommendations);
+    assert_eq!(d.recommended_level, Level::L3, "{:?}", d.recommendations);
     assert!(d.recommendations[0].setting.contains("nomerges=2"));
     assert_eq!(d.recommendations[1].setting, "none");
     assert_eq!(d.recommendations.len(), 3);
@@ -56,7 +57,7 @@ fn batched_sequential_writes_keep_every_merge() {
     assert_eq!(d.issues, 16);
     assert!(d.sequential_percent > 99.0);
     assert_eq!(d.simple_merges, 1008, "batched merges happen in the plug");
-    assert_eq!(d.recommended_level, 0, "{:?}", d.recommendations);
+    assert_eq!(d.recommended_level, Level::L0, "{:?}", d.recommendations);
     assert!(d.recommendations[0].evidence.contains("98.4%"));
 }
 
@@ -72,7 +73,7 @@ fn mixed_load_keeps_the_plug_merges_at_nomerges_1() {
     assert_eq!(d.simple_merges, 1008);
     assert_eq!(d.ladder[2].kept_percent, 100.0);
     assert_eq!(d.ladder[3].kept_percent, 0.0);
-    assert_eq!(d.recommended_level, 2, "{:?}", d.recommendations);
+    assert_eq!(d.recommended_level, Level::L2, "{:?}", d.recommendations);
     assert_eq!(d.recommendations[1].setting, "mq-deadline");
 }
 
@@ -155,7 +156,7 @@ fn bad_lines_are_skipped_and_quoted() {
     assert!(a.notes.iter().any(|n| n.contains("skipped")));
     let d = &a.devices[0];
     assert!(d.bios >= 1020 && d.bios <= 1024);
-    assert_eq!(d.recommended_level, 0);
+    assert_eq!(d.recommended_level, Level::L0);
     assert!(n > 100);
 }
 
@@ -197,8 +198,8 @@ fn mixed_devices_are_reported_apart_and_filtered() {
     let a = analyze_text(&mixed.join("\n"));
     assert_eq!(a.devices.len(), 2);
     let by = |n: &str| a.devices.iter().find(|d| d.device == n).unwrap();
-    assert_eq!(by("7,0").recommended_level, 3);
-    assert_eq!(by("8,16").recommended_level, 0);
+    assert_eq!(by("7,0").recommended_level, Level::L3);
+    assert_eq!(by("8,16").recommended_level, Level::L0);
     assert_eq!(by("8,16").back_merges, 1008);
     let mut f = Analyzer::new(Some(DevNum {
         major: 8,
@@ -261,7 +262,7 @@ fn the_merge_path_decides_between_l2_and_l0() {
     assert_eq!(d.back_merges, 1500);
     // Each back-merged bio abuts its task's previous bio: simple (plug or one-hit).
     assert_eq!(d.simple_merges, 1500);
-    assert_eq!(d.recommended_level, 2);
+    assert_eq!(d.recommended_level, Level::L2);
     // Now the same merges but as front merges of a descending stream that does not abut
     // the previous bio of its task (every other bio skipped): tree lookups, L1 loses them.
     let mut s = String::new();
@@ -285,7 +286,8 @@ fn the_merge_path_decides_between_l2_and_l0() {
     assert_eq!(d.front_merges, 2000);
     assert_eq!(d.simple_merges, 0);
     assert_eq!(
-        d.recommended_level, 0,
+        d.recommended_level,
+        Level::L0,
         "front merges through the tree: keep them"
     );
 }

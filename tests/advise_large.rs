@@ -124,5 +124,8 @@ fn the_state_is_bounded_by_construction() {
     assert_eq!(d.timeline.bios.len(), TIMELINE_BUCKETS);
     assert!(d.total_bios() > 30_000);
     let r = a.finish(&PolicyConfig::default());
-    assert_eq!(r.devices[0].recommended_level, 2);
+    assert_eq!(
+        r.devices[0].recommended_level,
+        mergetune::logic::decision::Level::L2
+    );
 }

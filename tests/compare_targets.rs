@@ -21,7 +21,7 @@
 use mergetune::lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
 use mergetune::logic::config::Config;
 use mergetune::logic::cost_profile;
-use mergetune::logic::decision::DecisionKind;
+use mergetune::logic::decision::{DecisionKind, Level};
 use mergetune::sim::Scenario;
 
 /// An oracle saving under this share of the kernel default's CPU, in percent, is not
@@ -43,7 +43,7 @@ fn row<'a>(c: &'a ScenarioComparison, policy: &str) -> &'a PolicySummary {
 /// Checks the targets on `sc`; `min_of_oracle` is the share of a significant oracle
 /// saving adaptive must capture, `deepest` the deepest level it may rest at (L2 without a
 /// bio tap): a move of the oracle's level below it asks for no reaction.
-fn assert_targets_on(sc: &Scenario, min_of_oracle: f64, deepest: u8) -> ScenarioComparison {
+fn assert_targets_on(sc: &Scenario, min_of_oracle: f64, deepest: Level) -> ScenarioComparison {
     let cfg = Config::default();
     let window_ms = cfg.window_ms();
     let name = format!("{} ({})", sc.name, sc.cost_profile_name());
@@ -68,8 +68,8 @@ fn assert_targets_on(sc: &Scenario, min_of_oracle: f64, deepest: u8) -> Scenario
         "{name}: {} level changes within an hour once settled (> 2)",
         a.settled_changes_per_hour_max
     );
-    let moves: Vec<(u8, u8)> = c.oracle_levels.windows(2).map(|w| (w[0], w[1])).collect();
-    let moves: Vec<(u8, u8)> = moves.into_iter().filter(|(a, b)| a != b).collect();
+    let moves: Vec<(Level, Level)> = c.oracle_levels.windows(2).map(|w| (w[0], w[1])).collect();
+    let moves: Vec<(Level, Level)> = moves.into_iter().filter(|(a, b)| a != b).collect();
     assert_eq!(moves.len(), a.reaction_ms.len(), "{name}");
     for (i, ((from, to), r)) in moves.iter().zip(&a.reaction_ms).enumerate() {
         if to > from && *to > deepest && r.is_none() {
@@ -95,7 +95,7 @@ fn assert_targets_on(sc: &Scenario, min_of_oracle: f64, deepest: u8) -> Scenario
 /// worth it, so adaptive writes nothing and says why.
 fn assert_targets(name: &str) -> ScenarioComparison {
     let sc = scenario(name, None);
-    let c = assert_targets_on(&sc, 90.0, 3);
+    let c = assert_targets_on(&sc, 90.0, Level::L3);
     if sc.cost_profile_name() == cost_profile::MEASURED_NAME {
         let a = row(&c, "adaptive");
         assert_eq!(a.level_changes, 0, "{name}: {a:?}");
@@ -108,7 +108,11 @@ fn assert_targets(name: &str) -> ScenarioComparison {
 /// tap the deepest level is L2, which keeps 16.25 of the oracle's 22.5% on random I/O
 /// (72%): the share asked here; the safety targets are the same.
 fn assert_targets_2008(name: &str) -> ScenarioComparison {
-    assert_targets_on(&scenario(name, Some(cost_profile::LKML_2008_NAME)), 70.0, 2)
+    assert_targets_on(
+        &scenario(name, Some(cost_profile::LKML_2008_NAME)),
+        70.0,
+        Level::L2,
+    )
 }
 
 #[test]
@@ -190,7 +194,7 @@ fn same_signature() {
     assert_eq!(sc.cost_profile_name(), cost_profile::LKML_2008_NAME);
     // The CPU target is the measured profile's; here the reaction and throughput targets
     // apply (without a tap adaptive rests at L2: 66% of the oracle's L3 saving).
-    let c = assert_targets_on(&sc, 0.0, 2);
+    let c = assert_targets_on(&sc, 0.0, Level::L2);
     let a = row(&c, "adaptive");
     assert!(a.level_changes >= 2, "off, then back on: {a:?}");
     assert_eq!(a.reaction_ms.len(), 1, "{:?}", c.oracle_levels);

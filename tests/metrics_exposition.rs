@@ -12,9 +12,10 @@ mod faketap;
 
 use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune::kernel::blockfs::{BlockFs, FsError};
+use mergetune::kernel::devices::Management;
 use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::Config;
-use mergetune::logic::decision::{Applied, Change, DecisionKind};
+use mergetune::logic::decision::{Applied, Change, DecisionKind, Level};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
@@ -625,8 +626,8 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
         serde_json::from_slice(&m.status_json()).unwrap();
     assert_eq!(s, m.status());
     let sda = s.devices.iter().find(|x| x.device == "sda").unwrap();
-    assert_eq!(sda.status, "managed");
-    assert!(sda.level.unwrap() > 0);
+    assert_eq!(sda.management, Management::Managed);
+    assert!(sda.level.unwrap() > Level::L0);
     assert_eq!(sda.original_nomerges.as_deref(), Some("0"));
     assert_ne!(sda.nomerges.as_deref(), Some("0"));
     let last = sda.last_decision.as_ref().expect("last decision");
@@ -634,7 +635,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     let next = sda.next_probe_in_secs.expect("next probe");
     assert!(next > 0.0 && next <= 600.0, "{next}");
     let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();
-    assert_eq!(sdb.status, "admin-owned");
+    assert!(matches!(sdb.management, Management::AdminOwned(_)));
     assert_eq!(sdb.level, None);
     let table = mergetune::export::table::format_status(&s);
     assert!(table.contains("sda"), "{table}");

@@ -108,7 +108,7 @@ fn capture_records_the_device_and_cleans_up() {
     let d = &a.devices[0];
     assert_eq!(d.bios, delta.bios());
     assert_eq!(d.back_merges + d.front_merges, delta.merged());
-    assert_eq!(d.recommended_level, 0);
+    assert_eq!(d.recommended_level, mergetune::logic::decision::Level::L0);
 }
 
 #[test]

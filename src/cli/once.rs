@@ -149,7 +149,7 @@ impl Once {
 
     /// The line under the table: how long it looked, and what it did or would do.
     fn summary(&self, devices: &[crate::export::status::DeviceStatus]) -> String {
-        let managed = devices.iter().filter(|d| d.status == "managed").count();
+        let managed = devices.iter().filter(|d| d.management.is_managed()).count();
         let looked = format!(
             "sampled {} ({} windows of {})",
             secs(self.sampled_ms()),

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 mod membership;
 mod slice_tuner;
 
-pub use crate::daemon::snapshot::{DaemonCounters, DeviceRow};
+pub use crate::daemon::snapshot::DaemonCounters;
 
 /// The merge ladder's tunables.
 pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];
@@ -528,7 +528,7 @@ impl Daemon {
                         name: name.clone(),
                         scheduler: d.info.scheduler.clone(),
                         management: d.management.clone(),
-                        level: managed.then(|| d.policy.level(&self.cfg.policy).index()),
+                        level: managed.then(|| d.policy.level(&self.cfg.policy)),
                         mode: managed.then_some(d.policy.mode),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),
@@ -545,15 +545,6 @@ impl Daemon {
                 })
                 .collect(),
         }
-    }
-
-    /// The device table.
-    pub fn rows(&self) -> Vec<DeviceRow> {
-        self.snapshot()
-            .devices
-            .iter()
-            .map(DeviceSnapshot::row)
-            .collect()
     }
 }
 

@@ -6,7 +6,7 @@
 //! builds it from its per-device runtime, the fixed baselines have none.
 
 use crate::kernel::devices::Management;
-use crate::logic::decision::Decision;
+use crate::logic::decision::{Decision, Level};
 use crate::logic::policy::{Mode, Reason};
 use crate::logic::sampler::Window;
 use serde::Serialize;
@@ -65,9 +65,9 @@ pub struct DeviceSnapshot {
     /// The active I/O scheduler, when the device has one.
     pub scheduler: Option<String>,
     pub management: Management,
-    /// The merge-ladder level (0 all merges ... 3 none): managed devices only. In dry-run
-    /// the level the daemon would have set.
-    pub level: Option<u8>,
+    /// The merge-ladder level: managed devices only. In dry-run the level the daemon would
+    /// have set.
+    pub level: Option<Level>,
     /// The policy mode: managed devices only.
     pub mode: Option<Mode>,
     /// `queue/nomerges` as mergetune last read or wrote it (in dry-run: as read).
@@ -83,46 +83,4 @@ pub struct DeviceSnapshot {
     pub last_decision: Option<Decision>,
     /// When the next probe starts (managed, at L3).
     pub next_probe_at_ms: Option<u64>,
-}
-
-/// A row of the device table, for humans and `run --once --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeviceRow {
-    pub device: String,
-    pub scheduler: String,
-    pub status: String,
-    pub why: String,
-    pub nomerges: String,
-    pub mode: String,
-    pub bios_per_sec: Option<f64>,
-    pub read_merge_percent: Option<f64>,
-    pub write_merge_percent: Option<f64>,
-    pub last: String,
-}
-
-impl DeviceSnapshot {
-    /// The device's row of the table: rates and merge shares over the last tick.
-    pub fn row(&self) -> DeviceRow {
-        DeviceRow {
-            device: self.name.clone(),
-            scheduler: self.scheduler.clone().unwrap_or_else(|| "-".into()),
-            status: self.management.label().to_string(),
-            why: self.management.why().to_string(),
-            nomerges: self.nomerges.clone().unwrap_or_else(|| "-".into()),
-            mode: match (self.level, self.mode) {
-                (Some(level), Some(mode)) => format!("L{level} {}", mode.as_str()),
-                _ => "-".into(),
-            },
-            bios_per_sec: self.last_tick.map(|w| w.bios_per_sec()),
-            read_merge_percent: self
-                .last_tick
-                .filter(|w| w.counters.read_bios() > 0)
-                .map(|w| w.counters.read_merge_ratio() * 100.0),
-            write_merge_percent: self
-                .last_tick
-                .filter(|w| w.counters.write_bios() > 0)
-                .map(|w| w.counters.write_merge_ratio() * 100.0),
-            last: self.last_reason.to_string(),
-        }
-    }
 }

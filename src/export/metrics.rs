@@ -346,7 +346,7 @@ impl Metrics {
                 }
             }
             if let Some(level) = dev.level {
-                f.level.get_or_create(&labels).set(i64::from(level));
+                f.level.get_or_create(&labels).set(i64::from(level.index()));
                 for outcome in PROBE_OUTCOMES {
                     f.probes
                         .get_or_create(&ProbeLabels {

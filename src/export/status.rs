@@ -7,7 +7,9 @@
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
 use crate::daemon::snapshot::DaemonSnapshot;
-use crate::logic::decision::{Applied, Change, DecisionKind};
+use crate::kernel::devices::Management;
+use crate::logic::decision::{Applied, Change, DecisionKind, Level, level_index};
+use crate::logic::policy::Mode;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -45,19 +47,22 @@ pub struct StatusSnapshot {
     pub devices: Vec<DeviceStatus>,
 }
 
-/// One device of the `/status` document.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// One device of the `/status` document. Typed as the daemon holds it, so the client's
+/// table renders from the same values and never re-reads a string the daemon built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceStatus {
     pub device: String,
+    /// The active I/O scheduler, `-` when the device has none.
     pub scheduler: String,
-    /// managed, excluded, unsupported or admin-owned.
-    pub status: String,
-    /// Why it is not managed (empty when managed).
-    pub why: String,
-    /// The policy mode (merging, off, probing), `-` when not managed.
-    pub mode: String,
-    /// The merge-ladder level (0 all merges ... 3 none), for managed devices.
-    pub level: Option<u8>,
+    /// `"status"`: managed, excluded, unsupported or admin-owned; `"why"`: the reason it is
+    /// not managed (absent when managed).
+    #[serde(flatten)]
+    pub management: Management,
+    /// The policy mode (merging, off, probing, trial), for managed devices.
+    pub mode: Option<Mode>,
+    /// The merge-ladder level as its index (0 all merges ... 3 none), for managed devices.
+    #[serde(with = "level_index::option")]
+    pub level: Option<Level>,
     /// nomerges when mergetune first saw the device.
     pub original_nomerges: Option<String>,
     /// nomerges now, as mergetune last read or wrote it.
@@ -71,6 +76,28 @@ pub struct DeviceStatus {
     pub last_decision: Option<DecisionStatus>,
     /// Seconds until the next probe, when merging is off and a probe is scheduled.
     pub next_probe_in_secs: Option<f64>,
+}
+
+impl DeviceStatus {
+    /// A device with nothing known yet but its name and management (tests build rows
+    /// from it).
+    pub fn new(device: &str, management: Management) -> DeviceStatus {
+        DeviceStatus {
+            device: device.to_string(),
+            scheduler: "-".into(),
+            management,
+            mode: None,
+            level: None,
+            original_nomerges: None,
+            nomerges: None,
+            bios_per_sec: None,
+            read_merge_percent: None,
+            write_merge_percent: None,
+            last_reason: String::new(),
+            last_decision: None,
+            next_probe_in_secs: None,
+        }
+    }
 }
 
 /// A device's last decision.
@@ -88,6 +115,10 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
 impl StatusSnapshot {
     /// The `/status` document of the daemon's snapshot taken at `t.now_ms`.
     pub fn of(daemon: &DaemonSnapshot, t: TickTiming, max_lag_seconds: f64) -> StatusSnapshot {
@@ -95,20 +126,24 @@ impl StatusSnapshot {
             .devices
             .iter()
             .map(|d| {
-                let row = d.row();
+                // Rates and merge shares over the last tick alone.
+                let tick = d.last_tick;
                 DeviceStatus {
-                    device: row.device,
-                    scheduler: row.scheduler,
-                    status: row.status,
-                    why: row.why,
-                    mode: row.mode,
+                    device: d.name.clone(),
+                    scheduler: d.scheduler.clone().unwrap_or_else(|| "-".into()),
+                    management: d.management.clone(),
+                    mode: d.mode,
                     level: d.level,
                     original_nomerges: d.original_nomerges.clone(),
                     nomerges: d.nomerges.clone(),
-                    bios_per_sec: row.bios_per_sec.map(|x| x.round()),
-                    read_merge_percent: row.read_merge_percent.map(|x| (x * 10.0).round() / 10.0),
-                    write_merge_percent: row.write_merge_percent.map(|x| (x * 10.0).round() / 10.0),
-                    last_reason: row.last,
+                    bios_per_sec: tick.map(|w| w.bios_per_sec().round()),
+                    read_merge_percent: tick
+                        .filter(|w| w.counters.read_bios() > 0)
+                        .map(|w| round1(w.counters.read_merge_ratio() * 100.0)),
+                    write_merge_percent: tick
+                        .filter(|w| w.counters.write_bios() > 0)
+                        .map(|w| round1(w.counters.write_merge_ratio() * 100.0)),
+                    last_reason: d.last_reason.to_string(),
                     last_decision: d.last_decision.as_ref().map(|x| DecisionStatus {
                         at_ms: x.at_ms,
                         ago_secs: round3(t.now_ms.saturating_sub(x.at_ms) as f64 / 1000.0),

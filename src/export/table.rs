@@ -47,12 +47,10 @@ pub fn span(secs: f64) -> String {
 
 /// `L3 off`: the ladder level and the policy's mode, `-` when not managed.
 fn level(d: &DeviceStatus) -> String {
-    match d.level {
-        None => "-".into(),
-        // The mode may already carry the level ("L3 off").
-        Some(l) if d.mode.starts_with(&format!("L{l}")) => d.mode.clone(),
-        Some(l) if d.mode.is_empty() || d.mode == "-" => format!("L{l}"),
-        Some(l) => format!("L{l} {}", d.mode),
+    match (d.level, d.mode) {
+        (Some(l), Some(m)) => format!("{l} {}", m.as_str()),
+        (Some(l), None) => l.to_string(),
+        (None, _) => "-".into(),
     }
 }
 
@@ -70,8 +68,8 @@ fn nomerges(d: &DeviceStatus) -> String {
 /// The last decision with its age and reason, or why the device holds, or why it is not
 /// managed.
 fn last(d: &DeviceStatus) -> String {
-    if d.status != "managed" {
-        return d.why.clone();
+    if !d.management.is_managed() {
+        return d.management.why().to_string();
     }
     match &d.last_decision {
         Some(x) => format!(
@@ -96,7 +94,7 @@ fn cells(d: &DeviceStatus) -> [String; 10] {
     [
         d.device.clone(),
         d.scheduler.clone(),
-        d.status.clone(),
+        d.management.label().to_string(),
         level(d),
         nomerges(d),
         opt(d.read_merge_percent, 1, "%"),
@@ -146,7 +144,11 @@ pub fn render(devices: &[DeviceStatus]) -> String {
 
 /// The table `mergetune status` prints: one header line, then one line per device.
 pub fn format_status(s: &StatusSnapshot) -> String {
-    let managed = s.devices.iter().filter(|d| d.status == "managed").count();
+    let managed = s
+        .devices
+        .iter()
+        .filter(|d| d.management.is_managed())
+        .count();
     let mut out = format!(
         "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
         s.version,
@@ -173,23 +175,23 @@ pub fn format_status(s: &StatusSnapshot) -> String {
 mod tests {
     use super::*;
     use crate::export::status::DecisionStatus;
+    use crate::kernel::devices::Management;
     use crate::kernel::tunable::Tunable;
-    use crate::logic::decision::{Change, DecisionKind};
+    use crate::logic::decision::{Change, DecisionKind, Level};
+    use crate::logic::policy::Mode;
 
     fn managed(name: &str) -> DeviceStatus {
         DeviceStatus {
-            device: name.into(),
             scheduler: "mq-deadline".into(),
-            status: "managed".into(),
-            mode: "L0 merging".into(),
-            level: Some(0),
+            mode: Some(Mode::Merging),
+            level: Some(Level::L0),
             original_nomerges: Some("0".into()),
             nomerges: Some("0".into()),
             bios_per_sec: Some(1234.4),
             read_merge_percent: Some(0.04),
             write_merge_percent: None,
             last_reason: "window still open".into(),
-            ..DeviceStatus::default()
+            ..DeviceStatus::new(name, Management::Managed)
         }
     }
 
@@ -209,11 +211,8 @@ mod tests {
             applied: Applied::DryRun,
         });
         let excluded = DeviceStatus {
-            device: "loop0".into(),
             scheduler: "none".into(),
-            status: "excluded".into(),
-            why: "loop device".into(),
-            ..DeviceStatus::default()
+            ..DeviceStatus::new("loop0", Management::Excluded("loop device".into()))
         };
         let t = render(&[managed("sda"), long, excluded]);
         let lines: Vec<&str> = t.lines().collect();
@@ -250,8 +249,8 @@ mod tests {
     fn nomerges_shows_the_change_from_the_original() {
         let mut d = managed("sda");
         d.nomerges = Some("2".into());
-        d.level = Some(3);
-        d.mode = "off".into();
+        d.level = Some(Level::L3);
+        d.mode = Some(Mode::Off);
         assert_eq!(nomerges(&d), "0\u{2192}2");
         assert_eq!(level(&d), "L3 off");
         assert_eq!(span(30.0), "30s");

@@ -11,16 +11,19 @@
 //! by [`crate::kernel::rawtrace`] from the layouts the kernel publishes, and at most `max`
 //! bios kept per drain, in time order. Where the layouts cannot be read, the instance's
 //! `trace_pipe` text is read instead (the kernel formats each event for it, which costs
-//! about ten times as much), each line parsed by [`crate::kernel::trace::parse_event`]. The instance is removed on close and on drop; instances
-//! left by a process that is gone (SIGKILL) are removed before the first tap opens.
+//! about ten times as much), each line parsed by [`crate::kernel::trace::parse_event`].
+//! Both readers are in `biosense/reader.rs`; this file holds the instance's life. The
+//! instance is removed on close and on drop; instances left by a process that is gone
+//! (SIGKILL) are removed before the first tap opens.
 //! Nothing here decides when to tap: that is the daemon's duty cycle (src/daemon/sense.rs).
 
-use crate::kernel::rawtrace::{BioLayout, PageLayout, parse_page};
-use crate::kernel::trace::{Dir, EventKind, lost_events, parse_event};
+use crate::kernel::trace::Dir;
+use reader::Reader;
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
+
+mod reader;
 
 pub use crate::kernel::tracefs::TRACEFS_IN_SYSFS;
 use crate::kernel::tracefs::sweep_dead_instances;
@@ -29,10 +32,6 @@ use crate::kernel::tracefs::sweep_dead_instances;
 /// `mergetune-PID`: neither cleanup takes the other's).
 pub const SENSE_INSTANCE_PREFIX: &str = "mergetune-sense-";
 const EVENT: &str = "events/block/block_bio_queue";
-/// The most read from a `trace_pipe` in one drain: a flood cannot hold a tick.
-const MAX_DRAIN_BYTES: usize = 64 << 20;
-/// A line longer than this is not a block event: dropped.
-const MAX_LINE_BYTES: usize = 4096;
 
 /// One bio as it entered the block layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +264,7 @@ impl BioTap {
 
     /// Whether the tap reads the binary per-CPU pages (else the formatted text).
     pub fn reads_raw_pages(&self) -> bool {
-        matches!(self.reader, Some(Reader::Raw(_)))
+        self.reader.as_ref().is_some_and(Reader::is_raw)
     }
 
     /// The instance directory.
@@ -302,8 +301,8 @@ impl BioTap {
             .truncate(true)
             .open(&trace)
             .map_err(|e| TapError::io(&trace, e))?;
-        if let Some(Reader::Text(t)) = self.reader.as_mut() {
-            t.partial.clear();
+        if let Some(r) = self.reader.as_mut() {
+            r.forget_partial_line();
         }
         self.write(&format!("{EVENT}/enable"), "1")?;
         self.write("tracing_on", "1")?;
@@ -322,8 +321,7 @@ impl BioTap {
             None => Err(TapError::NotOpen {
                 path: self.dir.display().to_string(),
             }),
-            Some(Reader::Text(t)) => t.drain(out, max),
-            Some(Reader::Raw(r)) => r.drain(out, max),
+            Some(r) => r.drain(out, max),
         }
     }
 
@@ -343,262 +341,6 @@ impl BioTap {
         let dir = std::mem::take(&mut self.dir);
         std::fs::remove_dir(&dir).map_err(|e| TapError::io(&dir, e))
     }
-}
-
-/// How a tap reads its instance's ring buffer.
-#[derive(Debug)]
-enum Reader {
-    Raw(RawReader),
-    Text(TextReader),
-}
-
-/// `per_cpu/cpuN/trace_pipe_raw`, one per CPU, and the layouts to parse their pages.
-#[derive(Debug)]
-struct RawReader {
-    cpus: Vec<(PathBuf, std::fs::File)>,
-    page: PageLayout,
-    bio: BioLayout,
-    /// One page.
-    buf: Vec<u8>,
-    raw: Vec<crate::kernel::rawtrace::RawBio>,
-}
-
-impl RawReader {
-    /// A page from each CPU in turn until `max` bios are kept or every CPU is empty; the
-    /// bios of the drain then sorted by time (each CPU's buffer is in order, the CPUs are
-    /// not, and contiguity is judged in submission order).
-    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
-        let RawReader {
-            cpus,
-            page,
-            bio,
-            buf,
-            raw,
-        } = self;
-        let mut stats = TapDrain::default();
-        let start = out.len();
-        let mut total = 0usize;
-        let mut empty = vec![false; cpus.len()];
-        'rounds: while total < MAX_DRAIN_BYTES && !empty.iter().all(|&e| e) {
-            for (i, (path, f)) in cpus.iter_mut().enumerate() {
-                if empty[i] {
-                    continue;
-                }
-                let n = match f.read(buf) {
-                    Ok(0) => {
-                        empty[i] = true;
-                        continue;
-                    }
-                    Ok(n) => n,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        empty[i] = true;
-                        continue;
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(TapError::io(path, e)),
-                };
-                total += n;
-                raw.clear();
-                stats.lost += parse_page(&buf[..n], page, bio, raw).lost;
-                for b in raw.iter() {
-                    let Some(dir) = b.dir else { continue };
-                    if b.nr_sectors == 0 {
-                        continue;
-                    }
-                    if out.len() - start >= max {
-                        stats.dropped += 1;
-                        continue;
-                    }
-                    out.push(QueuedBio {
-                        t_ns: b.t_ns,
-                        dir,
-                        sector: b.sector,
-                        nr_sectors: b.nr_sectors,
-                    });
-                }
-                // Past `max` nothing more is read: the unread rest goes at the next
-                // resume or with the instance.
-                if out.len() - start >= max {
-                    break 'rounds;
-                }
-            }
-        }
-        out[start..].sort_by_key(|b| b.t_ns);
-        Ok(stats)
-    }
-}
-
-/// `trace_pipe`, formatted by the kernel.
-#[derive(Debug)]
-struct TextReader {
-    path: PathBuf,
-    pipe: std::fs::File,
-    /// The tail of the last read that did not end in a newline.
-    partial: Vec<u8>,
-    buf: Vec<u8>,
-}
-
-impl TextReader {
-    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
-        let mut stats = TapDrain::default();
-        let mut kept = 0usize;
-        let mut total = 0usize;
-        // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
-        // it is most of the tap's cost, and the unread rest goes with the instance.
-        while total < MAX_DRAIN_BYTES && kept < max {
-            let n = match self.pipe.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(TapError::io(&self.path, e)),
-            };
-            total += n;
-            let mut chunk = &self.buf[..n];
-            while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
-                let line: &[u8] = if self.partial.is_empty() {
-                    &chunk[..i]
-                } else {
-                    self.partial.extend_from_slice(&chunk[..i]);
-                    &self.partial
-                };
-                take_line(line, out, max, &mut kept, &mut stats);
-                self.partial.clear();
-                chunk = &chunk[i + 1..];
-            }
-            if self.partial.len() + chunk.len() <= MAX_LINE_BYTES {
-                self.partial.extend_from_slice(chunk);
-            } else {
-                self.partial.clear();
-            }
-        }
-        Ok(stats)
-    }
-}
-
-fn open_nonblocking(path: &Path) -> Result<std::fs::File, TapError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| TapError::io(path, e))
-}
-
-/// A tracefs layout file, read with reads of 64 KiB. `events/header_page` answers only the
-/// first read of an open file, cut to its size, and EOF after that: `read_to_string`'s
-/// first 32-byte probe would get a third of it.
-fn read_text(path: &Path) -> Result<String, TapError> {
-    let mut f = std::fs::File::open(path).map_err(|e| TapError::io(path, e))?;
-    let mut buf = vec![0u8; 64 << 10];
-    let mut len = 0;
-    loop {
-        if len == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
-        match f.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(TapError::io(path, e)),
-        }
-    }
-    buf.truncate(len);
-    String::from_utf8(buf).map_err(|_| TapError::Io {
-        path: path.display().to_string(),
-        message: "not UTF-8".into(),
-    })
-}
-
-impl Reader {
-    fn raw(dir: &Path) -> Result<Reader, TapError> {
-        let layout_err = |path: &Path, e: crate::kernel::rawtrace::LayoutError| TapError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
-        let hp = dir.join("events/header_page");
-        let page = PageLayout::parse(&read_text(&hp)?, &hp.display().to_string())
-            .map_err(|e| layout_err(&hp, e))?;
-        let fmt = dir.join(EVENT).join("format");
-        let bio = BioLayout::parse(&read_text(&fmt)?, &fmt.display().to_string())
-            .map_err(|e| layout_err(&fmt, e))?;
-        let per_cpu = dir.join("per_cpu");
-        let mut names: Vec<String> = std::fs::read_dir(&per_cpu)
-            .map_err(|e| TapError::io(&per_cpu, e))?
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.starts_with("cpu"))
-            .collect();
-        names.sort();
-        let mut cpus = Vec::with_capacity(names.len());
-        for n in names {
-            let path = per_cpu.join(n).join("trace_pipe_raw");
-            let f = open_nonblocking(&path)?;
-            cpus.push((path, f));
-        }
-        if cpus.is_empty() {
-            return Err(TapError::Io {
-                path: per_cpu.display().to_string(),
-                message: "no CPUs".into(),
-            });
-        }
-        Ok(Reader::Raw(RawReader {
-            cpus,
-            buf: vec![0; page.page_size()],
-            page,
-            bio,
-            raw: Vec::new(),
-        }))
-    }
-
-    fn text(dir: &Path) -> Result<Reader, TapError> {
-        let path = dir.join("trace_pipe");
-        Ok(Reader::Text(TextReader {
-            pipe: open_nonblocking(&path)?,
-            path,
-            partial: Vec::new(),
-            buf: vec![0; 64 << 10],
-        }))
-    }
-}
-
-fn take_line(
-    line: &[u8],
-    out: &mut Vec<QueuedBio>,
-    max: usize,
-    kept: &mut usize,
-    stats: &mut TapDrain,
-) {
-    let Ok(line) = std::str::from_utf8(line) else {
-        return;
-    };
-    if let Some(n) = lost_events(line) {
-        stats.lost += n;
-        return;
-    }
-    let Ok(ev) = parse_event(line) else {
-        return;
-    };
-    if ev.kind != EventKind::Queue {
-        return;
-    }
-    let (Some(dir), Some((sector, nr_sectors))) = (ev.dir, ev.extent) else {
-        return;
-    };
-    if nr_sectors == 0 {
-        // A flush without data: nothing to merge.
-        return;
-    }
-    if *kept >= max {
-        stats.dropped += 1;
-        return;
-    }
-    *kept += 1;
-    out.push(QueuedBio {
-        t_ns: ev.t_ns,
-        dir,
-        sector,
-        nr_sectors,
-    });
 }
 
 impl Drop for BioTap {
@@ -726,37 +468,6 @@ mod tests {
         assert_eq!(kernel_dev_t(259, 3), (259 << 20) | 3);
         assert_eq!(parse_dev_number("7:12\n"), Some((7, 12)));
         assert_eq!(parse_dev_number("7"), None);
-    }
-
-    #[test]
-    fn lines_become_bios_lost_events_are_counted_and_max_is_kept() {
-        let mut out = Vec::new();
-        let mut stats = TapDrain::default();
-        let mut kept = 0;
-        for l in [
-            "fio-8916 [001] ..... 344.612387: block_bio_queue: 7,0 WS 0 + 8 [fio]",
-            "fio-8916 [001] ..... 344.612388: block_bio_queue: 7,0 R 8 + 8 [fio]",
-            "CPU:1 [LOST 12 EVENTS]",
-            "fio-8916 [001] ..... 344.612389: block_bio_backmerge: 7,0 WS 8 + 8 [fio]",
-            "garbage",
-            "fio-8916 [001] ..... 344.612390: block_bio_queue: 7,0 FWS 0 + 0 [fio]",
-            "fio-8916 [001] ..... 344.612391: block_bio_queue: 7,0 W 16 + 8 [fio]",
-        ] {
-            take_line(l.as_bytes(), &mut out, 2, &mut kept, &mut stats);
-        }
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].dir, Dir::Write);
-        assert_eq!(
-            (out[1].dir, out[1].sector, out[1].nr_sectors),
-            (Dir::Read, 8, 8)
-        );
-        assert_eq!(
-            stats,
-            TapDrain {
-                lost: 12,
-                dropped: 1
-            }
-        );
     }
 
     #[test]

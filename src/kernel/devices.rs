@@ -44,8 +44,9 @@ pub struct DeviceInfo {
 }
 
 /// Whether a device is managed, and if not, why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "status", content = "why", rename_all = "snake_case")]
+/// In JSON `{"status": "admin-owned", "why": "..."}`: the labels of [`Management::label`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "why", rename_all = "kebab-case")]
 pub enum Management {
     Managed,
     /// Matched an exclude pattern or no include pattern.

@@ -9,9 +9,12 @@ use std::fmt;
 
 /// A rung of the merge ladder.
 /// Written as `"L0"` .. `"L3"` (cost profiles name levels that way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum Level {
     /// nomerges=0, front_merges=1: every merge (the kernel default).
+    #[default]
     L0,
     /// nomerges=0, front_merges=0: all but the rbtree front-merge lookup (mq-deadline).
     L1,
@@ -51,6 +54,17 @@ impl Level {
         }
     }
 
+    /// The level a queue's tunables stand for: `queue/nomerges`, and whether mq-deadline's
+    /// `iosched/front_merges` is 0 (which matters only at nomerges=0).
+    pub fn of_tunables(nomerges: u8, front_merges_off: bool) -> Level {
+        match nomerges {
+            0 if front_merges_off => Level::L1,
+            0 => Level::L0,
+            1 => Level::L2,
+            _ => Level::L3,
+        }
+    }
+
     /// The next rung down, if any.
     pub fn below(self) -> Option<Level> {
         Level::from_index(self.index() + 1)
@@ -60,6 +74,60 @@ impl Level {
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "L{}", self.index())
+    }
+}
+
+/// Serde for a [`Level`] written as its index, `0` .. `3`: the `/status` document and the
+/// lab's JSON reports carry the number their readers (and the `device_ladder_level`
+/// metric) use, while the code holds the enum. `#[serde(with = "level_index")]`.
+pub mod level_index {
+    use super::Level;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(level: &Level, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(level.index())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Level, D::Error> {
+        let i = u8::deserialize(d)?;
+        Level::from_index(i)
+            .ok_or_else(|| D::Error::custom(format!("ladder level {i} is not 0, 1, 2 or 3")))
+    }
+
+    /// The same for an `Option<Level>` (`null` when absent).
+    pub mod option {
+        use super::Level;
+        use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+        pub fn serialize<S: Serializer>(level: &Option<Level>, s: S) -> Result<S::Ok, S::Error> {
+            match level {
+                Some(l) => s.serialize_some(&l.index()),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Level>, D::Error> {
+            match Option::<u8>::deserialize(d)? {
+                None => Ok(None),
+                Some(i) => Level::from_index(i).map(Some).ok_or_else(|| {
+                    D::Error::custom(format!("ladder level {i} is not 0, 1, 2 or 3"))
+                }),
+            }
+        }
+    }
+
+    /// The same for a list of levels (`[0, 3, 0]`).
+    pub mod vec {
+        use super::Level;
+        use serde::{Serializer, ser::SerializeSeq};
+
+        pub fn serialize<S: Serializer>(levels: &[Level], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(levels.len()))?;
+            for l in levels {
+                seq.serialize_element(&l.index())?;
+            }
+            seq.end()
+        }
     }
 }
 

@@ -81,7 +81,7 @@ pub fn render_text(a: &Analysis, what_ifs: &[WhatIf]) -> String {
         for l in &d.ladder {
             let _ = writeln!(
                 s,
-                "               L{}     {:<28} {:>5.1}%  {:>5.2}%",
+                "               {}     {:<28} {:>5.1}%  {:>5.2}%",
                 l.level, l.tunables, l.kept_percent, l.lost_percent_of_bios
             );
         }

@@ -5,6 +5,7 @@
 use super::accumulator::{
     DIST_LABELS, DeviceAcc, SIZE_BUCKETS, ScatterPoint, Timeline, size_bucket_label,
 };
+use crate::logic::decision::{Level, level_index};
 use crate::sim::hist::Histogram;
 use serde::Serialize;
 
@@ -19,7 +20,8 @@ pub struct LatencyReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LevelShare {
-    pub level: u8,
+    #[serde(with = "level_index")]
+    pub level: Level,
     pub tunables: String,
     /// Merges this level would keep, of those the kernel made (or estimated), percent.
     pub kept_percent: f64,
@@ -71,7 +73,8 @@ pub struct DeviceReport {
     pub read_latency: Option<LatencyReport>,
     pub write_latency: Option<LatencyReport>,
     pub out_of_order_events: u64,
-    pub recommended_level: u8,
+    #[serde(with = "level_index")]
+    pub recommended_level: Level,
     pub recommendations: Vec<Recommendation>,
     #[serde(skip)]
     pub timeline: Timeline,
@@ -100,12 +103,12 @@ fn latency(h: &Histogram) -> Option<LatencyReport> {
 }
 
 /// The tunables that make a ladder level, for the report.
-pub(super) fn level_tunables(level: u8) -> &'static str {
+pub(super) fn level_tunables(level: Level) -> &'static str {
     match level {
-        0 => "nomerges=0, front_merges=1",
-        1 => "nomerges=0, front_merges=0",
-        2 => "nomerges=1",
-        _ => "nomerges=2",
+        Level::L0 => "nomerges=0, front_merges=1",
+        Level::L1 => "nomerges=0, front_merges=0",
+        Level::L2 => "nomerges=1",
+        Level::L3 => "nomerges=2",
     }
 }
 
@@ -138,17 +141,20 @@ impl DeviceReport {
         };
         let merged = back + front;
         let simple = simple.min(merged);
+        // Merges each level loses: none; the front merges; all but the simple ones; all.
         let lost = [0, front, merged - simple, merged];
-        let ladder = (0..4u8)
-            .map(|l| LevelShare {
-                level: l,
-                tunables: level_tunables(l).into(),
+        let ladder = Level::ALL
+            .into_iter()
+            .zip(lost)
+            .map(|(level, lost)| LevelShare {
+                level,
+                tunables: level_tunables(level).into(),
                 kept_percent: if merged == 0 {
                     100.0
                 } else {
-                    pct(merged - lost[l as usize], merged)
+                    pct(merged - lost, merged)
                 },
-                lost_percent_of_bios: pct(lost[l as usize], bios),
+                lost_percent_of_bios: pct(lost, bios),
             })
             .collect::<Vec<_>>();
         let seq = pct(d.dist_task[0], bios);
@@ -192,7 +198,7 @@ impl DeviceReport {
             read_latency: latency(&d.lat[0]),
             write_latency: latency(&d.lat[1]),
             out_of_order_events: d.out_of_order,
-            recommended_level: 0,
+            recommended_level: Level::L0,
             recommendations: Vec::new(),
             timeline: d.timeline.clone(),
             scatter: d.scatter.clone(),

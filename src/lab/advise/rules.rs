@@ -4,6 +4,7 @@
 
 use super::report::{DeviceReport, Recommendation, level_tunables, pct};
 use crate::logic::config::PolicyConfig;
+use crate::logic::decision::Level;
 
 /// Unmerged bios below this share: the lookups a deeper level would skip cost too
 /// little to matter, and L0 keeps every merge (Axboe: not merging can cost 5x).
@@ -11,12 +12,12 @@ pub const MIN_UNMERGED_PERCENT_TO_ACT: f64 = 20.0;
 
 /// The merge level, scheduler and slice recommendations, each with one line of evidence:
 /// the recommended level and the recommendations, merge level first.
-pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendation>) {
+pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, Vec<Recommendation>) {
     let low = cfg.disable_below_percent;
     let high = cfg.enable_above_percent;
     let merged = r.back_merges + r.front_merges;
     let unmerged = 100.0 - r.merge_percent;
-    let lost = |l: usize| r.ladder[l].lost_percent_of_bios;
+    let lost = |l: Level| r.ladder[usize::from(l.index())].lost_percent_of_bios;
     let est = if r.merges_estimated {
         " (estimated from contiguity)"
     } else {
@@ -24,7 +25,7 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendatio
     };
     let (level, evidence) = if merged == 0 && r.sequential_percent >= high {
         (
-            0,
+            Level::L0,
             format!(
                 "no merges in the trace, yet {:.1}% of bios start where their task's previous one ended: merging would pay (was nomerges=2 when captured?)",
                 r.sequential_percent
@@ -32,52 +33,54 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendatio
         )
     } else if unmerged < MIN_UNMERGED_PERCENT_TO_ACT {
         (
-            0,
+            Level::L0,
             format!(
                 "{:.1}% of {} bios merged{est}: only {:.1}% miss, so skipping lookups saves little and every level down loses merges",
                 r.merge_percent, r.bios, unmerged
             ),
         )
-    } else if lost(3) < low && r.sequential_percent < high {
+    } else if lost(Level::L3) < low && r.sequential_percent < high {
         (
-            3,
+            Level::L3,
             format!(
                 "{:.2}% of {} bios merged{est} and {:.1}% are contiguous with their task's previous bio: every merge lookup misses",
                 r.merge_percent, r.bios, r.sequential_percent
             ),
         )
-    } else if lost(2) < low {
+    } else if lost(Level::L2) < low {
         (
-            2,
+            Level::L2,
             format!(
                 "{:.1}% of bios merged{est}, {:.0}% of those simply (plug/one-hit, kept at nomerges=1); {:.1}% of bios miss and would skip the hash and tree lookups",
-                r.merge_percent, r.ladder[2].kept_percent, unmerged
+                r.merge_percent,
+                r.ladder[usize::from(Level::L2.index())].kept_percent,
+                unmerged
             ),
         )
-    } else if lost(1) < low {
+    } else if lost(Level::L1) < low {
         (
-            1,
+            Level::L1,
             format!(
                 "{} front merges of {} bios ({:.2}%){est}: the front-merge lookup is nearly always wasted, back merges ({:.1}% of bios) stay",
                 r.front_merges,
                 r.bios,
-                lost(1),
+                lost(Level::L1),
                 pct(r.back_merges, r.bios)
             ),
         )
     } else {
         (
-            0,
+            Level::L0,
             format!(
                 "{:.1}% of bios merged{est}, {:.1}% through the hash or tree lookups (lost at nomerges=1): keep every merge",
                 r.merge_percent,
-                lost(2)
+                lost(Level::L2)
             ),
         )
     };
     let mut recs = vec![Recommendation {
         topic: "merge level".into(),
-        setting: format!("L{level}: {}", level_tunables(level)),
+        setting: format!("{level}: {}", level_tunables(level)),
         evidence,
     }];
     if r.bios < cfg.min_window_bios {
@@ -89,11 +92,11 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendatio
     let one_dir = !(10.0..=90.0).contains(&read);
     let depth = r.queue_depth_max;
     let (sched, sev) = match level {
-        1 => (
+        Level::L1 => (
             "mq-deadline",
             "L1 is mq-deadline's iosched/front_merges=0; no other scheduler has it".to_string(),
         ),
-        2 => (
+        Level::L2 => (
             "mq-deadline",
             format!(
                 "nomerges=1 differs from 0 only under mq-deadline and bfq; {:.0}% reads{}",
@@ -105,7 +108,7 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendatio
                 }
             ),
         ),
-        3 if one_dir => (
+        Level::L3 if one_dir => (
             "none",
             format!(
                 "{:.0}% {} at queue depth up to {depth}, nothing merges: a scheduler's sorting and merging buy nothing, none is the cheapest",
@@ -113,13 +116,13 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (u8, Vec<Recommendatio
                 if read >= 50.0 { "reads" } else { "writes" }
             ),
         ),
-        3 => (
+        Level::L3 => (
             "mq-deadline",
             format!(
                 "nothing merges, but reads ({read:.0}%) share the queue with writes: keep mq-deadline so read_expire bounds read latency"
             ),
         ),
-        _ => (
+        Level::L0 => (
             "mq-deadline",
             format!(
                 "merges pay ({:.1}% of bios); mq-deadline merges and sorts at little cost (kernel default for single-queue devices)",

@@ -5,6 +5,7 @@
 use super::accumulator::{DevNum, MAX_LINE_BYTES};
 use super::report::{DeviceReport, LatencyReport, pct};
 use crate::kernel::trace::{BioStream, TraceBio, is_blkparse_summary};
+use crate::logic::decision::{Level, level_index};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use std::path::Path;
@@ -65,7 +66,8 @@ pub fn read_bios(
 pub struct WhatIfRow {
     pub label: String,
     pub scheduler: String,
-    pub level: u8,
+    #[serde(with = "level_index")]
+    pub level: Level,
     pub merge_percent: f64,
     pub requests: u64,
     /// Modelled block-layer cycles per bio.
@@ -119,26 +121,23 @@ pub fn what_if(
         "simulated SSD, 128 tags, 8 channels, 2000 MB/s, {r_us:.0} µs per read and {w_us:.0} µs per write request (from the trace's completions where it has them); bios replayed at their traced times; MB/s over the replay plus a drain margin"
     );
     let dur_s = span_ns as f64 / 1e9 * 1.1 + 0.05;
-    let candidates: [(&str, &str, u8); 6] = [
-        ("L0", "mq-deadline", 0),
-        ("L1", "mq-deadline", 1),
-        ("L2", "mq-deadline", 2),
-        ("L3", "mq-deadline", 3),
-        ("none, nomerges=0", "none", 0),
-        ("none, nomerges=2", "none", 3),
+    let candidates: [(&str, &str, Level); 6] = [
+        ("L0", "mq-deadline", Level::L0),
+        ("L1", "mq-deadline", Level::L1),
+        ("L2", "mq-deadline", Level::L2),
+        ("L3", "mq-deadline", Level::L3),
+        ("none, nomerges=0", "none", Level::L0),
+        ("none, nomerges=2", "none", Level::L3),
     ];
     let bios = Arc::new(bios);
     let mut rows = Vec::new();
     for (label, sched, level) in candidates {
-        let nomerges = match level {
-            0 | 1 => 0,
-            2 => 1,
-            _ => 2,
-        };
+        let nomerges = level.nomerges();
         let iosched = if sched == "mq-deadline" {
             format!(
                 "[device.iosched]\nfront_merges = {}\n",
-                u8::from(level == 0)
+                // Off from L1 down: the replay's scenario states the whole queue.
+                u8::from(level == Level::L0)
             )
         } else {
             String::new()

@@ -66,11 +66,11 @@ impl Contender {
     }
 
     /// Its controller; the oracle's follows `oracle_schedule` ((start_ms, level) per phase).
-    pub fn controller(self, cfg: &Config, oracle_schedule: &[(u64, u8)]) -> Box<dyn Controller> {
+    pub fn controller(self, cfg: &Config, oracle_schedule: &[(u64, Level)]) -> Box<dyn Controller> {
         let interval_ms = cfg.daemon.interval_ms;
         match self {
             Contender::KernelDefault => Box::new(KernelDefault { interval_ms }),
-            Contender::StaticNomerges2 => Box::new(static_level(interval_ms, 3)),
+            Contender::StaticNomerges2 => Box::new(static_level(interval_ms, Level::L3)),
             Contender::NaiveToggle => Box::new(NaiveToggle::new(cfg.clone())),
             Contender::Adaptive => Box::new(Daemon::simulated(cfg.clone())),
             Contender::Oracle => Box::new(LevelSchedule::new(
@@ -83,38 +83,37 @@ impl Contender {
 }
 
 /// The static levels the oracle is chosen from: L0 to L3 pinned for the whole run.
-pub fn static_level(interval_ms: u64, level: u8) -> LevelSchedule {
+pub fn static_level(interval_ms: u64, level: Level) -> LevelSchedule {
     LevelSchedule::new(interval_ms, vec![(0, level)], "pin")
 }
 
 /// The oracle's level per phase, from the runs at each static level (`statics[l]` pinned
 /// at L`l`): the cheapest in the scenario's cost profile whose throughput stays within
 /// [`ORACLE_MAX_LOSS`] of L0's and that saves at least [`ORACLE_MIN_SAVING`], else L0.
-pub fn oracle_levels(statics: &[PolicyRun]) -> Vec<u8> {
+pub fn oracle_levels(statics: &[PolicyRun]) -> Vec<Level> {
     let base = &statics[0];
     let nphases = base.phases.len();
     let mut oracle_levels = Vec::with_capacity(nphases);
     for i in 0..nphases {
         let b = base.phases[i].bytes as f64;
         let worth = base.phases[i].cycles as f64 * (1.0 - ORACLE_MIN_SAVING);
-        let mut best = 0u8;
+        let mut best = 0usize;
         for (level, run) in statics.iter().enumerate().skip(1) {
             let p = &run.phases[i];
             let within = b == 0.0 || (b - p.bytes as f64) / b <= ORACLE_MAX_LOSS;
-            if within
-                && (p.cycles as f64) < worth
-                && p.cycles < statics[best as usize].phases[i].cycles
-            {
-                best = level as u8;
+            if within && (p.cycles as f64) < worth && p.cycles < statics[best].phases[i].cycles {
+                best = level;
             }
         }
+        // `statics` is indexed by level (one run per rung, in order).
+        let best = Level::ALL[best];
         oracle_levels.push(best);
     }
     oracle_levels
 }
 
 /// The oracle's schedule: its level of each phase, set at the phase's start.
-pub fn oracle_schedule(base: &PolicyRun, oracle_levels: &[u8]) -> Vec<(u64, u8)> {
+pub fn oracle_schedule(base: &PolicyRun, oracle_levels: &[Level]) -> Vec<(u64, Level)> {
     base.phases
         .iter()
         .zip(oracle_levels)
@@ -125,14 +124,14 @@ pub fn oracle_schedule(base: &PolicyRun, oracle_levels: &[u8]) -> Vec<(u64, u8)>
 /// Sets ladder levels on every request-based device on a schedule of (start_ms, level).
 pub struct LevelSchedule {
     interval_ms: u64,
-    schedule: Vec<(u64, u8)>,
+    schedule: Vec<(u64, Level)>,
     kind: &'static str,
     caps: BTreeMap<String, Caps>,
-    applied: BTreeMap<String, u8>,
+    applied: BTreeMap<String, Level>,
 }
 
 impl LevelSchedule {
-    pub fn new(interval_ms: u64, schedule: Vec<(u64, u8)>, kind: &'static str) -> Self {
+    pub fn new(interval_ms: u64, schedule: Vec<(u64, Level)>, kind: &'static str) -> Self {
         LevelSchedule {
             interval_ms,
             schedule,
@@ -158,19 +157,19 @@ impl LevelSchedule {
                 .and_then(|s| active_scheduler(&s));
             let fm = fs.read_attr(&dev, "queue/iosched/front_merges").ok();
             let caps = Caps::for_scheduler(sched.as_deref(), fm.as_deref() == Some("1"));
-            self.applied.insert(dev.clone(), 0);
+            self.applied.insert(dev.clone(), Level::L0);
             self.caps.insert(dev, caps);
         }
     }
 }
 
-/// The deepest available level at or above... below `level` for these caps.
-fn available(level: u8, caps: Caps) -> u8 {
-    let mut l = level;
-    while l > 0 && ((l == 1 && !caps.front_merges) || (l == 2 && !caps.simple_merges)) {
-        l -= 1;
-    }
-    l
+/// The deepest level these caps have at or above `level` (L0 exists everywhere).
+fn available(level: Level, caps: Caps) -> Level {
+    Level::ALL
+        .into_iter()
+        .rev()
+        .find(|&l| l <= level && caps.has(l))
+        .unwrap_or(Level::L0)
 }
 
 impl Controller for LevelSchedule {
@@ -185,17 +184,15 @@ impl Controller for LevelSchedule {
             .rev()
             .find(|(t, _)| *t <= now_ms)
             .map(|(_, l)| *l)
-            .unwrap_or(0);
+            .unwrap_or(Level::L0);
         let mut out = Vec::new();
         for (dev, caps) in &self.caps {
             let level = available(want, *caps);
             if self.applied.get(dev) == Some(&level) {
                 continue;
             }
-            let from = self.applied.get(dev).copied().unwrap_or(0);
-            // The schedule keeps indices 0..=3; the policy's ladder is typed.
-            let typed = Level::from_index(level).unwrap_or(Level::TOP);
-            for (t, value) in tunables(typed, *caps) {
+            let from = self.applied.get(dev).copied().unwrap_or(Level::L0);
+            for (t, value) in tunables(level, *caps) {
                 let cur = fs.read_tunable(dev, t).unwrap_or_default();
                 if cur != value && fs.write_tunable(dev, t, value).is_ok() {
                     out.push(Decision {
@@ -207,7 +204,7 @@ impl Controller for LevelSchedule {
                             from: cur,
                             to: value.to_string(),
                         }],
-                        reason: format!("{}: L{from} -> L{level}", self.kind),
+                        reason: format!("{}: {from} -> {level}", self.kind),
                         applied: Applied::Yes,
                     });
                 }

@@ -6,6 +6,7 @@
 
 use crate::daemon::controller::Decision;
 use crate::kernel::blockfs::BlockFs;
+use crate::logic::decision::{Level, level_index};
 use crate::sim::Simulation;
 use serde::Serialize;
 
@@ -91,8 +92,9 @@ pub struct ScenarioComparison {
     /// The cost profiles of `cpu_saved_percent` and `cpu_saved_second_percent`.
     pub profile: String,
     pub second_profile: String,
-    /// The oracle's level per phase.
-    pub oracle_levels: Vec<u8>,
+    /// The oracle's level per phase (in JSON, indices: `[0, 3]`).
+    #[serde(serialize_with = "level_index::vec::serialize")]
+    pub oracle_levels: Vec<Level>,
     pub rows: Vec<PolicySummary>,
     pub runs: Vec<PolicyRun>,
 }

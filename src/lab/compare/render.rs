@@ -16,7 +16,7 @@ pub fn render(comparisons: &[ScenarioComparison], window_ms: u64) -> String {
             c.second_profile,
             c.oracle_levels
                 .iter()
-                .map(|l| format!("L{l}"))
+                .map(|l| l.to_string())
                 .collect::<Vec<_>>()
                 .join(" ")
         ));

@@ -11,6 +11,7 @@ use super::summary::summarize;
 use crate::daemon::controller::Controller;
 use crate::lab::plot::sampling::Sampling;
 use crate::logic::config::Config;
+use crate::logic::decision::Level;
 use crate::sim::{Scenario, SimError, Simulation, run_scenario};
 
 /// Simulations per scenario: the four static levels, then the contenders.
@@ -82,9 +83,9 @@ pub fn compare_with_progress(
     };
     // Static levels, for the oracle.
     let mut statics = Vec::new();
-    for level in 0..=3u8 {
+    for level in Level::ALL {
         let mut c = static_level(interval_ms, level);
-        statics.push(run(&mut c, &format!("static-L{level}"), &mut done)?);
+        statics.push(run(&mut c, &format!("static-{level}"), &mut done)?);
     }
     let oracle_levels = oracle_levels(&statics);
     let schedule = oracle_schedule(&statics[0], &oracle_levels);

@@ -5,7 +5,7 @@
 use super::figures::{PhaseFigures, PolicyRun, PolicySummary};
 use crate::daemon::controller::Decision;
 use crate::kernel::tunable::Tunable;
-use crate::logic::decision::DecisionKind;
+use crate::logic::decision::{DecisionKind, Level};
 
 /// An oracle saving below this (percent) is reported as none: "of oracle" is then 100 for
 /// a policy that loses nothing, 0 for one that loses CPU.
@@ -23,7 +23,7 @@ fn is_level_change(d: &Decision) -> bool {
 fn settled_changes_max_per_hour(
     decisions: &[Decision],
     phases: &[PhaseFigures],
-    oracle_levels: &[u8],
+    oracle_levels: &[Level],
 ) -> usize {
     let devices: std::collections::BTreeSet<&str> = decisions
         .iter()
@@ -47,7 +47,7 @@ fn settled_changes_max_per_hour(
 fn settled_changes_of_one_device(
     decisions: &[Decision],
     phases: &[PhaseFigures],
-    oracle_levels: &[u8],
+    oracle_levels: &[Level],
 ) -> usize {
     let mut changes: Vec<u64> = decisions
         .iter()
@@ -99,7 +99,7 @@ pub fn summarize(
     run: &PolicyRun,
     base: &PolicyRun,
     oracle_saved: f64,
-    oracle_levels: &[u8],
+    oracle_levels: &[Level],
     duration_s: f64,
 ) -> PolicySummary {
     let saved_in = |cycles: fn(&PhaseFigures) -> u64| {
@@ -143,7 +143,7 @@ pub fn summarize(
         let at_start = level_at(&run.decisions, start);
         // Toward less merging: any step down counts as reacting; toward more merging: the
         // level must reach the oracle's (a probe from L3 to L0 does).
-        let reached = |level: u8| {
+        let reached = |level: Level| {
             if down {
                 level > at_start
             } else {
@@ -197,27 +197,23 @@ pub fn summarize(
 
 /// The ladder level implied by the last nomerges/front_merges writes before `t_ms` (on the
 /// first device that changed; the shipped scenarios move their devices together).
-fn level_at(decisions: &[Decision], t_ms: u64) -> u8 {
-    let mut nomerges = "0".to_string();
-    let mut front = "1".to_string();
+fn level_at(decisions: &[Decision], t_ms: u64) -> Level {
+    let mut nomerges = 0u8;
+    let mut front_off = false;
     for d in decisions
         .iter()
         .filter(|d| d.was_applied() && d.at_ms < t_ms)
     {
         for c in &d.changes {
             match c.tunable {
-                Tunable::Nomerges => nomerges = c.to.clone(),
-                Tunable::FrontMerges => front = c.to.clone(),
+                // Values as the controllers wrote them: "0", "1", "2".
+                Tunable::Nomerges => nomerges = c.to.parse().unwrap_or(nomerges),
+                Tunable::FrontMerges => front_off = c.to == "0",
                 _ => {}
             }
         }
     }
-    match (nomerges.as_str(), front.as_str()) {
-        ("2", _) => 3,
-        ("1", _) => 2,
-        (_, "0") => 1,
-        _ => 0,
-    }
+    Level::of_tunables(nomerges, front_off)
 }
 
 #[cfg(test)]
@@ -262,7 +258,7 @@ mod tests {
             d.push(change(t, "sda", "2", "0"));
             d.push(change(t + 2000, "sda", "0", "2"));
         }
-        assert_eq!(settled_changes_max_per_hour(&d, &phases, &[3]), 2);
+        assert_eq!(settled_changes_max_per_hour(&d, &phases, &[Level::L3]), 2);
         // Another device doing the same at other times does not add to sda's hour.
         let mut both = d.clone();
         for x in &d {
@@ -272,15 +268,24 @@ mod tests {
             both.push(y);
         }
         both.sort_by_key(|x| x.at_ms);
-        assert_eq!(settled_changes_max_per_hour(&both, &phases, &[3]), 2);
+        assert_eq!(
+            settled_changes_max_per_hour(&both, &phases, &[Level::L3]),
+            2
+        );
         // Probes every 20 minutes: three in an hour, six changes.
         let mut fast = vec![change(10_000, "sda", "0", "2")];
         for k in 1..6u64 {
             fast.push(change(k * 1_200_000, "sda", "2", "0"));
             fast.push(change(k * 1_200_000 + 2000, "sda", "0", "2"));
         }
-        assert_eq!(settled_changes_max_per_hour(&fast, &phases, &[3]), 6);
+        assert_eq!(
+            settled_changes_max_per_hour(&fast, &phases, &[Level::L3]),
+            6
+        );
         // A stay at a wrong level never settles: nothing counted.
-        assert_eq!(settled_changes_max_per_hour(&fast, &phases, &[2]), 0);
+        assert_eq!(
+            settled_changes_max_per_hour(&fast, &phases, &[Level::L2]),
+            0
+        );
     }
 }

@@ -82,7 +82,7 @@ fn draw_panel(
     let val = |s: &Sample, d: usize| -> Option<f64> {
         match kind {
             0 => s.merge_percent[d],
-            1 => Some(s.level as f64),
+            1 => Some(f64::from(s.level.index())),
             2 => Some(s.bios_per_s[d]),
             _ => s.await_ms[d],
         }
@@ -154,7 +154,7 @@ fn draw_panel(
     if kind == 1 {
         chart
             .draw_series(LineSeries::new(
-                step(smp.iter().map(|s| (s.t_s, s.level as f64))),
+                step(smp.iter().map(|s| (s.t_s, f64::from(s.level.index())))),
                 BLACK.stroke_width(2),
             ))?
             .label("level")

@@ -123,6 +123,7 @@ impl Controller for Sampling<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logic::decision::Level;
 
     #[test]
     fn a_window_gives_rates_merge_ratios_and_mean_latency_per_direction() {
@@ -180,10 +181,10 @@ mod tests {
         }
         let v = &s.finish().devices["loop0"];
         // The first tick only sees the device; the reset at 3 s gives no sample.
-        let got: Vec<(f64, f64, u8)> = v
+        let got: Vec<(f64, f64, Level)> = v
             .iter()
             .map(|x| (x.t_s, x.bios_per_s[0], x.level))
             .collect();
-        assert_eq!(got, vec![(2.0, 100.0, 3), (4.0, 100.0, 3)]);
+        assert_eq!(got, vec![(2.0, 100.0, Level::L3), (4.0, 100.0, Level::L3)]);
     }
 }

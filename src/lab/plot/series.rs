@@ -4,6 +4,7 @@
 
 use crate::daemon::controller::Decision;
 use crate::kernel::tunable::Tunable;
+use crate::logic::decision::Level;
 use crate::sim::report::Report;
 use std::collections::BTreeMap;
 
@@ -18,8 +19,8 @@ pub struct Sample {
     pub merge_percent: [Option<f64>; 2],
     /// Mean time per completed request (ms spent / requests completed), ms.
     pub await_ms: [Option<f64>; 2],
-    /// Ladder level 0..=3 from the tunables (nomerges, front_merges).
-    pub level: u8,
+    /// Ladder level from the tunables (nomerges, front_merges).
+    pub level: Level,
 }
 
 /// Per-device samples and the decisions of a run.
@@ -32,13 +33,8 @@ pub struct Series {
     pub title: String,
 }
 
-pub(super) fn level_of(nomerges: u8, front_merges: Option<u8>) -> u8 {
-    match nomerges {
-        0 if front_merges == Some(0) => 1,
-        0 => 0,
-        1 => 2,
-        _ => 3,
-    }
+pub(super) fn level_of(nomerges: u8, front_merges: Option<u8>) -> Level {
+    Level::of_tunables(nomerges, front_merges == Some(0))
 }
 
 /// A series at phase granularity from a report alone: one step per phase, the level from

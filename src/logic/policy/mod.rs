@@ -56,7 +56,7 @@ use crate::kernel::tunable::Tunable;
 use crate::logic::config::PolicyConfig;
 use crate::logic::decision::{DecisionKind, Level};
 use crate::logic::sampler::{Counters, Window};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub const HOUR_MS: u64 = 3_600_000;
 /// How many merge-hostile workload signatures a device remembers.
@@ -64,7 +64,7 @@ pub const KNOWN_HOSTILE_MAX: usize = 4;
 /// The deepest rung of the ladder.
 pub const TOP_LEVEL: Level = Level::TOP;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// At L0, L1 or L2: the counters still show merges.
