@@ -316,4 +316,41 @@ mod tests {
         assert_eq!(Level::L2.below(), Some(Level::L3));
         assert_eq!(Level::L3.below(), None);
     }
+
+    #[test]
+    fn tunables_read_back_as_the_level_that_wrote_them() {
+        for level in Level::ALL {
+            let front_off = level.front_merges() == 0;
+            assert_eq!(Level::of_tunables(level.nomerges(), front_off), level);
+        }
+        // front_merges matters only while nomerges is 0.
+        assert_eq!(Level::of_tunables(2, true), Level::L3);
+        assert_eq!(Level::of_tunables(1, false), Level::L2);
+    }
+
+    #[test]
+    fn json_carries_a_level_as_its_index_and_refuses_other_numbers() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Doc {
+            #[serde(with = "level_index")]
+            level: Level,
+            #[serde(with = "level_index::option")]
+            maybe: Option<Level>,
+            #[serde(serialize_with = "level_index::vec::serialize", skip_deserializing)]
+            per_phase: Vec<Level>,
+        }
+        let doc = Doc {
+            level: Level::L3,
+            maybe: None,
+            per_phase: vec![Level::L0, Level::L2],
+        };
+        let text = serde_json::to_string(&doc).unwrap();
+        assert_eq!(text, r#"{"level":3,"maybe":null,"per_phase":[0,2]}"#);
+        let back: Doc = serde_json::from_str(r#"{"level":1,"maybe":2}"#).unwrap();
+        assert_eq!((back.level, back.maybe), (Level::L1, Some(Level::L2)));
+        let err = serde_json::from_str::<Doc>(r#"{"level":4,"maybe":null}"#).unwrap_err();
+        assert!(err.to_string().contains("ladder level 4"), "{err}");
+        let err = serde_json::from_str::<Doc>(r#"{"level":0,"maybe":9}"#).unwrap_err();
+        assert!(err.to_string().contains("ladder level 9"), "{err}");
+    }
 }

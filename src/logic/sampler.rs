@@ -218,7 +218,8 @@ impl Sampler {
     }
 }
 
-/// Accumulates per-tick deltas into a window of `window_ticks` ticks.
+/// Accumulates per-tick deltas into a window, until a [`WindowClose`] says it is complete
+/// (on elapsed time: `window_ticks * interval_ms` in the daemon's config).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct WindowAcc {
     pub ticks: u32,
