@@ -6,7 +6,7 @@
 use mergetune::daemon::adaptive::Daemon;
 use mergetune::daemon::controller::{Controller, Decision};
 use mergetune::logic::config::Config;
-use mergetune::logic::decision::DecisionKind;
+use mergetune::logic::decision::{DecisionKind, Level};
 use mergetune::sim::Scenario;
 use mergetune::sim::engine::Simulation;
 
@@ -51,7 +51,7 @@ batch = 16
 
 /// Runs the scenario; returns (tick time ms, step to the next tick ms, level) per tick and
 /// the decisions.
-fn drive(cfg: Config) -> (Vec<(u64, u64, u8)>, Vec<Decision>) {
+fn drive(cfg: Config) -> (Vec<(u64, u64, Level)>, Vec<Decision>) {
     let sc = Scenario::from_toml_str(SCENARIO, "watch", None).unwrap();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg);
@@ -62,7 +62,7 @@ fn drive(cfg: Config) -> (Vec<(u64, u64, u8)>, Vec<Decision>) {
         t_ms += d.next_tick_in_ms();
         sim.advance_to(t_ms * 1_000_000);
         decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
-        let level = d.devices()["sda"].policy.level.index();
+        let level = d.devices()["sda"].policy.level;
         ticks.push((t_ms, d.next_tick_in_ms(), level));
     }
     (ticks, decisions)
@@ -86,13 +86,13 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
     // Before L3: the normal interval; at L3: the watch interval.
     for &(t, step, level) in &ticks {
         if t < disabled_at {
-            assert_eq!(step, 1000, "at {t} ms, L{level}");
-        } else if level == 3 {
-            assert_eq!(step, 100, "at {t} ms, L{level}");
+            assert_eq!(step, 1000, "at {t} ms, {level}");
+        } else if level == Level::L3 {
+            assert_eq!(step, 100, "at {t} ms, {level}");
         } else {
             assert_eq!(
                 step, 1000,
-                "at {t} ms, L{level}: back to the normal interval"
+                "at {t} ms, {level}: back to the normal interval"
             );
         }
     }
@@ -109,7 +109,7 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
         probe.reason
     );
     // And merging stays on for the scan.
-    assert_eq!(ticks.last().unwrap().2, 0, "{decisions:#?}");
+    assert_eq!(ticks.last().unwrap().2, Level::L0, "{decisions:#?}");
 }
 
 #[test]
