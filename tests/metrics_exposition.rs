@@ -625,6 +625,32 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     let s: mergetune::export::status::StatusSnapshot =
         serde_json::from_slice(&m.status_json()).unwrap();
     assert_eq!(s, m.status());
+    // The document's shape, as a client without mergetune's types reads it: the state and
+    // why, the mode alone, the level as its index; null where the device is not managed.
+    let doc: serde_json::Value = serde_json::from_slice(&m.status_json()).unwrap();
+    let by_name = |name: &str| {
+        doc["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["device"] == name)
+            .unwrap()
+            .clone()
+    };
+    let (sda_doc, sdb_doc) = (by_name("sda"), by_name("sdb"));
+    assert_eq!(sda_doc["status"], "managed", "{sda_doc}");
+    assert!(sda_doc.get("why").is_none(), "{sda_doc}");
+    assert_eq!(sda_doc["mode"], "off", "{sda_doc}");
+    assert_eq!(sda_doc["level"], 3, "{sda_doc}");
+    assert_eq!(sdb_doc["status"], "admin-owned", "{sdb_doc}");
+    assert!(
+        sdb_doc["why"].as_str().is_some_and(|w| !w.is_empty()),
+        "{sdb_doc}"
+    );
+    assert!(
+        sdb_doc["mode"].is_null() && sdb_doc["level"].is_null(),
+        "{sdb_doc}"
+    );
     let sda = s.devices.iter().find(|x| x.device == "sda").unwrap();
     assert_eq!(sda.management, Management::Managed);
     assert!(sda.level.unwrap() > Level::L0);
