@@ -11,6 +11,10 @@
 //! (`MERGETUNE_LOAD_SCRAPERS`, `MERGETUNE_LOAD_SECS`); it prints scrapes, errors, the
 //! daemon's worst tick lag (from /status), its CPU per scrape and its memory before and
 //! after. docs/metrics.md records the figures.
+//!
+//! `MERGETUNE_WATCH_CPU=1 cargo bench --bench metrics`: the daemon's CPU with 64 devices at
+//! L3 under the L3 watch (`metrics_support/watch_cpu.rs`; `MERGETUNE_BINS=A:B` compares two
+//! binaries).
 
 use criterion::{Criterion, criterion_group};
 use mergetune::daemon::adaptive::Daemon;
@@ -175,6 +179,8 @@ criterion_group!(benches, bench);
 
 #[path = "metrics_support/scrape_cost.rs"]
 mod scrape_cost;
+#[path = "metrics_support/watch_cpu.rs"]
+mod watch_cpu;
 
 fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -340,6 +346,10 @@ fn main() {
     }
     if std::env::var_os("MERGETUNE_SCRAPE_COST").is_some() {
         scrape_cost::run();
+        return;
+    }
+    if std::env::var_os("MERGETUNE_WATCH_CPU").is_some() {
+        watch_cpu::run();
         return;
     }
     benches();

@@ -231,6 +231,21 @@ fn status_line(daemon: &Daemon) -> String {
     )
 }
 
+/// Whether the tick scheduled at `scheduled_ms` refreshes the metrics and `/status`: once
+/// in each `interval_ms` of the schedule, and at every tick that decided something, so no
+/// decision is counted late. A refresh walks every device (about 4 µs each, see
+/// docs/metrics.md), and the L3 watch ticks up to ten times per interval; Prometheus
+/// scrapes every few seconds, so the watch's extra ticks would refresh for nobody.
+fn metrics_refresh_due(
+    last_refresh_ms: Option<u64>,
+    scheduled_ms: u64,
+    interval_ms: u64,
+    decided: bool,
+) -> bool {
+    let interval_ms = interval_ms.max(1);
+    decided || last_refresh_ms.is_none_or(|last| scheduled_ms / interval_ms != last / interval_ms)
+}
+
 /// The tick loop's state: the daemon and everything around it that keeps time.
 struct TickLoop {
     daemon: Daemon,
@@ -246,6 +261,8 @@ struct TickLoop {
     recorder: Option<crate::daemon::record::Recorder>,
     start: Instant,
     next_tick: Duration,
+    /// The scheduled time of the tick that last refreshed the metrics.
+    metrics_refreshed_ms: Option<u64>,
 }
 
 impl TickLoop {
@@ -279,15 +296,24 @@ impl TickLoop {
         };
         let took = tick_start.elapsed();
         if self.server.is_some() {
-            self.metrics.update(
-                &self.daemon,
-                &decisions,
-                TickTiming {
-                    now_ms: tick_at,
-                    duration_seconds: took.as_secs_f64(),
-                    lag_seconds: lag.as_secs_f64(),
-                },
-            );
+            let timing = TickTiming {
+                now_ms: tick_at,
+                duration_seconds: took.as_secs_f64(),
+                lag_seconds: lag.as_secs_f64(),
+            };
+            let scheduled_ms = self.next_tick.as_millis() as u64;
+            let interval_ms = self.daemon.config().daemon.interval_ms;
+            if metrics_refresh_due(
+                self.metrics_refreshed_ms,
+                scheduled_ms,
+                interval_ms,
+                !decisions.is_empty(),
+            ) {
+                self.metrics.update(&self.daemon, &decisions, timing);
+                self.metrics_refreshed_ms = Some(scheduled_ms);
+            } else {
+                self.metrics.observe_tick(timing);
+            }
         }
         let status = status_line(&self.daemon);
         if self.daemon.counters.ticks == 1 {
@@ -424,6 +450,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         recorder,
         start: Instant::now(),
         next_tick: Duration::ZERO,
+        metrics_refreshed_ms: None,
     };
     let stop_reason: &str = loop {
         if lp.due() {
@@ -449,4 +476,34 @@ pub fn run(args: RunArgs) -> Result<i32> {
         o.print(&lp.daemon, lp.now_ms(), args.json)?;
     }
     Ok(lp.stop(stop_reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metrics_refresh_due;
+
+    #[test]
+    fn metrics_refresh_every_tick_at_the_interval_and_once_per_interval_while_watching() {
+        // Ticks on the interval: each one refreshes.
+        let mut last = None;
+        for t in [0, 1000, 2000, 3000] {
+            assert!(metrics_refresh_due(last, t, 1000, false), "at {t} ms");
+            last = Some(t);
+        }
+        // The L3 watch ticks every 100 ms: one refresh per second of the schedule.
+        let mut refreshed = Vec::new();
+        let mut last = Some(3000);
+        for t in (3100..=6000).step_by(100) {
+            if metrics_refresh_due(last, t, 1000, false) {
+                refreshed.push(t);
+                last = Some(t);
+            }
+        }
+        assert_eq!(refreshed, vec![4000, 5000, 6000]);
+        // A tick that decided refreshes at once, whatever the schedule.
+        assert!(metrics_refresh_due(Some(4000), 4300, 1000, true));
+        // The first tick always refreshes; an interval of 0 is not a division by zero.
+        assert!(metrics_refresh_due(None, 0, 0, false));
+        assert!(!metrics_refresh_due(Some(7), 7, 0, false));
+    }
 }

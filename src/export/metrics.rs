@@ -454,6 +454,25 @@ impl Metrics {
         add(&f.ticks, c.ticks, inner.last.ticks);
         inner.last = c.clone();
 
+        self.observe_timing(&mut inner, t);
+
+        let max_lag = inner.max_lag_seconds;
+        inner.status = StatusSnapshot::of(daemon, t, max_lag);
+        inner.status.simulated = self.simulated;
+        inner.generation += 1;
+    }
+
+    /// Counts a tick that refreshes nothing else: its duration and lag go into the
+    /// histograms and the worst lag, the device series and `/status` stay as the last
+    /// [`Metrics::update`] left them. The daemon loop calls this on the L3 watch's extra
+    /// ticks, so that the per-device refresh runs at most once per `interval_ms`.
+    pub fn observe_tick(&self, t: TickTiming) {
+        let mut inner = self.lock();
+        self.observe_timing(&mut inner, t);
+    }
+
+    fn observe_timing(&self, inner: &mut Inner, t: TickTiming) {
+        let f = &self.f;
         if t.duration_seconds.is_finite() && t.duration_seconds >= 0.0 {
             f.tick_duration.observe(t.duration_seconds);
         }
@@ -464,11 +483,6 @@ impl Metrics {
         };
         f.tick_lag.observe(lag);
         inner.max_lag_seconds = inner.max_lag_seconds.max(lag);
-
-        let max_lag = inner.max_lag_seconds;
-        inner.status = StatusSnapshot::of(daemon, t, max_lag);
-        inner.status.simulated = self.simulated;
-        inner.generation += 1;
     }
 
     fn forget_device(&self, name: &str) {
