@@ -674,3 +674,53 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
         "{table}"
     );
 }
+
+#[test]
+fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
+    let m = fixed_state();
+    let before = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let status_before = m.status();
+    let count = |text: &str, family: &str| -> u64 {
+        let key = format!("\n{family}_count ");
+        let at = text
+            .find(&key)
+            .unwrap_or_else(|| panic!("{family}: {text}"));
+        text[at + key.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    m.observe_tick(TickTiming {
+        now_ms: 6100,
+        duration_seconds: 0.000_4,
+        lag_seconds: 0.25,
+    });
+    // Until the next refresh a scrape is served from the text of the last one, and /status
+    // stays as it was: the watch's extra ticks cost no encoding.
+    assert_eq!(String::from_utf8(m.render(false).to_vec()).unwrap(), before);
+    assert_eq!(m.status(), status_before);
+    // The refresh shows both ticks in the histograms, and the watch tick's lag as the worst.
+    m.update_from(
+        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &[],
+        timing(7000),
+    );
+    let after = String::from_utf8(m.render(false).to_vec()).unwrap();
+    for family in [
+        "mergetune_tick_duration_seconds",
+        "mergetune_tick_lag_seconds",
+    ] {
+        assert_eq!(
+            count(&after, family),
+            count(&before, family) + 2,
+            "{family}"
+        );
+    }
+    assert_eq!(
+        m.status().max_tick_lag_ms,
+        250.0,
+        "the watch tick's lag is kept"
+    );
+}

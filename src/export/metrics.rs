@@ -463,9 +463,10 @@ impl Metrics {
     }
 
     /// Counts a tick that refreshes nothing else: its duration and lag go into the
-    /// histograms and the worst lag, the device series and `/status` stay as the last
-    /// [`Metrics::update`] left them. The daemon loop calls this on the L3 watch's extra
-    /// ticks, so that the per-device refresh runs at most once per `interval_ms`.
+    /// histograms and the worst lag; the device series and `/status` stay as the last
+    /// [`Metrics::update`] left them, and scrapes keep the text of that update, so the tick
+    /// shows at the next refresh. The daemon loop calls this on the L3 watch's extra ticks,
+    /// so that the per-device refresh runs at most once per `interval_ms`.
     pub fn observe_tick(&self, t: TickTiming) {
         let mut inner = self.lock();
         self.observe_timing(&mut inner, t);
