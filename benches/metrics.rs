@@ -207,6 +207,23 @@ fn proc_usage(pid: u32) -> (u64, u64, u64) {
     (kb("VmRSS:"), kb("VmHWM:"), cpu)
 }
 
+/// The release binary as a dry-run daemon on the fake tree under `root` (`sys/`, `proc/`,
+/// state in `state/`), serving metrics on `addr`.
+fn dry_run_daemon(bin: &Path, config: &Path, addr: &str, root: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
+    c.args(["-q", "run", "--dry-run", "--config"])
+        .arg(config)
+        .arg("--metrics-listen")
+        .arg(addr)
+        .arg("--sysfs-root")
+        .arg(root.join("sys"))
+        .arg("--procfs-root")
+        .arg(root.join("proc"))
+        .arg("--state-dir")
+        .arg(root.join("state"));
+    c
+}
+
 fn status_lag(addr: &str) -> f64 {
     mergetune::export::status::fetch(addr, Duration::from_secs(5))
         .map(|s| s.max_tick_lag_ms)
@@ -260,18 +277,9 @@ fn load_run() {
     };
     let addr = format!("127.0.0.1:{port}");
     let interval_ms = 100;
-    let mut child = std::process::Command::new(&bin)
-        .args(["-q", "run", "--dry-run", "--config", "/dev/null"])
+    let mut child = dry_run_daemon(Path::new(&bin), Path::new("/dev/null"), &addr, t.path())
         .arg("--interval-ms")
         .arg(interval_ms.to_string())
-        .arg("--metrics-listen")
-        .arg(&addr)
-        .arg("--sysfs-root")
-        .arg(&sys)
-        .arg("--procfs-root")
-        .arg(&proc_)
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
         .spawn()
         .unwrap_or_else(|e| panic!("{bin}: {e} (cargo build --release first)"));
     let pid = child.id();

@@ -13,8 +13,9 @@
 //! `MERGETUNE_WATCH_REPS` repetitions (default 3), so that drift of the shared machine hits
 //! both alike. It prints every run and the median of each, and the paired differences.
 
+use mergetune::lab::calibrate::stats::median;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -38,18 +39,6 @@ fn diskstats(n: usize, tick: u64) -> String {
         ));
     }
     s
-}
-
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
 }
 
 /// The levels of every device in `/status` (None: the daemon did not answer).
@@ -100,17 +89,7 @@ fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
     let cfg = t.path().join("mergetune.toml");
     std::fs::write(&cfg, "[policy]\ncost_profile = \"lkml-2008\"\n").unwrap();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(bin)
-        .args(["-q", "run", "--dry-run", "--config"])
-        .arg(&cfg)
-        .arg("--metrics-listen")
-        .arg(&addr)
-        .arg("--sysfs-root")
-        .arg(&sys)
-        .arg("--procfs-root")
-        .arg(&proc_)
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
+    let mut child = super::dry_run_daemon(bin, &cfg, &addr, t.path())
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()));
@@ -120,9 +99,9 @@ fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
         l.is_some_and(|v| !v.is_empty() && v.iter().all(|x| *x == Some(3)))
     };
     let at_l3_before = all_l3(levels(&addr));
-    let (c0, w0) = (cpu_ticks(pid), Instant::now());
+    let (c0, w0) = (super::proc_usage(pid).2, Instant::now());
     std::thread::sleep(Duration::from_secs(30));
-    let (c1, secs) = (cpu_ticks(pid), w0.elapsed().as_secs_f64());
+    let (c1, secs) = (super::proc_usage(pid).2, w0.elapsed().as_secs_f64());
     let at_l3_after = all_l3(levels(&addr));
     let _ = child.kill();
     let _ = child.wait();
@@ -133,16 +112,6 @@ fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
         (c1 - c0) as f64 / clk / secs * 1000.0,
         at_l3_before && at_l3_after,
     )
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 pub fn run() {
@@ -180,18 +149,14 @@ pub fn run() {
         }
     }
     for (b, v) in bins.iter().zip(&per_bin) {
-        let mut v = v.clone();
         println!(
             "{}: median {:.2} ms/s, runs {v:.2?}",
             b.display(),
-            median(&mut v)
+            median(v)
         );
     }
     if let [a, b] = per_bin.as_slice() {
         let d: Vec<f64> = b.iter().zip(a).map(|(b, a)| b - a).collect();
-        println!(
-            "paired B - A: median {:.2} ms/s, each {d:.2?}",
-            median(&mut d.clone())
-        );
+        println!("paired B - A: median {:.2} ms/s, each {d:.2?}", median(&d));
     }
 }
