@@ -87,6 +87,7 @@ listen = ""
             .spawn()
             .expect("cannot start mergetune");
         std::thread::sleep(delay);
+        let killed_pid = d.id();
         let _ = d.kill(); // SIGKILL
         let _ = d.wait();
         let nm = dev.nomerges();
@@ -101,6 +102,19 @@ listen = ""
             .output()
             .unwrap();
         let (nm_after, fm_after) = (dev.nomerges(), dev.queue_attr("iosched/front_merges"));
+        // The killed daemon's bio tap instance, if it had one, goes with the restore.
+        let left_tap = std::fs::read_dir("/sys/kernel/tracing/instances")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with(&format!("mergetune-sense-{killed_pid}-")));
+        if let Some(n) = left_tap {
+            failure = Some(format!(
+                "kill {i}: the tracefs instance {n} outlived the restore"
+            ));
+            break;
+        }
         if nm_after != 0 || fm_after != "1" || !out.status.success() {
             failure = Some(format!(
                 "kill {i} after {delay:?}: nomerges {nm} front_merges {fm} at the kill, {nm_after} and {fm_after} after restore ({}): {}{}",

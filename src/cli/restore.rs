@@ -28,6 +28,14 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     let mut store = FileStore::new(&dir);
     let mut fs = RealFs::new(&args.sysfs_root, "/proc");
     let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
+    // After a SIGKILL the daemon's bio tap instance is left behind; the machine is put
+    // back whole, not only its tunables.
+    for dir in fs.remove_dead_taps() {
+        println!(
+            "removed tracefs instance {} (its process is gone)",
+            dir.display()
+        );
+    }
     if report.results.is_empty() && report.rejected.is_empty() {
         println!("{}: nothing to restore", store.describe());
     }

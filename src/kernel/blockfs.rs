@@ -151,6 +151,13 @@ impl RealFs {
         }
     }
 
+    /// Removes the bio taps' tracefs instances whose process is gone (a daemon killed with
+    /// SIGKILL leaves its instance, its ring buffer and, if it was sampling, its probe);
+    /// returns the directories removed. Live processes' instances are left alone.
+    pub fn remove_dead_taps(&self) -> Vec<PathBuf> {
+        crate::kernel::biosense::remove_stale_instances(&self.tracefs_dir(), &self.procfs_root)
+    }
+
     /// Where tracefs is expected: `<sysfs_root>/kernel/tracing`.
     pub fn tracefs_dir(&self) -> PathBuf {
         self.sysfs_root
