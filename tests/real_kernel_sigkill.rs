@@ -103,7 +103,7 @@ listen = ""
             .unwrap();
         let (nm_after, fm_after) = (dev.nomerges(), dev.queue_attr("iosched/front_merges"));
         // The killed daemon's bio tap instance, if it had one, goes with the restore.
-        let left_tap = std::fs::read_dir("/sys/kernel/tracing/instances")
+        let left_tap = std::fs::read_dir(std::path::Path::new(kernel::TRACEFS).join("instances"))
             .into_iter()
             .flatten()
             .flatten()

@@ -14,6 +14,7 @@
 //! both alike. It prints every run and the median of each, and the paired differences.
 
 use mergetune::lab::calibrate::stats::median;
+use mergetune::logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -42,14 +43,9 @@ fn diskstats(n: usize, tick: u64) -> String {
 }
 
 /// The levels of every device in `/status` (None: the daemon did not answer).
-fn levels(addr: &str) -> Option<Vec<Option<u8>>> {
+fn levels(addr: &str) -> Option<Vec<Option<Level>>> {
     let s = mergetune::export::status::fetch(addr, Duration::from_secs(5)).ok()?;
-    Some(
-        s.devices
-            .iter()
-            .map(|d| d.level.map(|l| l.index()))
-            .collect(),
-    )
+    Some(s.devices.iter().map(|d| d.level).collect())
 }
 
 /// One run of `bin`: its CPU in ms per second at L3, and whether every device was at L3.
@@ -95,8 +91,8 @@ fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
         .unwrap_or_else(|e| panic!("{}: {e} (cargo build --release first)", bin.display()));
     let pid = child.id();
     std::thread::sleep(Duration::from_secs(35));
-    let all_l3 = |l: Option<Vec<Option<u8>>>| {
-        l.is_some_and(|v| !v.is_empty() && v.iter().all(|x| *x == Some(3)))
+    let all_l3 = |l: Option<Vec<Option<Level>>>| {
+        l.is_some_and(|v| !v.is_empty() && v.iter().all(|x| *x == Some(Level::L3)))
     };
     let at_l3_before = all_l3(levels(&addr));
     let (c0, w0) = (super::proc_usage(pid).2, Instant::now());

@@ -29,7 +29,7 @@ pub const ENV_VAR: &str = "MERGETUNE_KERNEL_TESTS";
 /// When set to 1, the facts test (re)writes the trace fixtures under `tests/fixtures/`.
 pub const CAPTURE_ENV_VAR: &str = "MERGETUNE_CAPTURE_FIXTURES";
 
-const TRACEFS: &str = "/sys/kernel/tracing";
+pub const TRACEFS: &str = "/sys/kernel/tracing";
 const INSTANCE_PREFIX: &str = "mergetune-test-";
 const LOCK_FILE: &str = "/run/lock/mergetune-kernel-tests.lock";
 
