@@ -509,6 +509,6 @@ fn on_the_measured_profile_a_one_shot_dry_run_says_not_worth_it() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(out.contains("[not_worth_it, dry-run]"), "{out}");
-    assert!(out.contains("not worth it on this kernel"), "{out}");
+    assert!(out.contains("not worth it here"), "{out}");
     assert!(!out.contains("front_merges 1 -> 0"), "{out}");
 }

@@ -131,7 +131,7 @@ fn oltp_steady() {
     );
     assert!(said[0].changes.is_empty());
     assert!(
-        said[0].reason.starts_with("not worth it on this kernel"),
+        said[0].reason.starts_with("not worth it here"),
         "{}",
         said[0].reason
     );

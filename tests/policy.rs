@@ -604,7 +604,7 @@ fn on_the_measured_profile_merging_stays_on_and_says_why_once() {
     assert_eq!(said[0].2, None);
     // With the numbers: the measured change of CPU per I/O and its interval, per level.
     let r = &said[0].3;
-    assert!(r.starts_with("not worth it on this kernel"), "{r}");
+    assert!(r.starts_with("not worth it here"), "{r}");
     assert!(r.contains("L3 -6.1% [-25.6, +17.5]"), "{r}");
     assert!(r.contains("on mq-deadline"), "{r}");
     assert!(r.contains("staying at L0"), "{r}");
@@ -733,11 +733,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
         (ev.kind, ev.to_level),
         (OutcomeKind::Enable, Some(Level::L0))
     );
-    assert!(
-        ev.reason.contains("L2 not worth it on this kernel"),
-        "{}",
-        ev.reason
-    );
+    assert!(ev.reason.contains("L2 not worth it here"), "{}", ev.reason);
 }
 
 #[test]

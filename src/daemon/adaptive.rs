@@ -6,6 +6,7 @@
 use crate::daemon::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::daemon::controller::Controller;
 use crate::daemon::dryrun::as_counted_at;
+use crate::daemon::pricing::{LivePricing, PricingSource, TickBios};
 use crate::daemon::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::daemon::state::MemoryStore;
 use crate::kernel::blockfs::{BlockFs, FsError};
@@ -13,8 +14,7 @@ use crate::kernel::devices::{DeviceInfo, Management};
 use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
-use crate::logic::cost_profile::CostProfile;
-use crate::logic::decision::{Applied, Change, Decision, DecisionKind};
+use crate::logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use std::collections::BTreeMap;
@@ -61,6 +61,8 @@ pub struct DeviceRuntime {
     pub read_warned_ms: Option<u64>,
     /// sense: the bio tap's duty cycle and samples at L3 (src/daemon/sense.rs).
     pub sense: crate::daemon::sense::DeviceSense,
+    /// What a step down would save here, as last priced (shown by status and /metrics).
+    pub worth: crate::logic::policy::Worth,
 }
 
 pub struct Daemon {
@@ -79,14 +81,19 @@ pub struct Daemon {
     /// Half the step that led to this tick: the tolerance of window lengths.
     slack_ms: u64,
     pub counters: DaemonCounters,
-    /// `[policy] cost_profile`: what not merging saves, priced into each device's caps.
-    profile: CostProfile,
+    /// `[policy] cost_profile`: what not merging saves, priced into each device's caps:
+    /// live (the merge path sampled on this host) or a profile.
+    pricing: PricingSource,
+    /// The live measurement (idle unless `pricing` is live).
+    live: LivePricing,
+    /// `uname -r`, read at the first rescan, for matching a profile.
+    kernel_release: Option<String>,
 }
 
 impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
-        let profile = load_profile(&cfg);
+        let pricing = PricingSource::from_config(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -99,7 +106,9 @@ impl Daemon {
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
-            profile,
+            pricing,
+            live: LivePricing::default(),
+            kernel_release: None,
         }
     }
 
@@ -147,7 +156,7 @@ impl Daemon {
     /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
-        self.profile = load_profile(&cfg);
+        self.pricing = PricingSource::from_config(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         let foreign: Vec<String> = self
@@ -248,6 +257,9 @@ impl Daemon {
             }
         }
 
+        if matches!(self.pricing, PricingSource::Live) {
+            self.tick_pricing(now_ms, fs);
+        }
         let mut decisions = Vec::new();
         let names: Vec<String> = self
             .devices
@@ -271,6 +283,42 @@ impl Daemon {
         }
         self.counters.decisions += decisions.len() as u64;
         decisions
+    }
+
+    /// The live pricing's tick: the bios of this tick by scheduler and level, and whether
+    /// a managed device below L3 is busy (only then is sampling worth its cost).
+    fn tick_pricing(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        let min_bios = self.cfg.policy.min_window_bios;
+        let wanted = self.cfg.policy.enabled
+            && self.devices.values().any(|d| {
+                d.management.is_managed()
+                    && d.policy.level < Level::L3
+                    && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
+            });
+        let pending = &self.pending;
+        let bios = self.devices.iter().filter_map(|(name, d)| {
+            let c = pending.get(name)?;
+            let level = if d.management.is_managed() {
+                d.policy.level
+            } else {
+                // someone else's device: its own nomerges says which path its bios take
+                Level::of_tunables(
+                    d.info
+                        .nomerges
+                        .as_deref()
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0),
+                    false,
+                )
+            };
+            Some(TickBios {
+                scheduler: d.info.scheduler.as_deref(),
+                level,
+                bios: c.bios(),
+            })
+        });
+        self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);
+        self.counters.pricing = self.live.counters.clone();
     }
 
     /// Logs what [`DiskstatsHealth`] says of this read, and counts a read with a problem.
@@ -314,6 +362,17 @@ impl Daemon {
         }
         let mut caps = dev.caps; // sense: L3 is watched where the tap works
         caps.sense_at_l3 = dev.sense.usable(&self.cfg.sense);
+        if matches!(self.pricing, PricingSource::Live) {
+            // The live price at this device's rate: the window's, else the last one's.
+            let rate = window
+                .as_ref()
+                .or(dev.last_window.as_ref())
+                .map_or(0.0, Window::bios_per_sec);
+            caps.worth = self
+                .live
+                .worth(dev.info.scheduler.as_deref(), rate, &self.cfg.pricing);
+        }
+        dev.worth = caps.worth;
         if window.is_some() {
             dev.last_window = window;
             dev.last_window_ms = now_ms;
@@ -518,6 +577,9 @@ impl Daemon {
             max_changes_per_hour: self.cfg.policy.max_changes_per_hour,
             interval_ms: self.cfg.daemon.interval_ms,
             counters: self.counters.clone(),
+            pricing_name: self.pricing.name().to_string(),
+            pricing_origin: self.pricing.origin(),
+            floor_ms_per_sec: self.cfg.pricing.floor_ms_per_sec(),
             devices: self
                 .devices
                 .values()
@@ -541,6 +603,7 @@ impl Daemon {
                         } else {
                             None
                         },
+                        worth: managed.then_some(d.worth),
                     }
                 })
                 .collect(),
@@ -564,14 +627,4 @@ impl Controller for Daemon {
     fn snapshot(&self) -> Option<DaemonSnapshot> {
         Some(Daemon::snapshot(self))
     }
-}
-
-/// The config's cost profile; a file that cannot be read any more (it was checked when the
-/// config was loaded) falls back to the measured built-in, on which nothing is worth it.
-fn load_profile(cfg: &Config) -> CostProfile {
-    crate::logic::cost_profile::resolve(&cfg.policy.cost_profile).unwrap_or_else(|e| {
-        warn!("{e}: using {}", crate::logic::cost_profile::MEASURED_NAME);
-        crate::logic::cost_profile::builtin(crate::logic::cost_profile::MEASURED_NAME)
-            .expect("shipped cost profile is valid")
-    })
 }

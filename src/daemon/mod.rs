@@ -8,6 +8,7 @@ pub mod actuator;
 pub mod adaptive;
 pub mod controller;
 pub mod dryrun;
+pub mod pricing;
 pub mod record;
 pub mod sense;
 pub mod snapshot;

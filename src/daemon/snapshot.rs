@@ -25,6 +25,9 @@ pub struct DaemonCounters {
     pub tunable_read_errors: u64,
     /// The state file holds every record mergetune has in memory.
     pub state_persisted: bool,
+    /// The live pricing's sampler.
+    #[serde(skip)]
+    pub pricing: crate::daemon::pricing::PricingCounters,
 }
 
 impl Default for DaemonCounters {
@@ -38,6 +41,7 @@ impl Default for DaemonCounters {
             state_save_errors: 0,
             tunable_read_errors: 0,
             state_persisted: true,
+            pricing: Default::default(),
         }
     }
 }
@@ -54,6 +58,11 @@ pub struct DaemonSnapshot {
     /// `[daemon] interval_ms`.
     pub interval_ms: u64,
     pub counters: DaemonCounters,
+    /// What prices a step down: "live", or a profile's name, and where it came from.
+    pub pricing_name: String,
+    pub pricing_origin: String,
+    /// The live pricing's floor, CPU ms per second.
+    pub floor_ms_per_sec: f64,
     /// Every device with a request queue, by name.
     pub devices: Vec<DeviceSnapshot>,
 }
@@ -83,4 +92,6 @@ pub struct DeviceSnapshot {
     pub last_decision: Option<Decision>,
     /// When the next probe starts (managed, at L3).
     pub next_probe_at_ms: Option<u64>,
+    /// What a step down would save here, as last priced (managed devices).
+    pub worth: Option<crate::logic::policy::Worth>,
 }

@@ -35,8 +35,9 @@ pub use crate::logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 mod labels;
 
 use labels::{
-    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PROBE_OUTCOMES,
-    ProbeLabels, ResultLabels, attr_label, dl, value_label,
+    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PRICING_BASES,
+    PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels, SamplePathLabels,
+    SavingLabels, attr_label, dl, value_label,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -76,6 +77,13 @@ struct Families {
     reloads: Family<ResultLabels, Counter>,
     tick_duration: Histogram,
     tick_lag: Histogram,
+    cost_profile_info: Family<ProfileLabels, Gauge>,
+    pricing: Family<PricingLabels, Gauge>,
+    saving: Family<SavingLabels, Gauge<f64, AtomicU64>>,
+    saving_floor: Gauge<f64, AtomicU64>,
+    sampler_spans: Counter,
+    sampler_samples: Family<SamplePathLabels, Counter>,
+    sampler_seconds: Counter<f64, AtomicU64>,
 }
 
 struct Inner {
@@ -142,6 +150,13 @@ impl Metrics {
             reloads: Family::default(),
             tick_duration: Histogram::new(tick_buckets()),
             tick_lag: Histogram::new(lag_buckets()),
+            cost_profile_info: Family::default(),
+            pricing: Family::default(),
+            saving: Family::default(),
+            saving_floor: Gauge::default(),
+            sampler_spans: Counter::default(),
+            sampler_samples: Family::default(),
+            sampler_seconds: Counter::default(),
         };
         let mut r = Registry::with_prefix("mergetune");
         r.register(
@@ -248,6 +263,41 @@ impl Metrics {
             "tick_lag_seconds",
             "How late a tick started against its schedule",
             f.tick_lag.clone(),
+        );
+        r.register(
+            "cost_profile_info",
+            "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
+            f.cost_profile_info.clone(),
+        );
+        r.register(
+            "device_pricing",
+            "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
+            f.pricing.clone(),
+        );
+        r.register(
+            "device_merge_saving_cpu_ratio",
+            "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
+            f.saving.clone(),
+        );
+        r.register(
+            "merge_saving_floor_cpu_ratio",
+            "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
+            f.saving_floor.clone(),
+        );
+        r.register(
+            "merge_sampler_spans",
+            "Spans of merge-path sampling done (the live pricing's duty cycle)",
+            f.sampler_spans.clone(),
+        );
+        r.register(
+            "merge_sampler_samples",
+            "cpu-clock samples the merge-path sampler read, all (path=all) and those whose stack holds a merge function (path=merge)",
+            f.sampler_samples.clone(),
+        );
+        r.register(
+            "merge_sampler_seconds",
+            "Wall time the merge-path sampler was on, seconds",
+            f.sampler_seconds.clone(),
         );
         if simulated {
             let g: Gauge = Gauge::default();
@@ -384,6 +434,7 @@ impl Metrics {
                     }
                 }
             }
+            self.export_saving(name, dev.worth.as_ref());
             match w.map(|w| w.bios_per_sec()).filter(|r| r.is_finite()) {
                 Some(r) => {
                     f.bios_rate.get_or_create(&labels).set(r);
@@ -452,6 +503,38 @@ impl Metrics {
         );
         f.state_persisted.set(i64::from(c.state_persisted));
         add(&f.ticks, c.ticks, inner.last.ticks);
+        add(&f.sampler_spans, c.pricing.spans, inner.last.pricing.spans);
+        for (path, now, before) in [
+            ("all", c.pricing.samples, inner.last.pricing.samples),
+            (
+                "merge",
+                c.pricing.merge_samples,
+                inner.last.pricing.merge_samples,
+            ),
+        ] {
+            let counter = f.sampler_samples.get_or_create(&SamplePathLabels {
+                path: path.to_string(),
+            });
+            add(&counter, now, before);
+        }
+        let (now_ms, before_ms) = (c.pricing.sampling_ms, inner.last.pricing.sampling_ms);
+        f.sampler_seconds.inc_by(
+            (if now_ms >= before_ms {
+                now_ms - before_ms
+            } else {
+                now_ms
+            }) as f64
+                / 1000.0,
+        );
+        f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
+        let profile = ProfileLabels {
+            profile: daemon.pricing_name.clone(),
+            origin: daemon.pricing_origin.clone(),
+        };
+        if !daemon.pricing_name.is_empty() && f.cost_profile_info.get(&profile).is_none() {
+            f.cost_profile_info.clear();
+            f.cost_profile_info.get_or_create(&profile).set(1);
+        }
         inner.last = c.clone();
 
         self.observe_timing(&mut inner, t);
@@ -486,8 +569,56 @@ impl Metrics {
         inner.max_lag_seconds = inner.max_lag_seconds.max(lag);
     }
 
+    /// A managed device's pricing basis and, where live, its savings per level.
+    fn export_saving(&self, name: &str, worth: Option<&crate::logic::policy::Worth>) {
+        use crate::logic::policy::worth::{Basis, SavingUnit};
+        let f = &self.f;
+        let basis = worth.map(|w| match w.basis {
+            Basis::Live { .. } => "live",
+            Basis::Profile => "profile",
+            Basis::Unknown { .. } => "unknown",
+            Basis::Unpriced => "unpriced",
+        });
+        for b in PRICING_BASES {
+            let l = PricingLabels {
+                device: name.to_string(),
+                basis: b.to_string(),
+            };
+            if Some(b) == basis {
+                f.pricing.get_or_create(&l).set(1);
+            } else {
+                f.pricing.remove(&l);
+            }
+        }
+        for level in crate::logic::decision::Level::ALL {
+            let saving = worth
+                .and_then(|w| w.saving(level))
+                .filter(|s| s.unit == SavingUnit::CpuMsPerSec);
+            for (bound, v) in [
+                ("estimate", saving.map(|s| s.value)),
+                ("lower", saving.and_then(|s| s.ci).map(|c| c[0])),
+                ("upper", saving.and_then(|s| s.ci).map(|c| c[1])),
+            ] {
+                let l = SavingLabels {
+                    device: name.to_string(),
+                    level: level.index().to_string(),
+                    bound: bound.to_string(),
+                };
+                match v.filter(|v| v.is_finite()) {
+                    Some(v) => {
+                        f.saving.get_or_create(&l).set(v / 1000.0);
+                    }
+                    None => {
+                        f.saving.remove(&l);
+                    }
+                }
+            }
+        }
+    }
+
     fn forget_device(&self, name: &str) {
         let f = &self.f;
+        self.export_saving(name, None);
         let labels = dl(name);
         f.nomerges.remove(&labels);
         f.level.remove(&labels);

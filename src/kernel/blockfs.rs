@@ -9,6 +9,7 @@
 //! which keeps every parser in one place and exercised by both worlds.
 
 use crate::kernel::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
+use crate::kernel::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
 use crate::kernel::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -128,6 +129,30 @@ pub trait BlockFs {
         let _ = dev;
         Ok(())
     }
+
+    // The merge-path sampler (src/kernel/perf.rs): where CPU goes, so that a step down is
+    // priced in CPU on this host. A world without one keeps these defaults, and the
+    // daemon's saving is then "unknown".
+
+    /// Sets the sampler up (disabled), one sample every `period_ns` of CPU per CPU.
+    fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
+        let _ = period_ns;
+        Err(PerfError::Unsupported {
+            path: "merge-path sampler".into(),
+        })
+    }
+    /// The running kernel's release (`uname -r`), where this world has one.
+    fn kernel_release(&mut self) -> Option<String> {
+        None
+    }
+    /// Starts or stops sampling (an open sampler).
+    fn merge_sampler_enable(&mut self, on: bool) {
+        let _ = on;
+    }
+    /// The samples since the last drain, classed.
+    fn merge_sampler_drain(&mut self) -> MergeSamples {
+        MergeSamples::default()
+    }
 }
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
@@ -140,6 +165,8 @@ pub struct RealFs {
     procfs_root: PathBuf,
     /// The open bio taps (tracefs instances), removed when closed or when this is dropped.
     taps: RealTaps,
+    /// The merge-path sampler, once opened (shared by clones: one set of perf events).
+    sampler: Option<std::sync::Arc<std::sync::Mutex<MergePathSampler>>>,
 }
 
 impl RealFs {
@@ -148,6 +175,7 @@ impl RealFs {
             sysfs_root: sysfs_root.into(),
             procfs_root: procfs_root.into(),
             taps: RealTaps::default(),
+            sampler: None,
         }
     }
 
@@ -339,5 +367,45 @@ impl BlockFs for RealFs {
 
     fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
         self.taps.close(dev)
+    }
+
+    fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
+        if self.sampler.is_some() {
+            return Ok(());
+        }
+        let symbols = crate::kernel::perf::load_symbols(&self.procfs_root)?;
+        // 1 ms of CPU per sample and a daemon that drains every tick (100 ms to 1 s):
+        // 32 pages hold a second of samples on a CPU busy in the kernel.
+        let pages = (32 * 1_000_000 / period_ns.max(1)).clamp(8, 512) as usize;
+        let s = MergePathSampler::open(
+            &self.sysfs_root,
+            symbols,
+            SamplerParams {
+                period_ns,
+                buffer_pages: pages,
+            },
+        )?;
+        self.sampler = Some(std::sync::Arc::new(std::sync::Mutex::new(s)));
+        Ok(())
+    }
+    fn kernel_release(&mut self) -> Option<String> {
+        let path = self.procfs_root.join("sys/kernel/osrelease");
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    }
+    fn merge_sampler_enable(&mut self, on: bool) {
+        if let Some(s) = &self.sampler
+            && let Ok(mut s) = s.lock()
+        {
+            if on { s.enable() } else { s.disable() }
+        }
+    }
+    fn merge_sampler_drain(&mut self) -> MergeSamples {
+        self.sampler
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|mut s| s.drain(None)))
+            .unwrap_or_default()
     }
 }

@@ -9,6 +9,7 @@ pub mod cputime;
 pub mod devices;
 pub mod diskstats;
 pub mod lines;
+pub mod perf;
 pub mod rawtrace;
 pub mod trace;
 pub mod tracefs;

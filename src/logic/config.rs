@@ -39,6 +39,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The bio tap that keeps L3 from being blind (src/logic/sense.rs).
     pub sense: crate::logic::sense::SenseConfig,
+    /// The live measurement of what merging costs (src/logic/merge_cost.rs).
+    pub pricing: crate::logic::merge_cost::PricingConfig,
 }
 
 /// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
@@ -155,10 +157,11 @@ pub struct PolicyConfig {
     /// Cap on tunable changes per device in any rolling hour. When reached, merging is
     /// left on (changes that turn merging on are never refused).
     pub max_changes_per_hour: u32,
-    /// What not merging saves on this kernel, per scheduler and level: a built-in cost
-    /// profile (`measured-6.18`, measured on this project's machine; `lkml-2008`, the 2008
-    /// thread's figures) or the path of one `mergetune calibrate` wrote. A step down is
-    /// taken only toward a level whose saving's interval lies below 0.
+    /// What not merging saves: `live` (the default: measured on this host by sampling the
+    /// merge path, `[pricing]`), a built-in cost profile (`measured-6.18`, measured on this
+    /// project's machine; `lkml-2008`, the 2008 thread's figures) or the path of one
+    /// `mergetune calibrate` wrote. A profile applies only to devices it matches (kernel
+    /// series, and its device key if it has one); the others are "unknown".
     pub cost_profile: String,
 }
 
@@ -176,7 +179,7 @@ pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
 pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
-pub const DEFAULT_COST_PROFILE: &str = crate::logic::cost_profile::MEASURED_NAME;
+pub const DEFAULT_COST_PROFILE: &str = crate::logic::cost_profile::LIVE;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -342,7 +345,8 @@ impl Config {
         }
         let cp = p.cost_profile.trim();
         if cp.is_empty()
-            || (!crate::logic::cost_profile::BUILTIN_NAMES.contains(&cp)
+            || (cp != crate::logic::cost_profile::LIVE
+                && !crate::logic::cost_profile::BUILTIN_NAMES.contains(&cp)
                 && !crate::logic::cost_profile::is_path(cp))
         {
             errs.push(invalid(
@@ -357,6 +361,9 @@ impl Config {
         }
         if let Err(e) = self.metrics.validate(origin) {
             errs.push(e);
+        }
+        for (key, reason) in self.pricing.problems() {
+            errs.push(invalid(origin, key, reason));
         }
         for (key, reason) in self.sense.problems() {
             errs.push(invalid(origin, &format!("sense.{key}"), reason));
@@ -503,7 +510,9 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     })?;
     let origin = path.display().to_string();
     let cfg = load_str(&text, &origin)?;
-    if let Err(e) = crate::logic::cost_profile::resolve(&cfg.policy.cost_profile) {
+    if cfg.policy.cost_profile != crate::logic::cost_profile::LIVE
+        && let Err(e) = crate::logic::cost_profile::resolve(&cfg.policy.cost_profile)
+    {
         return Err(invalid(&origin, "policy.cost_profile", e.to_string()));
     }
     Ok(cfg)

@@ -21,6 +21,9 @@ use std::fmt;
 pub const MEASURED: &str = include_str!("../../config/cost-profiles/measured-6.18.toml");
 /// The 2008 linux-kernel "nomerges" thread's figures, as `sim::cost` stated them.
 pub const LKML_2008: &str = include_str!("../../config/cost-profiles/lkml-2008.toml");
+/// `[policy] cost_profile = "live"`: no profile, the daemon measures the merge path on the
+/// host it runs on (`logic::merge_cost`). The default.
+pub const LIVE: &str = "live";
 /// Name of the measured profile (a scenario's `cost_profile`).
 pub const MEASURED_NAME: &str = "measured-6.18";
 /// Name of the 2008 profile.
@@ -176,6 +179,9 @@ pub enum Method {
     CpuBoundLoop,
     /// Figures stated by a source, not measured here (no intervals).
     Stated,
+    /// `mergetune calibrate` (the default mode): the merge path's CPU per bio, sampled
+    /// with `cpu-clock` callchains under fio (`merge_path` cells, ns).
+    MergePathSampling,
 }
 
 /// The unit of `cpu_per_io`.
@@ -344,6 +350,115 @@ pub struct CostProfile {
     pub cells: Vec<Cell>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toggle: Option<ToggleCost>,
+    /// What the profile was measured on, for matching it to a device (absent: any device
+    /// of the same kernel series).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceKey>,
+    /// The merge path's CPU per bio (method `merge-path-sampling`).
+    #[serde(default, rename = "merge_path", skip_serializing_if = "Vec::is_empty")]
+    pub merge_path: Vec<MergePathCell>,
+}
+
+/// The device a profile was measured on: a profile applies to a device with the same
+/// values (and a kernel of the same `major.minor` series).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceKey {
+    /// `queue/rotational`.
+    pub rotational: bool,
+    /// Entries of `/sys/block/<dev>/mq`.
+    pub nr_hw_queues: u32,
+    /// The driver, as the device's name says it: "loop", "nvme", "sd", "vd", ...
+    pub driver: String,
+    /// `device/model` where the device has one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+}
+
+/// One cell of the merge path's price: ns of CPU per bio that each rung would not spend,
+/// medians over the windows with their order-statistic intervals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergePathCell {
+    pub scheduler: Scheduler,
+    /// Submissions of more than 2 iocbs (plugged) or of one (unplugged).
+    pub plugged: bool,
+    /// fio jobs submitting at once.
+    pub submitters: u32,
+    /// The whole merge attempt (what nomerges=2, L3, saves), ns per bio.
+    pub l3_ns_per_bio: f64,
+    pub l3_ci: [f64; 2],
+    /// Past the one-hit cache (what nomerges=1, L2, saves).
+    pub l2_ns_per_bio: f64,
+    pub l2_ci: [f64; 2],
+    /// The submitters' whole CPU per bio, for the share.
+    pub cpu_ns_per_bio: f64,
+    /// Merge-path samples and all samples of the submitters, and the bios.
+    pub merge_samples: u64,
+    pub samples: u64,
+    pub bios: u64,
+    /// Windows measured (and dropped: fio not submitting).
+    pub windows: u32,
+    /// Bios per second over the windows.
+    pub bios_per_sec: f64,
+}
+
+impl CostProfile {
+    /// The merge-path cells for humans.
+    pub fn render_merge_path(&self) -> String {
+        let mut s = format!(
+            "cost profile {} (merge path sampled; kernel {}; {} windows per cell, intervals {:.1}%)\n",
+            self.name, self.kernel_release, self.reps, self.ci_coverage_percent
+        );
+        s.push_str(&format!(
+            "  {:<12} {:<10} {:>4} {:>13} {:>17} {:>12} {:>17} {:>12} {:>7} {:>9}\n",
+            "scheduler",
+            "submission",
+            "jobs",
+            "L3 ns/bio",
+            "interval",
+            "L2 ns/bio",
+            "interval",
+            "CPU ns/bio",
+            "share",
+            "bios/s"
+        ));
+        for c in &self.merge_path {
+            s.push_str(&format!(
+                "  {:<12} {:<10} {:>4} {:>13.1} {:>17} {:>12.1} {:>17} {:>12.0} {:>6.1}% {:>9.0}\n",
+                c.scheduler.name(),
+                if c.plugged { "plugged" } else { "unplugged" },
+                c.submitters,
+                c.l3_ns_per_bio,
+                format!("[{:.1}, {:.1}]", c.l3_ci[0], c.l3_ci[1]),
+                c.l2_ns_per_bio,
+                format!("[{:.1}, {:.1}]", c.l2_ci[0], c.l2_ci[1]),
+                c.cpu_ns_per_bio,
+                c.l3_ns_per_bio / c.cpu_ns_per_bio.max(1e-9) * 100.0,
+                c.bios_per_sec
+            ));
+        }
+        s
+    }
+
+    /// The L3 price of the unplugged single-submitter cell of `scheduler`, if measured.
+    pub fn merge_path_cell(&self, scheduler: Scheduler, plugged: bool) -> Option<&MergePathCell> {
+        self.merge_path
+            .iter()
+            .filter(|c| c.scheduler == scheduler && c.plugged == plugged)
+            .min_by_key(|c| c.submitters)
+    }
+}
+
+/// `major.minor` of a kernel release ("6.18.44-fc-v857" -> "6.18").
+pub fn kernel_series(release: &str) -> &str {
+    let mut dots = release.match_indices('.').map(|(i, _)| i);
+    let _ = dots.next();
+    let end = dots
+        .next()
+        .or_else(|| release.find(|c: char| !(c.is_ascii_digit() || c == '.')))
+        .unwrap_or(release.len());
+    &release[..end]
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -503,6 +618,36 @@ impl CostProfile {
                 }
             }
         }
+        for (i, c) in self.merge_path.iter().enumerate() {
+            let k = |f: &str| format!("merge_path[{i}].{f}");
+            if !self.schedulers.contains(&c.scheduler) {
+                return Err(bad(
+                    k("scheduler"),
+                    format!("{} is not in `schedulers`", c.scheduler),
+                ));
+            }
+            for (f, v, ci) in [
+                ("l3_ns_per_bio", c.l3_ns_per_bio, c.l3_ci),
+                ("l2_ns_per_bio", c.l2_ns_per_bio, c.l2_ci),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(bad(k(f), "must be a finite number >= 0"));
+                }
+                let [lo, hi] = ci;
+                if !(lo.is_finite() && hi.is_finite() && lo <= v && v <= hi) {
+                    return Err(bad(k(f), "its interval must hold it: lo <= value <= hi"));
+                }
+            }
+            if c.submitters == 0 {
+                return Err(bad(k("submitters"), "must be at least 1"));
+            }
+        }
+        if self.method == Method::MergePathSampling {
+            if self.merge_path.is_empty() {
+                return Err(bad("merge_path", "a sampled profile has at least one cell"));
+            }
+            return Ok(());
+        }
         // The simulator derives step costs from random unbatched I/O at every level.
         for s in &self.schedulers {
             if self
@@ -558,6 +703,9 @@ impl CostProfile {
 
     /// A table of the cells for humans: per scheduler, workload and level.
     pub fn render(&self) -> String {
+        if self.method == Method::MergePathSampling {
+            return self.render_merge_path();
+        }
         let unit = match self.unit {
             Unit::Ns => "ns",
             Unit::ModelCycles => "cycles",
@@ -568,6 +716,7 @@ impl CostProfile {
             match self.method {
                 Method::CpuBoundLoop => "measured",
                 Method::Stated => "stated",
+                Method::MergePathSampling => "sampled",
             },
             self.kernel_release,
             self.reps,

@@ -131,15 +131,37 @@ impl CostModel {
             u0 * (1.0 + ch / 100.0)
         };
         let (u1, u2, u3) = (at(Level::L1), at(Level::L2), at(Level::L3));
-        let base = u3.min(u0);
-        let lookups = u0 - base;
-        let simple = (u2 - base).clamp(0.0, lookups);
-        let front = if s == Scheduler::MqDeadline {
-            (u0 - u1).clamp(0.0, lookups - simple)
-        } else {
-            0.0
+        let (base, simple, front, hash) = match p.merge_path_cell(s, false) {
+            // The merge path sampled where it is spent (ns per bio, unplugged, one
+            // submitter): L3 saves all of it, L2 what lies past the one-hit cache; the
+            // rest of a request's cost is L0's minus the path.
+            Some(m) => {
+                let lookups = m.l3_ns_per_bio.min(u0);
+                let past_one_hit = m.l2_ns_per_bio.clamp(0.0, lookups);
+                let front = if s == Scheduler::MqDeadline {
+                    past_one_hit / 2.0
+                } else {
+                    0.0
+                };
+                (
+                    u0 - lookups,
+                    lookups - past_one_hit,
+                    front,
+                    past_one_hit - front,
+                )
+            }
+            None => {
+                let base = u3.min(u0);
+                let lookups = u0 - base;
+                let simple = (u2 - base).clamp(0.0, lookups);
+                let front = if s == Scheduler::MqDeadline {
+                    (u0 - u1).clamp(0.0, lookups - simple)
+                } else {
+                    0.0
+                };
+                (base, simple, front, lookups - simple - front)
+            }
         };
-        let hash = lookups - simple - front;
         let share = |x: f64, parts: &[f64], i: usize| x * parts[i] / parts.iter().sum::<f64>();
         let plug_check = share(simple, &SIMPLE_LOOKUP_SHARES, 0);
         let bio_complete = share(base, &REQUEST_SHARES, 4);

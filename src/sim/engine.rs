@@ -35,7 +35,7 @@ mod jobs;
 mod media;
 mod plug;
 mod queue;
-mod sched;
+pub(crate) mod sched;
 mod slab;
 mod slice;
 mod stats;
@@ -103,6 +103,8 @@ pub struct Simulation {
     seed: u64,
     /// sense: the bio taps (src/sim/tap.rs), fed from `submit_bio` like block_bio_queue.
     pub(crate) taps: super::tap::Taps,
+    /// The merge-path sampler's stand-in: the lookups' cost, as `charge` prices it.
+    pub(crate) merge_meter: super::meter::MergeMeter,
 }
 
 /// Microseconds (as scenarios give them) to integer nanoseconds.
@@ -161,6 +163,7 @@ impl Simulation {
             name: sc.name.clone(),
             seed: sc.seed,
             taps: Default::default(), // sense: the bio taps
+            merge_meter: Default::default(),
         };
         sim.log_initial_nomerges();
         sim.schedule_phases();

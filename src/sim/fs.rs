@@ -289,4 +289,17 @@ impl BlockFs for Simulation {
         }
         Ok(())
     }
+
+    fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), crate::kernel::perf::PerfError> {
+        self.merge_meter.open(period_ns);
+        Ok(())
+    }
+
+    fn merge_sampler_enable(&mut self, on: bool) {
+        self.merge_meter.on = on;
+    }
+
+    fn merge_sampler_drain(&mut self) -> crate::kernel::perf::MergeSamples {
+        self.merge_meter.drain()
+    }
 }

@@ -21,6 +21,7 @@ pub mod cost;
 pub mod engine;
 pub mod fs;
 pub mod hist;
+pub mod meter;
 pub mod report;
 pub mod rng;
 pub mod runner;

@@ -298,7 +298,15 @@ impl Scenario {
         cfg: &crate::logic::config::Config,
     ) -> crate::logic::config::Config {
         let mut c = cfg.clone();
-        c.policy.cost_profile = self.cost_profile_name().to_string();
+        let name = self.cost_profile_name();
+        // A scenario priced in measured ns runs the daemon as shipped: it measures the
+        // simulated merge path live (`sim::meter`), as it would on the host. One in another
+        // currency (the 2008 model cycles) is told its profile.
+        let measured = crate::logic::cost_profile::builtin(name)
+            .is_some_and(|p| p.unit == crate::logic::cost_profile::Unit::Ns);
+        if !(measured && cfg.policy.cost_profile == crate::logic::cost_profile::LIVE) {
+            c.policy.cost_profile = name.to_string();
+        }
         c
     }
 

@@ -15,6 +15,20 @@ use crate::logic::sampler::WindowAcc;
 use tracing::{info, warn};
 
 impl Daemon {
+    /// What the configured profile says of this device: its table where it matches the
+    /// running kernel and the device, else unknown (live pricing: replaced per window).
+    fn profile_worth(&mut self, fs: &mut dyn BlockFs, info: &DeviceInfo) -> Worth {
+        if self.kernel_release.is_none() {
+            self.kernel_release = fs.kernel_release();
+        }
+        let key = device_key(fs, info);
+        self.pricing.profile_worth(
+            info.scheduler.as_deref(),
+            self.kernel_release.as_deref(),
+            key.as_ref(),
+        )
+    }
+
     pub(super) fn log_restores(results: &[RestoreResult], context: &str) {
         for r in results {
             if r.outcome.failed() {
@@ -66,6 +80,7 @@ impl Daemon {
                     continue;
                 }
             };
+            let worth = self.profile_worth(fs, &info);
             match self.devices.get_mut(&name) {
                 Some(dev) => {
                     let mut judged = info.clone();
@@ -93,10 +108,7 @@ impl Daemon {
                         info.has_front_merges
                             && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
                     )
-                    .priced(Worth::from_profile(
-                        &self.profile,
-                        info.scheduler.as_deref(),
-                    ));
+                    .priced(worth);
                     if caps != dev.caps && dev.management.is_managed() {
                         info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
                         // A lost rung (say front_merges after a scheduler switch) is
@@ -119,10 +131,8 @@ impl Daemon {
                     self.devices.insert(
                         name.clone(),
                         DeviceRuntime {
-                            caps: caps_of(&info).priced(Worth::from_profile(
-                                &self.profile,
-                                info.scheduler.as_deref(),
-                            )),
+                            caps: caps_of(&info).priced(worth),
+                            worth: Worth::UNPRICED,
                             info,
                             management: m,
                             policy: PolicyState::new(now_ms, &self.cfg.policy),
@@ -205,4 +215,26 @@ fn caps_of(info: &DeviceInfo) -> Caps {
         info.scheduler.as_deref(),
         info.front_merges.as_deref() == Some("1"),
     )
+}
+
+/// The kind of device, for matching a profile's key; None where the world does not say
+/// (a simulated or fake device without `queue/rotational`).
+fn device_key(
+    fs: &mut dyn BlockFs,
+    info: &DeviceInfo,
+) -> Option<crate::logic::cost_profile::DeviceKey> {
+    let rotational = info.rotational?;
+    Some(crate::logic::cost_profile::DeviceKey {
+        rotational,
+        nr_hw_queues: fs.list_dir(&info.name, "mq").map_or(0, |v| v.len() as u32),
+        driver: info
+            .name
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect(),
+        model: fs
+            .read_attr(&info.name, "device/model")
+            .map(|m| m.trim().to_string())
+            .unwrap_or_default(),
+    })
 }

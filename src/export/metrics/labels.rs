@@ -46,6 +46,33 @@ pub(super) struct BuildLabels {
     pub(super) version: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ProfileLabels {
+    pub(super) profile: String,
+    pub(super) origin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct PricingLabels {
+    pub(super) device: String,
+    pub(super) basis: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SavingLabels {
+    pub(super) device: String,
+    pub(super) level: String,
+    pub(super) bound: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SamplePathLabels {
+    pub(super) path: String,
+}
+
+/// How a device's saving is known (the `basis` label).
+pub(super) const PRICING_BASES: [&str; 4] = ["live", "profile", "unknown", "unpriced"];
+
 /// The management states a device can be in (the `management` label).
 pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
 pub(super) const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];

@@ -32,6 +32,7 @@
 
 pub mod cpu;
 pub mod fio;
+pub mod merge_path;
 pub mod profile;
 pub mod run;
 pub mod scratch;

@@ -182,6 +182,8 @@ pub(super) fn build_profile(m: Measured) -> CostProfile {
         loop_direct_io: m.loop_direct_io,
         cells,
         toggle: m.toggle,
+        device: None,
+        merge_path: Vec::new(),
     }
 }
 

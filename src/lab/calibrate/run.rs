@@ -31,13 +31,43 @@ pub struct CalibrateArgs {
     /// Measured window of each run, ms [default: 1000; --quick: 300].
     #[arg(long)]
     pub runtime_ms: Option<u64>,
-    /// Schedulers to measure (comma-separated).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "none,mq-deadline,bfq,kyber"
-    )]
+    /// Schedulers to measure (comma-separated) [default: none,mq-deadline,bfq,kyber; with
+    /// --device: the device's own].
+    #[arg(long, value_delimiter = ',')]
     pub schedulers: Vec<String>,
+    /// The old end-to-end mode: CPU per I/O of fio and the kworkers at each level,
+    /// levels interleaved (about 25 minutes), instead of the merge path sampled.
+    #[arg(long)]
+    pub end_to_end: bool,
+    /// Measure the merge path on this device (a /sys/block name, e.g. nvme0n1) instead of
+    /// a scratch loop device: random O_DIRECT reads only (fio --readonly), bounded by
+    /// --rate-iops and --max-seconds, at the device's own scheduler; its nomerges and
+    /// front_merges are recorded in --state-dir first and put back at the end, or by a
+    /// guard process if calibrate is killed.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Sampled windows per cell [default: 10; --quick: 4].
+    #[arg(long)]
+    pub windows: Option<u32>,
+    /// N of "1 and N submitters" (fio jobs at once).
+    #[arg(long, default_value_t = 2)]
+    pub submitters: u32,
+    /// Cap on fio's rate, I/Os per second [default: none on a scratch device, 20000 with
+    /// --device].
+    #[arg(long)]
+    pub rate_iops: Option<u64>,
+    /// Stop starting cells after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub max_seconds: u64,
+    /// Where the device's original tunables are recorded while calibrate runs.
+    #[arg(long, default_value = "/run/mergetune-calibrate")]
+    pub state_dir: PathBuf,
+    /// Internal: the guard process that restores --state-dir when calibrate ends.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub guard: Option<PathBuf>,
+    /// For tests: the root of sysfs.
+    #[arg(long, hide = true, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
     /// The CPU fio is pinned to [default: the last one].
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -109,10 +139,60 @@ fn parse_schedulers(names: &[String]) -> Result<Vec<Scheduler>> {
     Ok(out)
 }
 
+/// Checks of the end-to-end mode's arguments, before any I/O.
+fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
+    if args.name.trim().is_empty() || args.name.chars().any(char::is_control) {
+        bail!("--name: must be a non-empty name without control characters");
+    }
+    if let Some(t) = args.toggle_runtime_s
+        && !(t.is_finite() && t > 0.0 && t <= 3600.0)
+    {
+        bail!("--toggle-runtime-s: {t} is not in (0, 3600]");
+    }
+    if let Some(c) = args.cpu
+        && c >= ncpu
+    {
+        bail!("--cpu: {c} is not a CPU here (0..{ncpu})");
+    }
+    if !(16..=65_536).contains(&args.size_mib) {
+        bail!("--size-mib: {} is not in 16..=65536", args.size_mib);
+    }
+    if let Some(out) = &args.output {
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if !parent.is_dir() {
+            bail!(
+                "--output {}: directory {} does not exist",
+                out.display(),
+                parent.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `mergetune calibrate`.
 pub fn run(args: CalibrateArgs) -> Result<i32> {
+    if let Some(dir) = &args.guard {
+        return super::merge_path::guard(dir, &args.sysfs_root);
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if !args.end_to_end {
+        return run_merge_path(&args);
+    }
+    check_end_to_end_args(&args, ncpu)?;
     check_tools()?;
-    let schedulers = parse_schedulers(&args.schedulers)?;
+    let all = ["none", "mq-deadline", "bfq", "kyber"].map(String::from);
+    let names = if args.schedulers.is_empty() {
+        &all[..]
+    } else {
+        &args.schedulers[..]
+    };
+    let schedulers = parse_schedulers(names)?;
     let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
         .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
     let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
@@ -129,9 +209,6 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
         bail!("--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50");
     }
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
     let cpu = args.cpu.unwrap_or(ncpu - 1);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -243,4 +320,57 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     drop(lp);
     write_profile(&profile, args.output.as_deref())?;
     Ok(0)
+}
+
+/// The default mode: the merge path sampled (`merge_path`).
+fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
+    use super::merge_path::{Plan, run};
+    let schedulers = if args.schedulers.is_empty() {
+        match &args.device {
+            // the device's own, read by run() (a Plan of one, checked there)
+            Some(d) => {
+                let mut fs = crate::kernel::blockfs::RealFs::new(
+                    &args.sysfs_root,
+                    crate::kernel::cputime::PROCFS,
+                );
+                let info = crate::kernel::devices::read_device(&mut fs, d)
+                    .with_context(|| format!("--device {d}"))?;
+                let own = info.scheduler.unwrap_or_default();
+                vec![Scheduler::from_name(&own).with_context(|| {
+                    format!("--device {d}: scheduler {own:?} is not one calibrate knows")
+                })?]
+            }
+            None => Scheduler::ALL.to_vec(),
+        }
+    } else {
+        parse_schedulers(&args.schedulers)?
+    };
+    let plan = Plan {
+        schedulers,
+        device: args.device.clone(),
+        windows: args.windows.unwrap_or(if args.quick { 4 } else { 10 }),
+        window_ms: args
+            .runtime_ms
+            .unwrap_or(if args.quick { 300 } else { 1000 }),
+        submitters: args.submitters,
+        rate_iops: args.rate_iops.or(args.device.as_ref().map(|_| 20_000)),
+        max_seconds: args.max_seconds,
+        state_dir: args.state_dir.clone(),
+        tmpfs_dir: args.tmpfs_dir.clone(),
+        size_mib: args.size_mib,
+        name: if args.name == crate::logic::cost_profile::MEASURED_NAME {
+            format!(
+                "merge-path-{}",
+                run_cmd("uname", &["-r"]).unwrap_or_default()
+            )
+        } else {
+            args.name.clone()
+        },
+        output: args.output.clone(),
+        sysfs_root: args.sysfs_root.clone(),
+        procfs_root: crate::kernel::cputime::PROCFS.into(),
+    };
+    plan.check()?;
+    check_tools()?;
+    run(plan, run_cmd("uname", &["-r"]).unwrap_or_default())
 }

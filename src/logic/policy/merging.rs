@@ -1,7 +1,7 @@
 //! The merging mode (L0, L1, L2: the counters still show merges): step up at once when
 //! merges are visible, try L2 while merging pays, step down one rung after enough low
 //! windows (straight to L3 for a workload already found merge-hostile), but only toward a
-//! level the cost profile says saves measurably: else "not worth it on this kernel".
+//! level the cost profile says saves measurably: else "not worth it here".
 
 use super::reason::{pct, secs};
 use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature, TOP_LEVEL};
@@ -35,7 +35,7 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         return change(
             s,
             OutcomeKind::Enable,
-            format!("{level} not worth it on this kernel: {why}; back to L0"),
+            format!("{level} not worth it here: {why}; back to L0"),
         );
     }
     if level > Level::L0 && ratio >= high && !(level == Level::L2 && s.l2_verified) {

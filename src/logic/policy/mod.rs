@@ -30,7 +30,7 @@
 //! - idle windows (too few bios) decide nothing;
 //! - a step down is taken only toward a level the cost profile says saves measurably
 //!   ([`Worth`], in [`Caps`]): where no level below saves, the device stays and the policy
-//!   says "not worth it on this kernel" once ([`OutcomeKind::NotWorthIt`]);
+//!   says "not worth it here" once ([`OutcomeKind::NotWorthIt`]);
 //! - L3 is a resting level only where the daemon can see there (`Caps::sense_at_l3`, a bio
 //!   tap): without it the deepest level is L2, whose plug and one-hit merges are counted.
 //!   At L3 a sensed sample whose contiguous share reaches the high threshold returns to L0
@@ -257,7 +257,7 @@ pub struct PolicyState {
     /// The running probe was started by a workload change (a failure does not double the
     /// backoff of the timed probes).
     pub probe_by_change: bool,
-    /// "Not worth it on this kernel" was said at this level for the current run of low
+    /// "Not worth it here" was said at this level for the current run of low
     /// windows (it is a decision once, then a hold).
     pub not_worth_noted: bool,
 }

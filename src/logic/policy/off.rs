@@ -29,7 +29,7 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         };
         let why = if cx.caps.sense_at_l3 {
             format!(
-                "L3 not worth it on this kernel: {}",
+                "L3 not worth it here: {}",
                 cx.caps.worth.describe([Level::L3])
             )
         } else {

@@ -52,7 +52,7 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         s.low_windows = 0;
         s.backoff_ms = cx.initial_backoff_ms;
         let why = if cx.caps.sense_at_l3 {
-            "L3 is not worth it on this kernel"
+            "L3 is not worth it here"
         } else {
             "L3 would be blind (no bio tap)"
         };

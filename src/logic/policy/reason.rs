@@ -105,7 +105,7 @@ impl std::fmt::Display for Reason {
                     .filter(|l| below[usize::from(l.index())]);
                 write!(
                     f,
-                    "not worth it on this kernel: {} (no measurable saving below {at}); staying at {at}",
+                    "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
                     worth.describe(levels)
                 )
             }

@@ -161,10 +161,15 @@ impl Simulation {
     /// in both currencies.
     #[inline]
     pub(super) fn charge(&mut self, ph: usize, d: usize, step: Step, n: u64) {
-        let k = self.devs[d].sched.idx();
+        let sched = self.devs[d].sched;
+        let k = sched.idx();
         let acc = &mut self.acc[ph][d];
-        acc.cycles += self.costs.primary.by_sched[k].step(step) * n;
+        let spent = self.costs.primary.by_sched[k].step(step) * n;
+        acc.cycles += spent;
         acc.cycles_second += self.costs.second.by_sched[k].step(step) * n;
+        if self.merge_meter.on {
+            self.merge_meter.charge(sched, step, spent);
+        }
     }
 
     /// The 17 `stat` fields of a device as of now.

@@ -1,0 +1,785 @@
+//! Where the merge path's CPU goes, sampled: a `cpu-clock` software event per CPU
+//! (`perf_event_open`, no hardware counters needed) with kernel callchains, read from its
+//! ring buffer, each sample classed by the merge functions on its stack.
+//!
+//! Why sampling: the merge attempt costs tens to hundreds of ns per bio, far below what an
+//! end-to-end CPU-per-I/O comparison resolves on a shared machine. A sample is taken every
+//! `period_ns` of CPU time, so the samples whose callchain holds `blk_attempt_plug_merge`,
+//! `blk_mq_sched_bio_merge`, the scheduler's `bio_merge` (and the lock slowpath under it)
+//! each stand for `period_ns` spent in the merge path; divided by the bios submitted over
+//! the same time, that is ns per bio, whatever else the machine runs (another tenant's load
+//! only thins the samples). docs/policy.md "Pricing the merge path" has the method.
+//!
+//! The pure part ([`Symbols`] from a `kallsyms` text, [`classify`] of one callchain,
+//! [`parse_records`] of the ring buffer's bytes) is tested on real fixtures; the rest opens
+//! the events and maps their buffers. This is the only module with `unsafe` for perf: the
+//! syscall, the `mmap` of each buffer and the reads of its head and tail, each with its
+//! reason.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A sample's merge-path class: which rung of the ladder would not have spent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SampleClass {
+    /// In the merge attempt at all: skipped at nomerges=2 (L3).
+    pub merge_path: bool,
+    /// In the lookups nomerges=1 skips (the elevator hash and the scheduler's own request
+    /// merge): skipped at L2 as well.
+    pub beyond_one_hit: bool,
+    /// In mq-deadline's front-merge lookup: skipped at L1 as well.
+    pub front_lookup: bool,
+    /// The scheduler whose merge function is on the stack (None: the plug or a scheduler
+    /// without one, e.g. `none`).
+    pub scheduler: Option<SchedulerClass>,
+}
+
+/// The schedulers whose merge functions have names of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SchedulerClass {
+    MqDeadline,
+    Bfq,
+    Kyber,
+}
+
+impl SchedulerClass {
+    /// From a `queue/scheduler` name; `none` and unknown schedulers have no class.
+    pub fn of_name(name: &str) -> Option<SchedulerClass> {
+        match name {
+            "mq-deadline" => Some(SchedulerClass::MqDeadline),
+            "bfq" => Some(SchedulerClass::Bfq),
+            "kyber" => Some(SchedulerClass::Kyber),
+            _ => None,
+        }
+    }
+}
+
+/// What a function's samples mean (see [`SampleClass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Merge,
+    MergeOf(SchedulerClass),
+    BeyondOneHit,
+    BeyondOneHitOf(SchedulerClass),
+    FrontLookup,
+}
+
+/// The functions of the merge path, by name, as in `kernel/block` since 5.16 (only the
+/// newest plugged request is tried there). Inclusive: their callees (the scheduler lock's
+/// slowpath, `elv_rb_find`, ...) are on the same stack below them.
+const FUNCTIONS: [(&str, Role); 12] = [
+    ("blk_attempt_plug_merge", Role::Merge),
+    ("blk_mq_sched_bio_merge", Role::Merge),
+    ("blk_bio_list_merge", Role::Merge),
+    ("blk_mq_sched_try_merge", Role::Merge),
+    ("blk_mq_sched_try_insert_merge", Role::Merge),
+    ("elv_merge", Role::Merge),
+    ("dd_bio_merge", Role::MergeOf(SchedulerClass::MqDeadline)),
+    ("bfq_bio_merge", Role::MergeOf(SchedulerClass::Bfq)),
+    ("kyber_bio_merge", Role::MergeOf(SchedulerClass::Kyber)),
+    ("elv_rqhash_find", Role::BeyondOneHit),
+    (
+        "bfq_request_merge",
+        Role::BeyondOneHitOf(SchedulerClass::Bfq),
+    ),
+    ("dd_request_merge", Role::FrontLookup),
+];
+
+/// The address ranges of the merge functions, from a `kallsyms` text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Symbols {
+    /// (start, end, role), sorted by start.
+    ranges: Vec<(u64, u64, RoleTag)>,
+    /// The names found, for the report of what was resolved.
+    pub found: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RoleTag(Role);
+
+impl Symbols {
+    /// Reads the ranges from `kallsyms` text: a function ends where the next text symbol
+    /// starts. Addresses of 0 (a reader without the right to see them) resolve nothing.
+    pub fn from_kallsyms(text: &str) -> Symbols {
+        let mut text_syms: Vec<(u64, &str)> = Vec::new();
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !matches!(kind, "t" | "T") {
+                continue;
+            }
+            let Ok(a) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if a != 0 {
+                text_syms.push((a, name));
+            }
+        }
+        text_syms.sort_unstable();
+        let mut ranges = Vec::new();
+        let mut found = Vec::new();
+        for (i, (start, name)) in text_syms.iter().enumerate() {
+            let Some((fname, role)) = FUNCTIONS.iter().find(|(n, _)| n == name) else {
+                continue;
+            };
+            let end = text_syms
+                .get(i + 1..)
+                .and_then(|rest| rest.iter().find(|(a, _)| a > start))
+                .map_or(start + 4096, |(a, _)| *a);
+            ranges.push((*start, end, RoleTag(*role)));
+            if !found.contains(fname) {
+                found.push(*fname);
+            }
+        }
+        ranges.sort_unstable_by_key(|r| r.0);
+        Symbols { ranges, found }
+    }
+
+    /// Whether the sampler can see the merge path at all (the plug merge and the
+    /// scheduler's entry resolved).
+    pub fn usable(&self) -> bool {
+        self.found.contains(&"blk_attempt_plug_merge")
+            && self.found.contains(&"blk_mq_sched_bio_merge")
+    }
+
+    fn role_of(&self, ip: u64) -> Option<Role> {
+        let i = self.ranges.partition_point(|r| r.0 <= ip);
+        let (start, end, RoleTag(role)) = *self.ranges.get(i.checked_sub(1)?)?;
+        (start <= ip && ip < end).then_some(role)
+    }
+}
+
+/// perf's callchain context markers (`PERF_CONTEXT_*`) are the top 4095 values.
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+
+/// The class of one sample from its callchain (leaf first, as perf writes it).
+pub fn classify(symbols: &Symbols, callchain: &[u64]) -> SampleClass {
+    let mut c = SampleClass::default();
+    for &ip in callchain {
+        if ip >= PERF_CONTEXT_MAX {
+            continue;
+        }
+        let Some(role) = symbols.role_of(ip) else {
+            continue;
+        };
+        c.merge_path = true;
+        match role {
+            Role::Merge => {}
+            Role::MergeOf(s) => c.scheduler = Some(s),
+            Role::BeyondOneHit => c.beyond_one_hit = true,
+            Role::BeyondOneHitOf(s) => {
+                c.beyond_one_hit = true;
+                c.scheduler = Some(s);
+            }
+            Role::FrontLookup => {
+                c.beyond_one_hit = true;
+                c.front_lookup = true;
+                c.scheduler = Some(SchedulerClass::MqDeadline);
+            }
+        }
+    }
+    c
+}
+
+/// Sample counts over a span of sampling, by class: what [`crate::logic::merge_cost`]
+/// prices. Each sample stands for `period_ns` of CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MergeSamples {
+    pub period_ns: u64,
+    /// Every sample read (kernel mode, any task).
+    pub total: u64,
+    /// Merge-path samples per scheduler class: index 0 none/plug only, then
+    /// [`SchedulerClass`] in order.
+    pub merge_path: [u64; 4],
+    pub beyond_one_hit: [u64; 4],
+    pub front_lookup: [u64; 4],
+    /// Samples the kernel dropped (a full buffer): the span is then an undercount.
+    pub lost: u64,
+}
+
+impl MergeSamples {
+    /// The index of a scheduler's class in the arrays.
+    pub fn slot(s: Option<SchedulerClass>) -> usize {
+        match s {
+            None => 0,
+            Some(SchedulerClass::MqDeadline) => 1,
+            Some(SchedulerClass::Bfq) => 2,
+            Some(SchedulerClass::Kyber) => 3,
+        }
+    }
+
+    pub fn add_sample(&mut self, c: SampleClass) {
+        self.total += 1;
+        let i = Self::slot(c.scheduler);
+        if c.merge_path {
+            self.merge_path[i] += 1;
+        }
+        if c.beyond_one_hit {
+            self.beyond_one_hit[i] += 1;
+        }
+        if c.front_lookup {
+            self.front_lookup[i] += 1;
+        }
+    }
+
+    pub fn add(&mut self, o: &MergeSamples) {
+        self.total += o.total;
+        self.lost += o.lost;
+        for i in 0..4 {
+            self.merge_path[i] += o.merge_path[i];
+            self.beyond_one_hit[i] += o.beyond_one_hit[i];
+            self.front_lookup[i] += o.front_lookup[i];
+        }
+        if self.period_ns == 0 {
+            self.period_ns = o.period_ns;
+        }
+    }
+}
+
+/// One sample record as read: its task and callchain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub pid: u32,
+    pub tid: u32,
+    pub callchain: Vec<u64>,
+}
+
+const PERF_RECORD_LOST: u32 = 2;
+const PERF_RECORD_SAMPLE: u32 = 9;
+
+/// Parses the records of a ring buffer's bytes (whole records, as copied out), with
+/// `PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN`: calls `on_sample` for each sample, returns the
+/// lost count. A truncated or malformed record ends the parse (the rest is not trusted).
+pub fn parse_records(bytes: &[u8], mut on_sample: impl FnMut(u32, u32, &[u64])) -> u64 {
+    let mut lost = 0u64;
+    let mut off = 0usize;
+    let mut chain: Vec<u64> = Vec::with_capacity(64);
+    let u32_at = |b: &[u8], o: usize| -> Option<u32> {
+        b.get(o..o + 4)
+            .map(|s| u32::from_ne_bytes(s.try_into().unwrap_or([0; 4])))
+    };
+    let u64_at = |b: &[u8], o: usize| -> Option<u64> {
+        b.get(o..o + 8)
+            .map(|s| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8])))
+    };
+    while off + 8 <= bytes.len() {
+        let Some(kind) = u32_at(bytes, off) else {
+            break;
+        };
+        let size = usize::from(u16::from_ne_bytes([bytes[off + 6], bytes[off + 7]]));
+        if size < 8 || off + size > bytes.len() {
+            break;
+        }
+        let rec = &bytes[off + 8..off + size];
+        match kind {
+            PERF_RECORD_SAMPLE => {
+                let (Some(pid), Some(tid), Some(nr)) =
+                    (u32_at(rec, 0), u32_at(rec, 4), u64_at(rec, 8))
+                else {
+                    break;
+                };
+                let Ok(nr) = usize::try_from(nr) else { break };
+                if 16 + nr.saturating_mul(8) > rec.len() {
+                    break;
+                }
+                chain.clear();
+                chain.extend((0..nr).filter_map(|i| u64_at(rec, 16 + i * 8)));
+                on_sample(pid, tid, &chain);
+            }
+            PERF_RECORD_LOST => {
+                lost += u64_at(rec, 8).unwrap_or(0);
+            }
+            _ => {}
+        }
+        off += size;
+    }
+    lost
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("{path}: no merge-path sampler in this world")]
+    Unsupported { path: String },
+    #[error("{path}: {message}")]
+    Symbols { path: PathBuf, message: String },
+    #[error(
+        "{path}: the merge functions are not in the symbol table (no kallsyms addresses: not root, or kptr_restrict)"
+    )]
+    NoSymbols { path: PathBuf },
+    #[error("perf_event_open(cpu-clock, cpu {cpu}): {message}")]
+    Open { cpu: usize, message: String },
+    #[error("mmap of the perf buffer of cpu {cpu}: {message}")]
+    Map { cpu: usize, message: String },
+    #[error("{path}: {message}")]
+    Cpus { path: PathBuf, message: String },
+}
+
+impl PerfError {
+    /// The path or resource the error is about.
+    pub fn path(&self) -> String {
+        match self {
+            PerfError::Symbols { path, .. }
+            | PerfError::NoSymbols { path }
+            | PerfError::Cpus { path, .. } => path.display().to_string(),
+            PerfError::Unsupported { path } => path.clone(),
+            PerfError::Open { cpu, .. } | PerfError::Map { cpu, .. } => {
+                format!("perf_event_open cpu {cpu}")
+            }
+        }
+    }
+}
+
+/// The CPUs that are online, from `/sys/devices/system/cpu/online` ("0-3,6").
+pub fn online_cpus(sysfs_root: &Path) -> Result<Vec<usize>, PerfError> {
+    let path = sysfs_root.join("devices/system/cpu/online");
+    let text = std::fs::read_to_string(&path).map_err(|e| PerfError::Cpus {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    parse_cpu_list(text.trim()).ok_or(PerfError::Cpus {
+        path,
+        message: format!("not a CPU list: {:?}", text.trim()),
+    })
+}
+
+/// "0-3,6" as a list; None when malformed.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 65_536 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// Loads the merge functions' ranges from `<procfs_root>/kallsyms`.
+pub fn load_symbols(procfs_root: &Path) -> Result<Symbols, PerfError> {
+    let path = procfs_root.join("kallsyms");
+    let text = std::fs::read_to_string(&path).map_err(|e| PerfError::Symbols {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    let s = Symbols::from_kallsyms(&text);
+    if s.usable() {
+        Ok(s)
+    } else {
+        Err(PerfError::NoSymbols { path })
+    }
+}
+
+/// `struct perf_event_attr` up to `PERF_ATTR_SIZE_VER5` (112 bytes), which every kernel
+/// since 4.1 accepts.
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_SAMPLE_TID: u64 = 1 << 1;
+const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
+const FLAG_DISABLED: u64 = 1 << 0;
+const FLAG_EXCLUDE_USER: u64 = 1 << 4;
+const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const FLAG_EXCLUDE_IDLE: u64 = 1 << 7;
+const FLAG_EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+const IOC_ENABLE: libc::c_ulong = 0x2400;
+const IOC_DISABLE: libc::c_ulong = 0x2401;
+/// Offsets of `data_head` and `data_tail` in `struct perf_event_mmap_page`.
+const DATA_HEAD_OFFSET: usize = 1024;
+const DATA_TAIL_OFFSET: usize = 1032;
+/// Deep enough for the merge path under a syscall and an interrupt; bounds each record.
+const MAX_STACK: u16 = 48;
+
+/// How the sampler is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerParams {
+    /// CPU time between two samples on one CPU, ns.
+    pub period_ns: u64,
+    /// Data pages of each CPU's ring buffer (a power of two).
+    pub buffer_pages: usize,
+}
+
+/// One CPU's event and its mapped ring buffer.
+struct CpuBuffer {
+    cpu: usize,
+    fd: libc::c_int,
+    base: *mut u8,
+    map_len: usize,
+    page: usize,
+    data_len: usize,
+    scratch: Vec<u8>,
+}
+
+// SAFETY: a CpuBuffer owns its fd and its mapping; nothing in it is tied to the thread
+// that made it, and all access goes through &mut self (or the kernel).
+unsafe impl Send for CpuBuffer {}
+
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `base` and `map_len` are what mmap returned for this fd, unmapped once
+        // here; `fd` is owned by this struct and closed once.
+        unsafe {
+            libc::munmap(self.base.cast(), self.map_len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+impl CpuBuffer {
+    fn open(cpu: usize, p: &SamplerParams) -> Result<CpuBuffer, PerfError> {
+        let attr = PerfEventAttr {
+            kind: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+            sample_period: p.period_ns,
+            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN,
+            flags: FLAG_DISABLED
+                | FLAG_EXCLUDE_USER
+                | FLAG_EXCLUDE_HV
+                | FLAG_EXCLUDE_IDLE
+                | FLAG_EXCLUDE_CALLCHAIN_USER,
+            sample_max_stack: MAX_STACK,
+            ..Default::default()
+        };
+        let cpu_arg = libc::c_int::try_from(cpu).map_err(|_| PerfError::Open {
+            cpu,
+            message: "CPU number out of range".into(),
+        })?;
+        // SAFETY: perf_event_open reads `attr` (a valid, fully initialised struct of the
+        // size it states) and returns a new fd or -1; no memory is shared.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                -1 as libc::pid_t,
+                cpu_arg,
+                -1 as libc::c_int,
+                PERF_FLAG_FD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(PerfError::Open {
+                cpu,
+                message: std::io::Error::last_os_error().to_string(),
+            });
+        }
+        let fd = fd as libc::c_int;
+        // SAFETY: sysconf has no memory effects.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let data_len = page * p.buffer_pages.next_power_of_two();
+        let map_len = page + data_len;
+        // SAFETY: a shared read-write mapping of the event's fd, of 1 + 2^n pages as
+        // perf requires; the result is checked against MAP_FAILED before any use.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let message = std::io::Error::last_os_error().to_string();
+            // SAFETY: fd is ours and not yet owned by a CpuBuffer.
+            unsafe { libc::close(fd) };
+            return Err(PerfError::Map { cpu, message });
+        }
+        Ok(CpuBuffer {
+            cpu,
+            fd,
+            base: base.cast(),
+            map_len,
+            page,
+            data_len,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn ioctl(&self, req: libc::c_ulong) {
+        // SAFETY: an argument-less perf ioctl on our own fd.
+        unsafe { libc::ioctl(self.fd, req as _, 0) };
+    }
+
+    fn head_tail(&self) -> (&AtomicU64, &AtomicU64) {
+        // SAFETY: the first page of the mapping is the `perf_event_mmap_page`, whose
+        // `data_head` and `data_tail` are u64s at these 8-aligned offsets; the kernel
+        // writes the head and reads the tail concurrently, hence atomics. The mapping
+        // lives as long as `self`.
+        unsafe {
+            (
+                &*(self.base.add(DATA_HEAD_OFFSET) as *const AtomicU64),
+                &*(self.base.add(DATA_TAIL_OFFSET) as *const AtomicU64),
+            )
+        }
+    }
+
+    /// Copies out the whole records written since the last drain and frees their space.
+    fn drain(&mut self) -> &[u8] {
+        let (head, tail) = {
+            let (head_a, tail_a) = self.head_tail();
+            (
+                head_a.load(Ordering::Acquire),
+                tail_a.load(Ordering::Relaxed),
+            )
+        };
+        let avail = usize::try_from(head.wrapping_sub(tail)).unwrap_or(0);
+        let avail = avail.min(self.data_len);
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        let start = (tail as usize) % self.data_len;
+        let first = avail.min(self.data_len - start);
+        // SAFETY: the data area is the `data_len` bytes after the first page; the ranges
+        // copied lie within it (start < data_len, first <= data_len - start,
+        // avail - first < data_len), and the kernel does not write between tail and head.
+        unsafe {
+            let data = self.base.add(self.page);
+            out.extend_from_slice(std::slice::from_raw_parts(data.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(data, avail - first));
+        }
+        self.head_tail().1.store(head, Ordering::Release);
+        self.scratch = out;
+        &self.scratch
+    }
+}
+
+/// The sampler: one `cpu-clock` event per online CPU, system-wide, kernel stacks only.
+pub struct MergePathSampler {
+    cpus: Vec<CpuBuffer>,
+    symbols: Symbols,
+    params: SamplerParams,
+    enabled: bool,
+}
+
+impl MergePathSampler {
+    /// Opens the events (disabled) on every online CPU; needs CAP_PERFMON or root (or
+    /// `perf_event_paranoid` <= 0) and the symbol table's addresses.
+    pub fn open(
+        sysfs_root: &Path,
+        symbols: Symbols,
+        params: SamplerParams,
+    ) -> Result<MergePathSampler, PerfError> {
+        let mut cpus = Vec::new();
+        for cpu in online_cpus(sysfs_root)? {
+            cpus.push(CpuBuffer::open(cpu, &params)?);
+        }
+        Ok(MergePathSampler {
+            cpus,
+            symbols,
+            params,
+            enabled: false,
+        })
+    }
+
+    pub fn params(&self) -> SamplerParams {
+        self.params
+    }
+
+    pub fn symbols(&self) -> &Symbols {
+        &self.symbols
+    }
+
+    pub fn enable(&mut self) {
+        if !self.enabled {
+            for c in &self.cpus {
+                c.ioctl(IOC_ENABLE);
+            }
+            self.enabled = true;
+        }
+    }
+
+    pub fn disable(&mut self) {
+        if self.enabled {
+            for c in &self.cpus {
+                c.ioctl(IOC_DISABLE);
+            }
+            self.enabled = false;
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The samples since the last drain, classed; with `only_pids`, only those tasks'
+    /// samples count (calibrate keeps to its fio processes).
+    pub fn drain(&mut self, only_pids: Option<&BTreeSet<u32>>) -> MergeSamples {
+        let mut out = MergeSamples {
+            period_ns: self.params.period_ns,
+            ..Default::default()
+        };
+        let symbols = &self.symbols;
+        for c in &mut self.cpus {
+            let _ = c.cpu;
+            let bytes = c.drain();
+            out.lost += parse_records(bytes, |pid, _tid, chain| {
+                if only_pids.is_none_or(|set| set.contains(&pid)) {
+                    out.add_sample(classify(symbols, chain));
+                }
+            });
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for MergePathSampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MergePathSampler")
+            .field("cpus", &self.cpus.len())
+            .field("params", &self.params)
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+impl Drop for MergePathSampler {
+    fn drop(&mut self) {
+        self.disable();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KALLSYMS: &str = "\
+ffffffff81b32750 T elv_rb_find
+ffffffff81b327a0 T elv_rb_next
+ffffffff81b335d0 T elv_rqhash_find
+ffffffff81b33680 T elv_other
+ffffffff81b33740 T elv_merge
+ffffffff81b33900 T elv_after
+ffffffff81b41e70 T blk_attempt_plug_merge
+ffffffff81b41f70 T blk_after
+ffffffff81b51330 T blk_mq_sched_bio_merge
+ffffffff81b51400 T blk_after2
+ffffffff81b6be90 t dd_request_merge
+ffffffff81b6bf80 t dd_bio_merge
+ffffffff81b6c100 t dd_after
+ffffffff8226f230 T native_queued_spin_lock_slowpath
+ffffffff8226f300 T after_lock
+ffffffff81000000 D some_data
+";
+
+    #[test]
+    fn a_sample_under_dd_bio_merge_is_mq_deadline_merge_path_with_its_lock() {
+        let s = Symbols::from_kallsyms(KALLSYMS);
+        assert!(s.usable());
+        // leaf first: the lock slowpath under dd_bio_merge under blk_mq_submit_bio (not ours)
+        let chain = [
+            PERF_CONTEXT_MAX + 3,
+            0xffffffff8226f240,
+            0xffffffff81b6bfa0,
+            0xffffffff99999999,
+        ];
+        let c = classify(&s, &chain);
+        assert!(c.merge_path);
+        assert_eq!(c.scheduler, Some(SchedulerClass::MqDeadline));
+        assert!(!c.beyond_one_hit);
+    }
+
+    #[test]
+    fn the_front_lookup_is_beyond_the_one_hit_cache_and_a_range_ends_at_the_next_symbol() {
+        let s = Symbols::from_kallsyms(KALLSYMS);
+        let c = classify(
+            &s,
+            &[0xffffffff81b32760, 0xffffffff81b6bea0, 0xffffffff81b337a0],
+        );
+        assert!(c.merge_path && c.beyond_one_hit && c.front_lookup);
+        // elv_rb_next is not elv_rb_find
+        assert_eq!(classify(&s, &[0xffffffff81b327a8]), SampleClass::default());
+        // past dd_bio_merge's end
+        assert_eq!(classify(&s, &[0xffffffff81b6c110]), SampleClass::default());
+    }
+
+    #[test]
+    fn zeroed_addresses_resolve_nothing() {
+        // what a reader without the right to see addresses gets (kptr_restrict)
+        let hidden: String = KALLSYMS
+            .lines()
+            .map(|l| format!("0000000000000000{}\n", &l[16..]))
+            .collect();
+        let s = Symbols::from_kallsyms(&hidden);
+        assert!(!s.usable());
+        assert!(s.found.is_empty());
+    }
+
+    fn record(kind: u32, body: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&kind.to_ne_bytes());
+        r.extend_from_slice(&0u16.to_ne_bytes());
+        r.extend_from_slice(&((8 + body.len()) as u16).to_ne_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[test]
+    fn records_give_samples_and_lost_counts_and_a_truncated_one_ends_the_parse() {
+        let mut body = Vec::new();
+        body.extend_from_slice(&42u32.to_ne_bytes());
+        body.extend_from_slice(&43u32.to_ne_bytes());
+        body.extend_from_slice(&2u64.to_ne_bytes());
+        body.extend_from_slice(&1u64.to_ne_bytes());
+        body.extend_from_slice(&2u64.to_ne_bytes());
+        let mut bytes = record(PERF_RECORD_SAMPLE, &body);
+        let mut lost = Vec::new();
+        lost.extend_from_slice(&7u64.to_ne_bytes());
+        lost.extend_from_slice(&5u64.to_ne_bytes());
+        bytes.extend(record(PERF_RECORD_LOST, &lost));
+        bytes.extend(record(5, &[0; 16]));
+        let mut seen = Vec::new();
+        let n = parse_records(&bytes, |p, t, c| seen.push((p, t, c.to_vec())));
+        assert_eq!(n, 5);
+        assert_eq!(seen, vec![(42, 43, vec![1, 2])]);
+        // a sample claiming more frames than it holds
+        let mut bad = body.clone();
+        bad[8..16].copy_from_slice(&1000u64.to_ne_bytes());
+        let mut seen = 0;
+        parse_records(&record(PERF_RECORD_SAMPLE, &bad), |_, _, _| seen += 1);
+        assert_eq!(seen, 0);
+        // cut in the middle of a record
+        let cut = &bytes[..bytes.len() - 3];
+        assert_eq!(parse_records(cut, |_, _, _| {}), 5);
+    }
+
+    #[test]
+    fn cpu_lists_as_sysfs_writes_them() {
+        assert_eq!(parse_cpu_list("0-3,6"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+}
