@@ -47,7 +47,12 @@ fn unit_has_what_the_daemon_relies_on() {
         ("PrivateDevices", "yes"),
         ("MemoryDenyWriteExecute", "yes"),
         ("LockPersonality", "yes"),
-        ("CapabilityBoundingSet", ""),
+        // The live pricing's sampler, and nothing else (docs/hardening.md).
+        (
+            "CapabilityBoundingSet",
+            "CAP_PERFMON CAP_SYSLOG CAP_IPC_LOCK",
+        ),
+        ("SystemCallFilter", "perf_event_open"),
         ("ReadWritePaths", "/sys/devices"),
         // The bio tap's tracefs instances ([sense]): ProtectKernelTunables=yes would make
         // them read-only whatever ReadWritePaths= says, so it is spelled out instead.

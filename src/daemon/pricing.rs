@@ -65,6 +65,14 @@ impl PricingSource {
         match self {
             PricingSource::Live => "measured on this host".into(),
             PricingSource::Profile { spec, .. } if cost_profile::is_path(spec) => spec.clone(),
+            PricingSource::Profile { profile, .. }
+                if profile.method == cost_profile::Method::Stated =>
+            {
+                format!(
+                    "built-in, figures stated for kernel {}",
+                    profile.kernel_release
+                )
+            }
             PricingSource::Profile { profile, .. } => {
                 format!("built-in, measured on kernel {}", profile.kernel_release)
             }
@@ -98,6 +106,11 @@ pub fn profile_match(
     running_release: Option<&str>,
     key: Option<&DeviceKey>,
 ) -> Result<(), String> {
+    // Stated figures (the 2008 thread's) are a model an operator names on purpose, not a
+    // measurement of a kernel: they apply anywhere, and their origin says what they are.
+    if p.method == cost_profile::Method::Stated {
+        return Ok(());
+    }
     if let Some(run) = running_release
         && kernel_series(run) != kernel_series(&p.kernel_release)
     {

@@ -544,6 +544,163 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
     Ok(0)
 }
 
+/// What the sampler costs the tasks it interrupts, measured: fio at full rate on a scratch
+/// loop device (mq-deadline, unplugged, pinned to the last CPU), the sampler switched on
+/// and off in alternating blocks of `window_ms` within one fio run (order random within
+/// each pair), at a period 10 times shorter than the daemon's so that the cost is large
+/// enough to resolve. Per pair, fio's CPU per second with the sampler on minus off, over
+/// the samples per second taken on fio's CPU, is the cost of one sample. Printed with its
+/// interval and scaled to the daemon's settings ([pricing]) against the saving at this rate.
+pub fn overhead(
+    plan: &Plan,
+    pairs: u32,
+    pricing: &crate::logic::merge_cost::PricingConfig,
+) -> Result<i32> {
+    const AMPLIFIED_PERIOD_NS: u64 = 100_000;
+    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let mut sampler = MergePathSampler::open(
+        &plan.sysfs_root,
+        symbols,
+        SamplerParams {
+            period_ns: AMPLIFIED_PERIOD_NS,
+            buffer_pages: BUFFER_PAGES,
+        },
+    )?;
+    let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib)?;
+    lp.set_scheduler(Scheduler::MqDeadline)?;
+    let dev = lp.name.clone();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = ncpu - 1;
+    let block_s = plan.window_ms as f64 / 1000.0;
+    let mut child = spawn_fio(
+        &lp.dev,
+        false,
+        1,
+        2.0 * block_s * f64::from(pairs) + 2.0,
+        None,
+        cpu,
+    )?;
+    let result = (|| -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
+        let t0 = Instant::now();
+        let start = device_bios(&mut fs, &dev)?;
+        while device_bios(&mut fs, &dev)? == start {
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("fio did no I/O on {dev} in 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
+            .into_iter()
+            .collect();
+        let mut per_sample = Vec::new();
+        let mut merge_ns = Vec::new();
+        let (mut bios_sum, mut secs_sum) = (0u64, 0f64);
+        let mut order = vec![false; pairs as usize];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = (i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(17)
+                & 1
+                == 1;
+        }
+        for on_first in order {
+            let mut cpu_per_s = [0f64; 2];
+            let mut samples_per_s = 0f64;
+            for on in [on_first, !on_first] {
+                if on {
+                    sampler.enable();
+                    let _ = sampler.drain(None);
+                }
+                let (b0, c0, t) = (
+                    device_bios(&mut fs, &dev)?,
+                    family_cpu(&plan.procfs_root, &pids),
+                    Instant::now(),
+                );
+                std::thread::sleep(Duration::from_millis(plan.window_ms));
+                let (b1, c1, secs) = (
+                    device_bios(&mut fs, &dev)?,
+                    family_cpu(&plan.procfs_root, &pids),
+                    t.elapsed().as_secs_f64(),
+                );
+                cpu_per_s[usize::from(on)] = c1.saturating_sub(c0) as f64 / secs;
+                if on {
+                    sampler.disable();
+                    let s = sampler.drain(Some(&pids));
+                    samples_per_s = s.total as f64 / secs;
+                    let bios = b1.saturating_sub(b0).max(1);
+                    merge_ns.push(
+                        s.merge_path.iter().sum::<u64>() as f64 * AMPLIFIED_PERIOD_NS as f64
+                            / bios as f64,
+                    );
+                    bios_sum += bios;
+                    secs_sum += secs;
+                }
+            }
+            if samples_per_s > 0.0 {
+                per_sample.push((cpu_per_s[1] - cpu_per_s[0]) / samples_per_s);
+            }
+        }
+        Ok((
+            per_sample,
+            merge_ns,
+            bios_sum as f64 / secs_sum.max(1e-9),
+            secs_sum,
+        ))
+    })();
+    sampler.disable();
+    stop_fio(&plan.procfs_root, &mut child);
+    drop(lp);
+    let (per_sample, merge_ns, bios_per_s, _) = result?;
+    let e = stats::estimate(&per_sample);
+    let m = stats::estimate(&merge_ns);
+    // The daemon's sampler: one sample per period_us of CPU on each busy CPU, on for
+    // sample_ms of every every_ms; here fio's CPU alone is counted (its CPU is where the
+    // merge path runs), the other CPU's share is the same per sample.
+    let duty = pricing.sample_ms as f64 / pricing.every_ms as f64;
+    let daemon_samples_per_s = 1e9 / (pricing.period_us as f64 * 1000.0);
+    let cost = |ns_per_sample: f64| ns_per_sample * daemon_samples_per_s * ncpu as f64 * duty / 1e6;
+    let saving = |ns_per_bio: f64| ns_per_bio * bios_per_s / 1e6;
+    println!(
+        "sampler overhead: {} pairs of {} ms blocks, sampling every {} µs when on, fio at {:.0} bios/s on mq-deadline",
+        per_sample.len(),
+        plan.window_ms,
+        AMPLIFIED_PERIOD_NS / 1000,
+        bios_per_s
+    );
+    println!(
+        "  cost of one sample: {:.0} ns [{:.0}, {:.0}] of fio's CPU ({:.1}% interval)",
+        e.median,
+        e.low,
+        e.high,
+        e.coverage * 100.0
+    );
+    println!(
+        "  merge path: {:.0} ns/bio [{:.0}, {:.0}], saving at this rate {:.2} ms/s [{:.2}, {:.2}]",
+        m.median,
+        m.low,
+        m.high,
+        saving(m.median),
+        saving(m.low),
+        saving(m.high)
+    );
+    println!(
+        "  the daemon's sampler ({} µs period, {} ms every {} ms, {} CPUs busy): {:.3} ms/s [{:.3}, {:.3}], {:.1}% [{:.1}, {:.1}] of the saving it protects",
+        pricing.period_us,
+        pricing.sample_ms,
+        pricing.every_ms,
+        ncpu,
+        cost(e.median),
+        cost(e.low),
+        cost(e.high),
+        cost(e.median) / saving(m.median) * 100.0,
+        cost(e.low) / saving(m.median) * 100.0,
+        cost(e.high) / saving(m.median) * 100.0
+    );
+    Ok(0)
+}
+
 fn scratch_dio(fs: &mut RealFs, dev: &str) -> bool {
     fs.read_attr(dev, "loop/dio").is_ok_and(|v| v.trim() == "1")
 }

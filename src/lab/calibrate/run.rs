@@ -62,6 +62,10 @@ pub struct CalibrateArgs {
     /// Where the device's original tunables are recorded while calibrate runs.
     #[arg(long, default_value = "/run/mergetune-calibrate")]
     pub state_dir: PathBuf,
+    /// Measure what the live pricing's sampler costs (pairs of --runtime-ms blocks with
+    /// the sampler on and off in one fio run) against the saving it protects, and print it.
+    #[arg(long, value_name = "PAIRS")]
+    pub sampler_overhead: Option<u32>,
     /// Internal: the guard process that restores --state-dir when calibrate ends.
     #[arg(long, hide = true, value_name = "DIR")]
     pub guard: Option<PathBuf>,
@@ -372,5 +376,15 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
     };
     plan.check()?;
     check_tools()?;
+    if let Some(pairs) = args.sampler_overhead {
+        if !(10..=100_000).contains(&pairs) {
+            bail!("--sampler-overhead: {pairs} pairs is not in 10..=100000");
+        }
+        return super::merge_path::overhead(
+            &plan,
+            pairs,
+            &crate::logic::merge_cost::PricingConfig::default(),
+        );
+    }
     run(plan, run_cmd("uname", &["-r"]).unwrap_or_default())
 }

@@ -1,0 +1,205 @@
+//! The daemon with the default config (no profile named: it prices a step down by sampling
+//! the merge path live) on a loop device this test creates, mq-deadline:
+//!
+//! 1. random 4 KiB reads at 3,000 IOPS: the saving is far under the floor (about 0.8 ms/s
+//!    against 5 ms/s), so the device stays at L0 and the log says why in ms/s;
+//! 2. the same reads at the machine's full rate: the measured saving clears the floor and
+//!    the daemon steps down to L3 (nomerges 2);
+//! 3. sequential reads submitted in batches: merging is back at L0 within the reaction
+//!    target (10 s), through the bio tap.
+//!
+//! Only the device list, the state dir, the endpoint and the tick (500 ms) differ from the
+//! shipped defaults; `[pricing]` and `[policy]` are the defaults. Gated by
+//! MERGETUNE_KERNEL_TESTS=1; the daemon and fio are stopped and the device detached also
+//! when the test fails.
+
+#[path = "support/kernel.rs"]
+mod kernel;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const REACTION: Duration = Duration::from_secs(10);
+
+struct Proc {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    fn spawn(what: &str, cmd: &mut Command, t0: Instant) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
+            Box::new(child.stderr.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        ];
+        for pipe in pipes {
+            let log = Arc::clone(&log);
+            let what = what.to_string();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    eprintln!("{what} [{:6.2}s] {line}", t0.elapsed().as_secs_f64());
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                }
+            });
+        }
+        Proc { child, log }
+    }
+
+    fn text(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .join("\n")
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn fio(dev: &kernel::LoopDevice, job: &[&str], secs: u64, t0: Instant) -> Proc {
+    let mut c = Command::new("fio");
+    c.args([
+        "--name=live",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--bs=4k",
+        "--iodepth=32",
+        "--time_based",
+        "--output-format=terse",
+    ])
+    .args(job)
+    .arg(format!("--runtime={secs}"))
+    .arg(format!("--filename={}", dev.dev_str()));
+    Proc::spawn("fio", &mut c, t0)
+}
+
+/// Waits until `cond` holds on the device's nomerges, at most `limit`.
+fn wait_for(
+    dev: &kernel::LoopDevice,
+    limit: Duration,
+    cond: impl Fn(&str) -> bool,
+) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if cond(dev.queue_attr("nomerges").trim()) {
+            return Some(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
+    let Some(_k) = kernel::require_kernel("live_pricing") else {
+        return;
+    };
+    let dev = kernel::LoopDevice::new(512);
+    dev.set_scheduler("mq-deadline");
+    dev.warm_up();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("mergetune.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\ninterval_ms = 500\nstate_dir = {:?}\n[devices]\ninclude = [{:?}]\n[metrics]\nlisten = \"\"\n",
+            dir.path().join("state").display().to_string(),
+            dev.name()
+        ),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let mut daemon = Proc::spawn(
+        "mergetune",
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["run", "--log-format", "text", "-c"])
+            .arg(&cfg),
+        t0,
+    );
+
+    // 1. At 3,000 IOPS the saving is under the floor: L0, and the reason in ms/s.
+    let mut slow = fio(
+        &dev,
+        &["--rw=randread", "--norandommap", "--rate_iops=3000"],
+        30,
+        t0,
+    );
+    let moved = wait_for(&dev, Duration::from_secs(25), |v| v != "0");
+    slow.stop();
+    assert_eq!(moved, None, "stepped down at 3000 IOPS:\n{}", daemon.text());
+    let log = daemon.text();
+    assert!(
+        log.contains("not worth it here")
+            && log.contains("ms/s")
+            && log.contains("floor 5.00 ms/s"),
+        "no ms/s reason at 3000 IOPS:\n{log}"
+    );
+    assert!(
+        log.contains("merge path on mq-deadline"),
+        "no price logged:\n{log}"
+    );
+
+    // 2. At the full rate the saving clears the floor: down to L3.
+    let mut fast = fio(&dev, &["--rw=randread", "--norandommap"], 90, t0);
+    let at_l3 = wait_for(&dev, Duration::from_secs(80), |v| v == "2");
+    let log = daemon.text();
+    assert!(
+        at_l3.is_some(),
+        "never reached nomerges 2 at the full rate:\n{log}"
+    );
+    eprintln!(
+        "live: nomerges 2 after {:?} of full-rate random reads",
+        at_l3.unwrap()
+    );
+    fast.stop();
+
+    // 3. Batched sequential reads: merging back within the reaction target.
+    let _seq = fio(
+        &dev,
+        &[
+            "--rw=read",
+            "--iodepth_batch_submit=32",
+            "--iodepth_batch_complete_min=32",
+        ],
+        30,
+        t0,
+    );
+    let back = wait_for(&dev, REACTION, |v| v == "0");
+    assert!(
+        back.is_some(),
+        "merging not back within {REACTION:?} of batched sequential reads:\n{}",
+        daemon.text()
+    );
+    eprintln!(
+        "live: nomerges 0 after {:?} of batched sequential reads",
+        back.unwrap()
+    );
+    daemon.stop();
+    assert_eq!(dev.queue_attr("nomerges").trim(), "0");
+}
