@@ -716,7 +716,7 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
         (DecisionKind::ProbeSucceeded, "succeeded"),
         (DecisionKind::ProbeFailed, "failed"),
     ];
-    let mut check = |all: &[DecisionKind], text: &str| {
+    let check = |all: &[DecisionKind], text: &str| {
         let count = |k: DecisionKind| all.iter().filter(|x| **x == k).count() as f64;
         for (kind, outcome) in outcomes {
             let series = format!(r#"mergetune_probes_total{{device="sda",outcome="{outcome}"}}"#);
