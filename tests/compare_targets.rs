@@ -1,22 +1,30 @@
-//! The policy's targets (issue 12, docs/evaluation.md) on the shipped comparison suite, at
-//! full length: each scenario is its own test so they run side by side. About a minute
-//! of CPU in release (`cargo test --release`, the README's test command); much longer in
-//! debug.
+//! The policy's targets (issue 12, docs/testing.md, docs/evaluation.md) on the shipped
+//! comparison suite, at full length: each scenario is its own test so they run side by
+//! side. A couple of minutes of CPU in release (`cargo test --release`, the README's test
+//! command); much longer in debug.
 //!
-//! Targets, for the adaptive policy with the default config, in each scenario's own cost
-//! profile (the one measured on this kernel unless the scenario names another; the daemon
-//! is told the same profile, as an operator configures the one measured on their kernel):
-//! - at least 90% of the oracle's block-layer CPU saving where that saving is significant
-//!   (over [`SIGNIFICANT_PERCENT`] of the kernel default's CPU);
-//! - at most 0.5% throughput lost against the kernel default, in every phase;
-//! - at most 2 level changes in any hour once settled at the oracle's level (convergence
-//!   after a phase change excluded: that is the reaction, below);
-//! - a reaction within 3 windows at every phase change where the oracle's level moves,
-//!   from whatever level the policy is at (toward mergeable I/O: back to the oracle's
-//!   level; toward merge-hostile I/O: a first step down).
+//! The targets, for the adaptive policy with the default config (the numbers docs/testing.md
+//! gives, as constants below):
+//! - at least [`MIN_OF_ORACLE_PERCENT`] of the oracle's block-layer CPU saving where that
+//!   saving is significant (over [`SIGNIFICANT_PERCENT`] of the kernel default's CPU);
+//! - at most [`MAX_LOSS_PERCENT`] throughput lost against the kernel default, in every phase;
+//! - at most [`MAX_SETTLED_CHANGES_PER_HOUR`] level changes in any hour once settled at the
+//!   oracle's level (convergence after a phase change excluded: that is the reaction);
+//! - at every phase change where the oracle's level moves: a first step down within
+//!   [`REACTION_TOWARD_RANDOM_WINDOWS`] windows when it moves deeper, back to the oracle's
+//!   level within [`REACTION_TOWARD_MERGING_WINDOWS`] window when it moves up.
 //!
-//! The suite is also run in the 2008 profile (where not merging pays, so the ladder moves)
-//! for the scenarios whose phases change, with the same safety targets.
+//! A target only means something where it can fail. In the measured profile (this kernel's,
+//! the default) the oracle stays at L0 everywhere, so a policy that does nothing meets every
+//! target there. So each scenario is checked twice:
+//! - `*_targets`: priced in the 2008 figures, where not merging pays and the oracle moves.
+//!   Each such test first checks that the do-nothing policy (`kernel-default`, what
+//!   `--policy off` runs) misses a target there, so that the test can fail; then that
+//!   adaptive meets them all. Where even in 2008 costs the oracle keeps merging on
+//!   (sequential and mixed loads), doing nothing is right, and what can fail is the safety
+//!   targets: there static nomerges=2 must miss one.
+//! - `*_measured`: in the measured profile nothing is worth it, so adaptive writes nothing
+//!   (which static nomerges=2, writing once, fails).
 
 use mergetune::lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
 use mergetune::logic::config::Config;
@@ -24,100 +32,165 @@ use mergetune::logic::cost_profile;
 use mergetune::logic::decision::{DecisionKind, Level};
 use mergetune::sim::Scenario;
 
+/// Share of a significant oracle saving adaptive must capture, in percent (docs/testing.md).
+const MIN_OF_ORACLE_PERCENT: f64 = 90.0;
 /// An oracle saving under this share of the kernel default's CPU, in percent, is not
 /// significant: there is nothing to capture.
 const SIGNIFICANT_PERCENT: f64 = 0.5;
+/// Largest throughput loss against the kernel default in any phase, in percent.
+const MAX_LOSS_PERCENT: f64 = 0.5;
+/// Most level changes in any hour once settled.
+const MAX_SETTLED_CHANGES_PER_HOUR: usize = 2;
+/// A first step down within this many windows after merge-hostile I/O starts.
+const REACTION_TOWARD_RANDOM_WINDOWS: u64 = 3;
+/// Back at the oracle's level within this many windows after mergeable I/O starts.
+const REACTION_TOWARD_MERGING_WINDOWS: u64 = 1;
 
-fn scenario(name: &str, profile: Option<&str>) -> Scenario {
+const DO_NOTHING: &str = "kernel-default";
+const ALWAYS_OFF: &str = "static-nomerges-2";
+
+fn scenario(name: &str, profile: &str) -> Scenario {
     let mut sc = suite_scenario(name, 1.0).unwrap_or_else(|| panic!("no suite scenario {name}"));
-    if let Some(p) = profile {
-        sc.cost_profile = Some(p.to_string());
-    }
+    sc.cost_profile = Some(profile.to_string());
     sc
 }
 
 fn row<'a>(c: &'a ScenarioComparison, policy: &str) -> &'a PolicySummary {
-    c.rows.iter().find(|r| r.policy == policy).unwrap()
+    c.rows
+        .iter()
+        .find(|r| r.policy == policy)
+        .unwrap_or_else(|| panic!("no row {policy}"))
 }
 
-/// Checks the targets on `sc`; `min_of_oracle` is the share of a significant oracle
-/// saving adaptive must capture, `deepest` the deepest level it may rest at (L2 without a
-/// bio tap): a move of the oracle's level below it asks for no reaction.
-fn assert_targets_on(sc: &Scenario, min_of_oracle: f64, deepest: Level) -> ScenarioComparison {
+/// The targets `policy` misses on `c`, each said with its figure; empty when it meets all.
+fn misses(c: &ScenarioComparison, policy: &str, window_ms: u64) -> Vec<String> {
+    let r = row(c, policy);
+    let oracle_saved = row(c, "oracle").cpu_saved_percent;
+    let mut missed = Vec::new();
+    if oracle_saved >= SIGNIFICANT_PERCENT && r.of_oracle_percent < MIN_OF_ORACLE_PERCENT {
+        missed.push(format!(
+            "captured {:.1}% of the oracle's {oracle_saved:.2}% CPU saving (target >= {MIN_OF_ORACLE_PERCENT}%)",
+            r.of_oracle_percent
+        ));
+    }
+    if r.worst_throughput_loss_percent > MAX_LOSS_PERCENT {
+        missed.push(format!(
+            "lost {:.2}% throughput in phase {} (target <= {MAX_LOSS_PERCENT}%)",
+            r.worst_throughput_loss_percent, r.worst_throughput_loss_phase
+        ));
+    }
+    if r.settled_changes_per_hour_max > MAX_SETTLED_CHANGES_PER_HOUR {
+        missed.push(format!(
+            "{} level changes within an hour once settled (target <= {MAX_SETTLED_CHANGES_PER_HOUR})",
+            r.settled_changes_per_hour_max
+        ));
+    }
+    let moves: Vec<(Level, Level)> = c
+        .oracle_levels
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(moves.len(), r.reaction_ms.len(), "{}: {policy}", c.scenario);
+    for (i, ((from, to), reacted)) in moves.iter().zip(&r.reaction_ms).enumerate() {
+        let windows = if to > from {
+            REACTION_TOWARD_RANDOM_WINDOWS
+        } else {
+            REACTION_TOWARD_MERGING_WINDOWS
+        };
+        let limit = windows * window_ms;
+        match reacted {
+            Some(ms) if *ms <= limit => {}
+            Some(ms) => missed.push(format!(
+                "phase change {i} (oracle {from} -> {to}): reacted after {ms} ms (target <= {windows} windows, {limit} ms)"
+            )),
+            None => missed.push(format!(
+                "phase change {i} (oracle {from} -> {to}): never reacted (target <= {windows} windows)"
+            )),
+        }
+    }
+    missed
+}
+
+fn figures(c: &ScenarioComparison) -> String {
+    let mut s = format!(
+        "{} ({}), oracle levels {:?}:",
+        c.scenario, c.profile, c.oracle_levels
+    );
+    for r in &c.rows {
+        s += &format!(
+            "\n  {:18} saved {:7.2}% of-oracle {:6.1}% loss {:6.2}% changes {:3} settled/h {:2} reaction {:?}",
+            r.policy,
+            r.cpu_saved_percent,
+            r.of_oracle_percent,
+            r.worst_throughput_loss_percent,
+            r.level_changes,
+            r.settled_changes_per_hour_max,
+            r.reaction_ms
+        );
+    }
+    s
+}
+
+/// The targets where they can fail: the scenario priced in the 2008 figures. Returns the
+/// comparison for the scenario's own further checks.
+fn assert_targets(name: &str) -> ScenarioComparison {
     let cfg = Config::default();
     let window_ms = cfg.window_ms();
-    let name = format!("{} ({})", sc.name, sc.cost_profile_name());
-    let c = compare(sc, &cfg).unwrap();
-    let a = row(&c, "adaptive");
-    let oracle_saved = row(&c, "oracle").cpu_saved_percent;
-    if oracle_saved >= SIGNIFICANT_PERCENT {
-        assert!(
-            a.of_oracle_percent >= min_of_oracle,
-            "{name}: adaptive captured {:.1}% of the oracle's {oracle_saved:.2}% CPU saving (< {min_of_oracle}%)",
-            a.of_oracle_percent
-        );
-    }
+    let c = compare(&scenario(name, cost_profile::LKML_2008_NAME), &cfg).unwrap();
+    eprintln!("{}", figures(&c));
+    // The oracle itself stays within the throughput it is allowed to lose.
     assert!(
-        a.worst_throughput_loss_percent <= 0.5,
-        "{name}: adaptive lost {:.2}% throughput in phase {} (> 0.5%)",
-        a.worst_throughput_loss_percent,
-        a.worst_throughput_loss_phase
+        row(&c, "oracle").worst_throughput_loss_percent <= MAX_LOSS_PERCENT,
+        "{}",
+        figures(&c)
     );
+    // The test can fail: doing nothing misses a target here, or (where the oracle keeps
+    // merging on and doing nothing is right) turning merging off does.
+    let oracle_moves = c.oracle_levels.iter().any(|l| *l != Level::L0);
+    let counter = if oracle_moves { DO_NOTHING } else { ALWAYS_OFF };
     assert!(
-        a.settled_changes_per_hour_max <= 2,
-        "{name}: {} level changes within an hour once settled (> 2)",
-        a.settled_changes_per_hour_max
+        !misses(&c, counter, window_ms).is_empty(),
+        "{name}: {counter} meets every target, so these targets cannot fail here\n{}",
+        figures(&c)
     );
-    let moves: Vec<(Level, Level)> = c.oracle_levels.windows(2).map(|w| (w[0], w[1])).collect();
-    let moves: Vec<(Level, Level)> = moves.into_iter().filter(|(a, b)| a != b).collect();
-    assert_eq!(moves.len(), a.reaction_ms.len(), "{name}");
-    for (i, ((from, to), r)) in moves.iter().zip(&a.reaction_ms).enumerate() {
-        if to > from && *to > deepest && r.is_none() {
-            // Already as deep as it may go (the policy's own targets above still hold).
-            continue;
-        }
-        let ms = r.unwrap_or_else(|| panic!("{name}: phase change {i}: adaptive never reacted"));
-        let limit = 3 * window_ms;
-        assert!(
-            ms <= limit,
-            "{name}: phase change {i} (oracle L{from} -> L{to}): reacted after {ms} ms (> {limit})"
-        );
-    }
-    // The oracle itself never loses more than it is allowed to.
+    let missed = misses(&c, "adaptive", window_ms);
     assert!(
-        row(&c, "oracle").worst_throughput_loss_percent <= 0.5,
-        "{name}"
+        missed.is_empty(),
+        "{name} (lkml-2008): adaptive misses the documented target(s) of docs/testing.md:\n  {}\n{}",
+        missed.join("\n  "),
+        figures(&c)
     );
     c
 }
 
-/// The targets in the scenario's own profile; in the measured one, also: nothing is
-/// worth it, so adaptive writes nothing and says why.
-fn assert_targets(name: &str) -> ScenarioComparison {
-    let sc = scenario(name, None);
-    let c = assert_targets_on(&sc, 90.0, Level::L3);
-    if sc.cost_profile_name() == cost_profile::MEASURED_NAME {
-        let a = row(&c, "adaptive");
-        assert_eq!(a.level_changes, 0, "{name}: {a:?}");
-        assert_eq!(a.nomerges_writes, 0, "{name}");
-    }
+/// In the measured profile nothing is worth it: adaptive writes nothing and loses nothing.
+/// Static nomerges=2 (one write) must fail the same check, so that it can fail.
+fn assert_measured(name: &str) -> ScenarioComparison {
+    let cfg = Config::default();
+    let c = compare(&scenario(name, cost_profile::MEASURED_NAME), &cfg).unwrap();
+    eprintln!("{}", figures(&c));
+    let writes_nothing = |policy: &str| {
+        let r = row(&c, policy);
+        r.level_changes == 0 && r.nomerges_writes == 0 && r.worst_throughput_loss_percent <= 0.0
+    };
+    assert!(!writes_nothing(ALWAYS_OFF), "{}", figures(&c));
+    assert!(
+        writes_nothing("adaptive"),
+        "{name} (measured): adaptive wrote where nothing is worth it\n{}",
+        figures(&c)
+    );
     c
-}
-
-/// The same scenario priced in the 2008 figures, where the ladder does move. Without a bio
-/// tap the deepest level is L2, which keeps 16.25 of the oracle's 22.5% on random I/O
-/// (72%): the share asked here; the safety targets are the same.
-fn assert_targets_2008(name: &str) -> ScenarioComparison {
-    assert_targets_on(
-        &scenario(name, Some(cost_profile::LKML_2008_NAME)),
-        70.0,
-        Level::L2,
-    )
 }
 
 #[test]
-fn oltp_steady() {
-    let c = assert_targets("oltp_steady");
+fn oltp_steady_targets() {
+    assert_targets("oltp_steady");
+}
+
+#[test]
+fn oltp_steady_measured() {
+    let c = assert_measured("oltp_steady");
     let a = c.runs.iter().find(|r| r.policy == "adaptive").unwrap();
     let said: Vec<_> = a
         .decisions
@@ -130,74 +203,89 @@ fn oltp_steady() {
         "said once for the one random workload: {said:?}"
     );
     assert!(said[0].changes.is_empty());
-    assert!(
-        said[0].reason.starts_with("not worth it here"),
-        "{}",
-        said[0].reason
-    );
 }
 
 #[test]
-fn backup() {
+fn backup_targets() {
     let c = assert_targets("backup");
     // The admin who "knows" the load is random loses throughput on a backup.
-    assert!(row(&c, "static-nomerges-2").worst_throughput_loss_percent > 5.0);
+    assert!(row(&c, ALWAYS_OFF).worst_throughput_loss_percent > 5.0);
 }
 
 #[test]
-fn oltp_backup_every_minute() {
+fn backup_measured() {
+    assert_measured("backup");
+}
+
+#[test]
+fn oltp_backup_every_minute_targets() {
     let c = assert_targets("oltp_backup_every_minute");
-    // Static nomerges=2 never merges: the backups lose throughput.
-    assert!(row(&c, "static-nomerges-2").worst_throughput_loss_percent > 5.0);
-}
-
-#[test]
-fn oltp_backup_every_minute_in_2008_costs() {
-    let c = assert_targets_2008("oltp_backup_every_minute");
-    // Once a sequential phase follows a random one, the naive toggle cannot see the merges
-    // it disabled.
+    // Static nomerges=2 never merges: the backups lose throughput. Once a sequential phase
+    // follows a random one, the naive toggle cannot see the merges it disabled.
+    assert!(row(&c, ALWAYS_OFF).worst_throughput_loss_percent > 5.0);
     assert!(row(&c, "naive-toggle").worst_throughput_loss_percent > 5.0);
     assert!(row(&c, "adaptive").level_changes > 0);
 }
 
 #[test]
-fn mix_noise() {
+fn oltp_backup_every_minute_measured() {
+    assert_measured("oltp_backup_every_minute");
+}
+
+#[test]
+fn mix_noise_targets() {
     assert_targets("mix_noise");
 }
 
 #[test]
-fn bursty_spikes() {
+fn mix_noise_measured() {
+    assert_measured("mix_noise");
+}
+
+#[test]
+fn bursty_spikes_targets() {
     assert_targets("bursty_spikes");
 }
 
 #[test]
-fn bursty_spikes_in_2008_costs() {
-    assert_targets_2008("bursty_spikes");
+fn bursty_spikes_measured() {
+    assert_measured("bursty_spikes");
 }
 
 #[test]
-fn dm_stripe_oltp() {
+fn dm_stripe_oltp_targets() {
     assert_targets("dm_stripe_oltp");
 }
 
 #[test]
-fn readers_vs_writer() {
-    let c = assert_targets("readers_vs_writer");
-    assert!(row(&c, "static-nomerges-2").worst_throughput_loss_percent > 5.0);
+fn dm_stripe_oltp_measured() {
+    assert_measured("dm_stripe_oltp");
 }
 
 #[test]
-fn same_signature() {
+fn readers_vs_writer_targets() {
+    let c = assert_targets("readers_vs_writer");
+    assert!(row(&c, ALWAYS_OFF).worst_throughput_loss_percent > 5.0);
+}
+
+#[test]
+fn readers_vs_writer_measured() {
+    assert_measured("readers_vs_writer");
+}
+
+#[test]
+fn same_signature_targets() {
     // Random 4 KiB writes, then at the same rate, size and read share sequential batched
-    // ones: priced in 2008 figures, so merging does go off first.
-    let sc = scenario("same_signature", None);
-    assert_eq!(sc.cost_profile_name(), cost_profile::LKML_2008_NAME);
-    // The CPU target is the measured profile's; here the reaction and throughput targets
-    // apply (without a tap adaptive rests at L2: 66% of the oracle's L3 saving).
-    let c = assert_targets_on(&sc, 0.0, Level::L2);
+    // ones: merging goes off first, then must come back.
+    let c = assert_targets("same_signature");
     let a = row(&c, "adaptive");
     assert!(a.level_changes >= 2, "off, then back on: {a:?}");
     assert_eq!(a.reaction_ms.len(), 1, "{:?}", c.oracle_levels);
+}
+
+#[test]
+fn same_signature_measured() {
+    assert_measured("same_signature");
 }
 
 #[test]
@@ -206,11 +294,11 @@ fn without_the_l3_watch_the_spikes_cost_throughput() {
     // counters once a second only, and each spike runs a whole second unmerged.
     let mut cfg = Config::default();
     cfg.policy.l3_watch_interval_ms = 0;
-    let sc = scenario("bursty_spikes", Some(cost_profile::LKML_2008_NAME));
+    let sc = scenario("bursty_spikes", cost_profile::LKML_2008_NAME);
     let c = compare(&sc, &cfg).unwrap();
     let a = row(&c, "adaptive");
     assert!(
-        a.worst_throughput_loss_percent > 0.5,
+        a.worst_throughput_loss_percent > MAX_LOSS_PERCENT,
         "without the watch adaptive lost only {:.2}%",
         a.worst_throughput_loss_percent
     );

@@ -5,7 +5,7 @@
 use mergetune::daemon::actuator::Actuator;
 use mergetune::daemon::adaptive::Daemon;
 use mergetune::daemon::controller::Decision;
-use mergetune::daemon::state::MemoryStore;
+use mergetune::daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
 use mergetune::export::metrics::{Metrics, TickTiming};
 #[path = "support/faketap.rs"]
 mod faketap;
@@ -17,6 +17,8 @@ use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::Config;
 use mergetune::logic::decision::{Applied, Change, DecisionKind, Level};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
 type Traffic = (u64, u64, u64, u64);
@@ -29,6 +31,13 @@ struct MemFs {
     counters: BTreeMap<String, [u64; 4]>,
     traffic: BTreeMap<String, Traffic>,
     fail_writes: BTreeSet<String>,
+    /// Devices whose `queue/nomerges` reads fail with an I/O error (not "not found").
+    fail_reads: BTreeSet<String>,
+    /// Reads failed because of `fail_reads`.
+    failed_reads: u64,
+    /// The tap reports every bio as non-contiguous, whatever the traffic (so that only a
+    /// probe can find merges at L3).
+    tap_blind: bool,
     /// Next diskstats read: a garbage line appended.
     garbage_once: bool,
     /// Next diskstats read: this device's counters restart from zero.
@@ -43,6 +52,9 @@ impl MemFs {
             counters: BTreeMap::new(),
             traffic: BTreeMap::new(),
             fail_writes: BTreeSet::new(),
+            fail_reads: BTreeSet::new(),
+            failed_reads: 0,
+            tap_blind: false,
             garbage_once: false,
             reset_once: None,
         };
@@ -85,7 +97,12 @@ impl BlockFs for MemFs {
         let (r, rm, w, wm) = self.traffic.get(dev).copied().unwrap_or_default();
         let total = (r + rm + w + wm).max(1);
         let n = 200usize;
-        faketap::bios(out, n, (n as u64 * (rm + wm) / total) as usize, max);
+        let mergeable = if self.tap_blind {
+            0
+        } else {
+            (n as u64 * (rm + wm) / total) as usize
+        };
+        faketap::bios(out, n, mergeable, max);
         Ok(TapDrain::default())
     }
 
@@ -128,6 +145,13 @@ impl BlockFs for MemFs {
         Ok(self.devices.clone())
     }
     fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+        if rel == "queue/nomerges" && self.fail_reads.contains(dev) {
+            self.failed_reads += 1;
+            return Err(FsError::Io {
+                path: format!("{dev}/{rel}"),
+                message: "Input/output error".into(),
+            });
+        }
         self.attrs
             .get(&(dev.to_string(), rel.to_string()))
             .cloned()
@@ -514,22 +538,6 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     tick(&mut d, &mut fs, &mut kinds, &mut now);
     m.config_reload(true);
     m.config_reload(false);
-    // The state-file counters are the daemon's to raise (a failed save, an unreadable
-    // tunable); here the exporter is shown to carry whatever the daemon counted.
-    d.counters.state_save_errors += 2;
-    d.counters.tunable_read_errors += 1;
-    d.counters.state_persisted = false;
-    m.update(&d, &[], timing(now));
-    let after = String::from_utf8(m.render(false).to_vec()).unwrap();
-    assert!(
-        after.contains("\nmergetune_state_save_errors_total 2\n"),
-        "{after}"
-    );
-    assert!(
-        after.contains("\nmergetune_tunable_read_errors_total 1\n"),
-        "{after}"
-    );
-    assert!(after.contains("\nmergetune_state_persisted 0\n"), "{after}");
     assert!(kinds.contains("disable"), "{kinds:?}");
     assert!(kinds.contains("probe"), "{kinds:?}");
     assert!(kinds.contains("probe_failed"), "{kinds:?}");
@@ -550,11 +558,203 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
         std::str::from_utf8(&m2.render(false)).unwrap(),
     ));
 
+    // The state-file and read-error series, from a daemon whose state file cannot be saved
+    // and one of whose devices' nomerges cannot be read (what each counts is pinned by
+    // `state_and_read_error_series_count_the_daemons_own_failures`).
+    let (m3, _, _) = daemon_with_failing_store_and_reads(&cfg);
+    live.extend(live_families(
+        std::str::from_utf8(&m3.render(false)).unwrap(),
+    ));
+
     let dead: Vec<_> = declared.difference(&live).collect();
     assert!(
         dead.is_empty(),
         "registered but never fed: {dead:?}\n(decision kinds seen: {kinds:?})\n{text}"
     );
+}
+
+/// A state store that cannot save (a read-only or full state directory), counting the
+/// saves and removes it refused.
+struct FailingStore {
+    refused: Arc<AtomicU64>,
+}
+
+impl StateStore for FailingStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(None)
+    }
+    fn save(&mut self, _state: &SavedState) -> Result<(), StateError> {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        Err(StateError::Write {
+            path: "/nonexistent/state.json".into(),
+            message: "Read-only file system".into(),
+        })
+    }
+    fn remove(&mut self) -> Result<(), StateError> {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        Err(StateError::Write {
+            path: "/nonexistent/state.json".into(),
+            message: "Read-only file system".into(),
+        })
+    }
+    fn describe(&self) -> String {
+        "failing store".into()
+    }
+}
+
+/// The value of the sample `series` (name and labels, exactly as exposed), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// A live (not dry-run) daemon on sda (random traffic, so that it wants to turn merging
+/// off) and sdb (whose nomerges reads fail after the first ticks), with a state file that
+/// cannot be saved. Returns the metrics after its run, the saves the store refused and the
+/// reads the kernel failed.
+fn daemon_with_failing_store_and_reads(cfg: &Config) -> (Metrics, u64, u64) {
+    let refused = Arc::new(AtomicU64::new(0));
+    let store = FailingStore {
+        refused: refused.clone(),
+    };
+    // No rescan after the first tick: a rescan reads nomerges too (discovery, which does
+    // not count as a tunable read error), and the count here is the daemon's watch.
+    let mut cfg = cfg.clone();
+    cfg.daemon.rescan_every_ticks = 1000;
+    let mut d = Daemon::new(cfg.clone(), Actuator::new(false, Box::new(store)));
+    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0")]);
+    fs.set_traffic("sda", (1000, 0, 0, 0));
+    fs.set_traffic("sdb", (500, 400, 500, 400));
+    let m = Metrics::new();
+    let mut now = 0;
+    for i in 0..40 {
+        if i == 5 {
+            fs.fail_reads.insert("sdb".into());
+        }
+        let decisions = d.tick(now, &mut fs);
+        m.update(&d, &decisions, timing(now));
+        now += cfg.daemon.interval_ms;
+    }
+    let refused = refused.load(Ordering::Relaxed);
+    (m, refused, fs.failed_reads)
+}
+
+#[test]
+fn state_and_read_error_series_count_the_daemons_own_failures() {
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    cfg.policy.min_window_bios = 100;
+    cfg.policy.disable_after_windows = 1;
+    cfg.policy.min_dwell_secs = 0;
+    cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays: the daemon wants to write
+    cfg.validate("test").unwrap();
+    let (m, refused, failed_reads) = daemon_with_failing_store_and_reads(&cfg);
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    assert!(refused > 0, "the daemon never tried to save its originals");
+    assert!(failed_reads > 0, "the daemon never read sdb's nomerges");
+    // Every refused save is one error, counted by the daemon; the record exists only in
+    // memory, and no tunable was written without it.
+    assert_eq!(
+        sample(&text, "mergetune_state_save_errors_total"),
+        Some(refused as f64),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "mergetune_state_persisted"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"mergetune_device_nomerges{device="sda"}"#),
+        Some(0.0),
+        "{text}"
+    );
+    // Every failed read of a tunable is one error.
+    assert_eq!(
+        sample(&text, "mergetune_tunable_read_errors_total"),
+        Some(failed_reads as f64),
+        "{text}"
+    );
+}
+
+#[test]
+fn probe_and_decision_series_count_the_daemons_own_decisions() {
+    // A policy that reacts fast and probes often, with the tap blind to merges, so that
+    // at L3 only probes find them: random traffic until probes have failed, then mergeable
+    // traffic until one has succeeded.
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    cfg.policy.min_window_bios = 100;
+    cfg.policy.disable_after_windows = 1;
+    cfg.policy.min_dwell_secs = 0;
+    cfg.policy.probe_initial_backoff_secs = 1;
+    cfg.policy.probe_max_backoff_secs = 2;
+    cfg.policy.probe_windows = 1;
+    cfg.policy.max_changes_per_hour = 100_000;
+    cfg.policy.cost_profile = "lkml-2008".into();
+    // No trial of L2 after a probe that finds merges: the probe's own outcome is reported.
+    cfg.policy.trial_max_extra_requests_percent = 0.0;
+    cfg.validate("test").unwrap();
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    fs.tap_blind = true;
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(cfg.clone());
+    let mut all: Vec<DecisionKind> = Vec::new();
+    let mut now = 0;
+    // The label of each kind, as docs/metrics.md lists them.
+    let kind_labels = [
+        (DecisionKind::Disable, "disable"),
+        (DecisionKind::StepDown, "step_down"),
+        (DecisionKind::Enable, "enable"),
+        (DecisionKind::Probe, "probe"),
+        (DecisionKind::ProbeSucceeded, "probe_succeeded"),
+        (DecisionKind::ProbeFailed, "probe_failed"),
+    ];
+    let outcomes = [
+        (DecisionKind::Probe, "started"),
+        (DecisionKind::ProbeSucceeded, "succeeded"),
+        (DecisionKind::ProbeFailed, "failed"),
+    ];
+    let check = |all: &[DecisionKind], text: &str| {
+        let count = |k: DecisionKind| all.iter().filter(|x| **x == k).count() as f64;
+        for (kind, outcome) in outcomes {
+            let series = format!(r#"mergetune_probes_total{{device="sda",outcome="{outcome}"}}"#);
+            assert_eq!(
+                sample(text, &series),
+                Some(count(kind)),
+                "{series} after {all:?}\n{text}"
+            );
+        }
+        for (kind, label) in kind_labels {
+            let prefix = format!(r#"mergetune_decisions_total{{device="sda",kind="{label}","#);
+            let exported: f64 = text
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+                .sum();
+            assert_eq!(exported, count(kind), "{label} after {all:?}\n{text}");
+        }
+    };
+    let mut phase = |fs: &mut MemFs, all: &mut Vec<DecisionKind>, now: &mut u64, until| {
+        for _ in 0..600 {
+            let decisions = d.tick(*now, fs);
+            all.extend(decisions.iter().map(|x| x.kind));
+            m.update(&d, &decisions, timing(*now));
+            check(all, std::str::from_utf8(&m.render(false)).unwrap());
+            *now += cfg.daemon.interval_ms;
+            if all.contains(&until) {
+                return;
+            }
+        }
+        panic!("no {until:?} in {all:?}");
+    };
+    fs.set_traffic("sda", (1000, 0, 0, 0));
+    phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeFailed);
+    // Failed probes and no succeeded one: a swap of the two outcomes shows here.
+    assert!(!all.contains(&DecisionKind::ProbeSucceeded), "{all:?}");
+    fs.set_traffic("sda", (500, 400, 500, 400));
+    phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeSucceeded);
 }
 
 #[test]

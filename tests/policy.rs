@@ -4,9 +4,12 @@
 use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::PolicyConfig;
 use mergetune::logic::cost_profile::{self, CostProfile};
+use mergetune::logic::cost_profile::{Scheduler, Verdict};
 use mergetune::logic::decision::Level;
+use mergetune::logic::policy::worth::Saving;
 use mergetune::logic::policy::{
-    Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, Worth, decide, tunables,
+    Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, Signature, Worth, decide, sensed_min_bios,
+    tunables,
 };
 use mergetune::logic::sampler::Sensed;
 use mergetune::logic::sampler::{Counters, Window};
@@ -282,8 +285,9 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
                 sensed: None,
             })
         }),
-        // With a tap's sample, as at L3.
-        1 => (0u64..20_000, 0u64..2_000, 0u64..=100).prop_map(|(bios, sampled, pct)| {
+        // With a tap's sample, as at L3: any size, and sizes at the minimum the policy
+        // judges (min_window_bios / 4 = 25 with cfg()), where an off-by-one would show.
+        1 => (0u64..20_000, prop_oneof![0u64..2_000, 23u64..28], 0u64..=100).prop_map(|(bios, sampled, pct)| {
             Some(Window {
                 counters: Counters {
                     reads_completed: bios,
@@ -300,12 +304,69 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
     ]
 }
 
+/// One level's saving: the verdict decides (the figures only explain it).
+fn arb_saving() -> impl Strategy<Value = Option<Saving>> {
+    prop_oneof![
+        Just(None),
+        prop_oneof![
+            Just(Verdict::Saves),
+            Just(Verdict::Costs),
+            Just(Verdict::NoMeasurableDifference)
+        ]
+        .prop_map(|verdict| Some(Saving {
+            change_percent: match verdict {
+                Verdict::Saves => -10.0,
+                Verdict::Costs => 10.0,
+                Verdict::NoMeasurableDifference => -1.0,
+            },
+            ci: None,
+            verdict,
+        })),
+    ]
+}
+
+/// What the levels save: no profile (every level worth it), each shipped profile for each
+/// scheduler, and arbitrary tables (any level saving or not, trusted or not).
+fn arb_worth() -> impl Strategy<Value = Worth> {
+    let profile = |name: &str| cost_profile::builtin(name).unwrap();
+    let (measured, lkml) = (
+        profile(cost_profile::MEASURED_NAME),
+        profile(cost_profile::LKML_2008_NAME),
+    );
+    let sched = || proptest::sample::select(vec!["mq-deadline", "bfq", "none", "kyber"]);
+    prop_oneof![
+        Just(Worth::UNPRICED),
+        sched().prop_map(move |s| Worth::from_profile(&measured, Some(s))),
+        sched().prop_map(move |s| Worth::from_profile(&lkml, Some(s))),
+        (arb_saving(), arb_saving(), arb_saving(), any::<bool>()).prop_map(
+            |(l1, l2, l3, untrusted)| Worth {
+                scheduler: Some(Scheduler::MqDeadline),
+                levels: [None, l1, l2, l3],
+                untrusted,
+            }
+        ),
+    ]
+}
+
 fn arb_caps() -> impl Strategy<Value = Caps> {
-    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(f, s, seen)| Caps {
-        sense_at_l3: seen,
-        front_merges: f,
-        simple_merges: s,
-        worth: Worth::UNPRICED,
+    (any::<bool>(), any::<bool>(), any::<bool>(), arb_worth()).prop_map(|(f, s, seen, worth)| {
+        Caps {
+            sense_at_l3: seen,
+            front_merges: f,
+            simple_merges: s,
+            worth,
+        }
+    })
+}
+
+/// The window's workload is one the state remembers as merge-hostile (typed: the
+/// signatures, not the words of a reason).
+fn known_hostile(s: &PolicyState, w: Option<&Window>) -> bool {
+    w.is_some_and(|w| {
+        let sig = Signature::of(w);
+        s.known_hostile
+            .iter()
+            .any(|k| sig.changed_from(k).is_none())
     })
 }
 
@@ -336,6 +397,38 @@ proptest! {
             }
             // L3 and Off go together.
             prop_assert_eq!(ev.state.level == Level::L3, ev.state.mode == Mode::Off);
+            // Priced: a step down only toward a level the device has that saves
+            // measurably (the rungs on the way to it may be taken); "not worth it" writes
+            // nothing.
+            if let Some(l) = ev.to_level && l > s.level {
+                prop_assert!(
+                    Level::ALL.iter().filter(|m| **m >= l && caps.has(**m)).any(|m| caps.worth.worth(*m)),
+                    "{:?} to {} with {:?}: {}", ev.kind, l, caps.worth, ev.reason
+                );
+            }
+            if ev.kind == OutcomeKind::NotWorthIt { prop_assert_eq!(ev.to_level, None); }
+            // At L3, a tap sample of at least the minimum size that is mostly contiguous
+            // brings merging back at once; a smaller one is not judged.
+            if s.mode == Mode::Off
+                && let Some(sn) = w.as_ref().and_then(|w| w.sensed)
+                && sn.bios > 0
+                && caps.sense_at_l3
+                && caps.worth.worth(Level::L3)
+                && c.disabled_nomerges >= 2
+            {
+                let share = sn.contiguous as f64 / sn.bios as f64;
+                let judged = sn.bios >= sensed_min_bios(&c);
+                if judged && share >= c.enable_above_percent / 100.0 {
+                    prop_assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Enable, Some(Level::L0)), "{}", ev.reason);
+                }
+                if !judged {
+                    // Not judged: the same decision as without the sample.
+                    let mut unsampled = (*w).unwrap();
+                    unsampled.sensed = None;
+                    prop_assert_eq!(&ev, &decide(&s, Some(&unsampled), caps, &c, now));
+                }
+            }
+            let hostile_before = known_hostile(&s, w.as_ref());
             if s.mode == Mode::Merging {
                 if let Some(w) = w
                     && w.counters.bios() >= c.min_window_bios
@@ -349,7 +442,7 @@ proptest! {
                 // Never down without enough consecutive busy low windows.
                 match ev.kind {
                     OutcomeKind::StepDown => prop_assert!(consecutive_low >= c.step_down_after_windows),
-                    OutcomeKind::Disable if ev.reason.contains("settled at L3 before") => {
+                    OutcomeKind::Disable if hostile_before => {
                         prop_assert!(consecutive_low >= c.step_down_after_windows.min(2))
                     }
                     OutcomeKind::Disable => {
@@ -368,7 +461,7 @@ proptest! {
                 if let Some(l) = ev.to_level
                     && l > s.level
                     && ev.kind != OutcomeKind::TrialStart
-                    && !ev.reason.contains("settled at L3 before")
+                    && !(ev.kind == OutcomeKind::Disable && hostile_before)
                 {
                     let (l, from) = (l.index(), s.level.index());
                     prop_assert!(l == from + 1 || (l > from + 1 && (from + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
@@ -816,6 +909,24 @@ fn at_l3_a_sensed_contiguous_share_steps_up_at_once() {
     // Too small a sample decides nothing (min_window_bios / 4 = 25 bios here).
     let ev = decide(&s, Some(&sensed(20, 20)), FULL, &c, 141_000);
     assert_eq!(ev.kind, OutcomeKind::Hold);
+}
+
+#[test]
+fn at_l3_a_sample_of_exactly_the_minimum_is_judged_and_one_fewer_is_not() {
+    let c = cfg();
+    assert_eq!(sensed_min_bios(&c), 25);
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
+    assert_eq!(s.level, Level::L3);
+    let ev = decide(&s, Some(&sensed(25, 25)), FULL, &c, 141_000);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0)),
+        "25 of 25 contiguous, the minimum: {}",
+        ev.reason
+    );
+    let ev = decide(&s, Some(&sensed(24, 24)), FULL, &c, 141_000);
+    assert_eq!(ev.kind, OutcomeKind::Hold, "24 bios: {}", ev.reason);
 }
 
 #[test]

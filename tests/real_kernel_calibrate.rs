@@ -24,6 +24,7 @@ fn attached_loops() -> BTreeSet<(String, String)> {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
     let Some(_k) = kernel::require_kernel("calibrate_quick") else {
         return;

@@ -57,6 +57,7 @@ fn global_state() -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn capture_records_the_device_and_cleans_up() {
     let Some(_k) = kernel::require_kernel("capture_records_the_device_and_cleans_up") else {
         return;
@@ -112,6 +113,7 @@ fn capture_records_the_device_and_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn ctrl_c_stops_the_capture_and_cleans_up() {
     let Some(_k) = kernel::require_kernel("ctrl_c_stops_the_capture_and_cleans_up") else {
         return;
@@ -150,6 +152,7 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
     let Some(_k) =
         kernel::require_kernel("a_sigkilled_captures_instance_is_removed_by_the_next_capture")
@@ -215,6 +218,7 @@ fn refuses_a_missing_device_before_touching_anything() {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn refuses_clearly_when_not_root() {
     let Some(_k) = kernel::require_kernel("refuses_clearly_when_not_root") else {
         return;

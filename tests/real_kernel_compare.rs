@@ -339,6 +339,7 @@ fn shuffle<T>(items: &mut [T], seed: &mut u64) {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn adaptive_against_kernel_default_and_static_nomerges_2_on_a_phase_changing_load() {
     let Some(_k) = kernel::require_kernel("real_kernel_compare") else {
         return;

@@ -421,6 +421,7 @@ fn random_writes_to_l3(
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn daemon_on_loop_device() {
     let Some(_session) = kernel::require_kernel("daemon_on_loop_device") else {
         return;
@@ -516,6 +517,7 @@ fn daemon_on_loop_device() {
 /// 4 KiB writes (194k IOPS) turning into batched sequential 4 KiB writes (186k IOPS) at the
 /// same rate, size and direction. Only the timed probe finds that (docs/policy.md).
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_l3_watch_brings_merging_back_when_a_scan_starts() {
     let Some(_session) =
         kernel::require_kernel("the_l3_watch_brings_merging_back_when_a_scan_starts")
@@ -741,6 +743,7 @@ fn random_then_sequential(dev: &LoopDevice, dry_run: bool) -> (Vec<Logged>, Stri
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dry_run_decides_as_the_live_daemon() {
     let Some(_session) = kernel::require_kernel("a_dry_run_decides_as_the_live_daemon") else {
         return;

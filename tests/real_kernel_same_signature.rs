@@ -248,6 +248,7 @@ impl Outcome {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_bio_tap_sees_the_switch_at_l3() {
     let Some(out) = run_switch("real_kernel_same_signature_tap") else {
         return;
@@ -283,6 +284,7 @@ fn the_bio_tap_sees_the_switch_at_l3() {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn merging_is_back_within_10_s_of_the_switch() {
     let Some(out) = run_switch("real_kernel_same_signature_merging") else {
         return;

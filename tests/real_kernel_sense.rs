@@ -84,6 +84,7 @@ fn our_instances() -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_tap_sees_sequential_as_contiguous_and_random_as_not_at_l3() {
     let Some(_k) = kernel::require_kernel("real_kernel_sense") else {
         return;
@@ -122,6 +123,7 @@ fn the_tap_sees_sequential_as_contiguous_and_random_as_not_at_l3() {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     let Some(_k) = kernel::require_kernel("real_kernel_sense_cleanup") else {
         return;
@@ -186,6 +188,7 @@ fn inode_of(path: &std::path::Path) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
     let Some(_k) = kernel::require_kernel("real_kernel_sense_pause") else {
         return;
@@ -259,6 +262,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
     let Some(_k) = kernel::require_kernel("real_kernel_sense_text") else {
         return;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 const KILLS: u64 = 50;
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn fifty_sigkills_lose_no_original() {
     let Some(_k) = kernel::require_kernel("fifty_sigkills_lose_no_original") else {
         return;

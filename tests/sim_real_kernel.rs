@@ -10,6 +10,7 @@ use kernel::{LoopDevice, TraceCapture};
 use mergetune::sim::{Dir, Scenario, Simulation};
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn replayed_kernel_trace_merges_like_the_kernel() {
     let Some(_session) = kernel::require_kernel("replayed_kernel_trace_merges_like_the_kernel")
     else {

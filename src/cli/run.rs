@@ -1,6 +1,6 @@
 //! `mergetune run`: the daemon's loop, the edge where clocks, signals, files and the service
 //! manager live. Each step of a start is a function here (config, state recovery, metrics
-//! endpoint, signals), the loop is [`TickLoop`], and `--once`'s look is [`crate::cli::once`]'s.
+//! endpoint, signals), the loop is `TickLoop`, and `--once`'s look is [`crate::cli::once`]'s.
 //!
 //! Order at start: config (with the command line's overrides), then the originals a dead
 //! predecessor left in the state file are put back before anything is read as "original",
@@ -41,10 +41,10 @@ pub struct RunArgs {
     /// With --once: print the devices and decisions as one JSON document.
     #[arg(long, requires = "once")]
     pub json: bool,
-    /// Override [daemon] interval_ms: time between samples, in milliseconds.
+    /// Override the config's daemon.interval_ms: time between samples, in milliseconds.
     #[arg(long)]
     pub interval_ms: Option<u64>,
-    /// Override [daemon] state_dir: where the original values are recorded.
+    /// Override the config's daemon.state_dir: where the original values are recorded.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// For tests: the root of a fake sysfs tree.
@@ -57,7 +57,7 @@ pub struct RunArgs {
     /// `mergetune replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Override [metrics] listen: IP:PORT of the read-only /metrics and /status endpoint;
+    /// Override the config's metrics.listen: IP:PORT of the read-only /metrics and /status endpoint;
     /// "" turns it off. With --once the endpoint is off unless this is given.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,

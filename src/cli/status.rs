@@ -11,11 +11,11 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The daemon's metrics endpoint, IP:PORT [default: the config's [metrics] listen,
+    /// The daemon's metrics endpoint, IP:PORT [default: the config's metrics.listen,
     /// 127.0.0.1:9725].
     #[arg(long)]
     pub addr: Option<String>,
-    /// Config file to take [metrics] listen from [default: /etc/mergetune/mergetune.toml if
+    /// Config file to take metrics.listen from [default: /etc/mergetune/mergetune.toml if
     /// it exists].
     #[arg(short, long)]
     pub config: Option<PathBuf>,

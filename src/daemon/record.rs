@@ -1,7 +1,7 @@
 //! Record and replay: what-if tuning on production data, offline.
 //!
 //! [`RecordingFs`] wraps any [`BlockFs`] and notes every read the daemon makes during a tick
-//! (the diskstats text, device lists, attribute values); [`RecordingFs::end_tick`] turns
+//! (the diskstats text, device lists, attribute values); [`RecordingFs::finish`] turns
 //! them into one [`TickRecord`], written as one JSON line per tick. [`ReplayFs`] serves a
 //! recording back: counters and device facts come from the file, tick by tick, while the
 //! tunables the replaying policy writes live in an overlay, so a replay with a different

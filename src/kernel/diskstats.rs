@@ -227,7 +227,7 @@ fn parse_fields<'a>(toks: impl Iterator<Item = &'a [u8]>) -> Result<StatFields, 
 }
 
 /// Parses the stat fields (11, 15 or 17 numbers, whitespace-separated), as in
-/// /sys/block/<dev>/stat.
+/// `/sys/block/<dev>/stat`.
 pub fn parse_stat_fields(text: &(impl AsRef<[u8]> + ?Sized)) -> Result<StatFields, String> {
     parse_fields(tokens(text.as_ref())).map_err(|(fault, tok)| match tok {
         Some(t) => format!("{fault}: {t:?}"),
@@ -500,7 +500,7 @@ impl DiskstatsHealth {
     }
 }
 
-/// Renders stat fields as /sys/block/<dev>/stat does (17 fields, right-aligned).
+/// Renders stat fields as `/sys/block/<dev>/stat` does (17 fields, right-aligned).
 pub fn format_stat_fields(fields: &StatFields) -> String {
     let mut s = String::with_capacity(MAX_FIELDS * 9);
     for (i, v) in fields.values[..fields.field_count as usize]

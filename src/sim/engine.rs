@@ -6,7 +6,7 @@
 //! stages of blk-mq each have a file under `engine/`, in the order a bio meets them:
 //!
 //! - `jobs.rs`: generator and trace-replay jobs submit batches of bios under a plug;
-//! - `submit.rs`: **[`Simulation::submit_bio`] is where every bio enters a device's queue**
+//! - `submit.rs`: **`Simulation::submit_bio` is where every bio enters a device's queue**
 //!   (job bios, hand submissions, dm pieces); `rq_submit` follows blk-mq's merge order;
 //! - `dm.rs`: dm-linear / dm-stripe split a bio at chunk or member boundaries onto members;
 //! - `plug.rs`: the per-job plug and its one-try plug merge;

@@ -10,7 +10,7 @@
 //!
 //! The [`Simulation`] implements [`crate::kernel::blockfs::BlockFs`], so the daemon's own loop and
 //! policy ([`crate::daemon::controller::Controller`]) drive it exactly as they drive real devices:
-//! the runner ([`runner::run`]) advances virtual time to each tick and calls
+//! the runner ([`runner::run_scenario`]) advances virtual time to each tick and calls
 //! `controller.tick(now_ms, &mut sim)`. Nothing here reads the wall clock except the CLI
 //! edge (progress bar, `--bench`).
 //!

@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// Bios alive at once (submitted, not completed; dm pieces included) at most. Scenario
 /// validation keeps iodepth x numjobs under it; a trace replayed faster than the device
 /// serves it, or bios split into many dm pieces, can still reach it, and then the
-/// simulation stops with [`SimError::TooManyInFlight`] instead of growing without bound
+/// simulation stops with [`super::engine::SimError::TooManyInFlight`] instead of growing without bound
 /// (each bio costs about 64 bytes of slab plus its share of requests and events).
 pub const MAX_IN_FLIGHT_BIOS: usize = 1 << 18;
 

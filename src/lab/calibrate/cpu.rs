@@ -1,6 +1,6 @@
 //! CPU time at one moment: the ns on CPU of fio's threads and of every kworker, and
 //! whole-machine busy time (recorded but not used: the machine is shared), read by
-//! `kernel::cputime`. A [`Snapshot`] takes them with the loop device's counters at once.
+//! `kernel::cputime`. A `Snapshot` takes them with the loop device's counters at once.
 
 use super::scratch::ScratchLoop;
 use crate::kernel::cputime;

@@ -21,7 +21,7 @@
 //!   interval from order statistics ([`stats`]). An interval that contains 0 is "no
 //!   measurable difference".
 //!
-//! Files: [`run`] (the arguments and the measurement loop), [`scratch`] (the scratch loop
+//! Files: [`mod@run`] (the arguments and the measurement loop), [`scratch`] (the scratch loop
 //! device), [`fio`] (one fio run and the toggle runs), [`cpu`] (CPU time from procfs),
 //! [`stats`] (pure statistics), [`profile`] (from samples to the written profile).
 //!

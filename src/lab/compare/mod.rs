@@ -14,7 +14,7 @@
 //!
 //! Files: [`baselines`] (the contenders and the oracle), [`runner`] (the simulations of one
 //! scenario), [`figures`] (what is measured), [`summary`] (each policy against the kernel
-//! default and the oracle), [`render`] (the table), [`suite`] (the shipped scenarios),
+//! default and the oracle), [`mod@render`] (the table), [`mod@suite`] (the shipped scenarios),
 //! [`terminal`] (the suite with progress and wall-clock figures on stderr).
 
 pub mod baselines;

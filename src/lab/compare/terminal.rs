@@ -1,7 +1,7 @@
 //! `simulate --compare` at the terminal: the suite run one scenario after another, with
 //! `[3/7] NAME 42%` on stderr while it runs when stderr is a terminal (nothing on a pipe),
 //! and the wall-clock figures (time per scenario, simulated seconds per second) on stderr
-//! once it is done. The report itself ([`super::render`], or the JSON) is printed by the
+//! once it is done. The report itself ([`fn@super::render`], or the JSON) is printed by the
 //! caller on stdout and holds virtual-time figures only: the same scenarios, the same
 //! bytes.
 

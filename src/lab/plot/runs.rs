@@ -224,7 +224,7 @@ pub fn plot_report(report: &Report, path: &Path) -> Result<(), PlotError> {
     plot_run(report, None, path)
 }
 
-/// A run, with per-tick samples when the run went through a [`Sampling`] wrapper.
+/// A run, with per-tick samples when the run went through a [`super::Sampling`] wrapper.
 pub fn plot_run(report: &Report, series: Option<&Series>, path: &Path) -> Result<(), PlotError> {
     let s = with_phases(report, series);
     draw_runs(path, &[&s]).map_err(|e| draw_err(path, e))

@@ -37,8 +37,8 @@
 //!   at once, and one clearly under the low threshold answers a probe without leaving L3.
 //!
 //! Layout: this file holds the state, the capabilities, the outcome and the dispatcher
-//! [`decide`]; each mode's rules live in their own file ([`merging`], [`off`], [`probing`],
-//! [`trial`]), the reasons in [`reason`] and the workload signatures in [`signature`].
+//! [`decide`]; each mode's rules live in their own file (`merging`, `off`, `probing`,
+//! `trial`), the reasons in [`reason`] and the workload signatures in [`signature`].
 
 mod merging;
 mod off;
