@@ -19,6 +19,12 @@ pub enum CpuTimeError {
     Read { path: PathBuf, message: String },
     #[error("{path}: unexpected content: {content:?}")]
     Parse { path: PathBuf, content: String },
+    #[error("{path}: cannot write {value:?}: {message}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        message: String,
+    },
 }
 
 fn read(path: &Path) -> Result<String, CpuTimeError> {
@@ -157,6 +163,83 @@ pub fn loadavg_1m(procfs_root: &Path) -> Result<f64, CpuTimeError> {
         })
 }
 
+/// One task's CPU time at one moment: its id (a thread id for a thread), its name as procfs
+/// shows it (a kworker's names the work it last ran: `kworker/u8:2-loop1`, `+` while running
+/// it), and its ns on CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskTime {
+    pub pid: u32,
+    pub comm: String,
+    pub runtime_ns: u64,
+}
+
+/// Each thread of `pid` with its ns on CPU (`task/TID/schedstat`, `task/TID/comm`), sorted
+/// by thread id. A thread that exits while the others are read is left out; the process
+/// itself missing is an error.
+pub fn thread_times(procfs_root: &Path, pid: u32) -> Result<Vec<TaskTime>, CpuTimeError> {
+    let dir = procfs_root.join(pid.to_string()).join("task");
+    let rd = std::fs::read_dir(&dir).map_err(|e| CpuTimeError::Read {
+        path: dir.clone(),
+        message: e.to_string(),
+    })?;
+    let mut out: Vec<TaskTime> = rd
+        .flatten()
+        .filter_map(|t| {
+            let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
+            let ns = schedstat_ns(&std::fs::read_to_string(t.path().join("schedstat")).ok()?)?;
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            Some(TaskTime {
+                pid: tid,
+                comm: comm.trim_end().to_string(),
+                runtime_ns: ns,
+            })
+        })
+        .collect();
+    out.sort_by_key(|t| t.pid);
+    Ok(out)
+}
+
+/// Every kworker (a child of kthreadd named `kworker/*`) with its name and ns on CPU, sorted
+/// by pid: one reading of each, so that a caller can take per-pid deltas and see which
+/// kworkers appeared or exited in between (a sum over all of them cannot).
+pub fn kworker_times(procfs_root: &Path) -> Result<Vec<TaskTime>, CpuTimeError> {
+    let mut out = Vec::new();
+    for (pid, stat) in processes(procfs_root)? {
+        if let Some((comm, 2)) = comm_and_ppid(&stat)
+            && comm.starts_with("kworker")
+        {
+            // A kworker is one thread: its own schedstat.
+            let p = procfs_root.join(pid.to_string()).join("schedstat");
+            if let Some(ns) = std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| schedstat_ns(&s))
+            {
+                out.push(TaskTime {
+                    pid,
+                    comm: comm.to_string(),
+                    runtime_ns: ns,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|t| t.pid);
+    Ok(out)
+}
+
+/// Sets the nice value of the autogroup (the session's scheduling group) of `pid`, as
+/// `/proc/PID/autogroup` takes it. With autogroups on, CPU is shared between sessions
+/// first, so a task's own nice value does not lift it above another session's build; a
+/// measurement that must own its CPU starts its load in a session of its own and raises
+/// that. Root only for a negative value; an error names the file.
+pub fn set_autogroup_nice(procfs_root: &Path, pid: u32, nice: i32) -> Result<(), CpuTimeError> {
+    let path = procfs_root.join(pid.to_string()).join("autogroup");
+    std::fs::write(&path, nice.to_string()).map_err(|e| CpuTimeError::Write {
+        path,
+        value: nice.to_string(),
+        message: e.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +287,29 @@ mod tests {
     #[test]
     fn only_kthreadds_kworkers_count() {
         assert_eq!(kworker_runtime_ns(fake().path()), Ok(500_000));
+    }
+
+    #[test]
+    fn per_task_times_name_each_thread_and_kworker() {
+        let d = fake();
+        put(d.path(), "100/task/100/comm", "fio\n");
+        put(d.path(), "100/task/101/comm", "fio\n");
+        let t = thread_times(d.path(), 100).unwrap();
+        assert_eq!(
+            t.iter().map(|x| (x.pid, x.runtime_ns)).collect::<Vec<_>>(),
+            vec![(100, 1000), (101, 2000)]
+        );
+        assert_eq!(t[0].comm, "fio");
+        put(d.path(), "30/schedstat", "500000 1 1\n");
+        assert_eq!(
+            kworker_times(d.path()).unwrap(),
+            vec![TaskTime {
+                pid: 30,
+                comm: "kworker/1:2-loop0".into(),
+                runtime_ns: 500_000
+            }]
+        );
+        assert!(thread_times(d.path(), 999).is_err());
     }
 
     #[test]

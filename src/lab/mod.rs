@@ -2,6 +2,7 @@
 //! baselines, the trace advisor, the plots, and `calibrate` (measuring the cost of merging
 //! on the real kernel).
 
+pub mod abtest;
 pub mod advise;
 pub mod calibrate;
 pub mod compare;
