@@ -327,6 +327,13 @@ impl Actuator {
                 saved.last_written = Some(value.to_string());
             }
         }
+        if wrote.is_err() && before.is_none() {
+            // The first write failed: nothing of mergetune's is there, so there is nothing
+            // to restore. A record naming no write would read as a maybe-write (the
+            // version 1 format's meaning) and put the original back over whatever someone
+            // else sets later.
+            r.saved = None;
+        }
         if wrote.is_ok() {
             r.expected = Some(value.to_string());
         }
@@ -363,6 +370,20 @@ impl Actuator {
         }
         let _ = self.save();
         out
+    }
+
+    /// Forgets what mergetune first saw of `dev`'s tunables that hold nothing of its own
+    /// (no record, not someone else's): a device coming back into its care after a reload
+    /// starts from what it holds then, not from what it held before it left.
+    pub fn refresh_unowned(&mut self, dev: &str) {
+        if let Some(m) = self.records.get_mut(dev) {
+            for r in m.values_mut() {
+                if r.saved.is_none() && r.theirs.is_none() {
+                    r.first_seen = None;
+                    r.expected = None;
+                }
+            }
+        }
     }
 
     /// Whether any of `tunables` of `dev` was taken over by someone else.

@@ -75,6 +75,9 @@ pub struct Daemon {
     /// Per device, the last error reading its queue attributes at a rescan: warned once,
     /// again only when it changes, and "readable again" when it clears.
     attr_read_errors: BTreeMap<String, String>,
+    /// A reload happened: devices out of mergetune's care are looked at afresh at the next
+    /// rescan (their values then, not those from before they left, are the originals).
+    refresh_unmanaged: bool,
     diskstats_health: DiskstatsHealth,
     /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
     /// L3 watch interval while a managed device is at L3.
@@ -99,6 +102,7 @@ impl Daemon {
             force_rescan: true,
             pending_rediscover: Vec::new(),
             attr_read_errors: BTreeMap::new(),
+            refresh_unmanaged: false,
             diskstats_health: DiskstatsHealth::new(),
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
@@ -154,6 +158,7 @@ impl Daemon {
         self.profile = load_profile(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
+        self.refresh_unmanaged = true;
         let foreign: Vec<String> = self
             .devices
             .keys()

@@ -291,6 +291,9 @@ pub fn serve(
     }
 }
 
+const LISTENER: u64 = u64::MAX;
+const WAKE: u64 = u64::MAX - 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +316,3 @@ mod tests {
         }
     }
 }
-
-const LISTENER: u64 = u64::MAX;
-const WAKE: u64 = u64::MAX - 1;

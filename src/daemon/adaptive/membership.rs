@@ -77,6 +77,10 @@ impl Daemon {
             }
             match self.devices.get_mut(&name) {
                 Some(dev) => {
+                    if self.refresh_unmanaged && !dev.management.is_managed() {
+                        self.actuator.refresh_unowned(&name);
+                        observe_ladder(&mut self.actuator, &info);
+                    }
                     let mut judged = info.clone();
                     judged.nomerges = self
                         .actuator
@@ -118,8 +122,13 @@ impl Daemon {
                                     .restore_tunable(fs, &name, Tunable::FrontMerges);
                             Self::log_restores(results.as_slice(), "scheduler switch");
                         }
+                        // A rung that appears (a switch to mq-deadline) starts from what
+                        // is there; one that stays keeps what mergetune expects, so that a
+                        // change by someone else is still seen as theirs (a reload that
+                        // re-prices the caps must not launder it).
+                        let appeared = caps.front_merges && !dev.caps.front_merges;
                         dev.caps = caps;
-                        if caps.front_merges {
+                        if appeared {
                             self.actuator.observe(
                                 &name,
                                 Tunable::FrontMerges,
@@ -162,6 +171,7 @@ impl Daemon {
                 }
             }
         }
+        self.refresh_unmanaged = false;
     }
 
     /// Restores every original value (on exit). Returns decisions of kind `restore`.
