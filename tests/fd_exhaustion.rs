@@ -9,13 +9,25 @@ mod fakesys;
 
 use fakesys::{FakeSys, wait_until};
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const NOFILE: libc::rlim_t = 256;
 const CONNECTIONS: usize = 400;
+/// The flood goes on through the stop, up to this many connections in all.
+const FLOOD_MAX: usize = 3000;
+
+/// Opens a kept-alive scrape; None if the endpoint did not take it in time.
+fn scrape(addr: SocketAddr) -> Option<TcpStream> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    Some(s)
+}
 
 #[test]
 fn a_flood_of_kept_alive_connections_cannot_make_the_restore_at_stop_fail() {
@@ -56,24 +68,37 @@ fn a_flood_of_kept_alive_connections_cannot_make_the_restore_at_stop_fail() {
             addr.is_some()
         },
     );
-    let addr = addr.unwrap();
-    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let addr: SocketAddr = addr.unwrap().parse().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
     fs.wait_nomerges("1", Duration::from_secs(20)); // L2: there is something to restore
-    // Kept-alive scrapers, more than the daemon has descriptors.
+    // Kept-alive scrapers, more than the daemon has descriptors, and more coming through
+    // the stop (each descriptor the endpoint frees is wanted by the next connection).
     let mut conns = Vec::new();
     let until = Instant::now() + Duration::from_secs(20);
     while conns.len() < CONNECTIONS && Instant::now() < until {
-        if let Ok(mut s) =
-            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1))
-        {
-            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-            conns.push(s);
-        }
+        conns.extend(scrape(addr));
     }
     assert_eq!(conns.len(), CONNECTIONS, "connections opened");
-    std::thread::sleep(Duration::from_millis(500)); // let the endpoint take them all
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut more = Vec::new();
+            let until = Instant::now() + Duration::from_secs(20);
+            while !stop.load(Ordering::Relaxed)
+                && more.len() < FLOOD_MAX - CONNECTIONS
+                && Instant::now() < until
+            {
+                more.extend(scrape(addr));
+            }
+            more.len()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
     d.signal(libc::SIGTERM);
     let status = d.wait();
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "exit {status}:\n{logged}");
     assert_eq!(fs.nomerges(), "0", "the original is back:\n{logged}");
