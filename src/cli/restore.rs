@@ -1,11 +1,30 @@
 //! `mergetune restore`: put back every original value the state file records (after a
 //! crash; the unit's `ExecStopPost`; `make uninstall`; the package's prerm). Exit 1 when a
-//! value could not be restored or an entry of the file was rejected.
+//! value could not be restored, an entry of the file was rejected, or the directory it was
+//! told to read does not exist.
+//!
+//! Where it looks, in order: the directory it is told (`--state-dir`, else the config's
+//! `daemon.state_dir`); then the directory the last live daemon actually used, named by the
+//! pointer in the runtime directory (src/daemon/state.rs), which differs when the config
+//! was edited after that daemon started; then the runtime directory itself, the default
+//! `state_dir`. A directory other than the first is restored from only when its file was
+//! left by a process that is gone (a running daemon's records are its own).
+//!
+//! A state directory that does not exist is an error (a wrong `--state-dir` must not read
+//! as "nothing to restore"), except the runtime directory (systemd creates it at the
+//! unit's start, so its absence means no daemon ran since boot), and a config's
+//! `state_dir` when the last daemon's records were found through the pointer (the config
+//! was edited after that daemon started). A live daemon creates its `state_dir` before its
+//! first tick, so the unit's `ExecStopPost` always finds it. A directory without a state file means nothing
+//! is left to restore (the daemon's clean stop removes it), the unit's `ExecStopPost` after
+//! every stop: that is a success.
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
-use crate::daemon::state::{FileStore, StateStore as _, restore_from_store};
+use crate::cli::run::runtime_dir;
+use crate::daemon::state::{FileStore, StatePointer, StateStore as _, restore_from_store};
 use crate::kernel::blockfs::RealFs;
-use std::path::PathBuf;
+use crate::logic::config::DEFAULT_STATE_DIR;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct RestoreArgs {
@@ -18,16 +37,134 @@ pub struct RestoreArgs {
     /// For tests: the root of a fake sysfs tree.
     #[arg(long, default_value = "/sys", hide = true)]
     pub sysfs_root: PathBuf,
+    /// For tests: the runtime directory holding the pointer to the last daemon's state
+    /// directory [default: /run/mergetune, and none under a fake --sysfs-root].
+    #[arg(long, hide = true)]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// Why a directory is read.
+enum Source {
+    Asked,
+    Pointer(PathBuf),
+    Runtime,
+}
+
+/// Whether the process that wrote a state file is still there (a running daemon).
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid != 0 && pid != std::process::id() && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
 }
 
 pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
-    let dir = match args.state_dir {
-        Some(d) => d,
+    let primary = match &args.state_dir {
+        Some(d) => d.clone(),
         None => load_config(args.config.as_deref())?.0.daemon.state_dir,
     };
-    let mut store = FileStore::new(&dir);
+    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    let mut dirs: Vec<(PathBuf, Source)> = vec![(primary.clone(), Source::Asked)];
+    let mut code = EXIT_OK;
+    if let Some(rt) = &runtime {
+        let pointer = StatePointer::new(rt);
+        match pointer.read() {
+            Ok(Some(d)) => dirs.push((d, Source::Pointer(pointer.path()))),
+            Ok(None) => {}
+            Err(e) => eprintln!("mergetune: {e}: ignored"),
+        }
+        dirs.push((rt.clone(), Source::Runtime));
+    }
+    let mut seen: Vec<PathBuf> = Vec::new();
     let mut fs = RealFs::new(&args.sysfs_root, "/proc");
-    let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
+    let mut restored_any = false;
+    // The directory asked for is missing: an error, unless it comes from the config and
+    // the last daemon's records were found elsewhere (the config was edited after it
+    // started; the next start creates the new directory).
+    let mut missing: Option<PathBuf> = None;
+    for (dir, source) in dirs {
+        if seen.contains(&dir) {
+            continue;
+        }
+        seen.push(dir.clone());
+        let mut store = FileStore::new(&dir);
+        match source {
+            Source::Asked => {
+                if !dir.is_dir() {
+                    let unit_dir = runtime.as_deref() == Some(dir.as_path())
+                        || dir == Path::new(DEFAULT_STATE_DIR);
+                    if !unit_dir {
+                        missing = Some(dir.clone());
+                    }
+                    continue;
+                }
+            }
+            Source::Pointer(_) | Source::Runtime => {
+                // Only a file whose writer is gone; a missing one is nothing to say.
+                let pid = match store.load() {
+                    Ok(Some(l)) => l.state.pid,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        eprintln!("mergetune: {e}");
+                        code = EXIT_ERROR;
+                        continue;
+                    }
+                };
+                if alive(pid) {
+                    println!(
+                        "{}: left as it is: it belongs to the running process {pid}",
+                        store.describe()
+                    );
+                    continue;
+                }
+                match &source {
+                    Source::Pointer(p) => println!(
+                        "{}: the last daemon's state_dir (named by {}), not the one asked for: restoring from it too",
+                        dir.display(),
+                        p.display()
+                    ),
+                    _ => println!(
+                        "{}: the runtime directory holds a state file too: restoring from it",
+                        dir.display()
+                    ),
+                }
+            }
+        }
+        let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
+        restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
+        for r in &report.results {
+            println!("{r}");
+        }
+        for r in &report.rejected {
+            eprintln!("mergetune: {}: {r}", store.describe());
+        }
+        if report.kept > 0 {
+            println!(
+                "{}: {} record(s) kept for a later restore",
+                store.describe(),
+                report.kept
+            );
+        } else if let Some(rt) = &runtime {
+            // Nothing left there: a pointer naming it has done its job.
+            let _ = StatePointer::new(rt).clear_if(&dir);
+        }
+        if report.failed() || !report.rejected.is_empty() {
+            code = EXIT_ERROR;
+        }
+    }
+    if let Some(dir) = missing {
+        let explicit = args.state_dir.is_some();
+        eprintln!(
+            "mergetune: {}: no such directory: nothing restored from it (check {})",
+            dir.display(),
+            if explicit {
+                "--state-dir"
+            } else {
+                "daemon.state_dir"
+            }
+        );
+        if explicit || !restored_any {
+            code = EXIT_ERROR;
+        }
+    }
     // After a SIGKILL the daemon's bio tap instance is left behind; the machine is put
     // back whole, not only its tunables.
     for dir in fs.remove_dead_taps() {
@@ -36,25 +173,11 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
             dir.display()
         );
     }
-    if report.results.is_empty() && report.rejected.is_empty() {
-        println!("{}: nothing to restore", store.describe());
-    }
-    for r in &report.results {
-        println!("{r}");
-    }
-    for r in &report.rejected {
-        eprintln!("mergetune: {}: {r}", store.describe());
-    }
-    if report.kept > 0 {
+    if !restored_any && code == EXIT_OK {
         println!(
-            "{}: {} record(s) kept for a later restore",
-            store.describe(),
-            report.kept
+            "{}: nothing to restore",
+            FileStore::new(&primary).describe()
         );
     }
-    Ok(if report.failed() || !report.rejected.is_empty() {
-        EXIT_ERROR
-    } else {
-        EXIT_OK
-    })
+    Ok(code)
 }

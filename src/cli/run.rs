@@ -7,12 +7,19 @@
 //! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
 //! worth of windows has been sampled). At stop every original value is restored; a dry run
 //! wrote nothing and has nothing to restore.
+//!
+//! A live run needs its state directory before anything else: without a record of the
+//! originals it may write nothing, so it refuses to start (exit 1, saying it needs root)
+//! rather than run as a daemon that can only look. The state directory is fixed for the
+//! run: a reload that changes it is refused (src/daemon/reload.rs), and a pointer in the
+//! runtime directory names it for `mergetune restore`. At stop the metrics endpoint is
+//! closed first, with all its connections, so the restore has descriptors to work with.
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use crate::cli::once::Once;
 use crate::daemon::actuator::Actuator;
 use crate::daemon::adaptive::Daemon;
-use crate::daemon::state::{FileStore, MemoryStore, StateStore, restore_from_store};
+use crate::daemon::state::{FileStore, MemoryStore, StatePointer, StateStore, restore_from_store};
 use crate::export::http::ServerHandle;
 use crate::export::logging::Notifier;
 use crate::export::metrics::{Metrics, TickTiming};
@@ -20,7 +27,7 @@ use crate::kernel::blockfs::RealFs;
 use crate::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
 use crate::logic::decision::{Applied, Decision};
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
@@ -53,6 +60,10 @@ pub struct RunArgs {
     /// For tests: the root of a fake procfs tree.
     #[arg(long, default_value = "/proc", hide = true)]
     pub procfs_root: PathBuf,
+    /// For tests: the runtime directory that holds the pointer to the state directory
+    /// [default: /run/mergetune, and none under a fake --sysfs-root].
+    #[arg(long, hide = true)]
+    pub runtime_dir: Option<PathBuf>,
     /// Append every tick's raw samples to FILE (JSON lines, one per tick), for
     /// `mergetune replay`.
     #[arg(long, value_name = "FILE")]
@@ -72,6 +83,31 @@ fn apply_overrides(cfg: &mut Config, args: &RunArgs) -> Result<()> {
     }
     cfg.validate("command line")?;
     Ok(())
+}
+
+/// Where the pointer to the state directory lives: the runtime directory (the unit's
+/// `RuntimeDirectory=`, the default `state_dir`), or `--runtime-dir`. A run over a fake
+/// sysfs tree (tests) keeps no pointer unless asked, so it never leaves one naming its
+/// temporary directory for the real machine's `mergetune restore`.
+pub fn runtime_dir(explicit: Option<&Path>, sysfs_root: &Path) -> Option<PathBuf> {
+    match explicit {
+        Some(d) => Some(d.to_path_buf()),
+        None if sysfs_root == Path::new("/sys") => Some(PathBuf::from(config::DEFAULT_STATE_DIR)),
+        None => None,
+    }
+}
+
+/// Why a live run cannot start without a writable state directory, for the operator.
+fn needs_root(dir: &Path, e: &dyn std::fmt::Display, euid: u32) -> String {
+    let who = if euid == 0 {
+        String::new()
+    } else {
+        format!(" (this is uid {euid}, not root)")
+    };
+    format!(
+        "a live run needs root{who}: it records every original value in {} before it writes a tunable under /sys/block, and cannot: {e}. Nothing was written. To look without root: `mergetune run --once --dry-run`",
+        dir.display()
+    )
 }
 
 /// The config with the command line's overrides, logged, and the file it came from.
@@ -106,6 +142,16 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
         Box::new(MemoryStore::default())
     } else {
         let mut store = FileStore::new(&cfg.daemon.state_dir);
+        if let Err(e) = store.check_writable() {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let euid = unsafe { libc::geteuid() };
+            bail!("{}", needs_root(&cfg.daemon.state_dir, &e, euid));
+        }
+        let pointer =
+            runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root).map(StatePointer::new);
+        if let Some(p) = &pointer {
+            recover_pointed(p, &cfg.daemon.state_dir, fs)?;
+        }
         // A state file left by a run that died holds the true originals: put them back
         // before anything else, so our own earlier writes are never taken as "original".
         let report = restore_from_store(fs, &mut store, unix_now_secs())
@@ -120,6 +166,14 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
             bail!(
                 "could not restore every original value recorded in {}; not starting",
                 store.describe()
+            );
+        }
+        if let Some(p) = &pointer
+            && let Err(e) = p.write(&cfg.daemon.state_dir)
+        {
+            warn!(
+                "{e}: `mergetune restore` finds the originals only through daemon.state_dir ({})",
+                cfg.daemon.state_dir.display()
             );
         }
         Box::new(store)
@@ -137,6 +191,45 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
         actuator.adopt(kept);
     }
     Ok(actuator)
+}
+
+/// Recovery from the directory the pointer names, when it is not this run's: the last
+/// daemon ran with another `state_dir` (the config was edited since) and died.
+fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) -> Result<()> {
+    let other = match pointer.read() {
+        Ok(Some(d)) if d != state_dir => d,
+        Ok(_) => return Ok(()),
+        Err(e) => {
+            warn!("{e}: ignored");
+            return Ok(());
+        }
+    };
+    let mut store = FileStore::new(&other);
+    let report = restore_from_store(fs, &mut store, unix_now_secs()).with_context(|| {
+        format!(
+            "cannot recover the original values in {} (the last daemon's state_dir, named by {})",
+            other.display(),
+            pointer.path().display()
+        )
+    })?;
+    for r in &report.results {
+        info!(device = %r.device, "recovery from {} (the last daemon's state_dir): {r}", other.display());
+    }
+    if report.failed() {
+        bail!(
+            "could not restore every original value recorded in {}; not starting",
+            store.describe()
+        );
+    }
+    if report.kept > 0 {
+        warn!(
+            "{}: {} record(s) of devices that are gone stay there: `mergetune restore --state-dir {}` puts them back once the devices are",
+            store.describe(),
+            report.kept,
+            other.display()
+        );
+    }
+    Ok(())
 }
 
 /// The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
@@ -263,6 +356,8 @@ struct TickLoop {
     next_tick: Duration,
     /// The scheduled time of the tick that last refreshed the metrics.
     metrics_refreshed_ms: Option<u64>,
+    /// Where this run's pointer to its state directory lives (live runs on the machine).
+    pointer: Option<StatePointer>,
 }
 
 impl TickLoop {
@@ -366,32 +461,44 @@ impl TickLoop {
         let loaded = config::load_file(p)
             .map_err(anyhow::Error::from)
             .and_then(|mut c| apply_overrides(&mut c, args).map(|()| c));
-        match loaded {
+        let new_cfg = match loaded {
             Err(e) => {
                 self.metrics.config_reload(false);
                 error!("SIGHUP: new config rejected, keeping the old one: {e:#}");
+                return;
             }
-            Ok(new_cfg) => {
-                info!(
-                    "SIGHUP: config reloaded from {}: {}",
-                    p.display(),
-                    new_cfg.summary()
+            Ok(c) => c,
+        };
+        let summary = new_cfg.summary();
+        let listen_changed = (new_cfg.metrics != self.daemon.config().metrics
+            && args.metrics_listen.is_none())
+        .then(|| new_cfg.metrics.listen.clone());
+        match self.daemon.try_reload(new_cfg) {
+            Err(e) => {
+                self.metrics.config_reload(false);
+                error!(
+                    "SIGHUP: new config from {} rejected, keeping the old one: {e}",
+                    p.display()
                 );
-                if new_cfg.metrics != self.daemon.config().metrics && args.metrics_listen.is_none()
-                {
+            }
+            Ok(()) => {
+                info!("SIGHUP: config reloaded from {}: {summary}", p.display());
+                if let Some(listen) = listen_changed {
                     warn!(
-                        "SIGHUP: [metrics] listen changed to {:?}: takes effect at the next restart",
-                        new_cfg.metrics.listen
+                        "SIGHUP: [metrics] listen changed to {listen:?}: takes effect at the next restart"
                     );
                 }
                 self.metrics.config_reload(true);
-                self.daemon.reload(new_cfg);
             }
         }
     }
 
-    /// The stop: every original value restored (a dry run wrote none), the exit code.
+    /// The stop: every original value restored (a dry run wrote none), the exit code. The
+    /// endpoint goes first: its connections are descriptors the restore may need.
     fn stop(mut self, why: &str) -> i32 {
+        if let Some(server) = self.server.take() {
+            server.shutdown();
+        }
         if self.worst_lag > Duration::from_millis(100) {
             info!("worst tick lag this run: {} ms", self.worst_lag.as_millis());
         }
@@ -416,6 +523,14 @@ impl TickLoop {
             "stopped; {} value(s) restored",
             restored.iter().filter(|d| d.was_applied()).count()
         );
+        // Nothing left to restore: the pointer to this run's state directory goes too.
+        if let Some(p) = &self.pointer
+            && !FileStore::new(&self.daemon.config().daemon.state_dir)
+                .path()
+                .exists()
+        {
+            let _ = p.clear_if(&self.daemon.config().daemon.state_dir);
+        }
         if failed > 0 { EXIT_ERROR } else { EXIT_OK }
     }
 }
@@ -451,6 +566,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
         start: Instant::now(),
         next_tick: Duration::ZERO,
         metrics_refreshed_ms: None,
+        pointer: (!args.dry_run)
+            .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
+            .flatten()
+            .map(StatePointer::new),
     };
     let stop_reason: &str = loop {
         if lp.due() {

@@ -10,7 +10,10 @@
 //!   written as `pending`, is saved to the state store; if that save fails nothing is
 //!   written. After the write the record stays in memory whatever happens to later saves,
 //!   which are retried every tick ([`Actuator::retry_persist`]) and reported
-//!   ([`Actuator::persisted`]); exit restores from memory.
+//!   ([`Actuator::persisted`]); exit restores from memory. A save counts only once its
+//!   read-back matches ([`StateStore::verify`]), and its health is reported once per change
+//!   ([`Actuator::take_persist_change`]), not once per attempt: a full disk under the L3
+//!   watch would otherwise log twenty lines a second.
 //! - **hand-off per tunable**: when someone else changes a tunable, that tunable becomes
 //!   theirs (never restored); the tuner stops on that device and puts back its other
 //!   tunables, which are still mergetune's.
@@ -38,6 +41,15 @@ pub enum ActuatorError {
     State(#[from] StateError),
     #[error("not writing {tunable}: it is someone else's now (changed to {value})")]
     NotOurs { tunable: Tunable, value: String },
+}
+
+/// A change of the state file's health, for the log (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PersistChange {
+    /// A save, or its read-back, failed after the last one had succeeded.
+    Failing(String),
+    /// After failures, a save holding `records` records was written and read back.
+    Persisted { records: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +85,11 @@ pub struct Actuator {
     /// The last save reached the store: the file holds every record in memory.
     persisted: bool,
     save_errors: u64,
+    /// The last save that tried to write records (or any save that failed) failed; a save
+    /// of an empty state (removing a file that may not exist) proves nothing either way.
+    store_failing: bool,
+    /// Not yet taken by the daemon's log.
+    persist_change: Option<PersistChange>,
     /// Seconds since the epoch at `now_ms == 0`, for the vanished-device timestamps.
     clock_origin_unix_secs: u64,
     /// Dry-run: the value each tunable would hold had the dry run written it.
@@ -87,6 +104,8 @@ impl Actuator {
             records: BTreeMap::new(),
             persisted: true,
             save_errors: 0,
+            store_failing: false,
+            persist_change: None,
             clock_origin_unix_secs: 0,
             would_be: BTreeMap::new(),
         }
@@ -118,6 +137,12 @@ impl Actuator {
     /// Whether the state store holds every record mergetune has in memory.
     pub fn persisted(&self) -> bool {
         self.persisted
+    }
+
+    /// The change of the state file's health since the last call, if any: logged once per
+    /// change by the daemon.
+    pub fn take_persist_change(&mut self) -> Option<PersistChange> {
+        self.persist_change.take()
     }
 
     /// Saves of the state store that failed since start.
@@ -215,12 +240,25 @@ impl Actuator {
             self.store.remove()
         } else {
             self.store.save(&snapshot)
-        };
+        }
+        .and_then(|()| self.store.verify(&snapshot));
         match &r {
-            Ok(()) => self.persisted = true,
-            Err(_) => {
+            Ok(()) => {
+                self.persisted = true;
+                if self.store_failing && !snapshot.is_empty() {
+                    self.store_failing = false;
+                    self.persist_change = Some(PersistChange::Persisted {
+                        records: snapshot.devices.values().map(|m| m.len()).sum(),
+                    });
+                }
+            }
+            Err(e) => {
                 self.persisted = false;
                 self.save_errors += 1;
+                if !self.store_failing {
+                    self.store_failing = true;
+                    self.persist_change = Some(PersistChange::Failing(e.to_string()));
+                }
             }
         }
         r
@@ -289,6 +327,13 @@ impl Actuator {
                 saved.last_written = Some(value.to_string());
             }
         }
+        if wrote.is_err() && before.is_none() {
+            // The first write failed: nothing of mergetune's is there, so there is nothing
+            // to restore. A record naming no write would read as a maybe-write (the
+            // version 1 format's meaning) and put the original back over whatever someone
+            // else sets later.
+            r.saved = None;
+        }
         if wrote.is_ok() {
             r.expected = Some(value.to_string());
         }
@@ -325,6 +370,20 @@ impl Actuator {
         }
         let _ = self.save();
         out
+    }
+
+    /// Forgets what mergetune first saw of `dev`'s tunables that hold nothing of its own
+    /// (no record, not someone else's): a device coming back into its care after a reload
+    /// starts from what it holds then, not from what it held before it left.
+    pub fn refresh_unowned(&mut self, dev: &str) {
+        if let Some(m) = self.records.get_mut(dev) {
+            for r in m.values_mut() {
+                if r.saved.is_none() && r.theirs.is_none() {
+                    r.first_seen = None;
+                    r.expected = None;
+                }
+            }
+        }
     }
 
     /// Whether any of `tunables` of `dev` was taken over by someone else.
@@ -367,6 +426,10 @@ impl Actuator {
                 r.theirs = Some(current.clone());
                 r.expected = Some(current.clone());
             }
+            RestoreOutcome::SchedulerChanged => {
+                r.saved = None;
+                r.expected = None;
+            }
             RestoreOutcome::Vanished | RestoreOutcome::Failed { .. } => {}
         }
         Some(RestoreResult {
@@ -374,6 +437,21 @@ impl Actuator {
             tunable: t,
             outcome,
         })
+    }
+
+    /// Restores one recorded original (a tunable that leaves mergetune's care alone, say
+    /// with the scheduler it belonged to).
+    pub fn restore_tunable(
+        &mut self,
+        fs: &mut dyn BlockFs,
+        dev: &str,
+        t: Tunable,
+    ) -> Option<RestoreResult> {
+        let out = self.restore_one(fs, dev, t);
+        if out.is_some() {
+            let _ = self.save();
+        }
+        out
     }
 
     /// Restores every recorded original of one device (it leaves mergetune's care).

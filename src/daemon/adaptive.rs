@@ -3,7 +3,7 @@
 //! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
-use crate::daemon::actuator::{Actuator, ActuatorError, SetOutcome};
+use crate::daemon::actuator::{Actuator, ActuatorError, PersistChange, SetOutcome};
 use crate::daemon::controller::Controller;
 use crate::daemon::dryrun::as_counted_at;
 use crate::daemon::pricing::{LivePricing, PricingSource, TickBios};
@@ -18,7 +18,7 @@ use crate::logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
 use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
 use std::collections::BTreeMap;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 mod membership;
 mod slice_tuner;
@@ -74,6 +74,12 @@ pub struct Daemon {
     force_rescan: bool,
     /// Devices a reload cleared of their hands-off mark: rediscovered at the next tick.
     pending_rediscover: Vec<String>,
+    /// Per device, the last error reading its queue attributes at a rescan: warned once,
+    /// again only when it changes, and "readable again" when it clears.
+    attr_read_errors: BTreeMap<String, String>,
+    /// A reload happened: devices out of mergetune's care are looked at afresh at the next
+    /// rescan (their values then, not those from before they left, are the originals).
+    refresh_unmanaged: bool,
     diskstats_health: DiskstatsHealth,
     /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
     /// L3 watch interval while a managed device is at L3.
@@ -102,6 +108,8 @@ impl Daemon {
             pending: BTreeMap::new(),
             force_rescan: true,
             pending_rediscover: Vec::new(),
+            attr_read_errors: BTreeMap::new(),
+            refresh_unmanaged: false,
             diskstats_health: DiskstatsHealth::new(),
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
@@ -159,6 +167,7 @@ impl Daemon {
         self.pricing = PricingSource::from_config(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
+        self.refresh_unmanaged = true;
         let foreign: Vec<String> = self
             .devices
             .keys()
@@ -173,24 +182,28 @@ impl Daemon {
     /// One tick at `now_ms` (ms since the daemon started, real or virtual).
     pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.slack_ms = self.next_step_ms / 2;
-        let was_persisted = self.actuator.persisted();
-        if let Err(e) = self.actuator.retry_persist() {
-            if was_persisted || self.counters.ticks.is_multiple_of(600) {
-                warn!(
-                    "{e}; the originals are kept in memory and restored on exit, no tunable is written until the state file can be saved"
-                );
-            }
-        } else if !was_persisted {
-            info!(
-                "state file {} saved again: originals persisted",
-                self.actuator.store_name()
-            );
-        }
+        let _ = self.actuator.retry_persist();
         let decisions = self.tick_inner(now_ms, fs);
+        self.log_persist_change();
         self.next_step_ms = self.step_after_tick();
         self.counters.state_persisted = self.actuator.persisted();
         self.counters.state_save_errors = self.actuator.save_errors();
         decisions
+    }
+
+    /// The state file's health, logged once per change of state (docs/operator.md): the
+    /// failed saves in between are counted (`mergetune_state_save_errors_total`), not logged.
+    fn log_persist_change(&mut self) {
+        match self.actuator.take_persist_change() {
+            Some(PersistChange::Failing(e)) => warn!(
+                "{e}; the originals are kept in memory and restored on exit, no tunable is written until the state file can be saved (said once; `mergetune_state_persisted` shows it)"
+            ),
+            Some(PersistChange::Persisted { records }) => info!(
+                "state file {} written and read back: {records} original value(s) persisted",
+                self.actuator.store_name()
+            ),
+            None => {}
+        }
     }
 
     /// The time to the next tick: while a managed device is at L3 (merges invisible, only a
@@ -538,7 +551,12 @@ impl Daemon {
             } else {
                 format!(" (written before the failure: {})", decision.changes_text())
             };
-            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            if matches!(e, ActuatorError::State(_)) {
+                // The state file's failure is logged once per change (log_persist_change).
+                debug!(device = %name, "{name}: {from_level} -> {to_level} not written, retry in {wait_ms} ms: {e}{written}");
+            } else {
+                warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            }
             decision.applied = Applied::Failed(e.to_string());
             decision.reason = format!("{} (write failed: {e})", decision.reason);
             dev.last_reason = decision.reason.clone().into();

@@ -2,7 +2,8 @@
 //! tick and hands out a [`snapshot::DaemonSnapshot`] of what it did, the adaptive
 //! controller built from the pure policy, the actuator that owns every tunable it writes
 //! (one record per tunable, saved before it is written), the state file, the dry run's
-//! view of the level it would have set, and record/replay of a run.
+//! view of the level it would have set, what a reload may change, and record/replay of a
+//! run.
 
 pub mod actuator;
 pub mod adaptive;
@@ -10,6 +11,7 @@ pub mod controller;
 pub mod dryrun;
 pub mod pricing;
 pub mod record;
+pub mod reload;
 pub mod sense;
 pub mod snapshot;
 pub mod state;

@@ -14,6 +14,16 @@
 //! one of the [`Tunable`]s, or whose values are not values that tunable can hold is
 //! reported and skipped, and every other entry is still restored. Every format version
 //! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
+//!
+//! "Persisted" is claimed only after a read-back: [`StateStore::verify`] loads what was
+//! saved and compares it with what was meant (a save that reports success over a full or
+//! lying file system is not a record).
+//!
+//! The daemon's state directory is fixed for its life (a reload cannot move it, see
+//! src/daemon/reload.rs). A daemon whose `state_dir` is not the runtime directory
+//! (`/run/mergetune`, the unit's `RuntimeDirectory=`) leaves a [`StatePointer`] there naming
+//! it, so `mergetune restore` finds its records even when the config file has since been
+//! edited to name another directory.
 
 use crate::kernel::blockfs::{BlockFs, FsError};
 use crate::kernel::tunable::{Tunable, is_plain_device_name};
@@ -216,6 +226,22 @@ pub trait StateStore {
     fn save(&mut self, state: &SavedState) -> Result<(), StateError>;
     fn remove(&mut self) -> Result<(), StateError>;
     fn describe(&self) -> String;
+    /// Reads back what [`StateStore::save`] (or `remove`, for an empty state) left and
+    /// checks that it holds `state`'s records: the proof behind "persisted".
+    fn verify(&self, state: &SavedState) -> Result<(), StateError> {
+        let differs = |message: &str| StateError::Write {
+            path: PathBuf::from(self.describe()),
+            message: message.to_string(),
+        };
+        match self.load()? {
+            None if state.is_empty() => Ok(()),
+            None => Err(differs("read back after the save: no state file")),
+            Some(l) if l.state.devices == state.devices => Ok(()),
+            Some(_) => Err(differs(
+                "read back after the save: the file does not hold what was saved",
+            )),
+        }
+    }
 }
 
 /// `<dir>/state.json`.
@@ -230,6 +256,23 @@ impl FileStore {
     }
     pub fn path(&self) -> PathBuf {
         self.dir.join(STATE_FILE_NAME)
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates the directory if needed and proves a file can be written there (a probe,
+    /// removed at once): a live daemon checks it before its first tick, since without it
+    /// no tunable may be written.
+    pub fn check_writable(&self) -> Result<(), StateError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| write_err(&self.dir, e))?;
+        let probe = self
+            .dir
+            .join(format!(".{STATE_FILE_NAME}.probe.{}", std::process::id()));
+        std::fs::File::create(&probe)
+            .and_then(|mut f| f.write_all(b"probe\n"))
+            .map_err(|e| write_err(&probe, e))?;
+        std::fs::remove_file(&probe).map_err(|e| write_err(&probe, e))
     }
 }
 
@@ -302,6 +345,92 @@ impl StateStore for FileStore {
     }
 }
 
+/// The pointer's file name, in the runtime directory.
+pub const POINTER_FILE_NAME: &str = "last-state-dir";
+/// A pointer is one absolute path: anything longer is not one mergetune wrote.
+const MAX_POINTER_BYTES: u64 = 4096;
+
+/// `<runtime_dir>/last-state-dir`: the state directory of the last live daemon, when that
+/// is not the runtime directory itself. Written at its start, removed at a stop that left
+/// nothing to restore; read by `mergetune restore` (and the next start), which look there
+/// as well as where their config says. It names a directory, never holds a record.
+#[derive(Debug, Clone)]
+pub struct StatePointer {
+    runtime_dir: PathBuf,
+}
+
+impl StatePointer {
+    pub fn new(runtime_dir: impl Into<PathBuf>) -> Self {
+        StatePointer {
+            runtime_dir: runtime_dir.into(),
+        }
+    }
+    pub fn path(&self) -> PathBuf {
+        self.runtime_dir.join(POINTER_FILE_NAME)
+    }
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime_dir
+    }
+
+    /// The directory it names, if there is a pointer. Only a small regular file holding
+    /// one absolute path is accepted.
+    pub fn read(&self) -> Result<Option<PathBuf>, StateError> {
+        let path = self.path();
+        let bad = |message: String| StateError::Corrupt {
+            path: path.clone(),
+            message,
+        };
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(StateError::Read {
+                    path,
+                    message: e.to_string(),
+                });
+            }
+        };
+        if !meta.is_file() || meta.len() > MAX_POINTER_BYTES {
+            return Err(bad("not a small regular file".into()));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| StateError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let dir = PathBuf::from(text.trim_end_matches('\n'));
+        if !dir.is_absolute() || text.trim_end_matches('\n').contains(['\n', '\0']) {
+            return Err(bad("does not hold one absolute path".into()));
+        }
+        Ok(Some(dir))
+    }
+
+    /// Points at `state_dir` (nothing is written when it is the runtime directory itself).
+    pub fn write(&self, state_dir: &Path) -> Result<(), StateError> {
+        if state_dir == self.runtime_dir {
+            return self.clear_if(state_dir);
+        }
+        let path = self.path();
+        std::fs::create_dir_all(&self.runtime_dir).map_err(|e| write_err(&self.runtime_dir, e))?;
+        let tmp = self.runtime_dir.join(format!(".{POINTER_FILE_NAME}.tmp"));
+        let text = format!("{}\n", state_dir.display());
+        std::fs::write(&tmp, text).map_err(|e| write_err(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| write_err(&path, e))
+    }
+
+    /// Removes the pointer if it names `state_dir` (another daemon's pointer stays).
+    pub fn clear_if(&self, state_dir: &Path) -> Result<(), StateError> {
+        if self.read().ok().flatten().as_deref() != Some(state_dir) {
+            return Ok(());
+        }
+        let path = self.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(write_err(&path, e)),
+        }
+    }
+}
+
 /// In-memory record (simulator, dry-run).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
@@ -346,6 +475,11 @@ pub enum RestoreOutcome {
     },
     /// The device is gone: nothing to restore now (the record is kept for a while).
     Vanished,
+    /// The device is there but this `queue/iosched/` file is not: its scheduler was
+    /// switched, and the file went with the old one. A hand-off of the tunable (the new
+    /// scheduler starts from its own value); the record is dropped, not kept as if the
+    /// device were gone.
+    SchedulerChanged,
     Failed {
         error: String,
     },
@@ -377,6 +511,10 @@ impl std::fmt::Display for RestoreResult {
                 "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
             ),
             RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
+            RestoreOutcome::SchedulerChanged => write!(
+                f,
+                "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
+            ),
             RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
         }
     }
@@ -391,7 +529,7 @@ pub fn restore_attr(
 ) -> RestoreOutcome {
     let current = match fs.read_tunable(dev, t) {
         Ok(v) => v,
-        Err(FsError::NotFound { .. }) => return RestoreOutcome::Vanished,
+        Err(FsError::NotFound { .. }) => return gone(fs, dev, t),
         Err(e) => {
             return RestoreOutcome::Failed {
                 error: e.to_string(),
@@ -416,10 +554,20 @@ pub fn restore_attr(
             from: current,
             to: saved.original.clone(),
         },
-        Err(FsError::NotFound { .. }) => RestoreOutcome::Vanished,
+        Err(FsError::NotFound { .. }) => gone(fs, dev, t),
         Err(e) => RestoreOutcome::Failed {
             error: e.to_string(),
         },
+    }
+}
+
+/// A tunable's file is not there: the device is gone, or (an `iosched/` file of a device
+/// that is still there) its scheduler was switched.
+fn gone(fs: &mut dyn BlockFs, dev: &str, t: Tunable) -> RestoreOutcome {
+    if t.rel_path().starts_with("queue/iosched/") && fs.attr_exists(dev, "queue/nomerges") {
+        RestoreOutcome::SchedulerChanged
+    } else {
+        RestoreOutcome::Vanished
     }
 }
 

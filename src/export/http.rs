@@ -19,6 +19,10 @@
 //!   first byte arrived; a kept-alive connection may sit idle `idle_timeout` between
 //!   requests; a response must be taken by the client within `write_timeout`; a connection
 //!   lives at most `connection_lifetime` (the response that crosses it says `close`);
+//! - the connection table never takes the daemon's descriptors: `max_connections` is cut
+//!   to what the open-files limit leaves after a reserve ([`connection_cap`]), so a flood of
+//!   kept-alive clients cannot starve the state file's saves or the restore at stop (which
+//!   also closes the endpoint first);
 //! - one request per connection per turn of the loop: a busy keep-alive client waits its
 //!   turn like everyone else, and every response is a shared copy of the cached text.
 //!
@@ -140,31 +144,72 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Raises the soft open-files limit so that `want` descriptors fit (up to the hard limit):
 /// the default soft limit of 1024 would make the connection table's bound unreachable.
-fn ensure_nofile(want: u64) {
+/// Returns the soft limit in force afterwards (None if it cannot be read).
+fn ensure_nofile(want: u64) -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: plain getrlimit/setrlimit on a local struct.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return None;
+        }
+        if lim.rlim_cur < want {
+            let raised = libc::rlimit {
+                rlim_cur: want.min(lim.rlim_max),
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
         }
     }
+    Some(lim.rlim_cur)
+}
+
+/// Descriptors the connection table leaves to the rest of the daemon, out of an
+/// open-files limit of `nofile`: a quarter, at least 256 (the kept-open stat files of a
+/// large machine, the bio taps, the state file, the tunables the restore writes), and at
+/// most half, so that a tiny limit still leaves the endpoint some connections.
+pub fn reserved_fds(nofile: u64) -> u64 {
+    (nofile / 4).max(256).min(nofile / 2)
+}
+
+/// The connections the endpoint may hold: `configured`, cut to what an open-files limit of
+/// `nofile` leaves after [`reserved_fds`] (at least 1).
+pub fn connection_cap(configured: usize, nofile: u64) -> usize {
+    let room = nofile.saturating_sub(reserved_fds(nofile));
+    configured
+        .min(usize::try_from(room).unwrap_or(usize::MAX))
+        .max(1)
+}
+
+/// The open-files limit under which [`connection_cap`] leaves `max_connections` whole.
+fn nofile_wanted(max_connections: usize) -> u64 {
+    (max_connections as u64 + 256) * 4 / 3 + 1
 }
 
 /// Binds `addr` now (so a busy port is reported to the caller) and serves from a new thread.
 pub fn serve(
     addr: SocketAddr,
     docs: Arc<dyn Documents>,
-    limits: Limits,
+    mut limits: Limits,
 ) -> io::Result<ServerHandle> {
     let listener = TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     let lfd = listener.as_raw_fd();
-    ensure_nofile(limits.max_connections as u64 + 256);
+    if let Some(nofile) = ensure_nofile(nofile_wanted(limits.max_connections)) {
+        let cap = connection_cap(limits.max_connections, nofile);
+        if cap < limits.max_connections {
+            tracing::info!(
+                "metrics endpoint: at most {cap} connections (open-files limit {nofile}, {} kept for the daemon)",
+                reserved_fds(nofile)
+            );
+            limits.max_connections = cap;
+        }
+    }
     // SAFETY: plain syscalls on descriptors this function owns; results are checked.
     let (epfd, wake) = unsafe {
         // A deeper accept queue for bursts of connections (Linux takes a second listen()).
@@ -248,3 +293,26 @@ pub fn serve(
 
 const LISTENER: u64 = u64::MAX;
 const WAKE: u64 = u64::MAX - 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_stay_well_below_the_open_files_limit() {
+        // The hard limit of the issue: 1024 descriptors, a quarter kept.
+        assert_eq!(connection_cap(1024, 1024), 768);
+        assert_eq!(reserved_fds(1024), 256);
+        // A small limit: half kept, half for connections.
+        assert_eq!(connection_cap(1024, 256), 128);
+        assert_eq!(connection_cap(1024, 1), 1);
+        // Where the limit can be raised, the configured bound is kept whole.
+        let want = nofile_wanted(1024);
+        assert_eq!(connection_cap(1024, want), 1024);
+        assert!(want - 1024 >= reserved_fds(want));
+        for nofile in [64, 256, 1000, 1024, 4096, 65536, 1 << 20] {
+            let cap = connection_cap(usize::MAX, nofile) as u64;
+            assert!(cap + 128.min(nofile / 2) <= nofile, "{nofile}: {cap}");
+        }
+    }
+}

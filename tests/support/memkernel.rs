@@ -2,8 +2,10 @@
 //! reads and writes, counters that move with a chosen workload and honour nomerges the way
 //! the kernel does (no merges counted at 2), and faults at chosen points: a read or write
 //! that fails, a device that vanishes and comes back (with its values or the kernel's
-//! defaults), a value changed behind mergetune's back. A state store that goes through
-//! the real JSON format and can refuse saves. Included with
+//! defaults), a value changed behind mergetune's back, and a crash in the middle of a
+//! write ([`Crash`]: the process dies just before or just after its n-th tunable write, so
+//! nothing it does afterwards reaches the kernel or the state file). A state store that
+//! goes through the real JSON format and can refuse saves. Included with
 //! `#[path = "support/memkernel.rs"] mod memkernel;`.
 
 #![allow(dead_code)]
@@ -64,6 +66,26 @@ impl MemDev {
     }
 }
 
+/// Where the process dies: at its n-th tunable write (1-based), before the write reaches
+/// the kernel (the pending record is on disk, the write never happened) or after it (the
+/// write happened, the confirming save never does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashAt {
+    BeforeWrite(usize),
+    AfterWrite(usize),
+}
+
+/// A crash shared by the kernel and the store: once `dead`, the process's writes and saves
+/// go nowhere.
+#[derive(Debug, Clone, Default)]
+pub struct Crash {
+    pub at: Option<CrashAt>,
+    pub writes: usize,
+    pub dead: bool,
+}
+
+pub type SharedCrash = Rc<RefCell<Crash>>;
+
 /// Faults armed for the next operations.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
@@ -81,6 +103,8 @@ pub struct MemKernel {
     pub faults: Faults,
     /// Writes mergetune made, in order.
     pub writes: Vec<(String, Tunable, String)>,
+    /// A crash to inject (shared with the [`SharedStore`]).
+    pub crash: SharedCrash,
 }
 
 impl MemKernel {
@@ -223,6 +247,18 @@ impl BlockFs for MemKernel {
 
     fn write_tunable(&mut self, dev: &str, t: Tunable, value: &str) -> Result<(), FsError> {
         let path = format!("mem:/sys/block/{dev}/{}", t.rel_path());
+        let after = {
+            let mut c = self.crash.borrow_mut();
+            if c.dead {
+                return Ok(()); // a dead process writes nothing
+            }
+            c.writes += 1;
+            if c.at == Some(CrashAt::BeforeWrite(c.writes)) {
+                c.dead = true;
+                return Ok(());
+            }
+            c.at == Some(CrashAt::AfterWrite(c.writes))
+        };
         if self.faults.failing_writes.contains(&(dev.to_string(), t)) {
             return Err(eio(path));
         }
@@ -240,6 +276,9 @@ impl BlockFs for MemKernel {
         }
         d.attrs.insert(t.rel_path().to_string(), value.to_string());
         self.writes.push((dev.to_string(), t, value.to_string()));
+        if after {
+            self.crash.borrow_mut().dead = true;
+        }
         Ok(())
     }
 
@@ -266,6 +305,8 @@ impl BlockFs for MemKernel {
 pub struct SharedStore {
     pub text: Rc<RefCell<Option<String>>>,
     pub fail_saves: Rc<RefCell<bool>>,
+    /// Once the process is dead, its saves never reach the file.
+    pub crash: SharedCrash,
 }
 
 impl StateStore for SharedStore {
@@ -276,6 +317,9 @@ impl StateStore for SharedStore {
         }
     }
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
+        if self.crash.borrow().dead {
+            return Ok(());
+        }
         if *self.fail_saves.borrow() {
             return Err(StateError::Write {
                 path: "mem:state.json".into(),
@@ -286,6 +330,9 @@ impl StateStore for SharedStore {
         Ok(())
     }
     fn remove(&mut self) -> Result<(), StateError> {
+        if self.crash.borrow().dead {
+            return Ok(());
+        }
         if *self.fail_saves.borrow() {
             return Err(StateError::Write {
                 path: "mem:state.json".into(),

@@ -65,6 +65,7 @@ impl Daemon {
             self.devices.remove(&name);
             self.pending.remove(&name);
             self.actuator.device_vanished(&name, now_ms);
+            self.attr_read_errors.remove(&name);
         }
         for name in names {
             if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
@@ -76,13 +77,25 @@ impl Daemon {
                 Ok(i) => i,
                 Err(FsError::NotFound { .. }) => continue,
                 Err(e) => {
-                    warn!(device = %name, "{name}: cannot read queue attributes: {e}");
+                    // Once per device and error, not once per rescan.
+                    let e = e.to_string();
+                    if self.attr_read_errors.get(&name) != Some(&e) {
+                        warn!(device = %name, "{name}: cannot read queue attributes: {e} (said once until it changes)");
+                        self.attr_read_errors.insert(name.clone(), e);
+                    }
                     continue;
                 }
             };
             let worth = self.profile_worth(fs, &info);
+            if self.attr_read_errors.remove(&name).is_some() {
+                info!(device = %name, "{name}: queue attributes readable again");
+            }
             match self.devices.get_mut(&name) {
                 Some(dev) => {
+                    if self.refresh_unmanaged && !dev.management.is_managed() {
+                        self.actuator.refresh_unowned(&name);
+                        observe_ladder(&mut self.actuator, &info);
+                    }
                     let mut judged = info.clone();
                     judged.nomerges = self
                         .actuator
@@ -113,8 +126,21 @@ impl Daemon {
                         info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
                         // A lost rung (say front_merges after a scheduler switch) is
                         // simply no longer written; the level stays meaningful via nomerges.
+                        // Its file went with the old scheduler: a hand-off of that tunable,
+                        // not a device gone (whose record would be kept for days).
+                        if dev.caps.front_merges && !info.has_front_merges {
+                            let results =
+                                self.actuator
+                                    .restore_tunable(fs, &name, Tunable::FrontMerges);
+                            Self::log_restores(results.as_slice(), "scheduler switch");
+                        }
+                        // A rung that appears (a switch to mq-deadline) starts from what
+                        // is there; one that stays keeps what mergetune expects, so that a
+                        // change by someone else is still seen as theirs (a reload that
+                        // re-prices the caps must not launder it).
+                        let appeared = caps.front_merges && !dev.caps.front_merges;
                         dev.caps = caps;
-                        if caps.front_merges {
+                        if appeared {
                             self.actuator.observe(
                                 &name,
                                 Tunable::FrontMerges,
@@ -155,6 +181,7 @@ impl Daemon {
                 }
             }
         }
+        self.refresh_unmanaged = false;
     }
 
     /// Restores every original value (on exit). Returns decisions of kind `restore`.

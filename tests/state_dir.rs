@@ -1,0 +1,180 @@
+//! Where the originals are recorded, and what happens when that place is wrong: a reload
+//! never moves the state directory (issue 23.1), `restore` finds the last daemon's records
+//! whatever the config says now, a state directory that does not exist is an error while
+//! the unit's ExecStopPost after a clean stop stays a quiet success (22.5), and a live run
+//! that cannot record originals says it needs root instead of running blind (22.7), and
+//! says once, not every tick, when saves start failing, and "persisted" only when a
+//! read-back proves it (23.7). The built binary, live, on a fake sysfs tree.
+
+#[path = "support/fakesys.rs"]
+mod fakesys;
+
+use fakesys::{FakeSys, wait_until};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn restore(fs: &FakeSys, args: &[&std::ffi::OsStr]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.arg("restore").args(args);
+    fs.roots(&mut c);
+    c.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_originals() {
+    let fs = FakeSys::new();
+    let (old_dir, new_dir) = (fs.p("state-a"), fs.p("state-b"));
+    let cfg = fs.config(&old_dir, "");
+    let log = fs.p("daemon.log");
+    let mut d = fs.daemon(&cfg, &log);
+    fs.wait_nomerges("1", Duration::from_secs(20)); // L2, recorded in state-a
+    assert!(old_dir.join("state.json").exists());
+    // The operator edits the config to another directory and reloads.
+    fs.config(&new_dir, "");
+    d.signal(libc::SIGHUP);
+    wait_until(
+        "the reload's verdict in the log",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("SIGHUP: new config")),
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("rejected, keeping the old one") && logged.contains("`daemon.state_dir`"),
+        "the refusal names the key:\n{logged}"
+    );
+    assert!(
+        old_dir.join("state.json").exists() && !new_dir.join("state.json").exists(),
+        "the records stay where they were"
+    );
+    // Crash, then the unit's ExecStopPost: `restore --config` with the edited config.
+    d.signal(libc::SIGKILL);
+    d.wait();
+    assert_eq!(fs.nomerges(), "1", "a killed daemon cannot restore");
+    let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        fs.nomerges(),
+        "0",
+        "restore found the originals through the pointer:\n{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("state-a"), "it says where: {}", text(&o));
+    assert!(!old_dir.join("state.json").exists());
+    assert!(
+        !fs.run_dir().join("last-state-dir").exists(),
+        "the pointer goes with the last record"
+    );
+}
+
+#[test]
+fn restore_from_a_directory_that_does_not_exist_is_an_error() {
+    let fs = FakeSys::new();
+    let o = restore(&fs, &["--state-dir".as_ref(), "/nonexistent/dir".as_ref()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("/nonexistent/dir: no such directory"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("nothing to restore"), "{}", text(&o));
+    // The same through a config naming a directory that is not there.
+    let cfg = fs.config(&fs.p("never-made"), "");
+    let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+}
+
+#[test]
+fn the_units_restore_after_a_run_that_wrote_nothing_is_a_quiet_success() {
+    let fs = FakeSys::new();
+    let dir = fs.p("state");
+    let cfg = fs.config(&dir, "");
+    // Policy off: the daemon runs, writes nothing, and stops.
+    let mut text_cfg = std::fs::read_to_string(&cfg).unwrap();
+    text_cfg = text_cfg.replace("[policy]\n", "[policy]\nenabled = false\n");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let log = fs.p("daemon.log");
+    let mut d = fs.daemon(&cfg, &log);
+    wait_until(
+        "the state directory made at start",
+        Duration::from_secs(10),
+        || dir.is_dir(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    d.signal(libc::SIGTERM);
+    assert!(d.wait().success());
+    let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).is_empty(),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("nothing to restore"), "{}", text(&o));
+}
+
+#[test]
+fn a_live_run_that_cannot_record_originals_refuses_to_start_and_says_it_needs_root() {
+    let fs = FakeSys::new();
+    // A state_dir under a regular file cannot be made, even by root.
+    std::fs::write(fs.p("file"), "x").unwrap();
+    let cfg = fs.config(&fs.p("file/state"), "");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.args(["run", "--once", "--config"]).arg(&cfg);
+    fs.roots(&mut c);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("needs root"), "{t}");
+    assert!(t.contains("--dry-run"), "{t}");
+    assert_eq!(fs.nomerges(), "0", "nothing written");
+}
+
+#[test]
+fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
+    let fs = FakeSys::new();
+    let dir = fs.p("state");
+    let cfg = fs.config(&dir, "");
+    let log = fs.p("daemon.log");
+    let mut d = fs.daemon(&cfg, &log);
+    fs.wait_nomerges("1", Duration::from_secs(20));
+    // The state directory becomes unusable (a file where it was): every save fails.
+    let aside = fs.p("state.aside");
+    std::fs::rename(&dir, &aside).unwrap();
+    std::fs::write(&dir, "not a directory\n").unwrap();
+    // Merging shows again: the ladder wants back up, and may write nothing unrecorded.
+    fs.merging.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(2500)); // about 50 ticks
+    let during = std::fs::read_to_string(&log).unwrap();
+    let failing: Vec<&str> = during
+        .lines()
+        .filter(|l| l.contains("cannot write state file") || l.contains("could not be recorded"))
+        .collect();
+    assert!(
+        failing.len() <= 1,
+        "once per change of state, not per tick ({} lines):\n{during}",
+        failing.len()
+    );
+    assert!(
+        !during.contains("originals persisted") && !during.contains("value(s) persisted"),
+        "nothing was persisted:\n{during}"
+    );
+    assert_eq!(fs.nomerges(), "1", "nothing written unrecorded");
+    // The directory comes back: the next save is written and read back, and said once.
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&aside, &dir).unwrap();
+    fs.wait_nomerges("0", Duration::from_secs(20));
+    wait_until("the recovery in the log", Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("written and read back"))
+    });
+    d.signal(libc::SIGTERM);
+    assert!(d.wait().success());
+    assert_eq!(fs.nomerges(), "0");
+}

@@ -1,0 +1,195 @@
+//! A small fake sysfs/procfs tree for running the built binary live, for the state and
+//! descriptor tests: one mq-deadline disk `sda` whose counters a thread moves as random
+//! 4 KiB traffic (nothing merges), a state directory, a runtime directory (for the pointer)
+//! and a config. Included with `#[path = "support/fakesys.rs"] mod fakesys;`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub struct FakeSys {
+    pub root: tempfile::TempDir,
+    stop: Arc<AtomicBool>,
+    /// Sequential traffic (63 of 64 bios merge, none at nomerges 2) instead of random.
+    pub merging: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+impl FakeSys {
+    /// The tree, with traffic running.
+    pub fn new() -> FakeSys {
+        let root = tempfile::tempdir().unwrap();
+        let q = root.path().join("sys/block/sda/queue");
+        std::fs::create_dir_all(q.join("iosched")).unwrap();
+        std::fs::create_dir_all(root.path().join("sys/block/sda/slaves")).unwrap();
+        std::fs::write(q.join("nomerges"), "0\n").unwrap();
+        std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
+        std::fs::write(q.join("rotational"), "0\n").unwrap();
+        std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();
+        std::fs::create_dir_all(root.path().join("proc")).unwrap();
+        std::fs::create_dir_all(root.path().join("run")).unwrap();
+        let mut fs = FakeSys {
+            root,
+            stop: Arc::new(AtomicBool::new(false)),
+            merging: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        };
+        let diskstats = fs.p("proc/diskstats");
+        let nomerges = fs.p("sys/block/sda/queue/nomerges");
+        let (stop, merging) = (fs.stop.clone(), fs.merging.clone());
+        fs.thread = Some(std::thread::spawn(move || {
+            let (mut writes, mut merged, mut sectors) = (0u64, 0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let nm = std::fs::read_to_string(&nomerges).unwrap_or_default();
+                let m = if merging.load(Ordering::Relaxed) && nm.trim() != "2" {
+                    504
+                } else {
+                    0
+                };
+                writes += 512 - m;
+                merged += m;
+                sectors += 512 * 8;
+                write_atomic(
+                    &diskstats,
+                    &format!("   8       0 sda 0 0 0 0 {writes} {merged} {sectors} 0 0 0 0\n"),
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }));
+        fs
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel)
+    }
+    pub fn sys(&self) -> PathBuf {
+        self.p("sys")
+    }
+    pub fn run_dir(&self) -> PathBuf {
+        self.p("run")
+    }
+    pub fn nomerges(&self) -> String {
+        std::fs::read_to_string(self.p("sys/block/sda/queue/nomerges"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// Writes `mergetune.toml` with this state directory and metrics address; its path.
+    pub fn config(&self, state_dir: &Path, listen: &str) -> PathBuf {
+        let path = self.p("mergetune.toml");
+        std::fs::write(
+            &path,
+            format!(
+                r#"[daemon]
+interval_ms = 50
+state_dir = "{}"
+
+[policy]
+cost_profile = "lkml-2008"
+window_ticks = 2
+min_window_bios = 100
+min_dwell_secs = 0
+max_changes_per_hour = 100
+
+[metrics]
+listen = "{listen}"
+"#,
+                state_dir.display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// `mergetune run` live on this tree, its log in `log`.
+    pub fn daemon(&self, config: &Path, log: &Path) -> Daemon {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+        c.arg("run").arg("--config").arg(config);
+        self.roots(&mut c);
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap());
+        Daemon(c.spawn().unwrap())
+    }
+
+    /// The hidden roots every command takes here (sysfs, runtime; procfs for `run`).
+    pub fn roots(&self, c: &mut Command) {
+        c.arg("--sysfs-root")
+            .arg(self.sys())
+            .arg("--runtime-dir")
+            .arg(self.run_dir());
+        let is_run = c.get_args().next().is_some_and(|a| a == "run");
+        if is_run {
+            c.arg("--procfs-root").arg(self.p("proc"));
+        }
+    }
+
+    /// Waits until sda is at nomerges `value` (the ladder's L2 here is 1), or fails.
+    pub fn wait_nomerges(&self, value: &str, timeout: Duration) {
+        let until = Instant::now() + timeout;
+        while self.nomerges() != value {
+            assert!(
+                Instant::now() < until,
+                "sda never reached nomerges {value} (it is {})",
+                self.nomerges()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FakeSys {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub struct Daemon(pub Child);
+
+impl Daemon {
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: a signal to our own child.
+        assert_eq!(unsafe { libc::kill(self.0.id() as libc::pid_t, sig) }, 0);
+    }
+    /// Waits (at most 15 s) for the exit.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < until, "the daemon did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (at most `timeout`) until `f` holds.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
