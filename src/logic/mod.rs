@@ -6,6 +6,7 @@ pub mod config;
 pub mod cost_profile;
 pub mod decision;
 pub mod policy;
+pub mod printable;
 pub mod sampler;
 pub mod sense;
 pub mod slices;
