@@ -612,3 +612,32 @@ fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
     );
     assert!(line.contains("L2") && line.contains('%'), "{line}");
 }
+
+#[test]
+fn simulate_prints_forged_scenario_and_device_names_escaped() {
+    let d = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/scenarios/default.toml"),
+    )
+    .unwrap();
+    // TOML carries the escapes; the parsed names hold raw ESC and BEL.
+    let evil = base
+        .replace(
+            "name = \"default\"",
+            "name = \"default\\u001b]0;pwned\\u0007\"",
+        )
+        .replace("\"sda\"", "\"sda\\u001b[2J\"");
+    assert_ne!(evil, base);
+    let p = d.path().join("evil.toml");
+    std::fs::write(&p, evil).unwrap();
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() {
+        no_raw_escapes("simulate's report", &out.stdout);
+        no_raw_escapes("simulate's log", &out.stderr);
+        assert!(stdout.contains("default\\x1b]0;pwned"), "{stdout}");
+    } else {
+        // Refusing such names is as good, if it says why without echoing them raw.
+        no_raw_escapes("simulate's error", &out.stderr);
+    }
+}
