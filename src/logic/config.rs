@@ -1,6 +1,8 @@
 //! Configuration: TOML, every key with a named default, unknown keys rejected, and a pure
 //! [`Config::validate`] that names the offending key. Loading is the only I/O here and
-//! lives in [`load_file`]; everything else works on strings so tests need no files.
+//! lives in [`load_file`] (through the bounded reader of `kernel::userfile`); everything
+//! else works on strings so tests need no files. A load reports every problem at once, each
+//! at `FILE:LINE:COLUMN`, and never quotes the file (it may not be a config at all).
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -11,7 +13,7 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/mergetune/mergetune.toml";
 /// A configuration error; every variant names the file or the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read (missing, not a regular file, too large): the source
+    /// The file could not be read (missing, not a regular file, too large); the error
     /// names the path.
     #[error("{error}")]
     File {
