@@ -1,8 +1,11 @@
 //! Fuzz-style properties for every parser of outside input: /proc/diskstats and
-//! stat lines, the record file, tracefs text, scenario and config TOML. Random bytes and
-//! random mutations of real inputs never panic; an error names the line or the key; what
-//! is accepted is usable. Case counts are bounded so the file runs in a few seconds in
-//! release. (state.json has its own file, tests/state_fuzz.rs.)
+//! stat lines, the record file, tracefs text, scenario, config and cost-profile TOML, and
+//! the `/status` document a peer serves. Random bytes and random mutations of real inputs
+//! (control characters among them) never panic; an error names the line or the key and
+//! never quotes a file that is not what it should be; what is accepted is usable, and what
+//! is printed from it holds no raw control character. Special files (a FIFO, /dev/zero, a
+//! directory) named as any input are refused at once. Case counts are bounded so the file
+//! runs in a few seconds in release. (state.json has its own file, tests/state_fuzz.rs.)
 
 use mergetune::kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
 use mergetune::kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
@@ -304,14 +307,16 @@ proptest! {
             }
             Err(e) => {
                 let msg = e.to_string();
-                prop_assert!(msg.starts_with("c.toml: "), "{}", msg);
+                // `c.toml:LINE:COLUMN: ...`, or `c.toml: ...` for what has no place.
+                prop_assert!(msg.starts_with("c.toml:"), "{}", msg);
                 match e {
                     mergetune::logic::config::ConfigError::Invalid { key: k, .. } => {
                         // The key itself, or (a rule between two keys) its partner, naming it.
                         prop_assert!(k.contains(&key) || msg.contains(&key), "{} for {}", msg, key);
                     }
-                    mergetune::logic::config::ConfigError::Parse { message, .. } => {
-                        prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
+                    // A syntax error: placed at `c.toml:LINE:COLUMN`.
+                    mergetune::logic::config::ConfigError::Parse { origin, message } => {
+                        prop_assert!(origin.starts_with("c.toml:") && origin.len() > "c.toml:".len(), "{} {}", origin, message);
                     }
                     // Several keys at once (a value and a rule relating it to another): the
                     // changed key is among them.
@@ -383,4 +388,239 @@ fn a_record_line_over_the_bound_is_an_error_naming_it() {
         "{e}"
     );
     assert_eq!(mergetune::daemon::record::load(&p).unwrap().len(), 2);
+}
+
+/// A mutation that plants a control character: the terminal escapes of issue 23.
+fn control_mutation() -> impl Strategy<Value = Mutation> {
+    let ctl = prop_oneof![
+        Just(0x1bu8),
+        Just(0x07),
+        Just(b'\r'),
+        Just(0x9b),
+        Just(0x00),
+        Just(0x7f)
+    ];
+    prop_oneof![
+        (0.0..1.0f64, ctl.clone()).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        (0.0..1.0f64, ctl).prop_map(|(p, b)| Mutation::Set(p, b)),
+    ]
+}
+
+fn raw_controls(s: &str) -> bool {
+    s.chars().any(|c| c.is_control() && c != '\n')
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The cost profile TOML, read as a file: random mutations (control characters among
+    /// them) load as a valid profile, or fail naming the file; a file that is not TOML is
+    /// placed by line and column, and no line of it reaches the message.
+    #[test]
+    fn profile_file_mutations_load_or_are_placed_never_quoted(
+        muts in proptest::collection::vec(prop_oneof![mutation(), control_mutation()], 1..6),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("prof.toml");
+        let base = mergetune::logic::cost_profile::LKML_2008;
+        let bytes = apply(base.as_bytes(), &muts);
+        std::fs::write(&p, &bytes).unwrap();
+        let spec = p.display().to_string();
+        match mergetune::logic::cost_profile::resolve(&spec) {
+            Ok(prof) => prop_assert!(prof.validate().is_ok()),
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("prof.toml"), "{}", msg);
+                prop_assert!(!raw_controls(&msg), "{:?}", msg);
+                if let mergetune::logic::cost_profile::ProfileError::Syntax { line, column, .. } = e {
+                    let text = String::from_utf8_lossy(&bytes);
+                    prop_assert!(line >= 1 && line <= text.lines().count() + 1, "line {}", line);
+                    prop_assert!(column >= 1);
+                    // No line of the file, beyond a few characters, is echoed.
+                    for l in text.lines().map(str::trim).filter(|l| l.len() > 12) {
+                        prop_assert!(!msg.contains(l), "quotes {:?}: {}", l, msg);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `/status` document from a peer: random mutations of a real one (control
+    /// characters among them) decode or are refused; what decodes renders a table with no
+    /// raw control character and one line per device.
+    #[test]
+    fn status_document_mutations_render_without_raw_controls(
+        muts in proptest::collection::vec(prop_oneof![mutation(), control_mutation()], 1..6),
+        name_ctl in proptest::collection::vec(0u8..0x20, 0..4),
+    ) {
+        use mergetune::export::status::{DeviceStatus, StatusSnapshot};
+        use mergetune::kernel::devices::Management;
+        let mut name = String::from("sda");
+        name.extend(name_ctl.iter().map(|&b| b as char));
+        let mut dev = DeviceStatus::new(&name, Management::Managed);
+        dev.last_reason = "window still open".into();
+        let doc = StatusSnapshot {
+            version: "0.1.0".into(),
+            devices: vec![dev, DeviceStatus::new("loop0", Management::Excluded("loop device".into()))],
+            ..Default::default()
+        };
+        let bytes = apply(&serde_json::to_vec(&doc).unwrap(), &muts);
+        if let Ok(s) = serde_json::from_slice::<StatusSnapshot>(&bytes) {
+            let t = mergetune::export::table::format_status(&s);
+            prop_assert!(!raw_controls(&t), "{:?}", t);
+            prop_assert_eq!(t.lines().count(), 2 + s.devices.len(), "{}", t);
+        }
+    }
+
+    /// The record file with control characters planted, raw (which JSON refuses) and
+    /// escaped in a device's name (which JSON carries): it loads or fails naming the file,
+    /// and what loads replays into a table with no raw control character, the name shown
+    /// escaped.
+    #[test]
+    fn record_file_with_control_characters_replays_to_a_clean_table(
+        muts in proptest::collection::vec(control_mutation(), 0..3),
+        name_ctl in proptest::collection::vec(prop_oneof![Just('\x1b'), Just('\x07'), Just('\u{9b}'), Just('\x7f')], 1..4),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rec.jsonl");
+        let mut name = String::from("vda");
+        name.extend(name_ctl);
+        let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt").replace(" vda ", &format!(" {name} "));
+        let mut text = String::new();
+        for t in 0..4 {
+            let rec = mergetune::daemon::record::TickRecord {
+                t_ms: t * 1000,
+                diskstats: Some(ds.clone().into_bytes()),
+                devices: Some(vec![name.clone(), "loop0".into()]),
+                ..Default::default()
+            };
+            text.push_str(&serde_json::to_string(&rec).unwrap());
+            text.push('\n');
+        }
+        let bytes = apply(text.as_bytes(), &muts);
+        std::fs::write(&p, &bytes).unwrap();
+        match mergetune::daemon::record::load(&p) {
+            Ok(ticks) => {
+                let end = ticks.last().map_or(0, |t| t.t_ms);
+                let mut d = mergetune::daemon::adaptive::Daemon::simulated(Default::default());
+                let decisions = mergetune::daemon::record::replay(ticks, &mut d);
+                let status = mergetune::export::status::StatusSnapshot::of(
+                    &d.snapshot(),
+                    mergetune::export::metrics::TickTiming { now_ms: end, ..Default::default() },
+                    0.0,
+                );
+                let t = mergetune::export::table::render(&status.devices);
+                prop_assert!(!raw_controls(&t), "{:?}", t);
+                if muts.is_empty() {
+                    let shown = mergetune::logic::printable::printable(&name).into_owned();
+                    prop_assert!(t.contains(&shown), "{} not in {}", shown, t);
+                }
+                for dec in &decisions {
+                    let shown = mergetune::logic::printable::printable(&dec.device);
+                    prop_assert!(!raw_controls(&shown));
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("rec.jsonl"), "{}", msg);
+            }
+        }
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Runs `f` on another thread; panics when it has not returned within 10 s (it blocked).
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what} blocked"))
+}
+
+#[test]
+fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    for p in [fifo.clone(), "/dev/zero".into(), dir.path().to_path_buf()] {
+        let shown = p.display().to_string();
+        let refused = |what: &str, msg: String| {
+            assert!(
+                msg.contains(&shown) && msg.contains("not a regular file"),
+                "{what} on {shown}: {msg}"
+            );
+        };
+        let q = p.clone();
+        refused(
+            "config",
+            bounded("config", move || {
+                mergetune::logic::config::load_file(&q)
+                    .unwrap_err()
+                    .to_string()
+            }),
+        );
+        let q = shown.clone();
+        refused(
+            "profile",
+            bounded("profile", move || {
+                mergetune::logic::cost_profile::resolve(&q)
+                    .unwrap_err()
+                    .to_string()
+            }),
+        );
+        let q = p.clone();
+        refused(
+            "scenario",
+            bounded("scenario", move || {
+                mergetune::sim::Scenario::load_file(&q)
+                    .unwrap_err()
+                    .to_string()
+            }),
+        );
+        let q = p.clone();
+        refused(
+            "record",
+            bounded("record", move || {
+                mergetune::daemon::record::load(&q).unwrap_err().to_string()
+            }),
+        );
+        let q = p.clone();
+        refused(
+            "trace",
+            bounded("trace", move || {
+                format!(
+                    "{:#}",
+                    mergetune::lab::advise::analyze_file(&q, None, &Default::default())
+                        .unwrap_err()
+                )
+            }),
+        );
+        let q = p.clone();
+        refused(
+            "state file",
+            bounded("state file", move || {
+                use mergetune::daemon::state::StateStore;
+                // The store reads `<dir>/state.json`: point it at a directory holding `p` under that name.
+                let d = tempfile::tempdir().unwrap();
+                std::os::unix::fs::symlink(&q, d.path().join("state.json")).unwrap();
+                let e = mergetune::daemon::state::FileStore::new(d.path())
+                    .load()
+                    .map(|_| ())
+                    .unwrap_err()
+                    .to_string();
+                // The message names the state file; the link's target is what was refused.
+                e.replace(
+                    &d.path().join("state.json").display().to_string(),
+                    &q.display().to_string(),
+                )
+            }),
+        );
+    }
 }

@@ -1,9 +1,12 @@
 //! `mergetune check-config PATH`: load and validate a config file without running anything.
 //! Exit 0 with a summary (and any warnings), 1 with every error; `--json` says the same as
-//! one document for scripts.
+//! one document for scripts. Every bad key is named with file:line:column, and a profile
+//! measured on another kernel than the running one is a warning: its figures may not hold
+//! here. The running release is read here, at the edge, and handed to [`check`].
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK};
 use crate::logic::config::{self, ConfigError};
+use crate::logic::printable::printable_lines;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -28,17 +31,33 @@ pub struct CheckReport {
     pub errors: Vec<String>,
 }
 
-/// Checks the file: the report and the exit code.
-pub fn check(path: &std::path::Path) -> CheckReport {
+/// Checks the file against the running kernel's release (None: unknown): the report.
+pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckReport {
     let path_s = path.display().to_string();
     match config::load_file(path) {
-        Ok(cfg) => CheckReport {
-            path: path_s,
-            ok: true,
-            summary: cfg.summary(),
-            warnings: cfg.warnings(),
-            errors: Vec::new(),
-        },
+        Ok(cfg) => {
+            let mut warnings = cfg.warnings();
+            // load_file has resolved the profile once already: it loads.
+            if let (Some(running), Ok(p)) = (
+                running_release,
+                crate::logic::cost_profile::resolve(&cfg.policy.cost_profile),
+            ) && p.kernel_release.trim() != running.trim()
+            {
+                warnings.push(format!(
+                    "key `policy.cost_profile`: profile {} was measured on kernel {}, this machine runs {}: its figures may not hold here (run `mergetune calibrate` on this kernel for its own)",
+                    p.name,
+                    p.kernel_release.trim(),
+                    running.trim()
+                ));
+            }
+            CheckReport {
+                path: path_s,
+                ok: true,
+                summary: cfg.summary(),
+                warnings,
+                errors: Vec::new(),
+            }
+        }
         Err(e) => CheckReport {
             path: path_s,
             ok: false,
@@ -53,17 +72,21 @@ pub fn check(path: &std::path::Path) -> CheckReport {
 }
 
 pub fn run(args: CheckConfigArgs) -> anyhow::Result<i32> {
-    let r = check(&args.path);
+    let running = crate::kernel::tracefs::kernel_release(std::path::Path::new("/proc"));
+    let r = check(&args.path, running.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else if r.ok {
-        println!("{}: ok: {}", r.path, r.summary);
+        println!(
+            "{}",
+            printable_lines(&format!("{}: ok: {}", r.path, r.summary))
+        );
         for w in &r.warnings {
-            println!("{}: warning: {w}", r.path);
+            println!("{}", printable_lines(&format!("{}: warning: {w}", r.path)));
         }
     } else {
         for e in &r.errors {
-            eprintln!("mergetune: {e}");
+            eprintln!("mergetune: {}", printable_lines(e));
         }
     }
     Ok(if r.ok { EXIT_OK } else { EXIT_ERROR })

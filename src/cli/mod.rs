@@ -58,6 +58,9 @@ fn report_fatal(e: &anyhow::Error, target: LogTarget, format: LogFormat) {
     if target == LogTarget::Journal || format == LogFormat::Json {
         tracing::error!("{e:#}");
     } else {
-        eprintln!("mergetune: error: {e:#}");
+        eprintln!(
+            "mergetune: error: {}",
+            crate::logic::printable::printable_lines(&format!("{e:#}"))
+        );
     }
 }

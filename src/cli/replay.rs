@@ -6,6 +6,7 @@ use crate::cli::common::EXIT_OK;
 use crate::daemon::adaptive::Daemon;
 use crate::export::metrics::TickTiming;
 use crate::logic::config::{self, Config};
+use crate::logic::printable::printable;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -68,9 +69,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
             }))?
         );
     } else {
+        // Device names and reasons come from the recording: shown, never sent raw.
         println!(
             "{}: {n} ticks over {:.1} s, {} decision(s)",
-            args.file.display(),
+            printable(&args.file.display().to_string()),
             span_ms as f64 / 1000.0,
             decisions.len()
         );
@@ -78,10 +80,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
             println!(
                 "{:>10.1} s  {:<10} {} [{}]: {}",
                 d.at_ms as f64 / 1000.0,
-                d.device,
-                d.changes_text(),
+                printable(&d.device),
+                printable(&d.changes_text()),
                 d.kind,
-                d.reason
+                printable(&d.reason)
             );
         }
         print!("{}", crate::export::table::render(&status.devices));

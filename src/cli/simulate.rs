@@ -272,7 +272,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", report.to_json());
     } else {
-        print!("{}", report.render_text());
+        // Scenario, phase and device names come from the scenario file.
+        print!(
+            "{}",
+            crate::logic::printable::printable_lines(&report.render_text())
+        );
         // Wall-clock figures vary run to run: on stderr, out of the deterministic report.
         eprintln!(
             "(wall time {:.2} s, {:.1} M simulated bios/s)",
@@ -324,14 +328,21 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
                 .collect();
             crate::lab::plot::plot_compare(&runs, &path)
                 .with_context(|| format!("plotting to {}", path.display()))?;
-            eprintln!("{}: plotted {}", c.scenario, path.display());
+            eprintln!(
+                "{}: plotted {}",
+                crate::logic::printable::printable(&c.scenario),
+                path.display()
+            );
         }
     }
     let window_ms = cfg.window_ms();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print!("{}", crate::lab::compare::render(&out, window_ms));
+        print!(
+            "{}",
+            crate::logic::printable::printable_lines(&crate::lab::compare::render(&out, window_ms))
+        );
     }
     Ok(())
 }

@@ -45,7 +45,10 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
     let snapshot = match crate::export::status::fetch(&addr, timeout) {
         Ok(s) => s,
         Err(e @ StatusError::NotRunning { .. }) => {
-            eprintln!("mergetune: {e}");
+            eprintln!(
+                "mergetune: {}",
+                crate::logic::printable::printable_lines(&e.to_string())
+            );
             return Ok(EXIT_NOT_RUNNING);
         }
         Err(e) => return Err(e.into()),

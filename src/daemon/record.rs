@@ -229,7 +229,8 @@ pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Vec<TickRecord
         line,
         message,
     };
-    let f = std::fs::File::open(path).map_err(io)?;
+    let f = crate::kernel::userfile::open_regular(path)
+        .map_err(|e| io(std::io::Error::other(e.reason())))?;
     let mut r = std::io::BufReader::with_capacity(1 << 16, f);
     let mut out: Vec<TickRecord> = Vec::new();
     let mut buf = Vec::new();

@@ -304,7 +304,8 @@ impl StateStore for FileStore {
                 message: format!("{} bytes: not a state file", meta.len()),
             });
         }
-        let bytes = std::fs::read(&path).map_err(read_err)?;
+        let bytes = crate::kernel::userfile::read_bytes(&path, MAX_STATE_BYTES)
+            .map_err(|e| read_err(std::io::Error::other(e.reason())))?;
         let text = String::from_utf8(bytes).map_err(|_| StateError::Corrupt {
             path: path.clone(),
             message: "not UTF-8".into(),

@@ -169,7 +169,11 @@ where
         } else {
             write!(w, "{level:>5} ")?;
         }
-        w.write_str(&text_line(&f.message, &f.rest))?;
+        // Names in a message come from devices, recordings and peers: no raw control
+        // character reaches the terminal or the log file (line breaks stay).
+        w.write_str(&crate::logic::printable::printable_lines(&text_line(
+            &f.message, &f.rest,
+        )))?;
         writeln!(w)
     }
 }

@@ -186,8 +186,14 @@ pub enum StatusError {
     Response { addr: String, message: String },
 }
 
+/// The largest answer read: a status document of 64 devices is about 60 KiB.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
 /// Fetches `path` from `addr` (host:port) with one HTTP/1.1 GET; returns the body of a 200.
+/// `timeout` bounds the whole exchange, connect to last byte: a peer that trickles one byte
+/// a second cannot hold the caller longer (a per-read timeout never fires on it).
 pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, StatusError> {
+    let deadline = std::time::Instant::now() + timeout;
     let conn_err = |message: String| StatusError::Connect {
         addr: addr.to_string(),
         message,
@@ -208,8 +214,12 @@ pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, St
                 "cannot connect: {e} (is mergetune running with [metrics] listen = \"{addr}\"?)"
             ),
         })?;
-    s.set_read_timeout(Some(timeout)).ok();
-    s.set_write_timeout(Some(timeout)).ok();
+    let left = || {
+        deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    s.set_write_timeout(Some(left())).ok();
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: mergetune/{}\r\nConnection: close\r\n\r\n",
@@ -217,9 +227,38 @@ pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, St
     )
     .map_err(|e| conn_err(format!("cannot send: {e}")))?;
     let mut buf = Vec::new();
-    s.take(64 << 20)
-        .read_to_end(&mut buf)
-        .map_err(|e| conn_err(format!("cannot read: {e}")))?;
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if std::time::Instant::now() >= deadline {
+            return Err(conn_err(format!(
+                "no complete answer within {:.1} s",
+                timeout.as_secs_f64()
+            )));
+        }
+        s.set_read_timeout(Some(left())).ok();
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > MAX_RESPONSE_BYTES {
+                    return Err(resp_err(format!("larger than {MAX_RESPONSE_BYTES} bytes")));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(conn_err(format!(
+                    "no complete answer within {:.1} s",
+                    timeout.as_secs_f64()
+                )));
+            }
+            Err(e) => return Err(conn_err(format!("cannot read: {e}"))),
+        }
+    }
     let split = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

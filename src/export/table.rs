@@ -5,10 +5,13 @@
 //!
 //! Columns are as wide as their widest cell (device names and schedulers vary in length);
 //! the last column, the decision or the reason for holding, is not padded. No colour: the
-//! table is read in terminals, pipes and bug reports alike.
+//! table is read in terminals, pipes and bug reports alike. Every cell and the header's
+//! version may come from a peer (`status --addr` against any endpoint) or a recording
+//! (`replay`): each goes through [`printable`] so no control character reaches the terminal.
 
 use crate::export::status::{DeviceStatus, StatusSnapshot};
 use crate::logic::decision::{Applied, Decision};
+use crate::logic::printable::printable;
 
 const HEADER: [&str; 10] = [
     "DEVICE",
@@ -110,7 +113,11 @@ fn cells(d: &DeviceStatus) -> [String; 10] {
 /// The table: a header line, then one line per device.
 pub fn render(devices: &[DeviceStatus]) -> String {
     let rows: Vec<[String; 10]> = std::iter::once(HEADER.map(String::from))
-        .chain(devices.iter().map(cells))
+        .chain(
+            devices
+                .iter()
+                .map(|d| cells(d).map(|c| printable(&c).into_owned())),
+        )
         .collect();
     let mut width = [0usize; 10];
     for r in &rows {
@@ -151,7 +158,7 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         .count();
     let mut out = format!(
         "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
-        s.version,
+        printable(&s.version),
         managed,
         s.devices.len(),
         if s.dry_run { ", DRY-RUN" } else { "" },
@@ -243,6 +250,28 @@ mod tests {
             lines[3].ends_with("loop device") && lines[3].contains(" - "),
             "{t}"
         );
+    }
+
+    #[test]
+    fn no_control_character_from_a_peer_reaches_the_terminal() {
+        let evil = "\x1b]0;pwned\x07\x1b[2J";
+        let mut d = managed(&format!("sda{evil}"));
+        d.scheduler = format!("none{evil}");
+        d.last_reason = format!("because\n{evil}");
+        let s = StatusSnapshot {
+            version: format!("0.1{evil}"),
+            devices: vec![d],
+            ..Default::default()
+        };
+        let t = format_status(&s);
+        assert!(!t.contains(['\x1b', '\x07']), "{t:?}");
+        assert_eq!(
+            t.lines().count(),
+            3,
+            "a newline in a field forges no line: {t}"
+        );
+        assert!(t.contains("sda\\x1b]0;pwned\\x07"), "{t}");
+        assert!(t.starts_with("mergetune 0.1\\x1b]0;pwned"), "{t}");
     }
 
     #[test]

@@ -14,3 +14,4 @@ pub mod rawtrace;
 pub mod trace;
 pub mod tracefs;
 pub mod tunable;
+pub mod userfile;

@@ -317,17 +317,50 @@ pub struct CaptureStats {
     pub bytes: u64,
 }
 
+/// The longest capture, in seconds: a week (a capture streams to disk; longer is a typo).
+pub const MAX_CAPTURE_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+/// The largest ring buffer per CPU, KiB (1 GiB).
+pub const MAX_BUFFER_KB: u64 = 1 << 20;
+
+impl CaptureArgs {
+    /// The arguments checked, before anything is touched: how long to record. A duration
+    /// that does not fit a `Duration` (1e300 s) must be refused here, not panic after the
+    /// instance is set up.
+    pub fn checked_duration(&self) -> anyhow::Result<Duration> {
+        if !(self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= MAX_CAPTURE_SECONDS)
+        {
+            bail!(
+                "--seconds {}: must be a number of seconds above 0 and at most {MAX_CAPTURE_SECONDS} (a week)",
+                self.seconds
+            );
+        }
+        if !(1..=MAX_BUFFER_KB).contains(&self.buffer_kb) {
+            bail!(
+                "--buffer-kb {}: must be 1..={MAX_BUFFER_KB}",
+                self.buffer_kb
+            );
+        }
+        Duration::try_from_secs_f64(self.seconds)
+            .map_err(|e| anyhow::anyhow!("--seconds {}: {e}", self.seconds))
+    }
+}
+
+/// The running kernel's release (`uname -r`), from `<procfs>/sys/kernel/osrelease`.
+pub fn kernel_release(procfs_root: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(procfs_root.join("sys/kernel/osrelease")).ok()?;
+    let r = text.trim();
+    (!r.is_empty()).then(|| r.to_string())
+}
+
 fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     // Refusals first, before anything is touched.
+    let deadline = a.checked_duration()?;
     let (name, major, minor) = device_number(&a.device, &a.sysfs_root)?;
     if euid() != 0 {
         bail!(
             "trace capture needs root: the tracing filesystem is root-only (running as uid {})",
             euid()
         );
-    }
-    if !(a.seconds.is_finite() && a.seconds > 0.0) {
-        bail!("--seconds must be a positive number of seconds");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -372,9 +405,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         } else {
             format!(" (absent here: {})", skipped.join(" "))
         },
-        std::fs::read_to_string(a.procfs_root.join("sys/kernel/osrelease"))
-            .unwrap_or_default()
-            .trim()
+        kernel_release(&a.procfs_root).unwrap_or_default()
     )?;
     // The reader streams trace_pipe into the file until it sees the end marker.
     let pipe = std::fs::File::open(inst.dir.join("trace_pipe"))
@@ -406,7 +437,6 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     });
     inst.write("tracing_on", "1")?;
     let start = Instant::now();
-    let deadline = Duration::from_secs_f64(a.seconds);
     eprintln!(
         "recording block events of {name} ({major},{minor}) for {} s into {} (Ctrl-C stops)",
         a.seconds,
@@ -480,6 +510,37 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(seconds: f64, buffer_kb: u64) -> CaptureArgs {
+        CaptureArgs {
+            device: "loop0".into(),
+            seconds,
+            output: "/nonexistent/out.txt".into(),
+            buffer_kb,
+            sysfs_root: "/nonexistent".into(),
+            procfs_root: "/nonexistent".into(),
+        }
+    }
+
+    #[test]
+    fn capture_arguments_out_of_range_are_refused_not_a_panic() {
+        for s in [1e300, f64::MAX, f64::INFINITY, f64::NAN, 0.0, -5.0, 1e9] {
+            let e = args(s, 8192).checked_duration().unwrap_err().to_string();
+            assert!(e.contains("--seconds"), "{s}: {e}");
+        }
+        for kb in [0, u64::MAX] {
+            let e = args(1.0, kb).checked_duration().unwrap_err().to_string();
+            assert!(e.contains("--buffer-kb"), "{kb}: {e}");
+        }
+        assert_eq!(
+            args(2.5, 8192).checked_duration().unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            args(MAX_CAPTURE_SECONDS, 8192).checked_duration().unwrap(),
+            Duration::from_secs(7 * 24 * 3600)
+        );
+    }
 
     #[test]
     fn only_capture_instances_name_a_pid() {

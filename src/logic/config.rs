@@ -1,6 +1,8 @@
 //! Configuration: TOML, every key with a named default, unknown keys rejected, and a pure
 //! [`Config::validate`] that names the offending key. Loading is the only I/O here and
-//! lives in [`load_file`]; everything else works on strings so tests need no files.
+//! lives in [`load_file`] (through the bounded reader of `kernel::userfile`); everything
+//! else works on strings so tests need no files. A load reports every problem at once, each
+//! at `FILE:LINE:COLUMN`, and never quotes the file (it may not be a config at all).
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -11,8 +13,13 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/mergetune/mergetune.toml";
 /// A configuration error; every variant names the file or the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {message}")]
-    Read { path: PathBuf, message: String },
+    /// The file could not be read (missing, not a regular file, too large); the error
+    /// names the path.
+    #[error("{error}")]
+    File {
+        path: PathBuf,
+        error: crate::kernel::userfile::UserFileError,
+    },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: key `{key}`: {reason}")]
@@ -179,6 +186,11 @@ pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
 pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
+/// The longest dwell or probe backoff, in seconds: a year. The policy works in ms on a u64
+/// clock; far larger values overflow it.
+pub const MAX_POLICY_SECS: u64 = 365 * 24 * 3600;
+/// The most probe windows: the policy gives up a probe after four times as many idle ones.
+pub const MAX_PROBE_WINDOWS: u32 = 1000;
 pub const DEFAULT_COST_PROFILE: &str = crate::logic::cost_profile::LIVE;
 
 impl Default for PolicyConfig {
@@ -225,7 +237,14 @@ impl Config {
                 format!("{} is outside 10..=3600000", d.interval_ms),
             ));
         }
-        if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
+        if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
+            // No system call takes a path with a NUL: the daemon could not start.
+            errs.push(invalid(
+                origin,
+                "daemon.state_dir",
+                "contains a NUL byte, which no path can hold",
+            ));
+        } else if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
             errs.push(invalid(
                 origin,
                 "daemon.state_dir",
@@ -261,6 +280,38 @@ impl Config {
             }
         }
         let p = &self.policy;
+        if p.min_window_bios == 0 {
+            // A window with no bio would count as evidence: an idle device steps down.
+            errs.push(invalid(
+                origin,
+                "policy.min_window_bios",
+                "must be at least 1 (0 lets an idle device step down on no evidence)",
+            ));
+        }
+        for (key, v) in [
+            ("policy.min_dwell_secs", p.min_dwell_secs),
+            (
+                "policy.probe_initial_backoff_secs",
+                p.probe_initial_backoff_secs,
+            ),
+            ("policy.probe_max_backoff_secs", p.probe_max_backoff_secs),
+        ] {
+            // Turned into ms and added to the clock: a larger value overflows.
+            if v > MAX_POLICY_SECS {
+                errs.push(invalid(
+                    origin,
+                    key,
+                    format!("{v} is more than {MAX_POLICY_SECS} s (a year)"),
+                ));
+            }
+        }
+        if p.probe_windows > MAX_PROBE_WINDOWS {
+            errs.push(invalid(
+                origin,
+                "policy.probe_windows",
+                format!("{} is more than {MAX_PROBE_WINDOWS}", p.probe_windows),
+            ));
+        }
         if p.window_ticks == 0 {
             errs.push(invalid(origin, "policy.window_ticks", "must be at least 1"));
         }
@@ -344,7 +395,13 @@ impl Config {
             ));
         }
         let cp = p.cost_profile.trim();
-        if cp.is_empty()
+        if cp.contains('\0') {
+            errs.push(invalid(
+                origin,
+                "policy.cost_profile",
+                "contains a NUL byte, which no path can hold",
+            ));
+        } else if cp.is_empty()
             || (cp != crate::logic::cost_profile::LIVE
                 && !crate::logic::cost_profile::BUILTIN_NAMES.contains(&cp)
                 && !crate::logic::cost_profile::is_path(cp))
@@ -491,31 +548,286 @@ impl Config {
     }
 }
 
+/// The largest config file read: a config is a few KiB; more is not one (and `/dev/zero`
+/// named as a config must not be read until memory runs out).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// Parses and validates a config from TOML text. `origin` names it in errors.
 pub fn load_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-    let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        origin: origin.to_string(),
-        message: e.to_string().trim_end().replace('\n', " "),
-    })?;
-    cfg.validate(origin)?;
-    Ok(cfg)
+    let checked = check_str(text, origin);
+    finish(checked.config, checked.errors, origin)
+}
+
+/// The config, or every error in the order of the file (those without a position last).
+fn finish(
+    cfg: Option<Config>,
+    mut errs: Vec<(usize, ConfigError)>,
+    origin: &str,
+) -> Result<Config, ConfigError> {
+    errs.sort_by_key(|(at, _)| *at);
+    let mut errs: Vec<ConfigError> = errs.into_iter().map(|(_, e)| e).collect();
+    match (cfg, errs.len()) {
+        (Some(c), 0) => Ok(c),
+        (_, 1) => Err(errs.remove(0)),
+        (_, 0) => Err(ConfigError::Parse {
+            origin: origin.to_string(),
+            message: "not a config".into(),
+        }),
+        _ => Err(ConfigError::Many {
+            origin: origin.to_string(),
+            errors: errs,
+        }),
+    }
+}
+
+/// What [`check_str`] found: the config (the file with every unknown or mistyped key left
+/// at its default; None after a syntax error), every problem, and where each key's value
+/// sits in the text.
+struct Checked {
+    config: Option<Config>,
+    /// Each with the byte offset it is about (`usize::MAX`: no place in the file).
+    errors: Vec<(usize, ConfigError)>,
+    /// `section.key` (and `section.key[i]` for array elements) -> byte offset of the value.
+    positions: std::collections::BTreeMap<String, usize>,
+}
+
+/// `origin:line:column` of byte `offset` of `text`.
+fn at(origin: &str, text: &str, offset: usize) -> String {
+    let (line, col) = crate::logic::printable::line_col(text, offset);
+    format!("{origin}:{line}:{col}")
+}
+
+/// Every problem of a config text, each with `origin:line:column`: all syntax errors (then
+/// nothing more can be said), every unknown key (serde's `deny_unknown_fields` stops at the
+/// first, so the document is walked against the schema, which is the default config's own
+/// keys), every value of the wrong type (each key deserialised alone), and what
+/// [`Config::validate`] finds in the rest. Messages never quote the file's text.
+fn check_str(text: &str, origin: &str) -> Checked {
+    use crate::logic::printable::without_quotes;
+    use toml::de::{DeTable, DeValue};
+    let mut out = Checked {
+        config: None,
+        errors: Vec::new(),
+        positions: Default::default(),
+    };
+    let (doc, syntax) = DeTable::parse_recoverable(text);
+    if !syntax.is_empty() {
+        for e in syntax {
+            let o = e.span().map_or(0, |s| s.start);
+            out.errors.push((
+                o,
+                ConfigError::Parse {
+                    origin: at(origin, text, o),
+                    message: without_quotes(e.message()),
+                },
+            ));
+        }
+        return out;
+    }
+    let mut plain: toml::Table = match toml::from_str(text) {
+        Ok(t) => t,
+        Err(e) => {
+            let o = e.span().map_or(0, |s| s.start);
+            out.errors.push((
+                o,
+                ConfigError::Parse {
+                    origin: at(origin, text, o),
+                    message: without_quotes(e.message()),
+                },
+            ));
+            return out;
+        }
+    };
+    // Every field is plain data with a default: the schema serialises.
+    let schema = toml::Table::try_from(Config::default()).expect("the default config serialises");
+    let sections: Vec<&str> = schema.keys().map(String::as_str).collect();
+    for (k, v) in doc.get_ref().iter() {
+        let section = k.get_ref().as_ref();
+        let Some(toml::Value::Table(known)) = schema.get(section) else {
+            out.errors.push((
+                k.span().start,
+                ConfigError::Parse {
+                    origin: at(origin, text, k.span().start),
+                    message: format!(
+                        "unknown key `{}`: not a section of the config ({})",
+                        crate::logic::printable::printable(section),
+                        sections.join(", ")
+                    ),
+                },
+            ));
+            plain.remove(section);
+            continue;
+        };
+        let DeValue::Table(t) = v.get_ref() else {
+            out.errors.push((
+                v.span().start,
+                invalid(
+                    &at(origin, text, v.span().start),
+                    section,
+                    format!("must be a table ([{section}])"),
+                ),
+            ));
+            plain.remove(section);
+            continue;
+        };
+        for (k2, v2) in t.iter() {
+            let name = k2.get_ref().as_ref();
+            let full = format!("{section}.{name}");
+            let drop = if !known.contains_key(name) {
+                out.errors.push((
+                    k2.span().start,
+                    ConfigError::Parse {
+                        origin: at(origin, text, k2.span().start),
+                        message: format!(
+                            "unknown key `{section}.{}` (the keys of [{section}]: {})",
+                            crate::logic::printable::printable(name),
+                            known
+                                .keys()
+                                .map(String::as_str)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    },
+                ));
+                true
+            } else {
+                out.positions.insert(full.clone(), v2.span().start);
+                if let DeValue::Array(a) = v2.get_ref() {
+                    for (i, e) in a.iter().enumerate() {
+                        out.positions.insert(format!("{full}[{i}]"), e.span().start);
+                    }
+                }
+                // The key alone, so that one wrong type does not hide the next.
+                let value = plain
+                    .get(section)
+                    .and_then(|s| s.get(name))
+                    .cloned()
+                    .unwrap_or(toml::Value::Boolean(false));
+                let mut one = toml::Table::new();
+                one.insert(
+                    section.to_string(),
+                    toml::Value::Table(toml::Table::from_iter([(name.to_string(), value)])),
+                );
+                match one.try_into::<Config>() {
+                    Ok(_) => false,
+                    Err(e) => {
+                        out.errors.push((
+                            v2.span().start,
+                            invalid(
+                                &at(origin, text, v2.span().start),
+                                &full,
+                                without_quotes(e.message()),
+                            ),
+                        ));
+                        true
+                    }
+                }
+            };
+            if drop && let Some(toml::Value::Table(s)) = plain.get_mut(section) {
+                s.remove(name);
+            }
+        }
+    }
+    let cfg: Config = match plain.try_into() {
+        Ok(c) => c,
+        Err(e) => {
+            out.errors.push((
+                usize::MAX,
+                ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: without_quotes(e.message()),
+                },
+            ));
+            return out;
+        }
+    };
+    if let Err(e) = cfg.validate(origin) {
+        let list = match e {
+            ConfigError::Many { errors, .. } => errors,
+            e => vec![e],
+        };
+        for e in list {
+            out.errors.push(match e {
+                ConfigError::Invalid {
+                    origin: o,
+                    key,
+                    reason,
+                } => match out.positions.get(&key) {
+                    Some(&p) => (
+                        p,
+                        ConfigError::Invalid {
+                            origin: at(origin, text, p),
+                            key,
+                            reason,
+                        },
+                    ),
+                    None => (
+                        usize::MAX,
+                        ConfigError::Invalid {
+                            origin: o,
+                            key,
+                            reason,
+                        },
+                    ),
+                },
+                other => (usize::MAX, other),
+            });
+        }
+    }
+    out.config = Some(cfg);
+    out
 }
 
 /// Reads, parses and validates a config file, and the cost profile file it names (a
 /// built-in name needs no reading), so that a bad profile stops the start or the reload.
+/// Every problem is reported at once, the profile's too. A relative `cost_profile` is
+/// taken from the config file's directory (under systemd the working directory is `/`),
+/// and the config returned holds it resolved.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+    let text = crate::kernel::userfile::read_text(path, MAX_CONFIG_BYTES).map_err(|e| {
+        ConfigError::File {
+            path: path.to_path_buf(),
+            error: e,
+        }
     })?;
     let origin = path.display().to_string();
-    let cfg = load_str(&text, &origin)?;
-    if cfg.policy.cost_profile != crate::logic::cost_profile::LIVE
-        && let Err(e) = crate::logic::cost_profile::resolve(&cfg.policy.cost_profile)
-    {
-        return Err(invalid(&origin, "policy.cost_profile", e.to_string()));
+    let mut checked = check_str(&text, &origin);
+    if let Some(cfg) = checked.config.as_mut() {
+        cfg.policy.cost_profile = resolve_profile_path(&cfg.policy.cost_profile, path);
+        let spec = &cfg.policy.cost_profile;
+        let named_ok = !checked.errors.iter().any(
+            |(_, e)| matches!(e, ConfigError::Invalid { key, .. } if key == "policy.cost_profile"),
+        );
+        if named_ok
+            && spec != crate::logic::cost_profile::LIVE
+            && let Err(e) = crate::logic::cost_profile::resolve(spec)
+        {
+            let (p, o) = match checked.positions.get("policy.cost_profile") {
+                Some(&p) => (p, at(&origin, &text, p)),
+                None => (usize::MAX, origin.clone()),
+            };
+            checked
+                .errors
+                .push((p, invalid(&o, "policy.cost_profile", e.to_string())));
+        }
     }
-    Ok(cfg)
+    finish(checked.config, checked.errors, &origin)
+}
+
+/// A `cost_profile` path relative to the config file's directory; a built-in name or an
+/// absolute path as it is.
+pub fn resolve_profile_path(spec: &str, config_path: &Path) -> String {
+    let p = Path::new(spec);
+    if crate::logic::cost_profile::BUILTIN_NAMES.contains(&spec)
+        || !crate::logic::cost_profile::is_path(spec)
+        || p.is_absolute()
+    {
+        return spec.to_string();
+    }
+    match config_path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(p).display().to_string(),
+        _ => spec.to_string(),
+    }
 }
 
 /// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and

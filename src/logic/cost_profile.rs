@@ -49,8 +49,14 @@ pub fn is_path(spec: &str) -> bool {
     spec.contains('/') || spec.ends_with(".toml")
 }
 
+/// The largest profile file read: a measured profile is about 30 KiB.
+pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
 /// A built-in profile by name, or a profile file (a path, see [`is_path`]). Reading the
-/// file is the only I/O of this module.
+/// file is the only I/O of this module: a regular file only, at most [`MAX_PROFILE_BYTES`]
+/// (a FIFO would block the check and the reload, `/dev/zero` fill memory). An error names
+/// the path, line and column and never quotes the file: a file named by mistake (or on
+/// purpose, to read it through the daemon's log) may hold secrets.
 pub fn resolve(spec: &str) -> Result<CostProfile, ProfileError> {
     if let Some(p) = builtin(spec) {
         return Ok(p);
@@ -64,18 +70,31 @@ pub fn resolve(spec: &str) -> Result<CostProfile, ProfileError> {
             ),
         ));
     }
-    let text = std::fs::read_to_string(spec).map_err(|e| ProfileError::Read {
-        path: spec.into(),
-        message: e.to_string(),
+    let path = std::path::Path::new(spec);
+    let text = crate::kernel::userfile::read_text(path, MAX_PROFILE_BYTES).map_err(|e| {
+        ProfileError::Read {
+            path: path.to_path_buf(),
+            message: e.reason(),
+        }
     })?;
-    CostProfile::from_toml_str(&text).map_err(|e| match e {
-        ProfileError::Parse(m) => ProfileError::Parse(format!("{spec}: {m}")),
+    let p: CostProfile = toml::from_str(&text).map_err(|e| {
+        let (line, column) =
+            crate::logic::printable::line_col(&text, e.span().map_or(0, |s| s.start));
+        ProfileError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: crate::logic::printable::without_quotes(e.message()),
+        }
+    })?;
+    p.validate().map_err(|e| match e {
         ProfileError::Invalid { key, reason } => ProfileError::Invalid {
             key,
             reason: format!("{reason} (in {spec})"),
         },
         other => other,
-    })
+    })?;
+    Ok(p)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -470,6 +489,15 @@ pub enum ProfileError {
     },
     #[error("cost profile: {0}")]
     Parse(String),
+    /// A profile file that cannot be read as one: where, never what it holds.
+    #[error("cost profile {}:{line}:{column}: {message}", path.display())]
+    Syntax {
+        path: std::path::PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+
     #[error("cost profile: key `{key}`: {reason}")]
     Invalid { key: String, reason: String },
 }

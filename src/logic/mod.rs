@@ -7,6 +7,7 @@ pub mod cost_profile;
 pub mod decision;
 pub mod merge_cost;
 pub mod policy;
+pub mod printable;
 pub mod sampler;
 pub mod sense;
 pub mod slices;

@@ -28,6 +28,11 @@ pub const MAX_IN_FLIGHT_BIOS: usize = 1 << 18;
 /// The embedded default scenario (`mergetune simulate` with no file).
 pub const DEFAULT_SCENARIO: &str = include_str!("../../config/scenarios/default.toml");
 
+/// The largest scenario file read (the shipped ones are a few KiB).
+pub const MAX_SCENARIO_BYTES: u64 = 4 << 20;
+/// The largest trace a scenario replays (the simulator holds every bio of it).
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum ScenarioError {
     #[error("{origin}: {message}")]
@@ -317,11 +322,14 @@ impl Scenario {
             .expect("embedded default scenario is valid")
     }
 
-    /// Reads and validates a scenario file; traces are resolved next to it.
+    /// Reads and validates a scenario file (a regular file of at most
+    /// [`MAX_SCENARIO_BYTES`]); traces are resolved next to it.
     pub fn load_file(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::Read {
-            path: path.display().to_string(),
-            message: e.to_string(),
+        let text = crate::kernel::userfile::read_text(path, MAX_SCENARIO_BYTES).map_err(|e| {
+            ScenarioError::Read {
+                path: path.display().to_string(),
+                message: e.reason(),
+            }
         })?;
         let base = path.parent().map(Path::to_path_buf);
         Scenario::from_toml_str(&text, &path.display().to_string(), base.as_deref())
@@ -334,9 +342,17 @@ impl Scenario {
         origin: &str,
         base_dir: Option<&Path>,
     ) -> Result<Scenario, ScenarioError> {
-        let mut s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
-            origin: origin.to_string(),
-            message: e.to_string().trim_end().replace('\n', " "),
+        // Where, never what: a file named by mistake may hold secrets.
+        let mut s: Scenario = toml::from_str(text).map_err(|e| {
+            let (line, column) =
+                crate::logic::printable::line_col(text, e.span().map_or(0, |s| s.start));
+            ScenarioError::Parse {
+                origin: origin.to_string(),
+                message: format!(
+                    "line {line}, column {column}: {}",
+                    crate::logic::printable::without_quotes(e.message())
+                ),
+            }
         })?;
         if s.name.is_empty() {
             s.name = Path::new(origin)
@@ -353,12 +369,13 @@ impl Scenario {
                         _ => p.clone(),
                     };
                     let key = format!("phase[{pi}].job[{ji}].trace");
-                    let text =
-                        std::fs::read_to_string(&path).map_err(|e| ScenarioError::Invalid {
+                    let text = crate::kernel::userfile::read_text(&path, MAX_TRACE_BYTES).map_err(
+                        |e| ScenarioError::Invalid {
                             origin: origin.into(),
                             key: key.clone(),
-                            reason: format!("{}: {e}", path.display()),
-                        })?;
+                            reason: e.to_string(),
+                        },
+                    )?;
                     let gap_ns = (job.trace_plug_gap_us * 1000.0) as u64;
                     let bios = parse_trace(&text, gap_ns).map_err(|e| ScenarioError::Invalid {
                         origin: origin.into(),

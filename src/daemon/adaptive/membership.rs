@@ -123,7 +123,7 @@ impl Daemon {
                     )
                     .priced(worth);
                     if caps != dev.caps && dev.management.is_managed() {
-                        info!(device = %name, "{name}: scheduler now {}: merge ladder rungs {:?}", info.scheduler.as_deref().unwrap_or("-"), caps);
+                        info!(device = %name, "{name}: {}", caps_change(&dev.info, &dev.caps, &info, &caps));
                         // A lost rung (say front_merges after a scheduler switch) is
                         // simply no longer written; the level stays meaningful via nomerges.
                         // Its file went with the old scheduler: a hand-off of that tunable,
@@ -264,4 +264,42 @@ fn device_key(
             .map(|m| m.trim().to_string())
             .unwrap_or_default(),
     })
+}
+
+/// What changed in a device's ladder, in words: the scheduler only when it changed, the
+/// rungs only when they changed, the prices only when the cost profile gave new ones (a
+/// reload that changes only `cost_profile` changes only those).
+fn caps_change(old_info: &DeviceInfo, old: &Caps, info: &DeviceInfo, new: &Caps) -> String {
+    use crate::logic::decision::Level;
+    let mut parts = Vec::new();
+    if old_info.scheduler != info.scheduler {
+        parts.push(format!(
+            "scheduler {} -> {}",
+            old_info.scheduler.as_deref().unwrap_or("-"),
+            info.scheduler.as_deref().unwrap_or("-")
+        ));
+    }
+    let rungs = |c: &Caps| -> Vec<Level> { Level::ALL.into_iter().filter(|&l| c.has(l)).collect() };
+    if rungs(old) != rungs(new) {
+        let names: Vec<String> = rungs(new).iter().map(|l| l.to_string()).collect();
+        parts.push(format!("merge ladder rungs now {}", names.join(", ")));
+    }
+    if old.sense_at_l3 != new.sense_at_l3 {
+        parts.push(if new.sense_at_l3 {
+            "the bio tap now sees at L3".to_string()
+        } else {
+            "the bio tap no longer sees at L3".to_string()
+        });
+    }
+    if old.worth != new.worth {
+        let levels: Vec<Level> = rungs(new).into_iter().filter(|&l| l != Level::L0).collect();
+        parts.push(format!(
+            "what not merging saves, from the cost profile: {}",
+            new.worth.describe(levels)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("merge ladder unchanged".into());
+    }
+    parts.join("; ")
 }

@@ -14,6 +14,21 @@ use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
+/// The most sectors one bio or request can carry: the kernel counts its size in bytes in an
+/// `unsigned int` (`bi_iter.bi_size`, `__data_len`), so at most 4 GiB - 1.
+pub const MAX_EXTENT_SECTORS: u64 = (u32::MAX >> 9) as u64;
+/// The end of the largest block device Linux can address, in sectors: a device's size in
+/// bytes is a signed 64-bit `loff_t`.
+pub const MAX_DEVICE_SECTORS: u64 = (i64::MAX >> 9) as u64;
+
+/// Whether `count` sectors at `sector` can be one bio or request of a block device.
+pub fn possible_extent(sector: u64, count: u32) -> bool {
+    u64::from(count) <= MAX_EXTENT_SECTORS
+        && sector
+            .checked_add(u64::from(count))
+            .is_some_and(|end| end <= MAX_DEVICE_SECTORS)
+}
+
 /// The streaming reader: feed lines, then [`Analyzer::finish`].
 #[derive(Debug, Clone, Default)]
 pub struct Analyzer {
@@ -32,6 +47,9 @@ pub struct Analyzer {
     pub too_many_devices: u64,
     /// Events naming no device (plug, unplug).
     pub no_device: u64,
+    /// Events whose size or sector no block device can have, dropped (see
+    /// [`possible_extent`]).
+    pub impossible_extents: u64,
     pub merge_events_seen: bool,
     pub completion_events_seen: bool,
     summary_reached: bool,
@@ -70,6 +88,14 @@ impl Analyzer {
 
     pub fn feed_event(&mut self, ev: &BlockEvent) {
         self.events += 1;
+        if let Some((sector, count)) = ev.extent
+            && !possible_extent(sector, count)
+        {
+            // A corrupt or forged line: believed, 4294967295 sectors made "90 TB/s" and a
+            // confident recommendation.
+            self.impossible_extents += 1;
+            return;
+        }
         match ev.kind {
             EventKind::BackMerge | EventKind::FrontMerge => self.merge_events_seen = true,
             EventKind::Issue | EventKind::Complete => self.completion_events_seen = true,
@@ -146,6 +172,12 @@ impl Analyzer {
                 self.bad_lines
             ));
         }
+        if self.impossible_extents > 0 {
+            notes.push(format!(
+                "{} event(s) with a size or sector no block device can have (more than {MAX_EXTENT_SECTORS} sectors in one bio or request, or past sector {MAX_DEVICE_SECTORS}) were dropped",
+                self.impossible_extents
+            ));
+        }
         if self.other_events > 0 {
             notes.push(format!(
                 "{} event(s) of kinds not used here (getrq, insert, remap, unknown block_*) were counted and ignored",
@@ -210,7 +242,9 @@ pub fn analyze_file(
     filter: Option<DevNum>,
     cfg: &PolicyConfig,
 ) -> anyhow::Result<Analysis> {
-    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // A regular file only: a FIFO would block, /dev/zero never end.
+    let f = crate::kernel::userfile::open_regular(path)
+        .map_err(|e| anyhow::anyhow!("cannot open {e}"))?;
     let mut a = Analyzer::new(filter);
     a.read_from(std::io::BufReader::with_capacity(1 << 16, f))
         .with_context(|| format!("reading {}", path.display()))?;

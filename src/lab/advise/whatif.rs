@@ -19,7 +19,8 @@ pub fn read_bios(
     plug_gap_ns: u64,
     max_bios: usize,
 ) -> anyhow::Result<(Vec<TraceBio>, bool)> {
-    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let f = crate::kernel::userfile::open_regular(path)
+        .map_err(|e| anyhow::anyhow!("cannot open {e}"))?;
     let mut r = std::io::BufReader::with_capacity(1 << 16, f);
     let mut stream = BioStream::new(plug_gap_ns);
     let mut out = Vec::new();

@@ -1,0 +1,183 @@
+//! Reading a file a user named (a config, a cost profile, a scenario, a recording, a trace,
+//! the state file): a regular file only, and never more of it than a cap.
+//!
+//! A FIFO would block the reader for ever (and `restore` under the unit's ExecStopPost with
+//! it); `/dev/zero` would be read until memory runs out; a directory fails late with a
+//! confusing EISDIR. So the file is opened with `O_NONBLOCK` (opening a FIFO that has no
+//! writer blocks in `open` itself otherwise), checked with `fstat` on the open descriptor
+//! (a stat of the path before the open could be raced by a rename), and refused unless it
+//! is regular. The cap is checked against the size and enforced while reading too, since a
+//! file can grow between the `fstat` and the read. For a regular file `O_NONBLOCK` changes
+//! nothing, so the descriptor is handed on as it is.
+
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why a named file was not read; every variant names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum UserFileError {
+    #[error("{}: {message}", path.display())]
+    Open {
+        path: PathBuf,
+        kind: std::io::ErrorKind,
+        message: String,
+    },
+    #[error("{}: is {what}, not a regular file: refused (reading it could block or never end)", path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{}: larger than {max_bytes} bytes: refused", path.display())]
+    TooLarge { path: PathBuf, max_bytes: u64 },
+    #[error("{}: {message}", path.display())]
+    Read { path: PathBuf, message: String },
+    #[error("{}: not UTF-8 text (at byte {offset})", path.display())]
+    NotUtf8 { path: PathBuf, offset: usize },
+}
+
+impl UserFileError {
+    /// The message without the path, for an error type that names the path itself.
+    pub fn reason(&self) -> String {
+        let full = self.to_string();
+        let path = match self {
+            UserFileError::Open { path, .. }
+            | UserFileError::NotRegular { path, .. }
+            | UserFileError::TooLarge { path, .. }
+            | UserFileError::Read { path, .. }
+            | UserFileError::NotUtf8 { path, .. } => path.display().to_string(),
+        };
+        full.strip_prefix(&format!("{path}: "))
+            .map_or(full.clone(), str::to_string)
+    }
+
+    /// The file is not there (callers that take "absent" as "nothing yet" ask this).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, UserFileError::Open { kind, .. } if *kind == std::io::ErrorKind::NotFound)
+    }
+}
+
+impl From<UserFileError> for std::io::Error {
+    fn from(e: UserFileError) -> Self {
+        let kind = match &e {
+            UserFileError::Open { kind, .. } => *kind,
+            UserFileError::NotUtf8 { .. } => std::io::ErrorKind::InvalidData,
+            _ => std::io::ErrorKind::InvalidInput,
+        };
+        std::io::Error::new(kind, e.to_string())
+    }
+}
+
+fn what(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading if, and only if, it is a regular file (symlinks followed).
+pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| UserFileError::Open {
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
+    let meta = f.metadata().map_err(|e| UserFileError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(UserFileError::NotRegular {
+            path: path.to_path_buf(),
+            what: what(meta.file_type()),
+        });
+    }
+    Ok(f)
+}
+
+/// The whole of a regular file of at most `max_bytes` bytes.
+pub fn read_bytes(path: &Path, max_bytes: u64) -> Result<Vec<u8>, UserFileError> {
+    let f = open_regular(path)?;
+    let too_large = || UserFileError::TooLarge {
+        path: path.to_path_buf(),
+        max_bytes,
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > max_bytes {
+        return Err(too_large());
+    }
+    let mut buf = Vec::with_capacity(len as usize);
+    // One byte past the cap tells a file that grew after the fstat.
+    f.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| UserFileError::Read {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    if buf.len() as u64 > max_bytes {
+        return Err(too_large());
+    }
+    Ok(buf)
+}
+
+/// [`read_bytes`] as UTF-8 text.
+pub fn read_text(path: &Path, max_bytes: u64) -> Result<String, UserFileError> {
+    String::from_utf8(read_bytes(path, max_bytes)?).map_err(|e| UserFileError::NotUtf8 {
+        path: path.to_path_buf(),
+        offset: e.utf8_error().valid_up_to(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_file_under_the_cap_is_read_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, "abc").unwrap();
+        assert_eq!(read_text(&p, 3).unwrap(), "abc");
+        let e = read_text(&p, 2).unwrap_err();
+        assert!(matches!(e, UserFileError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_not_found_and_named() {
+        let e = read_text(Path::new("/nonexistent/x.toml"), 10).unwrap_err();
+        assert!(e.is_not_found());
+        assert!(e.to_string().starts_with("/nonexistent/x.toml: "), "{e}");
+    }
+
+    #[test]
+    fn special_files_are_refused_without_blocking_or_reading() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for (p, what) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a character device"),
+            (d.path(), "a directory"),
+        ] {
+            let e = read_bytes(p, 1 << 20).unwrap_err();
+            assert!(
+                matches!(e, UserFileError::NotRegular { what: w, .. } if w == what),
+                "{}: {e}",
+                p.display()
+            );
+        }
+    }
+}

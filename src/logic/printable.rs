@@ -1,0 +1,146 @@
+//! Text from outside made safe to print. Device names, scheduler names, scenario names,
+//! record fields and whole status documents come from files, recordings and network
+//! peers mergetune does not control; printed raw, an ESC or BEL in them drives the
+//! operator's terminal (retitles it, clears it, hides lines) and a newline forges a log
+//! line. Every print site passes such text through [`printable`]: control characters
+//! (C0, DEL, C1) and the bidirectional overrides become visible escapes, everything else
+//! is left as it is, so an ordinary name prints unchanged and without a copy.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// Bidirectional formatting characters: they reorder what a terminal shows.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
+/// `s` with every control character shown as an escape (`\x1b`, `\n`, `\u{9b}`).
+pub fn printable(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(needs_escape) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x100 && needs_escape(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Multi-line text (a log message, an error with one line per key): each line through
+/// [`printable`], the line breaks kept.
+pub fn printable_lines(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\n' && needs_escape(c)) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(s.split('\n').map(printable).collect::<Vec<_>>().join("\n"))
+}
+
+/// Line and column (1-based; the column counts characters) of byte `offset` of `text`:
+/// where an error in a file is, named without quoting the file.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut o = offset.min(text.len());
+    while !text.is_char_boundary(o) {
+        o -= 1;
+    }
+    let before = &text[..o];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// A parser's message about a file, without the file's text: what it quotes as found
+/// (anything in `"..."` or `` `...` `` before the word "expected") becomes `…`; the names
+/// it expects, which come from the schema, stay. A password hash that happens to parse as
+/// a TOML key must not reach stderr and the journal from a message about it.
+pub fn without_quotes(message: &str) -> String {
+    let cut = message.find("expected").unwrap_or(message.len());
+    let (found, expected) = message.split_at(cut);
+    let mut out = String::with_capacity(message.len());
+    let mut open: Option<char> = None;
+    for c in found.chars() {
+        match open {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                open = None;
+            }
+            Some(_) => {}
+            None if c == '"' || c == '`' => {
+                out.push(c);
+                open = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if let Some(q) = open {
+        out.push('…');
+        out.push(q);
+    }
+    out.push_str(expected);
+    printable(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ordinary_name_is_unchanged_and_not_copied() {
+        for s in ["sda", "nvme0n1p1", "dm-0", "mq-deadline", "été ✓", ""] {
+            assert!(matches!(printable(s), Cow::Borrowed(x) if x == s));
+        }
+    }
+
+    #[test]
+    fn terminal_escapes_are_shown_not_sent() {
+        let s = printable("\x1b]0;pwned\x07\x1b[2J\u{9b}1m\u{202e}x\ny\x7f");
+        assert_eq!(s, "\\x1b]0;pwned\\x07\\x1b[2J\\x9b1m\\u{202e}x\\ny\\x7f");
+        assert!(!s.chars().any(needs_escape));
+    }
+
+    #[test]
+    fn lines_keep_their_breaks_and_lose_their_escapes() {
+        assert_eq!(printable_lines("a\x1b[2J\nb"), "a\\x1b[2J\nb");
+        assert!(matches!(printable_lines("a\nb"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn positions_count_lines_and_characters() {
+        let t = "a = 1\nbé = x\n";
+        assert_eq!(line_col(t, 0), (1, 1));
+        assert_eq!(line_col(t, 6), (2, 1));
+        assert_eq!(line_col(t, t.find('x').unwrap()), (2, 6));
+        assert_eq!(line_col(t, 10_000), (3, 1));
+    }
+
+    #[test]
+    fn what_was_found_is_not_quoted_what_is_expected_is() {
+        assert_eq!(
+            without_quotes("unknown field `root:$6$salt`, expected one of `name`, `unit`"),
+            "unknown field `…`, expected one of `name`, `unit`"
+        );
+        assert_eq!(
+            without_quotes("invalid type: string \"hunter2\", expected u32"),
+            "invalid type: string \"…\", expected u32"
+        );
+        assert_eq!(
+            without_quotes("key with no value, expected `=`"),
+            "key with no value, expected `=`"
+        );
+    }
+}

@@ -1,0 +1,643 @@
+//! Hostile inputs of the second bad-input sweep (issue 23, items 4, 5, 6, 9, 11, 12, 13)
+//! and the operator's `check-config` (issue 22, item 8), each checked the way it was met:
+//! the built binary on a bad file, a rogue endpoint, a recording with forged names.
+
+use mergetune::logic::config::{self, ConfigError};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+}
+
+/// Runs the binary, killing it after `limit`: a run that had to be killed is a failure
+/// (it blocked), not a hang of the test suite.
+fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{cmd:?} still running after {limit:?} (blocked); stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+const SECRET: &str = "root:$6$saltsalt$hashhashhashhash:19000:0:99999:7:::\n";
+
+// ---------------------------------------------------------------------------------------
+// 23.4: a file that fails to parse is named by path, line and column, never quoted.
+
+#[test]
+fn a_profile_that_is_not_toml_is_placed_never_quoted() {
+    let d = tempfile::tempdir().unwrap();
+    let secret = d.path().join("shadow");
+    std::fs::write(&secret, SECRET).unwrap();
+    let cfg = d.path().join("m.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[policy]\ncost_profile = {:?}\n",
+            secret.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = bin().arg("check-config").arg(&cfg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:1:", secret.display())),
+        "path:line:column: {stderr}"
+    );
+    for part in ["hashhash", "saltsalt", "root:$6"] {
+        assert!(!stderr.contains(part), "quotes the file: {stderr}");
+    }
+    // A value of the wrong type is not echoed either.
+    std::fs::write(&secret, "name = \"hunter2\"\nreps = \"hunter2\"\n").unwrap();
+    let out = bin().arg("check-config").arg(&cfg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:", secret.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_config_or_scenario_that_is_not_toml_is_placed_never_quoted() {
+    let d = tempfile::tempdir().unwrap();
+    let secret = d.path().join("shadow");
+    std::fs::write(&secret, SECRET).unwrap();
+    for args in [vec!["check-config"], vec!["simulate"]] {
+        let out = bin().args(&args).arg(&secret).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        for part in ["hashhash", "saltsalt", "root:$6"] {
+            assert!(!stderr.contains(part), "{args:?} quotes the file: {stderr}");
+        }
+        assert!(
+            stderr.contains("1:") || stderr.contains("line 1"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.5: terminal escapes from outside never reach the terminal.
+
+const EVIL: &str = "\x1b]0;pwned\x07\x1b[2J";
+
+fn no_raw_escapes(what: &str, bytes: &[u8]) {
+    assert!(
+        !bytes.iter().any(|&b| b == 0x1b || b == 0x07),
+        "{what} holds raw ESC/BEL: {:?}",
+        String::from_utf8_lossy(bytes)
+    );
+}
+
+/// A recording of the default scenario whose device is renamed to `name`.
+fn recording_with_device_named(dir: &Path, name: &str) -> PathBuf {
+    use mergetune::daemon::adaptive::Daemon;
+    use mergetune::daemon::record::{Recorder, RecordingFs};
+    use mergetune::kernel::blockfs::BlockFs;
+    use mergetune::sim::{Scenario, Simulation};
+    let sc = Scenario::default_scenario();
+    let cfg = sc.daemon_config(&Default::default());
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut d = Daemon::simulated(cfg);
+    let path = dir.join("rec.jsonl");
+    let mut rec = Recorder::create(&path).unwrap();
+    let mut t = 0;
+    while t <= 60_000 {
+        sim.advance_to(t * 1_000_000);
+        let fs: &mut dyn BlockFs = &mut sim;
+        let mut rfs = RecordingFs::new(fs, t);
+        d.tick(t, &mut rfs);
+        rec.write(&rfs.finish()).unwrap();
+        t += d.next_tick_in_ms();
+    }
+    drop(rec);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("sda"), "the default scenario's device is sda");
+    let json_name = serde_json::to_string(name).unwrap();
+    let evil = text.replace("sda", json_name.trim_matches('"'));
+    std::fs::write(&path, evil).unwrap();
+    path
+}
+
+#[test]
+fn replay_of_a_recording_with_a_forged_device_name_prints_it_escaped() {
+    let d = tempfile::tempdir().unwrap();
+    let rec = recording_with_device_named(d.path(), &format!("sda{EVIL}"));
+    let out = bin().arg("replay").arg(&rec).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("decision(s)"), "{stdout}");
+    no_raw_escapes("replay's table", &out.stdout);
+    no_raw_escapes("replay's log", &out.stderr);
+    assert!(
+        stdout.contains("sda\\x1b]0;pwned\\x07"),
+        "the name is shown, escaped: {stdout}"
+    );
+}
+
+/// A one-shot HTTP endpoint serving `body` as a 200, on a free port.
+fn rogue_endpoint(body: Vec<u8>) -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    addr
+}
+
+#[test]
+fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
+    use mergetune::export::status::{DeviceStatus, StatusSnapshot};
+    use mergetune::kernel::devices::Management;
+    let mut dev = DeviceStatus::new(&format!("sda{EVIL}"), Management::Managed);
+    dev.scheduler = format!("mq-deadline{EVIL}");
+    dev.last_reason = format!("forged\n{EVIL}");
+    let doc = StatusSnapshot {
+        version: format!("9.9{EVIL}"),
+        devices: vec![dev],
+        ..Default::default()
+    };
+    let addr = rogue_endpoint(serde_json::to_vec(&doc).unwrap());
+    let out = run_bounded(
+        {
+            let mut c = bin();
+            c.args(["status", "--addr", &addr]);
+            c
+        },
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    no_raw_escapes("status's table", &out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sda\\x1b]0;pwned"), "{stdout}");
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "a newline forges no row: {stdout}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.6: special files are refused at once; nothing is read without a bound.
+
+#[test]
+fn a_fifo_state_file_does_not_block_restore() {
+    let d = tempfile::tempdir().unwrap();
+    mkfifo(&d.path().join("state.json"));
+    let mut c = bin();
+    c.arg("restore").arg("--state-dir").arg(d.path());
+    let out = run_bounded(c, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("state.json") && stderr.contains("FIFO"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn special_files_named_as_inputs_are_refused_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo");
+    mkfifo(&fifo);
+    let fifo_s = fifo.display().to_string();
+    let dir_s = d.path().display().to_string();
+    let cfg_with = |profile: &str| {
+        let p = d.path().join(format!("with-{}.toml", profile.len()));
+        std::fs::write(&p, format!("[policy]\ncost_profile = {profile:?}\n")).unwrap();
+        p.display().to_string()
+    };
+    let fifo_profile = cfg_with(&fifo_s);
+    let zero_profile = cfg_with("/dev/zero");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["check-config", "/dev/zero"],
+        vec!["check-config", &fifo_s],
+        vec!["check-config", &dir_s],
+        vec!["check-config", &fifo_profile],
+        vec!["check-config", &zero_profile],
+        vec!["simulate", "/dev/zero"],
+        vec!["simulate", &fifo_s],
+        vec!["replay", "/dev/zero"],
+        vec!["replay", &fifo_s],
+        vec!["advise", "/dev/zero"],
+        vec!["advise", &fifo_s],
+    ];
+    for args in cases {
+        let mut c = bin();
+        c.args(&args);
+        let out = run_bounded(c, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("not a regular file"),
+            "{args:?} names why: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_reload_does_not_block_on_a_fifo_profile() {
+    // The daemon's reload reads the new config with the same load_file.
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("profile.toml");
+    mkfifo(&fifo);
+    let cfg = d.path().join("m.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[policy]\ncost_profile = {:?}\n",
+            fifo.display().to_string()
+        ),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(config::load_file(&cfg).map_err(|e| e.to_string()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("load_file blocked on a FIFO profile");
+    let e = r.unwrap_err();
+    assert!(e.contains("profile.toml") && e.contains("FIFO"), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.9: advise drops bios no block device can have, and says how many.
+
+#[test]
+fn advise_drops_impossible_bios_and_says_how_many() {
+    let d = tempfile::tempdir().unwrap();
+    let mut body = String::new();
+    for i in 0..200u64 {
+        let t = 10.0 + i as f64 * 0.001;
+        let s = 1000 + i * 8;
+        body.push_str(&format!(
+            "  fio-1 [000] ..... {t:.6}: block_bio_queue: 7,0 R {s} + 8 [fio]\n"
+        ));
+    }
+    for (i, (sector, count)) in [
+        (5000u64, 4294967295u64),
+        (18446744073709551615, 8),
+        (9223372036854775807, 8),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        body.push_str(&format!(
+            "  fio-1 [000] ..... 10.3{i}: block_bio_queue: 7,0 R {sector} + {count} [fio]\n"
+        ));
+    }
+    let p = d.path().join("trace.txt");
+    std::fs::write(&p, &body).unwrap();
+    let a = mergetune::lab::advise::analyze_file(&p, None, &Default::default()).unwrap();
+    assert_eq!(a.devices.len(), 1);
+    assert_eq!(a.devices[0].bios, 200, "only the possible bios count");
+    assert!(
+        a.notes
+            .iter()
+            .any(|n| n.starts_with("3 event(s) with a size or sector no block device can have")),
+        "{:?}",
+        a.notes
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.11: a relative profile is the config's neighbour; a profile of another kernel is said.
+
+#[test]
+fn a_relative_cost_profile_is_found_next_to_the_config() {
+    let d = tempfile::tempdir().unwrap();
+    let sub = d.path().join("etc");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(
+        sub.join("mine.toml"),
+        mergetune::logic::cost_profile::LKML_2008,
+    )
+    .unwrap();
+    let cfg = sub.join("m.toml");
+    std::fs::write(&cfg, "[policy]\ncost_profile = \"mine.toml\"\n").unwrap();
+    // The test's working directory is the crate root: no mine.toml there.
+    assert!(!Path::new("mine.toml").exists());
+    let c = config::load_file(&cfg).unwrap();
+    assert_eq!(
+        Path::new(&c.policy.cost_profile),
+        sub.join("mine.toml"),
+        "held resolved, for the daemon and the reload"
+    );
+    // And from another working directory, through the binary (systemd runs it from /).
+    let out = bin()
+        .current_dir("/")
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn check_config_says_when_the_profile_is_of_another_kernel() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("m.toml");
+    std::fs::write(&cfg, "[policy]\ncost_profile = \"measured-6.18\"\n").unwrap();
+    let measured_on = mergetune::logic::cost_profile::builtin("measured-6.18")
+        .unwrap()
+        .kernel_release;
+    let r = mergetune::cli::check_config::check(&cfg, Some("9.9.9-other"));
+    assert!(r.ok, "{:?}", r.errors);
+    let w: Vec<&String> = r
+        .warnings
+        .iter()
+        .filter(|w| w.contains("policy.cost_profile"))
+        .collect();
+    assert_eq!(w.len(), 1, "{:?}", r.warnings);
+    assert!(
+        w[0].contains(&measured_on) && w[0].contains("9.9.9-other"),
+        "{}",
+        w[0]
+    );
+    let same = mergetune::cli::check_config::check(&cfg, Some(&measured_on));
+    assert!(
+        !same
+            .warnings
+            .iter()
+            .any(|w| w.contains("policy.cost_profile")),
+        "{:?}",
+        same.warnings
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.12: check-config refuses what would break the daemon.
+
+#[test]
+fn values_that_break_the_daemon_are_refused_naming_the_key() {
+    for (text, key) in [
+        ("[policy]\nmin_window_bios = 0\n", "policy.min_window_bios"),
+        (
+            "[daemon]\nstate_dir = \"/run/merge\\u0000tune\"\n",
+            "daemon.state_dir",
+        ),
+        (
+            "[policy]\ncost_profile = \"/etc/p\\u0000.toml\"\n",
+            "policy.cost_profile",
+        ),
+        (
+            "[policy]\nmin_dwell_secs = 9223372036854775807\n",
+            "policy.min_dwell_secs",
+        ),
+        (
+            "[policy]\nprobe_initial_backoff_secs = 18446744073709551\nprobe_max_backoff_secs = 18446744073709551\n",
+            "policy.probe_initial_backoff_secs",
+        ),
+        (
+            "[policy]\nprobe_windows = 4294967295\n",
+            "policy.probe_windows",
+        ),
+    ] {
+        let e = config::load_str(text, "c.toml").unwrap_err().to_string();
+        assert!(e.contains(key), "{text:?}: {e}");
+        assert!(e.contains("c.toml:"), "{text:?}: {e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.13: the status deadline is total.
+
+#[test]
+fn a_trickling_endpoint_cannot_hold_status_past_its_deadline() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            // One byte every 200 ms, for 20 s: every read succeeds within any per-read
+            // timeout, the whole answer never does.
+            for _ in 0..100 {
+                if s.write_all(b"H").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    });
+    let start = Instant::now();
+    let r = mergetune::export::status::http_get(&addr, "/status", Duration::from_secs(1));
+    let took = start.elapsed();
+    assert!(r.is_err());
+    assert!(took < Duration::from_secs(3), "held for {took:?}");
+    assert!(r.unwrap_err().to_string().contains("within"), "says why");
+}
+
+// ---------------------------------------------------------------------------------------
+// 22.8: check-config names every bad key, each with file:line:column.
+
+#[test]
+fn check_config_names_every_bad_key_with_its_place() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("m.toml");
+    let text = "\
+[daemon]
+interval_ms = 1
+bogus = 2
+[policy]
+enabeld = true
+window_ticks = \"two\"
+min_window_bios = 0
+cost_profile = \"missing.toml\"
+[nonsense]
+x = 1
+";
+    std::fs::write(&cfg, text).unwrap();
+    let e = config::load_file(&cfg).unwrap_err();
+    let ConfigError::Many { errors, .. } = &e else {
+        panic!("several errors expected: {e}");
+    };
+    let lines: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let p = cfg.display().to_string();
+    for want in [
+        format!("{p}:2:15: key `daemon.interval_ms`"),
+        format!("{p}:3:1: unknown key `daemon.bogus`"),
+        format!("{p}:5:1: unknown key `policy.enabeld`"),
+        format!("{p}:6:16: key `policy.window_ticks`: invalid type"),
+        format!("{p}:7:19: key `policy.min_window_bios`"),
+        format!("{p}:8:16: key `policy.cost_profile`: cost profile"),
+        format!("{p}:9:2: unknown key `nonsense`"),
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(&want)),
+            "missing {want:?} in:\n{}",
+            lines.join("\n")
+        );
+    }
+    assert_eq!(lines.len(), 7, "{}", lines.join("\n"));
+    // In the file's order, one line each, no flattened snippet.
+    let positions: Vec<usize> = lines
+        .iter()
+        .map(|l| l[p.len() + 1..].split(':').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] <= w[1]), "{positions:?}");
+    for l in &lines {
+        assert!(!l.contains('\n') && !l.contains(" | "), "{l}");
+    }
+    // The binary prints the same, and every one.
+    let out = bin().arg("check-config").arg(&cfg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 7, "{stderr}");
+}
+
+#[test]
+fn a_syntax_error_is_placed_without_a_snippet() {
+    let e = config::load_str("[policy]\nwindow_ticks = = 2\n", "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("c.toml:2:16: "), "{e}");
+    assert!(!e.contains('|') && !e.contains('^'), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 23.13: a reload that changes only the cost profile says so in words.
+
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+#[test]
+fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
+    use mergetune::daemon::adaptive::Daemon;
+    use mergetune::sim::{Scenario, Simulation};
+    let sc = Scenario::default_scenario();
+    let mut cfg = sc.daemon_config(&Default::default());
+    cfg.policy.cost_profile = "measured-6.18".into();
+    let mut sim = Simulation::new(&sc).unwrap();
+    let mut d = Daemon::simulated(cfg.clone());
+    let logs = Logs::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(sub, || {
+        let mut t = 0;
+        while t <= 3000 {
+            sim.advance_to(t * 1_000_000);
+            d.tick(t, &mut sim);
+            t += 1000;
+        }
+        logs.0.lock().unwrap().clear();
+        let mut new = cfg.clone();
+        new.policy.cost_profile = "lkml-2008".into();
+        d.reload(new);
+        while t <= 6000 {
+            sim.advance_to(t * 1_000_000);
+            d.tick(t, &mut sim);
+            t += 1000;
+        }
+    });
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("sda:") && l.contains("cost profile"))
+        .unwrap_or_else(|| panic!("no word of the new prices:\n{text}"));
+    assert!(
+        !text.contains("Caps {") && !text.contains("Worth {"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("scheduler now"),
+        "the scheduler did not change:\n{text}"
+    );
+    assert!(line.contains("L2") && line.contains('%'), "{line}");
+}
+
+#[test]
+fn simulate_prints_forged_scenario_and_device_names_escaped() {
+    let d = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/scenarios/default.toml"),
+    )
+    .unwrap();
+    // TOML carries the escapes; the parsed names hold raw ESC and BEL.
+    let evil = base
+        .replace(
+            "name = \"default\"",
+            "name = \"default\\u001b]0;pwned\\u0007\"",
+        )
+        .replace("\"sda\"", "\"sda\\u001b[2J\"");
+    assert_ne!(evil, base);
+    let p = d.path().join("evil.toml");
+    std::fs::write(&p, evil).unwrap();
+    let out = bin().arg("simulate").arg(&p).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() {
+        no_raw_escapes("simulate's report", &out.stdout);
+        no_raw_escapes("simulate's log", &out.stderr);
+        assert!(stdout.contains("default\\x1b]0;pwned"), "{stdout}");
+    } else {
+        // Refusing such names is as good, if it says why without echoing them raw.
+        no_raw_escapes("simulate's error", &out.stderr);
+    }
+}
