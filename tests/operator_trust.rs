@@ -269,3 +269,36 @@ fn status_json_without_a_daemon_still_prints_a_document() {
         .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&o.stdout)));
     assert_eq!(v["running"], false);
 }
+
+#[test]
+fn a_typo_is_not_pointed_at_the_long_root_only_calibrate() {
+    let o = bin().arg("frobnicate").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unrecognized subcommand 'frobnicate'"),
+        "{err}"
+    );
+    assert!(!err.contains("calibrate"), "{err}");
+    // Other suggestions stay: they are cheap to follow.
+    let o = bin().arg("statu").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("'status'"), "{err}");
+}
+
+#[test]
+fn one_window_is_said_in_the_singular_in_reasons() {
+    // probe_windows = 1 by default: "for 1 windows" was printed.
+    let o = bin()
+        .args(["--log-format", "text", "simulate"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!all.contains(" 1 windows"), "{all}");
+    assert!(!all.contains(" 1 busy windows"), "{all}");
+}

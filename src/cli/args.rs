@@ -94,3 +94,37 @@ pub enum What {
         dir: PathBuf,
     },
 }
+
+/// Subcommands never offered as "a similar subcommand exists" for a typo: `calibrate` needs
+/// root and runs for about 25 minutes on a scratch loop device, not what a mistyped word
+/// should lead to.
+const NOT_SUGGESTED: &[&str] = &["calibrate"];
+
+/// [`Cli::parse`], without suggesting a [`NOT_SUGGESTED`] subcommand for an unknown one.
+pub fn parse() -> Cli {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::{CommandFactory, Parser};
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let suggests_unwanted = e.kind() == ErrorKind::InvalidSubcommand
+                && matches!(
+                    e.get(ContextKind::SuggestedSubcommand),
+                    Some(ContextValue::Strings(s)) if s.iter().any(|s| NOT_SUGGESTED.contains(&s.as_str()))
+                );
+            if !suggests_unwanted {
+                e.exit();
+            }
+            let mut cmd = Cli::command();
+            let mut plain = clap::Error::new(ErrorKind::InvalidSubcommand).with_cmd(&cmd);
+            if let Some(v) = e.get(ContextKind::InvalidSubcommand) {
+                plain.insert(ContextKind::InvalidSubcommand, v.clone());
+            }
+            plain.insert(
+                ContextKind::Usage,
+                ContextValue::StyledStr(cmd.render_usage()),
+            );
+            plain.exit()
+        }
+    }
+}
