@@ -20,7 +20,7 @@ pub mod simulate;
 pub mod status;
 pub mod trace;
 
-use crate::cli::args::{Cli, Command};
+use crate::cli::args::Command;
 use crate::cli::common::EXIT_ERROR;
 use crate::export::logging::{LogFormat, LogTarget};
 
