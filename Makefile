@@ -67,7 +67,7 @@ install:
 	@# Man pages and completions come from the binary's own clap definition, so they match
 	@# its --help; generated into a scratch dir, then installed like the rest.
 	@gen="$$(mktemp -d)" && trap 'rm -rf "$$gen"' EXIT && \
-	    "$(BIN)" generate man "$$gen/man" >/dev/null && \
+	    "$(BIN)" generate man --doc-dir "$(DOCDIR)" "$$gen/man" >/dev/null && \
 	    "$(BIN)" generate completions "$$gen/comp" >/dev/null && \
 	    install -d -m 0755 "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(BASHCOMPDIR)" \
 	        "$(DESTDIR)$(ZSHCOMPDIR)" "$(DESTDIR)$(FISHCOMPDIR)" && \

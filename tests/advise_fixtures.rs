@@ -89,7 +89,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
     )
     .unwrap();
     assert_eq!((bios.len(), truncated), (2048, false));
-    let w = mergetune::lab::advise::what_if("7,0", bios, false, d).unwrap();
+    let w = mergetune::lab::advise::what_if("7,0", bios, false, d, "measured-6.18").unwrap();
     let row = |l: &str| w.rows.iter().find(|r| r.label == l).unwrap();
     // Priced in the profile measured on this kernel (the simulator's default), L2's
     // lookups save nothing measurable, so L2 is no cheaper than L0 (it loses a few
@@ -117,7 +117,10 @@ fn cli_text_json_and_what_if() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["analysis"]["devices"][0]["recommended_level"], 3);
+    // The command recommends what the default daemon would do (no measurable saving under
+    // the default profile: L0), and keeps what the trace alone supports beside it.
+    assert_eq!(v["analysis"]["devices"][0]["recommended_level"], 0);
+    assert_eq!(v["daemon"][0]["trace_level"], 3);
     assert_eq!(v["what_if"][0]["rows"].as_array().unwrap().len(), 6);
     let out = bin()
         .args(["advise", "--device", "loop0"])

@@ -78,10 +78,28 @@ impl BlockFs for Starving {
     }
 }
 
+/// The slice tuner is opt-in (`[slices] enabled = false` by default): these tests turn it on.
+fn slices_on() -> Config {
+    let mut cfg = Config::default();
+    cfg.slices.enabled = true;
+    cfg
+}
+
+#[test]
+fn starving_reads_are_left_alone_by_default() {
+    let mut fs = Starving::new();
+    let mut d = Daemon::simulated(Config::default());
+    for t in 0..30u64 {
+        d.tick(t * 1000, &mut fs);
+    }
+    assert_eq!(fs.steps, 0, "the default config writes no slice tunable");
+    assert_eq!(fs.attrs["queue/iosched/writes_starved"], "2");
+}
+
 #[test]
 fn starving_reads_move_writes_starved_and_exit_restores_it() {
     let mut fs = Starving::new();
-    let mut d = Daemon::simulated(Config::default());
+    let mut d = Daemon::simulated(slices_on());
     let mut decisions = Vec::new();
     for t in 0..10u64 {
         decisions.extend(d.tick(t * 1000, &mut fs));
@@ -101,7 +119,7 @@ fn starving_reads_move_writes_starved_and_exit_restores_it() {
 #[test]
 fn someone_elses_slice_value_stops_slice_tuning() {
     let mut fs = Starving::new();
-    let mut d = Daemon::simulated(Config::default());
+    let mut d = Daemon::simulated(slices_on());
     for t in 0..8u64 {
         d.tick(t * 1000, &mut fs);
     }
@@ -128,7 +146,7 @@ fn an_operator_set_value_is_never_touched() {
         .insert("queue/iosched/writes_starved".into(), "4".into());
     fs.attrs
         .insert("queue/iosched/read_expire".into(), "250".into());
-    let mut d = Daemon::simulated(Config::default());
+    let mut d = Daemon::simulated(slices_on());
     for t in 0..30u64 {
         d.tick(t * 1000, &mut fs);
     }

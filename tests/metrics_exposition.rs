@@ -924,3 +924,62 @@ fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
         "the watch tick's lag is kept"
     );
 }
+
+#[test]
+fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
+    let m = fixed_state();
+    // A format nobody asked for is not encoded by a refresh: a daemon without scrapers pays
+    // nothing for its exposition.
+    let unscraped = m.encodings();
+    m.update_from(
+        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &[],
+        timing(7000),
+    );
+    assert_eq!(m.encodings(), unscraped, "no format asked for yet");
+    // The first request for a format encodes it once.
+    let first = m.render(false);
+    assert_eq!(m.encodings(), unscraped + 1);
+    // From then on the refresh encodes, before any scrape, and the scrapes until the next
+    // refresh copy that body: the endpoint's thread never encodes.
+    m.update_from(
+        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &[],
+        timing(8000),
+    );
+    assert_eq!(
+        m.encodings(),
+        unscraped + 2,
+        "encoded by the refresh itself"
+    );
+    let bodies: Vec<_> = (0..100).map(|_| m.render(false)).collect();
+    assert_eq!(m.encodings(), unscraped + 2, "100 scrapes, no encoding");
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]));
+    assert_ne!(bodies[0], first, "the refresh's body shows the new tick");
+    // Both formats come from one encoding of the registry.
+    let _ = m.render(true);
+    let reloads = |body: &str| -> u64 {
+        let key = "mergetune_config_reloads_total{result=\"success\"} ";
+        let at = body.find(key).unwrap_or_else(|| panic!("{body}"));
+        body[at + key.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = reloads(std::str::from_utf8(&m.render(false)).unwrap());
+    m.config_reload(true);
+    let after_reload = m.encodings();
+    assert_eq!(after_reload, unscraped + 4, "one first request, one reload");
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let om = String::from_utf8(m.render(true).to_vec()).unwrap();
+    assert_eq!(m.encodings(), after_reload);
+    for body in [&text, &om] {
+        assert_eq!(
+            reloads(body),
+            before + 1,
+            "the reload shows in both formats"
+        );
+    }
+}

@@ -90,6 +90,58 @@ fn promtool_unit_tests_of_every_alert_and_rule_pass() {
     }
 }
 
+#[test]
+fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
+    // `runbook_url` is the annotation Alertmanager templates and the mixins use; a section
+    // that docs/fleet.md does not have is a dead link.
+    let alerts = std::fs::read_to_string(mixin().join("prometheus_alerts.yaml")).unwrap();
+    let fleet =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
+            .unwrap();
+    let names: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert:"))
+        .map(str::trim)
+        .collect();
+    let urls: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+        .map(|v| v.trim().trim_matches('"'))
+        .collect();
+    assert!(!names.is_empty());
+    assert_eq!(urls.len(), names.len(), "one runbook_url per alert");
+    assert!(
+        !alerts.lines().any(|l| l.trim().starts_with("runbook:")),
+        "`runbook:` is not the usual annotation"
+    );
+    for (name, url) in names.iter().zip(&urls) {
+        assert_eq!(
+            *url,
+            format!("docs/fleet.md#{}", name.to_lowercase()),
+            "{name}"
+        );
+        assert!(
+            fleet.contains(&format!("\n### {name}\n")),
+            "{name}: no section"
+        );
+    }
+}
+
+#[test]
+fn a_decision_that_writes_nothing_is_not_a_change_in_the_flapping_tests() {
+    // The case of issue 22: a not_worth_it a minute (bursty_spikes gives one about every
+    // minute) must not count as a change; promtool runs it in the test above.
+    let alert_tests = std::fs::read_to_string(mixin().join("tests/alerts_test.yaml")).unwrap();
+    let flapping = alert_tests
+        .split("- name: ")
+        .find(|t| t.starts_with("device flapping"))
+        .expect("a device flapping test group");
+    assert!(
+        flapping.contains(r#"kind="not_worth_it",attr="none""#) && flapping.contains("0+1x"),
+        "{flapping}"
+    );
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

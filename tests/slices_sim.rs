@@ -36,10 +36,13 @@ fn starving_reads_on_an_hdd_get_a_step_that_pays_and_it_is_undone_after() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("config/scenarios/slices_hdd_readers_writer.toml");
     let sc = Scenario::load_file(&path).unwrap();
-    let mut off = Config::default();
-    off.slices.enabled = false;
-    let without = run(&sc, off);
-    let with = run(&sc, Config::default());
+    // The slice tuner is opt-in: off by default, turned on here.
+    let off = Config::default();
+    assert!(!off.slices.enabled, "off by default");
+    let without = run(&sc, off.clone());
+    let mut on = off;
+    on.slices.enabled = true;
+    let with = run(&sc, on);
 
     let slice_decisions = slice_decisions(&with);
     let kinds: Vec<(&str, &str, &str)> = slice_decisions
@@ -106,7 +109,9 @@ fn starving_reads_on_an_hdd_get_a_step_that_pays_and_it_is_undone_after() {
 fn a_fast_mixed_load_on_an_ssd_is_left_alone() {
     for name in ["mix_noise", "oltp_steady"] {
         let sc = suite_scenario(name, 0.1).unwrap();
-        let r = run(&sc, Config::default());
+        let mut cfg = Config::default();
+        cfg.slices.enabled = true;
+        let r = run(&sc, cfg);
         let slices = slice_decisions(&r);
         assert!(slices.is_empty(), "{name}: {slices:#?}");
     }

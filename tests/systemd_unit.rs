@@ -263,3 +263,108 @@ fn daemon_notifies_ready_watchdog_status_and_stopping() {
     );
     assert!(got.iter().any(|m| m.starts_with("STOPPING=1")), "{got:?}");
 }
+
+/// The drop-in docs/fleet.md gives for recording (`record.conf`): the first ```ini block
+/// after that name, its lines with the list indentation taken off.
+fn fleet_record_drop_in() -> String {
+    let fleet =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
+            .unwrap();
+    let at = fleet
+        .find("mergetune.service.d/record.conf")
+        .expect("docs/fleet.md names the record drop-in");
+    let rest = &fleet[at..];
+    let start = rest.find("```ini\n").expect("an ini block after it") + "```ini\n".len();
+    let end = rest[start..].find("```").unwrap() + start;
+    rest[start..end]
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// Directories the unit lets the service write under ProtectSystem=strict.
+fn writable_dirs(d: &[(String, String)]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (key, base) in [
+        ("StateDirectory", "/var/lib"),
+        ("RuntimeDirectory", "/run"),
+        ("CacheDirectory", "/var/cache"),
+        ("LogsDirectory", "/var/log"),
+    ] {
+        for v in value(d, key) {
+            out.extend(v.split_whitespace().map(|n| Path::new(base).join(n)));
+        }
+    }
+    for v in value(d, "ReadWritePaths") {
+        out.extend(
+            v.split_whitespace()
+                .map(|p| PathBuf::from(p.trim_start_matches('-'))),
+        );
+    }
+    out
+}
+
+#[test]
+fn the_documented_record_drop_in_writes_where_the_unit_allows() {
+    let drop_in = fleet_record_drop_in();
+    let d = directives(&drop_in);
+    let exec = value(&d, "ExecStart");
+    assert_eq!(
+        exec.first(),
+        Some(&""),
+        "ExecStart= is reset first: {drop_in}"
+    );
+    let cmd = exec.last().unwrap();
+    let args: Vec<&str> = cmd.split_whitespace().collect();
+    assert!(args.contains(&"--dry-run"), "stage 2 is a dry run: {cmd}");
+    let record = args
+        .iter()
+        .position(|a| *a == "--record")
+        .map(|i| PathBuf::from(args[i + 1]))
+        .unwrap_or_else(|| panic!("no --record in {cmd}"));
+    // The same command as the unit's, plus the flags (the binary and the config).
+    let unit = directives(&unit_text());
+    let unit_exec = value(&unit, "ExecStart")[0];
+    for a in unit_exec.split_whitespace() {
+        assert!(
+            args.contains(&a),
+            "{a} of the unit's ExecStart missing: {cmd}"
+        );
+    }
+    // Under ProtectSystem=strict the recording must go into a directory the unit makes
+    // writable; /run does not survive a reboot, so a recording belongs in the state dir.
+    assert_eq!(value(&unit, "ProtectSystem"), ["strict"]);
+    let dirs = writable_dirs(&unit);
+    assert!(
+        dirs.iter()
+            .any(|w| record.starts_with(w) && !w.starts_with("/run") && !w.starts_with("/sys")),
+        "{} is not writable under the unit (writable: {dirs:?})",
+        record.display()
+    );
+}
+
+#[test]
+fn systemd_analyze_verify_passes_with_the_record_drop_in() {
+    let Some(sa) = systemd_analyze() else {
+        eprintln!("SKIP: systemd-analyze not installed (apt-get install systemd)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_under_test(dir.path());
+    let conf_d = dir.path().join("mergetune.service.d");
+    std::fs::create_dir(&conf_d).unwrap();
+    std::fs::write(
+        conf_d.join("record.conf"),
+        fleet_record_drop_in().replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune")),
+    )
+    .unwrap();
+    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("mergetune.service"),
+        "systemd-analyze verify with the drop-in: {}\n{stderr}",
+        out.status
+    );
+}

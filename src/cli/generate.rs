@@ -4,7 +4,10 @@
 //!
 //! - `man DIR`: `mergetune.1` and one `mergetune-COMMAND.1` per visible subcommand, each
 //!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know.
-//! - `completions DIR`: `mergetune.bash`, `_mergetune` (zsh) and `mergetune.fish`.
+//!   FILES and SEE ALSO name the docs where `make install` put them (`--doc-dir`, its DOCDIR).
+//! - `completions DIR`: `mergetune.bash`, `_mergetune` (zsh) and `mergetune.fish`, of the
+//!   visible command line only: clap_complete offers hidden subcommands and flags, so they
+//!   are taken out of the definition first.
 
 use crate::cli::args::{Cli, GenerateArgs, What};
 use crate::cli::common::{EXIT_OK, EXIT_STATUS_HELP};
@@ -12,24 +15,33 @@ use anyhow::Context as _;
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
-/// Writes the man pages into `dir`; returns the files written.
-pub fn man_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// `make install`'s DOCDIR with its default PREFIX (/usr/local); the package passes /usr's.
+pub const DEFAULT_DOC_DIR: &str = "/usr/local/share/doc/mergetune";
+
+/// Writes the man pages into `dir`, naming the docs under `doc_dir`; returns the files
+/// written.
+pub fn man_pages(dir: &Path, doc_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut cmd = Cli::command();
     cmd.build();
     let version = cmd.get_version().unwrap_or_default().to_string();
-    let mut out = vec![write_page(dir, "mergetune", cmd.clone())?];
+    let mut out = vec![write_page(dir, doc_dir, "mergetune", cmd.clone())?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         // `mergetune-COMMAND` is how man(1) finds a subcommand's page.
         let name = format!("mergetune-{}", sub.get_name());
         let sub = sub.clone().name(name.clone()).version(version.clone());
-        out.push(write_page(dir, &name, sub)?);
+        out.push(write_page(dir, doc_dir, &name, sub)?);
     }
     Ok(out)
 }
 
 /// The sections clap knows, then EXIT STATUS, FILES and SEE ALSO, which it does not.
-fn write_page(dir: &Path, name: &str, cmd: clap::Command) -> anyhow::Result<PathBuf> {
+fn write_page(
+    dir: &Path,
+    doc_dir: &Path,
+    name: &str,
+    cmd: clap::Command,
+) -> anyhow::Result<PathBuf> {
     let path = dir.join(format!("{name}.1"));
     let man = clap_mangen::Man::new(cmd.clone())
         .section("1")
@@ -46,7 +58,7 @@ fn write_page(dir: &Path, name: &str, cmd: clap::Command) -> anyhow::Result<Path
         if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
             man.render_subcommands_section(buf)?;
         }
-        buf.extend_from_slice(extra_sections(name).as_bytes());
+        buf.extend_from_slice(extra_sections(name, doc_dir).as_bytes());
         man.render_version_section(buf)
     };
     render(&mut buf).with_context(|| format!("rendering {name}.1"))?;
@@ -55,7 +67,8 @@ fn write_page(dir: &Path, name: &str, cmd: clap::Command) -> anyhow::Result<Path
 }
 
 /// EXIT STATUS from [`EXIT_STATUS_HELP`] (the same lines as `--help`), FILES, SEE ALSO.
-fn extra_sections(name: &str) -> String {
+fn extra_sections(name: &str, doc_dir: &Path) -> String {
+    let docs = roff_escape(&doc_dir.display().to_string());
     let mut s = String::from(".SH \"EXIT STATUS\"\n");
     for line in EXIT_STATUS_HELP.lines().skip(1) {
         let (code, what) = line
@@ -64,13 +77,13 @@ fn extra_sections(name: &str) -> String {
             .unwrap_or(("", line));
         s.push_str(&format!(".TP\n.B {code}\n{}\n", roff_escape(what.trim())));
     }
-    s.push_str(
+    s.push_str(&format!(
         ".SH FILES\n.TP\n.I /etc/mergetune/mergetune.toml\n\
          The configuration; every key is documented in the example config installed with the docs\n\
-         .RI ( /usr/share/doc/mergetune/mergetune.toml.example ).\n\
+         .RI ( {docs}/mergetune.toml.example ).\n\
          .TP\n.I /run/mergetune/state.json\n\
-         The original values of every tunable mergetune changed, kept until they are restored.\n",
-    );
+         The original values of every tunable mergetune changed, kept until they are restored.\n"
+    ));
     s.push_str(".SH \"SEE ALSO\"\n");
     let mut see = vec!["systemctl(1)", "journalctl(1)"];
     if name != "mergetune" {
@@ -85,7 +98,7 @@ fn extra_sections(name: &str) -> String {
             .collect::<Vec<_>>()
             .join(",\n"),
     );
-    s.push_str(",\n.I /usr/share/doc/mergetune/operator.md\n");
+    s.push_str(&format!(",\n.I {docs}/operator.md\n"));
     s
 }
 
@@ -103,7 +116,7 @@ fn roff_escape(t: &str) -> String {
 pub fn completions(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     use clap_complete::Shell;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut cmd = Cli::command();
+    let mut cmd = visible(&Cli::command());
     let mut out = Vec::new();
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         let p = clap_complete::generate_to(shell, &mut cmd, "mergetune", dir)
@@ -113,9 +126,40 @@ pub fn completions(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// `cmd` without its hidden subcommands and arguments (the test roots, `generate`), for the
+/// completions: what an operator is offered is what `--help` shows.
+fn visible(cmd: &clap::Command) -> clap::Command {
+    let hidden_args: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.is_hide_set())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(visible)
+        .collect();
+    // clap has no way to remove from a Command: rebuild it from its visible parts.
+    let mut fresh = clap::Command::new(cmd.get_name().to_string())
+        .subcommand_required(cmd.is_subcommand_required_set())
+        .args(
+            cmd.get_arguments()
+                .filter(|a| !hidden_args.contains(&a.get_id().to_string()))
+                .cloned(),
+        )
+        .subcommands(subs);
+    if let Some(about) = cmd.get_about() {
+        fresh = fresh.about(about.clone());
+    }
+    if let Some(v) = cmd.get_version() {
+        fresh = fresh.version(v.to_string());
+    }
+    fresh
+}
+
 pub fn run(args: GenerateArgs) -> anyhow::Result<i32> {
     let files = match &args.what {
-        What::Man { dir } => man_pages(dir)?,
+        What::Man { dir, doc_dir } => man_pages(dir, doc_dir)?,
         What::Completions { dir } => completions(dir)?,
     };
     for f in files {

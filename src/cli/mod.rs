@@ -20,14 +20,13 @@ pub mod simulate;
 pub mod status;
 pub mod trace;
 
-use crate::cli::args::{Cli, Command};
+use crate::cli::args::Command;
 use crate::cli::common::EXIT_ERROR;
 use crate::export::logging::{LogFormat, LogTarget};
 
 /// Parses the command line, sets up logging, runs the subcommand: the process exit code.
 pub fn main() -> i32 {
-    use clap::Parser;
-    let cli = Cli::parse();
+    let cli = crate::cli::args::parse();
     let target = crate::export::logging::init(cli.verbose, cli.quiet, cli.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,

@@ -98,10 +98,10 @@ impl Once {
         if self.progress && !done {
             let _ = write!(
                 std::io::stderr(),
-                "\rsampling {} of {} ({} windows of {}: one decision's worth)",
+                "\rsampling {} of {} ({} of {}: one decision's worth)",
                 secs(sampled),
                 secs(self.span_ms),
-                self.windows,
+                crate::logic::decision::count(self.windows.into(), "window"),
                 secs(self.window_ms)
             );
             let _ = std::io::stderr().flush();
@@ -151,9 +151,9 @@ impl Once {
     fn summary(&self, devices: &[crate::export::status::DeviceStatus]) -> String {
         let managed = devices.iter().filter(|d| d.management.is_managed()).count();
         let looked = format!(
-            "sampled {} ({} windows of {})",
+            "sampled {} ({} of {})",
             secs(self.sampled_ms()),
-            self.windows,
+            crate::logic::decision::count(self.windows.into(), "window"),
             secs(self.window_ms)
         );
         let n = self.decisions.len();

@@ -40,14 +40,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
     let decisions = match &args.plot {
         Some(p) => {
             let mut sampling = crate::lab::plot::Sampling::new(&mut daemon);
-            let d = crate::daemon::record::replay(ticks, &mut sampling);
+            let d = crate::daemon::record::replay(ticks, &mut Marked(&mut sampling));
             let mut series = sampling.finish();
             series.title = format!("replay of {}", args.file.display());
             crate::lab::plot::plot_series(&series, p)?;
             d
         }
-        None => crate::daemon::record::replay(ticks, &mut daemon),
+        None => crate::daemon::record::replay(ticks, &mut Marked(&mut daemon)),
     };
+    crate::export::logging::set_replay_time_ms(None);
     let status = crate::export::status::StatusSnapshot::of(
         &daemon.snapshot(),
         TickTiming {
@@ -89,4 +90,36 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
         print!("{}", crate::export::table::render(&status.devices));
     }
     Ok(EXIT_OK)
+}
+
+/// A controller whose log lines carry the recording's time (`[replay 12.5s]`), not the
+/// wall clock: a replayed decision is not a change to this machine's disks now.
+struct Marked<'a>(&'a mut dyn crate::daemon::controller::Controller);
+
+impl crate::daemon::controller::Controller for Marked<'_> {
+    fn interval_ms(&self) -> u64 {
+        self.0.interval_ms()
+    }
+    fn next_tick_in_ms(&self) -> u64 {
+        self.0.next_tick_in_ms()
+    }
+    fn tick(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn crate::kernel::blockfs::BlockFs,
+    ) -> Vec<crate::daemon::controller::Decision> {
+        crate::export::logging::set_replay_time_ms(Some(now_ms));
+        self.0.tick(now_ms, fs)
+    }
+    fn restore(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn crate::kernel::blockfs::BlockFs,
+    ) -> Vec<crate::daemon::controller::Decision> {
+        crate::export::logging::set_replay_time_ms(Some(now_ms));
+        self.0.restore(now_ms, fs)
+    }
+    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
+        self.0.snapshot()
+    }
 }

@@ -121,6 +121,7 @@ fn configure(args: &RunArgs) -> Result<(Config, Option<PathBuf>)> {
             cfg.summary()
         ),
     }
+    info!("{}", cfg.tuners());
     for w in cfg.warnings() {
         warn!("{w}");
     }

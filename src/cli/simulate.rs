@@ -38,7 +38,7 @@ pub struct SimulateArgs {
     pub json: bool,
     /// Controller: adaptive (the daemon's policy), off (kernel default) or static:N
     /// (nomerges pinned to N).
-    #[arg(long, default_value = "adaptive", value_parser = parse_policy)]
+    #[arg(long, default_value = "adaptive", value_parser = parse_policy, value_hint = clap::ValueHint::Other)]
     pub policy: Policy,
     /// Daemon configuration for the adaptive policy (default: built-in defaults).
     #[arg(long, value_name = "PATH")]
@@ -227,7 +227,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut exporter = match &args.metrics_listen {
         Some(addr) => {
             let ex =
-                crate::export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))?;
+                crate::export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))
+                    .with_context(|| format!("metrics endpoint {addr}: cannot listen"))?;
             eprintln!(
                 "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
                 args.speed.unwrap_or(1.0)
@@ -272,16 +273,18 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", report.to_json());
     } else {
-        // Scenario, phase and device names come from the scenario file.
         print!(
             "{}",
             crate::logic::printable::printable_lines(&report.render_text())
         );
-        // Wall-clock figures vary run to run: on stderr, out of the deterministic report.
-        eprintln!(
-            "(wall time {:.2} s, {:.1} M simulated bios/s)",
-            wall.elapsed().as_secs_f64(),
-            report.total_bios as f64 / wall.elapsed().as_secs_f64().max(1e-9) / 1e6
+        // Wall-clock figures vary run to run: on stderr, out of the deterministic report,
+        // as a log event so that `--log-format json` keeps every stderr line JSON.
+        let wall_s = wall.elapsed().as_secs_f64();
+        let rate = report.total_bios as f64 / wall_s.max(1e-9) / 1e6;
+        tracing::info!(
+            wall_s = format!("{wall_s:.2}"),
+            simulated_mbios_per_s = format!("{rate:.1}"),
+            "wall time {wall_s:.2} s, {rate:.1} M simulated bios/s"
         );
     }
     Ok(())

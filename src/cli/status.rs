@@ -49,6 +49,13 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
                 "mergetune: {}",
                 crate::logic::printable::printable_lines(&e.to_string())
             );
+            if args.json {
+                // A script reading stdout gets a document either way (exit status 3 too).
+                println!(
+                    "{}",
+                    serde_json::json!({"running": false, "addr": addr, "error": e.to_string()})
+                );
+            }
             return Ok(EXIT_NOT_RUNNING);
         }
         Err(e) => return Err(e.into()),

@@ -259,14 +259,9 @@ pub fn serve(
     let thread = std::thread::Builder::new()
         .name("mergetune-http".into())
         .spawn(move || {
-            // The endpoint yields the CPU to the tick loop: under a flood of scrapers the
-            // decisions keep their schedule and the scrapers wait (nice +10 for this thread
-            // only; Linux applies it per thread).
-            // SAFETY: gettid/setpriority on the calling thread; failure leaves the default.
-            unsafe {
-                let tid = libc::gettid();
-                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-            }
+            // No priority of its own: the unit's SystemCallFilter refuses setpriority, and a
+            // scrape needs none, since the refresh encodes the body and a scrape only copies
+            // it (crate::export::metrics).
             let mut server = conn::Server::new(epfd, listener, docs, limits);
             server.run();
             // SAFETY: the epoll fd is ours; every connection closed with `server`.

@@ -18,6 +18,8 @@
 //! Simulated time ([`set_sim_time_ms`], set by `mergetune simulate` before each virtual
 //! tick): a text line starts `[sim 12.5s]` instead of the wall clock and a JSON line
 //! carries `sim_time_s`, so a simulated decision never reads as a change to a real disk.
+//! `mergetune replay` does the same with the recording's time ([`set_replay_time_ms`]):
+//! `[replay 12.5s]` and `replay_time_s`, since its decisions are not being taken now either.
 //!
 //! Notify: `READY=1`, `STATUS=...`, `WATCHDOG=1` and `STOPPING=1` are datagrams to the unix
 //! socket named by `$NOTIFY_SOCKET` (a path, or an abstract name starting with `@`). Outside
@@ -40,14 +42,31 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// The virtual time of the simulation being logged, in ms; `u64::MAX` when not simulating.
 static SIM_TIME_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 
+/// Whether [`SIM_TIME_MS`] is a replay's recorded time rather than a simulation's.
+static REPLAYING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Marks the log lines that follow as simulated, at `ms` of virtual time (None: real again).
 pub fn set_sim_time_ms(ms: Option<u64>) {
+    REPLAYING.store(false, std::sync::atomic::Ordering::Relaxed);
     SIM_TIME_MS.store(ms.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
 }
 
-fn sim_time_ms() -> Option<u64> {
+/// Marks the log lines that follow as a replay's, at `ms` of the recording's time (None:
+/// real again).
+pub fn set_replay_time_ms(ms: Option<u64>) {
+    REPLAYING.store(ms.is_some(), std::sync::atomic::Ordering::Relaxed);
+    SIM_TIME_MS.store(ms.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The time of the simulation or replay being logged, with its label (`sim`, `replay`).
+fn virtual_time_ms() -> Option<(&'static str, u64)> {
     let ms = SIM_TIME_MS.load(std::sync::atomic::Ordering::Relaxed);
-    (ms != u64::MAX).then_some(ms)
+    let label = if REPLAYING.load(std::sync::atomic::Ordering::Relaxed) {
+        "replay"
+    } else {
+        "sim"
+    };
+    (ms != u64::MAX).then_some((label, ms))
 }
 
 /// The filter directive for `-v`/`-q` when `RUST_LOG` is not set.
@@ -150,8 +169,8 @@ where
     ) -> std::fmt::Result {
         let mut f = Fields::default();
         event.record(&mut f);
-        if let Some(ms) = sim_time_ms() {
-            write!(w, "[sim {:.1}s] ", ms as f64 / 1000.0)?;
+        if let Some((label, ms)) = virtual_time_ms() {
+            write!(w, "[{label} {:.1}s] ", ms as f64 / 1000.0)?;
         } else if self.timestamps {
             SystemTime.format_time(&mut w)?;
             w.write_char(' ')?;
@@ -213,9 +232,13 @@ where
         let mut ts = String::new();
         SystemTime.format_time(&mut Writer::new(&mut ts))?;
         let level = event.metadata().level().to_string();
-        if let Some(ms) = sim_time_ms() {
-            f.rest
-                .push(("sim_time_s", format!("{:.3}", ms as f64 / 1000.0)));
+        if let Some((label, ms)) = virtual_time_ms() {
+            let key = if label == "replay" {
+                "replay_time_s"
+            } else {
+                "sim_time_s"
+            };
+            f.rest.push((key, format!("{:.3}", ms as f64 / 1000.0)));
         }
         writeln!(w, "{}", json_line(&ts, &level, &f.message, &f.rest))
     }

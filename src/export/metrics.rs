@@ -6,8 +6,12 @@
 //! [`crate::daemon::snapshot::DaemonSnapshot`], never its internals. The HTTP side
 //! ([`crate::export::http`]) only ever reads, through [`crate::export::http::Documents`]
 //! ([`Metrics::render`], [`Metrics::status_json`]). Both sides take one short lock, so a
-//! scrape never sees half a tick. The text is encoded at most once per tick, whatever the
-//! number of scrapers: a scrape in between costs a copy of a reference-counted buffer.
+//! scrape never sees half a tick. The `/metrics` body is encoded by the refresh itself
+//! (once per [`Metrics::update`], in each format a scraper has asked for), never by a
+//! scrape: a scrape costs a copy of a reference-counted buffer, whatever the number of
+//! scrapers, and the endpoint's thread needs no priority of its own to leave the tick loop
+//! its CPU. Until a format is first asked for it is not encoded at all, so a daemon that
+//! nobody scrapes pays nothing for it.
 //!
 //! Naming follows the Prometheus guide: `mergetune_` prefix, base units (seconds, ratios
 //! 0..1), `_total` on counters, a `device` label, and no label with unbounded values (kinds
@@ -94,8 +98,13 @@ struct Inner {
     last: DaemonCounters,
     status: StatusSnapshot,
     max_lag_seconds: f64,
-    text: Option<(u64, Bytes)>,
-    openmetrics: Option<(u64, Bytes)>,
+    /// The `/metrics` bodies of the last refresh, per format; `None` until first asked for,
+    /// and from then on re-encoded by every refresh.
+    text: Option<Bytes>,
+    openmetrics: Option<Bytes>,
+    /// Encodings of the registry so far (one per refresh with a wanted format, plus a
+    /// format's first request): what [`Metrics::encodings`] reports.
+    encodings: u64,
     status_json: Option<(u64, Bytes)>,
 }
 
@@ -336,6 +345,7 @@ impl Metrics {
                 max_lag_seconds: 0.0,
                 text: None,
                 openmetrics: None,
+                encodings: 0,
                 status_json: None,
             }),
             simulated,
@@ -543,6 +553,7 @@ impl Metrics {
         inner.status = StatusSnapshot::of(daemon, t, max_lag);
         inner.status.simulated = self.simulated;
         inner.generation += 1;
+        self.encode(&mut inner);
     }
 
     /// Counts a tick that refreshes nothing else: its duration and lag go into the
@@ -649,35 +660,62 @@ impl Metrics {
             })
             .inc();
         inner.generation += 1;
+        self.encode(&mut inner);
+    }
+
+    /// Encodes the registry once for every format a scraper has asked for (both come from
+    /// one OpenMetrics encoding), so that the scrapes until the next refresh only copy.
+    fn encode(&self, inner: &mut Inner) {
+        let (text, openmetrics) = (inner.text.is_some(), inner.openmetrics.is_some());
+        if !text && !openmetrics {
+            return;
+        }
+        let om = self.encode_openmetrics(inner);
+        if text {
+            inner.text = Some(Bytes::from(finish_exposition(&om, false)));
+        }
+        if openmetrics {
+            inner.openmetrics = Some(Bytes::from(finish_exposition(&om, true)));
+        }
+    }
+
+    fn encode_openmetrics(&self, inner: &mut Inner) -> String {
+        inner.encodings += 1;
+        let mut om = String::with_capacity(16 * 1024);
+        if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
+            om = "# encoding failed\n".to_string();
+        }
+        om
     }
 
     /// The exposition: the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when
-    /// `openmetrics` is true. Encoded at most once per update.
+    /// `openmetrics` is true, as the last refresh encoded it. Only the first request for a
+    /// format encodes (from then on every refresh does).
     pub fn render(&self, openmetrics: bool) -> Bytes {
         let mut inner = self.lock();
-        let generation = inner.generation;
         let slot = if openmetrics {
             &inner.openmetrics
         } else {
             &inner.text
         };
-        if let Some((g, b)) = slot
-            && *g == generation
-        {
+        if let Some(b) = slot {
             return b.clone();
         }
-        let mut om = String::with_capacity(16 * 1024);
-        if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
-            om = "# encoding failed\n".to_string();
-        }
+        let om = self.encode_openmetrics(&mut inner);
         let bytes = Bytes::from(finish_exposition(&om, openmetrics));
         let slot = if openmetrics {
             &mut inner.openmetrics
         } else {
             &mut inner.text
         };
-        *slot = Some((generation, bytes.clone()));
+        *slot = Some(bytes.clone());
         bytes
+    }
+
+    /// How many times the registry has been encoded: once per refresh for the formats in
+    /// use, plus each format's first request; never once per scrape. For tests and benches.
+    pub fn encodings(&self) -> u64 {
+        self.lock().encodings
     }
 
     /// The `/status` document (JSON), serialised at most once per update.

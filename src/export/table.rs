@@ -157,7 +157,9 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         .filter(|d| d.management.is_managed())
         .count();
     let mut out = format!(
-        "mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks of {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
+        "{}mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks, interval {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
+        // A simulator's devices are not the host's: said first, where no one can miss it.
+        if s.simulated { "SIMULATED: " } else { "" },
         printable(&s.version),
         managed,
         s.devices.len(),

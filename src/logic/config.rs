@@ -50,11 +50,16 @@ pub struct Config {
     pub pricing: crate::logic::merge_cost::PricingConfig,
 }
 
+/// Off by default: the VM lab measured no benefit of the slice tuner beyond its noise
+/// (docs/testing.md, "Slice tuner"), so mergetune changes only nomerges and front_merges unless an
+/// operator turns slices on.
+pub const DEFAULT_SLICES_ENABLED: bool = false;
+
 /// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlicesConfig {
-    /// false: never touch scheduler tunables.
+    /// false (the default, [`DEFAULT_SLICES_ENABLED`]): never touch scheduler tunables.
     pub enabled: bool,
     /// Reads count as starving when their mean time per request is at least this many
     /// times the writes'...
@@ -79,7 +84,7 @@ pub struct SlicesConfig {
 impl Default for SlicesConfig {
     fn default() -> Self {
         SlicesConfig {
-            enabled: true,
+            enabled: DEFAULT_SLICES_ENABLED,
             starve_ratio: 1.5,
             min_read_ms_per_request: 10.0,
             windows: 3,
@@ -523,6 +528,25 @@ impl Config {
     }
 
     /// One line describing the effective configuration.
+    /// Which tuners this config turns on and what each may write: the startup log's word
+    /// on what mergetune will change (the merge ladder always unless the policy is off;
+    /// the slice tuner only when `[slices] enabled`).
+    pub fn tuners(&self) -> String {
+        let ladder = if self.policy.enabled {
+            "merge ladder on (queue/nomerges, mq-deadline iosched/front_merges)"
+        } else {
+            "merge ladder observing only ([policy] enabled = false: writes nothing)"
+        };
+        let slices = if !self.slices.enabled {
+            "slice tuner off ([slices] enabled = false: scheduler tunables are not touched)"
+        } else if self.policy.enabled {
+            "slice tuner on (mq-deadline iosched/writes_starved and read_expire, bfq iosched/timeout_sync, when reads starve behind writes)"
+        } else {
+            "slice tuner off ([policy] enabled = false)"
+        };
+        format!("tuners: {ladder}; {slices}")
+    }
+
     pub fn summary(&self) -> String {
         format!(
             "interval {} ms (at L3 {} ms), window {} ticks, low below {}% (step after {}, off after {} windows), on at {}%, deepest nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",

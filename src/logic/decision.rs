@@ -302,6 +302,16 @@ impl fmt::Display for Decision {
     }
 }
 
+/// "1 window", "3 busy windows": a count as a reason says it (`noun` in the singular,
+/// taking an s).
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +336,13 @@ mod tests {
         // front_merges matters only while nomerges is 0.
         assert_eq!(Level::of_tunables(2, true), Level::L3);
         assert_eq!(Level::of_tunables(1, false), Level::L2);
+    }
+
+    #[test]
+    fn one_window_is_said_in_the_singular() {
+        assert_eq!(count(1, "window"), "1 window");
+        assert_eq!(count(0, "window"), "0 windows");
+        assert_eq!(count(3, "busy window"), "3 busy windows");
     }
 
     #[test]

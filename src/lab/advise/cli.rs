@@ -4,10 +4,12 @@
 use super::accumulator::{DEFAULT_WHAT_IF_MAX_BIOS, DevNum};
 use super::reader::analyze_file;
 use super::render::render_text;
+use super::rules::recommend_priced;
 use super::svg::plot_advise;
 use super::whatif::{read_bios, what_if};
-use crate::logic::config::PolicyConfig;
-use anyhow::bail;
+use crate::logic::config::Config;
+use crate::logic::policy::Worth;
+use anyhow::{Context as _, bail};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -20,8 +22,12 @@ pub struct AdviseArgs {
     /// Only this device: MAJOR,MINOR as the trace prints it (7,0) or a name (loop0).
     #[arg(long)]
     pub device: Option<String>,
-    /// Root of sysfs, where a device name given to --device is looked up.
-    #[arg(long, default_value = "/sys")]
+    /// The daemon's config: its [policy] thresholds and cost profile decide the advice, as
+    /// they would decide the daemon's steps (default: the built-in defaults).
+    #[arg(short, long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Root of sysfs, where a device name given to --device is looked up (for tests).
+    #[arg(long, default_value = "/sys", hide = true)]
     pub sysfs_root: PathBuf,
     /// Replay the trace in the simulator under each merge level and scheduler candidate and
     /// show the modelled CPU, throughput and latency side by side.
@@ -40,12 +46,29 @@ pub struct AdviseArgs {
 
 /// Runs `mergetune advise`; returns the exit code.
 pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
-    let cfg = PolicyConfig::default();
+    let cfg = match &args.config {
+        Some(p) => crate::logic::config::load_file(p)?,
+        None => Config::default(),
+    }
+    .policy;
+    let profile_name = cfg.cost_profile.trim().to_string();
+    let profile = crate::logic::cost_profile::resolve(&profile_name)
+        .with_context(|| format!("cost profile {profile_name}"))?;
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let analysis = analyze_file(&args.trace, filter, &cfg)?;
+    let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
+    // The daemon's rules and profile decide what is recommended (the trace's own level is
+    // kept in the evidence when they disagree).
+    let worth_of = |scheduler: &str| Worth::from_profile(&profile, Some(scheduler));
+    let mut views = Vec::new();
+    for d in &mut analysis.devices {
+        let (level, recs, view) = recommend_priced(d, &cfg, &profile_name, &worth_of);
+        d.recommended_level = level;
+        d.recommendations = recs;
+        views.push(view);
+    }
     if analysis.devices.is_empty() {
         let mut msg = format!(
             "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
@@ -75,7 +98,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
             let dev = DevNum::resolve(&d.device, Path::new("/nonexistent"))
                 .map_err(anyhow::Error::msg)?;
             let (bios, truncated) = read_bios(&args.trace, dev, 10_000, args.what_if_max_bios)?;
-            what_ifs.push(what_if(&d.device, bios, truncated, d)?);
+            what_ifs.push(what_if(&d.device, bios, truncated, d, &profile_name)?);
         }
     }
     if let Some(p) = &args.plot {
@@ -87,6 +110,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "trace": args.trace.display().to_string(),
                 "analysis": analysis,
+                "daemon": views,
                 "what_if": what_ifs,
             }))?
         );

@@ -25,11 +25,13 @@
 //!
 //! The flow, one file per step: [`reader`] streams lines into the per-device
 //! [`accumulator`]s, [`report`] turns each into figures, [`rules`] adds the
-//! recommendations, [`whatif`] replays the bios in the simulator, and [`render`] (text),
+//! recommendations (the trace's level, then [`daemon_view`]: the level the daemon's own
+//! rules and cost profile reach, which is the one recommended), [`whatif`] replays the bios in the simulator, and [`render`] (text),
 //! [`svg`] (pictures) and [`cli`] (the subcommand) show the result.
 
 pub mod accumulator;
 pub mod cli;
+pub mod daemon_view;
 pub mod reader;
 pub mod render;
 pub mod report;
@@ -43,9 +45,10 @@ pub use accumulator::{
     ScatterPoint, TIMELINE_BUCKETS, Timeline, size_bucket_label,
 };
 pub use cli::{AdviseArgs, run};
+pub use daemon_view::{DaemonView, daemon_view};
 pub use reader::{Analyzer, analyze_file};
 pub use render::render_text;
 pub use report::{Analysis, BadLine, DeviceReport, LatencyReport, LevelShare, Recommendation};
-pub use rules::{MIN_UNMERGED_PERCENT_TO_ACT, recommend};
+pub use rules::{MIN_UNMERGED_PERCENT_TO_ACT, recommend, recommend_priced, trace_level};
 pub use svg::plot_advise;
 pub use whatif::{WhatIf, WhatIfRow, read_bios, what_if};

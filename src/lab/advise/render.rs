@@ -142,10 +142,14 @@ pub fn render_text(a: &Analysis, what_ifs: &[WhatIf]) -> String {
                 "W mean µs",
                 "W p99 µs"
             );
+            let _ = writeln!(
+                s,
+                "  (a model of this trace's bios, not a decision: the recommendation above is what the daemon's rules and cost profile decide, and the daemon never changes the scheduler)"
+            );
             let base = w.rows.first().map(|r| r.cycles_per_bio).unwrap_or(0.0);
             for r in &w.rows {
                 let mark = if r.scheduler == "mq-deadline" && r.level == d.recommended_level {
-                    " <- recommended"
+                    " <- recommended (the daemon's level)"
                 } else {
                     ""
                 };

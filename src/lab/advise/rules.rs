@@ -1,18 +1,77 @@
 //! The rules of `advise`: from one device's figures to a merge level, a scheduler and a
 //! slice setting, each with one line of evidence. Pure: a [`DeviceReport`] and the
 //! policy's thresholds in, recommendations out.
+//!
+//! Two steps: [`trace_level`] is what the trace alone supports (the deepest level that
+//! loses almost no merge); [`recommend_priced`] then asks the daemon's own rules
+//! ([`super::daemon_view`]: the ladder of the device's scheduler and the cost profile's
+//! [`Worth`]) which level the daemon would reach, recommends that one, and says so when the
+//! two differ. [`recommend`] is the trace alone, unpriced, as the policy without a profile.
 
+use super::daemon_view::{DaemonView, daemon_view};
 use super::report::{DeviceReport, Recommendation, level_tunables, pct};
 use crate::logic::config::PolicyConfig;
 use crate::logic::decision::Level;
+use crate::logic::policy::Worth;
 
 /// Unmerged bios below this share: the lookups a deeper level would skip cost too
 /// little to matter, and L0 keeps every merge (Axboe: not merging can cost 5x).
 pub const MIN_UNMERGED_PERCENT_TO_ACT: f64 = 20.0;
 
+/// Merged bios at or above this share: merging visibly pays on the trace.
+const MIN_MERGE_PERCENT_THAT_PAYS: f64 = 5.0;
+
 /// The merge level, scheduler and slice recommendations, each with one line of evidence:
-/// the recommended level and the recommendations, merge level first.
+/// the recommended level and the recommendations, merge level first. From the trace alone,
+/// with every level taken as worth it ([`Worth::UNPRICED`]).
 pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, Vec<Recommendation>) {
+    let (level, evidence) = trace_level(r, cfg);
+    (level, recommendations(r, cfg, level, evidence))
+}
+
+/// The recommendations the daemon would stand behind: the level its rules reach on this
+/// trace under `worth_of` (the cost profile's table for a scheduler), the scheduler and
+/// slices for that level, a line saying whether the daemon agrees with the trace alone and
+/// why not, and the warning that a value set by hand ends the daemon's management.
+pub fn recommend_priced(
+    r: &DeviceReport,
+    cfg: &PolicyConfig,
+    profile: &str,
+    worth_of: &dyn Fn(&str) -> Worth,
+) -> (Level, Vec<Recommendation>, DaemonView) {
+    let (trace, trace_evidence) = trace_level(r, cfg);
+    // The scheduler the trace alone would pick: the device the daemon is asked about runs it.
+    let sched = scheduler_for(r, trace).0;
+    let view = daemon_view(r, cfg, trace, sched, profile, &worth_of(sched));
+    let evidence = if view.level == trace {
+        trace_evidence
+    } else {
+        format!("{}; the trace alone: {trace_evidence}", view.why)
+    };
+    let mut recs = recommendations(r, cfg, view.level, evidence);
+    recs.push(Recommendation {
+        topic: "daemon".into(),
+        setting: if view.level == trace {
+            format!("agrees: it would reach {} here", view.level)
+        } else {
+            format!(
+                "disagrees with the trace alone ({trace}): it would stay at {}",
+                view.level
+            )
+        },
+        evidence: view.why.clone(),
+    });
+    recs.push(Recommendation {
+        topic: "by hand".into(),
+        setting: "do not write these with echo while mergetune runs".into(),
+        evidence: "a nomerges (or slice tunable) value set by anyone else makes the device admin-owned: mergetune leaves that device alone from then on (docs/operator.md, what it will and will not touch); to change what the daemon does, change its config or cost profile".into(),
+    });
+    (view.level, recs, view)
+}
+
+/// The deepest level the trace supports, with its evidence: what is lost at each level,
+/// not yet what is worth it.
+pub fn trace_level(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, String) {
     let low = cfg.disable_below_percent;
     let high = cfg.enable_above_percent;
     let merged = r.back_merges + r.front_merges;
@@ -78,20 +137,15 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, Vec<Recommenda
             ),
         )
     };
-    let mut recs = vec![Recommendation {
-        topic: "merge level".into(),
-        setting: format!("{level}: {}", level_tunables(level)),
-        evidence,
-    }];
-    if r.bios < cfg.min_window_bios {
-        recs[0]
-            .evidence
-            .push_str(&format!(" [only {} bios: too few for confidence]", r.bios));
-    }
+    (level, evidence)
+}
+
+/// The scheduler for a device at `level`, with its evidence.
+fn scheduler_for(r: &DeviceReport, level: Level) -> (&'static str, String) {
     let read = r.read_percent;
     let one_dir = !(10.0..=90.0).contains(&read);
     let depth = r.queue_depth_max;
-    let (sched, sev) = match level {
+    match level {
         Level::L1 => (
             "mq-deadline",
             "L1 is mq-deadline's iosched/front_merges=0; no other scheduler has it".to_string(),
@@ -122,14 +176,45 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, Vec<Recommenda
                 "nothing merges, but reads ({read:.0}%) share the queue with writes: keep mq-deadline so read_expire bounds read latency"
             ),
         ),
-        Level::L0 => (
+        Level::L0 if r.merge_percent >= MIN_MERGE_PERCENT_THAT_PAYS => (
             "mq-deadline",
             format!(
                 "merges pay ({:.1}% of bios); mq-deadline merges and sorts at little cost (kernel default for single-queue devices)",
                 r.merge_percent
             ),
         ),
-    };
+        Level::L0 => (
+            "mq-deadline",
+            format!(
+                "merging keeps all its lookups here ({:.1}% of bios merge), and no scheduler change is advised for it: the kernel default for single-queue devices",
+                r.merge_percent
+            ),
+        ),
+    }
+}
+
+/// The recommendations for a device at `level`: the level with `evidence`, its scheduler,
+/// the slices.
+fn recommendations(
+    r: &DeviceReport,
+    cfg: &PolicyConfig,
+    level: Level,
+    evidence: String,
+) -> Vec<Recommendation> {
+    let mut recs = vec![Recommendation {
+        topic: "merge level".into(),
+        setting: format!("{level}: {}", level_tunables(level)),
+        evidence,
+    }];
+    if r.bios < cfg.min_window_bios {
+        recs[0]
+            .evidence
+            .push_str(&format!(" [only {} bios: too few for confidence]", r.bios));
+    }
+    let read = r.read_percent;
+    let one_dir = !(10.0..=90.0).contains(&read);
+    let depth = r.queue_depth_max;
+    let (sched, sev) = scheduler_for(r, level);
     recs.push(Recommendation {
         topic: "scheduler".into(),
         setting: sched.into(),
@@ -191,5 +276,5 @@ pub fn recommend(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, Vec<Recommenda
             }
     };
     recs.push(slice);
-    (level, recs)
+    recs
 }

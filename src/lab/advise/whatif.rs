@@ -91,12 +91,14 @@ pub struct WhatIf {
 }
 
 /// Replays `bios` in the simulator under each ladder level (mq-deadline) and under `none`
-/// at nomerges 0 and 2, with nothing changing the tunables during the run.
+/// at nomerges 0 and 2, with nothing changing the tunables during the run, priced in the
+/// cost profile `profile` (the one the recommendation was decided with).
 pub fn what_if(
     device: &str,
     bios: Vec<TraceBio>,
     truncated: bool,
     report: &DeviceReport,
+    profile: &str,
 ) -> anyhow::Result<WhatIf> {
     use crate::sim::{Scenario, Simulation, run_scenario};
     use std::sync::Arc;
@@ -119,7 +121,7 @@ pub fn what_if(
     let r_us = over(report.read_latency.as_ref(), 80.0);
     let w_us = over(report.write_latency.as_ref(), 20.0);
     let model = format!(
-        "simulated SSD, 128 tags, 8 channels, 2000 MB/s, {r_us:.0} µs per read and {w_us:.0} µs per write request (from the trace's completions where it has them); bios replayed at their traced times; MB/s over the replay plus a drain margin"
+        "priced in cost profile {profile}; simulated SSD, 128 tags, 8 channels, 2000 MB/s, {r_us:.0} µs per read and {w_us:.0} µs per write request (from the trace's completions where it has them); bios replayed at their traced times; MB/s over the replay plus a drain margin"
     );
     let dur_s = span_ns as f64 / 1e9 * 1.1 + 0.05;
     let candidates: [(&str, &str, Level); 6] = [
@@ -144,7 +146,7 @@ pub fn what_if(
             String::new()
         };
         let text = format!(
-            "name = \"advise-what-if\"\nseed = 1\n\
+            "name = \"advise-what-if\"\nseed = 1\ncost_profile = {profile:?}\n\
              [[device]]\nname = \"trace\"\nkind = \"ssd\"\nscheduler = \"{sched}\"\n\
              nomerges = {nomerges}\nqueue_depth = 128\nparallelism = 8\n\
              bandwidth_mb_s = 2000.0\nread_overhead_us = {r_us}\nwrite_overhead_us = {w_us}\n\

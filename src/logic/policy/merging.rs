@@ -60,9 +60,9 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
             s.trial_from_level = level;
             s.start_measuring(Level::L2, Mode::Trial, now_ms);
             let reason = format!(
-                "merging pays at {level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {} windows",
+                "merging pays at {level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
                 pct(ratio),
-                cfg.probe_windows
+                crate::logic::decision::count(cfg.probe_windows.into(), "window")
             );
             return change(s, OutcomeKind::TrialStart, reason);
         }

@@ -127,17 +127,17 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
     if let Some(what) = changed {
         s.start_measuring(Level::L0, Mode::Probing, now_ms);
         let reason = format!(
-            "workload changed at L3 ({what}): probing at once, L0 for {} busy windows",
-            cfg.probe_windows
+            "workload changed at L3 ({what}): probing at once, L0 for {}",
+            crate::logic::decision::count(cfg.probe_windows.into(), "busy window")
         );
         return change(s, OutcomeKind::ProbeStart, reason);
     }
     s.start_measuring(Level::L0, Mode::Probing, now_ms);
     s.next_probe_at_ms = None;
     let reason = format!(
-        "probe after {} at L3: L0 for {} busy windows to measure",
+        "probe after {} at L3: L0 for {} to measure",
         secs(off_for),
-        cfg.probe_windows
+        crate::logic::decision::count(cfg.probe_windows.into(), "busy window")
     );
     change(s, OutcomeKind::ProbeStart, reason)
 }

@@ -107,8 +107,8 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         s.trial_from_level = Level::L0;
         s.start_measuring(Level::L2, Mode::Trial, now_ms);
         let reason = format!(
-            "{reason}; merging pays, so trying L2 (plug and one-hit merges only) for {} windows",
-            cfg.probe_windows
+            "{reason}; merging pays, so trying L2 (plug and one-hit merges only) for {}",
+            crate::logic::decision::count(cfg.probe_windows.into(), "window")
         );
         return change(s, OutcomeKind::TrialStart, reason);
     }

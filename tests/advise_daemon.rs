@@ -1,0 +1,171 @@
+//! `mergetune advise` decides with the daemon's own rules and cost profile: it never
+//! recommends a level the daemon with the same config would refuse, says when the trace
+//! alone would go further and why not, and warns that a value set by hand ends the
+//! daemon's management of the device. (Issue 22, item 4: on `trace_mixed.txt` it
+//! recommended `L2: nomerges=1`, and on `trace_rand_read.txt` L3 and `none`, both refused
+//! by the default daemon.)
+
+use mergetune::lab::advise::{analyze_file, daemon_view, trace_level};
+use mergetune::logic::config::{Config, PolicyConfig};
+use mergetune::logic::cost_profile::{builtin, resolve};
+use mergetune::logic::decision::Level;
+use mergetune::logic::policy::Worth;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn advise_json(name: &str, config: Option<&str>) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    cmd.args(["advise", "--json"]).arg(fixture(name));
+    if let Some(text) = config {
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, text).unwrap();
+        cmd.arg("--config").arg(&p);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn advise_text(name: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["advise"])
+        .arg(fixture(name))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The level the default daemon's profile allows on a scheduler: the deepest level (L1..L3)
+/// whose saving is measurable, or L0.
+fn deepest_worth_it(profile: &str, scheduler: &str) -> Level {
+    let w = Worth::from_profile(&resolve(profile).unwrap(), Some(scheduler));
+    Level::ALL
+        .into_iter()
+        .rfind(|&l| l > Level::L0 && w.worth(l))
+        .unwrap_or(Level::L0)
+}
+
+#[test]
+fn under_the_default_profile_advise_recommends_what_the_daemon_does() {
+    let profile = Config::default().policy.cost_profile;
+    for name in ["trace_mixed.txt", "trace_rand_read.txt"] {
+        let v = advise_json(name, None);
+        let dev = &v["analysis"]["devices"][0];
+        let view = &v["daemon"][0];
+        let level = dev["recommended_level"].as_u64().unwrap();
+        let scheduler = view["scheduler"].as_str().unwrap();
+        let allowed = deepest_worth_it(&profile, scheduler);
+        assert!(
+            level <= u64::from(allowed.index()),
+            "{name}: recommends L{level}, the default daemon goes no deeper than {allowed} on {scheduler}: {dev:#}"
+        );
+        // The trace alone would step down; the report says the daemon would not, and why.
+        assert!(view["trace_level"].as_u64().unwrap() > level, "{view:#}");
+        let recs = dev["recommendations"].as_array().unwrap();
+        let daemon = recs.iter().find(|r| r["topic"] == "daemon").unwrap();
+        assert!(
+            daemon["setting"].as_str().unwrap().starts_with("disagrees"),
+            "{daemon:#}"
+        );
+        assert!(
+            daemon["evidence"].as_str().unwrap().contains(&profile),
+            "names the profile: {daemon:#}"
+        );
+        // No scheduler switch for merging's sake the daemon would not make either.
+        let sched = recs.iter().find(|r| r["topic"] == "scheduler").unwrap();
+        assert_ne!(sched["setting"], "none", "{name}: {sched:#}");
+    }
+}
+
+#[test]
+fn where_the_profile_shows_a_saving_advise_and_the_daemon_agree() {
+    // The 2008 figures price every rung as a saving: the trace's own level stands.
+    let cfg = "[policy]\ncost_profile = \"lkml-2008\"\n";
+    for (name, want) in [("trace_mixed.txt", 2), ("trace_rand_read.txt", 3)] {
+        let v = advise_json(name, Some(cfg));
+        assert_eq!(
+            v["analysis"]["devices"][0]["recommended_level"], want,
+            "{name}"
+        );
+        assert_eq!(v["daemon"][0]["trace_level"], want, "{name}");
+        let recs = v["analysis"]["devices"][0]["recommendations"]
+            .as_array()
+            .unwrap();
+        let daemon = recs.iter().find(|r| r["topic"] == "daemon").unwrap();
+        assert!(
+            daemon["setting"].as_str().unwrap().starts_with("agrees"),
+            "{daemon:#}"
+        );
+    }
+}
+
+#[test]
+fn the_report_warns_that_a_hand_set_value_ends_management() {
+    let text = advise_text("trace_rand_read.txt");
+    assert!(text.contains("admin-owned"), "{text}");
+}
+
+#[test]
+fn the_daemon_view_follows_the_ladder_rules() {
+    // Pure: the same report, priced and laddered as the daemon would.
+    let a = analyze_file(
+        &fixture("trace_rand_read.txt"),
+        None,
+        &PolicyConfig::default(),
+    )
+    .unwrap();
+    let r = &a.devices[0];
+    let cfg = PolicyConfig::default();
+    let (trace, _) = trace_level(r, &cfg);
+    assert_eq!(trace, Level::L3);
+    let lkml = builtin("lkml-2008").unwrap();
+    // On none only L0 and L3 exist: the 2008 figures make L3 worth it.
+    let v = daemon_view(
+        r,
+        &cfg,
+        trace,
+        "none",
+        "lkml-2008",
+        &Worth::from_profile(&lkml, Some("none")),
+    );
+    assert_eq!(v.level, Level::L3, "{}", v.why);
+    // With disabled_nomerges = 1 the daemon stops at L2, which none does not have: L0.
+    let shallow = PolicyConfig {
+        disabled_nomerges: 1,
+        ..PolicyConfig::default()
+    };
+    let v = daemon_view(
+        r,
+        &shallow,
+        trace,
+        "none",
+        "lkml-2008",
+        &Worth::from_profile(&lkml, Some("none")),
+    );
+    assert_eq!(v.level, Level::L0, "{}", v.why);
+    // On mq-deadline it stops at L2 there.
+    let v = daemon_view(
+        r,
+        &shallow,
+        trace,
+        "mq-deadline",
+        "lkml-2008",
+        &Worth::from_profile(&lkml, Some("mq-deadline")),
+    );
+    assert_eq!(v.level, Level::L2, "{}", v.why);
+    // Unpriced (no profile), every rung is worth it: the trace's level.
+    let v = daemon_view(r, &cfg, trace, "none", "none", &Worth::UNPRICED);
+    assert_eq!(v.level, Level::L3, "{}", v.why);
+}
