@@ -6,7 +6,7 @@ use mergetune::logic::config::PolicyConfig;
 use mergetune::logic::cost_profile::{self, CostProfile};
 use mergetune::logic::cost_profile::{Scheduler, Verdict};
 use mergetune::logic::decision::Level;
-use mergetune::logic::policy::worth::Saving;
+use mergetune::logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
 use mergetune::logic::policy::{
     Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, Signature, Worth, decide, sensed_min_bios,
     tunables,
@@ -314,12 +314,13 @@ fn arb_saving() -> impl Strategy<Value = Option<Saving>> {
             Just(Verdict::NoMeasurableDifference)
         ]
         .prop_map(|verdict| Some(Saving {
-            change_percent: match verdict {
+            value: match verdict {
                 Verdict::Saves => -10.0,
                 Verdict::Costs => 10.0,
                 Verdict::NoMeasurableDifference => -1.0,
             },
             ci: None,
+            unit: SavingUnit::PercentPerIo,
             verdict,
         })),
     ]
@@ -340,11 +341,38 @@ fn arb_worth() -> impl Strategy<Value = Worth> {
         sched().prop_map(move |s| Worth::from_profile(&lkml, Some(s))),
         (arb_saving(), arb_saving(), arb_saving(), any::<bool>()).prop_map(
             |(l1, l2, l3, untrusted)| Worth {
+                basis: Basis::Profile,
                 scheduler: Some(Scheduler::MqDeadline),
                 levels: [None, l1, l2, l3],
+                coverage_percent: 97.9,
                 untrusted,
             }
         ),
+        // The live pricing's tables: saving in ms/s against the floor, or unknown.
+        (arb_saving(), arb_saving(), arb_saving()).prop_map(|(l1, l2, l3)| {
+            let live = |s: Option<Saving>| {
+                s.map(|s| Saving {
+                    value: -s.value,
+                    ci: Some([-s.value - 1.0, -s.value + 1.0]),
+                    unit: SavingUnit::CpuMsPerSec,
+                    verdict: if s.verdict == Verdict::Saves {
+                        Verdict::Saves
+                    } else {
+                        Verdict::NoMeasurableDifference
+                    },
+                })
+            };
+            Worth {
+                basis: Basis::Live {
+                    floor_ms_per_sec: 5.0,
+                },
+                scheduler: Some(Scheduler::MqDeadline),
+                levels: [None, live(l1), live(l2), live(l3)],
+                coverage_percent: 95.0,
+                untrusted: false,
+            }
+        }),
+        Just(Worth::unknown(UnknownWhy::NotMeasuredYet)),
     ]
 }
 

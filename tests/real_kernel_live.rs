@@ -116,6 +116,7 @@ fn wait_for(
 }
 
 #[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
     let Some(_k) = kernel::require_kernel("live_pricing") else {
         return;

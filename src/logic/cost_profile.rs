@@ -222,7 +222,7 @@ pub struct Cell {
     pub workload: Workload,
     /// CPU per I/O (bio submitted), median over repetitions, in the profile's unit.
     pub cpu_per_io: f64,
-    /// Its 95% confidence interval [low, high]; absent for stated figures.
+    /// Its interval [low, high], at the profile's `ci_coverage_percent` (97.9% for 10 repetitions: the 2nd and 9th values); absent for stated figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_per_io_ci: Option<[f64; 2]>,
     /// Whole-machine busy CPU (/proc/stat) per I/O: includes other tenants' work; kept to
@@ -241,7 +241,7 @@ pub struct Cell {
     /// median of the per-repetition paired differences (absent at L0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_percent: Option<f64>,
-    /// Its 95% confidence interval; absent for stated figures.
+    /// Its interval, at the profile's `ci_coverage_percent`; absent for stated figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_ci: Option<[f64; 2]>,
     /// The submitter's CPU alone (fio's threads: plug, merge lookups, request allocation,

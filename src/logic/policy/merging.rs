@@ -70,6 +70,7 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
     if ratio >= low {
         s.low_windows = 0;
         s.not_worth_noted = false;
+        s.unknown_noted = false;
         return hold(
             s,
             Reason::Pays {
@@ -105,8 +106,18 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
     // hold quietly. The rungs on the way to a level that does save are taken (they are
     // the safe path there: the counters still see merges on them).
     if let Some(reason) = cx.not_worth(level) {
-        if !s.not_worth_noted && s.low_windows >= k {
-            s.not_worth_noted = true;
+        // An unknown saving is said once, and the known one once more when it comes.
+        let unknown = matches!(
+            cx.caps.worth.basis,
+            crate::logic::policy::worth::Basis::Unknown { .. }
+        );
+        let said = s.not_worth_noted || (unknown && s.unknown_noted);
+        if !said && s.low_windows >= k {
+            if unknown {
+                s.unknown_noted = true;
+            } else {
+                s.not_worth_noted = true;
+            }
             return settle(s, OutcomeKind::NotWorthIt, reason);
         }
         return hold(s, reason);

@@ -260,6 +260,8 @@ pub struct PolicyState {
     /// "Not worth it here" was said at this level for the current run of low
     /// windows (it is a decision once, then a hold).
     pub not_worth_noted: bool,
+    /// "Not worth it: saving unknown" was said: said again once the saving is known.
+    pub unknown_noted: bool,
 }
 
 impl PolicyState {
@@ -285,6 +287,7 @@ impl PolicyState {
             known_hostile: Vec::new(),
             probe_by_change: false,
             not_worth_noted: false,
+            unknown_noted: false,
         }
     }
 
@@ -342,6 +345,7 @@ impl PolicyState {
         self.low_windows = 0;
         self.high_windows = 0;
         self.not_worth_noted = false;
+        self.unknown_noted = false;
         if level != Level::L2 {
             self.l2_verified = false;
         }

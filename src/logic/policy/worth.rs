@@ -7,7 +7,7 @@
 //! - **live** (the default, [`Basis::Live`]): the daemon samples where CPU goes
 //!   (`logic::merge_cost`) and prices each level in CPU ms per second on this device, the
 //!   merge path's ns per bio times the device's bios/s. A level is worth it when the lower
-//!   end of its 95% interval reaches the floor (`[policy] saving_floor_percent_cpu`);
+//!   end of its 95% (Poisson) interval reaches the floor (`[pricing] saving_floor_percent_cpu`);
 //! - **profile** ([`Basis::Profile`]): a cost profile (`logic::cost_profile`) that matches
 //!   the device states per scheduler and level how CPU per I/O changes against L0 when
 //!   merging finds nothing; a level is worth it when its interval lies wholly below 0;
