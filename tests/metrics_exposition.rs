@@ -982,4 +982,39 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
             "the reload shows in both formats"
         );
     }
+fn before_the_first_update_the_status_already_names_the_version() {
+    // The endpoint can be scraped before the first tick has been counted.
+    let m = Metrics::new();
+    assert_eq!(m.status().version, env!("CARGO_PKG_VERSION"));
+    let doc: serde_json::Value = serde_json::from_slice(&m.status_json()).unwrap();
+    assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"), "{doc}");
+}
+
+#[test]
+fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
+    // Writes only: the read ratio is 0 of 0, not a number to show.
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    fs.set_traffic("sda", (0, 0, 900, 100));
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    let mut d = Daemon::simulated(cfg.clone());
+    let m = Metrics::new();
+    for t in 0..4u64 {
+        let now = t * cfg.daemon.interval_ms;
+        let decisions = d.tick(now, &mut fs);
+        m.update(&d, &decisions, timing(now));
+    }
+    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            r#"mergetune_device_merge_ratio{device="sda",direction="write"}"#
+        ),
+        Some(0.1),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"mergetune_device_merge_ratio{device="sda",direction="read"}"#),
+        "{text}"
+    );
 }

@@ -7,6 +7,7 @@ use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::decision::{Applied, Change, DecisionKind};
 use mergetune::sim::engine::DmTable;
 use mergetune::sim::{BioSpec, Dir, Scenario, Simulation, run_scenario};
+use std::path::Path;
 
 fn scenario(text: &str) -> Scenario {
     Scenario::from_toml_str(text, "test", None).unwrap()
@@ -143,17 +144,27 @@ fn fio_job_c(pattern: &str, batch: u32, complete: u32, nomerges: u8, rw: &str) -
 
 #[test]
 fn kernel_fio_jobs_merge_as_measured() {
-    // Kernel 6.18: 128 writes + 8,064 merged at nomerges 0 and 1; 8,192 + 0 at 2.
+    // Kernel 6.18: 128 writes + 8,064 merged at nomerges 0 and 1; 8,192 + 0 at 2, exact on
+    // every run: pinned on the kernel by real_kernel_facts (docs/testing.md, "The figures
+    // they pin"), and the captured 4 MiB run of the same job
+    // (tests/fixtures/trace_seq_batched_write.meta.toml) has the same 63 merges per batch of
+    // 64 (16 requests, 1,008 merged).
+    let fixture: toml::Table = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/trace_seq_batched_write.meta.toml"),
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    let delta = |k: &str| fixture["stat_delta"][k].as_integer().unwrap() as u64;
+    assert_eq!((delta("writes"), delta("writes_merged")), (16, 1008));
     for rw in ["write", "read"] {
         for n in [0u8, 1] {
             let (done, merged) = fio_job("sequential", 64, n, rw);
-            let ratio = merged as f64 / (done + merged) as f64;
             assert_eq!(done + merged, 8192);
-            assert!(
-                (ratio - 8064.0 / 8192.0).abs() <= 0.05,
-                "{rw} nomerges={n}: {done} requests, {merged} merged"
-            );
             assert_eq!((done, merged), (128, 8064), "{rw} nomerges={n}");
+            // The fixture's ratio, per request.
+            assert_eq!(merged * delta("writes"), delta("writes_merged") * done);
         }
         assert_eq!(fio_job("sequential", 64, 2, rw), (8192, 0));
         // Unbatched and random jobs: about no merges.
@@ -161,12 +172,12 @@ fn kernel_fio_jobs_merge_as_measured() {
         assert!(merged * 100 <= done + merged, "unbatched {rw}: {merged}");
         let (done, merged) = fio_job("random", 1, 0, rw);
         assert!(merged * 100 <= done + merged, "random {rw}: {merged}");
-        // iodepth_batch_submit=64 alone: only the first batch merges (63 of 8,192).
-        assert_eq!(
-            fio_job_c("sequential", 64, 1, 0, rw),
-            (8192 - 63, 63),
-            "{rw}"
-        );
+        // iodepth_batch_submit=64 alone: only the first batch merges (the kernel gave 63 of
+        // 8,192 in a hand run, docs/design.md; no fixture keeps it, so the test holds the
+        // mechanism: some merges, at most one plug's 63).
+        let (done, merged) = fio_job_c("sequential", 64, 1, 0, rw);
+        assert_eq!(done + merged, 8192, "{rw}");
+        assert!((1..=63).contains(&merged), "{rw}: {merged} merged");
     }
 }
 

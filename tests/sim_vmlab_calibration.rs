@@ -5,8 +5,9 @@
 //! one 4 KiB libaio QD32 stream (sequential, or backwards with `--rw=write:-8k`) at one
 //! merge level, captured in a Debian guest, with the stat deltas of the same run. Replayed
 //! at the kernel's own submission times on a device modelled like the null_blk one, the
-//! simulator must merge what the kernel merged at that level: within 15% at L0 (all
-//! merges), L1 (no elevator front merges) and L2 (nomerges=1), none at L3. On these single
+//! simulator must merge what the kernel merged at that level: within the band measured when
+//! the fixtures were added ([`BAND_PCT`]) at L0 (all merges), L1 (no elevator front merges)
+//! and L2 (nomerges=1), none at L3. On these single
 //! streams L1 and L2 keep nearly every merge on both sides: the one-hit `last_merge` cache
 //! catches a sequential stream's back merges and a backwards stream's front merges.
 //!
@@ -98,22 +99,31 @@ fn mean_service_us(text: &str) -> f64 {
 /// parallel, the measured service time whatever the request's size, mq-deadline) at the
 /// fixture's level. (completed, merged).
 fn replay(trace: &Path, m: &Meta) -> (u64, u64) {
+    let (w, wm, _) = replay_at(trace, m.nomerges, m.front_merges);
+    (w, wm)
+}
+
+/// [`replay`] at the given `nomerges` and `front_merges`, priced in the 2008 figures (where
+/// every lookup costs something): (completed, merged, block-layer cycles).
+fn replay_at(trace: &Path, nomerges: u8, front_merges: u8) -> (u64, u64, u64) {
     let service_us = mean_service_us(&std::fs::read_to_string(trace).unwrap());
     let text = format!(
-        "[[device]]\nname = \"nullb\"\nkind = \"ssd\"\nscheduler = \"mq-deadline\"\n\
+        "cost_profile = \"lkml-2008\"\n\
+         [[device]]\nname = \"nullb\"\nkind = \"ssd\"\nscheduler = \"mq-deadline\"\n\
          queue_depth = 4\nparallelism = 4\nread_overhead_us = {service_us}\nwrite_overhead_us = {service_us}\n\
          bandwidth_mb_s = 1000000.0\nnomerges = {}\niosched = {{ front_merges = {} }}\n\
          [[phase]]\nname = \"replay\"\nduration_s = 60.0\n\
          [[phase.job]]\nname = \"fio\"\ndevice = \"nullb\"\ntrace = \"{}\"\ntrace_plug_gap_us = 0.0\n",
-        m.nomerges,
-        m.front_merges,
+        nomerges,
+        front_merges,
         trace.file_name().unwrap().to_string_lossy()
     );
     let sc = Scenario::from_toml_str(&text, "vmlab", Some(&fixtures())).unwrap();
     let mut sim = Simulation::new(&sc).unwrap();
     sim.run_to_end();
+    let cycles = sim.phase_acc(0, "nullb").unwrap().cycles;
     let st = sim.device_stat("nullb").unwrap();
-    (st.completed(Dir::Write), st.merged(Dir::Write))
+    (st.completed(Dir::Write), st.merged(Dir::Write), cycles)
 }
 
 #[test]
@@ -155,23 +165,56 @@ fn replayed_guest_traces_merge_like_the_guest_kernel() {
         assert_eq!(w + wm, m.queued, "{name}: every bio replayed");
         if m.nomerges == 2 {
             assert_eq!(wm, 0, "{name}");
-        } else if dev_pct.abs() > TOLERANCE_PCT {
+        } else if dev_pct < BAND_PCT.0 || dev_pct > BAND_PCT.1 {
             off.push(name);
         }
     }
     eprintln!("{}", report.join("\n"));
     assert!(
         off.is_empty(),
-        "outside {TOLERANCE_PCT}%: {off:?}\n{}",
+        "outside {BAND_PCT:?}%: {off:?}\n{}",
         report.join("\n")
     );
 }
 
-/// Measured when the fixtures were added: the simulator between -3.7% and +10.0% of the kernel's
-/// merges at L0, L1 and L2 over both kernels' traces. What the replay cannot carry exactly
-/// is the guest's completion jitter under TCG (the service time is modelled as the trace's
-/// mean, the kernel's has a tail to several ms).
-const TOLERANCE_PCT: f64 = 15.0;
+/// The simulator's merges against the kernel's, in percent, at L0, L1 and L2. Measured when
+/// the fixtures were added and on every run since (the replay is deterministic; last
+/// 2026-12-02): from -3.7% (6.1 sequential, L1) to +10.0% (6.1 backwards, L1) over both
+/// kernels' 12 traces; the band is that with one point either side. What the replay cannot
+/// carry exactly is the guest's completion jitter under TCG (the service time is modelled
+/// as the trace's mean, the kernel's has a tail to several ms). The kernel's own merges vary
+/// more than this between runs (docs/testing.md, "Slow device: merges per level"), so the
+/// band pins the simulator where it was measured: a model change that moves it must say so.
+const BAND_PCT: (f64, f64) = (-4.7, 11.0);
+
+/// mq-deadline's `front_merges = 0` takes the scheduler's front-merge search away (its
+/// `elv_merge` path; the one-hit `last_merge` cache, tried first, still front-merges). On the
+/// L1 traces the kernel kept its front merges through that cache, and so does the
+/// simulator: the same merges with the search as without it. What the search costs must
+/// then be gone at front_merges 0: the same trace replayed at front_merges 1 costs more.
+#[test]
+fn at_front_merges_0_the_simulator_keeps_the_cached_merges_and_skips_the_search() {
+    let mut seen = 0;
+    for (trace, m) in cases() {
+        if m.nomerges != 0 || m.front_merges != 0 {
+            continue;
+        }
+        seen += 1;
+        let name = trace.file_name().unwrap().to_string_lossy().to_string();
+        let (w0, wm0, cycles_gated) = replay_at(&trace, 0, 0);
+        let (w1, wm1, cycles_searching) = replay_at(&trace, 0, 1);
+        assert_eq!(
+            (w0, wm0),
+            (w1, wm1),
+            "{name}: the one-hit cache finds them all"
+        );
+        assert!(
+            cycles_gated < cycles_searching,
+            "{name}: front_merges 0 cost {cycles_gated} cycles, 1 cost {cycles_searching}: the search was not skipped"
+        );
+    }
+    assert_eq!(seen, 4, "the L1 fixtures: two kernels, two streams");
+}
 
 /// Seed 002 in the guest (vmlab/guest/stacked.sh): `dd bs=2M count=1 iflag=direct` at
 /// sector 224 of a dm-stripe with 128 KiB chunks over two null_blk members. The bios dm gets

@@ -8,7 +8,9 @@
 //! (a stat of the path before the open could be raced by a rename), and refused unless it
 //! is regular. The cap is checked against the size and enforced while reading too, since a
 //! file can grow between the `fstat` and the read. For a regular file `O_NONBLOCK` changes
-//! nothing, so the descriptor is handed on as it is.
+//! nothing, so the descriptor is handed on as it is. `/dev/null` (the character device
+//! 1:3) is the one exception: it reads as an empty file at once, and `--config /dev/null`
+//! is the usual way to say "no config, built-in defaults".
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -81,7 +83,18 @@ fn what(t: std::fs::FileType) -> &'static str {
     }
 }
 
-/// Opens `path` for reading if, and only if, it is a regular file (symlinks followed).
+/// The character device 1:3, whatever its path: empty, and never blocks.
+fn is_dev_null(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.rdev();
+    // Linux's dev_t encoding (the kernel's new_encode_dev, glibc's gnu_dev_major/minor).
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    meta.file_type().is_char_device() && (major, minor) == (1, 3)
+}
+
+/// Opens `path` for reading if, and only if, it is a regular file (symlinks followed), or
+/// `/dev/null`.
 pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -96,7 +109,7 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    if !meta.file_type().is_file() {
+    if !meta.file_type().is_file() && !is_dev_null(&meta) {
         return Err(UserFileError::NotRegular {
             path: path.to_path_buf(),
             what: what(meta.file_type()),
@@ -151,6 +164,11 @@ mod tests {
         let e = read_text(&p, 2).unwrap_err();
         assert!(matches!(e, UserFileError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn dev_null_reads_as_an_empty_file() {
+        assert_eq!(read_text(Path::new("/dev/null"), 10).unwrap(), "");
     }
 
     #[test]
