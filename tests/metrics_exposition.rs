@@ -982,6 +982,9 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
             "the reload shows in both formats"
         );
     }
+}
+
+#[test]
 fn before_the_first_update_the_status_already_names_the_version() {
     // The endpoint can be scraped before the first tick has been counted.
     let m = Metrics::new();

@@ -136,15 +136,30 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
         .expect("run mergetune calibrate --device");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "calibrate --device failed: {stderr}");
-    assert_eq!(sectors_written(&dev), written, "calibrate wrote to the device");
+    assert_eq!(
+        sectors_written(&dev),
+        written,
+        "calibrate wrote to the device"
+    );
     assert_eq!(dev.queue_attr("nomerges").trim(), "1", "{stderr}");
-    assert_eq!(dev.queue_attr("iosched/front_merges").trim(), "0", "{stderr}");
+    assert_eq!(
+        dev.queue_attr("iosched/front_merges").trim(),
+        "0",
+        "{stderr}"
+    );
     let p = mergetune::logic::cost_profile::CostProfile::from_toml_str(
         &std::fs::read_to_string(&out).unwrap(),
     )
     .expect("the profile parses");
-    assert_eq!(p.merge_path.len(), 4, "plugged/unplugged x 1/2 submitters: {p:?}");
-    assert!(p.merge_path.iter().all(|c| c.bios > 0 && c.samples > 0), "{p:?}");
+    assert_eq!(
+        p.merge_path.len(),
+        4,
+        "plugged/unplugged x 1/2 submitters: {p:?}"
+    );
+    assert!(
+        p.merge_path.iter().all(|c| c.bios > 0 && c.samples > 0),
+        "{p:?}"
+    );
     let key = p.device.expect("the profile is keyed by its device");
     assert_eq!(key.driver, "loop");
     eprintln!("calibrate --device: {}", p.render_merge_path());
