@@ -43,7 +43,7 @@ pub struct PricingConfig {
 
 pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
 pub const DEFAULT_SAMPLE_MS: u64 = 1000;
-pub const DEFAULT_EVERY_MS: u64 = 10_000;
+pub const DEFAULT_EVERY_MS: u64 = 60_000;
 pub const DEFAULT_PERIOD_US: u64 = 1000;
 pub const DEFAULT_KEEP_SPANS: u32 = 30;
 pub const DEFAULT_MAX_AGE_SECS: u64 = 900;
