@@ -70,6 +70,10 @@ pub enum Command {
     Generate(GenerateArgs),
 }
 
+/// `make install`'s DOCDIR with its default PREFIX (/usr/local), where the man page says
+/// the docs are; the package passes /usr's. (Here, not in generate.rs, which reads [`Cli`].)
+pub const DEFAULT_DOC_DIR: &str = "/usr/local/share/doc/mergetune";
+
 /// `mergetune generate` (here, not in its file: the generator reads [`Cli`]).
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
@@ -85,7 +89,7 @@ pub enum What {
         dir: PathBuf,
         /// Where the docs are installed, as FILES and SEE ALSO name them: `make install`
         /// passes its DOCDIR (the default is its default PREFIX's).
-        #[arg(long, default_value = crate::cli::generate::DEFAULT_DOC_DIR)]
+        #[arg(long, default_value = DEFAULT_DOC_DIR)]
         doc_dir: PathBuf,
     },
     /// Shell completions for bash, zsh and fish.

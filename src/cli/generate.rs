@@ -15,9 +15,6 @@ use anyhow::Context as _;
 use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
-/// `make install`'s DOCDIR with its default PREFIX (/usr/local); the package passes /usr's.
-pub const DEFAULT_DOC_DIR: &str = "/usr/local/share/doc/mergetune";
-
 /// Writes the man pages into `dir`, naming the docs under `doc_dir`; returns the files
 /// written.
 pub fn man_pages(dir: &Path, doc_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
