@@ -160,7 +160,10 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
         p.merge_path.iter().all(|c| c.bios > 0 && c.samples > 0),
         "{p:?}"
     );
-    let key = p.device.expect("the profile is keyed by its device");
+    let key = p
+        .device
+        .as_ref()
+        .expect("the profile is keyed by its device");
     assert_eq!(key.driver, "loop");
     eprintln!("calibrate --device: {}", p.render_merge_path());
 }

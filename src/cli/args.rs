@@ -104,7 +104,7 @@ pub enum What {
 /// should lead to.
 const NOT_SUGGESTED: &[&str] = &["calibrate"];
 
-/// [`Cli::parse`], without suggesting a [`NOT_SUGGESTED`] subcommand for an unknown one.
+/// [`Cli::parse`], without suggesting a `NOT_SUGGESTED` subcommand for an unknown one.
 pub fn parse() -> Cli {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     use clap::{CommandFactory, Parser};

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 pub enum PricingSource {
     Live,
     Profile {
-        profile: CostProfile,
+        profile: Box<CostProfile>,
         /// The config's value: a built-in name or a path.
         spec: String,
     },
@@ -42,7 +42,7 @@ impl PricingSource {
         }
         match cost_profile::resolve(spec) {
             Ok(profile) => PricingSource::Profile {
-                profile,
+                profile: Box::new(profile),
                 spec: spec.to_string(),
             },
             Err(e) => {

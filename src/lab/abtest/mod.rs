@@ -23,7 +23,7 @@
 //!   smaller than that can sit inside an interval that holds 0.
 //!
 //! Files: [`plan`] (the block schedule), [`tasks`] (per-pid CPU deltas), [`analysis`] (the
-//! CPU-bound check and the estimator): pure, tested on synthetic data; [`run`] drives fio and
+//! CPU-bound check and the estimator): pure, tested on synthetic data; [`run()`] drives fio and
 //! the device through `kernel::blockfs` and `kernel::cputime` (this module names no
 //! `/sys` or `/proc` path itself).
 

@@ -22,7 +22,7 @@ pub struct AdviseArgs {
     /// Only this device: MAJOR,MINOR as the trace prints it (7,0) or a name (loop0).
     #[arg(long)]
     pub device: Option<String>,
-    /// The daemon's config: its [policy] thresholds and cost profile decide the advice, as
+    /// The daemon's config: its `[policy]` thresholds and cost profile decide the advice, as
     /// they would decide the daemon's steps (default: the built-in defaults).
     #[arg(short, long, value_name = "PATH")]
     pub config: Option<PathBuf>,

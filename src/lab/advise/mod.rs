@@ -25,7 +25,7 @@
 //!
 //! The flow, one file per step: [`reader`] streams lines into the per-device
 //! [`accumulator`]s, [`report`] turns each into figures, [`rules`] adds the
-//! recommendations (the trace's level, then [`daemon_view`]: the level the daemon's own
+//! recommendations (the trace's level, then [`daemon_view`](mod@daemon_view): the level the daemon's own
 //! rules and cost profile reach, which is the one recommended), [`whatif`] replays the bios in the simulator, and [`render`] (text),
 //! [`svg`] (pictures) and [`cli`] (the subcommand) show the result.
 

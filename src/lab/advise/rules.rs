@@ -4,7 +4,7 @@
 //!
 //! Two steps: [`trace_level`] is what the trace alone supports (the deepest level that
 //! loses almost no merge); [`recommend_priced`] then asks the daemon's own rules
-//! ([`super::daemon_view`]: the ladder of the device's scheduler and the cost profile's
+//! ([`super::daemon_view`](mod@super::daemon_view): the ladder of the device's scheduler and the cost profile's
 //! [`Worth`]) which level the daemon would reach, recommends that one, and says so when the
 //! two differ. [`recommend`] is the trace alone, unpriced, as the policy without a profile.
 

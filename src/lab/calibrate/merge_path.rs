@@ -550,7 +550,7 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
 /// each pair), at a period 10 times shorter than the daemon's so that the cost is large
 /// enough to resolve. Per pair, fio's CPU per second with the sampler on minus off, over
 /// the samples per second taken on fio's CPU, is the cost of one sample. Printed with its
-/// interval and scaled to the daemon's settings ([pricing]) against the saving at this rate.
+/// interval and scaled to the daemon's settings (`[pricing]`) against the saving at this rate.
 pub fn overhead(
     plan: &Plan,
     pairs: u32,
@@ -731,7 +731,8 @@ mod tests {
     #[test]
     fn every_argument_is_checked_before_any_io() {
         assert!(plan().check().is_ok());
-        let cases: Vec<(Box<dyn Fn(&mut Plan)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut Plan)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|p| p.name = String::new()), "--name"),
             (Box::new(|p| p.name = "a\u{1b}b".into()), "--name"),
             (Box::new(|p| p.windows = 1), "--windows"),
