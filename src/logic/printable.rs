@@ -68,6 +68,11 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// it expects, which come from the schema, stay. A password hash that happens to parse as
 /// a TOML key must not reach stderr and the journal from a message about it.
 pub fn without_quotes(message: &str) -> String {
+    // The name of an unknown or missing field is a key of a document that parsed as TOML:
+    // naming it is what the operator needs; no line of a non-TOML file gets that far.
+    if message.starts_with("unknown field `") || message.starts_with("missing field `") {
+        return printable(message).into_owned();
+    }
     let cut = message.find("expected").unwrap_or(message.len());
     let (found, expected) = message.split_at(cut);
     let mut out = String::with_capacity(message.len());
@@ -131,8 +136,12 @@ mod tests {
     #[test]
     fn what_was_found_is_not_quoted_what_is_expected_is() {
         assert_eq!(
-            without_quotes("unknown field `root:$6$salt`, expected one of `name`, `unit`"),
-            "unknown field `…`, expected one of `name`, `unit`"
+            without_quotes("unknown field `bogus`, expected one of `name`, `unit`"),
+            "unknown field `bogus`, expected one of `name`, `unit`"
+        );
+        assert_eq!(
+            without_quotes("duplicate key `root:$6$salt`"),
+            "duplicate key `…`"
         );
         assert_eq!(
             without_quotes("invalid type: string \"hunter2\", expected u32"),
