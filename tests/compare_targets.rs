@@ -207,10 +207,11 @@ fn oltp_steady_measured() {
         .iter()
         .filter(|d| d.kind == DecisionKind::NotWorthIt)
         .collect();
-    assert_eq!(
-        said.len(),
-        1,
-        "said once for the one random workload: {said:?}"
+    // Once while the live price is unknown, once more when it is known (the simulated
+    // merge path at 5,000 bios/s needs a few sampling spans for 10 samples): never more.
+    assert!(
+        (1..=2).contains(&said.len()),
+        "said once, or once unknown and once known, for the one random workload: {said:?}"
     );
     assert!(said[0].changes.is_empty());
 }

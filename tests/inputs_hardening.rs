@@ -171,15 +171,26 @@ fn rogue_endpoint(body: Vec<u8>) -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
-        if let Ok((mut s, _)) = l.accept() {
-            let mut req = [0u8; 4096];
-            let _ = s.read(&mut req);
+        // Every request (status may ask more than once) gets the same forged document.
+        for _ in 0..4 {
+            let Ok((mut s, _)) = l.accept() else { break };
+            // The whole request, so that closing leaves nothing unread (that would reset).
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
             let _ = write!(
                 s,
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()
             );
             let _ = s.write_all(&body);
+            let _ = s.flush();
+            std::thread::sleep(std::time::Duration::from_millis(200));
         }
     });
     addr

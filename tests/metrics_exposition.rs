@@ -334,6 +334,15 @@ mergetune_tick_lag_seconds_bucket{le="1.0"} 7
 mergetune_tick_lag_seconds_bucket{le="2.5"} 7
 mergetune_tick_lag_seconds_bucket{le="5.0"} 7
 mergetune_tick_lag_seconds_bucket{le="+Inf"} 7
+# HELP mergetune_cost_profile_info Always 1, for what prices a step down: profile "live" (the merge path sampled on this host) or a cost profile's name, and its origin.
+# TYPE mergetune_cost_profile_info gauge
+mergetune_cost_profile_info{profile="live",origin="measured on this host"} 1
+# HELP mergetune_device_pricing Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down).
+# TYPE mergetune_device_pricing gauge
+mergetune_device_pricing{device="sda",basis="unknown"} 1
+# HELP mergetune_merge_saving_floor_cpu_ratio The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100).
+# TYPE mergetune_merge_saving_floor_cpu_ratio gauge
+mergetune_merge_saving_floor_cpu_ratio 0.005
 "#;
 
 #[test]
@@ -428,7 +437,12 @@ fn a_real_parser_reads_every_metric_with_its_type_and_help() {
                     "to",
                     "outcome",
                     "result",
-                    "version"
+                    "version",
+                    "profile",
+                    "origin",
+                    "basis",
+                    "level",
+                    "bound"
                 ]
                 .contains(&k.as_str()),
                 "{}: unexpected label {k}",

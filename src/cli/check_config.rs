@@ -41,7 +41,8 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
             if let (Some(running), Ok(p)) = (
                 running_release,
                 crate::logic::cost_profile::resolve(&cfg.policy.cost_profile),
-            ) && p.kernel_release.trim() != running.trim()
+            ) && cfg.policy.cost_profile != crate::logic::cost_profile::LIVE
+                && p.kernel_release.trim() != running.trim()
             {
                 warnings.push(format!(
                     "key `policy.cost_profile`: profile {} was measured on kernel {}, this machine runs {}: its figures may not hold here (run `mergetune calibrate` on this kernel for its own)",

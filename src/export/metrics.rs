@@ -40,8 +40,8 @@ mod labels;
 
 use labels::{
     BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PRICING_BASES,
-    PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels, SamplePathLabels,
-    SavingLabels, attr_label, dl, value_label,
+    PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels, SavingLabels,
+    attr_label, dl, value_label,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -85,9 +85,6 @@ struct Families {
     pricing: Family<PricingLabels, Gauge>,
     saving: Family<SavingLabels, Gauge<f64, AtomicU64>>,
     saving_floor: Gauge<f64, AtomicU64>,
-    sampler_spans: Counter,
-    sampler_samples: Family<SamplePathLabels, Counter>,
-    sampler_seconds: Counter<f64, AtomicU64>,
 }
 
 struct Inner {
@@ -163,9 +160,6 @@ impl Metrics {
             pricing: Family::default(),
             saving: Family::default(),
             saving_floor: Gauge::default(),
-            sampler_spans: Counter::default(),
-            sampler_samples: Family::default(),
-            sampler_seconds: Counter::default(),
         };
         let mut r = Registry::with_prefix("mergetune");
         r.register(
@@ -292,21 +286,6 @@ impl Metrics {
             "merge_saving_floor_cpu_ratio",
             "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
             f.saving_floor.clone(),
-        );
-        r.register(
-            "merge_sampler_spans",
-            "Spans of merge-path sampling done (the live pricing's duty cycle)",
-            f.sampler_spans.clone(),
-        );
-        r.register(
-            "merge_sampler_samples",
-            "cpu-clock samples the merge-path sampler read, all (path=all) and those whose stack holds a merge function (path=merge)",
-            f.sampler_samples.clone(),
-        );
-        r.register(
-            "merge_sampler_seconds",
-            "Wall time the merge-path sampler was on, seconds",
-            f.sampler_seconds.clone(),
         );
         if simulated {
             let g: Gauge = Gauge::default();
@@ -513,29 +492,6 @@ impl Metrics {
         );
         f.state_persisted.set(i64::from(c.state_persisted));
         add(&f.ticks, c.ticks, inner.last.ticks);
-        add(&f.sampler_spans, c.pricing.spans, inner.last.pricing.spans);
-        for (path, now, before) in [
-            ("all", c.pricing.samples, inner.last.pricing.samples),
-            (
-                "merge",
-                c.pricing.merge_samples,
-                inner.last.pricing.merge_samples,
-            ),
-        ] {
-            let counter = f.sampler_samples.get_or_create(&SamplePathLabels {
-                path: path.to_string(),
-            });
-            add(&counter, now, before);
-        }
-        let (now_ms, before_ms) = (c.pricing.sampling_ms, inner.last.pricing.sampling_ms);
-        f.sampler_seconds.inc_by(
-            (if now_ms >= before_ms {
-                now_ms - before_ms
-            } else {
-                now_ms
-            }) as f64
-                / 1000.0,
-        );
         f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
         let profile = ProfileLabels {
             profile: daemon.pricing_name.clone(),

@@ -65,11 +65,6 @@ pub(super) struct SavingLabels {
     pub(super) bound: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct SamplePathLabels {
-    pub(super) path: String,
-}
-
 /// How a device's saving is known (the `basis` label).
 pub(super) const PRICING_BASES: [&str; 4] = ["live", "profile", "unknown", "unpriced"];
 

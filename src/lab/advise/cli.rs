@@ -51,7 +51,16 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
         None => Config::default(),
     }
     .policy;
-    let profile_name = cfg.cost_profile.trim().to_string();
+    let mut profile_name = cfg.cost_profile.trim().to_string();
+    if profile_name == crate::logic::cost_profile::LIVE {
+        // A trace cannot be sampled for where its CPU went: advise prices it with the
+        // profile measured on this project's kernel, and says so; the daemon prices live.
+        eprintln!(
+            "advise: cost_profile \"live\" is the daemon's own measurement on the host; a trace is priced with {} instead",
+            crate::logic::cost_profile::MEASURED_NAME
+        );
+        profile_name = crate::logic::cost_profile::MEASURED_NAME.to_string();
+    }
     let profile = crate::logic::cost_profile::resolve(&profile_name)
         .with_context(|| format!("cost profile {profile_name}"))?;
     let filter = match &args.device {
