@@ -34,11 +34,6 @@ use mergetune::sim::Scenario;
 
 /// Share of a significant oracle saving adaptive must capture, in percent (docs/testing.md).
 const MIN_OF_ORACLE_PERCENT: f64 = 90.0;
-/// The one scenario that misses it: same_signature captured 85.4% of the oracle in every
-/// run since the bio tap (the random phase's walk down the ladder spends windows at L1/L2
-/// before the tap's first sample at L3). The documented target is not met there
-/// (docs/evaluation.md, issue 21 keeps it open); this pins what is met so it cannot slip.
-const SAME_SIGNATURE_MIN_OF_ORACLE_PERCENT: f64 = 85.0;
 /// An oracle saving under this share of the kernel default's CPU, in percent, is not
 /// significant: there is nothing to capture.
 const SIGNIFICANT_PERCENT: f64 = 0.5;
@@ -50,6 +45,44 @@ const MAX_SETTLED_CHANGES_PER_HOUR: usize = 2;
 const REACTION_TOWARD_RANDOM_WINDOWS: u64 = 3;
 /// Back at the oracle's level within this many windows after mergeable I/O starts.
 const REACTION_TOWARD_MERGING_WINDOWS: u64 = 1;
+
+/// The targets one check holds a policy to.
+#[derive(Debug, Clone, Copy)]
+struct Targets {
+    min_of_oracle_percent: f64,
+    max_loss_percent: f64,
+    toward_random_windows: u64,
+}
+
+/// The documented targets (docs/testing.md).
+const DOCUMENTED: Targets = Targets {
+    min_of_oracle_percent: MIN_OF_ORACLE_PERCENT,
+    max_loss_percent: MAX_LOSS_PERCENT,
+    toward_random_windows: REACTION_TOWARD_RANDOM_WINDOWS,
+};
+
+/// Where adaptive misses a documented target, what it does meet, pinned so that it cannot
+/// slip; each is said in docs/evaluation.md, and its test also checks that the documented
+/// target is still missed (a fix must tighten the pin, not hide behind it).
+///
+/// same_signature captured 85.4% of the oracle in every run since the bio tap (the random
+/// phase's walk down the ladder spends windows at L1/L2 before the tap's first sample at
+/// L3). Issue 21 keeps the 90% open.
+const SAME_SIGNATURE_MET: Targets = Targets {
+    min_of_oracle_percent: 85.0,
+    ..DOCUMENTED
+};
+/// oltp_scans_bursts: a 5 s checkpoint burst that starts while the device is at L3 runs
+/// unmerged until the watch's next tick (100 ms): 0.63% of burst-5's throughput. And after
+/// a burst, the window that holds its end still counts its merges, so a database rate the
+/// daemon has not seen settle at L3 before (3 low windows, not 2) is stepped down after
+/// 3.5 windows (7.1 s). With `l3_watch_interval_ms = 50` the loss is 0.32% (measured with
+/// `simulate --compare`); the window straddle is the policy's.
+const OLTP_SCANS_BURSTS_MET: Targets = Targets {
+    max_loss_percent: 0.7,
+    toward_random_windows: 4,
+    ..DOCUMENTED
+};
 
 const DO_NOTHING: &str = "kernel-default";
 const ALWAYS_OFF: &str = "static-nomerges-2";
@@ -68,25 +101,21 @@ fn row<'a>(c: &'a ScenarioComparison, policy: &str) -> &'a PolicySummary {
 }
 
 /// The targets `policy` misses on `c`, each said with its figure; empty when it meets all.
-fn misses(c: &ScenarioComparison, policy: &str, window_ms: u64) -> Vec<String> {
+fn misses(c: &ScenarioComparison, policy: &str, window_ms: u64, t: Targets) -> Vec<String> {
     let r = row(c, policy);
     let oracle_saved = row(c, "oracle").cpu_saved_percent;
     let mut missed = Vec::new();
-    let min_share = if c.scenario == "same_signature" {
-        SAME_SIGNATURE_MIN_OF_ORACLE_PERCENT
-    } else {
-        MIN_OF_ORACLE_PERCENT
-    };
+    let min_share = t.min_of_oracle_percent;
     if oracle_saved >= SIGNIFICANT_PERCENT && r.of_oracle_percent < min_share {
         missed.push(format!(
             "captured {:.1}% of the oracle's {oracle_saved:.2}% CPU saving (target >= {min_share}%)",
             r.of_oracle_percent
         ));
     }
-    if r.worst_throughput_loss_percent > MAX_LOSS_PERCENT {
+    if r.worst_throughput_loss_percent > t.max_loss_percent {
         missed.push(format!(
-            "lost {:.2}% throughput in phase {} (target <= {MAX_LOSS_PERCENT}%)",
-            r.worst_throughput_loss_percent, r.worst_throughput_loss_phase
+            "lost {:.2}% throughput in phase {} (target <= {}%)",
+            r.worst_throughput_loss_percent, r.worst_throughput_loss_phase, t.max_loss_percent
         ));
     }
     if r.settled_changes_per_hour_max > MAX_SETTLED_CHANGES_PER_HOUR {
@@ -104,7 +133,7 @@ fn misses(c: &ScenarioComparison, policy: &str, window_ms: u64) -> Vec<String> {
     assert_eq!(moves.len(), r.reaction_ms.len(), "{}: {policy}", c.scenario);
     for (i, ((from, to), reacted)) in moves.iter().zip(&r.reaction_ms).enumerate() {
         let windows = if to > from {
-            REACTION_TOWARD_RANDOM_WINDOWS
+            t.toward_random_windows
         } else {
             REACTION_TOWARD_MERGING_WINDOWS
         };
@@ -145,6 +174,23 @@ fn figures(c: &ScenarioComparison) -> String {
 /// The targets where they can fail: the scenario priced in the 2008 figures. Returns the
 /// comparison for the scenario's own further checks.
 fn assert_targets(name: &str) -> ScenarioComparison {
+    assert_targets_met(name, DOCUMENTED)
+}
+
+/// [`assert_targets`] for a scenario where adaptive misses a documented target: it must
+/// still miss it (or the pin is stale), and meet `met`.
+fn assert_known_miss(name: &str, met: Targets) -> ScenarioComparison {
+    let c = assert_targets_met(name, met);
+    let window_ms = Config::default().window_ms();
+    assert!(
+        !misses(&c, "adaptive", window_ms, DOCUMENTED).is_empty(),
+        "{name}: adaptive now meets the documented targets: drop its pin ({met:?})\n{}",
+        figures(&c)
+    );
+    c
+}
+
+fn assert_targets_met(name: &str, t: Targets) -> ScenarioComparison {
     let cfg = Config::default();
     let window_ms = cfg.window_ms();
     let c = compare(&scenario(name, cost_profile::LKML_2008_NAME), &cfg).unwrap();
@@ -160,14 +206,14 @@ fn assert_targets(name: &str) -> ScenarioComparison {
     let oracle_moves = c.oracle_levels.iter().any(|l| *l != Level::L0);
     let counter = if oracle_moves { DO_NOTHING } else { ALWAYS_OFF };
     assert!(
-        !misses(&c, counter, window_ms).is_empty(),
+        !misses(&c, counter, window_ms, DOCUMENTED).is_empty(),
         "{name}: {counter} meets every target, so these targets cannot fail here\n{}",
         figures(&c)
     );
-    let missed = misses(&c, "adaptive", window_ms);
+    let missed = misses(&c, "adaptive", window_ms, t);
     assert!(
         missed.is_empty(),
-        "{name} (lkml-2008): adaptive misses the documented target(s) of docs/testing.md:\n  {}\n{}",
+        "{name} (lkml-2008): adaptive misses the target(s) of docs/testing.md it is held to:\n  {}\n{}",
         missed.join("\n  "),
         figures(&c)
     );
@@ -288,7 +334,7 @@ fn readers_vs_writer_measured() {
 fn same_signature_targets() {
     // Random 4 KiB writes, then at the same rate, size and read share sequential batched
     // ones: merging goes off first, then must come back.
-    let c = assert_targets("same_signature");
+    let c = assert_known_miss("same_signature", SAME_SIGNATURE_MET);
     let a = row(&c, "adaptive");
     assert!(a.level_changes >= 2, "off, then back on: {a:?}");
     assert_eq!(a.reaction_ms.len(), 1, "{:?}", c.oracle_levels);
@@ -297,6 +343,22 @@ fn same_signature_targets() {
 #[test]
 fn same_signature_measured() {
     assert_measured("same_signature");
+}
+
+#[test]
+fn oltp_scans_bursts_targets() {
+    // A database's random I/O all along, with long batched scans and short checkpoint
+    // bursts beside it: the oracle moves at every phase change (L3 for the database alone,
+    // L2 with a scan or a burst beside it, where plug merges still catch the batched
+    // stream), and adaptive must follow without losing the scans' or the bursts' merges.
+    let c = assert_known_miss("oltp_scans_bursts", OLTP_SCANS_BURSTS_MET);
+    assert!(row(&c, ALWAYS_OFF).worst_throughput_loss_percent > 5.0);
+    assert!(row(&c, "adaptive").level_changes > 0);
+}
+
+#[test]
+fn oltp_scans_bursts_measured() {
+    assert_measured("oltp_scans_bursts");
 }
 
 #[test]

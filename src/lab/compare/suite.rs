@@ -38,6 +38,10 @@ pub const SUITE: &[(&str, &str)] = &[
         "same_signature",
         include_str!("../../../config/scenarios/compare/same_signature.toml"),
     ),
+    (
+        "oltp_scans_bursts",
+        include_str!("../../../config/scenarios/compare/oltp_scans_bursts.toml"),
+    ),
 ];
 
 /// The suite's scenarios, each phase's duration scaled by `scale` (1.0: as shipped; the
