@@ -24,8 +24,9 @@
 //! default's: merging wrongly off, the loss the 2008 thread warned of, shows as ~0). And the
 //! figures the docs quote from this test, with their intervals (`SequentialClaims`): static
 //! nomerges=2 costs batched sequential writes more than a fifth of their throughput and more
-//! than a fifth more CPU per I/O (measured in 10 alternating pairs of 2 s runs after the
-//! phases, `MERGETUNE_COMPARE_SEQ_PAIRS` and `MERGETUNE_COMPARE_SEQ_S`), and the daemon
+//! than a fifth more CPU per I/O (measured in rounds of 10 alternating pairs of 2 s runs
+//! after the phases, up to 3 rounds until the intervals resolve: `MERGETUNE_COMPARE_SEQ_*`),
+//! and the daemon
 //! loses measurably less than that.
 //! (The kworker time here is every kworker's on the machine, so other tenants' work lands in
 //! it; tests/real_kernel_abtest.rs counts the loop device's own, per pid.)
@@ -626,37 +627,53 @@ fn adaptive_against_kernel_default_and_static_nomerges_2_on_a_phase_changing_loa
     // right after one another: in the phase runs above a pair is up to 30 s apart, and on a
     // shared machine one slow run of the default (CI, 2026-12-02: 149,532 IOPS against
     // 202,039 in the other repetition) was enough to hide a 20% effect at n = 2.
+    //
+    // Under load (the same test beside a build, 2026-12-02 04:08 UTC) 10 pairs gave -22.3%
+    // [-67.1, +83.8]: the noise, not the effect, set the interval. So the pairs come in
+    // rounds of 10, up to `MERGETUNE_COMPARE_SEQ_ROUNDS` (3), pooled, until both intervals
+    // resolve their direction; the claims are then checked on all of them. (Three looks: a
+    // change of 0 resolves by chance in one of them with less than 3 x 2.1%.)
     let pairs = env_u64("MERGETUNE_COMPARE_SEQ_PAIRS", 10).max(1) as usize;
+    let rounds = env_u64("MERGETUNE_COMPARE_SEQ_ROUNDS", 3).max(1) as usize;
     let pair_secs = env_u64("MERGETUNE_COMPARE_SEQ_S", 2).max(1);
+    let iops = |x: &Sample| x.iops;
+    let cpu = |x: &Sample| x.cpu_ns_per_io;
     let (mut seq_default, mut seq_static2) = (Vec::new(), Vec::new());
-    for i in 0..pairs {
-        let order: [u8; 2] = if i % 2 == 0 { [0, 2] } else { [2, 0] };
-        for nomerges in order {
-            dev.set_nomerges(nomerges);
-            let s = run_phase(&dev, Phase::Sequential, pair_secs, tmp.path(), None);
-            if nomerges == 0 {
-                seq_default.push(s);
-            } else {
-                assert_eq!(s.merge_ratio, 0.0, "static nomerges=2 merged something");
-                seq_static2.push(s);
+    for round in 1..=rounds {
+        for i in 0..pairs {
+            let order: [u8; 2] = if i % 2 == 0 { [0, 2] } else { [2, 0] };
+            for nomerges in order {
+                dev.set_nomerges(nomerges);
+                let s = run_phase(&dev, Phase::Sequential, pair_secs, tmp.path(), None);
+                if nomerges == 0 {
+                    seq_default.push(s);
+                } else {
+                    assert_eq!(s.merge_ratio, 0.0, "static nomerges=2 merged something");
+                    seq_static2.push(s);
+                }
             }
+        }
+        let si = summary(&paired_changes(&seq_static2, &seq_default, iops));
+        let sc = summary(&paired_changes(&seq_static2, &seq_default, cpu));
+        eprintln!(
+            "\nstatic2 against default on batched sequential writes, {} alternating pairs of {pair_secs} s \
+             (round {round} of at most {rounds}): throughput {}, CPU per I/O {}",
+            seq_default.len(),
+            change_text(&paired_changes(&seq_static2, &seq_default, iops)),
+            change_text(&paired_changes(&seq_static2, &seq_default, cpu))
+        );
+        let resolved = si.coverage >= 0.95 && si.high < 0.0 && sc.coverage >= 0.95 && sc.low > 0.0;
+        if resolved {
+            break;
         }
     }
     dev.set_nomerges(original);
     assert_eq!(dev.nomerges(), original);
-    let iops = |x: &Sample| x.iops;
-    let cpu = |x: &Sample| x.cpu_ns_per_io;
     let claims = SequentialClaims {
         static2_iops: summary(&paired_changes(&seq_static2, &seq_default, iops)),
         static2_cpu: summary(&paired_changes(&seq_static2, &seq_default, cpu)),
         adaptive_iops: summary(&paired_changes(&samples[2][seq], &samples[0][seq], iops)),
     };
-    eprintln!(
-        "\nstatic2 against default on batched sequential writes, {pairs} alternating pairs of {pair_secs} s: \
-         throughput {}, CPU per I/O {}",
-        change_text(&paired_changes(&seq_static2, &seq_default, iops)),
-        change_text(&paired_changes(&seq_static2, &seq_default, cpu))
-    );
     if let Err(why) = claims.check() {
         panic!("{why}");
     }
