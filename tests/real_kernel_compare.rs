@@ -628,7 +628,7 @@ fn adaptive_against_kernel_default_and_static_nomerges_2_on_a_phase_changing_loa
     // shared machine one slow run of the default (CI, 2026-12-02: 149,532 IOPS against
     // 202,039 in the other repetition) was enough to hide a 20% effect at n = 2.
     //
-    // Under load (the same test beside a build, 2026-12-02 04:08 UTC) 10 pairs gave -22.3%
+    // Under load (the same test beside a build, 2026-12-02 about 04:00 UTC) 10 pairs gave -22.3%
     // [-67.1, +83.8]: the noise, not the effect, set the interval. So the pairs come in
     // rounds of 10, up to `MERGETUNE_COMPARE_SEQ_ROUNDS` (3), pooled, until both intervals
     // resolve their direction; the claims are then checked on all of them. (Three looks: a
