@@ -3,25 +3,27 @@
 //! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
-use crate::daemon::actuator::{Actuator, ActuatorError, PersistChange, SetOutcome};
+use crate::daemon::actuator::{Actuator, PersistChange};
 use crate::daemon::controller::Controller;
-use crate::daemon::dryrun::as_counted_at;
 use crate::daemon::pricing::{LivePricing, PricingSource, TickBios};
 use crate::daemon::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::daemon::state::MemoryStore;
-use crate::kernel::blockfs::{BlockFs, FsError};
+use crate::kernel::blockfs::BlockFs;
 use crate::kernel::devices::{DeviceInfo, Management};
 use crate::kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
 use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
-use crate::logic::decision::{Applied, Change, Decision, DecisionKind, Level};
-use crate::logic::policy::{Caps, OutcomeKind, PolicyState, decide, tunables};
-use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc, WindowClose};
+use crate::logic::decision::{Decision, Level};
+use crate::logic::policy::{Caps, PolicyState};
+use crate::logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
 use std::collections::BTreeMap;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
+mod device_tick;
 mod membership;
 mod slice_tuner;
+
+use device_tick::DeviceTick;
 
 pub use crate::daemon::snapshot::DaemonCounters;
 
@@ -274,19 +276,21 @@ impl Daemon {
             self.tick_pricing(now_ms, fs);
         }
         let mut decisions = Vec::new();
-        let names: Vec<String> = self
-            .devices
-            .iter()
-            .filter(|(_, d)| d.management.is_managed())
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in names {
-            if let Some(d) = self.tick_device(&name, now_ms, fs) {
-                decisions.push(d);
+        let mut step = DeviceTick {
+            cfg: &self.cfg,
+            actuator: &mut self.actuator,
+            live: matches!(self.pricing, PricingSource::Live).then_some(&self.live),
+            pending: &self.pending,
+            slack_ms: self.slack_ms,
+            counters: &mut self.counters,
+            force_rescan: &mut self.force_rescan,
+        };
+        for (name, dev) in self.devices.iter_mut() {
+            if !dev.management.is_managed() {
+                continue;
             }
-            if let Some(d) = self.tick_slices(&name, now_ms, fs) {
-                decisions.push(d);
-            }
+            decisions.extend(step.ladder(name, dev, now_ms, fs));
+            decisions.extend(step.slices(name, dev, now_ms, fs));
         }
         // sense: a device that is no longer managed keeps no tap open.
         for (name, dev) in self.devices.iter_mut() {
@@ -343,247 +347,6 @@ impl Daemon {
         for c in &h.cleared {
             info!("diskstats: {c}");
         }
-    }
-
-    fn tick_device(&mut self, name: &str, now_ms: u64, fs: &mut dyn BlockFs) -> Option<Decision> {
-        let pcfg = self.cfg.policy.clone();
-        let dev = self.devices.get_mut(name)?;
-        let window_ms = self.cfg.window_ms();
-        let close = if dev.policy.mode == crate::logic::policy::Mode::Off {
-            // At L3 a window only has to show a workload change (the merges are invisible
-            // there): it closes at the first watch tick that holds enough bios to judge.
-            WindowClose {
-                min_ms: self.cfg.l3_tick_ms(),
-                full_ms: window_ms,
-                min_bios: pcfg.min_window_bios,
-                slack_ms: self.slack_ms,
-            }
-        } else {
-            WindowClose::fixed(window_ms, self.slack_ms)
-        };
-        // sense: the tap's duty cycle at L3; its sample rides on the next window to close.
-        let at_l3 = dev.policy.level == crate::logic::policy::TOP_LEVEL;
-        let mergeable = pcfg.enable_above_percent;
-        dev.sense
-            .tick(name, now_ms, at_l3, &self.cfg.sense, mergeable, fs);
-        let mut window = self
-            .pending
-            .get(name)
-            .and_then(|c| dev.window.push(c, now_ms, &close));
-        if let Some(w) = window.as_mut() {
-            w.sensed = dev.sense.take_sample(); // sense
-        }
-        let mut caps = dev.caps; // sense: L3 is watched where the tap works
-        caps.sense_at_l3 = dev.sense.usable(&self.cfg.sense);
-        if matches!(self.pricing, PricingSource::Live) {
-            // The live price at this device's rate: the window's, else the last one's.
-            let rate = window
-                .as_ref()
-                .or(dev.last_window.as_ref())
-                .map_or(0.0, Window::bios_per_sec);
-            caps.worth = self
-                .live
-                .worth(dev.info.scheduler.as_deref(), rate, &self.cfg.pricing);
-        }
-        dev.worth = caps.worth;
-        if window.is_some() {
-            dev.last_window = window;
-            dev.last_window_ms = now_ms;
-        }
-        let dry_run = self.actuator.dry_run();
-        // A dry run decides on what the live daemon would have counted at the level it
-        // would have set; the counters were taken at the real level (src/daemon/dryrun.rs).
-        // Its stand-in for the bio tap is the real level's merge counters, so it assumes
-        // the live daemon's tap works (root, tracefs): docs/operator.md says so.
-        let (window, caps) = if dry_run {
-            let real = self
-                .actuator
-                .expected(name, Tunable::Nomerges)
-                .and_then(|v| v.trim().parse::<u8>().ok())
-                .unwrap_or(0);
-            let would = dev.policy.nomerges(&pcfg);
-            // With a working tap the dry run sees what the live daemon would (its samples,
-            // on the same duty cycle); without one the counted merges stand in for it.
-            let tap_works = caps.sense_at_l3;
-            let caps = Caps {
-                sense_at_l3: true,
-                ..caps
-            };
-            (
-                window.map(|w| as_counted_at(&w, real, would, tap_works)),
-                caps,
-            )
-        } else {
-            (window, caps)
-        };
-        let ev = decide(&dev.policy, window.as_ref(), caps, &pcfg, now_ms);
-        if ev.kind == OutcomeKind::Hold && window.is_none() {
-            // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
-            dev.policy = ev.state;
-            dev.last_reason = ev.reason;
-            return None;
-        }
-        // Someone else's write wins: the tunable becomes theirs, the ladder stops on this
-        // device and puts back the other tunable it owns. Checked at every window and
-        // before every write.
-        let mut watched = vec![Tunable::Nomerges];
-        if dev.caps.front_merges {
-            watched.push(Tunable::FrontMerges);
-        }
-        let mut current_nomerges = String::new();
-        for t in watched {
-            let current = match fs.read_tunable(name, t) {
-                Ok(v) => v,
-                Err(FsError::NotFound { .. }) => {
-                    self.force_rescan = true;
-                    return None;
-                }
-                Err(e) => {
-                    self.counters.tunable_read_errors += 1;
-                    if dev
-                        .read_warned_ms
-                        .is_none_or(|at| now_ms.saturating_sub(at) >= READ_WARN_EVERY_MS)
-                    {
-                        warn!(device = %name, "{e} (the device's level is held; this warning repeats at most every {} min)", READ_WARN_EVERY_MS / 60_000);
-                        dev.read_warned_ms = Some(now_ms);
-                    }
-                    return None;
-                }
-            };
-            let expected = self.actuator.expected(name, t).map(str::to_string);
-            if expected.as_deref() != Some(current.as_str()) {
-                let was = expected.unwrap_or_default();
-                warn!(
-                    device = %name,
-                    "{name}: {t} changed from {was} to {current} by someone else: no longer managed (`systemctl reload mergetune`, SIGHUP, manages it again)"
-                );
-                dev.management = Management::AdminOwned(format!(
-                    "{t} changed from {was} to {current} by someone else"
-                ));
-                if t == Tunable::Nomerges {
-                    dev.info.nomerges = Some(current.clone());
-                }
-                let results = self.actuator.hand_off(fs, name, t, &current, &LADDER);
-                Self::log_restores(&results, "hand-off");
-                return None;
-            }
-            if t == Tunable::Nomerges {
-                current_nomerges = current;
-            }
-        }
-        dev.read_warned_ms = None;
-        if ev.kind == OutcomeKind::Hold {
-            dev.policy = ev.state;
-            dev.last_reason = ev.reason;
-            return None;
-        }
-        let from_level = dev.policy.level;
-        let mut decision = Decision {
-            at_ms: now_ms,
-            device: name.to_string(),
-            kind: ev.kind.decision_kind().unwrap_or(DecisionKind::Enable),
-            changes: Vec::new(),
-            reason: ev.reason.to_string(),
-            applied: if dry_run {
-                Applied::DryRun
-            } else {
-                Applied::Yes
-            },
-        };
-        let Some(to_level) = ev.to_level else {
-            // A probe that ends at L0, a trial that stays: nothing changes in the kernel.
-            let seen = self
-                .actuator
-                .as_seen(name, Tunable::Nomerges, &current_nomerges)
-                .to_string();
-            if dry_run {
-                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: dry-run: {}: {}", decision.kind, decision.reason);
-            } else {
-                info!(device = %name, kind = %decision.kind, from = %seen, to = %seen, reason = %decision.reason, "{name}: {}: {}", decision.kind, decision.reason);
-            }
-            dev.policy = ev.state;
-            dev.last_reason = ev.reason;
-            dev.last_decision = Some(decision.clone());
-            return Some(decision);
-        };
-        if !pcfg.enabled {
-            dev.last_reason =
-                format!("policy disabled: would {}: {}", decision.kind, ev.reason).into();
-            return None;
-        }
-        if now_ms < dev.retry_after_ms {
-            dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason).into();
-            return None;
-        }
-        // Apply the level's tunables, nomerges first; stop at the first failure.
-        let mut failure = None;
-        for (t, value) in tunables(to_level, dev.caps) {
-            match self.actuator.set(fs, name, t, value) {
-                Ok(SetOutcome::Unchanged) => {}
-                Ok(SetOutcome::Written { from }) => decision.changes.push(Change {
-                    tunable: t,
-                    from,
-                    to: value.to_string(),
-                }),
-                Ok(SetOutcome::DryRun { from }) => {
-                    decision.changes.push(Change {
-                        tunable: t,
-                        from,
-                        to: value.to_string(),
-                    });
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let (log_from, log_to) = match decision.changes.first() {
-            Some(c) => (c.from.clone(), c.to.clone()),
-            None => (current_nomerges.clone(), current_nomerges.clone()),
-        };
-        if let Some(e) = failure {
-            self.counters.write_errors += 1;
-            let wait_ms = (pcfg.min_dwell_secs * 1000).max(self.cfg.window_ms());
-            dev.retry_after_ms = now_ms + wait_ms;
-            let written = if decision.changes.is_empty() {
-                String::new()
-            } else {
-                format!(" (written before the failure: {})", decision.changes_text())
-            };
-            if matches!(e, ActuatorError::State(_)) {
-                // The state file's failure is logged once per change (log_persist_change).
-                debug!(device = %name, "{name}: {from_level} -> {to_level} not written, retry in {wait_ms} ms: {e}{written}");
-            } else {
-                warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
-            }
-            decision.applied = Applied::Failed(e.to_string());
-            decision.reason = format!("{} (write failed: {e})", decision.reason);
-            dev.last_reason = decision.reason.clone().into();
-            if matches!(e, ActuatorError::Fs(FsError::NotFound { .. })) {
-                self.force_rescan = true;
-            }
-            if !decision.changes.is_empty() {
-                // Half a level was written (nomerges, not front_merges): the record holds
-                // it, and the next window's check sees the kernel as it is.
-                dev.window.restart(now_ms);
-            }
-            dev.last_decision = Some(decision.clone());
-            return Some(decision);
-        }
-        if dry_run {
-            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
-                "{name}: dry-run, would write {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
-        } else {
-            info!(device = %name, kind = %decision.kind, from = %log_from, to = %log_to, reason = %decision.reason,
-                "{name}: {}: {}: {}", decision.changes_text(), decision.kind, decision.reason);
-        }
-        dev.policy = ev.state;
-        dev.last_reason = ev.reason;
-        // A window straddling a change would mix two regimes.
-        dev.window.restart(now_ms);
-        dev.last_decision = Some(decision.clone());
-        Some(decision)
     }
 
     /// What the daemon shows the exporters: per device its management, level, mode,

@@ -3,26 +3,27 @@
 //! [`crate::logic::slices::decide`] for at most one change, written through the actuator
 //! like the ladder's.
 
-use super::{Daemon, SLICES};
+use super::device_tick::DeviceTick;
+use super::{Daemon, DeviceRuntime, SLICES};
 use crate::daemon::actuator::SetOutcome;
 use crate::kernel::blockfs::BlockFs;
 use crate::kernel::tunable::Tunable;
 use crate::logic::decision::{Applied, Change, Decision};
 use tracing::{info, warn};
 
-impl Daemon {
+impl DeviceTick<'_> {
     /// Scheduler slices for one device, on the window that closed at this tick.
-    pub(super) fn tick_slices(
+    pub(super) fn slices(
         &mut self,
         name: &str,
+        dev: &mut DeviceRuntime,
         now_ms: u64,
         fs: &mut dyn BlockFs,
     ) -> Option<Decision> {
-        let cfg = self.cfg.slices.clone();
+        let cfg = &self.cfg.slices;
         if !cfg.enabled || !self.cfg.policy.enabled {
             return None;
         }
-        let dev = self.devices.get_mut(name)?;
         if !dev.management.is_managed()
             || self.actuator.any_theirs(name, &SLICES)
             || dev.last_window_ms != now_ms
@@ -53,7 +54,7 @@ impl Daemon {
                 let results = self
                     .actuator
                     .hand_off(fs, name, *t, &cur.to_string(), &SLICES);
-                Self::log_restores(&results, "hand-off");
+                Daemon::log_restores(&results, "hand-off");
                 return None;
             }
         }
@@ -73,7 +74,7 @@ impl Daemon {
             .map(|(t, _)| *t)
             .collect();
         let (state, change) =
-            crate::logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, &cfg, now_ms);
+            crate::logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
         let previous = std::mem::replace(&mut dev.slices, state);
         if let Some(kept) = dev.slices.kept.take() {
             info!(device = %name, "{name}: slices: {kept}");
