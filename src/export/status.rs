@@ -297,6 +297,14 @@ impl DevicePricing {
                 "measured live, floor {:.2} ms/s",
                 self.floor_ms_per_sec.unwrap_or(0.0)
             ),
+            // Stated figures (no interval) are a model named on purpose, not a measurement
+            // of a kernel: they apply anywhere, and the line says so.
+            (PricingBasis::Profile, _) if self.saving.is_some_and(|s| s.lo.is_none()) => {
+                format!(
+                    "profile {} (stated figures, applied on any kernel)",
+                    self.profile
+                )
+            }
             (PricingBasis::Profile, _) => {
                 format!("profile {} matches this kernel and device", self.profile)
             }
@@ -525,4 +533,52 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
         addr: addr.to_string(),
         message: format!("/status is not a mergetune status document: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logic::cost_profile::Scheduler;
+    use crate::logic::policy::worth::Saving;
+
+    fn live_worth() -> Worth {
+        let mut w = Worth {
+            basis: Basis::Live {
+                floor_ms_per_sec: 5.0,
+            },
+            scheduler: Some(Scheduler::MqDeadline),
+            levels: [None; 4],
+            coverage_percent: 95.0,
+            untrusted: false,
+        };
+        w.levels[1] = Some(Saving {
+            value: 12.7,
+            ci: Some([9.8, 15.6]),
+            unit: SavingUnit::CpuMsPerSec,
+            verdict: Verdict::Saves,
+        });
+        w
+    }
+
+    #[test]
+    fn a_live_saving_shows_its_interval_coverage_and_floor() {
+        let p = DevicePricing::of(&live_worth(), Level::L0, "live", 5.0);
+        assert_eq!(p.basis, PricingBasis::Live);
+        assert_eq!(p.step, Some(Level::L1));
+        assert_eq!(p.cell(), "live: L1 12.70 [9.80, 15.60] (95%) / 5.00 ms/s");
+        assert_eq!(
+            p.sentence(),
+            "measured live, floor 5.00 ms/s; L1 12.70 [9.80, 15.60] (95%)"
+        );
+        // At L1 the next step is L2, which is not priced here: said, with the floor.
+        let p = DevicePricing::of(&live_worth(), Level::L1, "live", 5.0);
+        assert_eq!(p.cell(), "live: L2 not measured / 5.00 ms/s");
+    }
+
+    #[test]
+    fn coverage_is_printed_as_measured() {
+        assert_eq!(coverage(95.0), "95%");
+        assert_eq!(coverage(97.9), "97.9%");
+        assert_eq!(coverage(89.06), "89.1%");
+    }
 }
