@@ -1,10 +1,13 @@
 //! `mergetune check-config PATH`: load and validate a config file without running anything.
 //! Exit 0 with a summary (and any warnings), 1 with every error; `--json` says the same as
-//! one document for scripts. Every bad key is named with file:line:column, and a profile
-//! measured on another kernel than the running one is a warning: its figures may not hold
-//! here. The running release is read here, at the edge, and handed to [`check`].
+//! one document for scripts. Every bad key is named with file:line:column. The summary
+//! names what prices a step down (the profile, its origin, whether it matches the running
+//! kernel by the daemon's own rule), and a profile of another kernel series is a warning:
+//! the daemon will leave every device unknown. The running release is read here, at the
+//! edge, and handed to [`check`].
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK};
+use crate::daemon::pricing::{PricingSource, profile_match};
 use crate::logic::config::{self, ConfigError};
 use crate::logic::printable::printable_lines;
 use serde::Serialize;
@@ -14,7 +17,7 @@ use std::path::PathBuf;
 pub struct CheckConfigArgs {
     /// The TOML file to check.
     pub path: PathBuf,
-    /// Print the result as one JSON document ({path, ok, summary, warnings, errors}).
+    /// Print the result as one JSON document ({path, ok, summary, pricing, warnings, errors}).
     #[arg(long)]
     pub json: bool,
 }
@@ -24,8 +27,11 @@ pub struct CheckConfigArgs {
 pub struct CheckReport {
     pub path: String,
     pub ok: bool,
-    /// The effective configuration in one line (empty when not ok).
+    /// The effective configuration in one line, ending with `pricing` (empty when not ok).
     pub summary: String,
+    /// What prices a step down: the profile's name, its origin and whether it matches the
+    /// running kernel (empty when not ok).
+    pub pricing: String,
     pub warnings: Vec<String>,
     /// Every error, one per bad key (or the one read/parse error).
     pub errors: Vec<String>,
@@ -37,24 +43,28 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
     match config::load_file(path) {
         Ok(cfg) => {
             let mut warnings = cfg.warnings();
-            // load_file has resolved the profile once already: it loads.
-            if let (Some(running), Ok(p)) = (
-                running_release,
-                crate::logic::cost_profile::resolve(&cfg.policy.cost_profile),
-            ) && cfg.policy.cost_profile != crate::logic::cost_profile::LIVE
-                && p.kernel_release.trim() != running.trim()
+            // load_file has resolved the profile once already: it loads. The daemon's own
+            // rule decides whether it matches (the same kernel series; stated figures
+            // anywhere), so check-config never says otherwise than the daemon will do.
+            let source = PricingSource::from_config(&cfg);
+            if let (Some(running), PricingSource::Profile { profile, .. }) =
+                (running_release, &source)
+                && let Err(e) = profile_match(profile, Some(running.trim()), None)
             {
                 warnings.push(format!(
-                    "key `policy.cost_profile`: profile {} was measured on kernel {}, this machine runs {}: its figures may not hold here (run `mergetune calibrate` on this kernel for its own)",
-                    p.name,
-                    p.kernel_release.trim(),
-                    running.trim()
+                    "key `policy.cost_profile`: profile {} {e}: it will not match here, every device stays unknown and merging stays on (run `mergetune calibrate` on this kernel for its own, or use \"live\")",
+                    profile.name,
                 ));
             }
+            let pricing = source.summary(
+                running_release.map(str::trim),
+                cfg.pricing.floor_ms_per_sec(),
+            );
             CheckReport {
                 path: path_s,
                 ok: true,
-                summary: cfg.summary(),
+                summary: format!("{}; {pricing}", cfg.summary()),
+                pricing,
                 warnings,
                 errors: Vec::new(),
             }
@@ -63,6 +73,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
             path: path_s,
             ok: false,
             summary: String::new(),
+            pricing: String::new(),
             warnings: Vec::new(),
             errors: match e {
                 ConfigError::Many { errors, .. } => errors.iter().map(|e| e.to_string()).collect(),

@@ -128,6 +128,38 @@ fn configure(args: &RunArgs) -> Result<(Config, Option<PathBuf>)> {
     Ok((cfg, cfg_path))
 }
 
+/// The startup log's pricing line: what prices a step down, where it came from and
+/// whether a profile matches the running kernel.
+fn log_pricing(cfg: &Config, fs: &mut RealFs) {
+    use crate::kernel::blockfs::BlockFs as _;
+    let source = crate::daemon::pricing::PricingSource::from_config(cfg);
+    info!(
+        "{}",
+        source.summary(
+            fs.kernel_release().as_deref(),
+            cfg.pricing.floor_ms_per_sec()
+        )
+    );
+}
+
+/// After the first tick (devices discovered and priced): per managed device what prices
+/// it, whether the profile matches it, or the live floor.
+fn log_device_pricing(daemon: &Daemon) {
+    let snap = daemon.snapshot();
+    for d in snap.devices.iter().filter(|d| d.management.is_managed()) {
+        let (Some(worth), Some(level)) = (d.worth.as_ref(), d.level) else {
+            continue;
+        };
+        let p = crate::export::status::DevicePricing::of(
+            worth,
+            level,
+            &snap.pricing_name,
+            snap.floor_ms_per_sec,
+        );
+        info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
+    }
+}
+
 /// The actuator: in a dry run over a memory store (nothing is written, not even the state
 /// file); live over the state file, after putting back what a dead predecessor left.
 fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
@@ -413,6 +445,7 @@ impl TickLoop {
         }
         let status = status_line(&self.daemon);
         if self.daemon.counters.ticks == 1 {
+            log_device_pricing(&self.daemon);
             if let Err(e) = self.notifier.ready(&status) {
                 warn!("sd_notify READY=1: {e}");
             }
@@ -539,6 +572,7 @@ impl TickLoop {
 pub fn run(args: RunArgs) -> Result<i32> {
     let (cfg, cfg_path) = configure(&args)?;
     let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
+    log_pricing(&cfg, &mut fs);
     let actuator = actuator(&args, &cfg, &mut fs)?;
     let metrics = Arc::new(Metrics::new());
     let server = endpoint(&args, &cfg, &metrics)?;

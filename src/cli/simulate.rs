@@ -261,6 +261,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         },
     );
     let series = sampling.finish();
+    let mut report = report;
+    // What the daemon priced with (the adaptive policy has a daemon; baselines do not).
+    report.daemon_pricing = controller.snapshot().map(|s| s.pricing_name);
     crate::export::logging::set_sim_time_ms(None);
     progress.finish();
     if let Some(e) = sim.halted() {

@@ -79,6 +79,38 @@ impl PricingSource {
         }
     }
 
+    /// What prices the steps, in one line for the startup log and `check-config`: the
+    /// name, the origin and, for a profile, whether it matches the running kernel
+    /// (`running_release`, None when unknown). A device's own match is its line of the
+    /// first tick (the device kind is read there).
+    pub fn summary(&self, running_release: Option<&str>, floor_ms_per_sec: f64) -> String {
+        match self {
+            PricingSource::Live => format!(
+                "pricing: live ({}, by the merge-path sampler): a step down only where the lower bound of its saving's 95% interval reaches the floor, {floor_ms_per_sec:.2} ms/s of CPU",
+                self.origin()
+            ),
+            PricingSource::Profile { profile, .. } => {
+                let fit = match running_release {
+                    _ if profile.method == cost_profile::Method::Stated => {
+                        "stated figures, not a measurement: applied on any kernel".to_string()
+                    }
+                    None => "the running kernel is unknown: not checked".to_string(),
+                    Some(run) => match profile_match(profile, Some(run), None) {
+                        Ok(()) => format!("matches the running kernel {run}"),
+                        Err(e) => format!(
+                            "will not match here ({e}): every device stays unknown, nothing steps down"
+                        ),
+                    },
+                };
+                format!(
+                    "pricing: profile {} ({}): {fit}",
+                    profile.name,
+                    self.origin()
+                )
+            }
+        }
+    }
+
     /// The table a profile gives a device, or unknown where it does not match.
     pub fn profile_worth(
         &self,

@@ -8,8 +8,10 @@
 
 use crate::daemon::snapshot::DaemonSnapshot;
 use crate::kernel::devices::Management;
+use crate::logic::cost_profile::Verdict;
 use crate::logic::decision::{Applied, Change, DecisionKind, Level, level_index};
 use crate::logic::policy::Mode;
+use crate::logic::policy::worth::{Basis, SavingUnit, UnknownWhy, Worth};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -44,7 +46,21 @@ pub struct StatusSnapshot {
     /// The latest any tick started against its schedule since the daemon started.
     pub max_tick_lag_ms: f64,
     pub write_errors: u64,
+    /// What prices a step down (absent from a daemon older than this field).
+    #[serde(default)]
+    pub pricing: Option<PricingStatus>,
     pub devices: Vec<DeviceStatus>,
+}
+
+/// What prices every device's step down: the live measurement or a cost profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PricingStatus {
+    /// `"live"`, or the profile's name.
+    pub profile: String,
+    /// "measured on this host", "built-in, measured on kernel ...", or the profile's path.
+    pub origin: String,
+    /// The bar a live saving's lower bound must reach, CPU ms per second.
+    pub floor_ms_per_sec: f64,
 }
 
 /// One device of the `/status` document. Typed as the daemon holds it, so the client's
@@ -76,6 +92,235 @@ pub struct DeviceStatus {
     pub last_decision: Option<DecisionStatus>,
     /// Seconds until the next probe, when merging is off and a probe is scheduled.
     pub next_probe_in_secs: Option<f64>,
+    /// What the next step down would save and what priced it (managed devices; absent
+    /// from a daemon older than this field).
+    #[serde(default)]
+    pub pricing: Option<DevicePricing>,
+}
+
+/// How a device's saving is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PricingBasis {
+    /// Measured on this host by the merge-path sampler.
+    Live,
+    /// A cost profile that matches this kernel and device.
+    Profile,
+    /// Nothing to price with: see `why`.
+    Unknown,
+    /// No pricing at all (every step is taken as worth it).
+    Unpriced,
+}
+
+/// Why a device's saving is unknown (the daemon's `UnknownWhy`, as `/status` carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownReason {
+    NotMeasuredYet,
+    NoSampler,
+    NoMatchingProfile,
+}
+
+impl UnknownReason {
+    fn of(why: UnknownWhy) -> UnknownReason {
+        match why {
+            UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
+            UnknownWhy::NoSampler => UnknownReason::NoSampler,
+            UnknownWhy::NoMatchingProfile => UnknownReason::NoMatchingProfile,
+        }
+    }
+
+    /// A few words, for the table's cell.
+    pub fn short(self) -> &'static str {
+        match self {
+            UnknownReason::NotMeasuredYet => "not measured yet",
+            UnknownReason::NoSampler => "no sampler here",
+            UnknownReason::NoMatchingProfile => "profile does not match",
+        }
+    }
+}
+
+/// What a saving is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepSavingUnit {
+    /// CPU ms per second saved on this device (live; positive saves).
+    CpuMsPerSec,
+    /// Change of CPU per I/O against L0, percent (a profile; negative is cheaper).
+    PercentPerIo,
+}
+
+/// Whether a step's saving clears the bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepVerdict {
+    Saves,
+    Costs,
+    NoMeasurableDifference,
+}
+
+/// The saving of one step down, with its interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepSaving {
+    pub value: f64,
+    /// The interval's bounds (absent for stated figures), at `coverage_percent`.
+    pub lo: Option<f64>,
+    pub hi: Option<f64>,
+    pub coverage_percent: f64,
+    pub unit: StepSavingUnit,
+    pub verdict: StepVerdict,
+}
+
+/// A device's pricing in `/status`: the basis, the profile's name, and the saving of the
+/// next step down (the level below the device's; at L3, L3's own) with the floor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DevicePricing {
+    pub basis: PricingBasis,
+    /// `"live"` or the profile's name.
+    pub profile: String,
+    /// The level priced.
+    #[serde(with = "level_index::option", default)]
+    pub step: Option<Level>,
+    /// Absent where the step is not priced (not measured, or unknown).
+    pub saving: Option<StepSaving>,
+    /// Live pricing: the bar, CPU ms per second.
+    pub floor_ms_per_sec: Option<f64>,
+    /// Unknown: why, as a code and in words.
+    pub why: Option<UnknownReason>,
+    pub why_text: Option<String>,
+}
+
+/// `95%`, `89.1%`: a coverage as printed next to an interval.
+pub fn coverage(percent: f64) -> String {
+    let s = format!("{percent:.1}");
+    format!("{}%", s.strip_suffix(".0").unwrap_or(&s))
+}
+
+impl DevicePricing {
+    /// The pricing of a managed device at `level`, priced by `profile` (the daemon's
+    /// pricing name) with the live `floor_ms_per_sec`.
+    pub fn of(worth: &Worth, level: Level, profile: &str, floor_ms_per_sec: f64) -> DevicePricing {
+        let step = level.below().unwrap_or(level);
+        let live = profile == crate::logic::cost_profile::LIVE;
+        let (basis, floor, why) = match worth.basis {
+            Basis::Live { floor_ms_per_sec } => (PricingBasis::Live, Some(floor_ms_per_sec), None),
+            Basis::Profile => (PricingBasis::Profile, None, None),
+            Basis::Unknown { why } => (
+                PricingBasis::Unknown,
+                live.then_some(floor_ms_per_sec),
+                Some(UnknownReason::of(why)),
+            ),
+            Basis::Unpriced => (PricingBasis::Unpriced, None, None),
+        };
+        let saving = worth.saving(step).map(|s| StepSaving {
+            value: s.value,
+            lo: s.ci.map(|c| c[0]),
+            hi: s.ci.map(|c| c[1]),
+            coverage_percent: worth.coverage_percent,
+            unit: match s.unit {
+                SavingUnit::CpuMsPerSec => StepSavingUnit::CpuMsPerSec,
+                SavingUnit::PercentPerIo => StepSavingUnit::PercentPerIo,
+            },
+            verdict: match s.verdict {
+                Verdict::Saves => StepVerdict::Saves,
+                Verdict::Costs => StepVerdict::Costs,
+                Verdict::NoMeasurableDifference => StepVerdict::NoMeasurableDifference,
+            },
+        });
+        DevicePricing {
+            basis,
+            profile: profile.to_string(),
+            step: Some(step),
+            saving,
+            floor_ms_per_sec: floor,
+            why,
+            why_text: why.map(|_| {
+                let d = worth.describe(std::iter::empty());
+                d.strip_prefix("saving unknown: ").unwrap_or(&d).to_string()
+            }),
+        }
+    }
+
+    /// `L3 0.41 [0.20, 0.75] (95%)` (ms/s) or `L3 -6.1% [-25.6, +17.5] (89%) CPU/IO`.
+    fn saving_text(&self) -> Option<String> {
+        let s = self.saving?;
+        let step = self.step.map(|l| format!("{l} ")).unwrap_or_default();
+        let interval = match (s.lo, s.hi) {
+            (Some(lo), Some(hi)) => match s.unit {
+                StepSavingUnit::CpuMsPerSec => {
+                    format!(" [{lo:.2}, {hi:.2}] ({})", coverage(s.coverage_percent))
+                }
+                StepSavingUnit::PercentPerIo => {
+                    format!(" [{lo:+.1}, {hi:+.1}] ({})", coverage(s.coverage_percent))
+                }
+            },
+            _ => " (stated, no interval)".into(),
+        };
+        Some(match s.unit {
+            StepSavingUnit::CpuMsPerSec => format!("{step}{:.2}{interval}", s.value),
+            StepSavingUnit::PercentPerIo => format!("{step}{:+.1}%{interval} CPU/IO", s.value),
+        })
+    }
+
+    /// The status table's cell: `live: L3 0.41 [0.20, 0.75] (95%) / 5.00 ms/s`,
+    /// `measured-6.18: L3 -6.1% [-25.6, +17.5] (89%) CPU/IO`, `live: unknown: not
+    /// measured yet / 5.00 ms/s`.
+    pub fn cell(&self) -> String {
+        let body = match (self.basis, self.why) {
+            (PricingBasis::Unpriced, _) => "unpriced".to_string(),
+            (_, Some(why)) => format!("unknown: {}", why.short()),
+            _ => self.saving_text().unwrap_or_else(|| {
+                let step = self.step.map(|l| format!("{l} ")).unwrap_or_default();
+                format!("{step}not measured")
+            }),
+        };
+        let floor = self
+            .floor_ms_per_sec
+            .map(|f| format!(" / {f:.2} ms/s"))
+            .unwrap_or_default();
+        format!("{}: {body}{floor}", self.profile)
+    }
+
+    /// The startup log's words: "measured live, floor 5.00 ms/s; not measured yet",
+    /// "profile measured-6.18 matches; L3 -6.1% ...", "profile X does not match ...".
+    pub fn sentence(&self) -> String {
+        let saving = self.saving_text();
+        let head = match (self.basis, self.why) {
+            (PricingBasis::Unpriced, _) => {
+                return "unpriced: every step is taken as worth it".into();
+            }
+            (PricingBasis::Live, _)
+            | (
+                PricingBasis::Unknown,
+                Some(UnknownReason::NotMeasuredYet | UnknownReason::NoSampler),
+            ) => format!(
+                "measured live, floor {:.2} ms/s",
+                self.floor_ms_per_sec.unwrap_or(0.0)
+            ),
+            // Stated figures (no interval) are a model named on purpose, not a measurement
+            // of a kernel: they apply anywhere, and the line says so.
+            (PricingBasis::Profile, _) if self.saving.is_some_and(|s| s.lo.is_none()) => {
+                format!(
+                    "profile {} (stated figures, applied on any kernel)",
+                    self.profile
+                )
+            }
+            (PricingBasis::Profile, _) => {
+                format!("profile {} matches this kernel and device", self.profile)
+            }
+            (_, _) => format!(
+                "profile {} does not match this kernel or device: saving unknown, merging stays on",
+                self.profile
+            ),
+        };
+        match (saving, &self.why_text) {
+            (Some(s), _) => format!("{head}; {s}"),
+            (None, Some(w)) if self.why != Some(UnknownReason::NoMatchingProfile) => {
+                format!("{head}; {w}")
+            }
+            _ => head,
+        }
+    }
 }
 
 impl DeviceStatus {
@@ -96,6 +341,7 @@ impl DeviceStatus {
             last_reason: String::new(),
             last_decision: None,
             next_probe_in_secs: None,
+            pricing: None,
         }
     }
 }
@@ -155,6 +401,9 @@ impl StatusSnapshot {
                     next_probe_in_secs: d
                         .next_probe_at_ms
                         .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
+                    pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
+                        DevicePricing::of(w, l, &daemon.pricing_name, daemon.floor_ms_per_sec)
+                    }),
                 }
             })
             .collect();
@@ -169,6 +418,11 @@ impl StatusSnapshot {
             last_tick_duration_ms: round3(t.duration_seconds * 1000.0),
             max_tick_lag_ms: round3(max_lag_seconds * 1000.0),
             write_errors: daemon.counters.write_errors,
+            pricing: (!daemon.pricing_name.is_empty()).then(|| PricingStatus {
+                profile: daemon.pricing_name.clone(),
+                origin: daemon.pricing_origin.clone(),
+                floor_ms_per_sec: daemon.floor_ms_per_sec,
+            }),
             devices,
         }
     }
@@ -279,4 +533,52 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
         addr: addr.to_string(),
         message: format!("/status is not a mergetune status document: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logic::cost_profile::Scheduler;
+    use crate::logic::policy::worth::Saving;
+
+    fn live_worth() -> Worth {
+        let mut w = Worth {
+            basis: Basis::Live {
+                floor_ms_per_sec: 5.0,
+            },
+            scheduler: Some(Scheduler::MqDeadline),
+            levels: [None; 4],
+            coverage_percent: 95.0,
+            untrusted: false,
+        };
+        w.levels[1] = Some(Saving {
+            value: 12.7,
+            ci: Some([9.8, 15.6]),
+            unit: SavingUnit::CpuMsPerSec,
+            verdict: Verdict::Saves,
+        });
+        w
+    }
+
+    #[test]
+    fn a_live_saving_shows_its_interval_coverage_and_floor() {
+        let p = DevicePricing::of(&live_worth(), Level::L0, "live", 5.0);
+        assert_eq!(p.basis, PricingBasis::Live);
+        assert_eq!(p.step, Some(Level::L1));
+        assert_eq!(p.cell(), "live: L1 12.70 [9.80, 15.60] (95%) / 5.00 ms/s");
+        assert_eq!(
+            p.sentence(),
+            "measured live, floor 5.00 ms/s; L1 12.70 [9.80, 15.60] (95%)"
+        );
+        // At L1 the next step is L2, which is not priced here: said, with the floor.
+        let p = DevicePricing::of(&live_worth(), Level::L1, "live", 5.0);
+        assert_eq!(p.cell(), "live: L2 not measured / 5.00 ms/s");
+    }
+
+    #[test]
+    fn coverage_is_printed_as_measured() {
+        assert_eq!(coverage(95.0), "95%");
+        assert_eq!(coverage(97.9), "97.9%");
+        assert_eq!(coverage(89.06), "89.1%");
+    }
 }

@@ -13,7 +13,7 @@ use crate::export::status::{DeviceStatus, StatusSnapshot};
 use crate::logic::decision::{Applied, Decision};
 use crate::logic::printable::printable;
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; COLUMNS] = [
     "DEVICE",
     "SCHEDULER",
     "STATUS",
@@ -23,11 +23,15 @@ const HEADER: [&str; 10] = [
     "WR-MRG",
     "BIOS/S",
     "NEXT-PROBE",
+    "PRICED BY: NEXT STEP SAVING [LO, HI] (COVERAGE) / FLOOR",
     "LAST DECISION / REASON",
 ];
+const COLUMNS: usize = 11;
+/// The last column (not padded).
+const LAST: usize = COLUMNS - 1;
 /// Columns aligned right (numbers).
-const RIGHT: [bool; 10] = [
-    false, false, false, false, true, true, true, true, false, false,
+const RIGHT: [bool; COLUMNS] = [
+    false, false, false, false, true, true, true, true, false, false, false,
 ];
 
 fn opt(v: Option<f64>, prec: usize, suffix: &str) -> String {
@@ -83,6 +87,7 @@ fn last(d: &DeviceStatus) -> String {
             match &x.applied {
                 Applied::Yes => "",
                 Applied::DryRun => " (dry-run: not written)",
+                Applied::NothingToWrite => " (nothing to write)",
                 _ => " (not applied)",
             },
             x.reason
@@ -93,7 +98,7 @@ fn last(d: &DeviceStatus) -> String {
 }
 
 /// One row's cells, in [`HEADER`] order.
-fn cells(d: &DeviceStatus) -> [String; 10] {
+fn cells(d: &DeviceStatus) -> [String; COLUMNS] {
     [
         d.device.clone(),
         d.scheduler.clone(),
@@ -106,20 +111,24 @@ fn cells(d: &DeviceStatus) -> [String; 10] {
         d.next_probe_in_secs
             .map(|s| format!("in {}", span(s)))
             .unwrap_or_else(|| "-".into()),
+        d.pricing
+            .as_ref()
+            .map(|p| p.cell())
+            .unwrap_or_else(|| "-".into()),
         last(d),
     ]
 }
 
 /// The table: a header line, then one line per device.
 pub fn render(devices: &[DeviceStatus]) -> String {
-    let rows: Vec<[String; 10]> = std::iter::once(HEADER.map(String::from))
+    let rows: Vec<[String; COLUMNS]> = std::iter::once(HEADER.map(String::from))
         .chain(
             devices
                 .iter()
                 .map(|d| cells(d).map(|c| printable(&c).into_owned())),
         )
         .collect();
-    let mut width = [0usize; 10];
+    let mut width = [0usize; COLUMNS];
     for r in &rows {
         for (w, c) in width.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
@@ -130,10 +139,10 @@ pub fn render(devices: &[DeviceStatus]) -> String {
         let mut line = String::new();
         for (i, c) in r.iter().enumerate() {
             if i > 0 {
-                line.push_str(if i == 9 { "  " } else { " " });
+                line.push_str(if i == LAST { "  " } else { " " });
             }
             let pad = width[i].saturating_sub(c.chars().count());
-            if i == 9 {
+            if i == LAST {
                 line.push_str(c);
             } else if RIGHT[i] {
                 line.push_str(&" ".repeat(pad));
@@ -157,7 +166,7 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         .filter(|d| d.management.is_managed())
         .count();
     let mut out = format!(
-        "{}mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks, interval {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s)\n",
+        "{}mergetune {}: {} of {} devices managed{}{}, up {:.0}s, {} ticks, interval {} ms, last tick {:.2} ms, worst lag {:.1} ms, {} write error(s){}\n",
         // A simulator's devices are not the host's: said first, where no one can miss it.
         if s.simulated { "SIMULATED: " } else { "" },
         printable(&s.version),
@@ -174,7 +183,20 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         s.interval_ms,
         s.last_tick_duration_ms,
         s.max_tick_lag_ms,
-        s.write_errors
+        s.write_errors,
+        match &s.pricing {
+            Some(p) if p.profile == crate::logic::cost_profile::LIVE => format!(
+                ", priced live ({}), floor {:.2} ms/s",
+                printable(&p.origin),
+                p.floor_ms_per_sec
+            ),
+            Some(p) => format!(
+                ", priced by profile {} ({})",
+                printable(&p.profile),
+                printable(&p.origin)
+            ),
+            None => String::new(),
+        }
     );
     out.push_str(&render(&s.devices));
     out

@@ -224,8 +224,11 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "result", content = "error", rename_all = "snake_case")]
 pub enum Applied {
-    /// Every change was written (or there was nothing to write).
+    /// Every change was written.
     Yes,
+    /// The decision writes nothing (a `not_worth_it`, a probe that ends where it started,
+    /// a trial that stays): said as such, so that no one reads it as a write.
+    NothingToWrite,
     /// Dry-run: nothing written.
     DryRun,
     /// A write failed (the error); the level or value is unchanged.
@@ -289,6 +292,7 @@ impl fmt::Display for Decision {
             Applied::DryRun => ", dry-run".into(),
             Applied::Failed(e) => format!(", failed: {e}"),
             Applied::No => ", not applied".into(),
+            Applied::NothingToWrite => ", nothing to write".into(),
         };
         write!(
             f,

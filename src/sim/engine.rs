@@ -204,6 +204,10 @@ impl Simulation {
     pub fn seed(&self) -> u64 {
         self.seed
     }
+    /// The profile (or `[cost]` table) that prices this run's steps: the report names it.
+    pub fn cost_pricing(&self) -> &crate::sim::cost::Pricing {
+        &self.costs.primary
+    }
     /// Bios submitted by jobs so far (dm pieces not counted twice).
     pub fn total_bios(&self) -> u64 {
         self.total_bios

@@ -1,9 +1,16 @@
 //! The run report: per phase and device, throughput, merge ratios, latency, modelled CPU,
 //! the nomerges timeline and every decision with its reason. Rendered as text or JSON;
 //! contains nothing from the wall clock, so the same seed gives the same report.
+//!
+//! The modelled CPU is in the currency of the profile that priced the run: ns under a
+//! measured profile, model cycles under `lkml-2008` or a `[cost]` table. The headline names
+//! the profile and the unit, the column is labelled by it (`ns/IO`, `cyc/IO`), and the
+//! JSON keeps its field name `cycles_per_io` (scripts read it) with `cycles_per_io_unit`
+//! next to it: a rename would have broken every consumer for a name.
 
 use super::engine::{Dir, NomergesChange, PhaseAcc, Simulation};
 use crate::daemon::controller::Decision;
+use crate::logic::cost_profile::{self, Unit};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -30,8 +37,34 @@ pub struct DeviceReport {
     pub device: String,
     pub read: DirReport,
     pub write: DirReport,
-    /// Modelled block-layer cycles per bio submitted to this device.
+    /// Modelled block-layer CPU per bio submitted to this device, in `cycles_per_io_unit`.
     pub cycles_per_io: f64,
+    /// The unit of `cycles_per_io`: `ns` (a measured profile) or `model-cycles`.
+    pub cycles_per_io_unit: Unit,
+}
+
+/// A per-I/O CPU column's label in `unit`: `ns/IO`, `cyc/IO` (`noun` "IO" or "bio").
+pub fn per_unit_label(unit: Unit, noun: &str) -> String {
+    match unit {
+        Unit::Ns => format!("ns/{noun}"),
+        Unit::ModelCycles => format!("cyc/{noun}"),
+    }
+}
+
+/// The unit in words, for a headline.
+pub fn unit_words(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Ns => "ns of CPU",
+        Unit::ModelCycles => "model cycles (the 2008 thread's shares, not times)",
+    }
+}
+
+/// The unit of a run priced by `pricing`: a shipped profile's own; a scenario's `[cost]`
+/// table is in the model cycles its defaults are.
+pub fn pricing_unit(pricing_name: &str) -> Unit {
+    cost_profile::builtin(pricing_name)
+        .map(|p| p.unit)
+        .unwrap_or(Unit::ModelCycles)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,6 +80,14 @@ pub struct Report {
     pub scenario: String,
     pub seed: u64,
     pub policy: String,
+    /// The profile that priced the simulated kernel's steps (`[cost]` for a scenario's
+    /// own table), and the unit of every `cycles_per_io`.
+    pub cost_profile: String,
+    pub cost_unit: Unit,
+    /// What the daemon priced its steps with (`live` or a profile), for the adaptive
+    /// policy; absent for the fixed baselines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_pricing: Option<String>,
     pub duration_ms: u64,
     pub total_bios: u64,
     pub phases: Vec<PhaseReport>,
@@ -80,6 +121,8 @@ fn dir_report(acc: &PhaseAcc, dir: Dir, secs: f64) -> DirReport {
 impl Report {
     pub fn build(sim: &Simulation, policy: &str, decisions: Vec<Decision>) -> Report {
         let names = sim.device_names();
+        let cost_profile = sim.cost_pricing().name.clone();
+        let cost_unit = pricing_unit(&cost_profile);
         let phases = sim
             .phases()
             .iter()
@@ -101,6 +144,7 @@ impl Report {
                             } else {
                                 acc.cycles as f64 / bios as f64
                             },
+                            cycles_per_io_unit: cost_unit,
                         })
                     })
                     .collect();
@@ -116,11 +160,26 @@ impl Report {
             scenario: sim.name().to_string(),
             seed: sim.seed(),
             policy: policy.to_string(),
+            cost_profile,
+            cost_unit,
+            daemon_pricing: None,
             duration_ms: sim.now_ns() / 1_000_000,
             total_bios: sim.total_bios(),
             phases,
             nomerges_timeline: sim.nomerges_log().to_vec(),
             decisions,
+        }
+    }
+
+    /// Where the run's profile came from, in words.
+    fn cost_origin(&self) -> String {
+        match cost_profile::builtin(&self.cost_profile) {
+            Some(p) => crate::daemon::pricing::PricingSource::Profile {
+                spec: self.cost_profile.clone(),
+                profile: Box::new(p),
+            }
+            .origin(),
+            None => "the scenario's own [cost] table".into(),
         }
     }
 
@@ -139,6 +198,26 @@ impl Report {
             self.duration_ms as f64 / 1000.0,
             self.total_bios
         );
+        let _ = writeln!(
+            s,
+            "priced in cost profile {} ({}): CPU per I/O ({}) in {}{}",
+            self.cost_profile,
+            self.cost_origin(),
+            per_unit_label(self.cost_unit, "IO"),
+            unit_words(self.cost_unit),
+            match &self.daemon_pricing {
+                Some(p) if *p == self.cost_profile => {
+                    "; the daemon priced its steps with the same profile".to_string()
+                }
+                Some(p) if p == cost_profile::LIVE => {
+                    "; the daemon priced its steps live (the simulator's merge-path accounting)"
+                        .to_string()
+                }
+                Some(p) => format!("; the daemon priced its steps with {p}"),
+                None => String::new(),
+            }
+        );
+        let cpu_label = per_unit_label(self.cost_unit, "IO");
         for p in &self.phases {
             let _ = writeln!(
                 s,
@@ -150,7 +229,7 @@ impl Report {
             let _ = writeln!(
                 s,
                 "  {:<9} {:>3} {:>10} {:>9} {:>7} {:>10} {:>10} {:>10} {:>9}",
-                "device", "dir", "IOPS", "MB/s", "merge%", "mean µs", "p99 µs", "max µs", "cyc/IO"
+                "device", "dir", "IOPS", "MB/s", "merge%", "mean µs", "p99 µs", "max µs", cpu_label
             );
             for d in &p.devices {
                 if d.read.bios + d.write.bios == 0 {

@@ -59,7 +59,11 @@ impl DeviceTick<'_> {
         }
         let mut decision = self.decision_of(name, now_ms, &ev);
         let Some(to_level) = ev.to_level else {
-            // A probe that ends at L0, a trial that stays: nothing changes in the kernel.
+            // A probe that ends at L0, a trial that stays, not worth it: nothing changes in
+            // the kernel, and the decision says so (a dry run's stays marked dry-run).
+            if !self.actuator.dry_run() {
+                decision.applied = Applied::NothingToWrite;
+            }
             let seen = self
                 .actuator
                 .as_seen(name, Tunable::Nomerges, &current_nomerges)

@@ -135,7 +135,7 @@ pub fn render_text(a: &Analysis, what_ifs: &[WhatIf]) -> String {
                 "candidate",
                 "merge%",
                 "requests",
-                "cyc/bio",
+                crate::sim::report::per_unit_label(w.unit, "bio"),
                 "MB/s",
                 "R mean µs",
                 "R p99 µs",

@@ -71,8 +71,11 @@ pub struct WhatIfRow {
     pub level: Level,
     pub merge_percent: f64,
     pub requests: u64,
-    /// Modelled block-layer cycles per bio.
+    /// Modelled block-layer CPU per bio, in `cycles_per_bio_unit` (the field keeps its
+    /// name for the scripts that read it).
     pub cycles_per_bio: f64,
+    /// `ns` under a measured profile, `model-cycles` under `lkml-2008`.
+    pub cycles_per_bio_unit: crate::logic::cost_profile::Unit,
     pub mb_per_s: f64,
     pub read_mean_us: f64,
     pub read_p99_us: f64,
@@ -87,6 +90,8 @@ pub struct WhatIf {
     pub truncated: bool,
     pub span_s: f64,
     pub model: String,
+    /// The unit of every row's `cycles_per_bio` (the profile's).
+    pub unit: crate::logic::cost_profile::Unit,
     pub rows: Vec<WhatIfRow>,
 }
 
@@ -120,8 +125,10 @@ pub fn what_if(
     };
     let r_us = over(report.read_latency.as_ref(), 80.0);
     let w_us = over(report.write_latency.as_ref(), 20.0);
+    let unit = crate::sim::report::pricing_unit(profile);
     let model = format!(
-        "priced in cost profile {profile}; simulated SSD, 128 tags, 8 channels, 2000 MB/s, {r_us:.0} µs per read and {w_us:.0} µs per write request (from the trace's completions where it has them); bios replayed at their traced times; MB/s over the replay plus a drain margin"
+        "priced in cost profile {profile} (CPU per bio in {}); simulated SSD, 128 tags, 8 channels, 2000 MB/s, {r_us:.0} µs per read and {w_us:.0} µs per write request (from the trace's completions where it has them); bios replayed at their traced times; MB/s over the replay plus a drain margin",
+        crate::sim::report::unit_words(unit)
     );
     let dur_s = span_ns as f64 / 1e9 * 1.1 + 0.05;
     let candidates: [(&str, &str, Level); 6] = [
@@ -175,6 +182,7 @@ pub fn what_if(
             merge_percent: pct(merged, merged + requests),
             requests,
             cycles_per_bio: d.cycles_per_io,
+            cycles_per_bio_unit: d.cycles_per_io_unit,
             mb_per_s: d.read.mb_per_s + d.write.mb_per_s,
             read_mean_us: d.read.lat_mean_us,
             read_p99_us: d.read.lat_p99_us,
@@ -188,6 +196,7 @@ pub fn what_if(
         truncated,
         span_s: span_ns as f64 / 1e9,
         model,
+        unit,
         rows,
     })
 }

@@ -476,7 +476,7 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
                     .with_context(|| format!("{s} plugged={plugged} submitters={jobs}"))?;
                     let c = summarize(s, plugged, jobs, &ws);
                     eprintln!(
-                        "calibrate: {:<11} {:<9} x{jobs}: L3 {:>6.1} ns/bio [{:.1}, {:.1}], L2 {:>5.1} [{:.1}, {:.1}] of {:>6.0} ns/bio CPU; {} merge samples of {}; {:.0} bios/s",
+                        "calibrate: {:<11} {:<9} x{jobs}: L3 {:>6.1} ns/bio [{:.1}, {:.1}], L2 {:>5.1} [{:.1}, {:.1}] ({:.1}% intervals) of {:>6.0} ns/bio CPU; {} merge samples of {}; {:.0} bios/s",
                         s.name(),
                         if plugged { "plugged" } else { "unplugged" },
                         c.l3_ns_per_bio,
@@ -485,6 +485,8 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
                         c.l2_ns_per_bio,
                         c.l2_ci[0],
                         c.l2_ci[1],
+                        // The windows' count fixes the order statistics' coverage.
+                        stats::median_ci(&vec![0.0; plan.windows as usize], 0.95).2 * 100.0,
                         c.cpu_ns_per_bio,
                         c.merge_samples,
                         c.samples,
@@ -677,16 +679,17 @@ pub fn overhead(
         e.coverage * 100.0
     );
     println!(
-        "  merge path: {:.0} ns/bio [{:.0}, {:.0}], saving at this rate {:.2} ms/s [{:.2}, {:.2}]",
+        "  merge path: {:.0} ns/bio [{:.0}, {:.0}], saving at this rate {:.2} ms/s [{:.2}, {:.2}] ({:.1}% intervals)",
         m.median,
         m.low,
         m.high,
         saving(m.median),
         saving(m.low),
-        saving(m.high)
+        saving(m.high),
+        m.coverage * 100.0
     );
     println!(
-        "  the daemon's sampler ({} µs period, {} ms every {} ms, {} CPUs busy): {:.3} ms/s [{:.3}, {:.3}], {:.1}% [{:.1}, {:.1}] of the saving it protects",
+        "  the daemon's sampler ({} µs period, {} ms every {} ms, {} CPUs busy): {:.3} ms/s [{:.3}, {:.3}], {:.1}% [{:.1}, {:.1}] of the saving it protects ({:.1}% intervals)",
         pricing.period_us,
         pricing.sample_ms,
         pricing.every_ms,
@@ -696,7 +699,8 @@ pub fn overhead(
         cost(e.high),
         cost(e.median) / saving(m.median) * 100.0,
         cost(e.low) / saving(m.median) * 100.0,
-        cost(e.high) / saving(m.median) * 100.0
+        cost(e.high) / saving(m.median) * 100.0,
+        e.coverage * 100.0
     );
     Ok(0)
 }
