@@ -65,6 +65,10 @@ pub struct DeviceRuntime {
     pub sense: crate::daemon::sense::DeviceSense,
     /// What a step down would save here, as last priced (shown by status and /metrics).
     pub worth: crate::logic::policy::Worth,
+    /// This tick's counters (`None` when the tick gave no delta: first sight, a reset, or
+    /// no line in diskstats). Kept on the device, not in a map by name: a tick then
+    /// allocates nothing per device for them.
+    pub tick_counters: Option<Counters>,
 }
 
 pub struct Daemon {
@@ -72,7 +76,6 @@ pub struct Daemon {
     actuator: Actuator,
     sampler: Sampler,
     devices: BTreeMap<String, DeviceRuntime>,
-    pending: BTreeMap<String, Counters>,
     force_rescan: bool,
     /// Devices a reload cleared of their hands-off mark: rediscovered at the next tick.
     pending_rediscover: Vec<String>,
@@ -107,7 +110,6 @@ impl Daemon {
             actuator,
             sampler: Sampler::new(),
             devices: BTreeMap::new(),
-            pending: BTreeMap::new(),
             force_rescan: true,
             pending_rediscover: Vec::new(),
             attr_read_errors: BTreeMap::new(),
@@ -246,7 +248,9 @@ impl Daemon {
             return Vec::new();
         };
         let samples = self.sampler.observe(&parsed.devices);
-        self.pending.clear();
+        for dev in self.devices.values_mut() {
+            dev.tick_counters = None;
+        }
         for (stat, delta) in parsed.devices.iter().zip(samples.deltas) {
             let name = &stat.name;
             let Some(dev) = self.devices.get_mut(name) else {
@@ -267,7 +271,7 @@ impl Daemon {
                         duration_ms: now_ms.saturating_sub(prev_tick_ms),
                         sensed: None,
                     });
-                    self.pending.insert(name.clone(), c);
+                    dev.tick_counters = Some(c);
                 }
             }
         }
@@ -280,7 +284,6 @@ impl Daemon {
             cfg: &self.cfg,
             actuator: &mut self.actuator,
             live: matches!(self.pricing, PricingSource::Live).then_some(&self.live),
-            pending: &self.pending,
             slack_ms: self.slack_ms,
             counters: &mut self.counters,
             force_rescan: &mut self.force_rescan,
@@ -312,9 +315,8 @@ impl Daemon {
                     && d.policy.level < Level::L3
                     && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
             });
-        let pending = &self.pending;
-        let bios = self.devices.iter().filter_map(|(name, d)| {
-            let c = pending.get(name)?;
+        let bios = self.devices.values().filter_map(|d| {
+            let c = d.tick_counters.as_ref()?;
             let level = if d.management.is_managed() {
                 d.policy.level
             } else {

@@ -283,9 +283,15 @@ pub fn parse_diskstats_line(line: &(impl AsRef<[u8]> + ?Sized)) -> Result<DiskSt
 /// the wrong number of fields or a non-number costs only itself; a name on several lines
 /// costs all of them (see [`Diskstats::duplicates`]).
 pub fn parse_diskstats(input: &(impl AsRef<[u8]> + ?Sized)) -> Diskstats {
-    let mut out = Diskstats::default();
-    let mut line_nos = Vec::new();
-    for (i, line) in input.as_ref().split(|&c| c == b'\n').enumerate() {
+    let input = input.as_ref();
+    // One line a device: sized once, so the devices are not moved as the vector grows.
+    let lines = input.iter().filter(|&&c| c == b'\n').count() + 1;
+    let mut out = Diskstats {
+        devices: Vec::with_capacity(lines),
+        ..Diskstats::default()
+    };
+    let mut line_nos = Vec::with_capacity(lines);
+    for (i, line) in input.split(|&c| c == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }

@@ -16,8 +16,7 @@ use crate::kernel::tunable::Tunable;
 use crate::logic::config::Config;
 use crate::logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use crate::logic::policy::{Caps, Evaluation, Mode, OutcomeKind, TOP_LEVEL, decide, tunables};
-use crate::logic::sampler::{Counters, Window, WindowClose};
-use std::collections::BTreeMap;
+use crate::logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 
 /// What one device's tick borrows of the [`Daemon`].
@@ -26,8 +25,6 @@ pub(super) struct DeviceTick<'a> {
     pub actuator: &'a mut Actuator,
     /// The live pricing, when the daemon prices live (else the caps' profile worth stands).
     pub live: Option<&'a LivePricing>,
-    /// This tick's counters per device.
-    pub pending: &'a BTreeMap<String, Counters>,
     /// The tolerance of window lengths: half the step that led to this tick.
     pub slack_ms: u64,
     pub counters: &'a mut DaemonCounters,
@@ -132,10 +129,9 @@ impl DeviceTick<'_> {
             pcfg.enable_above_percent,
             fs,
         );
-        let mut window = self
-            .pending
-            .get(name)
-            .and_then(|c| dev.window.push(c, now_ms, &close));
+        let mut window = dev
+            .tick_counters
+            .and_then(|c| dev.window.push(&c, now_ms, &close));
         if let Some(w) = window.as_mut() {
             w.sensed = dev.sense.take_sample();
         }

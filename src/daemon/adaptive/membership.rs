@@ -63,7 +63,6 @@ impl Daemon {
             let _ = fs.tap_close(&name); // sense: a removed device's tap goes with it
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
             self.devices.remove(&name);
-            self.pending.remove(&name);
             self.actuator.device_vanished(&name, now_ms);
             self.attr_read_errors.remove(&name);
         }
@@ -176,6 +175,7 @@ impl Daemon {
                             retry_after_ms: 0,
                             read_warned_ms: None,
                             sense: Default::default(), // sense
+                            tick_counters: None,
                         },
                     );
                 }
