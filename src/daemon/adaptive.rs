@@ -373,7 +373,7 @@ impl Daemon {
                         name: name.clone(),
                         scheduler: d.info.scheduler.clone(),
                         management: d.management.clone(),
-                        level: managed.then(|| d.policy.level(&self.cfg.policy)),
+                        level: managed.then_some(d.policy.level),
                         mode: managed.then_some(d.policy.mode),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),

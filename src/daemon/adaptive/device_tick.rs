@@ -50,11 +50,12 @@ impl DeviceTick<'_> {
         }
         let current_nomerges = self.still_ours(name, dev, now_ms, fs)?;
         dev.read_warned_ms = None;
-        if ev.kind == OutcomeKind::Hold {
+        // Every outcome but a hold is a decision.
+        let Some(kind) = ev.kind.decision_kind() else {
             settle(dev, ev);
             return None;
-        }
-        let mut decision = self.decision_of(name, now_ms, &ev);
+        };
+        let mut decision = self.decision_of(name, now_ms, kind, &ev);
         let Some(to_level) = ev.to_level else {
             // A probe that ends at L0, a trial that stays, not worth it: nothing changes in
             // the kernel, and the decision says so (a dry run's stays marked dry-run).
@@ -173,7 +174,7 @@ impl DeviceTick<'_> {
             .expected(name, Tunable::Nomerges)
             .and_then(|v| v.trim().parse::<u8>().ok())
             .unwrap_or(0);
-        let would = dev.policy.nomerges(&self.cfg.policy);
+        let would = dev.policy.nomerges();
         // With a working tap the dry run sees what the live daemon would (its samples, on
         // the same duty cycle); without one the counted merges stand in for it.
         let tap_works = caps.sense_at_l3;
@@ -249,12 +250,18 @@ impl DeviceTick<'_> {
         Some(current_nomerges)
     }
 
-    /// The decision an evaluation that is not a hold makes, before anything is written.
-    fn decision_of(&self, name: &str, now_ms: u64, ev: &Evaluation) -> Decision {
+    /// The decision of an evaluation that is not a hold, before anything is written.
+    fn decision_of(
+        &self,
+        name: &str,
+        now_ms: u64,
+        kind: DecisionKind,
+        ev: &Evaluation,
+    ) -> Decision {
         Decision {
             at_ms: now_ms,
             device: name.to_string(),
-            kind: ev.kind.decision_kind().unwrap_or(DecisionKind::Enable),
+            kind,
             changes: Vec::new(),
             reason: ev.reason.to_string(),
             applied: if self.actuator.dry_run() {

@@ -291,14 +291,8 @@ impl PolicyState {
         }
     }
 
-    /// The merge-ladder level: L0 all merges, L1 no front merges, L2 simple merges only
-    /// (nomerges=1), L3 no merges (nomerges=2).
-    pub fn level(&self, _cfg: &PolicyConfig) -> Level {
-        self.level
-    }
-
     /// The nomerges value this state stands for.
-    pub fn nomerges(&self, _cfg: &PolicyConfig) -> u8 {
+    pub fn nomerges(&self) -> u8 {
         self.level.nomerges()
     }
 
