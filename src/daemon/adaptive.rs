@@ -1,6 +1,6 @@
 //! One tick of mergetune, shared by every world: read counters through [`BlockFs`], turn
 //! them into windows, ask the pure policy, apply through the [`Actuator`], and return the
-//! decisions with their reasons. The real loop (main.rs), dry-run and the simulator all
+//! decisions with their reasons. The real loop (`cli/run.rs`), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
 use crate::daemon::actuator::{Actuator, PersistChange};
@@ -50,7 +50,7 @@ pub struct DeviceRuntime {
     pub last_window: Option<Window>,
     /// When `last_window` closed.
     pub last_window_ms: u64,
-    /// Scheduler slice tuning (src/slices.rs).
+    /// Scheduler slice tuning (`logic::slices`, `adaptive/slice_tuner.rs`).
     pub slices: crate::logic::slices::SliceState,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,

@@ -55,7 +55,7 @@ pub struct Config {
 /// operator turns slices on.
 pub const DEFAULT_SLICES_ENABLED: bool = false;
 
-/// Scheduler slice tuning (src/slices.rs): favour reads when they starve behind writes.
+/// Scheduler slice tuning (`logic::slices`): favour reads when they starve behind writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SlicesConfig {
