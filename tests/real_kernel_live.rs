@@ -16,71 +16,12 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use kernel::Proc;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const REACTION: Duration = Duration::from_secs(10);
-
-struct Proc {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn spawn(what: &str, cmd: &mut Command, t0: Instant) -> Proc {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
-            Box::new(child.stderr.take().unwrap()),
-            Box::new(child.stdout.take().unwrap()),
-        ];
-        for pipe in pipes {
-            let log = Arc::clone(&log);
-            let what = what.to_string();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    eprintln!("{what} [{:6.2}s] {line}", t0.elapsed().as_secs_f64());
-                    log.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-                }
-            });
-        }
-        Proc { child, log }
-    }
-
-    fn text(&self) -> String {
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .join("\n")
-    }
-
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn fio(dev: &kernel::LoopDevice, job: &[&str], secs: u64, t0: Instant) -> Proc {
     let mut c = Command::new("fio");

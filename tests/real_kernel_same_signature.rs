@@ -16,10 +16,10 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use std::io::{BufRead, BufReader};
+use kernel::Proc;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Random writes run this long: enough for the daemon to reach L3 (about 3 s here).
@@ -27,76 +27,6 @@ const RANDOM_SECS: u64 = 20;
 const SEQUENTIAL_SECS: u64 = 20;
 const RATE_IOPS: u64 = 3000;
 const REACTION: Duration = Duration::from_secs(10);
-
-struct Proc {
-    child: Child,
-    log: Arc<Mutex<Vec<(Duration, String)>>>,
-}
-
-impl Proc {
-    fn spawn(what: &str, cmd: &mut Command, t0: Instant) -> Proc {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
-            Box::new(child.stderr.take().unwrap()),
-            Box::new(child.stdout.take().unwrap()),
-        ];
-        for pipe in pipes {
-            let log = Arc::clone(&log);
-            let what = what.to_string();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    eprintln!("{what} [{:6.2}s] {line}", t0.elapsed().as_secs_f64());
-                    log.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((t0.elapsed(), line));
-                }
-            });
-        }
-        Proc { child, log }
-    }
-
-    fn lines(&self) -> Vec<(Duration, String)> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn text(&self) -> String {
-        self.lines()
-            .iter()
-            .map(|(t, l)| format!("[{:6.2}s] {l}", t.as_secs_f64()))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn stop(&mut self) {
-        if self.running() {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while self.running() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn config_for(dev: &kernel::LoopDevice, dir: &Path) -> PathBuf {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/same_signature.toml");

@@ -45,3 +45,40 @@ pub fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
         }
     }
 }
+
+/// A controller whose log lines carry the virtual time of the tick they come from
+/// (`[sim 12.5s]`, `[replay 12.5s]`), not the wall clock: a simulated or replayed decision
+/// must never read as a change to a real disk of the same name. `stamp` is the logging
+/// layer's setter for that kind of time.
+pub struct VirtualClocked<'a> {
+    pub inner: &'a mut dyn crate::daemon::controller::Controller,
+    pub stamp: fn(Option<u64>),
+}
+
+impl crate::daemon::controller::Controller for VirtualClocked<'_> {
+    fn interval_ms(&self) -> u64 {
+        self.inner.interval_ms()
+    }
+    fn next_tick_in_ms(&self) -> u64 {
+        self.inner.next_tick_in_ms()
+    }
+    fn tick(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn crate::kernel::blockfs::BlockFs,
+    ) -> Vec<crate::logic::decision::Decision> {
+        (self.stamp)(Some(now_ms));
+        self.inner.tick(now_ms, fs)
+    }
+    fn restore(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn crate::kernel::blockfs::BlockFs,
+    ) -> Vec<crate::logic::decision::Decision> {
+        (self.stamp)(Some(now_ms));
+        self.inner.restore(now_ms, fs)
+    }
+    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
+        self.inner.snapshot()
+    }
+}

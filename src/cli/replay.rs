@@ -40,13 +40,25 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
     let decisions = match &args.plot {
         Some(p) => {
             let mut sampling = crate::lab::plot::Sampling::new(&mut daemon);
-            let d = crate::daemon::record::replay(ticks, &mut Marked(&mut sampling));
+            let d = crate::daemon::record::replay(
+                ticks,
+                &mut crate::cli::common::VirtualClocked {
+                    inner: &mut sampling,
+                    stamp: crate::export::logging::set_replay_time_ms,
+                },
+            );
             let mut series = sampling.finish();
             series.title = format!("replay of {}", args.file.display());
             crate::lab::plot::plot_series(&series, p)?;
             d
         }
-        None => crate::daemon::record::replay(ticks, &mut Marked(&mut daemon)),
+        None => crate::daemon::record::replay(
+            ticks,
+            &mut crate::cli::common::VirtualClocked {
+                inner: &mut daemon,
+                stamp: crate::export::logging::set_replay_time_ms,
+            },
+        ),
     };
     crate::export::logging::set_replay_time_ms(None);
     let status = crate::export::status::StatusSnapshot::of(
@@ -90,36 +102,4 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
         print!("{}", crate::export::table::render(&status.devices));
     }
     Ok(EXIT_OK)
-}
-
-/// A controller whose log lines carry the recording's time (`[replay 12.5s]`), not the
-/// wall clock: a replayed decision is not a change to this machine's disks now.
-struct Marked<'a>(&'a mut dyn crate::daemon::controller::Controller);
-
-impl crate::daemon::controller::Controller for Marked<'_> {
-    fn interval_ms(&self) -> u64 {
-        self.0.interval_ms()
-    }
-    fn next_tick_in_ms(&self) -> u64 {
-        self.0.next_tick_in_ms()
-    }
-    fn tick(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::daemon::controller::Decision> {
-        crate::export::logging::set_replay_time_ms(Some(now_ms));
-        self.0.tick(now_ms, fs)
-    }
-    fn restore(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::daemon::controller::Decision> {
-        crate::export::logging::set_replay_time_ms(Some(now_ms));
-        self.0.restore(now_ms, fs)
-    }
-    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
-        self.0.snapshot()
-    }
 }

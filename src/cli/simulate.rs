@@ -51,39 +51,6 @@ pub struct SimulateArgs {
     pub bench: bool,
 }
 
-/// A controller whose log lines are stamped with the virtual time of the tick they come
-/// from (`[sim 12.5s] sda: queue/nomerges 0 -> 2 ...`), not the wall clock: a simulated
-/// decision must never read as a change to a real disk of the same name.
-struct SimClocked<'a>(&'a mut dyn crate::daemon::controller::Controller);
-
-impl crate::daemon::controller::Controller for SimClocked<'_> {
-    fn interval_ms(&self) -> u64 {
-        self.0.interval_ms()
-    }
-    fn next_tick_in_ms(&self) -> u64 {
-        self.0.next_tick_in_ms()
-    }
-    fn tick(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::logic::decision::Decision> {
-        crate::export::logging::set_sim_time_ms(Some(now_ms));
-        self.0.tick(now_ms, fs)
-    }
-    fn restore(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::logic::decision::Decision> {
-        crate::export::logging::set_sim_time_ms(Some(now_ms));
-        self.0.restore(now_ms, fs)
-    }
-    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
-        self.0.snapshot()
-    }
-}
-
 fn parse_policy(s: &str) -> Result<Policy, String> {
     s.parse()
 }
@@ -242,7 +209,10 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let mut clocked = SimClocked(controller.as_mut());
+    let mut clocked = crate::cli::common::VirtualClocked {
+        inner: controller.as_mut(),
+        stamp: crate::export::logging::set_sim_time_ms,
+    };
     let mut sampling = crate::lab::plot::Sampling::new(&mut clocked);
     let mut last_tick = Instant::now();
     let report = crate::sim::runner::run_scenario_observed(

@@ -805,3 +805,76 @@ pub fn other_devices_nomerges(except: &str) -> BTreeMap<String, String> {
     }
     out
 }
+
+/// A child process whose stdout and stderr are echoed (with the time since `t0`) and kept,
+/// stopped with SIGTERM (then SIGKILL after 15 s) when dropped: the daemon and fio of the
+/// real-kernel tests.
+pub struct Proc {
+    child: std::process::Child,
+    log: std::sync::Arc<Mutex<Vec<(std::time::Duration, String)>>>,
+}
+
+impl Proc {
+    pub fn spawn(what: &str, cmd: &mut Command, t0: std::time::Instant) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
+            Box::new(child.stderr.take().unwrap()),
+            Box::new(child.stdout.take().unwrap()),
+        ];
+        for pipe in pipes {
+            let log = std::sync::Arc::clone(&log);
+            let what = what.to_string();
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)) {
+                    let Ok(line) = line else { break };
+                    eprintln!("{what} [{:6.2}s] {line}", t0.elapsed().as_secs_f64());
+                    log.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((t0.elapsed(), line));
+                }
+            });
+        }
+        Proc { child, log }
+    }
+
+    pub fn lines(&self) -> Vec<(std::time::Duration, String)> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn text(&self) -> String {
+        self.lines()
+            .iter()
+            .map(|(t, l)| format!("[{:6.2}s] {l}", t.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn stop(&mut self) {
+        if self.running() {
+            // SAFETY: kill on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            while self.running() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
