@@ -337,7 +337,6 @@ impl Daemon {
             })
         });
         self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);
-        self.counters.pricing = self.live.counters.clone();
     }
 
     /// Logs what [`DiskstatsHealth`] says of this read, and counts a read with a problem.

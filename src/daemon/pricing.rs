@@ -184,27 +184,12 @@ enum SamplerState {
     Sampling { since_ms: u64, bios: SpanBios },
 }
 
-/// What the exporters show of the live pricing.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PricingCounters {
-    /// Spans of sampling done.
-    pub spans: u64,
-    /// Samples read, and those in the merge path.
-    pub samples: u64,
-    pub merge_samples: u64,
-    /// Time spent sampling, ms.
-    pub sampling_ms: u64,
-    /// The sampler's state in words ("idle", "sampling", "unavailable: ...").
-    pub state: String,
-}
-
 /// The live measurement and its prices.
 #[derive(Debug, Clone)]
 pub struct LivePricing {
     state: SamplerState,
     spans: VecDeque<(u64, MergeSamples, SpanBios)>,
     prices: [Option<ClassPrice>; 4],
-    pub counters: PricingCounters,
 }
 
 /// A failed open is tried again after this long.
@@ -216,10 +201,6 @@ impl Default for LivePricing {
             state: SamplerState::Closed,
             spans: VecDeque::new(),
             prices: [None; 4],
-            counters: PricingCounters {
-                state: "not started".into(),
-                ..Default::default()
-            },
         }
     }
 }
@@ -260,16 +241,11 @@ impl LivePricing {
                     let samples = fs.merge_sampler_drain();
                     let mut span = *acc;
                     span.span_ms = now_ms.saturating_sub(*since_ms);
-                    self.counters.spans += 1;
-                    self.counters.samples += samples.total;
-                    self.counters.merge_samples += samples.merge_path.iter().sum::<u64>();
-                    self.counters.sampling_ms += span.span_ms;
                     self.spans.push_back((now_ms, samples, span));
                     self.reprice(now_ms, cfg);
                     self.state = SamplerState::Idle {
                         next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
                     };
-                    self.counters.state = "idle".into();
                 }
                 return;
             }
@@ -292,7 +268,6 @@ impl LivePricing {
                         RETRY_OPEN_MS / 60_000
                     );
                 }
-                self.counters.state = format!("unavailable: {why}");
                 self.state = SamplerState::Failed {
                     why,
                     retry_at_ms: now_ms + RETRY_OPEN_MS,
@@ -310,7 +285,6 @@ impl LivePricing {
             since_ms: now_ms,
             bios: SpanBios::default(),
         };
-        self.counters.state = "sampling".into();
     }
 
     fn reprice(&mut self, now_ms: u64, cfg: &PricingConfig) {

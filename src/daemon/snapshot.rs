@@ -25,9 +25,6 @@ pub struct DaemonCounters {
     pub tunable_read_errors: u64,
     /// The state file holds every record mergetune has in memory.
     pub state_persisted: bool,
-    /// The live pricing's sampler.
-    #[serde(skip)]
-    pub pricing: crate::daemon::pricing::PricingCounters,
 }
 
 impl Default for DaemonCounters {
@@ -41,7 +38,6 @@ impl Default for DaemonCounters {
             state_save_errors: 0,
             tunable_read_errors: 0,
             state_persisted: true,
-            pricing: Default::default(),
         }
     }
 }

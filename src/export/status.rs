@@ -104,7 +104,8 @@ pub struct DeviceStatus {
 pub enum PricingBasis {
     /// Measured on this host by the merge-path sampler.
     Live,
-    /// A cost profile that matches this kernel and device.
+    /// A cost profile that applies here: the same kernel series, and the same kind of
+    /// device where the profile names one.
     Profile,
     /// Nothing to price with: see `why`.
     Unknown,
@@ -306,7 +307,10 @@ impl DevicePricing {
                 )
             }
             (PricingBasis::Profile, _) => {
-                format!("profile {} matches this kernel and device", self.profile)
+                format!(
+                    "profile {} applies here (same kernel series; the device kind too where the profile names one)",
+                    self.profile
+                )
             }
             (_, _) => format!(
                 "profile {} does not match this kernel or device: saving unknown, merging stays on",
