@@ -386,7 +386,8 @@ fn the_startup_log_names_the_pricing_and_each_devices_match() {
     let t = tree(None);
     let log = startup_log(&t, "[policy]\ncost_profile = \"measured-6.18\"\n");
     assert!(
-        line(&log, "sda: pricing:").contains("profile measured-6.18 matches"),
+        line(&log, "sda: pricing:")
+            .contains("profile measured-6.18 applies here (same kernel series"),
         "{log}"
     );
 }
