@@ -199,7 +199,7 @@ fn rogue_endpoint(body: Vec<u8>) -> String {
 #[test]
 fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
     use mergetune::export::status::{DeviceStatus, StatusSnapshot};
-    use mergetune::kernel::devices::Management;
+    use mergetune::logic::devices::Management;
     let mut dev = DeviceStatus::new(&format!("sda{EVIL}"), Management::Managed);
     dev.scheduler = format!("mq-deadline{EVIL}");
     dev.last_reason = format!("forged\n{EVIL}");

@@ -12,10 +12,10 @@ mod faketap;
 
 use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::devices::Management;
 use mergetune::kernel::tunable::Tunable;
 use mergetune::logic::config::Config;
 use mergetune::logic::decision::{Applied, Change, DecisionKind, Level};
+use mergetune::logic::devices::Management;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -454,7 +454,7 @@ proptest! {
         name_ctl in proptest::collection::vec(0u8..0x20, 0..4),
     ) {
         use mergetune::export::status::{DeviceStatus, StatusSnapshot};
-        use mergetune::kernel::devices::Management;
+        use mergetune::logic::devices::Management;
         let mut name = String::from("sda");
         name.extend(name_ctl.iter().map(|&b| b as char));
         let mut dev = DeviceStatus::new(&name, Management::Managed);

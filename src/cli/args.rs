@@ -63,7 +63,7 @@ pub enum Command {
     /// Capture block traces for `advise`.
     Trace {
         #[command(subcommand)]
-        command: crate::kernel::tracefs::TraceCommand,
+        command: crate::lab::capture::TraceCommand,
     },
     /// Write the man pages or the shell completions (for packaging: `make install` runs it).
     #[command(hide = true)]

@@ -1,6 +1,6 @@
-//! `mergetune trace capture|...`: block traces for `advise`. The tracefs work is the kernel
-//! layer's ([`crate::kernel::tracefs`]); this is the command line's door to it.
+//! `mergetune trace capture|...`: block traces for `advise`. The capture is the lab's
+//! ([`crate::lab::capture`]); this is the command line's door to it.
 
-pub fn run(cmd: crate::kernel::tracefs::TraceCommand) -> anyhow::Result<i32> {
-    crate::kernel::tracefs::run(cmd)
+pub fn run(cmd: crate::lab::capture::TraceCommand) -> anyhow::Result<i32> {
+    crate::lab::capture::run(cmd)
 }

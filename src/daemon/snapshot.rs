@@ -5,8 +5,8 @@
 //! [`crate::daemon::controller::Controller::snapshot`] hands it out; the adaptive daemon
 //! builds it from its per-device runtime, the fixed baselines have none.
 
-use crate::kernel::devices::Management;
 use crate::logic::decision::{Decision, Level};
+use crate::logic::devices::Management;
 use crate::logic::policy::{Mode, Reason};
 use crate::logic::sampler::Window;
 use serde::Serialize;

@@ -7,9 +7,9 @@
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
 use crate::daemon::snapshot::DaemonSnapshot;
-use crate::kernel::devices::Management;
 use crate::logic::cost_profile::Verdict;
 use crate::logic::decision::{Applied, Change, DecisionKind, Level, level_index};
+use crate::logic::devices::Management;
 use crate::logic::policy::Mode;
 use crate::logic::policy::worth::{Basis, SavingUnit, UnknownWhy, Worth};
 use serde::{Deserialize, Serialize};

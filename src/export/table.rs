@@ -206,9 +206,9 @@ pub fn format_status(s: &StatusSnapshot) -> String {
 mod tests {
     use super::*;
     use crate::export::status::DecisionStatus;
-    use crate::kernel::devices::Management;
     use crate::kernel::tunable::Tunable;
     use crate::logic::decision::{Change, DecisionKind, Level};
+    use crate::logic::devices::Management;
     use crate::logic::policy::Mode;
 
     fn managed(name: &str) -> DeviceStatus {

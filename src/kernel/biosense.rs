@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 
 mod reader;
 
-pub use crate::kernel::tracefs::TRACEFS_IN_SYSFS;
 use crate::kernel::tracefs::sweep_dead_instances;
 
 /// Instances of the tap are named `mergetune-sense-PID-MAJ_MIN` (the capture's are

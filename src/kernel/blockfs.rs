@@ -189,7 +189,7 @@ impl RealFs {
     /// Where tracefs is expected: `<sysfs_root>/kernel/tracing`.
     pub fn tracefs_dir(&self) -> PathBuf {
         self.sysfs_root
-            .join(crate::kernel::biosense::TRACEFS_IN_SYSFS)
+            .join(crate::kernel::tracefs::TRACEFS_IN_SYSFS)
     }
 
     fn dev_number(&mut self, dev: &str) -> Result<(u32, u32), TapError> {

@@ -184,7 +184,7 @@ pub fn classify(symbols: &Symbols, callchain: &[u64]) -> SampleClass {
     c
 }
 
-/// Sample counts over a span of sampling, by class: what [`crate::logic::merge_cost`]
+/// Sample counts over a span of sampling, by class: what the logic's merge-cost model
 /// prices. Each sample stands for `period_ns` of CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MergeSamples {

@@ -5,5 +5,12 @@
 pub mod abtest;
 pub mod advise;
 pub mod calibrate;
+pub mod capture;
 pub mod compare;
 pub mod plot;
+
+/// This process's effective uid (the lab's tools that write tracefs or sysfs need root).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -122,7 +122,7 @@ impl Default for DaemonConfig {
     }
 }
 
-pub use crate::kernel::devices::DevicesConfig;
+use crate::logic::devices::DevicesConfig;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod cost_profile;
 pub mod decision;
+pub mod devices;
 pub mod merge_cost;
 pub mod policy;
 pub mod printable;

@@ -16,7 +16,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fmt;
 use std::fs;
 use std::io::Write;
@@ -691,34 +690,11 @@ impl Drop for TraceCapture {
     }
 }
 
-/// Mounts the tracing filesystem at its usual place unless it is there already.
+/// Mounts the tracing filesystem at its usual place unless it is there already (the
+/// kernel layer's own mount, so the tests mount it as the daemon does).
 pub fn ensure_tracefs() {
-    if Path::new(TRACEFS).join("instances").is_dir() {
-        return;
-    }
-    let src = CString::new("nodev").unwrap();
-    let target = CString::new(TRACEFS).unwrap();
-    let fstype = CString::new("tracefs").unwrap();
-    // SAFETY: valid NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        panic!(
-            "cannot mount tracefs at {TRACEFS}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    assert!(
-        Path::new(TRACEFS).join("instances").is_dir(),
-        "tracefs mounted at {TRACEFS} but has no instances/ directory"
-    );
+    mergetune::kernel::tracefs::ensure_mounted(Path::new(TRACEFS))
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Removes instances left by test processes that died without dropping their capture.

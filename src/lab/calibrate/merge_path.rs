@@ -402,7 +402,7 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
             (None, d.clone())
         }
         None => {
-            let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib)?;
+            let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
             let name = lp.name.clone();
             (Some(lp), name)
         }
@@ -569,7 +569,7 @@ pub fn overhead(
         },
     )?;
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
-    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib)?;
+    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
     lp.set_scheduler(Scheduler::MqDeadline)?;
     let dev = lp.name.clone();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());

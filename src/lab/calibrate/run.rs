@@ -11,7 +11,7 @@ use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
 use super::stats;
 use crate::logic::cost_profile::{Level, Scheduler, Workload};
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,13 +219,17 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
     }
-    for name in detach_leftovers(&args.tmpfs_dir) {
+    for name in detach_leftovers(
+        &args.tmpfs_dir,
+        &args.sysfs_root,
+        Path::new(crate::kernel::cputime::PROCFS),
+    ) {
         eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
     }
     let started = Instant::now();
     let measured_at = utc_now_rfc3339();
     let load_start = loadavg_1m();
-    let lp = ScratchLoop::create(&args.tmpfs_dir, args.size_mib)?;
+    let lp = ScratchLoop::create(&args.tmpfs_dir, args.size_mib, &args.sysfs_root)?;
     let json = lp.dir.join("fio.json");
     eprintln!(
         "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {reps} reps of {window_ms} ms windows",

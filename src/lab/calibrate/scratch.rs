@@ -13,6 +13,8 @@ const TMPFS_MAGIC: i64 = 0x0102_1994;
 /// A loop device this process attached over its own tmpfs file; detached and the file
 /// removed on drop.
 pub(super) struct ScratchLoop {
+    /// The sysfs root the device's queue is read and written under (`/sys`).
+    sysfs_root: PathBuf,
     pub(super) dev: PathBuf,
     pub(super) name: String,
     pub(super) dir: PathBuf,
@@ -50,15 +52,19 @@ fn is_tmpfs(dir: &Path) -> Result<bool> {
     Ok(st.f_type as i64 == TMPFS_MAGIC)
 }
 
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+fn pid_alive(procfs_root: &Path, pid: u32) -> bool {
+    procfs_root.join(pid.to_string()).exists()
 }
 
 /// Detaches loop devices left by a calibrate run that was killed (its backing file is
 /// ours by name, and its process is gone); returns their names.
-pub(super) fn detach_leftovers(tmpfs_dir: &Path) -> Vec<String> {
+pub(super) fn detach_leftovers(
+    tmpfs_dir: &Path,
+    sysfs_root: &Path,
+    procfs_root: &Path,
+) -> Vec<String> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/sys/block") else {
+    let Ok(rd) = std::fs::read_dir(sysfs_root.join("block")) else {
         return out;
     };
     for e in rd.flatten() {
@@ -82,7 +88,7 @@ pub(super) fn detach_leftovers(tmpfs_dir: &Path) -> Vec<String> {
         else {
             continue;
         };
-        if parent.parent() != Some(tmpfs_dir) || pid_alive(pid) {
+        if parent.parent() != Some(tmpfs_dir) || pid_alive(procfs_root, pid) {
             continue;
         }
         let dev = format!("/dev/{name}");
@@ -95,7 +101,13 @@ pub(super) fn detach_leftovers(tmpfs_dir: &Path) -> Vec<String> {
 }
 
 impl ScratchLoop {
-    pub(super) fn create(tmpfs_dir: &Path, size_mib: u64) -> Result<ScratchLoop> {
+    /// Attaches a loop device over a new `size_mib` file under `tmpfs_dir`; its queue is
+    /// then read and written under `sysfs_root`.
+    pub(super) fn create(
+        tmpfs_dir: &Path,
+        size_mib: u64,
+        sysfs_root: &Path,
+    ) -> Result<ScratchLoop> {
         if !is_tmpfs(tmpfs_dir)? {
             bail!(
                 "{} is not a tmpfs: the measurement must not wait for a device (--tmpfs-dir)",
@@ -134,6 +146,7 @@ impl ScratchLoop {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let mut lp = ScratchLoop {
+            sysfs_root: sysfs_root.to_path_buf(),
             dev,
             name,
             dir,
@@ -154,7 +167,7 @@ impl ScratchLoop {
     }
 
     pub(super) fn sys_path(&self, rel: &str) -> PathBuf {
-        Path::new("/sys/block").join(&self.name).join(rel)
+        self.sysfs_root.join("block").join(&self.name).join(rel)
     }
 
     pub(super) fn sys(&self, rel: &str) -> Result<String> {
