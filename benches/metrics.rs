@@ -17,14 +17,14 @@
 //! binaries).
 
 use criterion::{Criterion, criterion_group};
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::Decision;
-use mergetune::export::http::{Limits, serve};
-use mergetune::export::metrics::{Metrics, TickTiming};
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::{Applied, Change, DecisionKind};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::Decision;
+use mergetune_export::http::{Limits, serve};
+use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -225,7 +225,7 @@ fn dry_run_daemon(bin: &Path, config: &Path, addr: &str, root: &Path) -> std::pr
 }
 
 fn status_lag(addr: &str) -> f64 {
-    mergetune::export::status::fetch(addr, Duration::from_secs(5))
+    mergetune_export::status::fetch(addr, Duration::from_secs(5))
         .map(|s| s.max_tick_lag_ms)
         .unwrap_or(f64::NAN)
 }

@@ -23,13 +23,13 @@
 #[path = "../tests/support/kernel.rs"]
 mod kernel;
 
-use mergetune::daemon::sense::DeviceSense;
-use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams, TapRead};
-use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
-use mergetune::kernel::cputime;
-use mergetune::kernel::tunable::Tunable;
-use mergetune::lab::calibrate::stats;
-use mergetune::logic::sense::SenseConfig;
+use mergetune_daemon::sense::DeviceSense;
+use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams, TapRead};
+use mergetune_kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune_kernel::cputime;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_lab::calibrate::stats;
+use mergetune_logic::sense::SenseConfig;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -208,7 +208,7 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
     assert!(
         !matches!(
             sense.availability,
-            mergetune::daemon::sense::Availability::Failed { .. }
+            mergetune_daemon::sense::Availability::Failed { .. }
         ),
         "the tap failed: {:?}",
         sense.availability

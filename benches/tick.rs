@@ -3,13 +3,13 @@
 //! BlockFs (the same plus device bookkeeping and the per-device nomerges read-back).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::diskstats::parse_diskstats;
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
-use mergetune::logic::policy::{Caps, PolicyState, decide};
-use mergetune::logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::diskstats::parse_diskstats;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::policy::{Caps, PolicyState, decide};
+use mergetune_logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
 
 fn diskstats_text(n: usize, tick: u64) -> String {

@@ -1,13 +1,13 @@
 //! Read-before-write, original recording, dry-run, restore rules and write failures.
 
-use mergetune::daemon::actuator::{Actuator, SetOutcome};
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::state::{
+use mergetune_daemon::actuator::{Actuator, SetOutcome};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::state::{
     FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store,
 };
-use mergetune::kernel::blockfs::{BlockFs, FsError, RealFs};
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
+use mergetune_kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
 use std::path::Path;
 
 fn tree() -> tempfile::TempDir {

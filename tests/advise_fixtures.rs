@@ -2,9 +2,9 @@
 //! (tests/fixtures/*.meta.toml) and the advice fits the workload; and bad input gives a
 //! clear message and a best-effort report, never a panic.
 
-use mergetune::lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
-use mergetune::logic::config::PolicyConfig;
-use mergetune::logic::decision::Level;
+use mergetune_lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
+use mergetune_logic::config::PolicyConfig;
+use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -81,7 +81,7 @@ fn mixed_load_keeps_the_plug_merges_at_nomerges_1() {
 fn what_if_shows_the_cpu_saving_and_the_cost() {
     let a = analyze("trace_mixed.txt");
     let d = &a.devices[0];
-    let (bios, truncated) = mergetune::lab::advise::read_bios(
+    let (bios, truncated) = mergetune_lab::advise::read_bios(
         &fixture("trace_mixed.txt"),
         DevNum { major: 7, minor: 0 },
         10_000,
@@ -89,7 +89,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
     )
     .unwrap();
     assert_eq!((bios.len(), truncated), (2048, false));
-    let w = mergetune::lab::advise::what_if("7,0", bios, false, d, "measured-6.18").unwrap();
+    let w = mergetune_lab::advise::what_if("7,0", bios, false, d, "measured-6.18").unwrap();
     let row = |l: &str| w.rows.iter().find(|r| r.label == l).unwrap();
     // Priced in the profile measured on this kernel (the simulator's default), L2's
     // lookups save nothing measurable, so L2 is no cheaper than L0 (it loses a few

@@ -3,10 +3,10 @@
 //! peak RSS of the advise process (from wait4's rusage) is compared with the peak on a
 //! 1 MB trace of the same kind. The internal state is bounded by construction too.
 
-use mergetune::lab::advise::{
+use mergetune_lab::advise::{
     Analyzer, DeviceAcc, MAX_INFLIGHT, MAX_TASKS, SCATTER_POINTS, TIMELINE_BUCKETS,
 };
-use mergetune::logic::config::PolicyConfig;
+use mergetune_logic::config::PolicyConfig;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -126,6 +126,6 @@ fn the_state_is_bounded_by_construction() {
     let r = a.finish(&PolicyConfig::default());
     assert_eq!(
         r.devices[0].recommended_level,
-        mergetune::logic::decision::Level::L2
+        mergetune_logic::decision::Level::L2
     );
 }

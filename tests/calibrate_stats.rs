@@ -1,7 +1,7 @@
 //! The calibration's statistics: medians, distribution-free intervals, paired changes and
 //! the seeded interleaving order. Pure, so deterministic.
 
-use mergetune::lab::calibrate::stats::{
+use mergetune_lab::calibrate::stats::{
     estimate, median, median_ci, paired_change_percent, shuffle,
 };
 

@@ -26,11 +26,11 @@
 //! - `*_measured`: in the measured profile nothing is worth it, so adaptive writes nothing
 //!   (which static nomerges=2, writing once, fails).
 
-use mergetune::lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
-use mergetune::logic::config::Config;
-use mergetune::logic::cost_profile;
-use mergetune::logic::decision::{DecisionKind, Level};
-use mergetune::sim::Scenario;
+use mergetune_lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
+use mergetune_logic::config::Config;
+use mergetune_logic::cost_profile;
+use mergetune_logic::decision::{DecisionKind, Level};
+use mergetune_sim::Scenario;
 
 /// Share of a significant oracle saving adaptive must capture, in percent (docs/testing.md).
 const MIN_OF_ORACLE_PERCENT: f64 = 90.0;

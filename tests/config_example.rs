@@ -1,6 +1,6 @@
 //! The shipped example config documents every key, with the built-in defaults.
 
-use mergetune::logic::config::{Config, load_file};
+use mergetune_logic::config::{Config, load_file};
 
 #[test]
 fn example_config_loads_and_equals_the_defaults() {

@@ -1,11 +1,11 @@
 //! Cost profiles: the shipped ones parse and validate, bad ones are refused naming the key,
 //! and the simulator's step prices derive from them as documented in `sim::cost`.
 
-use mergetune::logic::cost_profile::{
+use mergetune_logic::cost_profile::{
     self, BUILTIN_NAMES, CostProfile, Level, Method, ProfileError, Scheduler, Verdict, Workload,
 };
-use mergetune::sim::CostModel;
-use mergetune::sim::cost::Pricing;
+use mergetune_sim::CostModel;
+use mergetune_sim::cost::Pricing;
 
 fn key_of(e: ProfileError) -> String {
     match e {
@@ -272,7 +272,7 @@ fn a_profile_round_trips_through_toml() {
 
 #[test]
 fn a_scenario_names_a_profile_and_an_unknown_name_is_refused() {
-    use mergetune::sim::Scenario;
+    use mergetune_sim::Scenario;
     let base =
         "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n[[phase]]\nname = \"p\"\nduration_s = 1\n";
     let sc = Scenario::from_toml_str(&format!("cost_profile = \"lkml-2008\"\n{base}"), "t", None)

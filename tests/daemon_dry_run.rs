@@ -2,20 +2,20 @@
 //! (the same kinds, to the same levels), every one marked as a dry run, and it writes
 //! nothing. Driven on the simulator with the daemon's own loop: the live daemon writes the
 //! simulated tunables, the dry run leaves them at the kernel default and decides on the
-//! level it would have set (src/daemon/dryrun.rs). The real-kernel counterpart is
+//! level it would have set (crates/daemon/src/dryrun.rs). The real-kernel counterpart is
 //! tests/real_kernel_daemon.rs, `a_dry_run_decides_as_the_live_daemon`.
 
-use mergetune::daemon::actuator::Actuator;
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::{Controller, Decision};
-use mergetune::daemon::state::MemoryStore;
-use mergetune::kernel::blockfs::BlockFs;
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::{Applied, DecisionKind};
-use mergetune::sim::Scenario;
-use mergetune::sim::engine::Simulation;
-use mergetune::sim::scenario::DEFAULT_SCENARIO;
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::state::MemoryStore;
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Applied, DecisionKind};
+use mergetune_sim::Scenario;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::DEFAULT_SCENARIO;
 
 /// Random writes on a `none` queue (L0 -> L3 straight), then batched sequential writes.
 const RANDOM_THEN_SEQUENTIAL: &str = r#"

@@ -1,10 +1,10 @@
 //! The daemon tunes scheduler slices through the same actuator as nomerges: originals
 //! recorded and restored, someone else's value respected.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
 use std::collections::BTreeMap;
 
 /// One mq-deadline disk whose counters show reads starving behind writes (50 reads at

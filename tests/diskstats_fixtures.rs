@@ -1,7 +1,7 @@
 //! The parser and sampler on real /proc/diskstats text (tests/fixtures/).
 
-use mergetune::kernel::diskstats::{LineFault, field, parse_diskstats};
-use mergetune::logic::sampler::{Delta, Sampler};
+use mergetune_kernel::diskstats::{LineFault, field, parse_diskstats};
+use mergetune_logic::sampler::{Delta, Sampler};
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(

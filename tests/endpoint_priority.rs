@@ -3,8 +3,8 @@
 //! turns into EPERM under systemd, so what was documented and measured outside the unit was
 //! not what a systemd install got. A scrape now only copies a body the refresh encoded.)
 
-use mergetune::export::http::{Limits, serve};
-use mergetune::export::metrics::Metrics;
+use mergetune_export::http::{Limits, serve};
+use mergetune_export::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

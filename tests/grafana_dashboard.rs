@@ -3,13 +3,13 @@
 //! has host and device variables and a fleet row on the recorded series, and every panel has
 //! a query. (promtool's own checks of the rules are in tests/mixin.rs.)
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::Decision;
-use mergetune::export::metrics::{Metrics, TickTiming};
-use mergetune::kernel::blockfs::RealFs;
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::{Applied, Change, DecisionKind};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::Decision;
+use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_kernel::blockfs::RealFs;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use serde_json::Value;
 use std::collections::BTreeSet;
 

@@ -1,14 +1,14 @@
 //! The read-only HTTP endpoint over real sockets: the two documents, 404/405/413/431, and the
 //! bounds (a slow or idle client cannot hold the endpoint forever, garbage does not kill it).
 
-use mergetune::export::http::{Limits, serve};
-use mergetune::export::metrics::Metrics;
+use mergetune_export::http::{Limits, serve};
+use mergetune_export::metrics::Metrics;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn start(limits: Limits) -> (mergetune::export::http::ServerHandle, SocketAddr) {
+fn start(limits: Limits) -> (mergetune_export::http::ServerHandle, SocketAddr) {
     let h = serve(
         "127.0.0.1:0".parse().unwrap(),
         Arc::new(Metrics::new()),
@@ -70,7 +70,7 @@ fn serves_metrics_and_status_and_nothing_else() {
     let (code, head, body) = get(a, "GET", "/status", "");
     assert_eq!(code, 200);
     assert!(head.contains("application/json"), "{head}");
-    let s: mergetune::export::status::StatusSnapshot = serde_json::from_slice(&body).unwrap();
+    let s: mergetune_export::status::StatusSnapshot = serde_json::from_slice(&body).unwrap();
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
 
     let (code, _, body) = get(a, "HEAD", "/metrics", "");
@@ -89,7 +89,7 @@ fn serves_metrics_and_status_and_nothing_else() {
         );
     }
     // The client in `mergetune status` speaks to it.
-    let s = mergetune::export::status::fetch(&a.to_string(), Duration::from_secs(5)).unwrap();
+    let s = mergetune_export::status::fetch(&a.to_string(), Duration::from_secs(5)).unwrap();
     assert_eq!(s.version, env!("CARGO_PKG_VERSION"));
 }
 
@@ -212,15 +212,15 @@ impl Daemon {
             _tree: t,
         };
         let t0 = Instant::now();
-        while mergetune::export::status::fetch(&addr.to_string(), Duration::from_secs(1)).is_err() {
+        while mergetune_export::status::fetch(&addr.to_string(), Duration::from_secs(1)).is_err() {
             assert!(t0.elapsed() < Duration::from_secs(10), "daemon not up");
             std::thread::sleep(Duration::from_millis(50));
         }
         d
     }
 
-    fn status(&self) -> mergetune::export::status::StatusSnapshot {
-        mergetune::export::status::fetch(&self.addr.to_string(), Duration::from_secs(20)).unwrap()
+    fn status(&self) -> mergetune_export::status::StatusSnapshot {
+        mergetune_export::status::fetch(&self.addr.to_string(), Duration::from_secs(20)).unwrap()
     }
 
     /// The slowest of `n` fresh `/status` requests, while whatever else goes on.

@@ -2,7 +2,7 @@
 //! and the operator's `check-config` (issue 22, item 8), each checked the way it was met:
 //! the built binary on a bad file, a rogue endpoint, a recording with forged names.
 
-use mergetune::logic::config::{self, ConfigError};
+use mergetune_logic::config::{self, ConfigError};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -118,10 +118,10 @@ fn no_raw_escapes(what: &str, bytes: &[u8]) {
 
 /// A recording of the default scenario whose device is renamed to `name`.
 fn recording_with_device_named(dir: &Path, name: &str) -> PathBuf {
-    use mergetune::daemon::adaptive::Daemon;
-    use mergetune::daemon::record::{Recorder, RecordingFs};
-    use mergetune::kernel::blockfs::BlockFs;
-    use mergetune::sim::{Scenario, Simulation};
+    use mergetune_daemon::adaptive::Daemon;
+    use mergetune_daemon::record::{Recorder, RecordingFs};
+    use mergetune_kernel::blockfs::BlockFs;
+    use mergetune_sim::{Scenario, Simulation};
     let sc = Scenario::default_scenario();
     let cfg = sc.daemon_config(&Default::default());
     let mut sim = Simulation::new(&sc).unwrap();
@@ -198,8 +198,8 @@ fn rogue_endpoint(body: Vec<u8>) -> String {
 
 #[test]
 fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
-    use mergetune::export::status::{DeviceStatus, StatusSnapshot};
-    use mergetune::logic::devices::Management;
+    use mergetune_export::status::{DeviceStatus, StatusSnapshot};
+    use mergetune_logic::devices::Management;
     let mut dev = DeviceStatus::new(&format!("sda{EVIL}"), Management::Managed);
     dev.scheduler = format!("mq-deadline{EVIL}");
     dev.last_reason = format!("forged\n{EVIL}");
@@ -344,7 +344,7 @@ fn advise_drops_impossible_bios_and_says_how_many() {
     }
     let p = d.path().join("trace.txt");
     std::fs::write(&p, &body).unwrap();
-    let a = mergetune::lab::advise::analyze_file(&p, None, &Default::default()).unwrap();
+    let a = mergetune_lab::advise::analyze_file(&p, None, &Default::default()).unwrap();
     assert_eq!(a.devices.len(), 1);
     assert_eq!(a.devices[0].bios, 200, "only the possible bios count");
     assert!(
@@ -366,7 +366,7 @@ fn a_relative_cost_profile_is_found_next_to_the_config() {
     std::fs::create_dir_all(&sub).unwrap();
     std::fs::write(
         sub.join("mine.toml"),
-        mergetune::logic::cost_profile::LKML_2008,
+        mergetune_logic::cost_profile::LKML_2008,
     )
     .unwrap();
     let cfg = sub.join("m.toml");
@@ -398,7 +398,7 @@ fn check_config_says_when_the_profile_is_of_another_kernel() {
     let d = tempfile::tempdir().unwrap();
     let cfg = d.path().join("m.toml");
     std::fs::write(&cfg, "[policy]\ncost_profile = \"measured-6.18\"\n").unwrap();
-    let measured_on = mergetune::logic::cost_profile::builtin("measured-6.18")
+    let measured_on = mergetune_logic::cost_profile::builtin("measured-6.18")
         .unwrap()
         .kernel_release;
     let r = mergetune::cli::check_config::check(&cfg, Some("9.9.9-other"));
@@ -481,7 +481,7 @@ fn a_trickling_endpoint_cannot_hold_status_past_its_deadline() {
         }
     });
     let start = Instant::now();
-    let r = mergetune::export::status::http_get(&addr, "/status", Duration::from_secs(1));
+    let r = mergetune_export::status::http_get(&addr, "/status", Duration::from_secs(1));
     let took = start.elapsed();
     assert!(r.is_err());
     assert!(took < Duration::from_secs(3), "held for {took:?}");
@@ -579,8 +579,8 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 
 #[test]
 fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
-    use mergetune::daemon::adaptive::Daemon;
-    use mergetune::sim::{Scenario, Simulation};
+    use mergetune_daemon::adaptive::Daemon;
+    use mergetune_sim::{Scenario, Simulation};
     let sc = Scenario::default_scenario();
     let mut cfg = sc.daemon_config(&Default::default());
     cfg.policy.cost_profile = "measured-6.18".into();

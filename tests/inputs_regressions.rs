@@ -3,11 +3,11 @@
 //! the daemon's own tick, the built binary on a bad file, a scenario with values that
 //! broke the simulator.
 
-use mergetune::daemon::actuator::Actuator;
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::state::MemoryStore;
-use mergetune::kernel::blockfs::RealFs;
-use mergetune::logic::config::Config;
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::state::MemoryStore;
+use mergetune_kernel::blockfs::RealFs;
+use mergetune_logic::config::Config;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -324,7 +324,7 @@ fn scenario(device_extra: &str, job_extra: &str, phases: usize) -> String {
 }
 
 fn scenario_error(text: &str) -> String {
-    match mergetune::sim::Scenario::from_toml_str(text, "t.toml", None) {
+    match mergetune_sim::Scenario::from_toml_str(text, "t.toml", None) {
         Ok(_) => panic!("accepted:\n{text}"),
         Err(e) => e.to_string(),
     }
@@ -365,7 +365,7 @@ fn scenario_values_that_broke_the_simulator_are_refused_naming_the_key() {
     }
     // The bounds leave real setups alone.
     let ok = scenario("bandwidth_mb_s = 3000.0", "iodepth = 256\nnumjobs = 64", 1);
-    mergetune::sim::Scenario::from_toml_str(&ok, "t.toml", None).unwrap();
+    mergetune_sim::Scenario::from_toml_str(&ok, "t.toml", None).unwrap();
 }
 
 /// Peak RSS (VmHWM, KiB) of `mergetune ARGS`, polled while it runs, and its exit status.

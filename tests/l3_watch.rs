@@ -3,12 +3,12 @@
 //! probed) after a fraction of a second; once no device is at L3 it ticks at the normal
 //! interval again. Driven on the simulator with the daemon's own loop.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::{Controller, Decision};
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::{DecisionKind, Level};
-use mergetune::sim::Scenario;
-use mergetune::sim::engine::Simulation;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{DecisionKind, Level};
+use mergetune_sim::Scenario;
+use mergetune_sim::engine::Simulation;
 
 const SCENARIO: &str = r#"
 name = "watch"

@@ -1,22 +1,27 @@
-//! The module graph points one way. `src/lib.rs` lists the layers in order (kernel, logic,
-//! daemon, export, sim, lab, cli); a module may use its own layer and the layers before it,
-//! never one after it, and no set of modules may use each other in a circle.
+//! The layers point one way: kernel, logic, daemon, export, sim, lab, then the command line
+//! (the root package). Each layer is a crate of the workspace, so the compiler already
+//! refuses a crate that uses one it does not depend on, and cargo refuses a cycle of crates.
+//! What is left to check is that no crate's Cargo.toml adds a dependency that points up
+//! (export depending on sim would compile), and that no modules inside a crate use each
+//! other in a circle.
 //!
-//! Read from the source text: every `crate::a::b` path (and `super::b` inside a folder)
-//! outside a comment is an edge from the file to the module file it names. The binary
-//! (`src/main.rs`) is the top of the graph and may use anything.
+//! The module graph is read from the source text: every `crate::a::b` path, every
+//! `mergetune_x::a` path (and `super::b` inside a folder) outside a comment is an edge from
+//! the file to the module file it names. The binary (`src/main.rs`) is the top of the graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LAYERS: [&str; 7] = ["kernel", "logic", "daemon", "export", "sim", "lab", "cli"];
 
-/// Module path (`["sim", "engine"]`) of a file under src/.
-fn module_of(src: &Path, file: &Path) -> Vec<String> {
+/// Module path (`["sim", "engine"]`) of a file under a crate's src/: the crate's layer name
+/// first (`home`; empty for the root package, whose only module is `cli`).
+fn module_of(home: &str, src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).unwrap();
-    let mut parts: Vec<String> = rel
-        .iter()
-        .map(|c| c.to_string_lossy().into_owned())
+    let mut parts: Vec<String> = (!home.is_empty())
+        .then(|| home.to_string())
+        .into_iter()
+        .chain(rel.iter().map(|c| c.to_string_lossy().into_owned()))
         .collect();
     let last = parts.pop().unwrap();
     let stem = last.trim_end_matches(".rs");
@@ -81,27 +86,56 @@ struct Graph {
     edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
 }
 
+/// Every source file of the workspace with its crate's layer name ("" for the root).
+fn workspace_files() -> Vec<(String, PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut homes = vec![(String::new(), root.join("src"))];
+    for l in &LAYERS[..LAYERS.len() - 1] {
+        homes.push((l.to_string(), root.join("crates").join(l).join("src")));
+    }
+    for (home, src) in homes {
+        let mut files = Vec::new();
+        rs_files(&src, &mut files);
+        files.retain(|f| !f.ends_with("main.rs"));
+        out.extend(files.into_iter().map(|f| (home.clone(), src.clone(), f)));
+    }
+    out
+}
+
 fn graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rs_files(&src, &mut files);
-    files.retain(|f| !f.ends_with("main.rs"));
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_of(&src, f)).collect();
+    let files = workspace_files();
+    let modules: BTreeSet<Vec<String>> = files
+        .iter()
+        .map(|(h, src, f)| module_of(h, src, f))
+        .collect();
     let mut edges = BTreeMap::new();
-    for f in &files {
-        let me = module_of(&src, f);
-        let parent: Vec<String> = if f.ends_with("mod.rs") {
-            me.clone()
-        } else {
-            me[..me.len().saturating_sub(1)].to_vec()
-        };
+    for (home, src, f) in &files {
+        let me = module_of(home, src, f);
+        let own: Vec<String> = (!home.is_empty())
+            .then(|| home.clone())
+            .into_iter()
+            .collect();
+        // `super::b` in module a::m names a::b (no file is a mod.rs: see below).
+        let parent: Vec<String> = me[..me.len().saturating_sub(1)].to_vec();
         let text = std::fs::read_to_string(f).unwrap();
         let mut to = BTreeSet::new();
         for line in text.lines() {
             let code = line.split("//").next().unwrap();
             for p in idents_after(code, "crate::") {
-                if let Some(m) = resolve(&modules, &p) {
+                let mut full = own.clone();
+                full.extend(p);
+                if let Some(m) = resolve(&modules, &full) {
                     to.insert(m);
+                }
+            }
+            for l in LAYERS {
+                for p in idents_after(code, &format!("mergetune_{l}::")) {
+                    let mut full = vec![l.to_string()];
+                    full.extend(p);
+                    if let Some(m) = resolve(&modules, &full) {
+                        to.insert(m);
+                    }
                 }
             }
             for p in idents_after(code, "super::") {
@@ -127,6 +161,19 @@ fn layer_rank(m: &[String]) -> Option<usize> {
 }
 
 #[test]
+fn modules_use_one_style_a_file_beside_its_folder_never_mod_rs() {
+    let mod_rs: Vec<String> = workspace_files()
+        .into_iter()
+        .filter(|(_, _, f)| f.ends_with("mod.rs"))
+        .map(|(_, _, f)| f.display().to_string())
+        .collect();
+    assert!(
+        mod_rs.is_empty(),
+        "write foo.rs beside foo/, not foo/mod.rs: {mod_rs:?}"
+    );
+}
+
+#[test]
 fn every_module_lives_in_a_layer() {
     let g = graph();
     let homeless: Vec<String> = g
@@ -138,6 +185,70 @@ fn every_module_lives_in_a_layer() {
     assert!(
         homeless.is_empty(),
         "modules outside every layer: {homeless:?}"
+    );
+}
+
+/// The `mergetune-*` dependencies (normal and dev) a Cargo.toml names.
+fn layer_deps(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let doc: toml::Table = text.parse().unwrap();
+    let mut out = Vec::new();
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        if let Some(t) = doc.get(section).and_then(|v| v.as_table()) {
+            out.extend(
+                t.keys()
+                    .filter_map(|k| k.strip_prefix("mergetune-"))
+                    .map(String::from),
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn every_layer_is_a_crate_and_each_depends_only_on_layers_below() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut crates: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    let mut want: Vec<String> = LAYERS[..LAYERS.len() - 1]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    want.sort();
+    assert_eq!(
+        crates, want,
+        "crates/ holds one crate per layer below the CLI"
+    );
+    let mut upward = Vec::new();
+    for (rank, layer) in LAYERS.iter().enumerate() {
+        let manifest = if *layer == "cli" {
+            root.join("Cargo.toml")
+        } else {
+            root.join("crates").join(layer).join("Cargo.toml")
+        };
+        for dep in layer_deps(&manifest) {
+            let r = LAYERS.iter().position(|l| *l == dep);
+            assert!(
+                r.is_some(),
+                "{}: mergetune-{dep} is no layer",
+                manifest.display()
+            );
+            if r.is_some_and(|r| r >= rank) {
+                upward.push(format!("{layer} -> {dep}"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "crate dependencies that point up: {upward:?}"
+    );
+    assert_eq!(
+        layer_deps(&root.join("crates/sim/Cargo.toml")),
+        ["daemon", "kernel", "logic"],
+        "the manifest reader sees the dependencies"
     );
 }
 

@@ -2,20 +2,20 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
-use mergetune::daemon::actuator::Actuator;
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::Decision;
-use mergetune::daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
-use mergetune::export::metrics::{Metrics, TickTiming};
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::Decision;
+use mergetune_daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
+use mergetune_export::metrics::{Metrics, TickTiming};
 #[path = "support/faketap.rs"]
 mod faketap;
 
-use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::{Applied, Change, DecisionKind, Level};
-use mergetune::logic::devices::Management;
+use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Applied, Change, DecisionKind, Level};
+use mergetune_logic::devices::Management;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -836,7 +836,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
         }
     }
     assert!(seen_off, "merging never went off on random traffic");
-    let s: mergetune::export::status::StatusSnapshot =
+    let s: mergetune_export::status::StatusSnapshot =
         serde_json::from_slice(&m.status_json()).unwrap();
     assert_eq!(s, m.status());
     // The document's shape, as a client without mergetune's types reads it: the state and
@@ -877,7 +877,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     let sdb = s.devices.iter().find(|x| x.device == "sdb").unwrap();
     assert!(matches!(sdb.management, Management::AdminOwned(_)));
     assert_eq!(sdb.level, None);
-    let table = mergetune::export::table::format_status(&s);
+    let table = mergetune_export::table::format_status(&s);
     assert!(table.contains("sda"), "{table}");
     assert!(
         table.contains("0\u{2192}"),
@@ -917,7 +917,7 @@ fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
     assert_eq!(m.status(), status_before);
     // The refresh shows both ticks in the histograms, and the watch tick's lag as the worst.
     m.update_from(
-        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &mergetune_daemon::snapshot::DaemonSnapshot::default(),
         &[],
         timing(7000),
     );
@@ -946,7 +946,7 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
     // nothing for its exposition.
     let unscraped = m.encodings();
     m.update_from(
-        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &mergetune_daemon::snapshot::DaemonSnapshot::default(),
         &[],
         timing(7000),
     );
@@ -957,7 +957,7 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
     // From then on the refresh encodes, before any scrape, and the scrapes until the next
     // refresh copy that body: the endpoint's thread never encodes.
     m.update_from(
-        &mergetune::daemon::snapshot::DaemonSnapshot::default(),
+        &mergetune_daemon::snapshot::DaemonSnapshot::default(),
         &[],
         timing(8000),
     );

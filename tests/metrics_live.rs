@@ -3,10 +3,10 @@
 //! (advance, tick, `on_tick`).
 
 use mergetune::cli::simulate::bench_scenario;
-use mergetune::export::live::LiveExporter;
-use mergetune::logic::config::Config;
-use mergetune::sim::engine::Simulation;
-use mergetune::sim::runner::Policy;
+use mergetune_export::live::LiveExporter;
+use mergetune_logic::config::Config;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::Policy;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -40,7 +40,7 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
         "--speed 10 paced 3 s of virtual time in {wall:?}"
     );
     let body =
-        mergetune::export::status::http_get(&addr, "/metrics", Duration::from_secs(5)).unwrap();
+        mergetune_export::status::http_get(&addr, "/metrics", Duration::from_secs(5)).unwrap();
     let text = String::from_utf8(body).unwrap();
     assert!(
         text.contains(r#"mergetune_device_management{device="nvme0n1",management="managed"} 1"#),
@@ -57,7 +57,7 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
         text.contains("# TYPE mergetune_simulated gauge\nmergetune_simulated 1\n"),
         "{text}"
     );
-    let s = mergetune::export::status::fetch(&addr, Duration::from_secs(5)).unwrap();
+    let s = mergetune_export::status::fetch(&addr, Duration::from_secs(5)).unwrap();
     assert_eq!(s.devices.len(), 1);
     assert!(s.simulated, "/status says simulated");
     assert!(

@@ -3,8 +3,8 @@
 //! mergetune can write has a row that is not "never", and what the "never" rows name is
 //! nothing it can write.
 
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::Config;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
 use std::path::Path;
 
 struct Row {

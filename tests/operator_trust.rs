@@ -4,13 +4,13 @@
 //! on, `--help` says what is changed by default, and machine-readable modes stay
 //! machine-readable.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::record::{Recorder, RecordingFs};
-use mergetune::export::status::StatusSnapshot;
-use mergetune::export::table::format_status;
-use mergetune::kernel::blockfs::BlockFs;
-use mergetune::logic::config::Config;
-use mergetune::sim::{Scenario, Simulation};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::record::{Recorder, RecordingFs};
+use mergetune_export::status::StatusSnapshot;
+use mergetune_export::table::format_status;
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_logic::config::Config;
+use mergetune_sim::{Scenario, Simulation};
 use std::process::Command;
 
 fn bin() -> Command {

@@ -11,11 +11,11 @@
 mod memkernel;
 
 use memkernel::{Crash, CrashAt, Load, MemKernel, SharedStore};
-use mergetune::daemon::actuator::Actuator;
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::state::{RestoreOutcome, restore_from_store};
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::{self, Config};
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::state::{RestoreOutcome, restore_from_store};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::{self, Config};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -186,7 +186,7 @@ fn crash_and_restore(
     k: &mut MemKernel,
     mut d: Daemon,
     t: &mut u64,
-) -> Vec<mergetune::daemon::state::RestoreResult> {
+) -> Vec<mergetune_daemon::state::RestoreResult> {
     for _ in 0..20 {
         if k.crash.borrow().dead {
             break;
@@ -405,7 +405,7 @@ fn an_unreadable_queue_attribute_is_warned_about_once_until_it_changes() {
 
 #[test]
 fn persisted_is_claimed_only_once_the_file_reads_back() {
-    use mergetune::daemon::state::{Loaded, SavedState, StateError, StateStore};
+    use mergetune_daemon::state::{Loaded, SavedState, StateError, StateStore};
     // A store whose saves report success and keep nothing (a lying file system).
     #[derive(Default)]
     struct Lying;
@@ -564,7 +564,7 @@ fn apply_reload(d: &mut Daemon, r: Reload) -> Result<(), String> {
         }
         Reload::CostProfile => {
             cfg.policy.cost_profile = if cfg.policy.cost_profile == "lkml-2008" {
-                mergetune::logic::cost_profile::MEASURED_NAME.into()
+                mergetune_logic::cost_profile::MEASURED_NAME.into()
             } else {
                 "lkml-2008".into()
             };

@@ -7,8 +7,8 @@
 //! directory) named as any input are refused at once. Case counts are bounded so the file
 //! runs in a few seconds in release. (state.json has its own file, tests/state_fuzz.rs.)
 
-use mergetune::kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
-use mergetune::kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
+use mergetune_kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
+use mergetune_kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -101,7 +101,7 @@ proptest! {
             prop_assert!(e.line_no >= 1 && e.line_no <= total);
             let prefix = format!("line {}:", e.line_no);
             prop_assert!(e.to_string().starts_with(&prefix), "{}", e);
-            prop_assert!(e.line.len() <= mergetune::kernel::diskstats::MAX_QUOTED_BYTES + 3);
+            prop_assert!(e.line.len() <= mergetune_kernel::diskstats::MAX_QUOTED_BYTES + 3);
         }
         let mut names: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
         names.sort_unstable();
@@ -161,7 +161,7 @@ proptest! {
         let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt");
         let mut text = String::new();
         for t in 0..4 {
-            let rec = mergetune::daemon::record::TickRecord {
+            let rec = mergetune_daemon::record::TickRecord {
                 t_ms: t * 1000,
                 diskstats: Some(ds.clone().into_bytes()),
                 devices: Some(vec!["vda".into(), "loop0".into()]),
@@ -172,18 +172,18 @@ proptest! {
         }
         let bytes = apply(text.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
-        match mergetune::daemon::record::load(&p) {
+        match mergetune_daemon::record::load(&p) {
             Ok(ticks) => {
                 prop_assert!(!ticks.is_empty());
                 prop_assert!(ticks.windows(2).all(|w| w[0].t_ms <= w[1].t_ms));
                 // What loads replays without a panic.
-                let mut d = mergetune::daemon::adaptive::Daemon::simulated(Default::default());
-                let _ = mergetune::daemon::record::replay(ticks, &mut d);
+                let mut d = mergetune_daemon::adaptive::Daemon::simulated(Default::default());
+                let _ = mergetune_daemon::record::replay(ticks, &mut d);
             }
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.contains("rec.jsonl"), "{}", msg);
-                if let mergetune::daemon::record::RecordError::Parse { line, .. } = e {
+                if let mergetune_daemon::record::RecordError::Parse { line, .. } = e {
                     let lines = bytes.split(|&c| c == b'\n').count();
                     prop_assert!(line >= 1 && line <= lines, "line {} of {}", line, lines);
                 }
@@ -202,7 +202,7 @@ proptest! {
         let head: String = text.lines().take(80).collect::<Vec<_>>().join("\n");
         let mut bytes = apply(head.as_bytes(), &muts);
         bytes.extend_from_slice(&noise);
-        let mut a = mergetune::lab::advise::Analyzer::new(None);
+        let mut a = mergetune_lab::advise::Analyzer::new(None);
         a.read_from(&bytes[..]).unwrap();
         let lines = bytes.split(|&c| c == b'\n').count();
         for b in &a.bad_examples {
@@ -214,9 +214,9 @@ proptest! {
         }
         let s = String::from_utf8_lossy(&bytes);
         for l in s.lines() {
-            let _ = mergetune::kernel::trace::parse_event(l);
+            let _ = mergetune_kernel::trace::parse_event(l);
         }
-        if let Err(e) = mergetune::sim::parse_trace(&s, 10_000) {
+        if let Err(e) = mergetune_sim::parse_trace(&s, 10_000) {
             prop_assert!(e.line >= 1 && e.line <= lines, "{}", e);
         }
     }
@@ -269,21 +269,21 @@ proptest! {
     fn scenario_values_are_accepted_and_run_or_named(n in 0usize..1000, value in toml_value()) {
         let base = fixture("config/scenarios/seed002_dm_stripe_oltp.toml");
         let (text, key) = replace_value(&base, n, &value);
-        match mergetune::sim::Scenario::from_toml_str(&text, "s.toml", None) {
+        match mergetune_sim::Scenario::from_toml_str(&text, "s.toml", None) {
             Ok(sc) => {
-                let mut sim = mergetune::sim::Simulation::new(&sc).unwrap();
+                let mut sim = mergetune_sim::Simulation::new(&sc).unwrap();
                 sim.advance_to(10_000_000);
             }
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.starts_with("s.toml: "), "{}", msg);
                 match e {
-                    mergetune::sim::ScenarioError::Invalid { key: k, .. } => {
+                    mergetune_sim::ScenarioError::Invalid { key: k, .. } => {
                         // The key, the phases' total, or what refers to a renamed device.
                         let refers = key == "name" && (k.ends_with(".device") || k.ends_with(".members"));
                         prop_assert!(k.contains(&key) || k == "phase" || refers, "{} for {}", k, key);
                     }
-                    mergetune::sim::ScenarioError::Parse { message, .. } => {
+                    mergetune_sim::ScenarioError::Parse { message, .. } => {
                         prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
                     }
                     other => prop_assert!(false, "{}", other),
@@ -298,11 +298,11 @@ proptest! {
     fn config_values_are_accepted_or_named(n in 0usize..1000, value in toml_value()) {
         let base = fixture("config/mergetune.toml");
         let (text, key) = replace_value(&base, n, &value);
-        match mergetune::logic::config::load_str(&text, "c.toml") {
+        match mergetune_logic::config::load_str(&text, "c.toml") {
             Ok(cfg) => {
                 prop_assert!(cfg.validate("c.toml").is_ok());
-                let mut sim = mergetune::sim::Simulation::new(&mergetune::sim::Scenario::default_scenario()).unwrap();
-                let mut d = mergetune::daemon::adaptive::Daemon::simulated(cfg);
+                let mut sim = mergetune_sim::Simulation::new(&mergetune_sim::Scenario::default_scenario()).unwrap();
+                let mut d = mergetune_daemon::adaptive::Daemon::simulated(cfg);
                 let _ = d.tick(0, &mut sim);
             }
             Err(e) => {
@@ -310,17 +310,17 @@ proptest! {
                 // `c.toml:LINE:COLUMN: ...`, or `c.toml: ...` for what has no place.
                 prop_assert!(msg.starts_with("c.toml:"), "{}", msg);
                 match e {
-                    mergetune::logic::config::ConfigError::Invalid { key: k, .. } => {
+                    mergetune_logic::config::ConfigError::Invalid { key: k, .. } => {
                         // The key itself, or (a rule between two keys) its partner, naming it.
                         prop_assert!(k.contains(&key) || msg.contains(&key), "{} for {}", msg, key);
                     }
                     // A syntax error: placed at `c.toml:LINE:COLUMN`.
-                    mergetune::logic::config::ConfigError::Parse { origin, message } => {
+                    mergetune_logic::config::ConfigError::Parse { origin, message } => {
                         prop_assert!(origin.starts_with("c.toml:") && origin.len() > "c.toml:".len(), "{} {}", origin, message);
                     }
                     // Several keys at once (a value and a rule relating it to another): the
                     // changed key is among them.
-                    mergetune::logic::config::ConfigError::Many { .. } => {
+                    mergetune_logic::config::ConfigError::Many { .. } => {
                         prop_assert!(msg.contains(&key), "{} for {}", msg, key);
                     }
                     other => prop_assert!(false, "{}", other),
@@ -347,7 +347,7 @@ impl std::io::Read for Endless {
 
 #[test]
 fn a_50_mb_line_is_read_in_bounded_memory() {
-    use mergetune::kernel::lines::{Line, read_line_bounded};
+    use mergetune_kernel::lines::{Line, read_line_bounded};
     let mut r = std::io::BufReader::new(Endless {
         left: 50 << 20,
         byte: b'x',
@@ -362,7 +362,7 @@ fn a_50_mb_line_is_read_in_bounded_memory() {
     assert!(buf.capacity() <= 2 * max, "capacity {}", buf.capacity());
     assert_eq!(read_line_bounded(&mut r, &mut buf, max).unwrap(), Line::Eof);
     // advise takes such a "trace" as one bad line.
-    let mut a = mergetune::lab::advise::Analyzer::new(None);
+    let mut a = mergetune_lab::advise::Analyzer::new(None);
     a.read_from(std::io::BufReader::new(Endless {
         left: 50 << 20,
         byte: b'x',
@@ -380,14 +380,14 @@ fn a_record_line_over_the_bound_is_an_error_naming_it() {
     text.push_str(&"8 0 sda 1 2 3 4 5 6 7 8 9 10 11\\n".repeat(1000));
     text.push_str("\"}\n");
     std::fs::write(&p, &text).unwrap();
-    let e = mergetune::daemon::record::load_bounded(&p, 4096)
+    let e = mergetune_daemon::record::load_bounded(&p, 4096)
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("rec.jsonl") && e.contains("line 2") && e.contains("longer than"),
         "{e}"
     );
-    assert_eq!(mergetune::daemon::record::load(&p).unwrap().len(), 2);
+    assert_eq!(mergetune_daemon::record::load(&p).unwrap().len(), 2);
 }
 
 /// A mutation that plants a control character: the terminal escapes of issue 23.
@@ -422,17 +422,17 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("prof.toml");
-        let base = mergetune::logic::cost_profile::LKML_2008;
+        let base = mergetune_logic::cost_profile::LKML_2008;
         let bytes = apply(base.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
         let spec = p.display().to_string();
-        match mergetune::logic::cost_profile::resolve(&spec) {
+        match mergetune_logic::cost_profile::resolve(&spec) {
             Ok(prof) => prop_assert!(prof.validate().is_ok()),
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.contains("prof.toml"), "{}", msg);
                 prop_assert!(!raw_controls(&msg), "{:?}", msg);
-                if let mergetune::logic::cost_profile::ProfileError::Syntax { line, column, .. } = e {
+                if let mergetune_logic::cost_profile::ProfileError::Syntax { line, column, .. } = e {
                     let text = String::from_utf8_lossy(&bytes);
                     prop_assert!(line >= 1 && line <= text.lines().count() + 1, "line {}", line);
                     prop_assert!(column >= 1);
@@ -453,8 +453,8 @@ proptest! {
         muts in proptest::collection::vec(prop_oneof![mutation(), control_mutation()], 1..6),
         name_ctl in proptest::collection::vec(0u8..0x20, 0..4),
     ) {
-        use mergetune::export::status::{DeviceStatus, StatusSnapshot};
-        use mergetune::logic::devices::Management;
+        use mergetune_export::status::{DeviceStatus, StatusSnapshot};
+        use mergetune_logic::devices::Management;
         let mut name = String::from("sda");
         name.extend(name_ctl.iter().map(|&b| b as char));
         let mut dev = DeviceStatus::new(&name, Management::Managed);
@@ -466,7 +466,7 @@ proptest! {
         };
         let bytes = apply(&serde_json::to_vec(&doc).unwrap(), &muts);
         if let Ok(s) = serde_json::from_slice::<StatusSnapshot>(&bytes) {
-            let t = mergetune::export::table::format_status(&s);
+            let t = mergetune_export::table::format_status(&s);
             prop_assert!(!raw_controls(&t), "{:?}", t);
             prop_assert_eq!(t.lines().count(), 2 + s.devices.len(), "{}", t);
         }
@@ -488,7 +488,7 @@ proptest! {
         let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt").replace(" vda ", &format!(" {name} "));
         let mut text = String::new();
         for t in 0..4 {
-            let rec = mergetune::daemon::record::TickRecord {
+            let rec = mergetune_daemon::record::TickRecord {
                 t_ms: t * 1000,
                 diskstats: Some(ds.clone().into_bytes()),
                 devices: Some(vec![name.clone(), "loop0".into()]),
@@ -499,24 +499,24 @@ proptest! {
         }
         let bytes = apply(text.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
-        match mergetune::daemon::record::load(&p) {
+        match mergetune_daemon::record::load(&p) {
             Ok(ticks) => {
                 let end = ticks.last().map_or(0, |t| t.t_ms);
-                let mut d = mergetune::daemon::adaptive::Daemon::simulated(Default::default());
-                let decisions = mergetune::daemon::record::replay(ticks, &mut d);
-                let status = mergetune::export::status::StatusSnapshot::of(
+                let mut d = mergetune_daemon::adaptive::Daemon::simulated(Default::default());
+                let decisions = mergetune_daemon::record::replay(ticks, &mut d);
+                let status = mergetune_export::status::StatusSnapshot::of(
                     &d.snapshot(),
-                    mergetune::export::metrics::TickTiming { now_ms: end, ..Default::default() },
+                    mergetune_export::metrics::TickTiming { now_ms: end, ..Default::default() },
                     0.0,
                 );
-                let t = mergetune::export::table::render(&status.devices);
+                let t = mergetune_export::table::render(&status.devices);
                 prop_assert!(!raw_controls(&t), "{:?}", t);
                 if muts.is_empty() {
-                    let shown = mergetune::logic::printable::printable(&name).into_owned();
+                    let shown = mergetune_logic::printable::printable(&name).into_owned();
                     prop_assert!(t.contains(&shown), "{} not in {}", shown, t);
                 }
                 for dec in &decisions {
-                    let shown = mergetune::logic::printable::printable(&dec.device);
+                    let shown = mergetune_logic::printable::printable(&dec.device);
                     prop_assert!(!raw_controls(&shown));
                 }
             }
@@ -561,7 +561,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "config",
             bounded("config", move || {
-                mergetune::logic::config::load_file(&q)
+                mergetune_logic::config::load_file(&q)
                     .unwrap_err()
                     .to_string()
             }),
@@ -570,7 +570,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "profile",
             bounded("profile", move || {
-                mergetune::logic::cost_profile::resolve(&q)
+                mergetune_logic::cost_profile::resolve(&q)
                     .unwrap_err()
                     .to_string()
             }),
@@ -579,7 +579,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "scenario",
             bounded("scenario", move || {
-                mergetune::sim::Scenario::load_file(&q)
+                mergetune_sim::Scenario::load_file(&q)
                     .unwrap_err()
                     .to_string()
             }),
@@ -588,7 +588,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "record",
             bounded("record", move || {
-                mergetune::daemon::record::load(&q).unwrap_err().to_string()
+                mergetune_daemon::record::load(&q).unwrap_err().to_string()
             }),
         );
         let q = p.clone();
@@ -597,8 +597,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
             bounded("trace", move || {
                 format!(
                     "{:#}",
-                    mergetune::lab::advise::analyze_file(&q, None, &Default::default())
-                        .unwrap_err()
+                    mergetune_lab::advise::analyze_file(&q, None, &Default::default()).unwrap_err()
                 )
             }),
         );
@@ -606,11 +605,11 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "state file",
             bounded("state file", move || {
-                use mergetune::daemon::state::StateStore;
+                use mergetune_daemon::state::StateStore;
                 // The store reads `<dir>/state.json`: point it at a directory holding `p` under that name.
                 let d = tempfile::tempdir().unwrap();
                 std::os::unix::fs::symlink(&q, d.path().join("state.json")).unwrap();
-                let e = mergetune::daemon::state::FileStore::new(d.path())
+                let e = mergetune_daemon::state::FileStore::new(d.path())
                     .load()
                     .map(|_| ())
                     .unwrap_err()

@@ -3,12 +3,12 @@
 //! `replay --plot`. With MERGETUNE_WRITE_DOC_IMAGES=1 the pictures of docs/advise.md are
 //! (re)written under docs/img/.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::record::{Recorder, RecordingFs};
-use mergetune::kernel::blockfs::BlockFs;
-use mergetune::lab::plot::{self, Sampling};
-use mergetune::logic::config::Config;
-use mergetune::sim::{Policy, Scenario, Simulation, run_scenario};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::record::{Recorder, RecordingFs};
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_lab::plot::{self, Sampling};
+use mergetune_logic::config::Config;
+use mergetune_sim::{Policy, Scenario, Simulation, run_scenario};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -66,7 +66,7 @@ fn advise_plot_has_scatter_and_histogram() {
     }
 }
 
-fn run(policy: Policy) -> (mergetune::sim::Report, plot::Series) {
+fn run(policy: Policy) -> (mergetune_sim::Report, plot::Series) {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut ctl = policy.controller(sc.daemon_config(&Config::default()));
@@ -86,12 +86,12 @@ fn simulate_plots_per_tick_from_report_and_compared() {
     assert!(
         samples
             .iter()
-            .any(|s| s.level >= mergetune::logic::decision::Level::L2)
+            .any(|s| s.level >= mergetune_logic::decision::Level::L2)
     );
     assert!(
         samples
             .iter()
-            .any(|s| s.level == mergetune::logic::decision::Level::L0
+            .any(|s| s.level == mergetune_logic::decision::Level::L0
                 && s.merge_percent[0].unwrap_or(0.0) > 50.0)
     );
     let p = out(&dir, "simulate_default.svg");
@@ -163,13 +163,13 @@ fn replay_plot_from_a_recording() {
 #[test]
 fn plotting_nothing_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let empty = mergetune::lab::advise::Analyzer::new(None).finish(&Default::default());
-    let e = mergetune::lab::advise::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
+    let empty = mergetune_lab::advise::Analyzer::new(None).finish(&Default::default());
+    let e = mergetune_lab::advise::plot_advise(&empty, &dir.path().join("x.svg")).unwrap_err();
     assert!(e.to_string().contains("nothing to plot"));
     let e = plot::plot_series(&plot::Series::default(), &dir.path().join("y.svg")).unwrap_err();
     assert!(e.to_string().contains("no device"));
-    let e = mergetune::lab::advise::plot_advise(
-        &mergetune::lab::advise::analyze_file(
+    let e = mergetune_lab::advise::plot_advise(
+        &mergetune_lab::advise::analyze_file(
             &root().join("tests/fixtures/trace_mixed.txt"),
             None,
             &Default::default(),

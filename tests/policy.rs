@@ -1,18 +1,18 @@
 //! Policy behaviour: the merge ladder, thresholds, hysteresis, dwell, cap, probes, and
 //! invariants (proptest).
 
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::PolicyConfig;
-use mergetune::logic::cost_profile::{self, CostProfile};
-use mergetune::logic::cost_profile::{Scheduler, Verdict};
-use mergetune::logic::decision::Level;
-use mergetune::logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
-use mergetune::logic::policy::{
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::PolicyConfig;
+use mergetune_logic::cost_profile::{self, CostProfile};
+use mergetune_logic::cost_profile::{Scheduler, Verdict};
+use mergetune_logic::decision::Level;
+use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
+use mergetune_logic::policy::{
     Caps, HOUR_MS, Mode, OutcomeKind, PolicyState, Signature, Worth, decide, sensed_min_bios,
     tunables,
 };
-use mergetune::logic::sampler::Sensed;
-use mergetune::logic::sampler::{Counters, Window};
+use mergetune_logic::sampler::Sensed;
+use mergetune_logic::sampler::{Counters, Window};
 use proptest::prelude::*;
 
 /// The ladder's mechanics: every rung, sight at L3 (a bio tap), no cost profile (every

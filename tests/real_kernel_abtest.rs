@@ -23,8 +23,8 @@
 mod kernel;
 
 use kernel::LoopDevice;
-use mergetune::kernel::blockfs::RealFs;
-use mergetune::lab::abtest::{self, AbParams, AbReport};
+use mergetune_kernel::blockfs::RealFs;
+use mergetune_lab::abtest::{self, AbParams, AbReport};
 use std::path::Path;
 use std::process::Command;
 

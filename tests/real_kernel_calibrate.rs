@@ -7,7 +7,7 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use mergetune::logic::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
+use mergetune_logic::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
 use std::collections::BTreeSet;
 use std::process::Command;
 
@@ -147,7 +147,7 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
         "0",
         "{stderr}"
     );
-    let p = mergetune::logic::cost_profile::CostProfile::from_toml_str(
+    let p = mergetune_logic::cost_profile::CostProfile::from_toml_str(
         &std::fs::read_to_string(&out).unwrap(),
     )
     .expect("the profile parses");

@@ -105,11 +105,11 @@ fn capture_records_the_device_and_cleans_up() {
         assert!(l.contains(&tag), "event of another device: {l}");
     }
     // advise reads it to the kernel's numbers.
-    let a = mergetune::lab::advise::analyze_file(&out, None, &Default::default()).unwrap();
+    let a = mergetune_lab::advise::analyze_file(&out, None, &Default::default()).unwrap();
     let d = &a.devices[0];
     assert_eq!(d.bios, delta.bios());
     assert_eq!(d.back_merges + d.front_merges, delta.merged());
-    assert_eq!(d.recommended_level, mergetune::logic::decision::Level::L0);
+    assert_eq!(d.recommended_level, mergetune_logic::decision::Level::L0);
 }
 
 #[test]

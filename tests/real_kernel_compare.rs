@@ -38,8 +38,8 @@
 mod kernel;
 
 use kernel::LoopDevice;
-use mergetune::kernel::cputime;
-use mergetune::lab::calibrate::stats::{self, Estimate};
+use mergetune_kernel::cputime;
+use mergetune_lab::calibrate::stats::{self, Estimate};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

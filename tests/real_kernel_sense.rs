@@ -8,10 +8,10 @@
 #[path = "support/kernel.rs"]
 mod kernel;
 
-use mergetune::kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams, TapRead};
-use mergetune::kernel::blockfs::{BlockFs, RealFs};
-use mergetune::logic::sampler::Sensed;
-use mergetune::logic::sense::{Contiguity, contiguous_percent};
+use mergetune_kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams, TapRead};
+use mergetune_kernel::blockfs::{BlockFs, RealFs};
+use mergetune_logic::sampler::Sensed;
+use mergetune_logic::sense::{Contiguity, contiguous_percent};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,19 +1,19 @@
 //! A live run recorded through `RecordingFs` and replayed with the same config gives the
 //! same decisions, tick for tick; a different config gives its own.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::record::{self, Recorder, RecordingFs};
-use mergetune::kernel::blockfs::BlockFs;
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::DecisionKind;
-use mergetune::sim::{Scenario, Simulation};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::record::{self, Recorder, RecordingFs};
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::DecisionKind;
+use mergetune_sim::{Scenario, Simulation};
 
 /// Runs the daemon on the embedded default scenario for `secs` simulated seconds, recording.
 fn live(
     cfg: &Config,
     secs: u64,
     path: &std::path::Path,
-) -> Vec<mergetune::daemon::controller::Decision> {
+) -> Vec<mergetune_daemon::controller::Decision> {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg.clone());

@@ -1,8 +1,8 @@
 //! The simulation seen through `BlockFs`: the kernel's formats and error behaviour, so the
 //! daemon cannot tell a simulated device from a real one. Also scenario validation.
 
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::sim::{BioSpec, Dir, Scenario, Simulation};
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_sim::{BioSpec, Dir, Scenario, Simulation};
 use std::path::Path;
 
 fn sim() -> Simulation {

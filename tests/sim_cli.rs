@@ -1,7 +1,7 @@
 //! The `simulate` entry point end to end: the embedded default scenario runs and reports.
 
-use mergetune::logic::config::Config;
-use mergetune::sim::{Policy, Scenario, Simulation, run_scenario};
+use mergetune_logic::config::Config;
+use mergetune_sim::{Policy, Scenario, Simulation, run_scenario};
 
 #[test]
 fn default_scenario_parses() {

@@ -7,7 +7,7 @@
 mod kernel;
 
 use kernel::{LoopDevice, TraceCapture};
-use mergetune::sim::{Dir, Scenario, Simulation};
+use mergetune_sim::{Dir, Scenario, Simulation};
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]

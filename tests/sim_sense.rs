@@ -4,15 +4,15 @@
 //! nomerges=2, and the workload signature say nothing), the writes turn sequential and
 //! batched. The tap's samples tell the two apart within one duty cycle.
 
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::daemon::controller::{Controller, Decision};
-use mergetune::logic::config::Config;
-use mergetune::logic::decision::DecisionKind;
-use mergetune::logic::decision::Level;
-use mergetune::logic::sampler::Sensed;
-use mergetune::logic::sense::contiguous_percent;
-use mergetune::sim::Scenario;
-use mergetune::sim::engine::Simulation;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::DecisionKind;
+use mergetune_logic::decision::Level;
+use mergetune_logic::sampler::Sensed;
+use mergetune_logic::sense::contiguous_percent;
+use mergetune_sim::Scenario;
+use mergetune_sim::engine::Simulation;
 
 const SWITCH_MS: u64 = 40_000;
 
@@ -217,14 +217,14 @@ fn merging_is_back_within_a_few_seconds_of_the_same_signature_switch() {
 
 #[test]
 fn a_bad_sense_key_is_named_and_a_high_duty_cycle_refused() {
-    let e = mergetune::logic::config::load_str("[sense]\nopen_ms = 1000\nevery_ms = 2000\n", "t")
+    let e = mergetune_logic::config::load_str("[sense]\nopen_ms = 1000\nevery_ms = 2000\n", "t")
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("sense.every_ms") && e.contains("duty cycle"),
         "{e}"
     );
-    let e = mergetune::logic::config::load_str("[sense]\nrecent = 3\n", "t")
+    let e = mergetune_logic::config::load_str("[sense]\nrecent = 3\n", "t")
         .unwrap_err()
         .to_string();
     assert!(e.contains("recent"), "{e}");

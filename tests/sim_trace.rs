@@ -1,7 +1,7 @@
 //! Trace replay: parsing the tracing filesystem's and blkparse's text, clear errors on bad
 //! lines, and replaying the kernel's own captured fio runs to the kernel's merge counts.
 
-use mergetune::sim::{Dir, Scenario, Simulation, parse_trace};
+use mergetune_sim::{Dir, Scenario, Simulation, parse_trace};
 use std::path::Path;
 
 fn fixture(name: &str) -> String {

@@ -14,9 +14,9 @@
 //! Under TCG the guest submits slowly, so a generated job of the same shape would not
 //! queue the same way: the trace replay carries the guest's real timing.
 
-use mergetune::kernel::trace::{EventKind, parse_event};
-use mergetune::sim::engine::DmTable;
-use mergetune::sim::{Dir, Scenario, Simulation};
+use mergetune_kernel::trace::{EventKind, parse_event};
+use mergetune_sim::engine::DmTable;
+use mergetune_sim::{Dir, Scenario, Simulation};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -1,9 +1,9 @@
 //! Scheduler slices: favour reads when they starve behind writes, bounded, judged, undone.
 
-use mergetune::kernel::tunable::Tunable;
-use mergetune::logic::config::SlicesConfig;
-use mergetune::logic::sampler::{Counters, Window};
-use mergetune::logic::slices::{SliceState, decide};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::SlicesConfig;
+use mergetune_logic::sampler::{Counters, Window};
+use mergetune_logic::slices::{SliceState, decide};
 
 /// The tunable of an iosched file name.
 fn tunable(name: &str) -> Tunable {

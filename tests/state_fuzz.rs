@@ -4,7 +4,7 @@
 //! format inside becomes; the seed document below is the version-1 format and only feeds
 //! the mutations.
 
-use mergetune::daemon::state::{FileStore, StateStore};
+use mergetune_daemon::state::{FileStore, StateStore};
 use proptest::prelude::*;
 
 const SEED: &str = r#"{

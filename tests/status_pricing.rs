@@ -5,14 +5,14 @@
 //! that says it wrote nothing.
 
 use mergetune::cli::check_config::check;
-use mergetune::daemon::adaptive::Daemon;
-use mergetune::export::metrics::{Metrics, TickTiming};
-use mergetune::export::status::{PricingBasis, StatusSnapshot, UnknownReason};
-use mergetune::logic::config::Config;
-use mergetune::logic::cost_profile::{Unit, builtin};
-use mergetune::logic::decision::{Applied, DecisionKind, Level};
-use mergetune::sim::runner::run_scenario_observed;
-use mergetune::sim::{Report, Scenario, Simulation};
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_export::status::{PricingBasis, StatusSnapshot, UnknownReason};
+use mergetune_logic::config::Config;
+use mergetune_logic::cost_profile::{Unit, builtin};
+use mergetune_logic::decision::{Applied, DecisionKind, Level};
+use mergetune_sim::runner::run_scenario_observed;
+use mergetune_sim::{Report, Scenario, Simulation};
 use std::process::Command;
 
 fn bin() -> Command {
@@ -99,8 +99,8 @@ fn status_shows_the_profile_the_next_steps_saving_its_interval_and_coverage() {
     assert!(jp["saving"]["lo"].is_number(), "{jp}");
     // The table: the profile, the step, its interval with its coverage; the header names
     // the profile and its origin.
-    let t = mergetune::export::table::format_status(&s);
-    let cov = mergetune::export::status::coverage(p.ci_coverage_percent);
+    let t = mergetune_export::table::format_status(&s);
+    let cov = mergetune_export::status::coverage(p.ci_coverage_percent);
     let cell = format!(
         "measured-6.18: L1 {:+.1}% [{:+.1}, {:+.1}] ({cov}) CPU/IO",
         saving.value,
@@ -128,7 +128,7 @@ fn status_under_live_pricing_shows_the_floor_and_why_the_saving_is_unknown() {
     // price: unknown, and why, with the floor it would have to clear.
     if pr.basis == PricingBasis::Live {
         let saving = pr.saving.expect("a live basis prices the step");
-        let t = mergetune::export::table::format_status(&s);
+        let t = mergetune_export::table::format_status(&s);
         let want = format!(
             "live: L1 {:.2} [{:.2}, {:.2}] (95%) / 5.00 ms/s",
             saving.value,
@@ -147,7 +147,7 @@ fn status_under_live_pricing_shows_the_floor_and_why_the_saving_is_unknown() {
             .is_some_and(|w| w.contains("not been measured")),
         "{pr:?}"
     );
-    let t = mergetune::export::table::format_status(&s);
+    let t = mergetune_export::table::format_status(&s);
     assert!(
         row(&t, "nvme0n1").contains("live: unknown: not measured yet / 5.00 ms/s"),
         "{t}"
@@ -186,7 +186,7 @@ fn a_not_worth_it_says_nothing_was_written() {
         serde_json::json!({"result": "nothing_to_write"}),
         "{doc}"
     );
-    let t = mergetune::export::table::format_status(&s);
+    let t = mergetune_export::table::format_status(&s);
     assert!(row(&t, "nvme0n1").contains("(nothing to write)"), "{t}");
 }
 

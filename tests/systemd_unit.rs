@@ -105,7 +105,7 @@ fn unit_has_what_the_daemon_relies_on() {
     }
     // The state dir of ExecStopPost is the runtime directory, and the config's default.
     assert_eq!(
-        mergetune::logic::config::Config::default().daemon.state_dir,
+        mergetune_logic::config::Config::default().daemon.state_dir,
         PathBuf::from("/run/mergetune")
     );
 }

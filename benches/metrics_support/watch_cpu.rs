@@ -13,8 +13,8 @@
 //! `MERGETUNE_WATCH_REPS` repetitions (default 3), so that drift of the shared machine hits
 //! both alike. It prints every run and the median of each, and the paired differences.
 
-use mergetune::lab::calibrate::stats::median;
-use mergetune::logic::decision::Level;
+use mergetune_lab::calibrate::stats::median;
+use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -44,7 +44,7 @@ fn diskstats(n: usize, tick: u64) -> String {
 
 /// The levels of every device in `/status` (None: the daemon did not answer).
 fn levels(addr: &str) -> Option<Vec<Option<Level>>> {
-    let s = mergetune::export::status::fetch(addr, Duration::from_secs(5)).ok()?;
+    let s = mergetune_export::status::fetch(addr, Duration::from_secs(5)).ok()?;
     Some(s.devices.iter().map(|d| d.level).collect())
 }
 

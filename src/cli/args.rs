@@ -33,7 +33,7 @@ pub struct Cli {
     /// Log format: auto (journal under systemd, else text), text, json (one object per
     /// line, for log shippers) or journal.
     #[arg(long, global = true, value_enum, default_value_t)]
-    pub log_format: crate::export::logging::LogFormat,
+    pub log_format: mergetune_export::logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -56,14 +56,14 @@ pub enum Command {
     Replay(crate::cli::replay::ReplayArgs),
     /// Read a captured block trace and suggest the merge level, scheduler and slice
     /// settings, each with its evidence (`--what-if`: their modelled effect).
-    Advise(crate::lab::advise::AdviseArgs),
+    Advise(mergetune_lab::advise::AdviseArgs),
     /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
     /// write costs in latency, on a scratch loop device; write a cost profile.
-    Calibrate(crate::lab::calibrate::CalibrateArgs),
+    Calibrate(mergetune_lab::calibrate::CalibrateArgs),
     /// Capture block traces for `advise`.
     Trace {
         #[command(subcommand)]
-        command: crate::lab::capture::TraceCommand,
+        command: mergetune_lab::capture::TraceCommand,
     },
     /// Write the man pages or the shell completions (for packaging: `make install` runs it).
     #[command(hide = true)]

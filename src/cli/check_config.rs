@@ -7,9 +7,9 @@
 //! edge, and handed to [`check`].
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK};
-use crate::daemon::pricing::{PricingSource, profile_match};
-use crate::logic::config::{self, ConfigError};
-use crate::logic::printable::printable_lines;
+use mergetune_daemon::pricing::{PricingSource, profile_match};
+use mergetune_logic::config::{self, ConfigError};
+use mergetune_logic::printable::printable_lines;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -84,7 +84,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
 }
 
 pub fn run(args: CheckConfigArgs) -> anyhow::Result<i32> {
-    let running = crate::kernel::tracefs::kernel_release(std::path::Path::new("/proc"));
+    let running = mergetune_kernel::tracefs::kernel_release(std::path::Path::new("/proc"));
     let r = check(&args.path, running.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

@@ -2,8 +2,8 @@
 //! The codes are part of the interface (scripts and `systemctl`-style checks read them), so
 //! they are named once here and printed in `--help` and the man page from [`EXIT_STATUS_HELP`].
 
-use crate::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
 use anyhow::Result;
+use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
 use std::path::{Path, PathBuf};
 
 /// Success.
@@ -51,11 +51,11 @@ pub fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
 /// must never read as a change to a real disk of the same name. `stamp` is the logging
 /// layer's setter for that kind of time.
 pub struct VirtualClocked<'a> {
-    pub inner: &'a mut dyn crate::daemon::controller::Controller,
+    pub inner: &'a mut dyn mergetune_daemon::controller::Controller,
     pub stamp: fn(Option<u64>),
 }
 
-impl crate::daemon::controller::Controller for VirtualClocked<'_> {
+impl mergetune_daemon::controller::Controller for VirtualClocked<'_> {
     fn interval_ms(&self) -> u64 {
         self.inner.interval_ms()
     }
@@ -65,20 +65,20 @@ impl crate::daemon::controller::Controller for VirtualClocked<'_> {
     fn tick(
         &mut self,
         now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::logic::decision::Decision> {
+        fs: &mut dyn mergetune_kernel::blockfs::BlockFs,
+    ) -> Vec<mergetune_logic::decision::Decision> {
         (self.stamp)(Some(now_ms));
         self.inner.tick(now_ms, fs)
     }
     fn restore(
         &mut self,
         now_ms: u64,
-        fs: &mut dyn crate::kernel::blockfs::BlockFs,
-    ) -> Vec<crate::logic::decision::Decision> {
+        fs: &mut dyn mergetune_kernel::blockfs::BlockFs,
+    ) -> Vec<mergetune_logic::decision::Decision> {
         (self.stamp)(Some(now_ms));
         self.inner.restore(now_ms, fs)
     }
-    fn snapshot(&self) -> Option<crate::daemon::snapshot::DaemonSnapshot> {
+    fn snapshot(&self) -> Option<mergetune_daemon::snapshot::DaemonSnapshot> {
         self.inner.snapshot()
     }
 }

@@ -9,10 +9,10 @@
 //! Going on past the first decision would show steps a dry run cannot reach faithfully on a
 //! first look (each step changes what the counters show), so the look ends there.
 
-use crate::daemon::adaptive::Daemon;
-use crate::export::metrics::TickTiming;
-use crate::logic::config::Config;
-use crate::logic::decision::Decision;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_export::metrics::TickTiming;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
@@ -101,7 +101,7 @@ impl Once {
                 "\rsampling {} of {} ({} of {}: one decision's worth)",
                 secs(sampled),
                 secs(self.span_ms),
-                crate::logic::decision::count(self.windows.into(), "window"),
+                mergetune_logic::decision::count(self.windows.into(), "window"),
                 secs(self.window_ms)
             );
             let _ = std::io::stderr().flush();
@@ -117,7 +117,7 @@ impl Once {
     /// Prints the device table and the decisions (or one JSON document).
     pub fn print(mut self, daemon: &Daemon, now_ms: u64, json: bool) -> anyhow::Result<()> {
         self.before_tick();
-        let status = crate::export::status::StatusSnapshot::of(
+        let status = mergetune_export::status::StatusSnapshot::of(
             &daemon.snapshot(),
             TickTiming {
                 now_ms,
@@ -139,7 +139,7 @@ impl Once {
             );
             return Ok(());
         }
-        print!("{}", crate::export::table::render(&status.devices));
+        print!("{}", mergetune_export::table::render(&status.devices));
         println!("{}", self.summary(&status.devices));
         for d in &self.decisions {
             println!("  {d}");
@@ -148,12 +148,12 @@ impl Once {
     }
 
     /// The line under the table: how long it looked, and what it did or would do.
-    fn summary(&self, devices: &[crate::export::status::DeviceStatus]) -> String {
+    fn summary(&self, devices: &[mergetune_export::status::DeviceStatus]) -> String {
         let managed = devices.iter().filter(|d| d.management.is_managed()).count();
         let looked = format!(
             "sampled {} ({} of {})",
             secs(self.sampled_ms()),
-            crate::logic::decision::count(self.windows.into(), "window"),
+            mergetune_logic::decision::count(self.windows.into(), "window"),
             secs(self.window_ms)
         );
         let n = self.decisions.len();

@@ -3,10 +3,10 @@
 //! the recording (the same table and JSON fields as `status` and `run --once`).
 
 use crate::cli::common::EXIT_OK;
-use crate::daemon::adaptive::Daemon;
-use crate::export::metrics::TickTiming;
-use crate::logic::config::{self, Config};
-use crate::logic::printable::printable;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_export::metrics::TickTiming;
+use mergetune_logic::config::{self, Config};
+use mergetune_logic::printable::printable;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -29,7 +29,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
         Some(p) => config::load_file(p)?,
         None => Config::default(),
     };
-    let ticks = crate::daemon::record::load(&args.file)?;
+    let ticks = mergetune_daemon::record::load(&args.file)?;
     let n = ticks.len();
     // load() refuses ticks out of time order, so this cannot underflow.
     let span_ms = ticks
@@ -39,29 +39,29 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
     let mut daemon = Daemon::simulated(cfg);
     let decisions = match &args.plot {
         Some(p) => {
-            let mut sampling = crate::lab::plot::Sampling::new(&mut daemon);
-            let d = crate::daemon::record::replay(
+            let mut sampling = mergetune_lab::plot::Sampling::new(&mut daemon);
+            let d = mergetune_daemon::record::replay(
                 ticks,
                 &mut crate::cli::common::VirtualClocked {
                     inner: &mut sampling,
-                    stamp: crate::export::logging::set_replay_time_ms,
+                    stamp: mergetune_export::logging::set_replay_time_ms,
                 },
             );
             let mut series = sampling.finish();
             series.title = format!("replay of {}", args.file.display());
-            crate::lab::plot::plot_series(&series, p)?;
+            mergetune_lab::plot::plot_series(&series, p)?;
             d
         }
-        None => crate::daemon::record::replay(
+        None => mergetune_daemon::record::replay(
             ticks,
             &mut crate::cli::common::VirtualClocked {
                 inner: &mut daemon,
-                stamp: crate::export::logging::set_replay_time_ms,
+                stamp: mergetune_export::logging::set_replay_time_ms,
             },
         ),
     };
-    crate::export::logging::set_replay_time_ms(None);
-    let status = crate::export::status::StatusSnapshot::of(
+    mergetune_export::logging::set_replay_time_ms(None);
+    let status = mergetune_export::status::StatusSnapshot::of(
         &daemon.snapshot(),
         TickTiming {
             now_ms: end_ms,
@@ -99,7 +99,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
                 printable(&d.reason)
             );
         }
-        print!("{}", crate::export::table::render(&status.devices));
+        print!("{}", mergetune_export::table::render(&status.devices));
     }
     Ok(EXIT_OK)
 }

@@ -5,7 +5,7 @@
 //!
 //! Where it looks, in order: the directory it is told (`--state-dir`, else the config's
 //! `daemon.state_dir`); then the directory the last live daemon actually used, named by the
-//! pointer in the runtime directory (src/daemon/state.rs), which differs when the config
+//! pointer in the runtime directory (crates/daemon/src/state.rs), which differs when the config
 //! was edited after that daemon started; then the runtime directory itself, the default
 //! `state_dir`. A directory other than the first is restored from only when its file was
 //! left by a process that is gone (a running daemon's records are its own).
@@ -21,9 +21,9 @@
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use crate::cli::run::runtime_dir;
-use crate::daemon::state::{FileStore, StatePointer, StateStore as _, restore_from_store};
-use crate::kernel::blockfs::RealFs;
-use crate::logic::config::DEFAULT_STATE_DIR;
+use mergetune_daemon::state::{FileStore, StatePointer, StateStore as _, restore_from_store};
+use mergetune_kernel::blockfs::RealFs;
+use mergetune_logic::config::DEFAULT_STATE_DIR;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]

@@ -11,22 +11,24 @@
 //! A live run needs its state directory before anything else: without a record of the
 //! originals it may write nothing, so it refuses to start (exit 1, saying it needs root)
 //! rather than run as a daemon that can only look. The state directory is fixed for the
-//! run: a reload that changes it is refused (src/daemon/reload.rs), and a pointer in the
+//! run: a reload that changes it is refused (crates/daemon/src/reload.rs), and a pointer in the
 //! runtime directory names it for `mergetune restore`. At stop the metrics endpoint is
 //! closed first, with all its connections, so the restore has descriptors to work with.
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use crate::cli::once::Once;
-use crate::daemon::actuator::Actuator;
-use crate::daemon::adaptive::Daemon;
-use crate::daemon::state::{FileStore, MemoryStore, StatePointer, StateStore, restore_from_store};
-use crate::export::http::ServerHandle;
-use crate::export::logging::Notifier;
-use crate::export::metrics::{Metrics, TickTiming};
-use crate::kernel::blockfs::RealFs;
-use crate::logic::config::{self, Config, DEFAULT_CONFIG_PATH};
-use crate::logic::decision::{Applied, Decision};
 use anyhow::{Context, Result, bail};
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::state::{
+    FileStore, MemoryStore, StatePointer, StateStore, restore_from_store,
+};
+use mergetune_export::http::ServerHandle;
+use mergetune_export::logging::Notifier;
+use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_kernel::blockfs::RealFs;
+use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
+use mergetune_logic::decision::{Applied, Decision};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -131,8 +133,8 @@ fn configure(args: &RunArgs) -> Result<(Config, Option<PathBuf>)> {
 /// The startup log's pricing line: what prices a step down, where it came from and
 /// whether a profile matches the running kernel.
 fn log_pricing(cfg: &Config, fs: &mut RealFs) {
-    use crate::kernel::blockfs::BlockFs as _;
-    let source = crate::daemon::pricing::PricingSource::from_config(cfg);
+    use mergetune_kernel::blockfs::BlockFs as _;
+    let source = mergetune_daemon::pricing::PricingSource::from_config(cfg);
     info!(
         "{}",
         source.summary(
@@ -150,7 +152,7 @@ fn log_device_pricing(daemon: &Daemon) {
         let (Some(worth), Some(level)) = (d.worth.as_ref(), d.level) else {
             continue;
         };
-        let p = crate::export::status::DevicePricing::of(
+        let p = mergetune_export::status::DevicePricing::of(
             worth,
             level,
             &snap.pricing_name,
@@ -274,17 +276,17 @@ fn endpoint(args: &RunArgs, cfg: &Config, metrics: &Arc<Metrics>) -> Result<Opti
         None if args.once => String::new(),
         None => cfg.metrics.listen.clone(),
     };
-    match crate::export::metrics::parse_listen(&listen) {
+    match mergetune_export::metrics::parse_listen(&listen) {
         Err(e) => bail!("--metrics-listen: {e}"),
         Ok(None) => {
             info!("metrics endpoint off ([metrics] listen = \"\")");
             Ok(None)
         }
         Ok(Some(addr)) => {
-            match crate::export::http::serve(
+            match mergetune_export::http::serve(
                 addr,
                 metrics.clone(),
-                crate::export::http::Limits::default(),
+                mergetune_export::http::Limits::default(),
             ) {
                 Ok(h) => {
                     info!(
@@ -334,7 +336,9 @@ fn status_line(daemon: &Daemon) -> String {
     let managed = devs.values().filter(|d| d.management.is_managed()).count();
     let reduced = devs
         .values()
-        .filter(|d| d.management.is_managed() && d.policy.level > crate::logic::decision::Level::L0)
+        .filter(|d| {
+            d.management.is_managed() && d.policy.level > mergetune_logic::decision::Level::L0
+        })
         .count();
     let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
         format!(", watching L3 every {} ms", daemon.next_tick_in_ms())
@@ -381,7 +385,7 @@ struct TickLoop {
     last_ping: Instant,
     last_status: String,
     worst_lag: Duration,
-    recorder: Option<crate::daemon::record::Recorder>,
+    recorder: Option<mergetune_daemon::record::Recorder>,
     start: Instant,
     next_tick: Duration,
     /// The scheduled time of the tick that last refreshed the metrics.
@@ -409,7 +413,7 @@ impl TickLoop {
         let tick_start = Instant::now();
         let decisions = match self.recorder.as_mut() {
             Some(rec) => {
-                let mut rfs = crate::daemon::record::RecordingFs::new(&mut self.fs, tick_at);
+                let mut rfs = mergetune_daemon::record::RecordingFs::new(&mut self.fs, tick_at);
                 let d = self.daemon.tick(tick_at, &mut rfs);
                 if let Err(e) = rec.write(&rfs.finish()) {
                     error!("{e}; recording stopped");
@@ -579,7 +583,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let recorder = match &args.record {
         Some(p) => {
             info!("recording every tick to {}", p.display());
-            Some(crate::daemon::record::Recorder::create(p)?)
+            Some(mergetune_daemon::record::Recorder::create(p)?)
         }
         None => None,
     };

@@ -1,10 +1,10 @@
 //! `mergetune simulate`: the command-line edge of the simulator. This is the only sim module
 //! that reads the wall clock (progress bar, `--bench`).
 
-use crate::sim::engine::Simulation;
-use crate::sim::runner::Policy;
-use crate::sim::scenario::Scenario;
 use anyhow::Context as _;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::Policy;
+use mergetune_sim::scenario::Scenario;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -179,8 +179,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         scenario.seed = s;
     }
     let cfg = match &args.config {
-        Some(p) => crate::logic::config::load_file(p)?,
-        None => crate::logic::config::Config::default(),
+        Some(p) => mergetune_logic::config::load_file(p)?,
+        None => mergetune_logic::config::Config::default(),
     };
     let mut sim = Simulation::new(&scenario).context("building the simulation")?;
     let mut controller = args.policy.controller(scenario.daemon_config(&cfg));
@@ -194,7 +194,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut exporter = match &args.metrics_listen {
         Some(addr) => {
             let ex =
-                crate::export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))
+                mergetune_export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))
                     .with_context(|| format!("metrics endpoint {addr}: cannot listen"))?;
             eprintln!(
                 "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
@@ -211,11 +211,11 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let mut clocked = crate::cli::common::VirtualClocked {
         inner: controller.as_mut(),
-        stamp: crate::export::logging::set_sim_time_ms,
+        stamp: mergetune_export::logging::set_sim_time_ms,
     };
-    let mut sampling = crate::lab::plot::Sampling::new(&mut clocked);
+    let mut sampling = mergetune_lab::plot::Sampling::new(&mut clocked);
     let mut last_tick = Instant::now();
-    let report = crate::sim::runner::run_scenario_observed(
+    let report = mergetune_sim::runner::run_scenario_observed(
         &mut sim,
         &mut sampling,
         &args.policy.to_string(),
@@ -234,13 +234,13 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut report = report;
     // What the daemon priced with (the adaptive policy has a daemon; baselines do not).
     report.daemon_pricing = controller.snapshot().map(|s| s.pricing_name);
-    crate::export::logging::set_sim_time_ms(None);
+    mergetune_export::logging::set_sim_time_ms(None);
     progress.finish();
     if let Some(e) = sim.halted() {
         anyhow::bail!("simulation of {}: {e}", scenario.name);
     }
     if let Some(p) = &args.plot {
-        crate::lab::plot::plot_run(&report, Some(&series), p)
+        mergetune_lab::plot::plot_run(&report, Some(&series), p)
             .with_context(|| format!("plotting to {}", p.display()))?;
     }
     if args.json {
@@ -248,7 +248,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     } else {
         print!(
             "{}",
-            crate::logic::printable::printable_lines(&report.render_text())
+            mergetune_logic::printable::printable_lines(&report.render_text())
         );
         // Wall-clock figures vary run to run: on stderr, out of the deterministic report,
         // as a log event so that `--log-format json` keeps every stderr line JSON.
@@ -268,16 +268,16 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
         anyhow::bail!("--scale {}: must be a positive number", args.scale);
     }
     let cfg = match &args.config {
-        Some(p) => crate::logic::config::load_file(p)?,
-        None => crate::logic::config::Config::default(),
+        Some(p) => mergetune_logic::config::load_file(p)?,
+        None => mergetune_logic::config::Config::default(),
     };
     let mut scenarios = if args.scenarios.is_empty() {
-        crate::lab::compare::suite(args.scale)?
+        mergetune_lab::compare::suite(args.scale)?
     } else {
         let mut v = Vec::new();
         for p in &args.scenarios {
             let mut sc = Scenario::load_file(p)?;
-            crate::lab::compare::scale_phases(&mut sc, args.scale);
+            mergetune_lab::compare::scale_phases(&mut sc, args.scale);
             v.push(sc);
         }
         v
@@ -288,7 +288,7 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
         }
     }
     // Progress on a terminal and wall-clock figures go to stderr; stdout gets the report.
-    let out = crate::lab::compare::run_suite(&scenarios, &cfg)?;
+    let out = mergetune_lab::compare::run_suite(&scenarios, &cfg)?;
     if let Some(p) = &args.plot {
         for c in &out {
             let path = if out.len() == 1 {
@@ -302,11 +302,11 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
                 .iter()
                 .filter_map(|r| r.report.as_ref().map(|rep| (rep, r.series.as_ref())))
                 .collect();
-            crate::lab::plot::plot_compare(&runs, &path)
+            mergetune_lab::plot::plot_compare(&runs, &path)
                 .with_context(|| format!("plotting to {}", path.display()))?;
             eprintln!(
                 "{}: plotted {}",
-                crate::logic::printable::printable(&c.scenario),
+                mergetune_logic::printable::printable(&c.scenario),
                 path.display()
             );
         }
@@ -317,7 +317,9 @@ fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
     } else {
         print!(
             "{}",
-            crate::logic::printable::printable_lines(&crate::lab::compare::render(&out, window_ms))
+            mergetune_logic::printable::printable_lines(&mergetune_lab::compare::render(
+                &out, window_ms
+            ))
         );
     }
     Ok(())

@@ -4,8 +4,8 @@
 //! Exit 3 when nothing answers there, like `systemctl status` of a stopped unit.
 
 use crate::cli::common::{EXIT_NOT_RUNNING, EXIT_OK, load_config};
-use crate::export::status::StatusError;
 use anyhow::bail;
+use mergetune_export::status::StatusError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,12 +42,12 @@ pub fn address(args: &StatusArgs) -> anyhow::Result<String> {
 pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
     let addr = address(&args)?;
     let timeout = Duration::from_secs(5);
-    let snapshot = match crate::export::status::fetch(&addr, timeout) {
+    let snapshot = match mergetune_export::status::fetch(&addr, timeout) {
         Ok(s) => s,
         Err(e @ StatusError::NotRunning { .. }) => {
             eprintln!(
                 "mergetune: {}",
-                crate::logic::printable::printable_lines(&e.to_string())
+                mergetune_logic::printable::printable_lines(&e.to_string())
             );
             if args.json {
                 // A script reading stdout gets a document either way (exit status 3 too).
@@ -63,7 +63,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&snapshot)?);
     } else {
-        print!("{}", crate::export::table::format_status(&snapshot));
+        print!("{}", mergetune_export::table::format_status(&snapshot));
     }
     Ok(EXIT_OK)
 }

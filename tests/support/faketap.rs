@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use mergetune::kernel::biosense::QueuedBio;
-use mergetune::kernel::trace::Dir;
+use mergetune_kernel::biosense::QueuedBio;
+use mergetune_kernel::trace::Dir;
 
 /// Appends `n` write bios of 8 sectors (at most `max` in all): the first `contiguous` of
 /// them each start where the previous one ended, the rest are scattered far apart.

@@ -693,8 +693,7 @@ impl Drop for TraceCapture {
 /// Mounts the tracing filesystem at its usual place unless it is there already (the
 /// kernel layer's own mount, so the tests mount it as the daemon does).
 pub fn ensure_tracefs() {
-    mergetune::kernel::tracefs::ensure_mounted(Path::new(TRACEFS))
-        .unwrap_or_else(|e| panic!("{e}"));
+    mergetune_kernel::tracefs::ensure_mounted(Path::new(TRACEFS)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Removes instances left by test processes that died without dropping their capture.

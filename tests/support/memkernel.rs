@@ -10,13 +10,13 @@
 
 #![allow(dead_code)]
 
-use mergetune::daemon::state::{SavedState, StateError, StateStore, parse_state};
+use mergetune_daemon::state::{SavedState, StateError, StateStore, parse_state};
 #[path = "faketap.rs"]
 mod faketap;
 
-use mergetune::kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune::kernel::blockfs::{BlockFs, FsError};
-use mergetune::kernel::tunable::Tunable;
+use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::Tunable;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -310,7 +310,7 @@ pub struct SharedStore {
 }
 
 impl StateStore for SharedStore {
-    fn load(&self) -> Result<Option<mergetune::daemon::state::Loaded>, StateError> {
+    fn load(&self) -> Result<Option<mergetune_daemon::state::Loaded>, StateError> {
         match self.text.borrow().as_deref() {
             None => Ok(None),
             Some(t) => parse_state(t, Path::new("mem:state.json")).map(Some),

@@ -1,0 +1,413 @@
+//! One tick of mergetune, shared by every world: read counters through [`BlockFs`], turn
+//! them into windows, ask the pure policy, apply through the [`Actuator`], and return the
+//! decisions with their reasons. The real loop (`cli/run.rs`), dry-run and the simulator all
+//! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
+
+use crate::actuator::{Actuator, PersistChange};
+use crate::controller::Controller;
+use crate::pricing::{LivePricing, PricingSource, TickBios};
+use crate::snapshot::{DaemonSnapshot, DeviceSnapshot};
+use crate::state::MemoryStore;
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::devices::DeviceInfo;
+use mergetune_kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Decision, Level};
+use mergetune_logic::devices::Management;
+use mergetune_logic::policy::{Caps, PolicyState};
+use mergetune_logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
+use std::collections::BTreeMap;
+use tracing::{info, warn};
+
+mod device_tick;
+mod membership;
+mod slice_tuner;
+
+use device_tick::DeviceTick;
+
+pub use crate::snapshot::DaemonCounters;
+
+/// The merge ladder's tunables.
+pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];
+/// The slice tuner's tunables.
+pub const SLICES: [Tunable; 3] = [
+    Tunable::WritesStarved,
+    Tunable::ReadExpire,
+    Tunable::TimeoutSync,
+];
+/// A warning about an unreadable tunable is repeated at most this often per device.
+const READ_WARN_EVERY_MS: u64 = 600_000;
+
+/// Everything mergetune tracks about one device.
+#[derive(Debug, Clone)]
+pub struct DeviceRuntime {
+    pub info: DeviceInfo,
+    pub management: Management,
+    pub policy: PolicyState,
+    pub window: WindowAcc,
+    /// The rungs of the merge ladder this device offers.
+    pub caps: Caps,
+    pub last_window: Option<Window>,
+    /// When `last_window` closed.
+    pub last_window_ms: u64,
+    /// Scheduler slice tuning (`logic::slices`, `adaptive/slice_tuner.rs`).
+    pub slices: mergetune_logic::slices::SliceState,
+    /// The counters of the last tick alone, for the device table.
+    pub last_tick: Option<Window>,
+    pub last_tick_ms: u64,
+    pub last_reason: mergetune_logic::policy::Reason,
+    pub last_decision: Option<Decision>,
+    /// A failed write is retried no earlier than this.
+    pub retry_after_ms: u64,
+    /// The last warning about an unreadable tunable, to repeat it rarely.
+    pub read_warned_ms: Option<u64>,
+    /// sense: the bio tap's duty cycle and samples at L3 (crates/daemon/src/sense.rs).
+    pub sense: crate::sense::DeviceSense,
+    /// What a step down would save here, as last priced (shown by status and /metrics).
+    pub worth: mergetune_logic::policy::Worth,
+    /// This tick's counters (`None` when the tick gave no delta: first sight, a reset, or
+    /// no line in diskstats). Kept on the device, not in a map by name: a tick then
+    /// allocates nothing per device for them.
+    pub tick_counters: Option<Counters>,
+}
+
+pub struct Daemon {
+    cfg: Config,
+    actuator: Actuator,
+    sampler: Sampler,
+    devices: BTreeMap<String, DeviceRuntime>,
+    force_rescan: bool,
+    /// Devices a reload cleared of their hands-off mark: rediscovered at the next tick.
+    pending_rediscover: Vec<String>,
+    /// Per device, the last error reading its queue attributes at a rescan: warned once,
+    /// again only when it changes, and "readable again" when it clears.
+    attr_read_errors: BTreeMap<String, String>,
+    /// A reload happened: devices out of mergetune's care are looked at afresh at the next
+    /// rescan (their values then, not those from before they left, are the originals).
+    refresh_unmanaged: bool,
+    diskstats_health: DiskstatsHealth,
+    /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
+    /// L3 watch interval while a managed device is at L3.
+    next_step_ms: u64,
+    /// Half the step that led to this tick: the tolerance of window lengths.
+    slack_ms: u64,
+    pub counters: DaemonCounters,
+    /// `[policy] cost_profile`: what not merging saves, priced into each device's caps:
+    /// live (the merge path sampled on this host) or a profile.
+    pricing: PricingSource,
+    /// The live measurement (idle unless `pricing` is live).
+    live: LivePricing,
+    /// `uname -r`, read at the first rescan, for matching a profile.
+    kernel_release: Option<String>,
+}
+
+impl Daemon {
+    pub fn new(cfg: Config, actuator: Actuator) -> Self {
+        let cfg_interval = cfg.daemon.interval_ms;
+        let pricing = PricingSource::from_config(&cfg);
+        Daemon {
+            cfg,
+            actuator,
+            sampler: Sampler::new(),
+            devices: BTreeMap::new(),
+            force_rescan: true,
+            pending_rediscover: Vec::new(),
+            attr_read_errors: BTreeMap::new(),
+            refresh_unmanaged: false,
+            diskstats_health: DiskstatsHealth::new(),
+            next_step_ms: cfg_interval,
+            slack_ms: cfg_interval / 2,
+            counters: DaemonCounters::default(),
+            pricing,
+            live: LivePricing::default(),
+            kernel_release: None,
+        }
+    }
+
+    /// The adaptive daemon for the simulator: originals kept in memory, no real clock.
+    pub fn simulated(cfg: Config) -> Self {
+        Daemon::new(cfg, Actuator::new(false, Box::new(MemoryStore::default())))
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn devices(&self) -> &BTreeMap<String, DeviceRuntime> {
+        &self.devices
+    }
+
+    pub fn actuator(&self) -> &Actuator {
+        &self.actuator
+    }
+
+    /// `queue/nomerges` of a device as mergetune last read or wrote it.
+    pub fn nomerges_of(&self, name: &str) -> Option<String> {
+        self.actuator
+            .expected(name, Tunable::Nomerges)
+            .map(str::to_string)
+            .or_else(|| self.devices.get(name)?.info.nomerges.clone())
+    }
+
+    /// `queue/nomerges` of a device when mergetune first saw it.
+    pub fn original_nomerges(&self, name: &str) -> Option<String> {
+        self.actuator
+            .first_seen(name, Tunable::Nomerges)
+            .map(str::to_string)
+    }
+
+    /// Whether someone else took over one of the ladder's tunables of this device.
+    pub fn ladder_handed_off(&self, name: &str) -> bool {
+        self.actuator.any_theirs(name, &LADDER)
+    }
+
+    /// Takes a new (already validated) config; device membership is re-evaluated at the
+    /// next tick, policy state is kept.
+    ///
+    /// A reload is also how an operator clears a device that was left alone because
+    /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
+    /// taking its current values as the new originals (managed again if nomerges is 0).
+    pub fn reload(&mut self, cfg: Config) {
+        self.pricing = PricingSource::from_config(&cfg);
+        self.cfg = cfg;
+        self.force_rescan = true;
+        self.refresh_unmanaged = true;
+        let foreign: Vec<String> = self
+            .devices
+            .keys()
+            .filter(|n| {
+                self.actuator.any_theirs(n, &LADDER) || self.actuator.any_theirs(n, &SLICES)
+            })
+            .cloned()
+            .collect();
+        self.pending_rediscover.extend(foreign);
+    }
+
+    /// One tick at `now_ms` (ms since the daemon started, real or virtual).
+    pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        self.slack_ms = self.next_step_ms / 2;
+        let _ = self.actuator.retry_persist();
+        let decisions = self.tick_inner(now_ms, fs);
+        self.log_persist_change();
+        self.next_step_ms = self.step_after_tick();
+        self.counters.state_persisted = self.actuator.persisted();
+        self.counters.state_save_errors = self.actuator.save_errors();
+        decisions
+    }
+
+    /// The state file's health, logged once per change of state (docs/operator.md): the
+    /// failed saves in between are counted (`mergetune_state_save_errors_total`), not logged.
+    fn log_persist_change(&mut self) {
+        match self.actuator.take_persist_change() {
+            Some(PersistChange::Failing(e)) => warn!(
+                "{e}; the originals are kept in memory and restored on exit, no tunable is written until the state file can be saved (said once; `mergetune_state_persisted` shows it)"
+            ),
+            Some(PersistChange::Persisted { records }) => info!(
+                "state file {} written and read back: {records} original value(s) persisted",
+                self.actuator.store_name()
+            ),
+            None => {}
+        }
+    }
+
+    /// The time to the next tick: while a managed device is at L3 (merges invisible, only a
+    /// workload change shows that some are being missed) the counters are read every
+    /// `l3_watch_interval_ms`, so a sequential phase starting there runs unmerged for one
+    /// short tick instead of a whole interval. Reading the counters costs microseconds.
+    pub fn next_tick_in_ms(&self) -> u64 {
+        self.next_step_ms
+    }
+
+    fn step_after_tick(&self) -> u64 {
+        let watching = self.cfg.policy.enabled
+            && self.devices.values().any(|d| {
+                d.management.is_managed() && d.policy.mode == mergetune_logic::policy::Mode::Off
+            });
+        if watching {
+            self.cfg.l3_tick_ms()
+        } else {
+            self.cfg.daemon.interval_ms
+        }
+    }
+
+    fn tick_inner(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let rescan_every = u64::from(self.cfg.daemon.rescan_every_ticks.max(1));
+        if self.force_rescan || self.counters.ticks.is_multiple_of(rescan_every) {
+            self.force_rescan = false;
+            self.rescan(now_ms, fs);
+        }
+        self.counters.ticks += 1;
+        let read = fs.read_diskstats();
+        let parsed = read.as_ref().map(parse_diskstats);
+        let health = match &parsed {
+            Ok(p) => self.diskstats_health.review(p),
+            Err(e) => self.diskstats_health.read_failed(&e.to_string()),
+        };
+        self.note_diskstats_health(&health);
+        let Ok(parsed) = parsed else {
+            return Vec::new();
+        };
+        let samples = self.sampler.observe(&parsed.devices);
+        for dev in self.devices.values_mut() {
+            dev.tick_counters = None;
+        }
+        for (stat, delta) in parsed.devices.iter().zip(samples.deltas) {
+            let name = &stat.name;
+            let Some(dev) = self.devices.get_mut(name) else {
+                continue;
+            };
+            let prev_tick_ms = dev.last_tick_ms;
+            dev.last_tick_ms = now_ms;
+            match delta {
+                Delta::First => dev.window.restart(now_ms),
+                Delta::Reset => {
+                    self.counters.counter_resets += 1;
+                    info!(device = %name, "{name}: counters went backwards (device re-added?): window restarted");
+                    dev.window.restart(now_ms);
+                }
+                Delta::Counters(c) => {
+                    dev.last_tick = Some(Window {
+                        counters: c,
+                        duration_ms: now_ms.saturating_sub(prev_tick_ms),
+                        sensed: None,
+                    });
+                    dev.tick_counters = Some(c);
+                }
+            }
+        }
+
+        if matches!(self.pricing, PricingSource::Live) {
+            self.tick_pricing(now_ms, fs);
+        }
+        let mut decisions = Vec::new();
+        let mut step = DeviceTick {
+            cfg: &self.cfg,
+            actuator: &mut self.actuator,
+            live: matches!(self.pricing, PricingSource::Live).then_some(&self.live),
+            slack_ms: self.slack_ms,
+            counters: &mut self.counters,
+            force_rescan: &mut self.force_rescan,
+        };
+        for (name, dev) in self.devices.iter_mut() {
+            if !dev.management.is_managed() {
+                continue;
+            }
+            decisions.extend(step.ladder(name, dev, now_ms, fs));
+            decisions.extend(step.slices(name, dev, now_ms, fs));
+        }
+        // sense: a device that is no longer managed keeps no tap open.
+        for (name, dev) in self.devices.iter_mut() {
+            if !dev.management.is_managed() {
+                dev.sense.stop(name, fs);
+            }
+        }
+        self.counters.decisions += decisions.len() as u64;
+        decisions
+    }
+
+    /// The live pricing's tick: the bios of this tick by scheduler and level, and whether
+    /// a managed device below L3 is busy (only then is sampling worth its cost).
+    fn tick_pricing(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        let min_bios = self.cfg.policy.min_window_bios;
+        let wanted = self.cfg.policy.enabled
+            && self.devices.values().any(|d| {
+                d.management.is_managed()
+                    && d.policy.level < Level::L3
+                    && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
+            });
+        let bios = self.devices.values().filter_map(|d| {
+            let c = d.tick_counters.as_ref()?;
+            let level = if d.management.is_managed() {
+                d.policy.level
+            } else {
+                // someone else's device: its own nomerges says which path its bios take
+                Level::of_tunables(
+                    d.info
+                        .nomerges
+                        .as_deref()
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0),
+                    false,
+                )
+            };
+            Some(TickBios {
+                scheduler: d.info.scheduler.as_deref(),
+                level,
+                bios: c.bios(),
+            })
+        });
+        self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);
+    }
+
+    /// Logs what [`DiskstatsHealth`] says of this read, and counts a read with a problem.
+    fn note_diskstats_health(&mut self, h: &HealthReport) {
+        self.counters.diskstats_errors += u64::from(h.problem);
+        for w in &h.warnings {
+            warn!("diskstats: {w}");
+        }
+        for c in &h.cleared {
+            info!("diskstats: {c}");
+        }
+    }
+
+    /// What the daemon shows the exporters: per device its management, level, mode,
+    /// windows and last decision, and the daemon's counters.
+    pub fn snapshot(&self) -> DaemonSnapshot {
+        DaemonSnapshot {
+            dry_run: self.actuator.dry_run(),
+            policy_enabled: self.cfg.policy.enabled,
+            max_changes_per_hour: self.cfg.policy.max_changes_per_hour,
+            interval_ms: self.cfg.daemon.interval_ms,
+            counters: self.counters.clone(),
+            pricing_name: self.pricing.name().to_string(),
+            pricing_origin: self.pricing.origin(),
+            floor_ms_per_sec: self.cfg.pricing.floor_ms_per_sec(),
+            devices: self
+                .devices
+                .values()
+                .map(|d| {
+                    let name = &d.info.name;
+                    let managed = d.management.is_managed();
+                    DeviceSnapshot {
+                        name: name.clone(),
+                        scheduler: d.info.scheduler.clone(),
+                        management: d.management.clone(),
+                        level: managed.then_some(d.policy.level),
+                        mode: managed.then_some(d.policy.mode),
+                        nomerges: self.nomerges_of(name),
+                        original_nomerges: self.original_nomerges(name),
+                        last_window: d.last_window,
+                        last_tick: d.last_tick,
+                        last_reason: d.last_reason.clone(),
+                        last_decision: d.last_decision.clone(),
+                        next_probe_at_ms: if managed {
+                            d.policy.next_probe_at_ms
+                        } else {
+                            None
+                        },
+                        worth: managed.then_some(d.worth),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Controller for Daemon {
+    fn interval_ms(&self) -> u64 {
+        self.cfg.daemon.interval_ms
+    }
+    fn next_tick_in_ms(&self) -> u64 {
+        Daemon::next_tick_in_ms(self)
+    }
+    fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        Daemon::tick(self, now_ms, fs)
+    }
+    fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        self.restore_all(now_ms, fs)
+    }
+    fn snapshot(&self) -> Option<DaemonSnapshot> {
+        Some(Daemon::snapshot(self))
+    }
+}

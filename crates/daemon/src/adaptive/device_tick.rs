@@ -1,0 +1,364 @@
+//! One managed device's turn in a tick, as named steps a reader follows top to bottom
+//! ([`DeviceTick::ladder`]): close the window, say what the device can do and what a step
+//! would save, let a dry run see what the live daemon would, ask the pure policy, check
+//! that nobody else wrote the device's tunables, then write and log. [`DeviceTick`] holds
+//! what a step borrows of the daemon besides the device itself, so the daemon's device map
+//! is walked once per tick, without a lookup by name per step.
+
+use super::{Daemon, DeviceRuntime, LADDER, READ_WARN_EVERY_MS};
+use crate::actuator::{Actuator, ActuatorError, SetOutcome};
+use crate::dryrun::as_counted_at;
+use crate::pricing::LivePricing;
+use crate::snapshot::DaemonCounters;
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
+use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
+use mergetune_logic::devices::Management;
+use mergetune_logic::policy::{Caps, Evaluation, Mode, OutcomeKind, TOP_LEVEL, decide, tunables};
+use mergetune_logic::sampler::{Window, WindowClose};
+use tracing::{debug, info, warn};
+
+/// What one device's tick borrows of the [`Daemon`].
+pub(super) struct DeviceTick<'a> {
+    pub cfg: &'a Config,
+    pub actuator: &'a mut Actuator,
+    /// The live pricing, when the daemon prices live (else the caps' profile worth stands).
+    pub live: Option<&'a LivePricing>,
+    /// The tolerance of window lengths: half the step that led to this tick.
+    pub slack_ms: u64,
+    pub counters: &'a mut DaemonCounters,
+    pub force_rescan: &'a mut bool,
+}
+
+impl DeviceTick<'_> {
+    /// The merge ladder's turn: at most one decision.
+    pub fn ladder(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        now_ms: u64,
+        fs: &mut dyn BlockFs,
+    ) -> Option<Decision> {
+        let (window, caps) = self.close_window(name, dev, now_ms, fs);
+        let (window, caps) = self.as_live_would_see(name, dev, window, caps);
+        let ev = decide(&dev.policy, window.as_ref(), caps, &self.cfg.policy, now_ms);
+        if ev.kind == OutcomeKind::Hold && window.is_none() {
+            // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
+            settle(dev, ev);
+            return None;
+        }
+        let current_nomerges = self.still_ours(name, dev, now_ms, fs)?;
+        dev.read_warned_ms = None;
+        // Every outcome but a hold is a decision.
+        let Some(kind) = ev.kind.decision_kind() else {
+            settle(dev, ev);
+            return None;
+        };
+        let mut decision = self.decision_of(name, now_ms, kind, &ev);
+        let Some(to_level) = ev.to_level else {
+            // A probe that ends at L0, a trial that stays, not worth it: nothing changes in
+            // the kernel, and the decision says so (a dry run's stays marked dry-run).
+            if !self.actuator.dry_run() {
+                decision.applied = Applied::NothingToWrite;
+            }
+            let seen = self
+                .actuator
+                .as_seen(name, Tunable::Nomerges, &current_nomerges)
+                .to_string();
+            log_decision(name, &decision, &seen, &seen, None);
+            dev.last_decision = Some(decision.clone());
+            settle(dev, ev);
+            return Some(decision);
+        };
+        if !self.cfg.policy.enabled {
+            dev.last_reason =
+                format!("policy disabled: would {}: {}", decision.kind, ev.reason).into();
+            return None;
+        }
+        if now_ms < dev.retry_after_ms {
+            dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason).into();
+            return None;
+        }
+        if let Err(e) = self.write_level(name, dev, to_level, &mut decision.changes, fs) {
+            self.write_failed(name, dev, now_ms, to_level, &mut decision, e);
+            dev.last_decision = Some(decision.clone());
+            return Some(decision);
+        }
+        let (from, to) = match decision.changes.first() {
+            Some(c) => (c.from.clone(), c.to.clone()),
+            None => (current_nomerges.clone(), current_nomerges),
+        };
+        log_decision(name, &decision, &from, &to, Some(decision.changes_text()));
+        settle(dev, ev);
+        // A window straddling a change would mix two regimes.
+        dev.window.restart(now_ms);
+        dev.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+
+    /// Closes the device's window if this tick completes it, with the bio tap's sample at
+    /// L3, and says what the device can do and what a step down would save here.
+    fn close_window(
+        &self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        now_ms: u64,
+        fs: &mut dyn BlockFs,
+    ) -> (Option<Window>, Caps) {
+        let pcfg = &self.cfg.policy;
+        let window_ms = self.cfg.window_ms();
+        let close = if dev.policy.mode == Mode::Off {
+            // At L3 a window only has to show a workload change (the merges are invisible
+            // there): it closes at the first watch tick that holds enough bios to judge.
+            WindowClose {
+                min_ms: self.cfg.l3_tick_ms(),
+                full_ms: window_ms,
+                min_bios: pcfg.min_window_bios,
+                slack_ms: self.slack_ms,
+            }
+        } else {
+            WindowClose::fixed(window_ms, self.slack_ms)
+        };
+        // The tap's duty cycle at L3; its sample rides on the next window to close.
+        let at_l3 = dev.policy.level == TOP_LEVEL;
+        dev.sense.tick(
+            name,
+            now_ms,
+            at_l3,
+            &self.cfg.sense,
+            pcfg.enable_above_percent,
+            fs,
+        );
+        let mut window = dev
+            .tick_counters
+            .and_then(|c| dev.window.push(&c, now_ms, &close));
+        if let Some(w) = window.as_mut() {
+            w.sensed = dev.sense.take_sample();
+        }
+        let mut caps = dev.caps;
+        // L3 is watched where the tap works.
+        caps.sense_at_l3 = dev.sense.usable(&self.cfg.sense);
+        if let Some(live) = self.live {
+            // The live price at this device's rate: the window's, else the last one's.
+            let rate = window
+                .as_ref()
+                .or(dev.last_window.as_ref())
+                .map_or(0.0, Window::bios_per_sec);
+            caps.worth = live.worth(dev.info.scheduler.as_deref(), rate, &self.cfg.pricing);
+        }
+        dev.worth = caps.worth;
+        if window.is_some() {
+            dev.last_window = window;
+            dev.last_window_ms = now_ms;
+        }
+        (window, caps)
+    }
+
+    /// A dry run decides on what the live daemon would have counted at the level it would
+    /// have set; the counters were taken at the real level (crates/daemon/src/dryrun.rs). Its
+    /// stand-in for the bio tap is the real level's merge counters, so it assumes the live
+    /// daemon's tap works (root, tracefs): docs/operator.md says so. Live: unchanged.
+    fn as_live_would_see(
+        &self,
+        name: &str,
+        dev: &DeviceRuntime,
+        window: Option<Window>,
+        caps: Caps,
+    ) -> (Option<Window>, Caps) {
+        if !self.actuator.dry_run() {
+            return (window, caps);
+        }
+        let real = self
+            .actuator
+            .expected(name, Tunable::Nomerges)
+            .and_then(|v| v.trim().parse::<u8>().ok())
+            .unwrap_or(0);
+        let would = dev.policy.nomerges();
+        // With a working tap the dry run sees what the live daemon would (its samples, on
+        // the same duty cycle); without one the counted merges stand in for it.
+        let tap_works = caps.sense_at_l3;
+        (
+            window.map(|w| as_counted_at(&w, real, would, tap_works)),
+            Caps {
+                sense_at_l3: true,
+                ..caps
+            },
+        )
+    }
+
+    /// Someone else's write wins: the tunable becomes theirs, the ladder stops on this
+    /// device and puts back the other tunable it owns. Checked at every window and before
+    /// every write. Returns the device's nomerges as read, or `None` when the tick stops
+    /// here (handed off, gone, or unreadable).
+    fn still_ours(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        now_ms: u64,
+        fs: &mut dyn BlockFs,
+    ) -> Option<String> {
+        let watched: &[Tunable] = if dev.caps.front_merges {
+            &LADDER
+        } else {
+            &LADDER[..1]
+        };
+        let mut current_nomerges = String::new();
+        for &t in watched {
+            let current = match fs.read_tunable(name, t) {
+                Ok(v) => v,
+                Err(FsError::NotFound { .. }) => {
+                    *self.force_rescan = true;
+                    return None;
+                }
+                Err(e) => {
+                    self.counters.tunable_read_errors += 1;
+                    if dev
+                        .read_warned_ms
+                        .is_none_or(|at| now_ms.saturating_sub(at) >= READ_WARN_EVERY_MS)
+                    {
+                        warn!(device = %name, "{e} (the device's level is held; this warning repeats at most every {} min)", READ_WARN_EVERY_MS / 60_000);
+                        dev.read_warned_ms = Some(now_ms);
+                    }
+                    return None;
+                }
+            };
+            if self.actuator.expected(name, t) != Some(current.as_str()) {
+                let was = self
+                    .actuator
+                    .expected(name, t)
+                    .unwrap_or_default()
+                    .to_string();
+                warn!(
+                    device = %name,
+                    "{name}: {t} changed from {was} to {current} by someone else: no longer managed (`systemctl reload mergetune`, SIGHUP, manages it again)"
+                );
+                dev.management = Management::AdminOwned(format!(
+                    "{t} changed from {was} to {current} by someone else"
+                ));
+                if t == Tunable::Nomerges {
+                    dev.info.nomerges = Some(current.clone());
+                }
+                let results = self.actuator.hand_off(fs, name, t, &current, &LADDER);
+                Daemon::log_restores(&results, "hand-off");
+                return None;
+            }
+            if t == Tunable::Nomerges {
+                current_nomerges = current;
+            }
+        }
+        Some(current_nomerges)
+    }
+
+    /// The decision of an evaluation that is not a hold, before anything is written.
+    fn decision_of(
+        &self,
+        name: &str,
+        now_ms: u64,
+        kind: DecisionKind,
+        ev: &Evaluation,
+    ) -> Decision {
+        Decision {
+            at_ms: now_ms,
+            device: name.to_string(),
+            kind,
+            changes: Vec::new(),
+            reason: ev.reason.to_string(),
+            applied: if self.actuator.dry_run() {
+                Applied::DryRun
+            } else {
+                Applied::Yes
+            },
+        }
+    }
+
+    /// Applies the level's tunables, nomerges first, recording each change; stops at the
+    /// first failure (the changes before it stay recorded).
+    fn write_level(
+        &mut self,
+        name: &str,
+        dev: &DeviceRuntime,
+        to_level: Level,
+        changes: &mut Vec<Change>,
+        fs: &mut dyn BlockFs,
+    ) -> Result<(), ActuatorError> {
+        for (t, value) in tunables(to_level, dev.caps) {
+            match self.actuator.set(fs, name, t, value)? {
+                SetOutcome::Unchanged => {}
+                SetOutcome::Written { from } | SetOutcome::DryRun { from } => {
+                    changes.push(Change {
+                        tunable: t,
+                        from,
+                        to: value.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A failed write: the level is unchanged, the write is retried after the dwell time,
+    /// and the decision says so.
+    fn write_failed(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        now_ms: u64,
+        to_level: Level,
+        decision: &mut Decision,
+        e: ActuatorError,
+    ) {
+        let from_level = dev.policy.level;
+        self.counters.write_errors += 1;
+        let wait_ms = (self.cfg.policy.min_dwell_secs * 1000).max(self.cfg.window_ms());
+        dev.retry_after_ms = now_ms + wait_ms;
+        let written = if decision.changes.is_empty() {
+            String::new()
+        } else {
+            format!(" (written before the failure: {})", decision.changes_text())
+        };
+        if matches!(e, ActuatorError::State(_)) {
+            // The state file's failure is logged once per change (log_persist_change).
+            debug!(device = %name, "{name}: {from_level} -> {to_level} not written, retry in {wait_ms} ms: {e}{written}");
+        } else {
+            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+        }
+        decision.applied = Applied::Failed(e.to_string());
+        decision.reason = format!("{} (write failed: {e})", decision.reason);
+        dev.last_reason = decision.reason.clone().into();
+        if matches!(e, ActuatorError::Fs(FsError::NotFound { .. })) {
+            *self.force_rescan = true;
+        }
+        if !decision.changes.is_empty() {
+            // Half a level was written (nomerges, not front_merges): the record holds it,
+            // and the next window's check sees the kernel as it is.
+            dev.window.restart(now_ms);
+        }
+    }
+}
+
+/// The policy's new state and reason become the device's.
+fn settle(dev: &mut DeviceRuntime, ev: Evaluation) {
+    dev.policy = ev.state;
+    dev.last_reason = ev.reason;
+}
+
+/// One log line per decision; `written` is what was (or, in a dry run, would be) written,
+/// `None` when the decision writes nothing.
+fn log_decision(name: &str, d: &Decision, from: &str, to: &str, written: Option<String>) {
+    let dry = d.applied == Applied::DryRun;
+    match (written, dry) {
+        (None, true) => {
+            info!(device = %name, kind = %d.kind, from = %from, to = %to, reason = %d.reason, "{name}: dry-run: {}: {}", d.kind, d.reason)
+        }
+        (None, false) => {
+            info!(device = %name, kind = %d.kind, from = %from, to = %to, reason = %d.reason, "{name}: {}: {}", d.kind, d.reason)
+        }
+        (Some(w), true) => {
+            info!(device = %name, kind = %d.kind, from = %from, to = %to, reason = %d.reason, "{name}: dry-run, would write {w}: {}: {}", d.kind, d.reason)
+        }
+        (Some(w), false) => {
+            info!(device = %name, kind = %d.kind, from = %from, to = %to, reason = %d.reason, "{name}: {w}: {}: {}", d.kind, d.reason)
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Which devices the daemon knows and whether it manages them: discovery at a rescan,
+//! devices that come, go and come back, a reload that clears a hands-off mark, and the
+//! exit path that puts every original back. The ownership itself (one record per tunable)
+//! is the actuator's; this is the daemon's side of it.
+
+use super::{Daemon, DeviceRuntime, LADDER};
+use crate::actuator::Actuator;
+use crate::state::{RestoreOutcome, RestoreResult};
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::devices::{DeviceInfo, read_device};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind};
+use mergetune_logic::devices::{classify, describe};
+use mergetune_logic::policy::{Caps, PolicyState, Worth};
+use mergetune_logic::sampler::WindowAcc;
+use tracing::{info, warn};
+
+impl Daemon {
+    /// What the configured profile says of this device: its table where it matches the
+    /// running kernel and the device, else unknown (live pricing: replaced per window).
+    fn profile_worth(&mut self, fs: &mut dyn BlockFs, info: &DeviceInfo) -> Worth {
+        if self.kernel_release.is_none() {
+            self.kernel_release = fs.kernel_release();
+        }
+        let key = device_key(fs, info);
+        self.pricing.profile_worth(
+            info.scheduler.as_deref(),
+            self.kernel_release.as_deref(),
+            key.as_ref(),
+        )
+    }
+
+    pub(super) fn log_restores(results: &[RestoreResult], context: &str) {
+        for r in results {
+            if r.outcome.failed() {
+                warn!(device = %r.device, "{context}: {r}");
+            } else {
+                info!(device = %r.device, "{context}: {r}");
+            }
+        }
+    }
+
+    pub(super) fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
+        for name in std::mem::take(&mut self.pending_rediscover) {
+            info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
+            let results = self.actuator.rediscover(fs, &name);
+            Self::log_restores(&results, "rediscovery");
+            self.devices.remove(&name);
+        }
+        let names = match fs.list_block_devices() {
+            Ok(n) => n,
+            Err(e) => {
+                warn!("cannot list block devices: {e}");
+                return;
+            }
+        };
+        let gone: Vec<String> = self
+            .devices
+            .keys()
+            .filter(|n| !names.contains(n))
+            .cloned()
+            .collect();
+        for name in gone {
+            let _ = fs.tap_close(&name); // sense: a removed device's tap goes with it
+            info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
+            self.devices.remove(&name);
+            self.actuator.device_vanished(&name, now_ms);
+            self.attr_read_errors.remove(&name);
+        }
+        for name in names {
+            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
+                // Back after a while: a value mergetune wrote is still mergetune's.
+                let results = self.actuator.device_returned(fs, &name);
+                Self::log_restores(&results, "device back");
+            }
+            let info = match read_device(fs, &name) {
+                Ok(i) => i,
+                Err(FsError::NotFound { .. }) => continue,
+                Err(e) => {
+                    // Once per device and error, not once per rescan.
+                    let e = e.to_string();
+                    if self.attr_read_errors.get(&name) != Some(&e) {
+                        warn!(device = %name, "{name}: cannot read queue attributes: {e} (said once until it changes)");
+                        self.attr_read_errors.insert(name.clone(), e);
+                    }
+                    continue;
+                }
+            };
+            let worth = self.profile_worth(fs, &info);
+            if self.attr_read_errors.remove(&name).is_some() {
+                info!(device = %name, "{name}: queue attributes readable again");
+            }
+            match self.devices.get_mut(&name) {
+                Some(dev) => {
+                    if self.refresh_unmanaged && !dev.management.is_managed() {
+                        self.actuator.refresh_unowned(&name);
+                        observe_ladder(&mut self.actuator, &info);
+                    }
+                    let mut judged = info.clone();
+                    judged.nomerges = self
+                        .actuator
+                        .first_seen(&name, Tunable::Nomerges)
+                        .map(str::to_string);
+                    let m = if self.actuator.any_theirs(&name, &LADDER) {
+                        dev.management.clone()
+                    } else {
+                        classify(&judged, &self.cfg.devices)
+                    };
+                    if m != dev.management {
+                        info!(device = %name, "{}", describe(&judged, &m));
+                        if dev.management.is_managed() {
+                            let results = self.actuator.restore_device(fs, &name);
+                            Self::log_restores(&results, "no longer managed");
+                        }
+                        dev.management = m;
+                        dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                        observe_ladder(&mut self.actuator, &info);
+                    }
+                    let caps = Caps::for_scheduler(
+                        info.scheduler.as_deref(),
+                        info.has_front_merges
+                            && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
+                    )
+                    .priced(worth);
+                    if caps != dev.caps && dev.management.is_managed() {
+                        info!(device = %name, "{name}: {}", caps_change(&dev.info, &dev.caps, &info, &caps));
+                        // A lost rung (say front_merges after a scheduler switch) is
+                        // simply no longer written; the level stays meaningful via nomerges.
+                        // Its file went with the old scheduler: a hand-off of that tunable,
+                        // not a device gone (whose record would be kept for days).
+                        if dev.caps.front_merges && !info.has_front_merges {
+                            let results =
+                                self.actuator
+                                    .restore_tunable(fs, &name, Tunable::FrontMerges);
+                            Self::log_restores(results.as_slice(), "scheduler switch");
+                        }
+                        // A rung that appears (a switch to mq-deadline) starts from what
+                        // is there; one that stays keeps what mergetune expects, so that a
+                        // change by someone else is still seen as theirs (a reload that
+                        // re-prices the caps must not launder it).
+                        let appeared = caps.front_merges && !dev.caps.front_merges;
+                        dev.caps = caps;
+                        if appeared {
+                            self.actuator.observe(
+                                &name,
+                                Tunable::FrontMerges,
+                                info.front_merges.as_deref(),
+                            );
+                        }
+                    }
+                    dev.info = info;
+                }
+                None => {
+                    observe_ladder(&mut self.actuator, &info);
+                    let m = classify(&info, &self.cfg.devices);
+                    info!(device = %name, "{}", describe(&info, &m));
+                    self.devices.insert(
+                        name.clone(),
+                        DeviceRuntime {
+                            caps: caps_of(&info).priced(worth),
+                            worth: Worth::UNPRICED,
+                            info,
+                            management: m,
+                            policy: PolicyState::new(now_ms, &self.cfg.policy),
+                            window: WindowAcc {
+                                started_ms: now_ms,
+                                ..Default::default()
+                            },
+                            last_window: None,
+                            last_window_ms: 0,
+                            slices: Default::default(),
+                            last_tick: None,
+                            last_tick_ms: now_ms,
+                            last_reason: mergetune_logic::policy::Reason::from(""),
+                            last_decision: None,
+                            retry_after_ms: 0,
+                            read_warned_ms: None,
+                            sense: Default::default(), // sense
+                            tick_counters: None,
+                        },
+                    );
+                }
+            }
+        }
+        self.refresh_unmanaged = false;
+    }
+
+    /// Restores every original value (on exit). Returns decisions of kind `restore`.
+    pub fn restore_all(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+        let results = self.actuator.restore_all(fs, now_ms);
+        results
+            .into_iter()
+            .map(|r| {
+                if r.outcome.failed() {
+                    warn!(device = %r.device, "{r}");
+                } else {
+                    info!(device = %r.device, "{r}");
+                }
+                let (changes, applied) = match &r.outcome {
+                    RestoreOutcome::Restored { from, to } => (
+                        vec![Change {
+                            tunable: r.tunable,
+                            from: from.clone(),
+                            to: to.clone(),
+                        }],
+                        Applied::Yes,
+                    ),
+                    RestoreOutcome::Failed { error } => {
+                        (Vec::new(), Applied::Failed(error.clone()))
+                    }
+                    _ => (Vec::new(), Applied::No),
+                };
+                if applied == Applied::Yes
+                    && let Some(dev) = self.devices.get_mut(&r.device)
+                {
+                    dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+                }
+                Decision {
+                    at_ms: now_ms,
+                    device: r.device.clone(),
+                    kind: DecisionKind::Restore,
+                    changes,
+                    reason: r.to_string(),
+                    applied,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Notes the ladder's tunables as just read from the device.
+fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
+    actuator.observe(&info.name, Tunable::Nomerges, info.nomerges.as_deref());
+    actuator.observe(
+        &info.name,
+        Tunable::FrontMerges,
+        info.front_merges.as_deref(),
+    );
+}
+
+fn caps_of(info: &DeviceInfo) -> Caps {
+    Caps::for_scheduler(
+        info.scheduler.as_deref(),
+        info.front_merges.as_deref() == Some("1"),
+    )
+}
+
+/// The kind of device, for matching a profile's key; None where the world does not say
+/// (a simulated or fake device without `queue/rotational`).
+fn device_key(
+    fs: &mut dyn BlockFs,
+    info: &DeviceInfo,
+) -> Option<mergetune_logic::cost_profile::DeviceKey> {
+    let rotational = info.rotational?;
+    Some(mergetune_logic::cost_profile::DeviceKey {
+        rotational,
+        nr_hw_queues: fs.list_dir(&info.name, "mq").map_or(0, |v| v.len() as u32),
+        driver: info
+            .name
+            .chars()
+            .take_while(char::is_ascii_alphabetic)
+            .collect(),
+        model: fs
+            .read_attr(&info.name, "device/model")
+            .map(|m| m.trim().to_string())
+            .unwrap_or_default(),
+    })
+}
+
+/// What changed in a device's ladder, in words: the scheduler only when it changed, the
+/// rungs only when they changed, the prices only when the cost profile gave new ones (a
+/// reload that changes only `cost_profile` changes only those).
+fn caps_change(old_info: &DeviceInfo, old: &Caps, info: &DeviceInfo, new: &Caps) -> String {
+    use mergetune_logic::decision::Level;
+    let mut parts = Vec::new();
+    if old_info.scheduler != info.scheduler {
+        parts.push(format!(
+            "scheduler {} -> {}",
+            old_info.scheduler.as_deref().unwrap_or("-"),
+            info.scheduler.as_deref().unwrap_or("-")
+        ));
+    }
+    let rungs = |c: &Caps| -> Vec<Level> { Level::ALL.into_iter().filter(|&l| c.has(l)).collect() };
+    if rungs(old) != rungs(new) {
+        let names: Vec<String> = rungs(new).iter().map(|l| l.to_string()).collect();
+        parts.push(format!("merge ladder rungs now {}", names.join(", ")));
+    }
+    if old.sense_at_l3 != new.sense_at_l3 {
+        parts.push(if new.sense_at_l3 {
+            "the bio tap now sees at L3".to_string()
+        } else {
+            "the bio tap no longer sees at L3".to_string()
+        });
+    }
+    if old.worth != new.worth {
+        let levels: Vec<Level> = rungs(new).into_iter().filter(|&l| l != Level::L0).collect();
+        parts.push(format!(
+            "what not merging saves, from the cost profile: {}",
+            new.worth.describe(levels)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("merge ladder unchanged".into());
+    }
+    parts.join("; ")
+}

@@ -1,0 +1,117 @@
+//! The slice tuner's turn in a tick: on each closed window of a managed device, read the
+//! scheduler's slice tunables, hand off any someone else changed, and ask the pure
+//! [`mergetune_logic::slices::decide`] for at most one change, written through the actuator
+//! like the ladder's.
+
+use super::device_tick::DeviceTick;
+use super::{Daemon, DeviceRuntime, SLICES};
+use crate::actuator::SetOutcome;
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::{Applied, Change, Decision};
+use tracing::{info, warn};
+
+impl DeviceTick<'_> {
+    /// Scheduler slices for one device, on the window that closed at this tick.
+    pub(super) fn slices(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        now_ms: u64,
+        fs: &mut dyn BlockFs,
+    ) -> Option<Decision> {
+        let cfg = &self.cfg.slices;
+        if !cfg.enabled || !self.cfg.policy.enabled {
+            return None;
+        }
+        if !dev.management.is_managed()
+            || self.actuator.any_theirs(name, &SLICES)
+            || dev.last_window_ms != now_ms
+        {
+            return None;
+        }
+        let w = dev.last_window?;
+        let sched = dev.info.scheduler.clone()?;
+        let defaults = mergetune_logic::slices::tunables_for(&sched);
+        if defaults.is_empty() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(defaults.len());
+        for (t, _) in defaults {
+            // A dry run tunes from the values it would have written.
+            if let Ok(v) = fs.read_tunable(name, *t)
+                && let Ok(x) = self.actuator.as_seen(name, *t, &v).parse::<u64>()
+            {
+                values.push((*t, x));
+            }
+        }
+        // Someone else's write wins, as for the ladder: checked on what mergetune wrote.
+        for (t, cur) in &values {
+            if let Some(ours) = self.actuator.last_written(name, *t)
+                && ours != cur.to_string()
+            {
+                warn!(device = %name, "{name}: {t} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here");
+                let results = self
+                    .actuator
+                    .hand_off(fs, name, *t, &cur.to_string(), &SLICES);
+                Daemon::log_restores(&results, "hand-off");
+                return None;
+            }
+        }
+        for (t, v) in &values {
+            if self.actuator.first_seen(name, *t).is_none() {
+                self.actuator.observe(name, *t, Some(&v.to_string()));
+            }
+        }
+        // A tunable that was not at the kernel's default when first seen is the operator's.
+        let owned: Vec<Tunable> = defaults
+            .iter()
+            .filter(|(t, d)| {
+                self.actuator
+                    .first_seen(name, *t)
+                    .is_some_and(|v| v != d.to_string())
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let (state, change) =
+            mergetune_logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
+        let previous = std::mem::replace(&mut dev.slices, state);
+        if let Some(kept) = dev.slices.kept.take() {
+            info!(device = %name, "{name}: slices: {kept}");
+        }
+        let ch = change?;
+        let t = ch.tunable;
+        let mut decision = Decision {
+            at_ms: now_ms,
+            device: name.to_string(),
+            kind: ch.kind,
+            changes: vec![Change {
+                tunable: t,
+                from: ch.from.to_string(),
+                to: ch.to.to_string(),
+            }],
+            reason: ch.reason.clone(),
+            applied: Applied::Yes,
+        };
+        match self.actuator.set(fs, name, t, &ch.to.to_string()) {
+            Ok(SetOutcome::DryRun { .. }) => {
+                decision.applied = Applied::DryRun;
+                info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                    "{name}: dry-run, would write {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
+            }
+            Ok(_) => {
+                info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
+                    "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
+            }
+            Err(e) => {
+                self.counters.write_errors += 1;
+                warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
+                dev.slices = previous;
+                decision.applied = Applied::Failed(e.to_string());
+                decision.reason = format!("{} (write failed: {e})", decision.reason);
+            }
+        }
+        dev.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+}

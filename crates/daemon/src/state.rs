@@ -1,0 +1,658 @@
+//! The original tunables, kept so the machine is always left as it was found.
+//!
+//! One record per (device, tunable) mergetune has written: the original value, what it last
+//! wrote, and the value it is about to write (`pending`). The record is saved atomically
+//! (temp file, fsync, rename, fsync of the directory) *before* every write, with the
+//! value about to be written as `pending`: a crash at any point leaves a record that names
+//! every value the kernel may hold by mergetune's doing. Restoring puts the original back
+//! only where the tunable still holds one of mergetune's values, so a later change by
+//! someone else is never overwritten.
+//!
+//! The file is outside input (an operator, or an attacker with write access to the state
+//! directory, may edit it), so loading is strict about what it accepts and lenient about
+//! the rest: an entry whose device is not a plain `/sys/block` name, whose attribute is not
+//! one of the [`Tunable`]s, or whose values are not values that tunable can hold is
+//! reported and skipped, and every other entry is still restored. Every format version
+//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
+//!
+//! "Persisted" is claimed only after a read-back: [`StateStore::verify`] loads what was
+//! saved and compares it with what was meant (a save that reports success over a full or
+//! lying file system is not a record).
+//!
+//! The daemon's state directory is fixed for its life (a reload cannot move it, see
+//! crates/daemon/src/reload.rs). A daemon whose `state_dir` is not the runtime directory
+//! (`/run/mergetune`, the unit's `RuntimeDirectory=`) leaves a [`StatePointer`] there naming
+//! it, so `mergetune restore` finds its records even when the config file has since been
+//! edited to name another directory.
+
+use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const STATE_FILE_NAME: &str = "state.json";
+/// The format written; [`FileStore::load`] reads every version from 1 up to this one.
+pub const STATE_VERSION: u32 = 2;
+/// A vanished device's records are kept this long after it went away (it may come back
+/// with mergetune's value, which must then still be restored), then dropped.
+pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{path}: cannot read state file: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("{path}: state file is corrupt: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error(
+        "{path}: state file format {version} was written by a newer mergetune (this one reads 1 to {STATE_VERSION}); its originals are kept: restore them with that version"
+    )]
+    TooNew { path: PathBuf, version: u64 },
+    #[error("{path}: cannot write state file: {message}")]
+    Write { path: PathBuf, message: String },
+}
+
+/// One recorded tunable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedAttr {
+    pub original: String,
+    /// What mergetune last wrote (None until the first write succeeded).
+    pub last_written: Option<String>,
+    /// A value saved just before writing it: the write may or may not have happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    /// When the device was seen to vanish (seconds since the epoch), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vanished_at_unix_secs: Option<u64>,
+}
+
+impl SavedAttr {
+    /// Whether `value` is one mergetune put there (or may have, for a pending write).
+    pub fn is_ours(&self, value: &str) -> bool {
+        self.last_written.as_deref() == Some(value) || self.pending.as_deref() == Some(value)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SavedState {
+    pub version: u32,
+    /// The pid of the daemon that wrote it, for the humans reading it.
+    pub pid: u32,
+    /// device -> tunable -> record.
+    pub devices: BTreeMap<String, BTreeMap<Tunable, SavedAttr>>,
+}
+
+impl Default for SavedState {
+    fn default() -> Self {
+        SavedState {
+            version: STATE_VERSION,
+            pid: std::process::id(),
+            devices: BTreeMap::new(),
+        }
+    }
+}
+
+impl SavedState {
+    pub fn is_empty(&self) -> bool {
+        self.devices.values().all(|m| m.is_empty())
+    }
+    pub fn get(&self, dev: &str, t: Tunable) -> Option<&SavedAttr> {
+        self.devices.get(dev).and_then(|m| m.get(&t))
+    }
+}
+
+/// An entry of a state file that was not accepted, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    pub device: String,
+    pub attr: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}: skipped: {}", self.device, self.attr, self.reason)
+    }
+}
+
+/// A loaded state file: what can be restored, and what was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Loaded {
+    pub state: SavedState,
+    pub rejected: Vec<Rejected>,
+}
+
+/// Parses a state file's text (any version). `path` only names the file in errors.
+pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
+    let corrupt = |message: String| StateError::Corrupt {
+        path: path.to_path_buf(),
+        message,
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| corrupt("not a JSON object".into()))?;
+    let version = obj
+        .get("version")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| corrupt("no \"version\" number".into()))?;
+    if version == 0 {
+        return Err(corrupt("version 0".into()));
+    }
+    if version > u64::from(STATE_VERSION) {
+        return Err(StateError::TooNew {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
+    let pid = obj
+        .get("pid")
+        .and_then(|v| v.as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(0);
+    let devices = match obj.get("devices") {
+        Some(serde_json::Value::Object(d)) => d,
+        Some(_) => return Err(corrupt("\"devices\" is not an object".into())),
+        None => return Err(corrupt("no \"devices\"".into())),
+    };
+    let mut out = Loaded {
+        state: SavedState {
+            version: STATE_VERSION,
+            pid,
+            devices: BTreeMap::new(),
+        },
+        rejected: Vec::new(),
+    };
+    for (dev, attrs) in devices {
+        let reject = |attr: &str, reason: String| Rejected {
+            device: dev.clone(),
+            attr: attr.to_string(),
+            reason,
+        };
+        if !is_plain_device_name(dev) {
+            out.rejected.push(reject(
+                "*",
+                "not a plain /sys/block device name (a path, or unusual characters)".into(),
+            ));
+            continue;
+        }
+        let Some(attrs) = attrs.as_object() else {
+            out.rejected
+                .push(reject("*", "the device's entry is not an object".into()));
+            continue;
+        };
+        for (attr, rec) in attrs {
+            let Some(t) = Tunable::from_rel_path(attr) else {
+                out.rejected.push(reject(
+                    attr,
+                    "not a tunable mergetune writes (queue/nomerges or a known queue/iosched/ file)"
+                        .into(),
+                ));
+                continue;
+            };
+            let rec: SavedAttr = match serde_json::from_value(rec.clone()) {
+                Ok(r) => r,
+                Err(e) => {
+                    out.rejected
+                        .push(reject(attr, format!("unreadable record: {e}")));
+                    continue;
+                }
+            };
+            let bad = std::iter::once(Some(&rec.original))
+                .chain([rec.last_written.as_ref(), rec.pending.as_ref()])
+                .flatten()
+                .find(|v| !t.accepts(v));
+            if let Some(v) = bad {
+                out.rejected
+                    .push(reject(attr, format!("{v:?} is not a value {t} can hold")));
+                continue;
+            }
+            out.state
+                .devices
+                .entry(dev.clone())
+                .or_default()
+                .insert(t, rec);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the record lives: a file for the daemon, memory for the simulator and dry-run.
+pub trait StateStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError>;
+    fn save(&mut self, state: &SavedState) -> Result<(), StateError>;
+    fn remove(&mut self) -> Result<(), StateError>;
+    fn describe(&self) -> String;
+    /// Reads back what [`StateStore::save`] (or `remove`, for an empty state) left and
+    /// checks that it holds `state`'s records: the proof behind "persisted".
+    fn verify(&self, state: &SavedState) -> Result<(), StateError> {
+        let differs = |message: &str| StateError::Write {
+            path: PathBuf::from(self.describe()),
+            message: message.to_string(),
+        };
+        match self.load()? {
+            None if state.is_empty() => Ok(()),
+            None => Err(differs("read back after the save: no state file")),
+            Some(l) if l.state.devices == state.devices => Ok(()),
+            Some(_) => Err(differs(
+                "read back after the save: the file does not hold what was saved",
+            )),
+        }
+    }
+}
+
+/// `<dir>/state.json`.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    dir: PathBuf,
+}
+
+impl FileStore {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FileStore { dir: dir.into() }
+    }
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(STATE_FILE_NAME)
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates the directory if needed and proves a file can be written there (a probe,
+    /// removed at once): a live daemon checks it before its first tick, since without it
+    /// no tunable may be written.
+    pub fn check_writable(&self) -> Result<(), StateError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| write_err(&self.dir, e))?;
+        let probe = self
+            .dir
+            .join(format!(".{STATE_FILE_NAME}.probe.{}", std::process::id()));
+        std::fs::File::create(&probe)
+            .and_then(|mut f| f.write_all(b"probe\n"))
+            .map_err(|e| write_err(&probe, e))?;
+        std::fs::remove_file(&probe).map_err(|e| write_err(&probe, e))
+    }
+}
+
+fn write_err(path: &Path, e: impl std::fmt::Display) -> StateError {
+    StateError::Write {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// A state file larger than this is not one mergetune wrote (a record is about 100 bytes).
+const MAX_STATE_BYTES: u64 = 16 << 20;
+
+impl StateStore for FileStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        let path = self.path();
+        let read_err = |e: std::io::Error| StateError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        };
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(e)),
+        };
+        if meta.len() > MAX_STATE_BYTES {
+            return Err(StateError::Corrupt {
+                path,
+                message: format!("{} bytes: not a state file", meta.len()),
+            });
+        }
+        let bytes = mergetune_kernel::userfile::read_bytes(&path, MAX_STATE_BYTES)
+            .map_err(|e| read_err(std::io::Error::other(e.reason())))?;
+        let text = String::from_utf8(bytes).map_err(|_| StateError::Corrupt {
+            path: path.clone(),
+            message: "not UTF-8".into(),
+        })?;
+        parse_state(&text, &path).map(Some)
+    }
+
+    fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
+        let path = self.path();
+        std::fs::create_dir_all(&self.dir).map_err(|e| write_err(&self.dir, e))?;
+        let tmp = self.dir.join(format!(".{STATE_FILE_NAME}.tmp"));
+        let text = serde_json::to_string_pretty(state).map_err(|e| write_err(&path, e))?;
+        {
+            let mut f = std::fs::File::create(&tmp).map_err(|e| write_err(&tmp, e))?;
+            f.write_all(text.as_bytes())
+                .map_err(|e| write_err(&tmp, e))?;
+            f.sync_all().map_err(|e| write_err(&tmp, e))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(|e| write_err(&path, e))?;
+        // The rename is durable only once the directory is synced.
+        if let Ok(d) = std::fs::File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self) -> Result<(), StateError> {
+        let path = self.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(write_err(&path, e)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.path().display().to_string()
+    }
+}
+
+/// The pointer's file name, in the runtime directory.
+pub const POINTER_FILE_NAME: &str = "last-state-dir";
+/// A pointer is one absolute path: anything longer is not one mergetune wrote.
+const MAX_POINTER_BYTES: u64 = 4096;
+
+/// `<runtime_dir>/last-state-dir`: the state directory of the last live daemon, when that
+/// is not the runtime directory itself. Written at its start, removed at a stop that left
+/// nothing to restore; read by `mergetune restore` (and the next start), which look there
+/// as well as where their config says. It names a directory, never holds a record.
+#[derive(Debug, Clone)]
+pub struct StatePointer {
+    runtime_dir: PathBuf,
+}
+
+impl StatePointer {
+    pub fn new(runtime_dir: impl Into<PathBuf>) -> Self {
+        StatePointer {
+            runtime_dir: runtime_dir.into(),
+        }
+    }
+    pub fn path(&self) -> PathBuf {
+        self.runtime_dir.join(POINTER_FILE_NAME)
+    }
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime_dir
+    }
+
+    /// The directory it names, if there is a pointer. Only a small regular file holding
+    /// one absolute path is accepted.
+    pub fn read(&self) -> Result<Option<PathBuf>, StateError> {
+        let path = self.path();
+        let bad = |message: String| StateError::Corrupt {
+            path: path.clone(),
+            message,
+        };
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(StateError::Read {
+                    path,
+                    message: e.to_string(),
+                });
+            }
+        };
+        if !meta.is_file() || meta.len() > MAX_POINTER_BYTES {
+            return Err(bad("not a small regular file".into()));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| StateError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let dir = PathBuf::from(text.trim_end_matches('\n'));
+        if !dir.is_absolute() || text.trim_end_matches('\n').contains(['\n', '\0']) {
+            return Err(bad("does not hold one absolute path".into()));
+        }
+        Ok(Some(dir))
+    }
+
+    /// Points at `state_dir` (nothing is written when it is the runtime directory itself).
+    pub fn write(&self, state_dir: &Path) -> Result<(), StateError> {
+        if state_dir == self.runtime_dir {
+            return self.clear_if(state_dir);
+        }
+        let path = self.path();
+        std::fs::create_dir_all(&self.runtime_dir).map_err(|e| write_err(&self.runtime_dir, e))?;
+        let tmp = self.runtime_dir.join(format!(".{POINTER_FILE_NAME}.tmp"));
+        let text = format!("{}\n", state_dir.display());
+        std::fs::write(&tmp, text).map_err(|e| write_err(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| write_err(&path, e))
+    }
+
+    /// Removes the pointer if it names `state_dir` (another daemon's pointer stays).
+    pub fn clear_if(&self, state_dir: &Path) -> Result<(), StateError> {
+        if self.read().ok().flatten().as_deref() != Some(state_dir) {
+            return Ok(());
+        }
+        let path = self.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(write_err(&path, e)),
+        }
+    }
+}
+
+/// In-memory record (simulator, dry-run).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    pub state: Option<SavedState>,
+}
+
+impl StateStore for MemoryStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(self.state.clone().map(|state| Loaded {
+            state,
+            rejected: Vec::new(),
+        }))
+    }
+    fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
+        self.state = Some(state.clone());
+        Ok(())
+    }
+    fn remove(&mut self) -> Result<(), StateError> {
+        self.state = None;
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+/// What restoring one tunable did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RestoreOutcome {
+    Restored {
+        from: String,
+        to: String,
+    },
+    AlreadyOriginal {
+        value: String,
+    },
+    /// Someone else changed it after mergetune: their value stays.
+    LeftAlone {
+        current: String,
+        ours: String,
+    },
+    /// The device is gone: nothing to restore now (the record is kept for a while).
+    Vanished,
+    /// The device is there but this `queue/iosched/` file is not: its scheduler was
+    /// switched, and the file went with the old one. A hand-off of the tunable (the new
+    /// scheduler starts from its own value); the record is dropped, not kept as if the
+    /// device were gone.
+    SchedulerChanged,
+    Failed {
+        error: String,
+    },
+}
+
+impl RestoreOutcome {
+    pub fn failed(&self) -> bool {
+        matches!(self, RestoreOutcome::Failed { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestoreResult {
+    pub device: String,
+    pub tunable: Tunable,
+    pub outcome: RestoreOutcome,
+}
+
+impl std::fmt::Display for RestoreResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = format!("{}/{}", self.device, self.tunable);
+        match &self.outcome {
+            RestoreOutcome::Restored { from, to } => write!(f, "{what}: restored {from} -> {to}"),
+            RestoreOutcome::AlreadyOriginal { value } => {
+                write!(f, "{what}: already at its original value {value}")
+            }
+            RestoreOutcome::LeftAlone { current, ours } => write!(
+                f,
+                "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
+            ),
+            RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
+            RestoreOutcome::SchedulerChanged => write!(
+                f,
+                "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
+            ),
+            RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
+        }
+    }
+}
+
+/// Restores one tunable per the rule in the module doc.
+pub fn restore_attr(
+    fs: &mut dyn BlockFs,
+    dev: &str,
+    t: Tunable,
+    saved: &SavedAttr,
+) -> RestoreOutcome {
+    let current = match fs.read_tunable(dev, t) {
+        Ok(v) => v,
+        Err(FsError::NotFound { .. }) => return gone(fs, dev, t),
+        Err(e) => {
+            return RestoreOutcome::Failed {
+                error: e.to_string(),
+            };
+        }
+    };
+    if current == saved.original {
+        return RestoreOutcome::AlreadyOriginal { value: current };
+    }
+    if (saved.last_written.is_some() || saved.pending.is_some()) && !saved.is_ours(&current) {
+        return RestoreOutcome::LeftAlone {
+            current,
+            ours: saved
+                .last_written
+                .clone()
+                .or(saved.pending.clone())
+                .unwrap_or_default(),
+        };
+    }
+    match fs.write_tunable(dev, t, &saved.original) {
+        Ok(()) => RestoreOutcome::Restored {
+            from: current,
+            to: saved.original.clone(),
+        },
+        Err(FsError::NotFound { .. }) => gone(fs, dev, t),
+        Err(e) => RestoreOutcome::Failed {
+            error: e.to_string(),
+        },
+    }
+}
+
+/// A tunable's file is not there: the device is gone, or (an `iosched/` file of a device
+/// that is still there) its scheduler was switched.
+fn gone(fs: &mut dyn BlockFs, dev: &str, t: Tunable) -> RestoreOutcome {
+    if t.rel_path().starts_with("queue/iosched/") && fs.attr_exists(dev, "queue/nomerges") {
+        RestoreOutcome::SchedulerChanged
+    } else {
+        RestoreOutcome::Vanished
+    }
+}
+
+/// Restores everything in a record.
+pub fn restore_all(fs: &mut dyn BlockFs, saved: &SavedState) -> Vec<RestoreResult> {
+    let mut out = Vec::new();
+    for (dev, attrs) in &saved.devices {
+        for (t, rec) in attrs {
+            out.push(RestoreResult {
+                device: dev.clone(),
+                tunable: *t,
+                outcome: restore_attr(fs, dev, *t, rec),
+            });
+        }
+    }
+    out
+}
+
+/// What `restore_from_store` did: one result per record, and the entries it refused.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreReport {
+    pub results: Vec<RestoreResult>,
+    pub rejected: Vec<Rejected>,
+    /// Records kept in the file for a later restore (failed, or a vanished device within
+    /// [`VANISHED_KEEP_SECS`]).
+    pub kept: usize,
+}
+
+impl RestoreReport {
+    pub fn failed(&self) -> bool {
+        self.results.iter().any(|r| r.outcome.failed())
+    }
+}
+
+/// Restores from a state store. Records that failed, and those of devices that are gone
+/// (for [`VANISHED_KEEP_SECS`] after they were first seen gone, at `now_unix_secs`), stay in
+/// the file for a later `mergetune restore` or the next start; the file is removed when
+/// nothing is left. Refused entries are reported and dropped.
+pub fn restore_from_store(
+    fs: &mut dyn BlockFs,
+    store: &mut dyn StateStore,
+    now_unix_secs: u64,
+) -> Result<RestoreReport, StateError> {
+    let Some(loaded) = store.load()? else {
+        return Ok(RestoreReport::default());
+    };
+    let mut keep = SavedState {
+        pid: loaded.state.pid,
+        ..SavedState::default()
+    };
+    let mut results = Vec::new();
+    for (dev, attrs) in &loaded.state.devices {
+        for (t, rec) in attrs {
+            let outcome = restore_attr(fs, dev, *t, rec);
+            let kept = match &outcome {
+                RestoreOutcome::Failed { .. } => Some(rec.clone()),
+                RestoreOutcome::Vanished => {
+                    let since = rec.vanished_at_unix_secs.unwrap_or(now_unix_secs);
+                    (now_unix_secs.saturating_sub(since) < VANISHED_KEEP_SECS).then(|| SavedAttr {
+                        vanished_at_unix_secs: Some(since),
+                        ..rec.clone()
+                    })
+                }
+                _ => None,
+            };
+            if let Some(k) = kept {
+                keep.devices.entry(dev.clone()).or_default().insert(*t, k);
+            }
+            results.push(RestoreResult {
+                device: dev.clone(),
+                tunable: *t,
+                outcome,
+            });
+        }
+    }
+    let kept = keep.devices.values().map(|m| m.len()).sum();
+    if keep.is_empty() {
+        store.remove()?;
+    } else if keep != loaded.state || !loaded.rejected.is_empty() {
+        store.save(&keep)?;
+    }
+    Ok(RestoreReport {
+        results,
+        rejected: loaded.rejected,
+        kept,
+    })
+}

@@ -1,0 +1,337 @@
+//! Reading a tap's ring buffer, the two ways the kernel offers: the per-CPU binary pages
+//! (`per_cpu/cpuN/trace_pipe_raw`, parsed by [`crate::rawtrace`] from the layouts
+//! in `events/header_page` and the event's `format`), or the `trace_pipe` text the kernel
+//! formats event by event (about ten times the cost; the fallback where the layouts cannot
+//! be read). Both are read non-blocking and bounded: a drain never waits, keeps at most
+//! `max` bios and reads at most [`MAX_DRAIN_BYTES`], so a flood cannot hold a tick.
+
+use super::{EVENT, QueuedBio, TapDrain, TapError};
+use crate::rawtrace::{BioLayout, PageLayout, parse_page};
+use crate::trace::{EventKind, lost_events, parse_event};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The most read from a tap in one drain: a flood cannot hold a tick.
+const MAX_DRAIN_BYTES: usize = 64 << 20;
+/// A line longer than this is not a block event: dropped.
+const MAX_LINE_BYTES: usize = 4096;
+
+/// How a tap reads its instance's ring buffer.
+#[derive(Debug)]
+pub(super) struct Reader(Way);
+
+#[derive(Debug)]
+enum Way {
+    Raw(RawReader),
+    Text(TextReader),
+}
+
+/// `per_cpu/cpuN/trace_pipe_raw`, one per CPU, and the layouts to parse their pages.
+#[derive(Debug)]
+struct RawReader {
+    cpus: Vec<(PathBuf, std::fs::File)>,
+    page: PageLayout,
+    bio: BioLayout,
+    /// One page.
+    buf: Vec<u8>,
+    raw: Vec<crate::rawtrace::RawBio>,
+}
+
+impl RawReader {
+    /// A page from each CPU in turn until `max` bios are kept or every CPU is empty; the
+    /// bios of the drain then sorted by time (each CPU's buffer is in order, the CPUs are
+    /// not, and contiguity is judged in submission order).
+    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+        let RawReader {
+            cpus,
+            page,
+            bio,
+            buf,
+            raw,
+        } = self;
+        let mut stats = TapDrain::default();
+        let start = out.len();
+        let mut total = 0usize;
+        let mut empty = vec![false; cpus.len()];
+        'rounds: while total < MAX_DRAIN_BYTES && !empty.iter().all(|&e| e) {
+            for (i, (path, f)) in cpus.iter_mut().enumerate() {
+                if empty[i] {
+                    continue;
+                }
+                let n = match f.read(buf) {
+                    Ok(0) => {
+                        empty[i] = true;
+                        continue;
+                    }
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        empty[i] = true;
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(TapError::io(path, e)),
+                };
+                total += n;
+                raw.clear();
+                stats.lost += parse_page(&buf[..n], page, bio, raw).lost;
+                for b in raw.iter() {
+                    let Some(dir) = b.dir else { continue };
+                    if b.nr_sectors == 0 {
+                        continue;
+                    }
+                    if out.len() - start >= max {
+                        stats.dropped += 1;
+                        continue;
+                    }
+                    out.push(QueuedBio {
+                        t_ns: b.t_ns,
+                        dir,
+                        sector: b.sector,
+                        nr_sectors: b.nr_sectors,
+                    });
+                }
+                // Past `max` nothing more is read: the unread rest goes at the next
+                // resume or with the instance.
+                if out.len() - start >= max {
+                    break 'rounds;
+                }
+            }
+        }
+        out[start..].sort_by_key(|b| b.t_ns);
+        Ok(stats)
+    }
+}
+
+/// `trace_pipe`, formatted by the kernel.
+#[derive(Debug)]
+struct TextReader {
+    path: PathBuf,
+    pipe: std::fs::File,
+    /// The tail of the last read that did not end in a newline.
+    partial: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl TextReader {
+    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+        let mut stats = TapDrain::default();
+        let mut kept = 0usize;
+        let mut total = 0usize;
+        // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
+        // it is most of the tap's cost, and the unread rest goes with the instance.
+        while total < MAX_DRAIN_BYTES && kept < max {
+            let n = match self.pipe.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(TapError::io(&self.path, e)),
+            };
+            total += n;
+            let mut chunk = &self.buf[..n];
+            while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+                let line: &[u8] = if self.partial.is_empty() {
+                    &chunk[..i]
+                } else {
+                    self.partial.extend_from_slice(&chunk[..i]);
+                    &self.partial
+                };
+                take_line(line, out, max, &mut kept, &mut stats);
+                self.partial.clear();
+                chunk = &chunk[i + 1..];
+            }
+            if self.partial.len() + chunk.len() <= MAX_LINE_BYTES {
+                self.partial.extend_from_slice(chunk);
+            } else {
+                self.partial.clear();
+            }
+        }
+        Ok(stats)
+    }
+}
+
+fn open_nonblocking(path: &Path) -> Result<std::fs::File, TapError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| TapError::io(path, e))
+}
+
+/// A tracefs layout file, read with reads of 64 KiB. `events/header_page` answers only the
+/// first read of an open file, cut to its size, and EOF after that: `read_to_string`'s
+/// first 32-byte probe would get a third of it.
+fn read_text(path: &Path) -> Result<String, TapError> {
+    let mut f = std::fs::File::open(path).map_err(|e| TapError::io(path, e))?;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(TapError::io(path, e)),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| TapError::Io {
+        path: path.display().to_string(),
+        message: "not UTF-8".into(),
+    })
+}
+
+impl Reader {
+    pub(super) fn raw(dir: &Path) -> Result<Reader, TapError> {
+        let layout_err = |path: &Path, e: crate::rawtrace::LayoutError| TapError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let hp = dir.join("events/header_page");
+        let page = PageLayout::parse(&read_text(&hp)?, &hp.display().to_string())
+            .map_err(|e| layout_err(&hp, e))?;
+        let fmt = dir.join(EVENT).join("format");
+        let bio = BioLayout::parse(&read_text(&fmt)?, &fmt.display().to_string())
+            .map_err(|e| layout_err(&fmt, e))?;
+        let per_cpu = dir.join("per_cpu");
+        let mut names: Vec<String> = std::fs::read_dir(&per_cpu)
+            .map_err(|e| TapError::io(&per_cpu, e))?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("cpu"))
+            .collect();
+        names.sort();
+        let mut cpus = Vec::with_capacity(names.len());
+        for n in names {
+            let path = per_cpu.join(n).join("trace_pipe_raw");
+            let f = open_nonblocking(&path)?;
+            cpus.push((path, f));
+        }
+        if cpus.is_empty() {
+            return Err(TapError::Io {
+                path: per_cpu.display().to_string(),
+                message: "no CPUs".into(),
+            });
+        }
+        Ok(Reader(Way::Raw(RawReader {
+            cpus,
+            buf: vec![0; page.page_size()],
+            page,
+            bio,
+            raw: Vec::new(),
+        })))
+    }
+
+    pub(super) fn text(dir: &Path) -> Result<Reader, TapError> {
+        let path = dir.join("trace_pipe");
+        Ok(Reader(Way::Text(TextReader {
+            pipe: open_nonblocking(&path)?,
+            path,
+            partial: Vec::new(),
+            buf: vec![0; 64 << 10],
+        })))
+    }
+
+    pub(super) fn is_raw(&self) -> bool {
+        matches!(self.0, Way::Raw(_))
+    }
+
+    /// Appends the bios read since the last drain to `out`, at most `max`; never blocks.
+    pub(super) fn drain(
+        &mut self,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        match &mut self.0 {
+            Way::Raw(r) => r.drain(out, max),
+            Way::Text(t) => t.drain(out, max),
+        }
+    }
+
+    /// Drops the text tail a cleared ring buffer will never complete (pages have none).
+    pub(super) fn forget_partial_line(&mut self) {
+        if let Way::Text(t) = &mut self.0 {
+            t.partial.clear();
+        }
+    }
+}
+
+fn take_line(
+    line: &[u8],
+    out: &mut Vec<QueuedBio>,
+    max: usize,
+    kept: &mut usize,
+    stats: &mut TapDrain,
+) {
+    let Ok(line) = std::str::from_utf8(line) else {
+        return;
+    };
+    if let Some(n) = lost_events(line) {
+        stats.lost += n;
+        return;
+    }
+    let Ok(ev) = parse_event(line) else {
+        return;
+    };
+    if ev.kind != EventKind::Queue {
+        return;
+    }
+    let (Some(dir), Some((sector, nr_sectors))) = (ev.dir, ev.extent) else {
+        return;
+    };
+    if nr_sectors == 0 {
+        // A flush without data: nothing to merge.
+        return;
+    }
+    if *kept >= max {
+        stats.dropped += 1;
+        return;
+    }
+    *kept += 1;
+    out.push(QueuedBio {
+        t_ns: ev.t_ns,
+        dir,
+        sector,
+        nr_sectors,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Dir;
+
+    #[test]
+    fn lines_become_bios_lost_events_are_counted_and_max_is_kept() {
+        let mut out = Vec::new();
+        let mut stats = TapDrain::default();
+        let mut kept = 0;
+        for l in [
+            "fio-8916 [001] ..... 344.612387: block_bio_queue: 7,0 WS 0 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612388: block_bio_queue: 7,0 R 8 + 8 [fio]",
+            "CPU:1 [LOST 12 EVENTS]",
+            "fio-8916 [001] ..... 344.612389: block_bio_backmerge: 7,0 WS 8 + 8 [fio]",
+            "garbage",
+            "fio-8916 [001] ..... 344.612390: block_bio_queue: 7,0 FWS 0 + 0 [fio]",
+            "fio-8916 [001] ..... 344.612391: block_bio_queue: 7,0 W 16 + 8 [fio]",
+        ] {
+            take_line(l.as_bytes(), &mut out, 2, &mut kept, &mut stats);
+        }
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].dir, Dir::Write);
+        assert_eq!(
+            (out[1].dir, out[1].sector, out[1].nr_sectors),
+            (Dir::Read, 8, 8)
+        );
+        assert_eq!(
+            stats,
+            TapDrain {
+                lost: 12,
+                dropped: 1
+            }
+        );
+    }
+}

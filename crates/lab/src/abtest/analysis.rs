@@ -1,0 +1,371 @@
+//! The pure half of the experiment: which blocks count (the CPU-bound check), and the
+//! paired estimate with its interval and the smallest effect it could detect.
+
+use crate::calibrate::stats::{self, Estimate};
+use mergetune_logic::cost_profile::Level;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What one block measured. Times are ns on CPU over the block, `wall_ns` the wall time
+/// between the submitting thread's two readings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockMeasure {
+    pub level: Level,
+    pub wall_ns: u64,
+    /// fio's submitting thread alone: the CPU-bound check.
+    pub submitter_ns: u64,
+    /// All of fio's threads.
+    pub fio_ns: u64,
+    /// The device's kworkers.
+    pub kworker_ns: u64,
+    /// Bios the device took (completed + merged, from its stat counters).
+    pub ios: u64,
+    pub merged: u64,
+    /// Counted tasks that exited (or whose pid was reused) within the block.
+    pub tasks_exited: usize,
+}
+
+impl BlockMeasure {
+    /// Share of the block the submitting thread was on CPU.
+    pub fn busy(&self) -> f64 {
+        self.submitter_ns as f64 / self.wall_ns.max(1) as f64
+    }
+    pub fn cpu_ns_per_io(&self) -> f64 {
+        (self.fio_ns + self.kworker_ns) as f64 / self.ios as f64
+    }
+    pub fn iops(&self) -> f64 {
+        self.ios as f64 * 1e9 / self.wall_ns.max(1) as f64
+    }
+    /// fio's share of the CPU counted for the device's I/O.
+    pub fn fio_share(&self) -> f64 {
+        self.fio_ns as f64 / (self.fio_ns + self.kworker_ns).max(1) as f64
+    }
+}
+
+/// Why a block does not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// No I/O, or no time: nothing to divide by.
+    NoIo,
+    /// A counted task exited within the block, taking its time there with it.
+    TaskExited,
+    /// fio's submitting thread was on CPU less than the required share of the block.
+    NotCpuBound,
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DropReason::NoIo => "no I/O",
+            DropReason::TaskExited => "a counted task exited",
+            DropReason::NotCpuBound => "not CPU-bound",
+        })
+    }
+}
+
+/// The CPU-bound check and the other conditions a block must meet to count. `min_busy`
+/// is the share of the block fio's submitting thread must have been on CPU (its own
+/// runtime delta, not the sum of fio's threads: a helper thread's time proves nothing).
+pub fn judge(b: &BlockMeasure, min_busy: f64) -> Result<(), DropReason> {
+    if b.ios == 0 || b.wall_ns == 0 {
+        return Err(DropReason::NoIo);
+    }
+    if b.tasks_exited > 0 {
+        return Err(DropReason::TaskExited);
+    }
+    if b.busy() < min_busy {
+        return Err(DropReason::NotCpuBound);
+    }
+    Ok(())
+}
+
+/// The two blocks of a pair, in the order they ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairMeasure {
+    pub blocks: [BlockMeasure; 2],
+}
+
+impl PairMeasure {
+    pub fn at(&self, level: Level) -> Option<&BlockMeasure> {
+        self.blocks.iter().find(|b| b.level == level)
+    }
+}
+
+/// The result: pairs kept and dropped, and the paired estimates (test level minus base).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analysis {
+    pub base: Level,
+    pub test: Level,
+    pub min_busy: f64,
+    pub pairs_run: usize,
+    pub pairs_kept: usize,
+    /// Blocks dropped, by reason (a pair with one dropped block is dropped whole).
+    pub blocks_dropped: BTreeMap<DropReason, usize>,
+    /// Median paired difference of CPU per I/O, test minus base, ns.
+    pub diff_ns: Estimate,
+    /// The same per pair in percent of the pair's base block.
+    pub diff_percent: Estimate,
+    pub base_cpu_ns_per_io: Estimate,
+    pub test_cpu_ns_per_io: Estimate,
+    pub base_iops: Estimate,
+    pub test_iops: Estimate,
+    /// Paired change of IOPS, percent.
+    pub iops_change_percent: Estimate,
+    /// fio's submitting thread's share of each kept block on CPU.
+    pub busy_kept: Estimate,
+    /// The same over every block run, kept or not.
+    pub busy_all: Estimate,
+    /// fio's share of the counted CPU (fio + the device's kworkers), kept blocks.
+    pub fio_share: Estimate,
+    /// Merged bios over the kept blocks, at base and at test.
+    pub merged: (u64, u64),
+}
+
+impl Analysis {
+    /// The smallest effect this run could detect, percent of the base's CPU per I/O: the
+    /// half-width of the interval of the paired percent change (an effect that size sits
+    /// at the edge of an interval centred on 0).
+    pub fn mde_percent(&self) -> f64 {
+        (self.diff_percent.high - self.diff_percent.low) / 2.0
+    }
+    /// Whether the interval of the paired change excludes 0.
+    pub fn resolves(&self) -> bool {
+        self.diff_percent.low > 0.0 || self.diff_percent.high < 0.0
+    }
+}
+
+/// Judges every block and estimates the paired changes over the pairs whose two blocks
+/// both count. Pairs that lack one of the two levels are dropped as `NoIo`.
+pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -> Analysis {
+    let mut dropped: BTreeMap<DropReason, usize> = BTreeMap::new();
+    let mut kept: Vec<(BlockMeasure, BlockMeasure)> = Vec::new();
+    let mut busy_all = Vec::new();
+    for p in pairs {
+        let mut ok = true;
+        for b in &p.blocks {
+            busy_all.push(b.busy());
+            if let Err(r) = judge(b, min_busy) {
+                *dropped.entry(r).or_default() += 1;
+                ok = false;
+            }
+        }
+        match (p.at(base), p.at(test)) {
+            (Some(b), Some(t)) if ok && base != test => kept.push((*b, *t)),
+            (Some(_), Some(_)) => {}
+            _ => *dropped.entry(DropReason::NoIo).or_default() += 1,
+        }
+    }
+    let col = |f: &dyn Fn(&(BlockMeasure, BlockMeasure)) -> f64| -> Vec<f64> {
+        kept.iter().map(f).collect()
+    };
+    let diff_ns = col(&|(b, t)| t.cpu_ns_per_io() - b.cpu_ns_per_io());
+    let diff_percent = col(&|(b, t)| (t.cpu_ns_per_io() / b.cpu_ns_per_io() - 1.0) * 100.0);
+    let iops_change = col(&|(b, t)| (t.iops() / b.iops() - 1.0) * 100.0);
+    let mut busy_kept = col(&|(b, _)| b.busy());
+    busy_kept.extend(col(&|(_, t)| t.busy()));
+    let mut fio_share = col(&|(b, _)| b.fio_share());
+    fio_share.extend(col(&|(_, t)| t.fio_share()));
+    Analysis {
+        base,
+        test,
+        min_busy,
+        pairs_run: pairs.len(),
+        pairs_kept: kept.len(),
+        blocks_dropped: dropped,
+        diff_ns: stats::estimate(&diff_ns),
+        diff_percent: stats::estimate(&diff_percent),
+        base_cpu_ns_per_io: stats::estimate(&col(&|(b, _)| b.cpu_ns_per_io())),
+        test_cpu_ns_per_io: stats::estimate(&col(&|(_, t)| t.cpu_ns_per_io())),
+        base_iops: stats::estimate(&col(&|(b, _)| b.iops())),
+        test_iops: stats::estimate(&col(&|(_, t)| t.iops())),
+        iops_change_percent: stats::estimate(&iops_change),
+        busy_kept: stats::estimate(&busy_kept),
+        busy_all: stats::estimate(&busy_all),
+        fio_share: stats::estimate(&fio_share),
+        merged: (
+            kept.iter().map(|(b, _)| b.merged).sum(),
+            kept.iter().map(|(_, t)| t.merged).sum(),
+        ),
+    }
+}
+
+impl fmt::Display for Analysis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = |x: &Estimate, d: usize| {
+            format!("{:.d$} [{:.d$}, {:.d$}]", x.median, x.low, x.high, d = d)
+        };
+        let dropped: Vec<String> = self
+            .blocks_dropped
+            .iter()
+            .map(|(r, n)| format!("{n} {r}"))
+            .collect();
+        writeln!(
+            f,
+            "pairs: {} run, {} kept; blocks dropped: {}",
+            self.pairs_run,
+            self.pairs_kept,
+            if dropped.is_empty() {
+                "none".to_string()
+            } else {
+                dropped.join(", ")
+            }
+        )?;
+        writeln!(
+            f,
+            "{} - {} CPU per I/O: {} ns, {} % ({:.1}% interval); smallest detectable effect (half-width) {:.2}%{}",
+            self.test,
+            self.base,
+            e(&self.diff_ns, 0),
+            e(&self.diff_percent, 2),
+            self.diff_percent.coverage * 100.0,
+            self.mde_percent(),
+            if self.resolves() {
+                ""
+            } else {
+                ": no measurable difference"
+            }
+        )?;
+        writeln!(
+            f,
+            "CPU per I/O: {} {} ns, {} {} ns; IOPS: {} {}, {} {} (paired {} %)",
+            self.base,
+            e(&self.base_cpu_ns_per_io, 0),
+            self.test,
+            e(&self.test_cpu_ns_per_io, 0),
+            self.base,
+            e(&self.base_iops, 0),
+            self.test,
+            e(&self.test_iops, 0),
+            e(&self.iops_change_percent, 2)
+        )?;
+        write!(
+            f,
+            "fio's submitting thread on CPU: {} % of kept blocks, {} % of all (min {:.0}%); fio's share of the counted CPU {} %; merged bios {} at {}, {} at {}",
+            e(&scale(&self.busy_kept, 100.0), 1),
+            e(&scale(&self.busy_all, 100.0), 1),
+            self.min_busy * 100.0,
+            e(&scale(&self.fio_share, 100.0), 1),
+            self.merged.0,
+            self.base,
+            self.merged.1,
+            self.test
+        )
+    }
+}
+
+fn scale(x: &Estimate, k: f64) -> Estimate {
+    Estimate {
+        median: x.median * k,
+        low: x.low * k,
+        high: x.high * k,
+        coverage: x.coverage,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mergetune_sim::rng::SplitMix64;
+
+    fn block(level: Level, cpu_ns_per_io: f64, busy: f64) -> BlockMeasure {
+        let wall_ns = 500_000_000;
+        let ios = 80_000;
+        let total = (cpu_ns_per_io * ios as f64) as u64;
+        BlockMeasure {
+            level,
+            wall_ns,
+            submitter_ns: (busy * wall_ns as f64) as u64,
+            fio_ns: total * 4 / 5,
+            kworker_ns: total - total * 4 / 5,
+            ios,
+            merged: 0,
+            tasks_exited: 0,
+        }
+    }
+
+    /// `n` pairs, alternating order, base ~10,000 ns with ±5% noise shared by the pair
+    /// (drift) and ±2% of its own per block, test = base * (1 + effect).
+    fn synthetic(n: usize, effect: f64, seed: u64) -> Vec<PairMeasure> {
+        let mut rng = SplitMix64::new(seed);
+        let mut u = move || (rng.below(1_000_001) as f64 / 1e6) * 2.0 - 1.0;
+        (0..n)
+            .map(|i| {
+                let drift = 10_000.0 * (1.0 + 0.05 * u());
+                let b = block(Level::L0, drift * (1.0 + 0.02 * u()), 0.99);
+                let t = block(Level::L3, drift * (1.0 + effect) * (1.0 + 0.02 * u()), 0.99);
+                PairMeasure {
+                    blocks: if i % 2 == 0 { [b, t] } else { [t, b] },
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_cpu_bound_check_reads_the_submitting_thread_alone() {
+        let mut b = block(Level::L0, 10_000.0, 0.97);
+        assert_eq!(judge(&b, 0.95), Ok(()));
+        // fio's threads together were busy (fio_ns is 0.8 * 8e8 > wall), but the
+        // submitter slept half the block: not CPU-bound.
+        b.submitter_ns = b.wall_ns / 2;
+        assert!(b.fio_ns > b.wall_ns);
+        assert_eq!(judge(&b, 0.95), Err(DropReason::NotCpuBound));
+        b.submitter_ns = b.wall_ns;
+        b.tasks_exited = 1;
+        assert_eq!(judge(&b, 0.95), Err(DropReason::TaskExited));
+        b.ios = 0;
+        assert_eq!(judge(&b, 0.95), Err(DropReason::NoIo));
+    }
+
+    #[test]
+    fn a_three_percent_saving_is_resolved_with_its_interval_and_mde() {
+        let a = analyse(&synthetic(240, -0.03, 1), Level::L0, Level::L3, 0.95);
+        assert_eq!((a.pairs_run, a.pairs_kept), (240, 240));
+        assert!(a.resolves(), "{a}");
+        assert!(
+            a.diff_percent.low < -3.0 && -3.0 < a.diff_percent.high,
+            "{:?}",
+            a.diff_percent
+        );
+        // Pairing cancels the shared 5% drift: the interval is far narrower than it.
+        assert!(a.mde_percent() < 1.0, "{}", a.mde_percent());
+        // ns: about 3% of 10,000.
+        assert!(
+            (-400.0..-200.0).contains(&a.diff_ns.median),
+            "{:?}",
+            a.diff_ns
+        );
+        // The interval's coverage is the exact one of stats for 240 values.
+        let (_, _, cov) = stats::median_ci(&vec![0.0; 240], 0.95);
+        assert_eq!(a.diff_percent.coverage, cov);
+        assert!(cov >= 0.95);
+    }
+
+    #[test]
+    fn no_effect_gives_an_interval_that_holds_zero() {
+        let a = analyse(&synthetic(240, 0.0, 2), Level::L0, Level::L3, 0.95);
+        assert!(!a.resolves(), "{a}");
+        assert!(a.to_string().contains("no measurable difference"));
+    }
+
+    #[test]
+    fn pairs_with_a_dropped_block_are_left_out_and_counted() {
+        let mut pairs = synthetic(240, -0.03, 3);
+        for p in pairs.iter_mut().take(30) {
+            p.blocks[0].submitter_ns = p.blocks[0].wall_ns / 2;
+        }
+        pairs[100].blocks[1].tasks_exited = 1;
+        // A block that starved badly would have pulled the estimate: it is not used.
+        pairs[0].blocks[0].fio_ns *= 3;
+        let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
+        assert_eq!(a.pairs_kept, 209);
+        assert_eq!(a.blocks_dropped.get(&DropReason::NotCpuBound), Some(&30));
+        assert_eq!(a.blocks_dropped.get(&DropReason::TaskExited), Some(&1));
+        assert!(a.busy_kept.low >= 0.95, "{a}");
+        assert!(a.resolves());
+        let text = a.to_string();
+        assert!(
+            text.contains("240 run, 209 kept") && text.contains("30 not CPU-bound"),
+            "{text}"
+        );
+    }
+}

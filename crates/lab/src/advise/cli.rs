@@ -1,0 +1,133 @@
+//! `mergetune advise` on the command line: its arguments, and the run that reads the trace,
+//! replays it for `--what-if`, draws `--plot` and prints the text or JSON report.
+
+use super::accumulator::{DEFAULT_WHAT_IF_MAX_BIOS, DevNum};
+use super::reader::analyze_file;
+use super::render::render_text;
+use super::rules::recommend_priced;
+use super::svg::plot_advise;
+use super::whatif::{read_bios, what_if};
+use anyhow::{Context as _, bail};
+use mergetune_logic::config::Config;
+use mergetune_logic::policy::Worth;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// `mergetune advise` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdviseArgs {
+    /// The trace: tracing-filesystem text of block events (`mergetune trace capture`) or
+    /// blkparse's default output.
+    pub trace: PathBuf,
+    /// Only this device: MAJOR,MINOR as the trace prints it (7,0) or a name (loop0).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The daemon's config: its `[policy]` thresholds and cost profile decide the advice, as
+    /// they would decide the daemon's steps (default: the built-in defaults).
+    #[arg(short, long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Root of sysfs, where a device name given to --device is looked up (for tests).
+    #[arg(long, default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+    /// Replay the trace in the simulator under each merge level and scheduler candidate and
+    /// show the modelled CPU, throughput and latency side by side.
+    #[arg(long)]
+    pub what_if: bool,
+    /// With --what-if: replay at most this many bios per device.
+    #[arg(long, default_value_t = DEFAULT_WHAT_IF_MAX_BIOS)]
+    pub what_if_max_bios: usize,
+    /// Draw the sector-over-time scatter, the size histogram, bios/s and queue depth (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `mergetune advise`; returns the exit code.
+pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
+    let cfg = match &args.config {
+        Some(p) => mergetune_logic::config::load_file(p)?,
+        None => Config::default(),
+    }
+    .policy;
+    let mut profile_name = cfg.cost_profile.trim().to_string();
+    if profile_name == mergetune_logic::cost_profile::LIVE {
+        // A trace cannot be sampled for where its CPU went: advise prices it with the
+        // profile measured on this project's kernel, and says so; the daemon prices live.
+        eprintln!(
+            "advise: cost_profile \"live\" is the daemon's own measurement on the host; a trace is priced with {} instead",
+            mergetune_logic::cost_profile::MEASURED_NAME
+        );
+        profile_name = mergetune_logic::cost_profile::MEASURED_NAME.to_string();
+    }
+    let profile = mergetune_logic::cost_profile::resolve(&profile_name)
+        .with_context(|| format!("cost profile {profile_name}"))?;
+    let filter = match &args.device {
+        Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
+    // The daemon's rules and profile decide what is recommended (the trace's own level is
+    // kept in the evidence when they disagree).
+    let worth_of = |scheduler: &str| Worth::from_profile(&profile, Some(scheduler));
+    let mut views = Vec::new();
+    for d in &mut analysis.devices {
+        let (level, recs, view) = recommend_priced(d, &cfg, &profile_name, &worth_of);
+        d.recommended_level = level;
+        d.recommendations = recs;
+        views.push(view);
+    }
+    if analysis.devices.is_empty() {
+        let mut msg = format!(
+            "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
+            args.trace.display(),
+            analysis.lines,
+            analysis.events,
+            analysis.bad_lines
+        );
+        if !analysis.devices_without_bios.is_empty() {
+            let _ = write!(
+                msg,
+                "; device(s) {} have events but every bio queued has size 0",
+                analysis.devices_without_bios.join(", ")
+            );
+        }
+        if let Some(b) = analysis.bad_examples.first() {
+            let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
+        }
+        if let Some(f) = filter {
+            let _ = write!(msg, "; --device {f} matched nothing");
+        }
+        bail!(msg);
+    }
+    let mut what_ifs = Vec::new();
+    if args.what_if {
+        for d in &analysis.devices {
+            let dev = DevNum::resolve(&d.device, Path::new("/nonexistent"))
+                .map_err(anyhow::Error::msg)?;
+            let (bios, truncated) = read_bios(&args.trace, dev, 10_000, args.what_if_max_bios)?;
+            what_ifs.push(what_if(&d.device, bios, truncated, d, &profile_name)?);
+        }
+    }
+    if let Some(p) = &args.plot {
+        plot_advise(&analysis, p)?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "trace": args.trace.display().to_string(),
+                "analysis": analysis,
+                "daemon": views,
+                "what_if": what_ifs,
+            }))?
+        );
+    } else {
+        print!("{}", render_text(&analysis, &what_ifs));
+        if let Some(p) = &args.plot {
+            println!("\nplot written to {}", p.display());
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,124 @@
+//! What the daemon itself would do with the device a trace shows: the level its rules
+//! reach, from the same pieces the policy decides with ([`mergetune_logic::policy`]): the
+//! rungs of the device's scheduler ([`Caps::for_scheduler`]), the config's deepest level
+//! ([`deepest_level`]), the thresholds of `[policy]`, and the cost profile's [`Worth`] of
+//! each level. `advise` recommends this level, not a table of its own, so that a
+//! recommendation never contradicts the daemon, and says why when the trace alone would
+//! go further. Pure.
+
+use super::report::DeviceReport;
+use mergetune_logic::config::PolicyConfig;
+use mergetune_logic::decision::Level;
+use mergetune_logic::policy::{Caps, Worth, deepest_level};
+use serde::Serialize;
+
+/// The daemon's view of one traced device.
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonView {
+    /// The cost profile that priced the levels (`[policy] cost_profile`).
+    pub profile: String,
+    /// The scheduler the device was priced and laddered for.
+    pub scheduler: String,
+    /// What the trace alone supports.
+    #[serde(with = "mergetune_logic::decision::level_index")]
+    pub trace_level: Level,
+    /// Where the daemon's rules would take the device.
+    #[serde(with = "mergetune_logic::decision::level_index")]
+    pub level: Level,
+    /// Why the daemon stops there (the profile's numbers when it is "not worth it").
+    pub why: String,
+}
+
+/// The level the daemon would reach on a device running `scheduler` whose traffic is the
+/// trace's, given what the trace supports (`trace`) and the profile's `worth` for that
+/// scheduler. The daemon's rules, in the order it applies them: it steps down only from
+/// a merge ratio below `disable_below_percent` (or tries L2 from one at or above
+/// `enable_above_percent`), never between the two; only to a rung the scheduler has and
+/// the config allows (L3 only with the bio tap, as the daemon assumes here when `[sense]`
+/// could run); and only to a level the profile says saves measurably.
+pub fn daemon_view(
+    r: &DeviceReport,
+    cfg: &PolicyConfig,
+    trace: Level,
+    scheduler: &str,
+    profile: &str,
+    worth: &Worth,
+) -> DaemonView {
+    let caps = Caps::for_scheduler(Some(scheduler), scheduler == "mq-deadline")
+        .sensing(true)
+        .priced(*worth);
+    let floor = deepest_level(cfg, caps);
+    let ratio = r.merge_percent;
+    let view = |level: Level, why: String| DaemonView {
+        profile: profile.to_string(),
+        scheduler: scheduler.to_string(),
+        trace_level: trace,
+        level,
+        why,
+    };
+    if trace == Level::L0 {
+        return view(
+            Level::L0,
+            "the trace supports no step down, nor would the daemon take one".into(),
+        );
+    }
+    let between = ratio >= cfg.disable_below_percent && ratio < cfg.enable_above_percent;
+    if between {
+        return view(
+            Level::L0,
+            format!(
+                "a merge ratio of {ratio:.1}% lies between disable_below_percent ({}%) and enable_above_percent ({}%), where the daemon changes nothing",
+                cfg.disable_below_percent, cfg.enable_above_percent
+            ),
+        );
+    }
+    // From a high ratio the daemon only tries L2 (plug and one-hit merges kept); from a
+    // low one it walks the whole ladder down to the deepest level allowed.
+    let reachable: Vec<Level> = Level::ALL
+        .into_iter()
+        .filter(|&l| l > Level::L0 && l <= trace && l <= floor && caps.has(l))
+        .filter(|&l| ratio < cfg.disable_below_percent || l == Level::L2)
+        .collect();
+    let Some(&deepest) = reachable.last() else {
+        let why = if trace > floor {
+            format!(
+                "{trace} is deeper than the daemon goes on {scheduler} with this config (deepest {floor}: disabled_nomerges, or L3 needs the bio tap)"
+            )
+        } else {
+            format!("{scheduler} has no rung between L0 and {trace} the daemon can use")
+        };
+        return view(Level::L0, why);
+    };
+    match reachable.iter().rev().find(|&&l| worth.worth(l)) {
+        Some(&l) if l == trace => view(
+            l,
+            format!(
+                "profile {profile}, for a device on {scheduler}: {}, a measurable saving",
+                worth.describe([l])
+            ),
+        ),
+        Some(&l) => view(
+            l,
+            format!(
+                "profile {profile}, for a device on {scheduler}: only {l} saves measurably ({})",
+                worth.describe(reachable.iter().copied())
+            ),
+        ),
+        None => view(
+            Level::L0,
+            format!(
+                "not worth it: profile {profile} measured no saving at {} ({}), so the daemon keeps merging on",
+                if reachable.len() == 1 {
+                    format!("{deepest}")
+                } else {
+                    reachable
+                        .iter()
+                        .map(|l| l.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                },
+                worth.describe(reachable.iter().copied())
+            ),
+        ),
+    }
+}

@@ -1,0 +1,252 @@
+//! The streaming reader: an [`Analyzer`] takes a trace one line at a time (tracing
+//! filesystem text or blkparse's), hands each block event to its device's
+//! [`DeviceAcc`], and at the end turns every device into a [`DeviceReport`] with the
+//! rules' recommendations. A line that is not a block event is counted and skipped, the
+//! first few quoted with their line numbers; nothing here panics on bad input.
+
+use super::accumulator::{DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES};
+use super::report::{Analysis, BadLine, DeviceReport};
+use super::rules::recommend;
+use anyhow::Context as _;
+use mergetune_kernel::trace::{BlockEvent, EventKind, is_blkparse_summary};
+use mergetune_logic::config::PolicyConfig;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+/// The most sectors one bio or request can carry: the kernel counts its size in bytes in an
+/// `unsigned int` (`bi_iter.bi_size`, `__data_len`), so at most 4 GiB - 1.
+pub const MAX_EXTENT_SECTORS: u64 = (u32::MAX >> 9) as u64;
+/// The end of the largest block device Linux can address, in sectors: a device's size in
+/// bytes is a signed 64-bit `loff_t`.
+pub const MAX_DEVICE_SECTORS: u64 = (i64::MAX >> 9) as u64;
+
+/// Whether `count` sectors at `sector` can be one bio or request of a block device.
+pub fn possible_extent(sector: u64, count: u32) -> bool {
+    u64::from(count) <= MAX_EXTENT_SECTORS
+        && sector
+            .checked_add(u64::from(count))
+            .is_some_and(|end| end <= MAX_DEVICE_SECTORS)
+}
+
+/// The streaming reader: feed lines, then [`Analyzer::finish`].
+#[derive(Debug, Clone, Default)]
+pub struct Analyzer {
+    filter: Option<DevNum>,
+    t0: Option<u64>,
+    devices: BTreeMap<DevNum, DeviceAcc>,
+    pub lines: u64,
+    pub events: u64,
+    pub bad_lines: u64,
+    pub bad_examples: Vec<BadLine>,
+    /// Block events of kinds advise does not use (`block_getrq`, unknown `block_*`, ...).
+    pub other_events: u64,
+    /// Events of devices not selected by `--device`.
+    pub filtered_out: u64,
+    /// Events beyond [`MAX_DEVICES`] devices.
+    pub too_many_devices: u64,
+    /// Events naming no device (plug, unplug).
+    pub no_device: u64,
+    /// Events whose size or sector no block device can have, dropped (see
+    /// [`possible_extent`]).
+    pub impossible_extents: u64,
+    pub merge_events_seen: bool,
+    pub completion_events_seen: bool,
+    summary_reached: bool,
+}
+
+impl Analyzer {
+    pub fn new(filter: Option<DevNum>) -> Self {
+        Analyzer {
+            filter,
+            ..Default::default()
+        }
+    }
+
+    /// Feeds one line (1-based number, for messages).
+    pub fn feed_line(&mut self, line_no: usize, raw: &str) {
+        self.lines += 1;
+        let line = raw.trim();
+        if self.summary_reached || line.is_empty() || line.starts_with('#') {
+            return;
+        }
+        if is_blkparse_summary(line) {
+            self.summary_reached = true;
+            return;
+        }
+        match mergetune_kernel::trace::parse_event(line) {
+            Ok(ev) => self.feed_event(&ev),
+            Err(e) => {
+                let mut message = e.message;
+                if !message.contains(':') && line.len() <= 120 {
+                    message = format!("{message}: {line:?}");
+                }
+                self.bad_line(line_no, message);
+            }
+        }
+    }
+
+    pub fn feed_event(&mut self, ev: &BlockEvent) {
+        self.events += 1;
+        if let Some((sector, count)) = ev.extent
+            && !possible_extent(sector, count)
+        {
+            // A corrupt or forged line: believed, 4294967295 sectors made "90 TB/s" and a
+            // confident recommendation.
+            self.impossible_extents += 1;
+            return;
+        }
+        match ev.kind {
+            EventKind::BackMerge | EventKind::FrontMerge => self.merge_events_seen = true,
+            EventKind::Issue | EventKind::Complete => self.completion_events_seen = true,
+            EventKind::Other | EventKind::GetRq | EventKind::Insert | EventKind::Remap => {
+                self.other_events += 1
+            }
+            _ => {}
+        }
+        let Some((major, minor)) = ev.dev else {
+            self.no_device += 1;
+            return;
+        };
+        let dev = DevNum { major, minor };
+        if self.filter.is_some_and(|f| f != dev) {
+            self.filtered_out += 1;
+            return;
+        }
+        let t0 = *self.t0.get_or_insert(ev.t_ns);
+        if !self.devices.contains_key(&dev) && self.devices.len() >= MAX_DEVICES {
+            self.too_many_devices += 1;
+            return;
+        }
+        self.devices
+            .entry(dev)
+            .or_insert_with(|| DeviceAcc::new(dev))
+            .feed(ev, t0);
+    }
+
+    /// Reads a whole trace from a reader, line by line (invalid UTF-8 is replaced, a line
+    /// longer than [`MAX_LINE_BYTES`] is skipped as bad).
+    pub fn read_from(&mut self, mut r: impl BufRead) -> std::io::Result<()> {
+        use mergetune_kernel::lines::{Line, read_line_bounded};
+        let mut buf = Vec::with_capacity(256);
+        let mut n = 0usize;
+        loop {
+            match read_line_bounded(&mut r, &mut buf, MAX_LINE_BYTES)? {
+                Line::Eof => return Ok(()),
+                Line::Whole => {
+                    n += 1;
+                    self.feed_line(n, &String::from_utf8_lossy(&buf));
+                }
+                Line::TooLong => {
+                    n += 1;
+                    self.lines += 1;
+                    self.bad_line(
+                        n,
+                        format!("longer than {MAX_LINE_BYTES} bytes: not a block event"),
+                    );
+                }
+            }
+        }
+    }
+
+    fn bad_line(&mut self, line: usize, message: String) {
+        self.bad_lines += 1;
+        if self.bad_examples.len() < MAX_ERROR_EXAMPLES {
+            self.bad_examples.push(BadLine { line, message });
+        }
+    }
+
+    pub fn devices(&self) -> impl Iterator<Item = &DeviceAcc> {
+        self.devices.values()
+    }
+
+    pub fn device(&self, dev: DevNum) -> Option<&DeviceAcc> {
+        self.devices.get(&dev)
+    }
+
+    pub fn finish(self, cfg: &PolicyConfig) -> Analysis {
+        let mut notes = Vec::new();
+        if self.bad_lines > 0 {
+            notes.push(format!(
+                "{} line(s) were not block events and were skipped",
+                self.bad_lines
+            ));
+        }
+        if self.impossible_extents > 0 {
+            notes.push(format!(
+                "{} event(s) with a size or sector no block device can have (more than {MAX_EXTENT_SECTORS} sectors in one bio or request, or past sector {MAX_DEVICE_SECTORS}) were dropped",
+                self.impossible_extents
+            ));
+        }
+        if self.other_events > 0 {
+            notes.push(format!(
+                "{} event(s) of kinds not used here (getrq, insert, remap, unknown block_*) were counted and ignored",
+                self.other_events
+            ));
+        }
+        if self.filtered_out > 0 {
+            notes.push(format!(
+                "{} event(s) of other devices left out by --device",
+                self.filtered_out
+            ));
+        }
+        if self.too_many_devices > 0 {
+            notes.push(format!(
+                "{} event(s) of devices beyond the first {MAX_DEVICES} were skipped",
+                self.too_many_devices
+            ));
+        }
+        if !self.merge_events_seen && self.devices.values().any(|d| d.issues < d.total_bios()) {
+            notes.push(
+                "no merge events (block_bio_backmerge/frontmerge) in the trace and fewer requests than bios: merges are estimated from contiguity"
+                    .into(),
+            );
+        }
+        // A device whose queue events all lack a size (size 0: corrupt, or flushes only) has
+        // no bio to judge merging by: advice from it would be advice from nothing.
+        let mut without_bios = Vec::new();
+        for d in self.devices.values().filter(|d| d.total_bios() == 0) {
+            without_bios.push(d.dev.to_string());
+            notes.push(format!(
+                "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
+                d.dev, d.nodata, d.issues
+            ));
+        }
+        let devices: Vec<DeviceReport> = self
+            .devices
+            .values()
+            .filter(|d| d.total_bios() > 0)
+            .map(|d| {
+                // No merge events but as many requests as bios: nothing merged, known.
+                let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
+                let mut r = DeviceReport::build(d, known);
+                (r.recommended_level, r.recommendations) = recommend(&r, cfg);
+                r
+            })
+            .collect();
+        Analysis {
+            lines: self.lines,
+            events: self.events,
+            bad_lines: self.bad_lines,
+            bad_examples: self.bad_examples,
+            notes,
+            devices,
+            devices_without_bios: without_bios,
+        }
+    }
+}
+
+/// Streams a trace file through an [`Analyzer`].
+pub fn analyze_file(
+    path: &Path,
+    filter: Option<DevNum>,
+    cfg: &PolicyConfig,
+) -> anyhow::Result<Analysis> {
+    // A regular file only: a FIFO would block, /dev/zero never end.
+    let f = mergetune_kernel::userfile::open_regular(path)
+        .map_err(|e| anyhow::anyhow!("cannot open {e}"))?;
+    let mut a = Analyzer::new(filter);
+    a.read_from(std::io::BufReader::with_capacity(1 << 16, f))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(a.finish(cfg))
+}

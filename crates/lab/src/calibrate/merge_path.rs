@@ -1,0 +1,763 @@
+//! `mergetune calibrate` (default mode): the merge path's CPU per bio, sampled where it is
+//! spent, per scheduler x plugged/unplugged x 1 and N submitters.
+//!
+//! Method (docs/policy.md "Pricing the merge path"): fio random 4 KiB `O_DIRECT` reads
+//! (never a write: fio runs with `--readonly`) at L0; a `cpu-clock` sampler on every CPU
+//! with kernel callchains (`kernel::perf`); per window, the samples of fio's own processes
+//! whose stack holds a merge function, times the sampling period, over the bios the
+//! device's stat counted in the window. The windows' values give a median with its
+//! order-statistic interval (`stats`), and the pooled count a Poisson one.
+//!
+//! On a scratch loop device (the default) or on the operator's device (`--device NAME`):
+//! there the run is bounded in time (`--max-seconds`) and rate (`--rate-iops`), and the
+//! device's tunables are recorded in a state file before the first write and put back at
+//! the end; a guard process puts them back if calibrate is killed (even by SIGKILL).
+
+use super::scratch::ScratchLoop;
+use super::stats;
+use anyhow::{Context, Result, bail};
+use mergetune_daemon::actuator::Actuator;
+use mergetune_daemon::state::{FileStore, StateStore, restore_from_store};
+use mergetune_kernel::blockfs::{BlockFs, RealFs};
+use mergetune_kernel::cputime;
+use mergetune_kernel::devices::read_device;
+use mergetune_kernel::perf::{self, MergePathSampler, MergeSamples, SamplerParams};
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::cost_profile::{
+    CostProfile, DeviceKey, MergePathCell, Method, Scheduler, Unit,
+};
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Sampling period: 250 µs of CPU per sample (4 kHz on a busy CPU).
+pub const PERIOD_NS: u64 = 250_000;
+/// Per CPU ring buffer, pages: 4 kHz of ~300-byte records, drained every window.
+const BUFFER_PAGES: usize = 512;
+
+/// What to measure and where (validated before any I/O: [`Plan::check`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub schedulers: Vec<Scheduler>,
+    /// The operator's device, or None for a scratch loop device.
+    pub device: Option<String>,
+    pub windows: u32,
+    pub window_ms: u64,
+    /// N of "1 and N submitters".
+    pub submitters: u32,
+    pub rate_iops: Option<u64>,
+    pub max_seconds: u64,
+    pub state_dir: PathBuf,
+    pub tmpfs_dir: PathBuf,
+    pub size_mib: u64,
+    pub name: String,
+    pub output: Option<PathBuf>,
+    pub sysfs_root: PathBuf,
+    pub procfs_root: PathBuf,
+}
+
+impl Plan {
+    /// Every argument checked before the first I/O; the error names the flag.
+    pub fn check(&self) -> Result<()> {
+        if self.name.trim().is_empty() || self.name.chars().any(char::is_control) {
+            bail!("--name: must be a non-empty name without control characters");
+        }
+        if !(2..=1000).contains(&self.windows) {
+            bail!("--windows: {} is not in 2..=1000", self.windows);
+        }
+        if !(100..=60_000).contains(&self.window_ms) {
+            bail!("--runtime-ms: {} is not in 100..=60000", self.window_ms);
+        }
+        if !(2..=64).contains(&self.submitters) {
+            bail!("--submitters: {} is not in 2..=64", self.submitters);
+        }
+        if let Some(r) = self.rate_iops
+            && !(100..=10_000_000).contains(&r)
+        {
+            bail!("--rate-iops: {r} is not in 100..=10000000");
+        }
+        if !(10..=86_400).contains(&self.max_seconds) {
+            bail!("--max-seconds: {} is not in 10..=86400", self.max_seconds);
+        }
+        if !(16..=65_536).contains(&self.size_mib) {
+            bail!("--size-mib: {} is not in 16..=65536", self.size_mib);
+        }
+        if let Some(out) = &self.output {
+            let parent = out
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                bail!(
+                    "--output {}: directory {} does not exist",
+                    out.display(),
+                    parent.display()
+                );
+            }
+        }
+        if self.schedulers.is_empty() {
+            bail!("--schedulers: at least one");
+        }
+        Ok(())
+    }
+
+    /// fio runs per cell: warm-up and windows.
+    fn cell_seconds(&self) -> f64 {
+        1.0 + f64::from(self.windows) * self.window_ms as f64 / 1000.0
+    }
+}
+
+/// One window's figures.
+#[derive(Debug, Clone, Copy, Default)]
+struct WindowFig {
+    samples: MergeSamples,
+    bios: u64,
+    cpu_ns: u64,
+    ms: f64,
+}
+
+fn device_bios(fs: &mut RealFs, dev: &str) -> Result<u64> {
+    let stat = fs.read_attr(dev, "stat")?;
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if f.len() < 8 {
+        bail!("{dev}/stat: {stat:?} has fewer than 8 fields");
+    }
+    Ok(f[0] + f[1] + f[4] + f[5])
+}
+
+fn spawn_fio(
+    dev: &Path,
+    plugged: bool,
+    jobs: u32,
+    runtime_s: f64,
+    rate: Option<u64>,
+    cpu: usize,
+) -> Result<Child> {
+    let mut c = Command::new("fio");
+    c.args([
+        "--name=mergepath",
+        "--readonly",
+        "--direct=1",
+        "--rw=randread",
+        "--bs=4k",
+        "--ioengine=libaio",
+        "--iodepth=32",
+        "--norandommap",
+        "--randrepeat=0",
+        "--time_based",
+        "--group_reporting",
+        "--output-format=terse",
+    ])
+    .arg(format!("--filename={}", dev.display()))
+    .arg(format!(
+        "--runtime={}ms",
+        (runtime_s * 1000.0) as u64 + 2000
+    ))
+    .arg(format!("--numjobs={jobs}"));
+    if plugged {
+        // More than 2 iocbs per io_submit: libaio plugs the batch (AIO_PLUG_THRESHOLD).
+        c.args([
+            "--iodepth_batch_submit=16",
+            "--iodepth_batch_complete_min=16",
+        ]);
+    } else {
+        c.arg("--iodepth_batch_submit=1");
+    }
+    if jobs == 1 {
+        c.arg(format!("--cpus_allowed={cpu}"));
+    }
+    if let Some(r) = rate {
+        c.arg(format!("--rate_iops={}", r / u64::from(jobs).max(1)));
+    }
+    c.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("spawn fio (apt-get install fio)")
+}
+
+/// One cell: fio at L0 on `dev`, `windows` sampled windows.
+#[allow(clippy::too_many_arguments)]
+fn measure_cell(
+    plan: &Plan,
+    fs: &mut RealFs,
+    sampler: &mut MergePathSampler,
+    dev: &str,
+    dev_path: &Path,
+    plugged: bool,
+    jobs: u32,
+    cpu: usize,
+    stop: &AtomicBool,
+) -> Result<Vec<WindowFig>> {
+    let mut child = spawn_fio(
+        dev_path,
+        plugged,
+        jobs,
+        plan.cell_seconds(),
+        plan.rate_iops,
+        cpu,
+    )?;
+    let result = (|| -> Result<Vec<WindowFig>> {
+        // I/O flowing, and 500 ms of ramp.
+        let t0 = Instant::now();
+        let start = device_bios(fs, dev)?;
+        while device_bios(fs, dev)? == start {
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("fio did no I/O on {dev} in 10 s");
+            }
+            if let Some(st) = child.try_wait()? {
+                bail!("fio exited early ({st})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
+            .into_iter()
+            .collect();
+        sampler.enable();
+        let _ = sampler.drain(None);
+        let mut out = Vec::new();
+        let mut bios0 = device_bios(fs, dev)?;
+        let mut cpu0 = family_cpu(&plan.procfs_root, &pids);
+        let mut t = Instant::now();
+        for _ in 0..plan.windows {
+            if stop.load(Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            std::thread::sleep(Duration::from_millis(plan.window_ms));
+            let samples = sampler.drain(Some(&pids));
+            let bios1 = device_bios(fs, dev)?;
+            let cpu1 = family_cpu(&plan.procfs_root, &pids);
+            let now = Instant::now();
+            out.push(WindowFig {
+                samples,
+                bios: bios1.saturating_sub(bios0),
+                cpu_ns: cpu1.saturating_sub(cpu0),
+                ms: now.duration_since(t).as_secs_f64() * 1000.0,
+            });
+            (bios0, cpu0, t) = (bios1, cpu1, now);
+        }
+        sampler.disable();
+        Ok(out)
+    })();
+    sampler.disable();
+    stop_fio(&plan.procfs_root, &mut child);
+    result
+}
+
+/// Ends fio and its job processes (a SIGKILL of the parent alone would leave the jobs
+/// submitting into the next cell): SIGINT to each, as fio itself stops them, then waits.
+fn stop_fio(procfs: &Path, child: &mut Child) {
+    let family = cputime::family(procfs, child.id());
+    for pid in &family {
+        let Ok(pid) = libc::pid_t::try_from(*pid) else {
+            continue;
+        };
+        // SAFETY: kill has no memory effects; the pids are fio's and its descendants'.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = child.try_wait()
+            && family
+                .iter()
+                .all(|p| !procfs.join(p.to_string()).join("task").exists())
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn family_cpu(procfs: &Path, pids: &BTreeSet<u32>) -> u64 {
+    pids.iter()
+        .filter_map(|&p| cputime::task_runtime_ns(procfs, p).ok())
+        .sum()
+}
+
+/// The cell's figures from its windows; windows where fio submitted nothing are dropped.
+fn summarize(s: Scheduler, plugged: bool, jobs: u32, ws: &[WindowFig]) -> MergePathCell {
+    let kept: Vec<&WindowFig> = ws.iter().filter(|w| w.bios > 0).collect();
+    let per = |f: &dyn Fn(&MergeSamples) -> u64| -> Vec<f64> {
+        kept.iter()
+            .map(|w| f(&w.samples) as f64 * PERIOD_NS as f64 / w.bios as f64)
+            .collect()
+    };
+    let l3 = per(&|m| m.merge_path.iter().sum());
+    let l2 = per(&|m| m.beyond_one_hit.iter().sum());
+    let e3 = stats::estimate(&l3);
+    let e2 = stats::estimate(&l2);
+    let bios: u64 = kept.iter().map(|w| w.bios).sum();
+    let cpu: u64 = kept.iter().map(|w| w.cpu_ns).sum();
+    let ms: f64 = kept.iter().map(|w| w.ms).sum();
+    let r = |x: f64| (x * 10.0).round() / 10.0;
+    MergePathCell {
+        scheduler: s,
+        plugged,
+        submitters: jobs,
+        l3_ns_per_bio: r(e3.median),
+        l3_ci: [r(e3.low), r(e3.high)],
+        l2_ns_per_bio: r(e2.median),
+        l2_ci: [r(e2.low), r(e2.high)],
+        cpu_ns_per_bio: r(cpu as f64 / bios.max(1) as f64),
+        merge_samples: kept
+            .iter()
+            .map(|w| w.samples.merge_path.iter().sum::<u64>())
+            .sum(),
+        samples: kept.iter().map(|w| w.samples.total).sum(),
+        bios,
+        windows: kept.len() as u32,
+        bios_per_sec: r(bios as f64 / (ms / 1000.0).max(1e-9)),
+    }
+}
+
+/// The key of the device measured.
+pub fn device_key(fs: &mut RealFs, dev: &str) -> DeviceKey {
+    let rotational = fs
+        .read_attr(dev, "queue/rotational")
+        .is_ok_and(|v| v.trim() == "1");
+    let nr_hw_queues = fs.list_dir(dev, "mq").map_or(0, |v| v.len() as u32);
+    let driver: String = dev
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    let model = fs
+        .read_attr(dev, "device/model")
+        .map(|m| m.trim().to_string())
+        .unwrap_or_default();
+    DeviceKey {
+        rotational,
+        nr_hw_queues,
+        driver,
+        model,
+    }
+}
+
+/// The hidden guard: waits until its parent (calibrate) closes our stdin, whatever way it
+/// ended, then puts back what the state file in `dir` records.
+pub fn guard(dir: &Path, sysfs_root: &Path) -> Result<i32> {
+    let mut buf = [0u8; 64];
+    let mut stdin = std::io::stdin();
+    while stdin.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
+    let mut store = FileStore::new(dir);
+    let mut fs = RealFs::new(sysfs_root, cputime::PROCFS);
+    let report = restore_from_store(&mut fs, &mut store, 0)?;
+    for r in &report.results {
+        eprintln!("calibrate guard: {r}");
+    }
+    Ok(if report.failed() { 1 } else { 0 })
+}
+
+fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
+    let exe = std::env::current_exe().context("the mergetune binary's path")?;
+    Command::new(exe)
+        .arg("calibrate")
+        .arg("--guard")
+        .arg(dir)
+        .arg("--sysfs-root")
+        .arg(sysfs_root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("spawn the calibrate guard")
+}
+
+/// `mergetune calibrate` in its default mode.
+pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
+    plan.check()?;
+    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let params = SamplerParams {
+        period_ns: PERIOD_NS,
+        buffer_pages: BUFFER_PAGES,
+    };
+    let mut sampler = MergePathSampler::open(&plan.sysfs_root, symbols, params)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
+    }
+    let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+    // The device: the operator's (checked), or a scratch loop device of our own.
+    let (scratch, dev) = match &plan.device {
+        Some(d) => {
+            let info = read_device(&mut fs, d).with_context(|| format!("--device {d}"))?;
+            if info.scheduler.is_none() || info.nomerges.is_none() {
+                bail!(
+                    "--device {d}: not a whole disk with a request queue (no queue/scheduler or queue/nomerges)"
+                );
+            }
+            let own = info.scheduler.as_deref().and_then(Scheduler::from_name);
+            if plan.schedulers.len() != 1 || own != Some(plan.schedulers[0]) {
+                bail!(
+                    "--device {d}: measures the device's own scheduler ({}) only; pass --schedulers {} (switching a device's scheduler drains its queue and is the operator's choice)",
+                    info.scheduler.as_deref().unwrap_or("?"),
+                    info.scheduler.as_deref().unwrap_or("?")
+                );
+            }
+            (None, d.clone())
+        }
+        None => {
+            let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
+            let name = lp.name.clone();
+            (Some(lp), name)
+        }
+    };
+    let dev_path = PathBuf::from("/dev").join(&dev);
+    // Originals first, in a state file; the guard restores them if we are killed.
+    std::fs::create_dir_all(&plan.state_dir)
+        .with_context(|| format!("--state-dir {}", plan.state_dir.display()))?;
+    let mut store = FileStore::new(&plan.state_dir);
+    if store.load()?.is_some() {
+        let mut f = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+        let rep = restore_from_store(&mut f, &mut store, 0)?;
+        for r in &rep.results {
+            eprintln!("calibrate: left by an earlier calibrate that was killed: {r}");
+        }
+    }
+    let mut guard = spawn_guard(&plan.state_dir, &plan.sysfs_root)?;
+    let mut act = Actuator::new(false, Box::new(FileStore::new(&plan.state_dir)));
+    let key = device_key(&mut fs, &dev);
+    let started = Instant::now();
+    let measured_at = super::profile::utc_now_rfc3339();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = ncpu - 1;
+    eprintln!(
+        "calibrate: merge path on {dev} ({}), {} windows of {} ms per cell, cpu-clock sampling every {} µs",
+        if scratch.is_some() {
+            "a scratch loop device over tmpfs"
+        } else {
+            "read-only"
+        },
+        plan.windows,
+        plan.window_ms,
+        PERIOD_NS / 1000
+    );
+    let budget = Duration::from_secs(plan.max_seconds);
+    let result = (|| -> Result<Vec<MergePathCell>> {
+        let mut cells = Vec::new();
+        for &s in &plan.schedulers {
+            // A scratch device switches schedulers; the operator's keeps its own (a switch
+            // drains the queue and is the operator's choice): run() checked it is `s`.
+            if let Some(lp) = &scratch {
+                lp.set_scheduler(s)?;
+            }
+            act.set(&mut fs, &dev, Tunable::Nomerges, "0")?;
+            if s == Scheduler::MqDeadline {
+                act.set(&mut fs, &dev, Tunable::FrontMerges, "1")?;
+            }
+            for plugged in [false, true] {
+                for jobs in [1, plan.submitters] {
+                    if started.elapsed() + Duration::from_secs_f64(plan.cell_seconds() + 3.0)
+                        > budget
+                    {
+                        eprintln!(
+                            "calibrate: --max-seconds {} reached: {s} {} x{jobs} and later cells not measured",
+                            plan.max_seconds,
+                            if plugged { "plugged" } else { "unplugged" }
+                        );
+                        return Ok(cells);
+                    }
+                    let ws = measure_cell(
+                        &plan,
+                        &mut fs,
+                        &mut sampler,
+                        &dev,
+                        &dev_path,
+                        plugged,
+                        jobs,
+                        cpu,
+                        &stop,
+                    )
+                    .with_context(|| format!("{s} plugged={plugged} submitters={jobs}"))?;
+                    let c = summarize(s, plugged, jobs, &ws);
+                    eprintln!(
+                        "calibrate: {:<11} {:<9} x{jobs}: L3 {:>6.1} ns/bio [{:.1}, {:.1}], L2 {:>5.1} [{:.1}, {:.1}] ({:.1}% intervals) of {:>6.0} ns/bio CPU; {} merge samples of {}; {:.0} bios/s",
+                        s.name(),
+                        if plugged { "plugged" } else { "unplugged" },
+                        c.l3_ns_per_bio,
+                        c.l3_ci[0],
+                        c.l3_ci[1],
+                        c.l2_ns_per_bio,
+                        c.l2_ci[0],
+                        c.l2_ci[1],
+                        // The windows' count fixes the order statistics' coverage.
+                        stats::median_ci(&vec![0.0; plan.windows as usize], 0.95).2 * 100.0,
+                        c.cpu_ns_per_bio,
+                        c.merge_samples,
+                        c.samples,
+                        c.bios_per_sec
+                    );
+                    cells.push(c);
+                }
+            }
+        }
+        Ok(cells)
+    })();
+    // Put the device back ourselves, then let the guard go (it finds nothing left).
+    let restored = act.restore_all(&mut fs, 0);
+    for r in &restored {
+        eprintln!("calibrate: {r}");
+    }
+    drop(guard.stdin.take());
+    let _ = guard.wait();
+    let loop_direct_io = scratch_dio(&mut fs, &dev);
+    drop(scratch);
+    let cells = result?;
+    if cells.is_empty() {
+        bail!("no cell measured");
+    }
+    let coverage = stats::median_ci(&vec![0.0; plan.windows as usize], 0.95).2;
+    let profile = CostProfile {
+        name: plan.name.clone(),
+        description: format!(
+            "The merge path's CPU per bio, sampled by mergetune calibrate with cpu-clock callchains under fio random 4 KiB O_DIRECT reads on {dev}"
+        ),
+        method: Method::MergePathSampling,
+        unit: Unit::Ns,
+        kernel_release,
+        schedulers: plan.schedulers.clone(),
+        cpu_measure: format!(
+            "cpu-clock samples every {} µs of CPU whose kernel stack holds a merge function, of fio's processes, per bio (completed + merged from the device's stat)",
+            PERIOD_NS / 1000
+        ),
+        command: std::iter::once("mergetune".to_string())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" "),
+        measured_at,
+        duration_s: started.elapsed().as_secs_f64().round(),
+        reps: plan.windows,
+        runtime_ms: plan.window_ms,
+        ci_coverage_percent: (coverage * 1000.0).round() / 10.0,
+        noise_percent: 0.0,
+        loadavg: Vec::new(),
+        loop_direct_io,
+        cells: Vec::new(),
+        toggle: None,
+        device: Some(key),
+        merge_path: cells,
+    };
+    super::profile::write_profile(&profile, plan.output.as_deref())?;
+    Ok(0)
+}
+
+/// What the sampler costs the tasks it interrupts, measured: fio at full rate on a scratch
+/// loop device (mq-deadline, unplugged, pinned to the last CPU), the sampler switched on
+/// and off in alternating blocks of `window_ms` within one fio run (order random within
+/// each pair), at a period 10 times shorter than the daemon's so that the cost is large
+/// enough to resolve. Per pair, fio's CPU per second with the sampler on minus off, over
+/// the samples per second taken on fio's CPU, is the cost of one sample. Printed with its
+/// interval and scaled to the daemon's settings (`[pricing]`) against the saving at this rate.
+pub fn overhead(
+    plan: &Plan,
+    pairs: u32,
+    pricing: &mergetune_logic::merge_cost::PricingConfig,
+) -> Result<i32> {
+    const AMPLIFIED_PERIOD_NS: u64 = 100_000;
+    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let mut sampler = MergePathSampler::open(
+        &plan.sysfs_root,
+        symbols,
+        SamplerParams {
+            period_ns: AMPLIFIED_PERIOD_NS,
+            buffer_pages: BUFFER_PAGES,
+        },
+    )?;
+    let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
+    lp.set_scheduler(Scheduler::MqDeadline)?;
+    let dev = lp.name.clone();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = ncpu - 1;
+    let block_s = plan.window_ms as f64 / 1000.0;
+    let mut child = spawn_fio(
+        &lp.dev,
+        false,
+        1,
+        2.0 * block_s * f64::from(pairs) + 2.0,
+        None,
+        cpu,
+    )?;
+    let result = (|| -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
+        let t0 = Instant::now();
+        let start = device_bios(&mut fs, &dev)?;
+        while device_bios(&mut fs, &dev)? == start {
+            if t0.elapsed() > Duration::from_secs(10) {
+                bail!("fio did no I/O on {dev} in 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
+            .into_iter()
+            .collect();
+        let mut per_sample = Vec::new();
+        let mut merge_ns = Vec::new();
+        let (mut bios_sum, mut secs_sum) = (0u64, 0f64);
+        let mut order = vec![false; pairs as usize];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = (i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(17)
+                & 1
+                == 1;
+        }
+        for on_first in order {
+            let mut cpu_per_s = [0f64; 2];
+            let mut samples_per_s = 0f64;
+            for on in [on_first, !on_first] {
+                if on {
+                    sampler.enable();
+                    let _ = sampler.drain(None);
+                }
+                let (b0, c0, t) = (
+                    device_bios(&mut fs, &dev)?,
+                    family_cpu(&plan.procfs_root, &pids),
+                    Instant::now(),
+                );
+                std::thread::sleep(Duration::from_millis(plan.window_ms));
+                let (b1, c1, secs) = (
+                    device_bios(&mut fs, &dev)?,
+                    family_cpu(&plan.procfs_root, &pids),
+                    t.elapsed().as_secs_f64(),
+                );
+                cpu_per_s[usize::from(on)] = c1.saturating_sub(c0) as f64 / secs;
+                if on {
+                    sampler.disable();
+                    let s = sampler.drain(Some(&pids));
+                    samples_per_s = s.total as f64 / secs;
+                    let bios = b1.saturating_sub(b0).max(1);
+                    merge_ns.push(
+                        s.merge_path.iter().sum::<u64>() as f64 * AMPLIFIED_PERIOD_NS as f64
+                            / bios as f64,
+                    );
+                    bios_sum += bios;
+                    secs_sum += secs;
+                }
+            }
+            if samples_per_s > 0.0 {
+                per_sample.push((cpu_per_s[1] - cpu_per_s[0]) / samples_per_s);
+            }
+        }
+        Ok((
+            per_sample,
+            merge_ns,
+            bios_sum as f64 / secs_sum.max(1e-9),
+            secs_sum,
+        ))
+    })();
+    sampler.disable();
+    stop_fio(&plan.procfs_root, &mut child);
+    drop(lp);
+    let (per_sample, merge_ns, bios_per_s, _) = result?;
+    let e = stats::estimate(&per_sample);
+    let m = stats::estimate(&merge_ns);
+    // The daemon's sampler: one sample per period_us of CPU on each busy CPU, on for
+    // sample_ms of every every_ms; here fio's CPU alone is counted (its CPU is where the
+    // merge path runs), the other CPU's share is the same per sample.
+    let duty = pricing.sample_ms as f64 / pricing.every_ms as f64;
+    let daemon_samples_per_s = 1e9 / (pricing.period_us as f64 * 1000.0);
+    let cost = |ns_per_sample: f64| ns_per_sample * daemon_samples_per_s * ncpu as f64 * duty / 1e6;
+    let saving = |ns_per_bio: f64| ns_per_bio * bios_per_s / 1e6;
+    println!(
+        "sampler overhead: {} pairs of {} ms blocks, sampling every {} µs when on, fio at {:.0} bios/s on mq-deadline",
+        per_sample.len(),
+        plan.window_ms,
+        AMPLIFIED_PERIOD_NS / 1000,
+        bios_per_s
+    );
+    println!(
+        "  cost of one sample: {:.0} ns [{:.0}, {:.0}] of fio's CPU ({:.1}% interval)",
+        e.median,
+        e.low,
+        e.high,
+        e.coverage * 100.0
+    );
+    println!(
+        "  merge path: {:.0} ns/bio [{:.0}, {:.0}], saving at this rate {:.2} ms/s [{:.2}, {:.2}] ({:.1}% intervals)",
+        m.median,
+        m.low,
+        m.high,
+        saving(m.median),
+        saving(m.low),
+        saving(m.high),
+        m.coverage * 100.0
+    );
+    println!(
+        "  the daemon's sampler ({} µs period, {} ms every {} ms, {} CPUs busy): {:.3} ms/s [{:.3}, {:.3}], {:.1}% [{:.1}, {:.1}] of the saving it protects ({:.1}% intervals)",
+        pricing.period_us,
+        pricing.sample_ms,
+        pricing.every_ms,
+        ncpu,
+        cost(e.median),
+        cost(e.low),
+        cost(e.high),
+        cost(e.median) / saving(m.median) * 100.0,
+        cost(e.low) / saving(m.median) * 100.0,
+        cost(e.high) / saving(m.median) * 100.0,
+        e.coverage * 100.0
+    );
+    Ok(0)
+}
+
+fn scratch_dio(fs: &mut RealFs, dev: &str) -> bool {
+    fs.read_attr(dev, "loop/dio").is_ok_and(|v| v.trim() == "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            schedulers: vec![Scheduler::MqDeadline],
+            device: None,
+            windows: 10,
+            window_ms: 500,
+            submitters: 2,
+            rate_iops: None,
+            max_seconds: 300,
+            state_dir: "/tmp".into(),
+            tmpfs_dir: "/dev/shm".into(),
+            size_mib: 512,
+            name: "x".into(),
+            output: None,
+            sysfs_root: "/sys".into(),
+            procfs_root: "/proc".into(),
+        }
+    }
+
+    #[test]
+    fn every_argument_is_checked_before_any_io() {
+        assert!(plan().check().is_ok());
+        type Mutation = Box<dyn Fn(&mut Plan)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|p| p.name = String::new()), "--name"),
+            (Box::new(|p| p.name = "a\u{1b}b".into()), "--name"),
+            (Box::new(|p| p.windows = 1), "--windows"),
+            (Box::new(|p| p.window_ms = 0), "--runtime-ms"),
+            (Box::new(|p| p.submitters = 1), "--submitters"),
+            (Box::new(|p| p.rate_iops = Some(0)), "--rate-iops"),
+            (Box::new(|p| p.max_seconds = 0), "--max-seconds"),
+            (Box::new(|p| p.size_mib = 0), "--size-mib"),
+            (Box::new(|p| p.size_mib = u64::MAX), "--size-mib"),
+            (
+                Box::new(|p| p.output = Some("/nonexistent/x".into())),
+                "--output",
+            ),
+        ];
+        for (f, flag) in cases {
+            let mut p = plan();
+            f(&mut p);
+            let e = p.check().expect_err(flag).to_string();
+            assert!(e.starts_with(flag), "{e}");
+        }
+    }
+}

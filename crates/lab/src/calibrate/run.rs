@@ -1,0 +1,394 @@
+//! `mergetune calibrate` on the command line: its arguments, the tools it needs, and the
+//! run: the interleaved measurement loop over schedulers, levels and workloads, the toggle
+//! runs, then the profile.
+
+use super::cpu::loadavg_1m;
+use super::fio::{measure_run, toggle_run};
+use super::profile::{
+    Measured, Samples, build_profile, summarize_toggle, utc_now_rfc3339, write_profile,
+};
+use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
+use super::stats;
+use anyhow::{Context, Result, bail};
+use mergetune_logic::cost_profile::{Level, Scheduler, Workload};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CalibrateArgs {
+    /// A short run for tests: 2 repetitions of 300 ms windows, 2 short toggle pairs.
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the profile here (TOML) [default: print it].
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Repetitions of every cell [default: 10; --quick: 2].
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Measured window of each run, ms [default: 1000; --quick: 300].
+    #[arg(long)]
+    pub runtime_ms: Option<u64>,
+    /// Schedulers to measure (comma-separated) [default: none,mq-deadline,bfq,kyber; with
+    /// --device: the device's own].
+    #[arg(long, value_delimiter = ',')]
+    pub schedulers: Vec<String>,
+    /// The old end-to-end mode: CPU per I/O of fio and the kworkers at each level,
+    /// levels interleaved (about 25 minutes), instead of the merge path sampled.
+    #[arg(long)]
+    pub end_to_end: bool,
+    /// Measure the merge path on this device (a /sys/block name, e.g. nvme0n1) instead of
+    /// a scratch loop device: random O_DIRECT reads only (fio --readonly), bounded by
+    /// --rate-iops and --max-seconds, at the device's own scheduler; its nomerges and
+    /// front_merges are recorded in --state-dir first and put back at the end, or by a
+    /// guard process if calibrate is killed.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Sampled windows per cell [default: 10; --quick: 4].
+    #[arg(long)]
+    pub windows: Option<u32>,
+    /// N of "1 and N submitters" (fio jobs at once).
+    #[arg(long, default_value_t = 2)]
+    pub submitters: u32,
+    /// Cap on fio's rate, I/Os per second [default: none on a scratch device, 20000 with
+    /// --device].
+    #[arg(long)]
+    pub rate_iops: Option<u64>,
+    /// Stop starting cells after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub max_seconds: u64,
+    /// Where the device's original tunables are recorded while calibrate runs.
+    #[arg(long, default_value = "/run/mergetune-calibrate")]
+    pub state_dir: PathBuf,
+    /// Measure what the live pricing's sampler costs (pairs of --runtime-ms blocks with
+    /// the sampler on and off in one fio run) against the saving it protects, and print it.
+    #[arg(long, value_name = "PAIRS")]
+    pub sampler_overhead: Option<u32>,
+    /// Internal: the guard process that restores --state-dir when calibrate ends.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub guard: Option<PathBuf>,
+    /// For tests: the root of sysfs.
+    #[arg(long, hide = true, default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// The CPU fio is pinned to [default: the last one].
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// A tmpfs directory for the scratch loop device's backing file.
+    #[arg(long, default_value = "/dev/shm")]
+    pub tmpfs_dir: PathBuf,
+    /// Size of the backing file, MiB.
+    #[arg(long, default_value_t = 512)]
+    pub size_mib: u64,
+    /// Seed of the interleaving order.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Skip the toggle-freeze measurement.
+    #[arg(long)]
+    pub no_toggle: bool,
+    /// Toggle measurement: pairs of (toggled, untoggled) runs [default: 5; --quick: 2].
+    #[arg(long)]
+    pub toggle_reps: Option<u32>,
+    /// Toggle measurement: length of each run, s [default: 20; --quick: 2].
+    #[arg(long)]
+    pub toggle_runtime_s: Option<f64>,
+    /// Toggle measurement: one nomerges write every this many ms [default: 1000; --quick: 250].
+    #[arg(long)]
+    pub toggle_interval_ms: Option<u64>,
+    /// Toggle measurement: the scheduler.
+    #[arg(long, default_value = "mq-deadline")]
+    pub toggle_scheduler: String,
+    /// Name written into the profile.
+    #[arg(long, default_value = mergetune_logic::cost_profile::MEASURED_NAME)]
+    pub name: String,
+}
+
+fn check_tools() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("calibrate needs root (it attaches a scratch loop device)");
+    }
+    for (tool, arg) in [
+        ("fio", "--version"),
+        ("taskset", "--version"),
+        ("losetup", "--version"),
+    ] {
+        let ok = Command::new(tool)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            bail!("{tool} not found (apt-get install fio util-linux)");
+        }
+    }
+    Ok(())
+}
+
+fn parse_schedulers(names: &[String]) -> Result<Vec<Scheduler>> {
+    let mut out = Vec::new();
+    for n in names {
+        let s = Scheduler::from_name(n.trim())
+            .with_context(|| format!("--schedulers: unknown scheduler {n:?}"))?;
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    if out.is_empty() {
+        bail!("--schedulers: at least one");
+    }
+    Ok(out)
+}
+
+/// Checks of the end-to-end mode's arguments, before any I/O.
+fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
+    if args.name.trim().is_empty() || args.name.chars().any(char::is_control) {
+        bail!("--name: must be a non-empty name without control characters");
+    }
+    if let Some(t) = args.toggle_runtime_s
+        && !(t.is_finite() && t > 0.0 && t <= 3600.0)
+    {
+        bail!("--toggle-runtime-s: {t} is not in (0, 3600]");
+    }
+    if let Some(c) = args.cpu
+        && c >= ncpu
+    {
+        bail!("--cpu: {c} is not a CPU here (0..{ncpu})");
+    }
+    if !(16..=65_536).contains(&args.size_mib) {
+        bail!("--size-mib: {} is not in 16..=65536", args.size_mib);
+    }
+    if let Some(out) = &args.output {
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if !parent.is_dir() {
+            bail!(
+                "--output {}: directory {} does not exist",
+                out.display(),
+                parent.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `mergetune calibrate`.
+pub fn run(args: CalibrateArgs) -> Result<i32> {
+    if let Some(dir) = &args.guard {
+        return super::merge_path::guard(dir, &args.sysfs_root);
+    }
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if !args.end_to_end {
+        return run_merge_path(&args);
+    }
+    check_end_to_end_args(&args, ncpu)?;
+    check_tools()?;
+    let all = ["none", "mq-deadline", "bfq", "kyber"].map(String::from);
+    let names = if args.schedulers.is_empty() {
+        &all[..]
+    } else {
+        &args.schedulers[..]
+    };
+    let schedulers = parse_schedulers(names)?;
+    let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
+        .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
+    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
+    let window_ms = args
+        .runtime_ms
+        .unwrap_or(if args.quick { 300 } else { 1000 });
+    let toggle_reps = args.toggle_reps.unwrap_or(if args.quick { 2 } else { 5 });
+    let toggle_runtime_s = args
+        .toggle_runtime_s
+        .unwrap_or(if args.quick { 2.0 } else { 20.0 });
+    let toggle_interval_ms = args
+        .toggle_interval_ms
+        .unwrap_or(if args.quick { 250 } else { 1000 });
+    if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
+        bail!("--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50");
+    }
+    let cpu = args.cpu.unwrap_or(ncpu - 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
+    }
+    for name in detach_leftovers(
+        &args.tmpfs_dir,
+        &args.sysfs_root,
+        Path::new(mergetune_kernel::cputime::PROCFS),
+    ) {
+        eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
+    }
+    let started = Instant::now();
+    let measured_at = utc_now_rfc3339();
+    let load_start = loadavg_1m();
+    let lp = ScratchLoop::create(&args.tmpfs_dir, args.size_mib, &args.sysfs_root)?;
+    let json = lp.dir.join("fio.json");
+    eprintln!(
+        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {reps} reps of {window_ms} ms windows",
+        lp.dev.display(),
+        args.size_mib,
+        if lp.direct_io { "on" } else { "off: buffered" }
+    );
+    // The first heavy run on a new loop device can be a cold outlier.
+    measure_run(&lp, Workload::RandomUnbatched, cpu, window_ms, &json)?;
+
+    let mut samples: Samples = Samples::new();
+    for rep in 0..reps {
+        let mut order = schedulers.clone();
+        let n = order.len();
+        order.rotate_left(rep as usize % n);
+        for (si, &s) in order.iter().enumerate() {
+            lp.set_scheduler(s)?;
+            let mut cells: Vec<(Level, Workload)> = s
+                .levels()
+                .iter()
+                .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
+                .collect();
+            stats::shuffle(&mut cells, args.seed ^ ((rep as u64) << 32) ^ si as u64);
+            for (l, w) in cells {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                lp.set_level(s, l)?;
+                // A run starved past its deadline by other tenants is tried again, twice.
+                let mut r = measure_run(&lp, w, cpu, window_ms, &json);
+                for _ in 0..2 {
+                    if let Err(e) = &r {
+                        eprintln!("calibrate: {s} {l} {w}: {e:#}; again");
+                        r = measure_run(&lp, w, cpu, window_ms, &json);
+                    }
+                }
+                let r = r.with_context(|| format!("{s} {l} {w}"))?;
+                samples.entry((s, l, w)).or_default().push(r);
+            }
+            lp.set_level(s, Level::L0)?;
+        }
+        eprintln!(
+            "calibrate: rep {}/{reps} done ({:.0} s)",
+            rep + 1,
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    let toggle = if args.no_toggle {
+        None
+    } else {
+        lp.set_scheduler(toggle_sched)?;
+        lp.set_level(toggle_sched, Level::L0)?;
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for rep in 0..toggle_reps {
+            // ABBA order: neither arm always runs first.
+            let arms = if rep % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for t in arms {
+                if stop.load(Ordering::Relaxed) {
+                    bail!("interrupted");
+                }
+                let r = toggle_run(&lp, cpu, toggle_runtime_s, toggle_interval_ms, t, &json)?;
+                if t { with.push(r) } else { without.push(r) }
+            }
+        }
+        eprintln!(
+            "calibrate: toggle runs done ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
+        Some(summarize_toggle(
+            toggle_sched,
+            toggle_interval_ms,
+            toggle_runtime_s,
+            &with,
+            &without,
+        ))
+    };
+
+    let profile = build_profile(Measured {
+        name: args.name.clone(),
+        loop_direct_io: lp.direct_io,
+        kernel_release: run_cmd("uname", &["-r"]).unwrap_or_default(),
+        schedulers: schedulers.clone(),
+        measured_at,
+        duration_s: started.elapsed().as_secs_f64().round(),
+        reps,
+        window_ms,
+        loadavg: vec![load_start, loadavg_1m()],
+        samples,
+        toggle,
+    });
+    drop(lp);
+    write_profile(&profile, args.output.as_deref())?;
+    Ok(0)
+}
+
+/// The default mode: the merge path sampled (`merge_path`).
+fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
+    use super::merge_path::{Plan, run};
+    let schedulers = if args.schedulers.is_empty() {
+        match &args.device {
+            // the device's own, read by run() (a Plan of one, checked there)
+            Some(d) => {
+                let mut fs = mergetune_kernel::blockfs::RealFs::new(
+                    &args.sysfs_root,
+                    mergetune_kernel::cputime::PROCFS,
+                );
+                let info = mergetune_kernel::devices::read_device(&mut fs, d)
+                    .with_context(|| format!("--device {d}"))?;
+                let own = info.scheduler.unwrap_or_default();
+                vec![Scheduler::from_name(&own).with_context(|| {
+                    format!("--device {d}: scheduler {own:?} is not one calibrate knows")
+                })?]
+            }
+            None => Scheduler::ALL.to_vec(),
+        }
+    } else {
+        parse_schedulers(&args.schedulers)?
+    };
+    let plan = Plan {
+        schedulers,
+        device: args.device.clone(),
+        windows: args.windows.unwrap_or(if args.quick { 4 } else { 10 }),
+        window_ms: args
+            .runtime_ms
+            .unwrap_or(if args.quick { 300 } else { 1000 }),
+        submitters: args.submitters,
+        rate_iops: args.rate_iops.or(args.device.as_ref().map(|_| 20_000)),
+        max_seconds: args.max_seconds,
+        state_dir: args.state_dir.clone(),
+        tmpfs_dir: args.tmpfs_dir.clone(),
+        size_mib: args.size_mib,
+        name: if args.name == mergetune_logic::cost_profile::MEASURED_NAME {
+            format!(
+                "merge-path-{}",
+                run_cmd("uname", &["-r"]).unwrap_or_default()
+            )
+        } else {
+            args.name.clone()
+        },
+        output: args.output.clone(),
+        sysfs_root: args.sysfs_root.clone(),
+        procfs_root: mergetune_kernel::cputime::PROCFS.into(),
+    };
+    plan.check()?;
+    check_tools()?;
+    if let Some(pairs) = args.sampler_overhead {
+        if !(10..=100_000).contains(&pairs) {
+            bail!("--sampler-overhead: {pairs} pairs is not in 10..=100000");
+        }
+        return super::merge_path::overhead(
+            &plan,
+            pairs,
+            &mergetune_logic::merge_cost::PricingConfig::default(),
+        );
+    }
+    run(plan, run_cmd("uname", &["-r"]).unwrap_or_default())
+}

@@ -1,0 +1,222 @@
+//! The scratch loop device calibrate measures on: attached by this process over its own
+//! file on a tmpfs (never an existing device), checked to be ours, detached and removed on
+//! drop; and the clean-up of one a killed calibrate left behind.
+
+use anyhow::{Context, Result, bail};
+use mergetune_logic::cost_profile::{Level, Scheduler};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BACKING_PREFIX: &str = "mergetune-calibrate-";
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// A loop device this process attached over its own tmpfs file; detached and the file
+/// removed on drop.
+pub(super) struct ScratchLoop {
+    /// The sysfs root the device's queue is read and written under (`/sys`).
+    sysfs_root: PathBuf,
+    pub(super) dev: PathBuf,
+    pub(super) name: String,
+    pub(super) dir: PathBuf,
+    pub(super) direct_io: bool,
+}
+
+pub(super) fn run_cmd(cmd: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {cmd}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn is_tmpfs(dir: &Path) -> Result<bool> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs writes into the struct we own; the path is NUL-terminated.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        bail!(
+            "statfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(st.f_type as i64 == TMPFS_MAGIC)
+}
+
+fn pid_alive(procfs_root: &Path, pid: u32) -> bool {
+    procfs_root.join(pid.to_string()).exists()
+}
+
+/// Detaches loop devices left by a calibrate run that was killed (its backing file is
+/// ours by name, and its process is gone); returns their names.
+pub(super) fn detach_leftovers(
+    tmpfs_dir: &Path,
+    sysfs_root: &Path,
+    procfs_root: &Path,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(sysfs_root.join("block")) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let Ok(back) = std::fs::read_to_string(e.path().join("loop/backing_file")) else {
+            continue;
+        };
+        let back = PathBuf::from(back.trim().trim_end_matches(" (deleted)"));
+        let Some(parent) = back.parent() else {
+            continue;
+        };
+        let Some(dname) = parent.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let Some(pid) = dname
+            .strip_prefix(BACKING_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if parent.parent() != Some(tmpfs_dir) || pid_alive(procfs_root, pid) {
+            continue;
+        }
+        let dev = format!("/dev/{name}");
+        if run_cmd("losetup", &["-d", &dev]).is_ok() {
+            let _ = std::fs::remove_dir_all(parent);
+            out.push(name);
+        }
+    }
+    out
+}
+
+impl ScratchLoop {
+    /// Attaches a loop device over a new `size_mib` file under `tmpfs_dir`; its queue is
+    /// then read and written under `sysfs_root`.
+    pub(super) fn create(
+        tmpfs_dir: &Path,
+        size_mib: u64,
+        sysfs_root: &Path,
+    ) -> Result<ScratchLoop> {
+        if !is_tmpfs(tmpfs_dir)? {
+            bail!(
+                "{} is not a tmpfs: the measurement must not wait for a device (--tmpfs-dir)",
+                tmpfs_dir.display()
+            );
+        }
+        let dir = tmpfs_dir.join(format!("{BACKING_PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        let file = dir.join("backing");
+        let f = std::fs::File::create(&file).with_context(|| format!("{}", file.display()))?;
+        // Real pages, not holes: reads of a hole would not copy anything.
+        use std::os::fd::AsRawFd;
+        let len = (size_mib * 1024 * 1024) as libc::off_t;
+        // SAFETY: fallocate on a file descriptor we own.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!("fallocate {}: {e}", file.display());
+        }
+        drop(f);
+        let fstr = file.to_string_lossy().into_owned();
+        let dev = match run_cmd("losetup", &["-f", "--show", "--direct-io=on", &fstr]) {
+            Ok(d) => d,
+            // Direct I/O refused on this tmpfs: a buffered loop, said in the profile.
+            Err(_) => match run_cmd("losetup", &["-f", "--show", &fstr]) {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
+            },
+        };
+        let dev = PathBuf::from(dev);
+        let name = dev
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut lp = ScratchLoop {
+            sysfs_root: sysfs_root.to_path_buf(),
+            dev,
+            name,
+            dir,
+            direct_io: false,
+        };
+        if !lp.name.starts_with("loop") {
+            bail!("losetup printed {}, not a loop device", lp.dev.display());
+        }
+        let back = lp.sys("loop/backing_file")?;
+        if back.trim() != fstr {
+            bail!(
+                "{}: backing file is {back:?}, not ours ({fstr}): refusing to use it",
+                lp.name
+            );
+        }
+        lp.direct_io = lp.sys("loop/dio")?.trim() == "1";
+        Ok(lp)
+    }
+
+    pub(super) fn sys_path(&self, rel: &str) -> PathBuf {
+        self.sysfs_root.join("block").join(&self.name).join(rel)
+    }
+
+    pub(super) fn sys(&self, rel: &str) -> Result<String> {
+        let p = self.sys_path(rel);
+        std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))
+    }
+
+    fn set(&self, rel: &str, value: &str) -> Result<()> {
+        let p = self.sys_path(rel);
+        std::fs::write(&p, value).with_context(|| format!("write {value} to {}", p.display()))
+    }
+
+    pub(super) fn set_scheduler(&self, s: Scheduler) -> Result<()> {
+        self.set("queue/scheduler", s.name())?;
+        let now = self.sys("queue/scheduler")?;
+        if !now.contains(&format!("[{}]", s.name())) {
+            bail!("{}: scheduler {} did not take: {now}", self.name, s.name());
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_level(&self, s: Scheduler, l: Level) -> Result<()> {
+        if s == Scheduler::MqDeadline {
+            self.set("queue/iosched/front_merges", &l.front_merges().to_string())?;
+        }
+        self.set("queue/nomerges", &l.nomerges().to_string())
+    }
+
+    /// Reads completed, reads merged (the jobs only read).
+    pub(super) fn read_counts(&self) -> Result<(u64, u64)> {
+        let s = self.sys("stat")?;
+        let f: Vec<u64> = s
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        if f.len() < 2 {
+            bail!("{}: short stat line {s:?}", self.name);
+        }
+        Ok((f[0], f[1]))
+    }
+}
+
+impl Drop for ScratchLoop {
+    fn drop(&mut self) {
+        let dev = self.dev.to_string_lossy().into_owned();
+        if let Err(e) = run_cmd("losetup", &["-d", &dev]) {
+            eprintln!("mergetune calibrate: cannot detach {dev}: {e:#}");
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

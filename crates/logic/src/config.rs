@@ -1,0 +1,1030 @@
+//! Configuration: TOML, every key with a named default, unknown keys rejected, and a pure
+//! [`Config::validate`] that names the offending key. Loading is the only I/O here and
+//! lives in [`load_file`] (through the bounded reader of `kernel::userfile`); everything
+//! else works on strings so tests need no files. A load reports every problem at once, each
+//! at `FILE:LINE:COLUMN`, and never quotes the file (it may not be a config at all).
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/mergetune/mergetune.toml";
+
+/// A configuration error; every variant names the file or the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read (missing, not a regular file, too large); the error
+    /// names the path.
+    #[error("{error}")]
+    File {
+        path: PathBuf,
+        error: mergetune_kernel::userfile::UserFileError,
+    },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: key `{key}`: {reason}")]
+    Invalid {
+        origin: String,
+        key: String,
+        reason: String,
+    },
+    /// Several keys are wrong: every one is listed.
+    #[error("{origin}: {} errors:\n{}", errors.len(), errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Many {
+        origin: String,
+        errors: Vec<ConfigError>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub daemon: DaemonConfig,
+    pub devices: DevicesConfig,
+    pub policy: PolicyConfig,
+    pub slices: SlicesConfig,
+    pub metrics: MetricsConfig,
+    /// The bio tap that keeps L3 from being blind (crates/logic/src/sense.rs).
+    pub sense: crate::sense::SenseConfig,
+    /// The live measurement of what merging costs (crates/logic/src/merge_cost.rs).
+    pub pricing: crate::merge_cost::PricingConfig,
+}
+
+/// Off by default: the VM lab measured no benefit of the slice tuner beyond its noise
+/// (docs/testing.md, "Slice tuner"), so mergetune changes only nomerges and front_merges unless an
+/// operator turns slices on.
+pub const DEFAULT_SLICES_ENABLED: bool = false;
+
+/// Scheduler slice tuning (`logic::slices`): favour reads when they starve behind writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlicesConfig {
+    /// false (the default, [`DEFAULT_SLICES_ENABLED`]): never touch scheduler tunables.
+    pub enabled: bool,
+    /// Reads count as starving when their mean time per request is at least this many
+    /// times the writes'...
+    pub starve_ratio: f64,
+    /// ...and at least this many ms: below it nobody waits noticeably, and the counters'
+    /// millisecond resolution turns ratios of fast requests into noise.
+    pub min_read_ms_per_request: f64,
+    /// Consecutive windows of evidence before a step (and before undoing one).
+    pub windows: u32,
+    /// A window is "mixed" when both directions completed at least this many requests.
+    pub min_requests: u64,
+    /// mq-deadline: the highest writes_starved mergetune sets.
+    pub writes_starved_max: u64,
+    /// mq-deadline: the lowest read_expire mergetune sets, in ms.
+    pub read_expire_min_ms: u64,
+    /// bfq: the highest timeout_sync mergetune sets, in ms.
+    pub timeout_sync_max_ms: u64,
+    /// Cap on slice changes per device in any rolling hour.
+    pub max_changes_per_hour: u32,
+}
+
+impl Default for SlicesConfig {
+    fn default() -> Self {
+        SlicesConfig {
+            enabled: DEFAULT_SLICES_ENABLED,
+            starve_ratio: 1.5,
+            min_read_ms_per_request: 10.0,
+            windows: 3,
+            min_requests: 20,
+            writes_starved_max: 8,
+            read_expire_min_ms: 100,
+            timeout_sync_max_ms: 500,
+            max_changes_per_hour: 12,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Time between two samples of the counters, in milliseconds.
+    pub interval_ms: u64,
+    /// Where the state file with the original tunables lives.
+    pub state_dir: PathBuf,
+    /// How often the device list is rescanned for hot-plugged devices, in ticks.
+    pub rescan_every_ticks: u32,
+}
+
+pub const DEFAULT_INTERVAL_MS: u64 = 1000;
+pub const DEFAULT_STATE_DIR: &str = "/run/mergetune";
+pub const DEFAULT_RESCAN_EVERY_TICKS: u32 = 30;
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            interval_ms: DEFAULT_INTERVAL_MS,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            rescan_every_ticks: DEFAULT_RESCAN_EVERY_TICKS,
+        }
+    }
+}
+
+use crate::devices::DevicesConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// False: observe and log, never write (takes effect at once, also on SIGHUP).
+    pub enabled: bool,
+    /// Ticks aggregated into one decision window.
+    pub window_ticks: u32,
+    /// A window with fewer bios (completed + merged, both directions) decides nothing.
+    pub min_window_bios: u64,
+    /// Merge ratio (merged / bios) below which a window counts as "low", in percent.
+    pub disable_below_percent: f64,
+    /// Merge ratio at or above which merging is (re-)enabled, in percent. Must exceed
+    /// `disable_below_percent`: the gap is the hysteresis band.
+    pub enable_above_percent: f64,
+    /// Consecutive low windows before one safe step down the merge ladder (L0 -> L1 no
+    /// front merges, L1 -> L2 simple merges only): plug and one-hit merges stay, so
+    /// sequential work keeps merging and stays visible.
+    pub step_down_after_windows: u32,
+    /// Consecutive low windows at L2 before the last step, to L3 (no merges at all).
+    pub disable_after_windows: u32,
+    /// The deepest nomerges value the ladder may reach: 1 (stop at L2, simple merges only)
+    /// or 2 (L3, no merges at all).
+    pub disabled_nomerges: u8,
+    /// Minimum time at L2 before the step to L3, in seconds (and before leaving a level
+    /// reached by a probe). Never delays a step up.
+    pub min_dwell_secs: u64,
+    /// Time merging stays off before the first probe, in seconds.
+    pub probe_initial_backoff_secs: u64,
+    /// Upper bound of the probe backoff after repeated failed probes, in seconds.
+    pub probe_max_backoff_secs: u64,
+    /// Windows measured with merging back on during a probe.
+    pub probe_windows: u32,
+    /// While a device is at L3 its counters are read this often, in ms (the daemon ticks
+    /// this fast while any device is at L3): merges are invisible there, so a workload
+    /// change (rate, read share, bio size) is the only sign of merges being missed, and it
+    /// is seen after one such tick (a window closes once it holds `min_window_bios` bios).
+    /// 0, or a value not under `interval_ms`: every `interval_ms`, like any other level.
+    pub l3_watch_interval_ms: u64,
+    /// While merging pays at L0/L1, try L2 (plug and one-hit merges only, cheaper) for
+    /// `probe_windows` windows; stay there when it completes at most this many percent more
+    /// requests per bio than L0 did (i.e. it kept the merges). 0 disables the trial.
+    pub trial_max_extra_requests_percent: f64,
+    /// Cap on tunable changes per device in any rolling hour. When reached, merging is
+    /// left on (changes that turn merging on are never refused).
+    pub max_changes_per_hour: u32,
+    /// What not merging saves: `live` (the default: measured on this host by sampling the
+    /// merge path, `[pricing]`), a built-in cost profile (`measured-6.18`, measured on this
+    /// project's machine; `lkml-2008`, the 2008 thread's figures) or the path of one
+    /// `mergetune calibrate` wrote. A profile applies only to devices it matches (kernel
+    /// series, and its device key if it has one); the others are "unknown".
+    pub cost_profile: String,
+}
+
+pub const DEFAULT_WINDOW_TICKS: u32 = 2;
+pub const DEFAULT_MIN_WINDOW_BIOS: u64 = 1000;
+pub const DEFAULT_DISABLE_BELOW_PERCENT: f64 = 1.0;
+pub const DEFAULT_ENABLE_ABOVE_PERCENT: f64 = 5.0;
+pub const DEFAULT_STEP_DOWN_AFTER_WINDOWS: u32 = 3;
+pub const DEFAULT_DISABLE_AFTER_WINDOWS: u32 = 2;
+pub const DEFAULT_DISABLED_NOMERGES: u8 = 2;
+pub const DEFAULT_MIN_DWELL_SECS: u64 = 10;
+pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 1800;
+pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 3600;
+pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
+pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
+pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
+pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
+/// The longest dwell or probe backoff, in seconds: a year. The policy works in ms on a u64
+/// clock; far larger values overflow it.
+pub const MAX_POLICY_SECS: u64 = 365 * 24 * 3600;
+/// The most probe windows: the policy gives up a probe after four times as many idle ones.
+pub const MAX_PROBE_WINDOWS: u32 = 1000;
+pub const DEFAULT_COST_PROFILE: &str = crate::cost_profile::LIVE;
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            enabled: true,
+            window_ticks: DEFAULT_WINDOW_TICKS,
+            min_window_bios: DEFAULT_MIN_WINDOW_BIOS,
+            disable_below_percent: DEFAULT_DISABLE_BELOW_PERCENT,
+            enable_above_percent: DEFAULT_ENABLE_ABOVE_PERCENT,
+            step_down_after_windows: DEFAULT_STEP_DOWN_AFTER_WINDOWS,
+            disable_after_windows: DEFAULT_DISABLE_AFTER_WINDOWS,
+            disabled_nomerges: DEFAULT_DISABLED_NOMERGES,
+            min_dwell_secs: DEFAULT_MIN_DWELL_SECS,
+            probe_initial_backoff_secs: DEFAULT_PROBE_INITIAL_BACKOFF_SECS,
+            probe_max_backoff_secs: DEFAULT_PROBE_MAX_BACKOFF_SECS,
+            probe_windows: DEFAULT_PROBE_WINDOWS,
+            l3_watch_interval_ms: DEFAULT_L3_WATCH_INTERVAL_MS,
+            trial_max_extra_requests_percent: DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT,
+            max_changes_per_hour: DEFAULT_MAX_CHANGES_PER_HOUR,
+            cost_profile: DEFAULT_COST_PROFILE.to_string(),
+        }
+    }
+}
+
+fn invalid(origin: &str, key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_string(),
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Checks every value and every relation between values. Pure.
+    /// `origin` names where the config came from, for the message.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let mut errs: Vec<ConfigError> = Vec::new();
+        let d = &self.daemon;
+        if !(10..=3_600_000).contains(&d.interval_ms) {
+            errs.push(invalid(
+                origin,
+                "daemon.interval_ms",
+                format!("{} is outside 10..=3600000", d.interval_ms),
+            ));
+        }
+        if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
+            // No system call takes a path with a NUL: the daemon could not start.
+            errs.push(invalid(
+                origin,
+                "daemon.state_dir",
+                "contains a NUL byte, which no path can hold",
+            ));
+        } else if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
+            errs.push(invalid(
+                origin,
+                "daemon.state_dir",
+                format!("{:?} must be an absolute path", d.state_dir),
+            ));
+        }
+        if d.rescan_every_ticks == 0 {
+            errs.push(invalid(
+                origin,
+                "daemon.rescan_every_ticks",
+                "must be at least 1",
+            ));
+        }
+        for (key, list) in [
+            ("devices.include", &self.devices.include),
+            ("devices.exclude", &self.devices.exclude),
+        ] {
+            for (i, pat) in list.iter().enumerate() {
+                if pat.is_empty() || pat.contains('/') {
+                    errs.push(invalid(
+                        origin,
+                        &format!("{key}[{i}]"),
+                        format!("{pat:?} is not a device-name glob"),
+                    ));
+                }
+                if let Err(e) = glob::Pattern::new(pat) {
+                    errs.push(invalid(
+                        origin,
+                        &format!("{key}[{i}]"),
+                        format!("{pat:?} is not a valid glob: {e}"),
+                    ));
+                }
+            }
+        }
+        let p = &self.policy;
+        if p.min_window_bios == 0 {
+            // A window with no bio would count as evidence: an idle device steps down.
+            errs.push(invalid(
+                origin,
+                "policy.min_window_bios",
+                "must be at least 1 (0 lets an idle device step down on no evidence)",
+            ));
+        }
+        for (key, v) in [
+            ("policy.min_dwell_secs", p.min_dwell_secs),
+            (
+                "policy.probe_initial_backoff_secs",
+                p.probe_initial_backoff_secs,
+            ),
+            ("policy.probe_max_backoff_secs", p.probe_max_backoff_secs),
+        ] {
+            // Turned into ms and added to the clock: a larger value overflows.
+            if v > MAX_POLICY_SECS {
+                errs.push(invalid(
+                    origin,
+                    key,
+                    format!("{v} is more than {MAX_POLICY_SECS} s (a year)"),
+                ));
+            }
+        }
+        if p.probe_windows > MAX_PROBE_WINDOWS {
+            errs.push(invalid(
+                origin,
+                "policy.probe_windows",
+                format!("{} is more than {MAX_PROBE_WINDOWS}", p.probe_windows),
+            ));
+        }
+        if p.window_ticks == 0 {
+            errs.push(invalid(origin, "policy.window_ticks", "must be at least 1"));
+        }
+        for (key, v) in [
+            ("policy.disable_below_percent", p.disable_below_percent),
+            ("policy.enable_above_percent", p.enable_above_percent),
+        ] {
+            if !v.is_finite() || !(0.0..=100.0).contains(&v) {
+                errs.push(invalid(origin, key, format!("{v} is outside 0..=100")));
+            }
+        }
+        if p.disable_below_percent >= p.enable_above_percent {
+            errs.push(invalid(
+                origin,
+                "policy.enable_above_percent",
+                format!(
+                    "{} must be greater than policy.disable_below_percent ({}): the thresholds overlap and leave no hysteresis band",
+                    p.enable_above_percent, p.disable_below_percent
+                ),
+            ));
+        }
+        if p.step_down_after_windows == 0 {
+            errs.push(invalid(
+                origin,
+                "policy.step_down_after_windows",
+                "must be at least 1",
+            ));
+        }
+        if p.disable_after_windows == 0 {
+            errs.push(invalid(
+                origin,
+                "policy.disable_after_windows",
+                "must be at least 1",
+            ));
+        }
+        if !(1..=2).contains(&p.disabled_nomerges) {
+            errs.push(invalid(
+                origin,
+                "policy.disabled_nomerges",
+                format!("{} must be 1 or 2", p.disabled_nomerges),
+            ));
+        }
+        if p.probe_initial_backoff_secs == 0 {
+            errs.push(invalid(
+                origin,
+                "policy.probe_initial_backoff_secs",
+                "must be at least 1",
+            ));
+        }
+        if p.probe_max_backoff_secs < p.probe_initial_backoff_secs {
+            errs.push(invalid(
+                origin,
+                "policy.probe_max_backoff_secs",
+                format!(
+                    "{} is less than policy.probe_initial_backoff_secs ({})",
+                    p.probe_max_backoff_secs, p.probe_initial_backoff_secs
+                ),
+            ));
+        }
+        let t = p.trial_max_extra_requests_percent;
+        if !t.is_finite() || !(0.0..=100.0).contains(&t) {
+            errs.push(invalid(
+                origin,
+                "policy.trial_max_extra_requests_percent",
+                format!("{t} is outside 0..=100"),
+            ));
+        }
+        if p.probe_windows == 0 {
+            errs.push(invalid(
+                origin,
+                "policy.probe_windows",
+                "must be at least 1",
+            ));
+        }
+        let watch = p.l3_watch_interval_ms;
+        if watch != 0 && !(10..=3_600_000).contains(&watch) {
+            errs.push(invalid(
+                origin,
+                "policy.l3_watch_interval_ms",
+                format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
+            ));
+        }
+        let cp = p.cost_profile.trim();
+        if cp.contains('\0') {
+            errs.push(invalid(
+                origin,
+                "policy.cost_profile",
+                "contains a NUL byte, which no path can hold",
+            ));
+        } else if cp.is_empty()
+            || (cp != crate::cost_profile::LIVE
+                && !crate::cost_profile::BUILTIN_NAMES.contains(&cp)
+                && !crate::cost_profile::is_path(cp))
+        {
+            errs.push(invalid(
+                origin,
+                "policy.cost_profile",
+                format!(
+                    "{:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
+                    p.cost_profile,
+                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                ),
+            ));
+        }
+        if let Err(e) = self.metrics.validate(origin) {
+            errs.push(e);
+        }
+        for (key, reason) in self.pricing.problems() {
+            errs.push(invalid(origin, key, reason));
+        }
+        for (key, reason) in self.sense.problems() {
+            errs.push(invalid(origin, &format!("sense.{key}"), reason));
+        }
+        let sl = &self.slices;
+        if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
+            errs.push(invalid(
+                origin,
+                "slices.starve_ratio",
+                format!("{} must be a number above 1", sl.starve_ratio),
+            ));
+        }
+        let m = sl.min_read_ms_per_request;
+        if !m.is_finite() || !(0.0..=10_000.0).contains(&m) {
+            errs.push(invalid(
+                origin,
+                "slices.min_read_ms_per_request",
+                format!("{m} is outside 0..=10000"),
+            ));
+        }
+        if sl.windows == 0 {
+            errs.push(invalid(origin, "slices.windows", "must be at least 1"));
+        }
+        if !(2..=64).contains(&sl.writes_starved_max) {
+            errs.push(invalid(
+                origin,
+                "slices.writes_starved_max",
+                format!("{} is outside 2..=64", sl.writes_starved_max),
+            ));
+        }
+        if !(10..=500).contains(&sl.read_expire_min_ms) {
+            errs.push(invalid(
+                origin,
+                "slices.read_expire_min_ms",
+                format!("{} is outside 10..=500", sl.read_expire_min_ms),
+            ));
+        }
+        if !(125..=5000).contains(&sl.timeout_sync_max_ms) {
+            errs.push(invalid(
+                origin,
+                "slices.timeout_sync_max_ms",
+                format!("{} is outside 125..=5000", sl.timeout_sync_max_ms),
+            ));
+        }
+        if p.max_changes_per_hour < 2 {
+            errs.push(invalid(
+                origin,
+                "policy.max_changes_per_hour",
+                format!(
+                    "{} leaves no room to turn merging off and back on (at least 2)",
+                    p.max_changes_per_hour
+                ),
+            ));
+        }
+        if self.slices.min_requests == 0 {
+            errs.push(invalid(origin, "slices.min_requests", "must be at least 1"));
+        }
+        if !(1..=3600).contains(&self.slices.max_changes_per_hour) {
+            errs.push(invalid(
+                origin,
+                "slices.max_changes_per_hour",
+                format!("{} is outside 1..=3600", self.slices.max_changes_per_hour),
+            ));
+        }
+        match errs.len() {
+            0 => Ok(()),
+            1 => Err(errs.remove(0)),
+            _ => Err(ConfigError::Many {
+                origin: origin.to_string(),
+                errors: errs,
+            }),
+        }
+    }
+
+    /// Things that are valid but an operator should know, each naming its key.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.daemon.state_dir != Path::new(DEFAULT_STATE_DIR) {
+            w.push(format!(
+                "key `daemon.state_dir`: {} is not {DEFAULT_STATE_DIR}, the only directory the shipped systemd unit lets the service write (RuntimeDirectory=, ProtectSystem=strict): add a drop-in with ReadWritePaths={} or mergetune cannot record originals and so writes nothing; `mergetune restore --config` (the unit's ExecStopPost) reads the same key",
+                self.daemon.state_dir.display(),
+                self.daemon.state_dir.display()
+            ));
+        }
+        w
+    }
+
+    /// The tick interval while a device is at L3, in ms: the watch interval, never longer
+    /// than `interval_ms`.
+    pub fn l3_tick_ms(&self) -> u64 {
+        match self.policy.l3_watch_interval_ms {
+            0 => self.daemon.interval_ms,
+            w => w.min(self.daemon.interval_ms),
+        }
+    }
+
+    /// The length of a decision window, in ms.
+    pub fn window_ms(&self) -> u64 {
+        self.daemon.interval_ms * u64::from(self.policy.window_ticks)
+    }
+
+    /// One line describing the effective configuration.
+    /// Which tuners this config turns on and what each may write: the startup log's word
+    /// on what mergetune will change (the merge ladder always unless the policy is off;
+    /// the slice tuner only when `[slices] enabled`).
+    pub fn tuners(&self) -> String {
+        let ladder = if self.policy.enabled {
+            "merge ladder on (queue/nomerges, mq-deadline iosched/front_merges)"
+        } else {
+            "merge ladder observing only ([policy] enabled = false: writes nothing)"
+        };
+        let slices = if !self.slices.enabled {
+            "slice tuner off ([slices] enabled = false: scheduler tunables are not touched)"
+        } else if self.policy.enabled {
+            "slice tuner on (mq-deadline iosched/writes_starved and read_expire, bfq iosched/timeout_sync, when reads starve behind writes)"
+        } else {
+            "slice tuner off ([policy] enabled = false)"
+        };
+        format!("tuners: {ladder}; {slices}")
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "interval {} ms (at L3 {} ms), window {} ticks, low below {}% (step after {}, off after {} windows), on at {}%, deepest nomerges {}, probe after {}..{} s, cap {}/h, include {:?}, exclude {:?}, policy {}",
+            self.daemon.interval_ms,
+            self.l3_tick_ms(),
+            self.policy.window_ticks,
+            self.policy.disable_below_percent,
+            self.policy.step_down_after_windows,
+            self.policy.disable_after_windows,
+            self.policy.enable_above_percent,
+            self.policy.disabled_nomerges,
+            self.policy.probe_initial_backoff_secs,
+            self.policy.probe_max_backoff_secs,
+            self.policy.max_changes_per_hour,
+            self.devices.include,
+            self.devices.exclude,
+            if self.policy.enabled {
+                "enabled"
+            } else {
+                "disabled (observe only)"
+            },
+        )
+    }
+}
+
+/// The largest config file read: a config is a few KiB; more is not one (and `/dev/zero`
+/// named as a config must not be read until memory runs out).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Parses and validates a config from TOML text. `origin` names it in errors.
+pub fn load_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    let checked = check_str(text, origin);
+    finish(checked.config, checked.errors, origin)
+}
+
+/// The config, or every error in the order of the file (those without a position last).
+fn finish(
+    cfg: Option<Config>,
+    mut errs: Vec<(usize, ConfigError)>,
+    origin: &str,
+) -> Result<Config, ConfigError> {
+    errs.sort_by_key(|(at, _)| *at);
+    let mut errs: Vec<ConfigError> = errs.into_iter().map(|(_, e)| e).collect();
+    match (cfg, errs.len()) {
+        (Some(c), 0) => Ok(c),
+        (_, 1) => Err(errs.remove(0)),
+        (_, 0) => Err(ConfigError::Parse {
+            origin: origin.to_string(),
+            message: "not a config".into(),
+        }),
+        _ => Err(ConfigError::Many {
+            origin: origin.to_string(),
+            errors: errs,
+        }),
+    }
+}
+
+/// What [`check_str`] found: the config (the file with every unknown or mistyped key left
+/// at its default; None after a syntax error), every problem, and where each key's value
+/// sits in the text.
+struct Checked {
+    config: Option<Config>,
+    /// Each with the byte offset it is about (`usize::MAX`: no place in the file).
+    errors: Vec<(usize, ConfigError)>,
+    /// `section.key` (and `section.key[i]` for array elements) -> byte offset of the value.
+    positions: std::collections::BTreeMap<String, usize>,
+}
+
+/// `origin:line:column` of byte `offset` of `text`.
+fn at(origin: &str, text: &str, offset: usize) -> String {
+    let (line, col) = crate::printable::line_col(text, offset);
+    format!("{origin}:{line}:{col}")
+}
+
+/// Every problem of a config text, each with `origin:line:column`: all syntax errors (then
+/// nothing more can be said), every unknown key (serde's `deny_unknown_fields` stops at the
+/// first, so the document is walked against the schema, which is the default config's own
+/// keys), every value of the wrong type (each key deserialised alone), and what
+/// [`Config::validate`] finds in the rest. Messages never quote the file's text.
+fn check_str(text: &str, origin: &str) -> Checked {
+    use crate::printable::without_quotes;
+    use toml::de::{DeTable, DeValue};
+    let mut out = Checked {
+        config: None,
+        errors: Vec::new(),
+        positions: Default::default(),
+    };
+    let (doc, syntax) = DeTable::parse_recoverable(text);
+    if !syntax.is_empty() {
+        for e in syntax {
+            let o = e.span().map_or(0, |s| s.start);
+            out.errors.push((
+                o,
+                ConfigError::Parse {
+                    origin: at(origin, text, o),
+                    message: without_quotes(e.message()),
+                },
+            ));
+        }
+        return out;
+    }
+    let mut plain: toml::Table = match toml::from_str(text) {
+        Ok(t) => t,
+        Err(e) => {
+            let o = e.span().map_or(0, |s| s.start);
+            out.errors.push((
+                o,
+                ConfigError::Parse {
+                    origin: at(origin, text, o),
+                    message: without_quotes(e.message()),
+                },
+            ));
+            return out;
+        }
+    };
+    // Every field is plain data with a default: the schema serialises.
+    let schema = toml::Table::try_from(Config::default()).expect("the default config serialises");
+    let sections: Vec<&str> = schema.keys().map(String::as_str).collect();
+    for (k, v) in doc.get_ref().iter() {
+        let section = k.get_ref().as_ref();
+        let Some(toml::Value::Table(known)) = schema.get(section) else {
+            out.errors.push((
+                k.span().start,
+                ConfigError::Parse {
+                    origin: at(origin, text, k.span().start),
+                    message: format!(
+                        "unknown key `{}`: not a section of the config ({})",
+                        crate::printable::printable(section),
+                        sections.join(", ")
+                    ),
+                },
+            ));
+            plain.remove(section);
+            continue;
+        };
+        let DeValue::Table(t) = v.get_ref() else {
+            out.errors.push((
+                v.span().start,
+                invalid(
+                    &at(origin, text, v.span().start),
+                    section,
+                    format!("must be a table ([{section}])"),
+                ),
+            ));
+            plain.remove(section);
+            continue;
+        };
+        for (k2, v2) in t.iter() {
+            let name = k2.get_ref().as_ref();
+            let full = format!("{section}.{name}");
+            let drop = if !known.contains_key(name) {
+                out.errors.push((
+                    k2.span().start,
+                    ConfigError::Parse {
+                        origin: at(origin, text, k2.span().start),
+                        message: format!(
+                            "unknown key `{section}.{}` (the keys of [{section}]: {})",
+                            crate::printable::printable(name),
+                            known
+                                .keys()
+                                .map(String::as_str)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    },
+                ));
+                true
+            } else {
+                out.positions.insert(full.clone(), v2.span().start);
+                if let DeValue::Array(a) = v2.get_ref() {
+                    for (i, e) in a.iter().enumerate() {
+                        out.positions.insert(format!("{full}[{i}]"), e.span().start);
+                    }
+                }
+                // The key alone, so that one wrong type does not hide the next.
+                let value = plain
+                    .get(section)
+                    .and_then(|s| s.get(name))
+                    .cloned()
+                    .unwrap_or(toml::Value::Boolean(false));
+                let mut one = toml::Table::new();
+                one.insert(
+                    section.to_string(),
+                    toml::Value::Table(toml::Table::from_iter([(name.to_string(), value)])),
+                );
+                match one.try_into::<Config>() {
+                    Ok(_) => false,
+                    Err(e) => {
+                        out.errors.push((
+                            v2.span().start,
+                            invalid(
+                                &at(origin, text, v2.span().start),
+                                &full,
+                                without_quotes(e.message()),
+                            ),
+                        ));
+                        true
+                    }
+                }
+            };
+            if drop && let Some(toml::Value::Table(s)) = plain.get_mut(section) {
+                s.remove(name);
+            }
+        }
+    }
+    let cfg: Config = match plain.try_into() {
+        Ok(c) => c,
+        Err(e) => {
+            out.errors.push((
+                usize::MAX,
+                ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: without_quotes(e.message()),
+                },
+            ));
+            return out;
+        }
+    };
+    if let Err(e) = cfg.validate(origin) {
+        let list = match e {
+            ConfigError::Many { errors, .. } => errors,
+            e => vec![e],
+        };
+        for e in list {
+            out.errors.push(match e {
+                ConfigError::Invalid {
+                    origin: o,
+                    key,
+                    reason,
+                } => match out.positions.get(&key) {
+                    Some(&p) => (
+                        p,
+                        ConfigError::Invalid {
+                            origin: at(origin, text, p),
+                            key,
+                            reason,
+                        },
+                    ),
+                    None => (
+                        usize::MAX,
+                        ConfigError::Invalid {
+                            origin: o,
+                            key,
+                            reason,
+                        },
+                    ),
+                },
+                other => (usize::MAX, other),
+            });
+        }
+    }
+    out.config = Some(cfg);
+    out
+}
+
+/// Reads, parses and validates a config file, and the cost profile file it names (a
+/// built-in name needs no reading), so that a bad profile stops the start or the reload.
+/// Every problem is reported at once, the profile's too. A relative `cost_profile` is
+/// taken from the config file's directory (under systemd the working directory is `/`),
+/// and the config returned holds it resolved.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = mergetune_kernel::userfile::read_text(path, MAX_CONFIG_BYTES).map_err(|e| {
+        ConfigError::File {
+            path: path.to_path_buf(),
+            error: e,
+        }
+    })?;
+    let origin = path.display().to_string();
+    let mut checked = check_str(&text, &origin);
+    if let Some(cfg) = checked.config.as_mut() {
+        cfg.policy.cost_profile = resolve_profile_path(&cfg.policy.cost_profile, path);
+        let spec = &cfg.policy.cost_profile;
+        let named_ok = !checked.errors.iter().any(
+            |(_, e)| matches!(e, ConfigError::Invalid { key, .. } if key == "policy.cost_profile"),
+        );
+        if named_ok
+            && spec != crate::cost_profile::LIVE
+            && let Err(e) = crate::cost_profile::resolve(spec)
+        {
+            let (p, o) = match checked.positions.get("policy.cost_profile") {
+                Some(&p) => (p, at(&origin, &text, p)),
+                None => (usize::MAX, origin.clone()),
+            };
+            checked
+                .errors
+                .push((p, invalid(&o, "policy.cost_profile", e.to_string())));
+        }
+    }
+    finish(checked.config, checked.errors, &origin)
+}
+
+/// A `cost_profile` path relative to the config file's directory; a built-in name or an
+/// absolute path as it is.
+pub fn resolve_profile_path(spec: &str, config_path: &Path) -> String {
+    let p = Path::new(spec);
+    if crate::cost_profile::BUILTIN_NAMES.contains(&spec)
+        || !crate::cost_profile::is_path(spec)
+        || p.is_absolute()
+    {
+        return spec.to_string();
+    }
+    match config_path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(p).display().to_string(),
+        _ => spec.to_string(),
+    }
+}
+
+/// The default listen address: loopback only. 9725 is in the exporters' 9100-9999 range and
+/// is not the default of any widely deployed exporter (docs/metrics.md).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9725";
+
+/// The `[metrics]` section of the config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` of the read-only HTTP endpoint serving `/metrics` and `/status`;
+    /// `""` turns it off.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: DEFAULT_LISTEN.to_string(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// Pure check of the section; the error names `metrics.listen`.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        parse_listen(&self.listen)
+            .map(|_| ())
+            .map_err(|reason| ConfigError::Invalid {
+                origin: origin.to_string(),
+                key: "metrics.listen".to_string(),
+                reason,
+            })
+    }
+
+    /// The address to bind, or None when the endpoint is off.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen).ok().flatten()
+    }
+}
+
+/// `""` -> Ok(None) (off); `ip:port` -> the address; anything else -> why not.
+pub fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<SocketAddr>().map(Some).map_err(|_| {
+        format!(
+            "{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:9725\", \"[::1]:9725\"; \"\" turns the endpoint off)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate("defaults").unwrap();
+    }
+
+    #[test]
+    fn every_wrong_key_is_reported_not_only_the_first() {
+        let e = load_str(
+            "[daemon]\ninterval_ms = 1\n[policy]\nwindow_ticks = 0\n[slices]\nmin_requests = 0\nmax_changes_per_hour = 0\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        for key in [
+            "daemon.interval_ms",
+            "policy.window_ticks",
+            "slices.min_requests",
+            "slices.max_changes_per_hour",
+        ] {
+            assert!(e.contains(key), "{key} missing from: {e}");
+        }
+        assert!(e.contains("4 errors"), "{e}");
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(load_str("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = load_str("[policy]\nenabeld = true\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("enabeld"), "{e}");
+    }
+
+    #[test]
+    fn overlapping_thresholds_rejected() {
+        let e = load_str(
+            "[policy]\ndisable_below_percent = 5.0\nenable_above_percent = 5.0\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("policy.enable_above_percent"), "{e}");
+        assert!(e.contains("overlap"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (text, key) in [
+            ("[daemon]\ninterval_ms = 0\n", "daemon.interval_ms"),
+            ("[daemon]\nstate_dir = \"rel\"\n", "daemon.state_dir"),
+            ("[devices]\ninclude = [\"sd[\"]\n", "devices.include[0]"),
+            (
+                "[policy]\ndisabled_nomerges = 3\n",
+                "policy.disabled_nomerges",
+            ),
+            ("[policy]\nwindow_ticks = 0\n", "policy.window_ticks"),
+            (
+                "[policy]\nl3_watch_interval_ms = 5\n",
+                "policy.l3_watch_interval_ms",
+            ),
+            (
+                "[policy]\nprobe_max_backoff_secs = 1\n",
+                "policy.probe_max_backoff_secs",
+            ),
+            (
+                "[policy]\nmax_changes_per_hour = 1\n",
+                "policy.max_changes_per_hour",
+            ),
+            (
+                "[policy]\ndisable_below_percent = -1.0\n",
+                "policy.disable_below_percent",
+            ),
+            ("[policy]\ncost_profile = \"fast\"\n", "policy.cost_profile"),
+            ("[policy]\ncost_profile = \"\"\n", "policy.cost_profile"),
+        ] {
+            let e = load_str(text, "t").unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_cost_profile_is_a_builtin_name_or_a_file_that_loads() {
+        for name in crate::cost_profile::BUILTIN_NAMES {
+            let c = load_str(&format!("[policy]\ncost_profile = {name:?}\n"), "t").unwrap();
+            assert_eq!(c.policy.cost_profile, name);
+        }
+        let dir = std::env::temp_dir().join(format!("mergetune-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg_path = dir.join("m.toml");
+        // A path is checked when the file is loaded: missing, then valid.
+        let prof = dir.join("mine.toml");
+        let text = format!(
+            "[policy]\ncost_profile = {:?}\n",
+            prof.display().to_string()
+        );
+        std::fs::write(&cfg_path, &text).unwrap();
+        let e = load_file(&cfg_path).unwrap_err().to_string();
+        assert!(
+            e.contains("policy.cost_profile") && e.contains("mine.toml"),
+            "{e}"
+        );
+        std::fs::write(&prof, crate::cost_profile::LKML_2008).unwrap();
+        assert!(load_file(&cfg_path).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn wrong_type_is_a_parse_error_naming_the_key() {
+        let e = load_str("[daemon]\ninterval_ms = \"fast\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("interval_ms"), "{e}");
+    }
+}

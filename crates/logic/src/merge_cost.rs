@@ -1,0 +1,416 @@
+//! The merge path's price, from samples: ns of CPU per bio that each rung of the ladder
+//! would not spend, with a 95% interval, and from it a device's saving in CPU ms per second.
+//!
+//! A `cpu-clock` sample stands for `period_ns` of CPU time (`kernel::perf`). Over a span
+//! of sampling, the merge-path samples of a scheduler class times the period, over the
+//! bios that went through that path in the same span, is the path's ns per bio. The
+//! count is Poisson-like (each period of CPU time lands in the merge path or not), so its
+//! interval is Poisson's (Wilson-Hilferty's approximation, within 1% of the exact bounds
+//! from 5 counts on); with fewer than [`MIN_SAMPLES`] merge-path samples the price is not
+//! resolved and the saving stays unknown.
+//!
+//! Which bios count, per rung (docs/policy.md "Pricing the merge path"): the whole merge
+//! attempt runs for bios of devices below L3; the lookups past the one-hit cache only at
+//! L0 and L1; mq-deadline's front lookup only at L0. Samples of the plug merge and of
+//! schedulers without a merge function of their own (`none`) are shared by every device's
+//! bios.
+
+use crate::cost_profile::Scheduler;
+use crate::decision::Level;
+use crate::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
+use mergetune_kernel::perf::{MergeSamples, SchedulerClass};
+use serde::Serialize;
+
+/// `[pricing]`: the live measurement of the merge path (the default pricing,
+/// `[policy] cost_profile = "live"`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PricingConfig {
+    /// A step down is taken only where the level's saving, at the lower end of its 95%
+    /// interval, reaches this share of one CPU, percent (0.5: 5 ms of CPU per second).
+    pub saving_floor_percent_cpu: f64,
+    /// The sampler runs for sample_ms every every_ms while a managed device below L3 is
+    /// busy (its duty cycle: sample_ms / every_ms, at most 50%).
+    pub sample_ms: u64,
+    pub every_ms: u64,
+    /// CPU time between two samples on one CPU, µs.
+    pub period_us: u64,
+    /// Spans of sampling pooled into one price (the newest), and the age past which a
+    /// span no longer counts.
+    pub keep_spans: u32,
+    pub max_age_secs: u64,
+}
+
+pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
+pub const DEFAULT_SAMPLE_MS: u64 = 1000;
+pub const DEFAULT_EVERY_MS: u64 = 60_000;
+pub const DEFAULT_PERIOD_US: u64 = 1000;
+pub const DEFAULT_KEEP_SPANS: u32 = 30;
+pub const DEFAULT_MAX_AGE_SECS: u64 = 900;
+
+impl Default for PricingConfig {
+    fn default() -> Self {
+        PricingConfig {
+            saving_floor_percent_cpu: DEFAULT_SAVING_FLOOR_PERCENT_CPU,
+            sample_ms: DEFAULT_SAMPLE_MS,
+            every_ms: DEFAULT_EVERY_MS,
+            period_us: DEFAULT_PERIOD_US,
+            keep_spans: DEFAULT_KEEP_SPANS,
+            max_age_secs: DEFAULT_MAX_AGE_SECS,
+        }
+    }
+}
+
+impl PricingConfig {
+    /// The floor in CPU ms per second.
+    pub fn floor_ms_per_sec(&self) -> f64 {
+        self.saving_floor_percent_cpu * 10.0
+    }
+
+    /// (key, reason) of every bad value. Pure.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let f = self.saving_floor_percent_cpu;
+        if !(f.is_finite() && f > 0.0 && f <= 100.0) {
+            out.push((
+                "pricing.saving_floor_percent_cpu",
+                format!("{f} is not in (0, 100]: a floor of 0 would step down for nothing"),
+            ));
+        }
+        if !(100..=60_000).contains(&self.sample_ms) {
+            out.push((
+                "pricing.sample_ms",
+                format!("{} is outside 100..=60000", self.sample_ms),
+            ));
+        }
+        if self.every_ms < self.sample_ms.saturating_mul(2) || self.every_ms > 86_400_000 {
+            out.push((
+                "pricing.every_ms",
+                format!(
+                    "{} must be at least twice sample_ms ({}) and at most 86400000",
+                    self.every_ms, self.sample_ms
+                ),
+            ));
+        }
+        if !(100..=100_000).contains(&self.period_us) {
+            out.push((
+                "pricing.period_us",
+                format!("{} is outside 100..=100000", self.period_us),
+            ));
+        }
+        if !(1..=1000).contains(&self.keep_spans) {
+            out.push((
+                "pricing.keep_spans",
+                format!("{} is outside 1..=1000", self.keep_spans),
+            ));
+        }
+        if !(10..=604_800).contains(&self.max_age_secs) {
+            out.push((
+                "pricing.max_age_secs",
+                format!("{} is outside 10..=604800", self.max_age_secs),
+            ));
+        }
+        out
+    }
+}
+
+/// Fewer merge-path samples than this leave a price unresolved.
+pub const MIN_SAMPLES: u64 = 10;
+/// The coverage of every interval here.
+pub const COVERAGE_PERCENT: f64 = 95.0;
+const Z95: f64 = 1.959964;
+
+/// Bios submitted over a span of sampling, by scheduler class (index as
+/// [`MergeSamples::slot`]) and by which parts of the path they went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SpanBios {
+    /// Bios of devices below L3 (the merge attempt ran).
+    pub merge_path: [u64; 4],
+    /// Bios of devices at L0 or L1 (the lookups past the one-hit cache ran).
+    pub beyond_one_hit: [u64; 4],
+    /// Bios of devices at L0 (mq-deadline's front lookup ran).
+    pub front_lookup: [u64; 4],
+    /// Span of the sampling, ms.
+    pub span_ms: u64,
+}
+
+impl SpanBios {
+    /// Counts one device's bios of a span at its level.
+    pub fn add_device(&mut self, scheduler: Option<&str>, level: Level, bios: u64) {
+        let i = MergeSamples::slot(scheduler.and_then(SchedulerClass::of_name));
+        if level < Level::L3 {
+            self.merge_path[i] += bios;
+        }
+        if level <= Level::L1 {
+            self.beyond_one_hit[i] += bios;
+        }
+        if level == Level::L0 {
+            self.front_lookup[i] += bios;
+        }
+    }
+
+    pub fn add(&mut self, o: &SpanBios) {
+        for i in 0..4 {
+            self.merge_path[i] += o.merge_path[i];
+            self.beyond_one_hit[i] += o.beyond_one_hit[i];
+            self.front_lookup[i] += o.front_lookup[i];
+        }
+        self.span_ms += o.span_ms;
+    }
+}
+
+/// ns per bio with its interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct NsPerBio {
+    pub estimate: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// Merge-path samples behind it.
+    pub samples: u64,
+    /// Bios behind it.
+    pub bios: u64,
+}
+
+impl NsPerBio {
+    pub fn resolved(&self) -> bool {
+        self.samples >= MIN_SAMPLES
+    }
+}
+
+/// Poisson 95% bounds of a count (Wilson-Hilferty).
+pub fn poisson_ci(n: u64) -> (f64, f64) {
+    let lo = if n == 0 {
+        0.0
+    } else {
+        let nf = n as f64;
+        (nf * (1.0 - 1.0 / (9.0 * nf) - Z95 / (3.0 * nf.sqrt())).powi(3)).max(0.0)
+    };
+    let m = (n + 1) as f64;
+    let hi = m * (1.0 - 1.0 / (9.0 * m) + Z95 / (3.0 * m.sqrt())).powi(3);
+    (lo, hi)
+}
+
+/// ns per bio of a count of samples over bios; the shared (slot 0) samples are spread over
+/// every class's bios and added.
+fn per_bio(
+    period_ns: u64,
+    own: u64,
+    own_bios: u64,
+    shared: u64,
+    all_bios: u64,
+) -> Option<NsPerBio> {
+    if all_bios == 0 {
+        return None;
+    }
+    let p = period_ns as f64;
+    let part = |n: u64, bios: u64| -> (f64, f64, f64) {
+        if bios == 0 || n == 0 {
+            let hi = if bios == 0 {
+                0.0
+            } else {
+                poisson_ci(0).1 * p / bios as f64
+            };
+            return (0.0, 0.0, hi);
+        }
+        let (lo, hi) = poisson_ci(n);
+        let b = bios as f64;
+        (n as f64 * p / b, lo * p / b, hi * p / b)
+    };
+    let (e1, l1, h1) = part(own, own_bios);
+    let (e2, l2, h2) = part(shared, all_bios);
+    // Summing the bounds of two independent counts is conservative (wider than the
+    // interval of the sum).
+    Some(NsPerBio {
+        estimate: e1 + e2,
+        lo: l1 + l2,
+        hi: h1 + h2,
+        samples: own + shared,
+        bios: own_bios.max(all_bios),
+    })
+}
+
+/// The price of one scheduler class: ns per bio each rung would not spend.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClassPrice {
+    /// Indexed by level: [None, L1 (front lookup), L2 (past the one-hit cache), L3 (all)].
+    pub levels: [Option<NsPerBio>; 4],
+}
+
+/// Prices every scheduler class from a span's samples and bios.
+pub fn price(samples: &MergeSamples, bios: &SpanBios) -> [Option<ClassPrice>; 4] {
+    let mut out = [None; 4];
+    let all_l3: u64 = bios.merge_path.iter().sum();
+    let all_l2: u64 = bios.beyond_one_hit.iter().sum();
+    let all_l1: u64 = bios.front_lookup.iter().sum();
+    for (k, slot) in out.iter_mut().enumerate() {
+        // slot 0 (none, plug) has no samples of its own: only the shared ones
+        let own = |a: &[u64; 4]| if k == 0 { 0 } else { a[k] };
+        let own_bios = |a: &[u64; 4]| if k == 0 { 0 } else { a[k] };
+        if bios.merge_path[k] == 0 {
+            continue;
+        }
+        let l3 = per_bio(
+            samples.period_ns,
+            own(&samples.merge_path),
+            own_bios(&bios.merge_path),
+            samples.merge_path[0],
+            all_l3,
+        );
+        let l2 = per_bio(
+            samples.period_ns,
+            own(&samples.beyond_one_hit),
+            own_bios(&bios.beyond_one_hit),
+            samples.beyond_one_hit[0],
+            all_l2,
+        );
+        let l1 = (k == MergeSamples::slot(Some(SchedulerClass::MqDeadline)))
+            .then(|| {
+                per_bio(
+                    samples.period_ns,
+                    samples.front_lookup[k],
+                    bios.front_lookup[k],
+                    0,
+                    all_l1.max(1),
+                )
+            })
+            .flatten();
+        *slot = Some(ClassPrice {
+            levels: [None, l1, l2.filter(|_| all_l2 > 0), l3],
+        });
+    }
+    out
+}
+
+/// A device's table: each priced level's saving in CPU ms per second at `bios_per_sec`,
+/// worth it when the interval's lower end reaches `floor_ms_per_sec`.
+pub fn worth_live(
+    price: Option<&ClassPrice>,
+    scheduler: Option<&str>,
+    bios_per_sec: f64,
+    floor_ms_per_sec: f64,
+) -> Worth {
+    let Some(price) = price else {
+        return Worth::unknown(UnknownWhy::NotMeasuredYet);
+    };
+    let mut levels = [None; 4];
+    let mut any = false;
+    for l in [Level::L1, Level::L2, Level::L3] {
+        let i = usize::from(l.index());
+        let Some(ns) = price.levels[i].filter(NsPerBio::resolved) else {
+            continue;
+        };
+        any = true;
+        let to_ms = |ns_per_bio: f64| ns_per_bio * bios_per_sec / 1e6;
+        let (value, lo, hi) = (to_ms(ns.estimate), to_ms(ns.lo), to_ms(ns.hi));
+        let verdict = if lo >= floor_ms_per_sec {
+            crate::cost_profile::Verdict::Saves
+        } else {
+            crate::cost_profile::Verdict::NoMeasurableDifference
+        };
+        levels[i] = Some(Saving {
+            value,
+            ci: Some([lo, hi]),
+            unit: SavingUnit::CpuMsPerSec,
+            verdict,
+        });
+    }
+    if !any {
+        return Worth::unknown(UnknownWhy::NotMeasuredYet);
+    }
+    Worth {
+        basis: Basis::Live { floor_ms_per_sec },
+        scheduler: Scheduler::from_name(scheduler.unwrap_or("none")),
+        levels,
+        coverage_percent: COVERAGE_PERCENT,
+        untrusted: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_bounds_hold_the_count_and_are_those_of_the_tables() {
+        // exact 95% bounds for 10: [4.795, 18.39]; for 0: [0, 3.689]
+        let (lo, hi) = poisson_ci(10);
+        assert!(
+            (lo - 4.795).abs() < 0.1 && (hi - 18.39).abs() < 0.1,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = poisson_ci(0);
+        assert!(lo == 0.0 && (hi - 3.689).abs() < 0.05, "{hi}");
+    }
+
+    fn mq_deadline_span(merge_samples: u64, bios: u64) -> (MergeSamples, SpanBios) {
+        let mut s = MergeSamples {
+            period_ns: 1_000_000,
+            ..Default::default()
+        };
+        s.merge_path[1] = merge_samples;
+        s.total = merge_samples * 30;
+        let mut b = SpanBios::default();
+        b.add_device(Some("mq-deadline"), Level::L0, bios);
+        b.span_ms = 10_000;
+        (s, b)
+    }
+
+    #[test]
+    fn mq_deadline_samples_price_its_bios_and_the_saving_scales_with_the_rate() {
+        // 100 samples of 1 ms over 500,000 bios: 200 ns per bio
+        let (s, b) = mq_deadline_span(100, 500_000);
+        let p = price(&s, &b)[1].expect("priced");
+        let l3 = p.levels[3].expect("L3 priced");
+        assert!((l3.estimate - 200.0).abs() < 1e-9);
+        assert!(l3.lo < 200.0 && l3.hi > 200.0);
+        // at 50,000 bios/s: 10 ms/s, lower end about 8.1 ms/s: clears a 5 ms/s floor
+        let w = worth_live(Some(&p), Some("mq-deadline"), 50_000.0, 5.0);
+        assert!(w.worth(Level::L3));
+        let v = w.saving(Level::L3).unwrap();
+        assert!((v.value - 10.0).abs() < 1e-9, "{v:?}");
+        // at 10,000 bios/s: 2 ms/s, under the floor
+        let w = worth_live(Some(&p), Some("mq-deadline"), 10_000.0, 5.0);
+        assert!(!w.worth(Level::L3));
+        assert!(w.describe([Level::L3]).contains("floor 5.00 ms/s"));
+    }
+
+    #[test]
+    fn too_few_samples_leave_the_saving_unknown() {
+        let (s, b) = mq_deadline_span(MIN_SAMPLES - 1, 1_000);
+        let p = price(&s, &b)[1].expect("priced");
+        let w = worth_live(Some(&p), Some("mq-deadline"), 1e9, 0.0);
+        assert!(matches!(w.basis, Basis::Unknown { .. }), "{w:?}");
+        let (s, b) = mq_deadline_span(MIN_SAMPLES, 1_000);
+        let p = price(&s, &b)[1].expect("priced");
+        let w = worth_live(Some(&p), Some("mq-deadline"), 1e9, 0.0);
+        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+    }
+
+    #[test]
+    fn bios_at_l3_do_not_dilute_the_price() {
+        let (s, mut b) = mq_deadline_span(100, 500_000);
+        b.add_device(Some("mq-deadline"), Level::L3, 5_000_000);
+        let p = price(&s, &b)[1].unwrap();
+        assert!((p.levels[3].unwrap().estimate - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn plug_samples_are_shared_by_every_scheduler() {
+        let mut s = MergeSamples {
+            period_ns: 1_000_000,
+            ..Default::default()
+        };
+        s.merge_path[0] = 100;
+        let mut b = SpanBios::default();
+        b.add_device(Some("none"), Level::L0, 250_000);
+        b.add_device(Some("mq-deadline"), Level::L0, 250_000);
+        let prices = price(&s, &b);
+        let none = prices[0].unwrap().levels[3].unwrap().estimate;
+        let dd = prices[1].unwrap().levels[3].unwrap().estimate;
+        assert!(
+            (none - 200.0).abs() < 1e-9 && (dd - 200.0).abs() < 1e-9,
+            "{none} {dd}"
+        );
+        assert!(prices[2].is_none(), "no bfq bios: no bfq price");
+    }
+}

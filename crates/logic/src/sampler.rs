@@ -1,0 +1,431 @@
+//! Turns successive counter snapshots into per-device deltas and decision windows.
+//!
+//! Counters only grow, but they wrap (`unsigned int` ms fields at 2^32, `unsigned long` on
+//! 32-bit kernels) and restart from zero when a device is removed and re-added under the
+//! same name. A backwards step that is a plausible 32-bit wrap is taken as a wrap; any other
+//! backwards step, or a changed major:minor, is a reset: the sample is dropped and the
+//! device starts afresh, never producing a huge delta. Pure: no I/O, no clock.
+
+use mergetune_kernel::diskstats::{DiskStat, MAX_FIELDS, field};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a: device names are short and not attacker-chosen, and SipHash was a visible share
+/// of a tick for many devices.
+#[derive(Debug, Clone, Copy)]
+pub struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// The counters of one interval (or one window) that the policy uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub reads_completed: u64,
+    pub reads_merged: u64,
+    pub sectors_read: u64,
+    pub read_ms: u64,
+    pub writes_completed: u64,
+    pub writes_merged: u64,
+    pub sectors_written: u64,
+    pub write_ms: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.reads_completed += o.reads_completed;
+        self.reads_merged += o.reads_merged;
+        self.sectors_read += o.sectors_read;
+        self.read_ms += o.read_ms;
+        self.writes_completed += o.writes_completed;
+        self.writes_merged += o.writes_merged;
+        self.sectors_written += o.sectors_written;
+        self.write_ms += o.write_ms;
+    }
+    /// Bios submitted for reading: requests completed plus bios merged into them.
+    pub fn read_bios(&self) -> u64 {
+        self.reads_completed + self.reads_merged
+    }
+    pub fn write_bios(&self) -> u64 {
+        self.writes_completed + self.writes_merged
+    }
+    pub fn bios(&self) -> u64 {
+        self.read_bios() + self.write_bios()
+    }
+    pub fn merged(&self) -> u64 {
+        self.reads_merged + self.writes_merged
+    }
+    /// Merged / bios over both directions, i.e. the per-direction ratios weighted by
+    /// traffic. 0 when there were no bios.
+    pub fn merge_ratio(&self) -> f64 {
+        ratio(self.merged(), self.bios())
+    }
+    pub fn read_merge_ratio(&self) -> f64 {
+        ratio(self.reads_merged, self.read_bios())
+    }
+    pub fn write_merge_ratio(&self) -> f64 {
+        ratio(self.writes_merged, self.write_bios())
+    }
+}
+
+fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
+    }
+}
+
+/// The outcome of comparing two snapshots of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delta {
+    /// The first sight of a device: nothing to compare with yet.
+    First,
+    Counters(Counters),
+    /// Counters went backwards (device re-added) or the device number changed.
+    Reset,
+}
+
+const U32_SPAN: u64 = 1 << 32;
+
+/// The increase of one field, or None when it is a reset.
+fn field_delta(index: usize, prev: u64, cur: u64) -> Option<u64> {
+    if cur >= prev {
+        return Some(cur - prev);
+    }
+    // A 32-bit counter (always for ms fields; for the others on 32-bit kernels) that
+    // wrapped shows a small step modulo 2^32. Anything else going backwards is a reset.
+    if prev < U32_SPAN {
+        let wrapped = U32_SPAN - prev + cur;
+        let limit = if mergetune_kernel::diskstats::field_is_u32(index) {
+            U32_SPAN / 2
+        } else {
+            U32_SPAN / 4
+        };
+        if wrapped < limit && prev >= U32_SPAN / 2 {
+            return Some(wrapped);
+        }
+    }
+    None
+}
+
+/// Compares two snapshots of the same device name.
+pub fn delta(prev: &DiskStat, cur: &DiskStat) -> Delta {
+    if prev.major != cur.major || prev.minor != cur.minor {
+        return Delta::Reset;
+    }
+    let mut d = [0u64; MAX_FIELDS];
+    for (i, slot) in d.iter_mut().enumerate() {
+        if i == field::IN_FLIGHT {
+            continue; // a gauge, not a counter
+        }
+        match field_delta(i, prev.fields.values[i], cur.fields.values[i]) {
+            Some(v) => *slot = v,
+            None => return Delta::Reset,
+        }
+    }
+    Delta::Counters(counters_from(&d))
+}
+
+fn counters_from(v: &[u64; MAX_FIELDS]) -> Counters {
+    Counters {
+        reads_completed: v[field::READS_COMPLETED],
+        reads_merged: v[field::READS_MERGED],
+        sectors_read: v[field::SECTORS_READ],
+        read_ms: v[field::READ_MS],
+        writes_completed: v[field::WRITES_COMPLETED],
+        writes_merged: v[field::WRITES_MERGED],
+        sectors_written: v[field::SECTORS_WRITTEN],
+        write_ms: v[field::WRITE_MS],
+    }
+}
+
+/// Keeps the previous snapshot of every device and yields deltas for a new one.
+///
+/// The previous counters are updated in place (no per-tick allocation for known devices);
+/// a generation number finds the devices that vanished.
+#[derive(Debug, Default, Clone)]
+pub struct Sampler {
+    prev: HashMap<String, (DiskStat, u64), BuildHasherDefault<FnvHasher>>,
+    generation: u64,
+}
+
+/// What one new snapshot means per device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleSet {
+    /// One entry per device of the snapshot, in the snapshot's order.
+    pub deltas: Vec<Delta>,
+    /// Devices present in the previous snapshot and absent now.
+    pub vanished: Vec<String>,
+}
+
+impl Sampler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds a new snapshot; devices that appear or vanish are handled without error.
+    pub fn observe(&mut self, snapshot: &[DiskStat]) -> SampleSet {
+        self.generation += 1;
+        let generation = self.generation;
+        let mut deltas = Vec::with_capacity(snapshot.len());
+        for cur in snapshot {
+            let d = match self.prev.get_mut(&cur.name) {
+                Some((prev, seen)) => {
+                    let d = delta(prev, cur);
+                    prev.major = cur.major;
+                    prev.minor = cur.minor;
+                    prev.fields = cur.fields;
+                    *seen = generation;
+                    d
+                }
+                None => {
+                    self.prev
+                        .insert(cur.name.clone(), (cur.clone(), generation));
+                    Delta::First
+                }
+            };
+            deltas.push(d);
+        }
+        let mut vanished = Vec::new();
+        if self.prev.len() > snapshot.len() || self.prev.values().any(|(_, g)| *g != generation) {
+            self.prev.retain(|name, (_, g)| {
+                let keep = *g == generation;
+                if !keep {
+                    vanished.push(name.clone());
+                }
+                keep
+            });
+            vanished.sort();
+        }
+        SampleSet { deltas, vanished }
+    }
+}
+
+/// Accumulates per-tick deltas into a window, until a [`WindowClose`] says it is complete
+/// (on elapsed time: `window_ticks * interval_ms` in the daemon's config).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WindowAcc {
+    pub ticks: u32,
+    pub counters: Counters,
+    pub started_ms: u64,
+}
+
+/// A closed window, handed to the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Window {
+    pub counters: Counters,
+    pub duration_ms: u64,
+    /// What the bio tap saw in this window, if the device was sampled (at L3 the merge
+    /// counters read zero whatever the load, so this is the only sight of mergeable I/O).
+    pub sensed: Option<Sensed>,
+}
+
+/// A sample of the bios queued on a device (tracefs `block_bio_queue`, or the simulator's
+/// tap through the same seam): how many were seen, and how many started where a recent bio
+/// of the same direction ended, which are the merges the kernel would have found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Sensed {
+    pub bios: u64,
+    pub contiguous: u64,
+    /// How long the tap was open, in ms.
+    pub sampled_ms: u64,
+}
+
+impl Window {
+    pub fn bios_per_sec(&self) -> f64 {
+        if self.duration_ms == 0 {
+            0.0
+        } else {
+            self.counters.bios() as f64 * 1000.0 / self.duration_ms as f64
+        }
+    }
+}
+
+/// When a window closes: once `min_ms` have passed and it holds at least `min_bios` bios, or
+/// once `full_ms` have passed whatever it holds. Elapsed time is compared with `slack_ms`
+/// of tolerance (half a tick), so a late tick at the window's start does not push its end
+/// one whole tick later. Windows close on time, not on a tick count, because the tick
+/// interval changes (shorter while a device is watched at L3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowClose {
+    pub min_ms: u64,
+    pub full_ms: u64,
+    pub min_bios: u64,
+    pub slack_ms: u64,
+}
+
+impl WindowClose {
+    /// A window of `ms`, whatever it holds.
+    pub fn fixed(ms: u64, slack_ms: u64) -> Self {
+        WindowClose {
+            min_ms: ms,
+            full_ms: ms,
+            min_bios: 0,
+            slack_ms,
+        }
+    }
+}
+
+impl WindowAcc {
+    pub fn restart(&mut self, now_ms: u64) {
+        *self = WindowAcc {
+            ticks: 0,
+            counters: Counters::default(),
+            started_ms: now_ms,
+        };
+    }
+
+    /// Adds one tick's delta; returns the window when `close` says it is complete, and
+    /// restarts.
+    pub fn push(&mut self, delta: &Counters, now_ms: u64, close: &WindowClose) -> Option<Window> {
+        self.counters.add(delta);
+        self.ticks += 1;
+        let elapsed_ms = now_ms.saturating_sub(self.started_ms);
+        let reached = |ms: u64| elapsed_ms + close.slack_ms >= ms;
+        let complete = reached(close.full_ms)
+            || (reached(close.min_ms) && self.counters.bios() >= close.min_bios);
+        if complete {
+            let w = Window {
+                counters: self.counters,
+                duration_ms: elapsed_ms,
+                sensed: None,
+            };
+            self.restart(now_ms);
+            Some(w)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mergetune_kernel::diskstats::parse_diskstats_line;
+
+    fn stat(line: &str) -> DiskStat {
+        parse_diskstats_line(line).unwrap()
+    }
+
+    #[test]
+    fn plain_delta() {
+        let a = stat("8 0 sda 10 5 100 7 20 30 400 9 0 10 20");
+        let b = stat("8 0 sda 15 6 140 9 25 40 480 11 2 12 25");
+        let Delta::Counters(c) = delta(&a, &b) else {
+            panic!()
+        };
+        assert_eq!(
+            (c.reads_completed, c.reads_merged, c.writes_merged),
+            (5, 1, 10)
+        );
+        assert_eq!(c.bios(), 5 + 1 + 5 + 10);
+    }
+
+    #[test]
+    fn backwards_is_reset_not_huge() {
+        let a = stat("8 0 sda 1000 5 100 7 20 30 400 9 0 10 20");
+        let b = stat("8 0 sda 3 0 8 1 0 0 0 0 0 1 1");
+        assert_eq!(delta(&a, &b), Delta::Reset);
+    }
+
+    #[test]
+    fn changed_devno_is_reset() {
+        let a = stat("8 0 sda 1 1 1 1 1 1 1 1 0 1 1");
+        let b = stat("8 16 sda 2 2 2 2 2 2 2 2 0 2 2");
+        assert_eq!(delta(&a, &b), Delta::Reset);
+    }
+
+    #[test]
+    fn ms_field_wraps_at_u32() {
+        let a = stat("8 0 sda 1 0 8 4294967290 0 0 0 0 0 0 0");
+        let b = stat("8 0 sda 2 0 16 4 0 0 0 0 0 0 0");
+        let Delta::Counters(c) = delta(&a, &b) else {
+            panic!("expected wrap")
+        };
+        assert_eq!(c.read_ms, 10);
+    }
+
+    #[test]
+    fn hotplug_appear_and_vanish() {
+        let mut s = Sampler::new();
+        let r = s.observe(&[stat("8 0 sda 1 0 8 1 0 0 0 0 0 0 0")]);
+        assert_eq!(r.deltas, vec![Delta::First]);
+        let r = s.observe(&[stat("8 16 sdb 1 0 8 1 0 0 0 0 0 0 0")]);
+        assert_eq!(r.deltas, vec![Delta::First]);
+        assert_eq!(r.vanished, vec!["sda".to_string()]);
+    }
+
+    #[test]
+    fn window_closes_after_n_ticks() {
+        let mut w = WindowAcc::default();
+        w.restart(0);
+        let d = Counters {
+            writes_completed: 10,
+            writes_merged: 90,
+            ..Default::default()
+        };
+        let close = WindowClose::fixed(300, 50);
+        assert!(w.push(&d, 100, &close).is_none());
+        assert!(w.push(&d, 200, &close).is_none());
+        let win = w.push(&d, 300, &close).unwrap();
+        assert_eq!(win.counters.bios(), 300);
+        assert_eq!(win.duration_ms, 300);
+        assert!((win.counters.merge_ratio() - 0.9).abs() < 1e-9);
+        assert_eq!(w.ticks, 0);
+        // A tick that comes a little early still closes the window (half a tick of slack);
+        w.restart(300);
+        assert!(w.push(&d, 400, &close).is_none());
+        assert!(w.push(&d, 500, &close).is_none());
+        assert!(w.push(&d, 580, &close).is_some());
+        // one that comes half a tick early does not.
+        w.restart(0);
+        assert!(w.push(&d, 240, &close).is_none());
+    }
+
+    #[test]
+    fn window_closes_early_once_it_holds_enough_bios() {
+        let d = Counters {
+            reads_completed: 400,
+            ..Default::default()
+        };
+        let close = WindowClose {
+            min_ms: 100,
+            full_ms: 2000,
+            min_bios: 1000,
+            slack_ms: 50,
+        };
+        let mut w = WindowAcc::default();
+        w.restart(0);
+        assert!(w.push(&d, 100, &close).is_none(), "400 bios");
+        assert!(w.push(&d, 200, &close).is_none(), "800 bios");
+        let win = w.push(&d, 300, &close).expect("1200 bios after 300 ms");
+        assert_eq!((win.counters.bios(), win.duration_ms), (1200, 300));
+        // A quiet window runs to its full length, then closes with what it has.
+        let quiet = Counters {
+            reads_completed: 10,
+            ..Default::default()
+        };
+        for t in (400..2300).step_by(100) {
+            assert!(w.push(&quiet, t, &close).is_none(), "at {t}");
+        }
+        let win = w.push(&quiet, 2300, &close).expect("full length");
+        assert_eq!(win.duration_ms, 2000);
+    }
+}

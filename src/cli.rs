@@ -1,0 +1,65 @@
+//! The command line: one module per subcommand, the clap definition in [`args`], the exit
+//! codes and shared lookups in [`common`]. The top of the graph: it may use every layer,
+//! and nothing uses it. `src/main.rs` only calls [`main`].
+//!
+//! A fatal error is said once: on stderr as `mergetune: error: ...`, or, when the log goes
+//! to the journal or is JSON lines, as one error event of that log (stderr is the journal
+//! then, or a stream a log shipper parses, where a second, plain line would be noise).
+
+pub mod advise;
+pub mod args;
+pub mod calibrate;
+pub mod check_config;
+pub mod common;
+pub mod generate;
+pub mod once;
+pub mod replay;
+pub mod restore;
+pub mod run;
+pub mod simulate;
+pub mod status;
+pub mod trace;
+
+use crate::cli::args::Command;
+use crate::cli::common::EXIT_ERROR;
+use mergetune_export::logging::{LogFormat, LogTarget};
+
+/// Parses the command line, sets up logging, runs the subcommand: the process exit code.
+pub fn main() -> i32 {
+    let cli = crate::cli::args::parse();
+    let target = mergetune_export::logging::init(cli.verbose, cli.quiet, cli.log_format);
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            report_fatal(&e, target, cli.log_format);
+            EXIT_ERROR
+        }
+    }
+}
+
+fn dispatch(cmd: Command) -> anyhow::Result<i32> {
+    match cmd {
+        Command::Run(a) => run::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Restore(a) => restore::run(a),
+        Command::CheckConfig(a) => check_config::run(a),
+        Command::Simulate(a) => simulate::run(a).map(|()| common::EXIT_OK),
+        Command::Replay(a) => replay::run(a),
+        Command::Advise(a) => advise::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
+        Command::Trace { command } => trace::run(command),
+        Command::Generate(a) => generate::run(a),
+    }
+}
+
+/// Says a fatal error once, where the operator reads the log.
+fn report_fatal(e: &anyhow::Error, target: LogTarget, format: LogFormat) {
+    if target == LogTarget::Journal || format == LogFormat::Json {
+        tracing::error!("{e:#}");
+    } else {
+        eprintln!(
+            "mergetune: error: {}",
+            mergetune_logic::printable::printable_lines(&format!("{e:#}"))
+        );
+    }
+}
