@@ -2,7 +2,7 @@
 # null_blk devices of their own. mergetune (dry-run, then a short real run under a random
 # load on each top) must manage the members and leave the dm/md tops alone; and the split
 # of seed 002's 2 MiB read at sector 224 over a 128 KiB-chunk stripe, seen through the
-# block tracepoints, against the simulator's 17 pieces (tests/sim_model.rs).
+# block tracepoints, against the simulator's 17 pieces (tests/sim/sim_model.rs).
 # max_sectors=1024 (512 KiB): null_blk's default of 255 sectors would split every 128 KiB
 # stripe piece once more on the member (measured: 32 member bios instead of 17).
 STK_ARGS="queue_mode=2 irqmode=0 hw_queue_depth=64 size=1024 submit_queues=1 max_sectors=1024"

@@ -4,8 +4,7 @@
 //! was; Ctrl-C (SIGINT) stops a capture early with the same cleanup. Runs only with
 //! MERGETUNE_KERNEL_TESTS=1 (as root); then it fails, never skips, when it cannot run.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -12,8 +12,7 @@
 //! are not rewritten.)
 //! `trace_fixtures_match_their_meta` checks those fixtures on every machine.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::{LoopDevice, StatDelta, TraceCapture};
 use std::collections::BTreeMap;
@@ -199,7 +198,7 @@ fn write_fixture(dev: &LoopDevice, name: &str, args: &[String], t: &Traced) {
     let mut meta = String::new();
     writeln!(
         meta,
-        "# Captured by tests/real_kernel_facts.rs (MERGETUNE_KERNEL_TESTS=1 \
+        "# Captured by tests/real_kernel/real_kernel_facts.rs (MERGETUNE_KERNEL_TESTS=1 \
          MERGETUNE_CAPTURE_FIXTURES=1) from the tracing filesystem, events filtered to the\n\
          # loop device. stat_delta is /sys/block/{}/stat after minus before the same run.",
         dev.name()

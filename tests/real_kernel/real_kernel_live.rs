@@ -13,8 +13,7 @@
 //! MERGETUNE_KERNEL_TESTS=1; the daemon and fio are stopped and the device detached also
 //! when the test fails.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::Proc;
 

@@ -8,8 +8,7 @@
 //! both tunables are back at their originals. The report says at how many kills mergetune's
 //! own values were in place, so the test shows it exercised the case it guards.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::LoopDevice;
 use std::process::{Command, Stdio};
@@ -34,7 +33,7 @@ fn fifty_sigkills_lose_no_original() {
     std::fs::write(
         &config,
         format!(
-            r#"# Written by tests/real_kernel_sigkill.rs.
+            r#"# Written by tests/real_kernel/real_kernel_sigkill.rs.
 [daemon]
 interval_ms = 50
 state_dir = "{state}"

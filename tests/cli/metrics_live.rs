@@ -52,7 +52,7 @@ fn serves_the_simulated_devices_while_the_scenario_runs() {
     );
     assert!(text.contains("mergetune_ticks_total 4"), "{text}");
     // They say they are the simulator's, not a host's (the daemon's own exposition has no
-    // such family: tests/metrics_exposition.rs's golden text).
+    // such family: tests/cli/metrics_exposition.rs's golden text).
     assert!(
         text.contains("# TYPE mergetune_simulated gauge\nmergetune_simulated 1\n"),
         "{text}"

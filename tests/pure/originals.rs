@@ -7,8 +7,7 @@
 //! crashed inside a write (between its pending save and the write, or between the write and
 //! its confirming save), and followed by `restore`.
 
-#[path = "support/memkernel.rs"]
-mod memkernel;
+use crate::memkernel;
 
 use memkernel::{Crash, CrashAt, Load, MemKernel, SharedStore};
 use mergetune_daemon::actuator::Actuator;

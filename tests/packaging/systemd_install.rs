@@ -3,8 +3,7 @@
 //! config is never overwritten, uninstall reverses install. Needs make, so it is
 //! `#[ignore]`d: `.ci/run` includes it, and then a missing make fails it.
 
-#[path = "support/needs.rs"]
-mod needs;
+use crate::needs;
 
 use std::path::Path;
 use std::process::Command;
@@ -23,7 +22,7 @@ fn make(dest: &Path, target: &str, extra: &[&str]) -> std::process::Output {
 }
 
 #[test]
-#[ignore = "needs make (apt-get install make): cargo test --release --test systemd_install -- --include-ignored"]
+#[ignore = "needs make (apt-get install make): cargo test --release --test packaging -- systemd_install:: --include-ignored"]
 fn install_then_uninstall_into_a_staging_dir() {
     needs::require_command(
         "install_then_uninstall_into_a_staging_dir",

@@ -3,8 +3,7 @@
 //! includes them, and then a missing systemd-analyze fails them), the directives the daemon relies on are there, and the daemon speaks the
 //! notify protocol (READY=1 after the first tick, WATCHDOG=1, STATUS=, STOPPING=1).
 
-#[path = "support/needs.rs"]
-mod needs;
+use crate::needs;
 
 use std::io::Read;
 use std::os::unix::net::UnixDatagram;
@@ -130,7 +129,7 @@ fn unit_under_test(dir: &Path) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test systemd_unit -- --include-ignored"]
+#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_verify_passes() {
     let sa = systemd_analyze("systemd_analyze_verify_passes");
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +144,7 @@ fn systemd_analyze_verify_passes() {
 }
 
 #[test]
-#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test systemd_unit -- --include-ignored"]
+#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_security_rates_it_ok_or_better() {
     let sa = systemd_analyze("systemd_analyze_security_rates_it_ok_or_better");
     let dir = tempfile::tempdir().unwrap();
@@ -346,7 +345,7 @@ fn the_documented_record_drop_in_writes_where_the_unit_allows() {
 }
 
 #[test]
-#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test systemd_unit -- --include-ignored"]
+#[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_verify_passes_with_the_record_drop_in() {
     let sa = systemd_analyze("systemd_analyze_verify_passes_with_the_record_drop_in");
     let dir = tempfile::tempdir().unwrap();

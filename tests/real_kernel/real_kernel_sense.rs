@@ -5,8 +5,7 @@
 //! resumes in the same instance with nothing left over; and no instance is left.
 //! Gated by MERGETUNE_KERNEL_TESTS=1 (fails, never skips, when asked and unable to run).
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use mergetune_kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams, TapRead};
 use mergetune_kernel::blockfs::{BlockFs, RealFs};

@@ -29,13 +29,12 @@
 //! and the daemon
 //! loses measurably less than that.
 //! (The kworker time here is every kworker's on the machine, so other tenants' work lands in
-//! it; tests/real_kernel_abtest.rs counts the loop device's own, per pid.)
+//! it; tests/real_kernel/real_kernel_abtest.rs counts the loop device's own, per pid.)
 //! The figures in docs/evaluation.md come from a longer run of the same test:
 //!     MERGETUNE_COMPARE_REPS=10 MERGETUNE_COMPARE_PHASE_S=15 MERGETUNE_KERNEL_TESTS=1 \
-//!         cargo test --release --test real_kernel_compare -- --nocapture
+//!         cargo test --release --test real_kernel -- real_kernel_compare:: --nocapture
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::LoopDevice;
 use mergetune_kernel::cputime;
@@ -208,7 +207,7 @@ fn write_config(dir: &Path, dev: &LoopDevice, state_dir: &Path) -> PathBuf {
     std::fs::write(
         &p,
         format!(
-            r#"# Written by tests/real_kernel_compare.rs: the shipped defaults, this device only.
+            r#"# Written by tests/real_kernel/real_kernel_compare.rs: the shipped defaults, this device only.
 [daemon]
 state_dir = "{state}"
 

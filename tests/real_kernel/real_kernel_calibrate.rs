@@ -4,8 +4,7 @@
 //! device's stat (a batched sequential job merges, nomerges=2 merges nothing), and leaves no
 //! loop device behind.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use mergetune_logic::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
 use std::collections::BTreeSet;

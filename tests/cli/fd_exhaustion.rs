@@ -4,8 +4,7 @@
 //! what the limit leaves after a reserve, and closes before the restore. The built binary,
 //! live, on a fake sysfs tree; connections only to 127.0.0.1, bounded in count and time.
 
-#[path = "support/fakesys.rs"]
-mod fakesys;
+use crate::fakesys;
 
 use fakesys::{FakeSys, wait_until};
 use std::io::Write;

@@ -212,7 +212,7 @@ fn every_shipped_scenario_loads() {
 }
 
 /// The extremes scenario validation lets through (beyond them it refuses, naming the key:
-/// tests/inputs_regressions.rs) run without a panic.
+/// tests/cli/inputs_regressions.rs) run without a panic.
 #[test]
 fn extreme_values_do_not_panic() {
     let text = "[[device]]\nname = \"sda\"\nkind = \"hdd\"\nscheduler = \"bfq\"\n\

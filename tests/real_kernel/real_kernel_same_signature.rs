@@ -13,8 +13,7 @@
 //! tests/fixtures/same_signature.toml) and fio are killed and the loop device detached
 //! also when the test fails.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::Proc;
 

@@ -7,8 +7,7 @@
 //! so what it finds at `/run/systemd/journal` is the test's own (nothing, then a stand-in
 //! socket), whatever the host runs, and the host's `/run` is never written.
 
-#[path = "support/needs.rs"]
-mod needs;
+use crate::needs;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -184,7 +183,7 @@ fn journal_stream_of_another_stream_is_ignored() {
 /// Without a journald socket: plain lines without timestamps. Then with a stand-in journald
 /// socket: native journal entries with the tracing fields as upper-case journal fields.
 #[test]
-#[ignore = "needs unshare (util-linux) and root or user namespaces: cargo test --release --test systemd_journal -- --include-ignored"]
+#[ignore = "needs unshare (util-linux) and root or user namespaces: cargo test --release --test packaging -- systemd_journal:: --include-ignored"]
 fn under_systemd_lines_go_to_the_journal_with_structured_fields() {
     needs::require_private_mount_ns("under_systemd_lines_go_to_the_journal_with_structured_fields");
     let t = tree();

@@ -1,7 +1,7 @@
 //! The Grafana dashboard (config/grafana/mergetune.json) and the mixin's rules and alerts
 //! (config/mixin/) query only metrics the daemon exports or the mixin records, the dashboard
 //! has host and device variables and a fleet row on the recorded series, and every panel has
-//! a query. (promtool's own checks of the rules are in tests/mixin.rs.)
+//! a query. (promtool's own checks of the rules are in tests/packaging/mixin.rs.)
 
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Decision;

@@ -6,8 +6,7 @@
 //! says once, not every tick, when saves start failing, and "persisted" only when a
 //! read-back proves it (23.7). The built binary, live, on a fake sysfs tree.
 
-#[path = "support/fakesys.rs"]
-mod fakesys;
+use crate::fakesys;
 
 use fakesys::{FakeSys, wait_until};
 use std::process::{Command, Output};

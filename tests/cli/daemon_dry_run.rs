@@ -3,7 +3,7 @@
 //! nothing. Driven on the simulator with the daemon's own loop: the live daemon writes the
 //! simulated tunables, the dry run leaves them at the kernel default and decides on the
 //! level it would have set (crates/daemon/src/dryrun.rs). The real-kernel counterpart is
-//! tests/real_kernel_daemon.rs, `a_dry_run_decides_as_the_live_daemon`.
+//! tests/real_kernel/real_kernel_daemon.rs, `a_dry_run_decides_as_the_live_daemon`.
 
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;

@@ -16,8 +16,7 @@
 //! The loop device is detached and the daemon and fio children are killed also when the
 //! test fails (guards with Drop).
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::LoopDevice;
 use std::io::{BufRead, BufReader};
@@ -330,7 +329,7 @@ fn write_config(
 ) -> std::path::PathBuf {
     let path = dir.join("mergetune.toml");
     let text = format!(
-        r#"# Written by tests/real_kernel_daemon.rs: short timings for a test.
+        r#"# Written by tests/real_kernel/real_kernel_daemon.rs: short timings for a test.
 [daemon]
 interval_ms = {INTERVAL_MS}
 state_dir = "{state}"

@@ -3,8 +3,7 @@
 //! `block_bio_queue` events from the tracing filesystem on a loop device, replay them in
 //! the simulator on a loop-like device, and compare merges with the kernel's stat delta.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::{LoopDevice, TraceCapture};
 use mergetune_sim::{Dir, Scenario, Simulation};

@@ -2,13 +2,12 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
+use crate::faketap;
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Decision;
 use mergetune_daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
 use mergetune_export::metrics::{Metrics, TickTiming};
-#[path = "support/faketap.rs"]
-mod faketap;
 
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BlockFs, FsError};

@@ -5,7 +5,7 @@
 //! never quotes a file that is not what it should be; what is accepted is usable, and what
 //! is printed from it holds no raw control character. Special files (a FIFO, /dev/zero, a
 //! directory) named as any input are refused at once. Case counts are bounded so the file
-//! runs in a few seconds in release. (state.json has its own file, tests/state_fuzz.rs.)
+//! runs in a few seconds in release. (state.json has its own file, tests/pure/state_fuzz.rs.)
 
 use mergetune_kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
 use mergetune_kernel::diskstats::{parse_diskstats_line, parse_stat_fields};

@@ -9,7 +9,7 @@
 //! lock for its whole run and no longer.
 //!
 //! Runs only as root with `MERGETUNE_KERNEL_TESTS=1` and `-- --include-ignored`:
-//!     sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release --test real_kernel_abtest \
+//!     sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release --test real_kernel -- real_kernel_abtest:: \
 //!         -- --include-ignored --nocapture
 //! It prints each cell's figures and writes every block's data (CSV) under the target
 //! directory's tmp/ (the path is printed), from which every figure can be re-derived.
@@ -19,8 +19,7 @@
 //! What it asserts is what docs/evaluation.md ("The end-to-end experiment") claims: enough
 //! CPU-bound pairs kept, the smallest detectable effect, and each cell's interval.
 
-#[path = "support/kernel.rs"]
-mod kernel;
+use crate::kernel;
 
 use kernel::LoopDevice;
 use mergetune_kernel::blockfs::RealFs;

@@ -1,0 +1,33 @@
+//! The command line and the daemon against a fake sysfs tree: the binary run as an operator runs it, the endpoint, the exporters, the bad-input sweeps.
+//!
+//! One test binary per kind of test (docs/testing.md, "Layout"): each file here is a module,
+//! the shared harness is `tests/support/`.
+
+#[path = "../support/fakesys.rs"]
+mod fakesys;
+#[path = "../support/faketap.rs"]
+mod faketap;
+
+mod advise_daemon;
+mod advise_fixtures;
+mod advise_large;
+mod cli;
+mod compare_output;
+mod daemon_dry_run;
+mod daemon_slices;
+mod endpoint_priority;
+mod fake_tree;
+mod fd_exhaustion;
+mod http_endpoint;
+mod inputs_hardening;
+mod inputs_regressions;
+mod metrics_exposition;
+mod metrics_live;
+mod operator_table;
+mod operator_trust;
+mod plot_svg;
+mod sim_cli;
+mod simulate_metrics;
+mod state_dir;
+mod state_file;
+mod status_pricing;
