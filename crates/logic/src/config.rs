@@ -229,69 +229,116 @@ fn invalid(origin: &str, key: &str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The problems `validate` finds, each naming its key, collected so that one run names
+/// them all; the common rules (at least 1, a range, a percentage) written once.
+struct Problems<'a> {
+    origin: &'a str,
+    found: Vec<ConfigError>,
+}
+
+impl Problems<'_> {
+    fn push(&mut self, key: &str, reason: impl Into<String>) {
+        self.found.push(invalid(self.origin, key, reason));
+    }
+
+    fn at_least_one(&mut self, key: &str, v: u64) {
+        if v == 0 {
+            self.push(key, "must be at least 1");
+        }
+    }
+
+    fn within<T: PartialOrd + std::fmt::Display>(&mut self, key: &str, v: T, lo: T, hi: T) {
+        if !(lo <= v && v <= hi) {
+            self.push(key, format!("{v} is outside {lo}..={hi}"));
+        }
+    }
+
+    /// A finite number in `lo..=hi` (NaN and infinities are refused too).
+    fn finite_within(&mut self, key: &str, v: f64, lo: f64, hi: f64) {
+        if !v.is_finite() || !(lo..=hi).contains(&v) {
+            self.push(key, format!("{v} is outside {lo}..={hi}"));
+        }
+    }
+
+    fn into_result(mut self) -> Result<(), ConfigError> {
+        match self.found.len() {
+            0 => Ok(()),
+            1 => Err(self.found.remove(0)),
+            _ => Err(ConfigError::Many {
+                origin: self.origin.to_string(),
+                errors: self.found,
+            }),
+        }
+    }
+}
+
 impl Config {
     /// Checks every value and every relation between values. Pure.
     /// `origin` names where the config came from, for the message.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let mut errs: Vec<ConfigError> = Vec::new();
-        let d = &self.daemon;
-        if !(10..=3_600_000).contains(&d.interval_ms) {
-            errs.push(invalid(
-                origin,
-                "daemon.interval_ms",
-                format!("{} is outside 10..=3600000", d.interval_ms),
-            ));
+        let mut problems = Problems {
+            origin,
+            found: Vec::new(),
+        };
+        self.check_daemon(&mut problems);
+        self.check_devices(&mut problems);
+        self.check_policy(&mut problems);
+        if let Err(e) = self.metrics.validate(origin) {
+            problems.found.push(e);
         }
+        for (key, reason) in self.pricing.problems() {
+            problems.push(key, reason);
+        }
+        for (key, reason) in self.sense.problems() {
+            problems.push(&format!("sense.{key}"), reason);
+        }
+        self.check_slices(&mut problems);
+        problems.into_result()
+    }
+
+    fn check_daemon(&self, problems: &mut Problems) {
+        let d = &self.daemon;
+        problems.within("daemon.interval_ms", d.interval_ms, 10, 3_600_000);
         if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
             // No system call takes a path with a NUL: the daemon could not start.
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "daemon.state_dir",
                 "contains a NUL byte, which no path can hold",
-            ));
+            );
         } else if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "daemon.state_dir",
                 format!("{:?} must be an absolute path", d.state_dir),
-            ));
+            );
         }
-        if d.rescan_every_ticks == 0 {
-            errs.push(invalid(
-                origin,
-                "daemon.rescan_every_ticks",
-                "must be at least 1",
-            ));
-        }
+        problems.at_least_one("daemon.rescan_every_ticks", d.rescan_every_ticks.into());
+    }
+
+    fn check_devices(&self, problems: &mut Problems) {
         for (key, list) in [
             ("devices.include", &self.devices.include),
             ("devices.exclude", &self.devices.exclude),
         ] {
             for (i, pat) in list.iter().enumerate() {
+                let key = format!("{key}[{i}]");
                 if pat.is_empty() || pat.contains('/') {
-                    errs.push(invalid(
-                        origin,
-                        &format!("{key}[{i}]"),
-                        format!("{pat:?} is not a device-name glob"),
-                    ));
+                    problems.push(&key, format!("{pat:?} is not a device-name glob"));
                 }
                 if let Err(e) = glob::Pattern::new(pat) {
-                    errs.push(invalid(
-                        origin,
-                        &format!("{key}[{i}]"),
-                        format!("{pat:?} is not a valid glob: {e}"),
-                    ));
+                    problems.push(&key, format!("{pat:?} is not a valid glob: {e}"));
                 }
             }
         }
+    }
+
+    fn check_policy(&self, problems: &mut Problems) {
         let p = &self.policy;
         if p.min_window_bios == 0 {
             // A window with no bio would count as evidence: an idle device steps down.
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.min_window_bios",
                 "must be at least 1 (0 lets an idle device step down on no evidence)",
-            ));
+            );
         }
         for (key, v) in [
             ("policy.min_dwell_secs", p.min_dwell_secs),
@@ -303,201 +350,146 @@ impl Config {
         ] {
             // Turned into ms and added to the clock: a larger value overflows.
             if v > MAX_POLICY_SECS {
-                errs.push(invalid(
-                    origin,
+                problems.push(
                     key,
                     format!("{v} is more than {MAX_POLICY_SECS} s (a year)"),
-                ));
+                );
             }
         }
         if p.probe_windows > MAX_PROBE_WINDOWS {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.probe_windows",
                 format!("{} is more than {MAX_PROBE_WINDOWS}", p.probe_windows),
-            ));
+            );
         }
-        if p.window_ticks == 0 {
-            errs.push(invalid(origin, "policy.window_ticks", "must be at least 1"));
-        }
-        for (key, v) in [
-            ("policy.disable_below_percent", p.disable_below_percent),
-            ("policy.enable_above_percent", p.enable_above_percent),
-        ] {
-            if !v.is_finite() || !(0.0..=100.0).contains(&v) {
-                errs.push(invalid(origin, key, format!("{v} is outside 0..=100")));
-            }
-        }
+        problems.at_least_one("policy.window_ticks", p.window_ticks.into());
+        problems.finite_within(
+            "policy.disable_below_percent",
+            p.disable_below_percent,
+            0.0,
+            100.0,
+        );
+        problems.finite_within(
+            "policy.enable_above_percent",
+            p.enable_above_percent,
+            0.0,
+            100.0,
+        );
         if p.disable_below_percent >= p.enable_above_percent {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.enable_above_percent",
                 format!(
                     "{} must be greater than policy.disable_below_percent ({}): the thresholds overlap and leave no hysteresis band",
                     p.enable_above_percent, p.disable_below_percent
                 ),
-            ));
+            );
         }
-        if p.step_down_after_windows == 0 {
-            errs.push(invalid(
-                origin,
-                "policy.step_down_after_windows",
-                "must be at least 1",
-            ));
-        }
-        if p.disable_after_windows == 0 {
-            errs.push(invalid(
-                origin,
-                "policy.disable_after_windows",
-                "must be at least 1",
-            ));
-        }
+        problems.at_least_one(
+            "policy.step_down_after_windows",
+            p.step_down_after_windows.into(),
+        );
+        problems.at_least_one(
+            "policy.disable_after_windows",
+            p.disable_after_windows.into(),
+        );
         if !(1..=2).contains(&p.disabled_nomerges) {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.disabled_nomerges",
                 format!("{} must be 1 or 2", p.disabled_nomerges),
-            ));
+            );
         }
-        if p.probe_initial_backoff_secs == 0 {
-            errs.push(invalid(
-                origin,
-                "policy.probe_initial_backoff_secs",
-                "must be at least 1",
-            ));
-        }
+        problems.at_least_one(
+            "policy.probe_initial_backoff_secs",
+            p.probe_initial_backoff_secs,
+        );
         if p.probe_max_backoff_secs < p.probe_initial_backoff_secs {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.probe_max_backoff_secs",
                 format!(
                     "{} is less than policy.probe_initial_backoff_secs ({})",
                     p.probe_max_backoff_secs, p.probe_initial_backoff_secs
                 ),
-            ));
+            );
         }
-        let t = p.trial_max_extra_requests_percent;
-        if !t.is_finite() || !(0.0..=100.0).contains(&t) {
-            errs.push(invalid(
-                origin,
-                "policy.trial_max_extra_requests_percent",
-                format!("{t} is outside 0..=100"),
-            ));
-        }
-        if p.probe_windows == 0 {
-            errs.push(invalid(
-                origin,
-                "policy.probe_windows",
-                "must be at least 1",
-            ));
-        }
+        problems.finite_within(
+            "policy.trial_max_extra_requests_percent",
+            p.trial_max_extra_requests_percent,
+            0.0,
+            100.0,
+        );
+        problems.at_least_one("policy.probe_windows", p.probe_windows.into());
         let watch = p.l3_watch_interval_ms;
         if watch != 0 && !(10..=3_600_000).contains(&watch) {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.l3_watch_interval_ms",
                 format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
-            ));
+            );
         }
-        let cp = p.cost_profile.trim();
-        if cp.contains('\0') {
-            errs.push(invalid(
-                origin,
-                "policy.cost_profile",
-                "contains a NUL byte, which no path can hold",
-            ));
-        } else if cp.is_empty()
-            || (cp != crate::cost_profile::LIVE
-                && !crate::cost_profile::BUILTIN_NAMES.contains(&cp)
-                && !crate::cost_profile::is_path(cp))
-        {
-            errs.push(invalid(
-                origin,
-                "policy.cost_profile",
-                format!(
-                    "{:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
-                    p.cost_profile,
-                    crate::cost_profile::BUILTIN_NAMES.join(", ")
-                ),
-            ));
-        }
-        if let Err(e) = self.metrics.validate(origin) {
-            errs.push(e);
-        }
-        for (key, reason) in self.pricing.problems() {
-            errs.push(invalid(origin, key, reason));
-        }
-        for (key, reason) in self.sense.problems() {
-            errs.push(invalid(origin, &format!("sense.{key}"), reason));
-        }
-        let sl = &self.slices;
-        if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
-            errs.push(invalid(
-                origin,
-                "slices.starve_ratio",
-                format!("{} must be a number above 1", sl.starve_ratio),
-            ));
-        }
-        let m = sl.min_read_ms_per_request;
-        if !m.is_finite() || !(0.0..=10_000.0).contains(&m) {
-            errs.push(invalid(
-                origin,
-                "slices.min_read_ms_per_request",
-                format!("{m} is outside 0..=10000"),
-            ));
-        }
-        if sl.windows == 0 {
-            errs.push(invalid(origin, "slices.windows", "must be at least 1"));
-        }
-        if !(2..=64).contains(&sl.writes_starved_max) {
-            errs.push(invalid(
-                origin,
-                "slices.writes_starved_max",
-                format!("{} is outside 2..=64", sl.writes_starved_max),
-            ));
-        }
-        if !(10..=500).contains(&sl.read_expire_min_ms) {
-            errs.push(invalid(
-                origin,
-                "slices.read_expire_min_ms",
-                format!("{} is outside 10..=500", sl.read_expire_min_ms),
-            ));
-        }
-        if !(125..=5000).contains(&sl.timeout_sync_max_ms) {
-            errs.push(invalid(
-                origin,
-                "slices.timeout_sync_max_ms",
-                format!("{} is outside 125..=5000", sl.timeout_sync_max_ms),
-            ));
-        }
+        self.check_cost_profile(problems);
         if p.max_changes_per_hour < 2 {
-            errs.push(invalid(
-                origin,
+            problems.push(
                 "policy.max_changes_per_hour",
                 format!(
                     "{} leaves no room to turn merging off and back on (at least 2)",
                     p.max_changes_per_hour
                 ),
-            ));
+            );
         }
-        if self.slices.min_requests == 0 {
-            errs.push(invalid(origin, "slices.min_requests", "must be at least 1"));
+    }
+
+    fn check_cost_profile(&self, problems: &mut Problems) {
+        let raw = &self.policy.cost_profile;
+        let cp = raw.trim();
+        if cp.contains('\0') {
+            problems.push(
+                "policy.cost_profile",
+                "contains a NUL byte, which no path can hold",
+            );
+        } else if cp.is_empty()
+            || (cp != crate::cost_profile::LIVE
+                && !crate::cost_profile::BUILTIN_NAMES.contains(&cp)
+                && !crate::cost_profile::is_path(cp))
+        {
+            problems.push(
+                "policy.cost_profile",
+                format!(
+                    "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
+                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                ),
+            );
         }
-        if !(1..=3600).contains(&self.slices.max_changes_per_hour) {
-            errs.push(invalid(
-                origin,
-                "slices.max_changes_per_hour",
-                format!("{} is outside 1..=3600", self.slices.max_changes_per_hour),
-            ));
+    }
+
+    fn check_slices(&self, problems: &mut Problems) {
+        let sl = &self.slices;
+        if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
+            problems.push(
+                "slices.starve_ratio",
+                format!("{} must be a number above 1", sl.starve_ratio),
+            );
         }
-        match errs.len() {
-            0 => Ok(()),
-            1 => Err(errs.remove(0)),
-            _ => Err(ConfigError::Many {
-                origin: origin.to_string(),
-                errors: errs,
-            }),
-        }
+        problems.finite_within(
+            "slices.min_read_ms_per_request",
+            sl.min_read_ms_per_request,
+            0.0,
+            10_000.0,
+        );
+        problems.at_least_one("slices.windows", sl.windows.into());
+        problems.within("slices.writes_starved_max", sl.writes_starved_max, 2, 64);
+        problems.within("slices.read_expire_min_ms", sl.read_expire_min_ms, 10, 500);
+        problems.within(
+            "slices.timeout_sync_max_ms",
+            sl.timeout_sync_max_ms,
+            125,
+            5000,
+        );
+        problems.at_least_one("slices.min_requests", sl.min_requests);
+        problems.within(
+            "slices.max_changes_per_hour",
+            sl.max_changes_per_hour,
+            1,
+            3600,
+        );
     }
 
     /// Things that are valid but an operator should know, each naming its key.

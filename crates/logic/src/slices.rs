@@ -93,9 +93,47 @@ fn mean_ms(ms: u64, n: u64) -> Option<f64> {
     (n > 0).then(|| ms as f64 / n as f64)
 }
 
+/// What one window and the device's current values show, for the steps of [`decide`].
+struct Seen<'a> {
+    counters: &'a Counters,
+    values: &'a [(Tunable, u64)],
+    owned: &'a [Tunable],
+    cfg: &'a SlicesConfig,
+    read_ms: Option<f64>,
+    write_ms: Option<f64>,
+}
+
+impl Seen<'_> {
+    fn value(&self, t: Tunable) -> Option<u64> {
+        self.values.iter().find(|(n, _)| *n == t).map(|(_, v)| *v)
+    }
+
+    /// The tunable's value where the scheduler has it and the operator does not own it.
+    fn usable(&self, t: Tunable) -> Option<u64> {
+        self.value(t).filter(|_| !self.owned.contains(&t))
+    }
+
+    /// The read/write figures behind a decision, for its reason.
+    fn evidence(&self, s: &SliceState) -> String {
+        let c = self.counters;
+        match (self.read_ms, self.write_ms) {
+            (Some(r), Some(w)) => format!(
+                "reads {r:.1} ms vs writes {w:.1} ms per request ({} and {} requests) for {} windows",
+                c.reads_completed,
+                c.writes_completed,
+                s.starving_windows.max(s.calm_windows)
+            ),
+            _ => format!("no read/write mix for {} windows", s.calm_windows),
+        }
+    }
+}
+
 /// Decides for one device. `values` holds the current value of each tunable this module
 /// may use (absent: the scheduler has no such tunable); `owned` says which of them the
-/// operator set (never touched).
+/// operator set (never touched). The steps in order: count the window (starving, calm, or
+/// mixed and fine); judge the last step once enough windows followed it (kept, or undone);
+/// take a step toward the reads while they starve; relax the last step once the mix is
+/// over.
 pub fn decide(
     prev: &SliceState,
     window: &Window,
@@ -108,18 +146,46 @@ pub fn decide(
     let mut s = prev.clone();
     s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
     let c = &window.counters;
-    let value = |t: Tunable| values.iter().find(|(n, _)| *n == t).map(|(_, v)| *v);
-    let usable = |t: Tunable| value(t).is_some() && !owned.contains(&t);
+    let seen = Seen {
+        counters: c,
+        values,
+        owned,
+        cfg,
+        read_ms: mean_ms(c.read_ms, c.reads_completed),
+        write_ms: mean_ms(c.write_ms, c.writes_completed),
+    };
+    count_the_window(&mut s, &seen, window.duration_ms);
+    let cap_ok = (s.changes_ms.len() as u32) < cfg.max_changes_per_hour;
+    if !cap_ok {
+        return (s, None);
+    }
+    if let Some(undo) = judge_the_last_step(&mut s, &seen, now_ms) {
+        return (s, Some(undo));
+    }
+    if s.starving_windows >= cfg.windows
+        && !s.stalled
+        && let Some(step) = favour_reads(&mut s, &seen, scheduler, now_ms)
+    {
+        return (s, Some(step));
+    }
+    let relax = relax_after_the_mix(&mut s, &seen, now_ms);
+    (s, relax)
+}
+
+/// The read/write ratio of the window (None without a mix of both), counted into the
+/// starving and calm runs and into the evidence of the current run.
+fn count_the_window(s: &mut SliceState, seen: &Seen, duration_ms: u64) {
+    let (c, cfg) = (seen.counters, seen.cfg);
     let mixed = c.reads_completed >= cfg.min_requests && c.writes_completed >= cfg.min_requests;
-    let read_ms = mean_ms(c.read_ms, c.reads_completed);
-    let write_ms = mean_ms(c.write_ms, c.writes_completed);
-    let ratio = match (mixed, read_ms, write_ms) {
+    let ratio = match (mixed, seen.read_ms, seen.write_ms) {
         (true, Some(r), Some(w)) if w > 0.0 => Some(r / w),
         (true, Some(r), Some(_)) if r > 0.0 => Some(f64::INFINITY),
         (true, Some(_), Some(_)) => Some(1.0),
         _ => None,
     };
-    let slow_reads = read_ms.is_some_and(|r| r >= cfg.min_read_ms_per_request);
+    let slow_reads = seen
+        .read_ms
+        .is_some_and(|r| r >= cfg.min_read_ms_per_request);
     match ratio {
         Some(r) if r >= cfg.starve_ratio && slow_reads => {
             s.starving_windows += 1;
@@ -147,7 +213,7 @@ pub fn decide(
             s.evidence_ms = 0;
         }
         s.evidence.add(c);
-        s.evidence_ms += window.duration_ms;
+        s.evidence_ms += duration_ms;
         if s.before_step.is_some() {
             s.windows_since_step += 1;
         }
@@ -155,147 +221,150 @@ pub fn decide(
         s.evidence = Counters::default();
         s.evidence_ms = 0;
     }
-    let cap_ok = (s.changes_ms.len() as u32) < cfg.max_changes_per_hour;
-    let evidence = |s: &SliceState| match (read_ms, write_ms) {
-        (Some(r), Some(w)) => format!(
-            "reads {r:.1} ms vs writes {w:.1} ms per request ({} and {} requests) for {} windows",
-            c.reads_completed,
-            c.writes_completed,
-            s.starving_windows.max(s.calm_windows)
-        ),
-        _ => format!("no read/write mix for {} windows", s.calm_windows),
-    };
+}
 
-    // Judge the last step once `windows` mixed windows have followed it: it stays when the
-    // reads' own time per request fell by at least a tenth, and by more than the writes'
-    // throughput fell. (The read/write ratio would also "improve" when writes merely got
-    // slower.) Otherwise it is undone and no further step is taken while this mix lasts.
-    if let Some(before) = s.before_step
-        && s.windows_since_step >= cfg.windows
-        && cap_ok
-        && let Some(after) = StepEvidence::of(&s.evidence, s.evidence_ms)
-    {
-        s.before_step = None;
-        let read_gain = 1.0 - after.read_ms_per_request / before.read_ms_per_request.max(1e-9);
-        let write_loss = if before.write_mb_per_sec > 0.0 {
-            (1.0 - after.write_mb_per_sec / before.write_mb_per_sec).max(0.0)
-        } else {
-            0.0
-        };
-        let figures = format!(
-            "reads {:.1} -> {:.1} ms per request ({:+.0}%), writes {:.1} -> {:.1} MB/s ({:+.0}%)",
-            before.read_ms_per_request,
-            after.read_ms_per_request,
-            -read_gain * 100.0,
-            before.write_mb_per_sec,
-            after.write_mb_per_sec,
-            -write_loss * 100.0
-        );
-        let last = s.steps.last().copied();
-        let name = last.map_or("", |(t, _)| t.file_name());
-        let prev_value = last.map_or(0, |(_, v)| v);
-        let cur_value = last.and_then(|(t, _)| value(t).map(|v| (t, v)));
-        if read_gain >= 0.1 && write_loss <= read_gain {
-            s.kept = Some(format!(
-                "{name} -> {} kept: {figures}",
-                cur_value.map_or(0, |(_, v)| v)
-            ));
-        } else {
-            s.stalled = true;
-            s.starving_windows = 0;
-            if let Some((t, cur)) = cur_value {
-                s.steps.pop();
-                s.changes_ms.push(now_ms);
-                let reason = format!(
-                    "{name} {prev_value} -> {cur} did not pay ({figures}): back to {prev_value}, no further step while this mix lasts"
-                );
-                return (
-                    s,
-                    Some(SliceChange {
-                        tunable: t,
-                        from: cur,
-                        to: prev_value,
-                        kind: DecisionKind::Undo,
-                        reason,
-                    }),
-                );
-            }
-        }
+/// Judges the last step once `windows` mixed windows have followed it: it stays when the
+/// reads' own time per request fell by at least a tenth, and by more than the writes'
+/// throughput fell. (The read/write ratio would also "improve" when writes merely got
+/// slower.) Otherwise it is undone and no further step is taken while this mix lasts.
+fn judge_the_last_step(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<SliceChange> {
+    let before = s.before_step?;
+    if s.windows_since_step < seen.cfg.windows {
+        return None;
     }
-    if s.starving_windows >= cfg.windows && cap_ok && !s.stalled {
-        let step: Option<(Tunable, u64, u64)> = match scheduler {
-            "mq-deadline" => {
-                let ws = value(Tunable::WritesStarved).filter(|_| usable(Tunable::WritesStarved));
-                let re = value(Tunable::ReadExpire).filter(|_| usable(Tunable::ReadExpire));
-                match (ws, re) {
-                    (Some(v), _) if v < cfg.writes_starved_max => {
-                        Some((Tunable::WritesStarved, v, v + 1))
-                    }
-                    (_, Some(v)) if v > cfg.read_expire_min_ms => {
-                        Some((Tunable::ReadExpire, v, (v / 2).max(cfg.read_expire_min_ms)))
-                    }
-                    _ => None,
+    let after = StepEvidence::of(&s.evidence, s.evidence_ms)?;
+    s.before_step = None;
+    let read_gain = 1.0 - after.read_ms_per_request / before.read_ms_per_request.max(1e-9);
+    let write_loss = if before.write_mb_per_sec > 0.0 {
+        (1.0 - after.write_mb_per_sec / before.write_mb_per_sec).max(0.0)
+    } else {
+        0.0
+    };
+    let figures = format!(
+        "reads {:.1} -> {:.1} ms per request ({:+.0}%), writes {:.1} -> {:.1} MB/s ({:+.0}%)",
+        before.read_ms_per_request,
+        after.read_ms_per_request,
+        -read_gain * 100.0,
+        before.write_mb_per_sec,
+        after.write_mb_per_sec,
+        -write_loss * 100.0
+    );
+    let last = s.steps.last().copied();
+    let name = last.map_or("", |(t, _)| t.file_name());
+    let prev_value = last.map_or(0, |(_, v)| v);
+    let cur_value = last.and_then(|(t, _)| seen.value(t).map(|v| (t, v)));
+    if read_gain >= 0.1 && write_loss <= read_gain {
+        s.kept = Some(format!(
+            "{name} -> {} kept: {figures}",
+            cur_value.map_or(0, |(_, v)| v)
+        ));
+        return None;
+    }
+    s.stalled = true;
+    s.starving_windows = 0;
+    let (t, cur) = cur_value?;
+    s.steps.pop();
+    s.changes_ms.push(now_ms);
+    let reason = format!(
+        "{name} {prev_value} -> {cur} did not pay ({figures}): back to {prev_value}, no further step while this mix lasts"
+    );
+    Some(SliceChange {
+        tunable: t,
+        from: cur,
+        to: prev_value,
+        kind: DecisionKind::Undo,
+        reason,
+    })
+}
+
+/// The next step toward the reads for this scheduler, bounded by the config: mq-deadline
+/// lets writes be starved one batch longer, then halves the read deadline; bfq lengthens
+/// the sync time slice by half.
+fn next_step(seen: &Seen, scheduler: &str) -> Option<(Tunable, u64, u64)> {
+    let cfg = seen.cfg;
+    match scheduler {
+        "mq-deadline" => {
+            let ws = seen.usable(Tunable::WritesStarved);
+            let re = seen.usable(Tunable::ReadExpire);
+            match (ws, re) {
+                (Some(v), _) if v < cfg.writes_starved_max => {
+                    Some((Tunable::WritesStarved, v, v + 1))
                 }
+                (_, Some(v)) if v > cfg.read_expire_min_ms => {
+                    Some((Tunable::ReadExpire, v, (v / 2).max(cfg.read_expire_min_ms)))
+                }
+                _ => None,
             }
-            "bfq" => value(Tunable::TimeoutSync)
-                .filter(|_| usable(Tunable::TimeoutSync))
-                .filter(|&v| v < cfg.timeout_sync_max_ms)
-                .map(|v| {
-                    (
-                        Tunable::TimeoutSync,
-                        v,
-                        (v * 3 / 2).clamp(v + 1, cfg.timeout_sync_max_ms),
-                    )
-                }),
-            _ => None,
-        };
-        if let Some((t, from, to)) = step {
-            let name = t.file_name();
-            let reason = format!("reads starving: {}; {name} {from} -> {to}", evidence(&s));
-            s.steps.push((t, from));
-            s.before_step = StepEvidence::of(&s.evidence, s.evidence_ms);
-            s.windows_since_step = 0;
-            s.evidence = Counters::default();
-            s.evidence_ms = 0;
-            s.starving_windows = 0;
-            s.changes_ms.push(now_ms);
-            return (
-                s,
-                Some(SliceChange {
-                    tunable: t,
-                    from,
-                    to,
-                    kind: DecisionKind::FavourReads,
-                    reason,
-                }),
-            );
         }
+        "bfq" => seen
+            .usable(Tunable::TimeoutSync)
+            .filter(|&v| v < cfg.timeout_sync_max_ms)
+            .map(|v| {
+                (
+                    Tunable::TimeoutSync,
+                    v,
+                    (v * 3 / 2).clamp(v + 1, cfg.timeout_sync_max_ms),
+                )
+            }),
+        _ => None,
     }
-    if s.calm_windows >= cfg.windows && cap_ok && !s.steps.is_empty() {
-        let (t, before) = s.steps[s.steps.len() - 1];
-        let name = t.file_name();
-        if let Some(cur) = value(t) {
-            let reason = format!(
-                "read/write mix over: {}; {name} {cur} -> {before}",
-                evidence(&s)
-            );
-            s.steps.pop();
-            s.calm_windows = 0;
-            s.changes_ms.push(now_ms);
-            return (
-                s,
-                Some(SliceChange {
-                    tunable: t,
-                    from: cur,
-                    to: before,
-                    kind: DecisionKind::Relax,
-                    reason,
-                }),
-            );
-        }
+}
+
+/// A step toward the reads, its evidence kept to judge it by.
+fn favour_reads(
+    s: &mut SliceState,
+    seen: &Seen,
+    scheduler: &str,
+    now_ms: u64,
+) -> Option<SliceChange> {
+    let (t, from, to) = next_step(seen, scheduler)?;
+    let name = t.file_name();
+    let reason = format!(
+        "reads starving: {}; {name} {from} -> {to}",
+        seen.evidence(s)
+    );
+    s.steps.push((t, from));
+    s.before_step = StepEvidence::of(&s.evidence, s.evidence_ms);
+    s.windows_since_step = 0;
+    s.evidence = Counters::default();
+    s.evidence_ms = 0;
+    s.starving_windows = 0;
+    s.changes_ms.push(now_ms);
+    Some(SliceChange {
+        tunable: t,
+        from,
+        to,
+        kind: DecisionKind::FavourReads,
+        reason,
+    })
+}
+
+/// Once the mix is over for `windows` windows, the last step is undone (one a window). A
+/// step whose tunable the scheduler no longer has is dropped.
+fn relax_after_the_mix(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<SliceChange> {
+    if s.calm_windows < seen.cfg.windows {
+        return None;
+    }
+    let &(t, before) = s.steps.last()?;
+    let name = t.file_name();
+    let Some(cur) = seen.value(t) else {
         s.steps.pop();
-    }
-    (s, None)
+        return None;
+    };
+    let reason = format!(
+        "read/write mix over: {}; {name} {cur} -> {before}",
+        seen.evidence(s)
+    );
+    s.steps.pop();
+    s.calm_windows = 0;
+    s.changes_ms.push(now_ms);
+    Some(SliceChange {
+        tunable: t,
+        from: cur,
+        to: before,
+        kind: DecisionKind::Relax,
+        reason,
+    })
 }
 
 /// The tunables this module reads for a scheduler, with their kernel defaults.

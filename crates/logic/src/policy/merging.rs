@@ -8,79 +8,133 @@ use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature, 
 use super::{change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
+use std::ops::ControlFlow;
 
-pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
-    let (cfg, now_ms, low, high) = (cx.cfg, cx.now_ms, cx.low, cx.high);
+/// One step of the decision: `Break` ends it with an evaluation, `Continue` hands the
+/// state on to the next step.
+type Step = ControlFlow<Evaluation, PolicyState>;
+
+/// The state out of a step that continued; the step's evaluation out of `decide` else.
+macro_rules! then {
+    ($step:expr) => {
+        match $step {
+            ControlFlow::Continue(s) => s,
+            ControlFlow::Break(e) => return e,
+        }
+    };
+}
+
+/// What one closed window shows.
+struct Seen<'w> {
+    w: &'w Window,
+    ratio: f64,
+    bios_per_sec: f64,
+}
+
+/// The steps in order: an idle window holds; a level not worth it, or one still seeing
+/// merges, goes back to L0; merging that pays may start a trial of L2, and else holds; a
+/// low window counts toward a step down, which is taken once the count, the dwell time and
+/// the cap allow.
+pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
     let Some(w) = window else {
         return hold(s, "window still open");
     };
     let bios = w.counters.bios();
-    let ratio = w.counters.merge_ratio();
-    let rate = w.bios_per_sec();
-    let level = s.level;
-    if bios < cfg.min_window_bios {
-        return hold(
-            s,
-            Reason::Idle {
-                bios,
-                min_bios: cfg.min_window_bios,
-            },
-        );
+    if bios < cx.cfg.min_window_bios {
+        let min_bios = cx.cfg.min_window_bios;
+        return hold(s, Reason::Idle { bios, min_bios });
     }
-    // A level that saves nothing measurable, with nothing worth it below (the profile or
-    // the scheduler changed since it was reached): its lost merges buy nothing.
+    let seen = Seen {
+        w,
+        ratio: w.counters.merge_ratio(),
+        bios_per_sec: w.bios_per_sec(),
+    };
+    let s = then!(back_to_l0(s, &seen, cx));
+    let s = then!(while_merging_pays(s, &seen, cx));
+    let (s, next) = then!(low_window(s, &seen, cx));
+    let s = then!(straight_to_l3_if_known(s, &seen, cx));
+    let s = then!(wait_for_the_step(s, &seen, cx, next));
+    take_the_step(s, &seen, cx, next)
+}
+
+/// Back to L0 from a level that saves nothing measurable, with nothing worth it below
+/// (the profile or the scheduler changed since it was reached: its lost merges buy
+/// nothing), or from a level where merges are still counted (an L2 that a trial verified
+/// keeps its plug merges and stays).
+fn back_to_l0(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
+    let (level, ratio, now_ms) = (s.level, seen.ratio, cx.now_ms);
     if level > Level::L0 && !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
         s.move_to(Level::L0, now_ms);
         let why = cx.caps.worth.describe([level]);
-        return change(
+        return ControlFlow::Break(change(
             s,
             OutcomeKind::Enable,
             format!("{level} not worth it here: {why}; back to L0"),
-        );
+        ));
     }
-    if level > Level::L0 && ratio >= high && !(level == Level::L2 && s.l2_verified) {
+    if level > Level::L0 && ratio >= cx.high && !(level == Level::L2 && s.l2_verified) {
         s.move_to(Level::L0, now_ms);
         s.backoff_ms = cx.initial_backoff_ms;
-        return change(
+        return ControlFlow::Break(change(
             s,
             OutcomeKind::Enable,
             format!(
-                "merges still counted at {level}: ratio {} >= {} at {rate:.0} bios/s; back to L0",
+                "merges still counted at {level}: ratio {} >= {} at {:.0} bios/s; back to L0",
                 pct(ratio),
-                pct(high)
+                pct(cx.high),
+                seen.bios_per_sec
             ),
-        );
+        ));
     }
-    if ratio >= high && level < Level::L2 && cx.trial_allowed() {
+    ControlFlow::Continue(s)
+}
+
+/// Merging that pays: after enough high windows (and under the cap) a trial of L2, to see
+/// whether plug and one-hit merges alone keep it; else a hold that clears the low count.
+fn while_merging_pays(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
+    let (cfg, level, ratio, rate) = (cx.cfg, s.level, seen.ratio, seen.bios_per_sec);
+    if ratio >= cx.high && level < Level::L2 && cx.trial_allowed() {
         s.low_windows = 0;
         s.high_windows += 1;
         let k = cfg.step_down_after_windows;
-        if s.high_windows >= k && now_ms >= s.next_trial_at_ms && !cx.cap_reached {
-            s.trial_baseline = w.counters;
+        if s.high_windows >= k && cx.now_ms >= s.next_trial_at_ms && !cx.cap_reached {
+            s.trial_baseline = seen.w.counters;
             s.trial_from_level = level;
-            s.start_measuring(Level::L2, Mode::Trial, now_ms);
+            s.start_measuring(Level::L2, Mode::Trial, cx.now_ms);
             let reason = format!(
                 "merging pays at {level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
                 pct(ratio),
                 crate::decision::count(cfg.probe_windows.into(), "window")
             );
-            return change(s, OutcomeKind::TrialStart, reason);
+            return ControlFlow::Break(change(s, OutcomeKind::TrialStart, reason));
         }
     }
-    if ratio >= low {
+    if ratio >= cx.low {
         s.low_windows = 0;
         s.not_worth_noted = false;
         s.unknown_noted = false;
-        return hold(
-            s,
-            Reason::Pays {
-                level,
-                ratio,
-                low,
-                bios_per_sec: rate,
-            },
-        );
+        let low = cx.low;
+        let reason = Reason::Pays {
+            level,
+            ratio,
+            low,
+            bios_per_sec: rate,
+        };
+        return ControlFlow::Break(hold(s, reason));
     }
+    ControlFlow::Continue(s)
+}
+
+/// A low window, counted. Holds at the deepest level allowed here, and where nothing below
+/// saves measurably (said once, when the step would have come; the rungs on the way to a
+/// level that does save are taken: the counters still see merges on them). Else the rung
+/// the step would go to.
+fn low_window(
+    mut s: PolicyState,
+    seen: &Seen,
+    cx: &Ctx,
+) -> ControlFlow<Evaluation, (PolicyState, Level)> {
+    let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
     s.low_windows = s.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {
         let blind = if !cx.caps.sense_at_l3 && super::floor_level(cfg) == TOP_LEVEL {
@@ -88,23 +142,15 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         } else {
             ""
         };
-        return hold(
+        return ControlFlow::Break(hold(
             s,
             format!(
                 "merge ratio {} < {} at {level}, the deepest level allowed here{blind}",
                 pct(ratio),
                 pct(low)
             ),
-        );
+        ));
     };
-    let k = if next == TOP_LEVEL {
-        cfg.disable_after_windows
-    } else {
-        cfg.step_down_after_windows
-    };
-    // Nothing below saves measurably: say so once, when the step would have come, then
-    // hold quietly. The rungs on the way to a level that does save are taken (they are
-    // the safe path there: the counters still see merges on them).
     if let Some(reason) = cx.not_worth(level) {
         // An unknown saving is said once, and the known one once more when it comes.
         let unknown = matches!(
@@ -112,58 +158,81 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
             crate::policy::worth::Basis::Unknown { .. }
         );
         let said = s.not_worth_noted || (unknown && s.unknown_noted);
-        if !said && s.low_windows >= k {
+        if !said && s.low_windows >= windows_before(next, cx) {
             if unknown {
                 s.unknown_noted = true;
             } else {
                 s.not_worth_noted = true;
             }
-            return settle(s, OutcomeKind::NotWorthIt, reason);
+            return ControlFlow::Break(settle(s, OutcomeKind::NotWorthIt, reason));
         }
-        return hold(s, reason);
+        return ControlFlow::Break(hold(s, reason));
     }
-    // A workload already known to be merge-hostile: the safe rungs have nothing to show,
-    // go straight to L3 (after two low windows, and under the cap).
-    let sig = Signature::of(w);
+    ControlFlow::Continue((s, next))
+}
+
+/// How many low windows a step to `next` waits for: more for L3, where the counters go
+/// blind.
+fn windows_before(next: Level, cx: &Ctx) -> u32 {
+    if next == TOP_LEVEL {
+        cx.cfg.disable_after_windows
+    } else {
+        cx.cfg.step_down_after_windows
+    }
+}
+
+/// A workload already known to be merge-hostile: the safe rungs have nothing to show, so
+/// straight to L3 (after two low windows, and under the cap).
+fn straight_to_l3_if_known(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
+    let (cfg, level, now_ms) = (cx.cfg, s.level, cx.now_ms);
+    let sig = Signature::of(seen.w);
     let known = cx.l3_allowed()
         && s.low_windows >= cfg.step_down_after_windows.min(2)
         && !cx.cap_reached
         && s.is_known_hostile(&sig);
-    if known {
-        let n = s.low_windows;
-        s.move_to(TOP_LEVEL, now_ms);
-        s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-        s.l3_signature = Some(sig);
-        let reason = format!(
-            "merge ratio {} < {} for {n} windows at {rate:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {level} -> L3, next probe in {}",
-            pct(ratio),
-            pct(low),
-            sig.bios_per_sec,
-            sig.read_share * 100.0,
-            sig.sectors_per_bio / 2.0,
-            secs(s.backoff_ms)
-        );
-        return change(s, OutcomeKind::Disable, reason);
+    if !known {
+        return ControlFlow::Continue(s);
     }
+    let n = s.low_windows;
+    s.move_to(TOP_LEVEL, now_ms);
+    s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
+    s.l3_signature = Some(sig);
+    let reason = format!(
+        "merge ratio {} < {} for {n} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {level} -> L3, next probe in {}",
+        pct(seen.ratio),
+        pct(cx.low),
+        seen.bios_per_sec,
+        sig.bios_per_sec,
+        sig.read_share * 100.0,
+        sig.sectors_per_bio / 2.0,
+        secs(s.backoff_ms)
+    );
+    ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
+}
+
+/// Holds until the step may come: fewer low windows than the step waits for, at the level
+/// for less than the dwell time (before L3), or the hour's changes at the cap.
+fn wait_for_the_step(s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Step {
+    let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
+    let k = windows_before(next, cx);
     if s.low_windows < k {
         let n = s.low_windows;
-        return hold(
-            s,
-            Reason::LowWindow {
-                ratio,
-                low,
-                bios_per_sec: rate,
-                n,
-                k,
-                next,
-            },
-        );
+        let reason = Reason::LowWindow {
+            ratio,
+            low,
+            bios_per_sec: seen.bios_per_sec,
+            n,
+            k,
+            next,
+        };
+        return ControlFlow::Break(hold(s, reason));
     }
+    let cap = cfg.max_changes_per_hour;
     if next == TOP_LEVEL {
         let dwell_ms = cfg.min_dwell_secs * 1000;
-        let at_level_ms = now_ms.saturating_sub(s.since_ms);
+        let at_level_ms = cx.now_ms.saturating_sub(s.since_ms);
         if at_level_ms < dwell_ms {
-            return hold(
+            return ControlFlow::Break(hold(
                 s,
                 format!(
                     "merge ratio {} < {} for {k} windows, but at {level} only for {} (dwell {})",
@@ -172,33 +241,40 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
                     secs(at_level_ms),
                     secs(dwell_ms)
                 ),
-            );
+            ));
         }
         if cx.cap_reached {
-            return hold(
+            return ControlFlow::Break(hold(
                 s,
                 format!(
-                    "merge ratio {} < {} for {k} windows, but {} changes in the last hour reach the cap; staying at {level}",
+                    "merge ratio {} < {} for {k} windows, but {cap} changes in the last hour reach the cap; staying at {level}",
                     pct(ratio),
                     pct(low),
-                    cfg.max_changes_per_hour
                 ),
-            );
+            ));
         }
     } else if cx.cap_reached {
-        return hold(
+        return ControlFlow::Break(hold(
             s,
             format!(
-                "merge ratio {} < {}, but {} changes in the last hour reach the cap; staying at {level}",
+                "merge ratio {} < {}, but {cap} changes in the last hour reach the cap; staying at {level}",
                 pct(ratio),
                 pct(low),
-                cfg.max_changes_per_hour
             ),
-        );
+        ));
     }
+    ControlFlow::Continue(s)
+}
+
+/// The step down one rung; to L3 it remembers the workload as merge-hostile and sets the
+/// first probe.
+fn take_the_step(mut s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Evaluation {
+    let (level, ratio, low, rate, now_ms) =
+        (s.level, seen.ratio, cx.low, seen.bios_per_sec, cx.now_ms);
     let n = s.low_windows;
     s.move_to(next, now_ms);
     if next == TOP_LEVEL {
+        let sig = Signature::of(seen.w);
         s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
         s.l3_signature = Some(sig);
         s.remember_hostile(sig);
