@@ -8,26 +8,17 @@ use super::{change, hold, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
 
+/// The steps in order: an idle window counts toward giving up (at L0, the safe level); a
+/// busy one is added to the probe's counters until it has `probe_windows` of them; then
+/// the probe's merge ratio decides: low goes back to L3 (or stays at L0 where L3 is not
+/// allowed), anything else stays at L0 and may try L2.
 pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
-    let (cfg, now_ms, low, high) = (cx.cfg, cx.now_ms, cx.low, cx.high);
+    let cfg = cx.cfg;
     let Some(w) = window else {
         return hold(s, "probing; window still open");
     };
     if w.counters.bios() < cfg.min_window_bios {
-        s.probe_idle_windows += 1;
-        // L0 is the safe level: an idle probe simply ends there.
-        if s.probe_idle_windows >= 4 * cfg.probe_windows {
-            let n = s.probe_idle_windows;
-            s.mode = Mode::Merging;
-            s.since_ms = now_ms;
-            s.low_windows = 0;
-            return settle(
-                s,
-                OutcomeKind::ProbeSucceeded,
-                format!("probe inconclusive after {n} idle windows; staying at L0"),
-            );
-        }
-        return hold(s, "probing; idle window does not count");
+        return idle_window(s, cx);
     }
     s.probe_counters.add(&w.counters);
     s.probe_windows_done += 1;
@@ -40,13 +31,40 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
         );
         return hold(s, reason);
     }
+    if s.probe_counters.merge_ratio() < cx.low {
+        low_probe(s, w, cx)
+    } else {
+        merging_pays(s, w, cx)
+    }
+}
+
+/// An idle window does not count; enough of them end the probe at L0.
+fn idle_window(mut s: PolicyState, cx: &Ctx) -> Evaluation {
+    s.probe_idle_windows += 1;
+    if s.probe_idle_windows < 4 * cx.cfg.probe_windows {
+        return hold(s, "probing; idle window does not count");
+    }
+    let n = s.probe_idle_windows;
+    s.mode = Mode::Merging;
+    s.since_ms = cx.now_ms;
+    s.low_windows = 0;
+    settle(
+        s,
+        OutcomeKind::ProbeSucceeded,
+        format!("probe inconclusive after {n} idle windows; staying at L0"),
+    )
+}
+
+/// A probe that found merging rare: back to L3 (a timed probe doubles the backoff), or,
+/// where L3 is blind or not worth it now (the tap or the profile changed during the
+/// probe), L0, from where the ladder walks down. The cap never keeps a failed probe from
+/// returning to L3: that only undoes the probe's own excursion (probes themselves are
+/// paced by the backoff).
+fn low_probe(mut s: PolicyState, w: &Window, cx: &Ctx) -> Evaluation {
+    let (now_ms, low) = (cx.now_ms, cx.low);
     let ratio = s.probe_counters.merge_ratio();
     let bios = s.probe_counters.bios();
-    // The cap never keeps a failed probe from returning to L3: that only undoes the
-    // probe's own excursion (probes themselves are paced by the backoff).
-    if ratio < low && !cx.l3_allowed() {
-        // Nothing to go back to: L3 is blind here or not worth it (the tap or the profile
-        // changed during the probe). L0 it is; the ladder walks down from there.
+    if !cx.l3_allowed() {
         s.mode = Mode::Merging;
         s.since_ms = now_ms;
         s.low_windows = 0;
@@ -66,43 +84,48 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
             ),
         );
     }
-    if ratio < low {
-        // A probe started by a workload change that finds nothing says nothing about the
-        // timer: only timed probes double the backoff.
-        if !s.probe_by_change {
-            s.backoff_ms =
-                (s.backoff_ms.saturating_mul(2)).clamp(cx.initial_backoff_ms, cx.max_backoff_ms);
-        }
-        let timer = s
-            .next_probe_at_ms
-            .filter(|&t| t > now_ms && s.probe_by_change);
-        s.move_to(TOP_LEVEL, now_ms);
-        let sig = Signature::of(w);
-        s.l3_signature = Some(sig);
-        s.remember_hostile(sig);
-        s.next_probe_at_ms = Some(timer.unwrap_or(now_ms + s.backoff_ms));
-        let next_in = s.next_probe_at_ms.unwrap_or(now_ms) - now_ms;
-        let reason = format!(
-            "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
-            pct(ratio),
-            pct(low),
-            secs(next_in)
-        );
-        return change(s, OutcomeKind::ProbeFailed, reason);
+    // A probe started by a workload change that finds nothing says nothing about the
+    // timer: only timed probes double the backoff.
+    if !s.probe_by_change {
+        s.backoff_ms =
+            (s.backoff_ms.saturating_mul(2)).clamp(cx.initial_backoff_ms, cx.max_backoff_ms);
     }
+    let timer = s
+        .next_probe_at_ms
+        .filter(|&t| t > now_ms && s.probe_by_change);
+    s.move_to(TOP_LEVEL, now_ms);
+    let sig = Signature::of(w);
+    s.l3_signature = Some(sig);
+    s.remember_hostile(sig);
+    s.next_probe_at_ms = Some(timer.unwrap_or(now_ms + s.backoff_ms));
+    let next_in = s.next_probe_at_ms.unwrap_or(now_ms) - now_ms;
+    let reason = format!(
+        "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
+        pct(ratio),
+        pct(low),
+        secs(next_in)
+    );
+    change(s, OutcomeKind::ProbeFailed, reason)
+}
+
+/// A probe that found merges: stay at L0, the workload no longer known as merge-hostile.
+/// The probe's windows at L0 are the baseline a trial of L2 needs: when merging clearly
+/// pays, try L2 right away rather than after more windows at L0.
+fn merging_pays(mut s: PolicyState, w: &Window, cx: &Ctx) -> Evaluation {
+    let (cfg, now_ms) = (cx.cfg, cx.now_ms);
+    let ratio = s.probe_counters.merge_ratio();
+    let bios = s.probe_counters.bios();
     let reason = format!(
         "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
         pct(ratio),
-        pct(low)
+        pct(cx.low)
     );
     s.mode = Mode::Merging;
     s.since_ms = now_ms;
     s.low_windows = 0;
     s.backoff_ms = cx.initial_backoff_ms;
     s.forget_hostile(&Signature::of(w));
-    // The probe's windows at L0 are the baseline a trial of L2 needs: when merging clearly
-    // pays, try L2 right away rather than after more windows at L0.
-    if ratio >= high && cx.trial_allowed() && now_ms >= s.next_trial_at_ms && !cx.cap_reached {
+    if ratio >= cx.high && cx.trial_allowed() && now_ms >= s.next_trial_at_ms && !cx.cap_reached {
         s.trial_baseline = s.probe_counters;
         s.trial_from_level = Level::L0;
         s.start_measuring(Level::L2, Mode::Trial, now_ms);
