@@ -542,6 +542,40 @@ impl CostProfile {
 
     /// Checks what the simulator and the reports rely on; the error names the key.
     pub fn validate(&self) -> Result<(), ProfileError> {
+        self.check_header()?;
+        let measured = self.method == Method::CpuBoundLoop;
+        for (i, c) in self.cells.iter().enumerate() {
+            self.check_cell(i, c, measured)?;
+        }
+        for (i, c) in self.merge_path.iter().enumerate() {
+            self.check_merge_path_cell(i, c)?;
+        }
+        if self.method == Method::MergePathSampling {
+            if self.merge_path.is_empty() {
+                return Err(bad("merge_path", "a sampled profile has at least one cell"));
+            }
+            return Ok(());
+        }
+        // The simulator derives step costs from random unbatched I/O at every level.
+        for s in &self.schedulers {
+            if self
+                .cell(*s, Level::L0, Workload::RandomUnbatched)
+                .is_none()
+            {
+                return Err(bad(
+                    "cell",
+                    format!("{s} has no L0 random-unbatched cell (the simulator's reference)"),
+                ));
+            }
+        }
+        if let Some(t) = &self.toggle {
+            self.check_toggle(t, measured)?;
+        }
+        Ok(())
+    }
+
+    /// The profile's own fields: name, kernel, schedulers, repetitions, coverage, noise.
+    fn check_header(&self) -> Result<(), ProfileError> {
         if self.name.trim().is_empty() {
             return Err(bad("name", "must not be empty"));
         }
@@ -568,163 +602,155 @@ impl CostProfile {
         if !(self.noise_percent.is_finite() && self.noise_percent >= 0.0) {
             return Err(bad("noise_percent", "must be a finite number >= 0"));
         }
-        let measured = self.method == Method::CpuBoundLoop;
-        if measured && self.unit != Unit::Ns {
+        if self.method == Method::CpuBoundLoop && self.unit != Unit::Ns {
             return Err(bad("unit", "a measured profile is in ns"));
         }
-        for (i, c) in self.cells.iter().enumerate() {
-            let k = |f: &str| format!("cell[{i}].{f}");
-            if !self.schedulers.contains(&c.scheduler) {
-                return Err(bad(
-                    k("scheduler"),
-                    format!("{} is not in `schedulers`", c.scheduler),
-                ));
-            }
-            if !c.scheduler.levels().contains(&c.level) {
-                return Err(bad(
-                    k("level"),
-                    format!(
-                        "{} has no {} (front_merges is mq-deadline's)",
-                        c.scheduler, c.level
-                    ),
-                ));
-            }
-            if self.cells[..i]
-                .iter()
-                .any(|o| (o.scheduler, o.level, o.workload) == (c.scheduler, c.level, c.workload))
+        Ok(())
+    }
+
+    /// One measured cell: its scheduler and level exist, it is measured once, and every
+    /// figure is finite with an interval that holds it (a measured profile's must have one).
+    fn check_cell(&self, i: usize, c: &Cell, measured: bool) -> Result<(), ProfileError> {
+        let k = |f: &str| format!("cell[{i}].{f}");
+        if !self.schedulers.contains(&c.scheduler) {
+            return Err(bad(
+                k("scheduler"),
+                format!("{} is not in `schedulers`", c.scheduler),
+            ));
+        }
+        if !c.scheduler.levels().contains(&c.level) {
+            return Err(bad(
+                k("level"),
+                format!(
+                    "{} has no {} (front_merges is mq-deadline's)",
+                    c.scheduler, c.level
+                ),
+            ));
+        }
+        if self.cells[..i]
+            .iter()
+            .any(|o| (o.scheduler, o.level, o.workload) == (c.scheduler, c.level, c.workload))
+        {
+            return Err(bad(
+                k("workload"),
+                format!("{} {} {} measured twice", c.scheduler, c.level, c.workload),
+            ));
+        }
+        if !(c.cpu_per_io.is_finite() && c.cpu_per_io > 0.0) {
+            return Err(bad(k("cpu_per_io"), "must be a finite number > 0"));
+        }
+        check_ci(k("cpu_per_io_ci"), c.cpu_per_io, c.cpu_per_io_ci)?;
+        if let Some(v) = c.submitter_cpu_per_io {
+            check_ci(k("submitter_cpu_per_io_ci"), v, c.submitter_cpu_per_io_ci)?;
+        }
+        if let Some(v) = c.submitter_change_percent {
+            check_ci(k("submitter_change_ci"), v, c.submitter_change_ci)?;
+        }
+        if measured && c.cpu_per_io_ci.is_none() {
+            return Err(bad(
+                k("cpu_per_io_ci"),
+                "a measured cell needs its interval",
+            ));
+        }
+        if !(0.0..=100.0).contains(&c.merged_percent) {
+            return Err(bad(k("merged_percent"), "must be in 0..=100"));
+        }
+        for (f, v) in [
+            ("system_cpu_per_io", c.system_cpu_per_io),
+            ("iops", c.iops),
+            ("p99_us", c.p99_us),
+        ] {
+            if let Some(x) = v
+                && !(x.is_finite() && x >= 0.0)
             {
-                return Err(bad(
-                    k("workload"),
-                    format!("{} {} {} measured twice", c.scheduler, c.level, c.workload),
-                ));
+                return Err(bad(k(f), "must be a finite number >= 0"));
             }
-            if !(c.cpu_per_io.is_finite() && c.cpu_per_io > 0.0) {
-                return Err(bad(k("cpu_per_io"), "must be a finite number > 0"));
+        }
+        match (c.level, c.change_percent) {
+            (Level::L0, Some(_)) => {
+                return Err(bad(k("change_percent"), "L0 is the reference: no change"));
             }
-            check_ci(k("cpu_per_io_ci"), c.cpu_per_io, c.cpu_per_io_ci)?;
-            if let Some(v) = c.submitter_cpu_per_io {
-                check_ci(k("submitter_cpu_per_io_ci"), v, c.submitter_cpu_per_io_ci)?;
-            }
-            if let Some(v) = c.submitter_change_percent {
-                check_ci(k("submitter_change_ci"), v, c.submitter_change_ci)?;
-            }
-            if measured && c.cpu_per_io_ci.is_none() {
-                return Err(bad(
-                    k("cpu_per_io_ci"),
-                    "a measured cell needs its interval",
-                ));
-            }
-            if !(0.0..=100.0).contains(&c.merged_percent) {
-                return Err(bad(k("merged_percent"), "must be in 0..=100"));
-            }
-            for (f, v) in [
-                ("system_cpu_per_io", c.system_cpu_per_io),
-                ("iops", c.iops),
-                ("p99_us", c.p99_us),
-            ] {
-                if let Some(x) = v
-                    && !(x.is_finite() && x >= 0.0)
-                {
-                    return Err(bad(k(f), "must be a finite number >= 0"));
+            (Level::L0, None) => {}
+            (_, None) => return Err(bad(k("change_percent"), "needed above L0")),
+            (_, Some(ch)) => {
+                if !(ch.is_finite() && ch > -100.0) {
+                    return Err(bad(k("change_percent"), "must be finite and > -100"));
                 }
-            }
-            match (c.level, c.change_percent) {
-                (Level::L0, Some(_)) => {
-                    return Err(bad(k("change_percent"), "L0 is the reference: no change"));
-                }
-                (Level::L0, None) => {}
-                (_, None) => return Err(bad(k("change_percent"), "needed above L0")),
-                (_, Some(ch)) => {
-                    if !(ch.is_finite() && ch > -100.0) {
-                        return Err(bad(k("change_percent"), "must be finite and > -100"));
-                    }
-                    check_ci(k("change_ci"), ch, c.change_ci)?;
-                    if measured && c.change_ci.is_none() {
-                        return Err(bad(k("change_ci"), "a measured change needs its interval"));
-                    }
+                check_ci(k("change_ci"), ch, c.change_ci)?;
+                if measured && c.change_ci.is_none() {
+                    return Err(bad(k("change_ci"), "a measured change needs its interval"));
                 }
             }
         }
-        for (i, c) in self.merge_path.iter().enumerate() {
-            let k = |f: &str| format!("merge_path[{i}].{f}");
-            if !self.schedulers.contains(&c.scheduler) {
-                return Err(bad(
-                    k("scheduler"),
-                    format!("{} is not in `schedulers`", c.scheduler),
-                ));
+        Ok(())
+    }
+
+    /// One merge-path cell: its scheduler exists and each ns-per-bio figure is finite,
+    /// inside its interval.
+    fn check_merge_path_cell(&self, i: usize, c: &MergePathCell) -> Result<(), ProfileError> {
+        let k = |f: &str| format!("merge_path[{i}].{f}");
+        if !self.schedulers.contains(&c.scheduler) {
+            return Err(bad(
+                k("scheduler"),
+                format!("{} is not in `schedulers`", c.scheduler),
+            ));
+        }
+        for (f, v, ci) in [
+            ("l3_ns_per_bio", c.l3_ns_per_bio, c.l3_ci),
+            ("l2_ns_per_bio", c.l2_ns_per_bio, c.l2_ci),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(k(f), "must be a finite number >= 0"));
             }
-            for (f, v, ci) in [
-                ("l3_ns_per_bio", c.l3_ns_per_bio, c.l3_ci),
-                ("l2_ns_per_bio", c.l2_ns_per_bio, c.l2_ci),
-            ] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(bad(k(f), "must be a finite number >= 0"));
-                }
-                let [lo, hi] = ci;
-                if !(lo.is_finite() && hi.is_finite() && lo <= v && v <= hi) {
-                    return Err(bad(k(f), "its interval must hold it: lo <= value <= hi"));
-                }
-            }
-            if c.submitters == 0 {
-                return Err(bad(k("submitters"), "must be at least 1"));
+            let [lo, hi] = ci;
+            if !(lo.is_finite() && hi.is_finite() && lo <= v && v <= hi) {
+                return Err(bad(k(f), "its interval must hold it: lo <= value <= hi"));
             }
         }
-        if self.method == Method::MergePathSampling {
-            if self.merge_path.is_empty() {
-                return Err(bad("merge_path", "a sampled profile has at least one cell"));
-            }
-            return Ok(());
+        if c.submitters == 0 {
+            return Err(bad(k("submitters"), "must be at least 1"));
         }
-        // The simulator derives step costs from random unbatched I/O at every level.
-        for s in &self.schedulers {
-            if self
-                .cell(*s, Level::L0, Workload::RandomUnbatched)
-                .is_none()
-            {
-                return Err(bad(
-                    "cell",
-                    format!("{s} has no L0 random-unbatched cell (the simulator's reference)"),
-                ));
+        Ok(())
+    }
+
+    /// The toggle measurement: figures finite, intervals holding their medians.
+    fn check_toggle(&self, t: &ToggleCost, measured: bool) -> Result<(), ProfileError> {
+        if !self.schedulers.contains(&t.scheduler) && measured {
+            return Err(bad("toggle.scheduler", "not in `schedulers`"));
+        }
+        if t.interval_ms == 0 || t.reps == 0 {
+            return Err(bad("toggle", "interval_ms and reps must be at least 1"));
+        }
+        for (f, v) in [
+            ("write_us_median", t.write_us_median),
+            ("write_us_max", t.write_us_max),
+            ("p99_us_without", t.p99_us_without),
+            ("p99_us_with", t.p99_us_with),
+            ("max_us_without", t.max_us_without),
+            ("max_us_with", t.max_us_with),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(format!("toggle.{f}"), "must be a finite number >= 0"));
             }
         }
-        if let Some(t) = &self.toggle {
-            if !self.schedulers.contains(&t.scheduler) && measured {
-                return Err(bad("toggle.scheduler", "not in `schedulers`"));
-            }
-            if t.interval_ms == 0 || t.reps == 0 {
-                return Err(bad("toggle", "interval_ms and reps must be at least 1"));
-            }
-            for (f, v) in [
-                ("write_us_median", t.write_us_median),
-                ("write_us_max", t.write_us_max),
-                ("p99_us_without", t.p99_us_without),
-                ("p99_us_with", t.p99_us_with),
-                ("max_us_without", t.max_us_without),
-                ("max_us_with", t.max_us_with),
-            ] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(bad(format!("toggle.{f}"), "must be a finite number >= 0"));
-                }
-            }
-            if t.write_us_median > t.write_us_max {
-                return Err(bad("toggle.write_us_median", "exceeds write_us_max"));
-            }
-            check_ci(
-                "toggle.p99_change_ci".into(),
-                t.p99_change_percent,
-                Some(t.p99_change_ci),
-            )?;
-            check_ci(
-                "toggle.max_change_ci".into(),
-                t.max_change_percent,
-                Some(t.max_change_ci),
-            )?;
-            check_ci(
-                "toggle.iops_change_ci".into(),
-                t.iops_change_percent,
-                Some(t.iops_change_ci),
-            )?;
+        if t.write_us_median > t.write_us_max {
+            return Err(bad("toggle.write_us_median", "exceeds write_us_max"));
         }
+        check_ci(
+            "toggle.p99_change_ci".into(),
+            t.p99_change_percent,
+            Some(t.p99_change_ci),
+        )?;
+        check_ci(
+            "toggle.max_change_ci".into(),
+            t.max_change_percent,
+            Some(t.max_change_ci),
+        )?;
+        check_ci(
+            "toggle.iops_change_ci".into(),
+            t.iops_change_percent,
+            Some(t.iops_change_ci),
+        )?;
         Ok(())
     }
 
