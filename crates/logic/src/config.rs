@@ -626,31 +626,24 @@ fn check_str(text: &str, origin: &str) -> Checked {
         errors: Vec::new(),
         positions: Default::default(),
     };
+    let parse_error = |o: usize, message: &str| {
+        let origin = at(origin, text, o);
+        let message = without_quotes(message);
+        (o, ConfigError::Parse { origin, message })
+    };
     let (doc, syntax) = DeTable::parse_recoverable(text);
     if !syntax.is_empty() {
         for e in syntax {
-            let o = e.span().map_or(0, |s| s.start);
-            out.errors.push((
-                o,
-                ConfigError::Parse {
-                    origin: at(origin, text, o),
-                    message: without_quotes(e.message()),
-                },
-            ));
+            out.errors
+                .push(parse_error(e.span().map_or(0, |s| s.start), e.message()));
         }
         return out;
     }
     let mut plain: toml::Table = match toml::from_str(text) {
         Ok(t) => t,
         Err(e) => {
-            let o = e.span().map_or(0, |s| s.start);
-            out.errors.push((
-                o,
-                ConfigError::Parse {
-                    origin: at(origin, text, o),
-                    message: without_quotes(e.message()),
-                },
-            ));
+            out.errors
+                .push(parse_error(e.span().map_or(0, |s| s.start), e.message()));
             return out;
         }
     };
@@ -688,58 +681,15 @@ fn check_str(text: &str, origin: &str) -> Checked {
         };
         for (k2, v2) in t.iter() {
             let name = k2.get_ref().as_ref();
-            let full = format!("{section}.{name}");
-            let drop = if !known.contains_key(name) {
-                out.errors.push((
-                    k2.span().start,
-                    ConfigError::Parse {
-                        origin: at(origin, text, k2.span().start),
-                        message: format!(
-                            "unknown key `{section}.{}` (the keys of [{section}]: {})",
-                            crate::printable::printable(name),
-                            known
-                                .keys()
-                                .map(String::as_str)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    },
-                ));
-                true
-            } else {
-                out.positions.insert(full.clone(), v2.span().start);
-                if let DeValue::Array(a) = v2.get_ref() {
-                    for (i, e) in a.iter().enumerate() {
-                        out.positions.insert(format!("{full}[{i}]"), e.span().start);
-                    }
-                }
-                // The key alone, so that one wrong type does not hide the next.
-                let value = plain
-                    .get(section)
-                    .and_then(|s| s.get(name))
-                    .cloned()
-                    .unwrap_or(toml::Value::Boolean(false));
-                let mut one = toml::Table::new();
-                one.insert(
-                    section.to_string(),
-                    toml::Value::Table(toml::Table::from_iter([(name.to_string(), value)])),
-                );
-                match one.try_into::<Config>() {
-                    Ok(_) => false,
-                    Err(e) => {
-                        out.errors.push((
-                            v2.span().start,
-                            invalid(
-                                &at(origin, text, v2.span().start),
-                                &full,
-                                without_quotes(e.message()),
-                            ),
-                        ));
-                        true
-                    }
-                }
+            let key = KeyAt {
+                section,
+                name,
+                key_at: k2.span().start,
+                value: v2,
             };
-            if drop && let Some(toml::Value::Table(s)) = plain.get_mut(section) {
+            if !check_key(&mut out, &plain, known, &key, text, origin)
+                && let Some(toml::Value::Table(s)) = plain.get_mut(section)
+            {
                 s.remove(name);
             }
         }
@@ -758,40 +708,121 @@ fn check_str(text: &str, origin: &str) -> Checked {
         }
     };
     if let Err(e) = cfg.validate(origin) {
-        let list = match e {
-            ConfigError::Many { errors, .. } => errors,
-            e => vec![e],
-        };
-        for e in list {
-            out.errors.push(match e {
-                ConfigError::Invalid {
-                    origin: o,
-                    key,
-                    reason,
-                } => match out.positions.get(&key) {
-                    Some(&p) => (
-                        p,
-                        ConfigError::Invalid {
-                            origin: at(origin, text, p),
-                            key,
-                            reason,
-                        },
-                    ),
-                    None => (
-                        usize::MAX,
-                        ConfigError::Invalid {
-                            origin: o,
-                            key,
-                            reason,
-                        },
-                    ),
-                },
-                other => (usize::MAX, other),
-            });
-        }
+        place_validation_errors(&mut out, e, text, origin);
     }
     out.config = Some(cfg);
     out
+}
+
+/// One `[section] name = value` of the text, where it stands.
+struct KeyAt<'a, 'v> {
+    section: &'a str,
+    name: &'a str,
+    key_at: usize,
+    value: &'a toml::Spanned<toml::de::DeValue<'v>>,
+}
+
+/// Checks one key of a known section: that the section has it, and that its value alone
+/// deserialises (so that one wrong type does not hide the next). Records where the value
+/// (and each array element) stands, for the validation's messages. False: the key is
+/// dropped from what is deserialised next.
+fn check_key(
+    out: &mut Checked,
+    plain: &toml::Table,
+    known: &toml::Table,
+    key: &KeyAt,
+    text: &str,
+    origin: &str,
+) -> bool {
+    use crate::printable::without_quotes;
+    use toml::de::DeValue;
+    let (section, name) = (key.section, key.name);
+    let full = format!("{section}.{name}");
+    if !known.contains_key(name) {
+        out.errors.push((
+            key.key_at,
+            ConfigError::Parse {
+                origin: at(origin, text, key.key_at),
+                message: format!(
+                    "unknown key `{section}.{}` (the keys of [{section}]: {})",
+                    crate::printable::printable(name),
+                    known
+                        .keys()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        ));
+        return false;
+    }
+    let value_at = key.value.span().start;
+    out.positions.insert(full.clone(), value_at);
+    if let DeValue::Array(a) = key.value.get_ref() {
+        for (i, e) in a.iter().enumerate() {
+            out.positions.insert(format!("{full}[{i}]"), e.span().start);
+        }
+    }
+    let value = plain
+        .get(section)
+        .and_then(|s| s.get(name))
+        .cloned()
+        .unwrap_or(toml::Value::Boolean(false));
+    let mut one = toml::Table::new();
+    one.insert(
+        section.to_string(),
+        toml::Value::Table(toml::Table::from_iter([(name.to_string(), value)])),
+    );
+    match one.try_into::<Config>() {
+        Ok(_) => true,
+        Err(e) => {
+            out.errors.push((
+                value_at,
+                invalid(
+                    &at(origin, text, value_at),
+                    &full,
+                    without_quotes(e.message()),
+                ),
+            ));
+            false
+        }
+    }
+}
+
+/// The validation's errors, each placed at its key's value in the text where the text
+/// has the key (a default that fails a relation has no place: it sorts last).
+fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin: &str) {
+    let list = match e {
+        ConfigError::Many { errors, .. } => errors,
+        e => vec![e],
+    };
+    for e in list {
+        out.errors.push(match e {
+            ConfigError::Invalid {
+                origin: o,
+                key,
+                reason,
+            } => match out.positions.get(&key) {
+                Some(&p) => (
+                    p,
+                    ConfigError::Invalid {
+                        origin: at(origin, text, p),
+                        key,
+                        reason,
+                    },
+                ),
+                None => (
+                    usize::MAX,
+                    ConfigError::Invalid {
+                        origin: o,
+                        key,
+                        reason,
+                    },
+                ),
+            },
+            other => (usize::MAX, other),
+        });
+    }
 }
 
 /// Reads, parses and validates a config file, and the cost profile file it names (a
