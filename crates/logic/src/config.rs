@@ -362,6 +362,23 @@ impl Config {
                 format!("{} is more than {MAX_PROBE_WINDOWS}", p.probe_windows),
             );
         }
+        self.check_policy_ladder(problems);
+        self.check_policy_probes(problems);
+        self.check_cost_profile(problems);
+        if p.max_changes_per_hour < 2 {
+            problems.push(
+                "policy.max_changes_per_hour",
+                format!(
+                    "{} leaves no room to turn merging off and back on (at least 2)",
+                    p.max_changes_per_hour
+                ),
+            );
+        }
+    }
+
+    /// The ladder's thresholds and counts: windows, percentages and their hysteresis band.
+    fn check_policy_ladder(&self, problems: &mut Problems) {
+        let p = &self.policy;
         problems.at_least_one("policy.window_ticks", p.window_ticks.into());
         problems.finite_within(
             "policy.disable_below_percent",
@@ -398,6 +415,11 @@ impl Config {
                 format!("{} must be 1 or 2", p.disabled_nomerges),
             );
         }
+    }
+
+    /// The probes' timing, the trial's bound and the L3 watch.
+    fn check_policy_probes(&self, problems: &mut Problems) {
+        let p = &self.policy;
         problems.at_least_one(
             "policy.probe_initial_backoff_secs",
             p.probe_initial_backoff_secs,
@@ -423,16 +445,6 @@ impl Config {
             problems.push(
                 "policy.l3_watch_interval_ms",
                 format!("{watch} is outside 10..=3600000 (0 turns the watch off)"),
-            );
-        }
-        self.check_cost_profile(problems);
-        if p.max_changes_per_hour < 2 {
-            problems.push(
-                "policy.max_changes_per_hour",
-                format!(
-                    "{} leaves no room to turn merging off and back on (at least 2)",
-                    p.max_changes_per_hour
-                ),
             );
         }
     }
