@@ -40,6 +40,9 @@ impl Daemon {
         }
     }
 
+    /// A rescan: devices a reload cleared are rediscovered, devices gone are forgotten
+    /// (their records kept), and every device listed is read and either added or brought
+    /// up to date (management, capabilities).
     pub(super) fn rescan(&mut self, now_ms: u64, fs: &mut dyn BlockFs) {
         for name in std::mem::take(&mut self.pending_rediscover) {
             info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
@@ -54,6 +57,29 @@ impl Daemon {
                 return;
             }
         };
+        self.forget_gone(&names, now_ms, fs);
+        for name in names {
+            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
+                // Back after a while: a value mergetune wrote is still mergetune's.
+                let results = self.actuator.device_returned(fs, &name);
+                Self::log_restores(&results, "device back");
+            }
+            let Some(info) = self.read_info(fs, &name) else {
+                continue;
+            };
+            let worth = self.profile_worth(fs, &info);
+            if self.devices.contains_key(&name) {
+                self.update_known(fs, &name, info, worth, now_ms);
+            } else {
+                self.add_new(name, info, worth, now_ms);
+            }
+        }
+        self.refresh_unmanaged = false;
+    }
+
+    /// Devices no longer listed: their taps closed, their runtime dropped, their records
+    /// kept (marked vanished) for when they come back.
+    fn forget_gone(&mut self, names: &[String], now_ms: u64, fs: &mut dyn BlockFs) {
         let gone: Vec<String> = self
             .devices
             .keys()
@@ -61,128 +87,115 @@ impl Daemon {
             .cloned()
             .collect();
         for name in gone {
-            let _ = fs.tap_close(&name); // sense: a removed device's tap goes with it
+            let _ = fs.tap_close(&name);
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
             self.devices.remove(&name);
             self.actuator.device_vanished(&name, now_ms);
             self.attr_read_errors.remove(&name);
         }
-        for name in names {
-            if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
-                // Back after a while: a value mergetune wrote is still mergetune's.
-                let results = self.actuator.device_returned(fs, &name);
-                Self::log_restores(&results, "device back");
+    }
+
+    /// The device's queue facts; None when it vanished mid-read or cannot be read (said
+    /// once per device and error, not once per rescan).
+    fn read_info(&mut self, fs: &mut dyn BlockFs, name: &str) -> Option<DeviceInfo> {
+        match read_device(fs, name) {
+            Ok(info) => {
+                if self.attr_read_errors.remove(name).is_some() {
+                    info!(device = %name, "{name}: queue attributes readable again");
+                }
+                Some(info)
             }
-            let info = match read_device(fs, &name) {
-                Ok(i) => i,
-                Err(FsError::NotFound { .. }) => continue,
-                Err(e) => {
-                    // Once per device and error, not once per rescan.
-                    let e = e.to_string();
-                    if self.attr_read_errors.get(&name) != Some(&e) {
-                        warn!(device = %name, "{name}: cannot read queue attributes: {e} (said once until it changes)");
-                        self.attr_read_errors.insert(name.clone(), e);
-                    }
-                    continue;
+            Err(FsError::NotFound { .. }) => None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.attr_read_errors.get(name) != Some(&e) {
+                    warn!(device = %name, "{name}: cannot read queue attributes: {e} (said once until it changes)");
+                    self.attr_read_errors.insert(name.to_string(), e);
                 }
-            };
-            let worth = self.profile_worth(fs, &info);
-            if self.attr_read_errors.remove(&name).is_some() {
-                info!(device = %name, "{name}: queue attributes readable again");
-            }
-            match self.devices.get_mut(&name) {
-                Some(dev) => {
-                    if self.refresh_unmanaged && !dev.management.is_managed() {
-                        self.actuator.refresh_unowned(&name);
-                        observe_ladder(&mut self.actuator, &info);
-                    }
-                    let mut judged = info.clone();
-                    judged.nomerges = self
-                        .actuator
-                        .first_seen(&name, Tunable::Nomerges)
-                        .map(str::to_string);
-                    let m = if self.actuator.any_theirs(&name, &LADDER) {
-                        dev.management.clone()
-                    } else {
-                        classify(&judged, &self.cfg.devices)
-                    };
-                    if m != dev.management {
-                        info!(device = %name, "{}", describe(&judged, &m));
-                        if dev.management.is_managed() {
-                            let results = self.actuator.restore_device(fs, &name);
-                            Self::log_restores(&results, "no longer managed");
-                        }
-                        dev.management = m;
-                        dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
-                        observe_ladder(&mut self.actuator, &info);
-                    }
-                    let caps = Caps::for_scheduler(
-                        info.scheduler.as_deref(),
-                        info.has_front_merges
-                            && self.actuator.first_seen(&name, Tunable::FrontMerges) == Some("1"),
-                    )
-                    .priced(worth);
-                    if caps != dev.caps && dev.management.is_managed() {
-                        info!(device = %name, "{name}: {}", caps_change(&dev.info, &dev.caps, &info, &caps));
-                        // A lost rung (say front_merges after a scheduler switch) is
-                        // simply no longer written; the level stays meaningful via nomerges.
-                        // Its file went with the old scheduler: a hand-off of that tunable,
-                        // not a device gone (whose record would be kept for days).
-                        if dev.caps.front_merges && !info.has_front_merges {
-                            let results =
-                                self.actuator
-                                    .restore_tunable(fs, &name, Tunable::FrontMerges);
-                            Self::log_restores(results.as_slice(), "scheduler switch");
-                        }
-                        // A rung that appears (a switch to mq-deadline) starts from what
-                        // is there; one that stays keeps what mergetune expects, so that a
-                        // change by someone else is still seen as theirs (a reload that
-                        // re-prices the caps must not launder it).
-                        let appeared = caps.front_merges && !dev.caps.front_merges;
-                        dev.caps = caps;
-                        if appeared {
-                            self.actuator.observe(
-                                &name,
-                                Tunable::FrontMerges,
-                                info.front_merges.as_deref(),
-                            );
-                        }
-                    }
-                    dev.info = info;
-                }
-                None => {
-                    observe_ladder(&mut self.actuator, &info);
-                    let m = classify(&info, &self.cfg.devices);
-                    info!(device = %name, "{}", describe(&info, &m));
-                    self.devices.insert(
-                        name.clone(),
-                        DeviceRuntime {
-                            caps: caps_of(&info).priced(worth),
-                            worth: Worth::UNPRICED,
-                            info,
-                            management: m,
-                            policy: PolicyState::new(now_ms, &self.cfg.policy),
-                            window: WindowAcc {
-                                started_ms: now_ms,
-                                ..Default::default()
-                            },
-                            last_window: None,
-                            last_window_ms: 0,
-                            slices: Default::default(),
-                            last_tick: None,
-                            last_tick_ms: now_ms,
-                            last_reason: mergetune_logic::policy::Reason::from(""),
-                            last_decision: None,
-                            retry_after_ms: 0,
-                            read_warned_ms: None,
-                            sense: Default::default(), // sense
-                            tick_counters: None,
-                        },
-                    );
-                }
+                None
             }
         }
-        self.refresh_unmanaged = false;
+    }
+
+    /// A known device read again: its management judged on the nomerges first seen (a
+    /// device handed off keeps its state), restored when it stops being managed, and its
+    /// capabilities brought up to date.
+    fn update_known(
+        &mut self,
+        fs: &mut dyn BlockFs,
+        name: &str,
+        info: DeviceInfo,
+        worth: Worth,
+        now_ms: u64,
+    ) {
+        let Some(dev) = self.devices.get_mut(name) else {
+            return;
+        };
+        if self.refresh_unmanaged && !dev.management.is_managed() {
+            self.actuator.refresh_unowned(name);
+            observe_ladder(&mut self.actuator, &info);
+        }
+        let mut judged = info.clone();
+        judged.nomerges = self
+            .actuator
+            .first_seen(name, Tunable::Nomerges)
+            .map(str::to_string);
+        let m = if self.actuator.any_theirs(name, &LADDER) {
+            dev.management.clone()
+        } else {
+            classify(&judged, &self.cfg.devices)
+        };
+        if m != dev.management {
+            info!(device = %name, "{}", describe(&judged, &m));
+            if dev.management.is_managed() {
+                let results = self.actuator.restore_device(fs, name);
+                Self::log_restores(&results, "no longer managed");
+            }
+            dev.management = m;
+            dev.policy = PolicyState::new(now_ms, &self.cfg.policy);
+            observe_ladder(&mut self.actuator, &info);
+        }
+        let caps = Caps::for_scheduler(
+            info.scheduler.as_deref(),
+            info.has_front_merges
+                && self.actuator.first_seen(name, Tunable::FrontMerges) == Some("1"),
+        )
+        .priced(worth);
+        if caps != dev.caps && dev.management.is_managed() {
+            update_caps(&mut self.actuator, fs, dev, &info, caps);
+        }
+        dev.info = info;
+    }
+
+    /// A device seen for the first time: its ladder's values observed (the originals), its
+    /// management judged, its state started.
+    fn add_new(&mut self, name: String, info: DeviceInfo, worth: Worth, now_ms: u64) {
+        observe_ladder(&mut self.actuator, &info);
+        let m = classify(&info, &self.cfg.devices);
+        info!(device = %name, "{}", describe(&info, &m));
+        let runtime = DeviceRuntime {
+            caps: caps_of(&info).priced(worth),
+            worth: Worth::UNPRICED,
+            info,
+            management: m,
+            policy: PolicyState::new(now_ms, &self.cfg.policy),
+            window: WindowAcc {
+                started_ms: now_ms,
+                ..Default::default()
+            },
+            last_window: None,
+            last_window_ms: 0,
+            slices: Default::default(),
+            last_tick: None,
+            last_tick_ms: now_ms,
+            last_reason: mergetune_logic::policy::Reason::from(""),
+            last_decision: None,
+            retry_after_ms: 0,
+            read_warned_ms: None,
+            sense: Default::default(),
+            tick_counters: None,
+        };
+        self.devices.insert(name, runtime);
     }
 
     /// Restores every original value (on exit). Returns decisions of kind `restore`.
@@ -303,4 +316,31 @@ fn caps_change(old_info: &DeviceInfo, old: &Caps, info: &DeviceInfo, new: &Caps)
         parts.push("merge ladder unchanged".into());
     }
     parts.join("; ")
+}
+
+/// New capabilities of a managed device (a scheduler switch, a reload that re-priced it).
+/// A lost rung (say front_merges after a scheduler switch) is simply no longer written;
+/// the level stays meaningful via nomerges. Its file went with the old scheduler: a
+/// hand-off of that tunable, not a device gone (whose record would be kept for days). A
+/// rung that appears (a switch to mq-deadline) starts from what is there; one that stays
+/// keeps what mergetune expects, so that a change by someone else is still seen as theirs
+/// (a reload that re-prices the caps must not launder it).
+fn update_caps(
+    actuator: &mut Actuator,
+    fs: &mut dyn BlockFs,
+    dev: &mut DeviceRuntime,
+    info: &DeviceInfo,
+    caps: Caps,
+) {
+    let name = info.name.as_str();
+    info!(device = %name, "{name}: {}", caps_change(&dev.info, &dev.caps, info, &caps));
+    if dev.caps.front_merges && !info.has_front_merges {
+        let results = actuator.restore_tunable(fs, name, Tunable::FrontMerges);
+        Daemon::log_restores(results.as_slice(), "scheduler switch");
+    }
+    let appeared = caps.front_merges && !dev.caps.front_merges;
+    dev.caps = caps;
+    if appeared {
+        actuator.observe(name, Tunable::FrontMerges, info.front_merges.as_deref());
+    }
 }
