@@ -9,10 +9,13 @@ use crate::actuator::SetOutcome;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision};
+use mergetune_logic::slices::{SliceChange, SliceState};
 use tracing::{info, warn};
 
 impl DeviceTick<'_> {
-    /// Scheduler slices for one device, on the window that closed at this tick.
+    /// Scheduler slices for one device, on the window that closed at this tick: the
+    /// tunables read (handed off where someone else changed one), the pure decision, and
+    /// at most one write.
     pub(super) fn slices(
         &mut self,
         name: &str,
@@ -36,16 +39,46 @@ impl DeviceTick<'_> {
         if defaults.is_empty() {
             return None;
         }
+        let values = self.slice_values(name, defaults, fs)?;
+        // A tunable that was not at the kernel's default when first seen is the operator's.
+        let owned: Vec<Tunable> = defaults
+            .iter()
+            .filter(|(t, d)| {
+                self.actuator
+                    .first_seen(name, *t)
+                    .is_some_and(|v| v != d.to_string())
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        let (state, change) =
+            mergetune_logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
+        let previous = std::mem::replace(&mut dev.slices, state);
+        if let Some(kept) = dev.slices.kept.take() {
+            info!(device = %name, "{name}: slices: {kept}");
+        }
+        let decision = self.write_slice(name, dev, change?, previous, now_ms, fs);
+        dev.last_decision = Some(decision.clone());
+        Some(decision)
+    }
+
+    /// The current value of each slice tunable the scheduler has, as mergetune would see
+    /// it (a dry run tunes from the values it would have written), each first sighting
+    /// recorded as the original. None when someone else changed one since mergetune wrote
+    /// it: their write wins, as for the ladder, and the slices are handed off.
+    fn slice_values(
+        &mut self,
+        name: &str,
+        defaults: &[(Tunable, u64)],
+        fs: &mut dyn BlockFs,
+    ) -> Option<Vec<(Tunable, u64)>> {
         let mut values = Vec::with_capacity(defaults.len());
         for (t, _) in defaults {
-            // A dry run tunes from the values it would have written.
             if let Ok(v) = fs.read_tunable(name, *t)
                 && let Ok(x) = self.actuator.as_seen(name, *t, &v).parse::<u64>()
             {
                 values.push((*t, x));
             }
         }
-        // Someone else's write wins, as for the ladder: checked on what mergetune wrote.
         for (t, cur) in &values {
             if let Some(ours) = self.actuator.last_written(name, *t)
                 && ours != cur.to_string()
@@ -63,23 +96,20 @@ impl DeviceTick<'_> {
                 self.actuator.observe(name, *t, Some(&v.to_string()));
             }
         }
-        // A tunable that was not at the kernel's default when first seen is the operator's.
-        let owned: Vec<Tunable> = defaults
-            .iter()
-            .filter(|(t, d)| {
-                self.actuator
-                    .first_seen(name, *t)
-                    .is_some_and(|v| v != d.to_string())
-            })
-            .map(|(t, _)| *t)
-            .collect();
-        let (state, change) =
-            mergetune_logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
-        let previous = std::mem::replace(&mut dev.slices, state);
-        if let Some(kept) = dev.slices.kept.take() {
-            info!(device = %name, "{name}: slices: {kept}");
-        }
-        let ch = change?;
+        Some(values)
+    }
+
+    /// Writes the change through the actuator (a dry run only says it would); a failed
+    /// write puts the slice state back, so the step is retried, and says why.
+    fn write_slice(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        ch: SliceChange,
+        previous: SliceState,
+        now_ms: u64,
+        fs: &mut dyn BlockFs,
+    ) -> Decision {
         let t = ch.tunable;
         let mut decision = Decision {
             at_ms: now_ms,
@@ -111,7 +141,6 @@ impl DeviceTick<'_> {
                 decision.reason = format!("{} (write failed: {e})", decision.reason);
             }
         }
-        dev.last_decision = Some(decision.clone());
-        Some(decision)
+        decision
     }
 }
