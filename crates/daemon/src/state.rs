@@ -167,57 +167,64 @@ pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
         rejected: Vec::new(),
     };
     for (dev, attrs) in devices {
-        let reject = |attr: &str, reason: String| Rejected {
-            device: dev.clone(),
-            attr: attr.to_string(),
-            reason,
-        };
-        if !is_plain_device_name(dev) {
-            out.rejected.push(reject(
-                "*",
-                "not a plain /sys/block device name (a path, or unusual characters)".into(),
-            ));
-            continue;
-        }
-        let Some(attrs) = attrs.as_object() else {
-            out.rejected
-                .push(reject("*", "the device's entry is not an object".into()));
-            continue;
-        };
-        for (attr, rec) in attrs {
-            let Some(t) = Tunable::from_rel_path(attr) else {
-                out.rejected.push(reject(
-                    attr,
-                    "not a tunable mergetune writes (queue/nomerges or a known queue/iosched/ file)"
-                        .into(),
-                ));
-                continue;
-            };
-            let rec: SavedAttr = match serde_json::from_value(rec.clone()) {
-                Ok(r) => r,
-                Err(e) => {
-                    out.rejected
-                        .push(reject(attr, format!("unreadable record: {e}")));
-                    continue;
-                }
-            };
-            let bad = std::iter::once(Some(&rec.original))
-                .chain([rec.last_written.as_ref(), rec.pending.as_ref()])
-                .flatten()
-                .find(|v| !t.accepts(v));
-            if let Some(v) = bad {
-                out.rejected
-                    .push(reject(attr, format!("{v:?} is not a value {t} can hold")));
-                continue;
-            }
-            out.state
-                .devices
-                .entry(dev.clone())
-                .or_default()
-                .insert(t, rec);
-        }
+        load_device(&mut out, dev, attrs);
     }
     Ok(out)
+}
+
+/// One device's records, each kept or refused with why: a device name that is not plain,
+/// an attribute that names no tunable mergetune writes, an unreadable record, or a value
+/// the tunable cannot hold.
+fn load_device(out: &mut Loaded, dev: &str, attrs: &serde_json::Value) {
+    let reject = |attr: &str, reason: String| Rejected {
+        device: dev.to_string(),
+        attr: attr.to_string(),
+        reason,
+    };
+    if !is_plain_device_name(dev) {
+        out.rejected.push(reject(
+            "*",
+            "not a plain /sys/block device name (a path, or unusual characters)".into(),
+        ));
+        return;
+    }
+    let Some(attrs) = attrs.as_object() else {
+        out.rejected
+            .push(reject("*", "the device's entry is not an object".into()));
+        return;
+    };
+    for (attr, rec) in attrs {
+        let Some(t) = Tunable::from_rel_path(attr) else {
+            out.rejected.push(reject(
+                attr,
+                "not a tunable mergetune writes (queue/nomerges or a known queue/iosched/ file)"
+                    .into(),
+            ));
+            continue;
+        };
+        let rec: SavedAttr = match serde_json::from_value(rec.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                out.rejected
+                    .push(reject(attr, format!("unreadable record: {e}")));
+                continue;
+            }
+        };
+        let bad = std::iter::once(Some(&rec.original))
+            .chain([rec.last_written.as_ref(), rec.pending.as_ref()])
+            .flatten()
+            .find(|v| !t.accepts(v));
+        if let Some(v) = bad {
+            out.rejected
+                .push(reject(attr, format!("{v:?} is not a value {t} can hold")));
+            continue;
+        }
+        out.state
+            .devices
+            .entry(dev.to_string())
+            .or_default()
+            .insert(t, rec);
+    }
 }
 
 /// Where the record lives: a file for the daemon, memory for the simulator and dry-run.
