@@ -203,28 +203,7 @@ impl DeviceSense {
             self.stop(dev, fs);
             return;
         }
-        let due = match &self.availability {
-            Availability::Unknown => true,
-            Availability::Usable => false,
-            Availability::Failed { at_ms, .. } => {
-                now_ms >= at_ms.saturating_add(cfg.retry_after_secs.saturating_mul(1000))
-            }
-        };
-        if due {
-            match fs.tap_available(dev) {
-                Ok(()) => {
-                    if self.availability != Availability::Unknown {
-                        info!(device = %dev, "{dev}: the bio tap works again: L3 is watched");
-                    }
-                    self.availability = Availability::Usable;
-                }
-                Err(e) => {
-                    self.fail(dev, now_ms, e, fs);
-                    return;
-                }
-            }
-        }
-        if self.availability != Availability::Usable {
+        if !self.check_availability(dev, now_ms, cfg, fs) {
             return;
         }
         if !at_l3 {
@@ -254,32 +233,80 @@ impl DeviceSense {
                 }
             }
             TapStep::Close { sampled_ms } => {
-                let drained = self.drain(dev, cfg, fs);
-                let paused = fs.tap_pause(dev);
-                self.parked = paused.is_ok();
-                if let Err(e) = drained.and(paused) {
-                    self.fail(dev, now_ms, e, fs);
-                    return;
-                }
-                let s = self.acc.sensed(sampled_ms);
-                let high = |x: &Sensed| contiguous_percent(x) >= mergeable_percent;
-                let pct = contiguous_percent(&s);
-                if s.bios >= cfg.min_sample_bios && self.last.is_none_or(|l| high(&l) != high(&s)) {
-                    info!(device = %dev, "{dev}: at L3 the bio tap saw {pct:.1}% contiguous bios ({} of {} in {sampled_ms} ms, {} lost): {}", s.contiguous, s.bios, self.lost,
-                        if high(&s) { "mergeable I/O" } else { "nothing to merge" });
-                } else {
-                    debug!(device = %dev, "{dev}: bio tap sample: {pct:.1}% contiguous ({} of {} in {sampled_ms} ms, {} lost)", s.contiguous, s.bios, self.lost);
-                }
-                self.samples += 1;
-                self.last = Some(s);
-                self.pending = (s.bios >= cfg.min_sample_bios).then_some(s);
-                self.forget();
+                self.close_sample(dev, now_ms, sampled_ms, cfg, mergeable_percent, fs)
             }
             TapStep::Abort => {
                 let _ = fs.tap_close(dev);
                 self.forget();
             }
         }
+    }
+
+    /// Whether the tap can be used now: checked when nothing is known yet, and again
+    /// `retry_after_secs` after a failure (said once when it works again).
+    fn check_availability(
+        &mut self,
+        dev: &str,
+        now_ms: u64,
+        cfg: &SenseConfig,
+        fs: &mut dyn BlockFs,
+    ) -> bool {
+        let due = match &self.availability {
+            Availability::Unknown => true,
+            Availability::Usable => false,
+            Availability::Failed { at_ms, .. } => {
+                now_ms >= at_ms.saturating_add(cfg.retry_after_secs.saturating_mul(1000))
+            }
+        };
+        if due {
+            match fs.tap_available(dev) {
+                Ok(()) => {
+                    if self.availability != Availability::Unknown {
+                        info!(device = %dev, "{dev}: the bio tap works again: L3 is watched");
+                    }
+                    self.availability = Availability::Usable;
+                }
+                Err(e) => {
+                    self.fail(dev, now_ms, e, fs);
+                    return false;
+                }
+            }
+        }
+        self.availability == Availability::Usable
+    }
+
+    /// The end of a sampling span: what is left drained, the tap paused (parked for the
+    /// next span), the sample kept for the policy when it holds enough bios, and logged
+    /// at info level when it crosses `mergeable_percent`, either way.
+    fn close_sample(
+        &mut self,
+        dev: &str,
+        now_ms: u64,
+        sampled_ms: u64,
+        cfg: &SenseConfig,
+        mergeable_percent: f64,
+        fs: &mut dyn BlockFs,
+    ) {
+        let drained = self.drain(dev, cfg, fs);
+        let paused = fs.tap_pause(dev);
+        self.parked = paused.is_ok();
+        if let Err(e) = drained.and(paused) {
+            self.fail(dev, now_ms, e, fs);
+            return;
+        }
+        let s = self.acc.sensed(sampled_ms);
+        let high = |x: &Sensed| contiguous_percent(x) >= mergeable_percent;
+        let pct = contiguous_percent(&s);
+        if s.bios >= cfg.min_sample_bios && self.last.is_none_or(|l| high(&l) != high(&s)) {
+            info!(device = %dev, "{dev}: at L3 the bio tap saw {pct:.1}% contiguous bios ({} of {} in {sampled_ms} ms, {} lost): {}", s.contiguous, s.bios, self.lost,
+                    if high(&s) { "mergeable I/O" } else { "nothing to merge" });
+        } else {
+            debug!(device = %dev, "{dev}: bio tap sample: {pct:.1}% contiguous ({} of {} in {sampled_ms} ms, {} lost)", s.contiguous, s.bios, self.lost);
+        }
+        self.samples += 1;
+        self.last = Some(s);
+        self.pending = (s.bios >= cfg.min_sample_bios).then_some(s);
+        self.forget();
     }
 
     fn drain(
