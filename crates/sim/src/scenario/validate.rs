@@ -8,7 +8,9 @@
 //! order (the top-level keys, then each device, then each phase and its jobs) and stop at
 //! the first error.
 
-use super::{MAX_IN_FLIGHT_BIOS, SCHEDULERS, Scenario, ScenarioError, iosched_keys};
+use super::{
+    DeviceSpec, JobSpec, MAX_IN_FLIGHT_BIOS, SCHEDULERS, Scenario, ScenarioError, iosched_keys,
+};
 use std::collections::HashSet;
 
 /// Bounds of the scenario's numbers (see the module doc for why they exist).
@@ -84,133 +86,55 @@ impl Scenario {
 
     /// The `[[device]]` tables; returns the names of the devices that are dm members.
     fn validate_devices(&self, origin: &str) -> Result<HashSet<String>, ScenarioError> {
-        let bad = |key: String, reason: &str| ScenarioError::Invalid {
-            origin: origin.to_string(),
-            key,
-            reason: reason.to_string(),
-        };
         let mut names = HashSet::new();
         let mut used_members = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {
-            let k = |f: &str| format!("device[{i}].{f}");
-            if d.name.is_empty()
-                || d.name.contains('/')
-                || d.name.contains(char::is_whitespace)
-                || d.name == "."
-                || d.name == ".."
-            {
-                return Err(bad(k("name"), "must be a plain device name like sda"));
-            }
-            if !names.insert(d.name.as_str()) {
-                return Err(bad(k("name"), "duplicate device name"));
-            }
-            if d.nomerges > 2 {
-                return Err(bad(k("nomerges"), "must be 0, 1 or 2"));
-            }
-            if let Some(q) = d.queue_depth
-                && !(1..=4096).contains(&q)
-            {
-                return Err(bad(k("queue_depth"), "must be in 1..=4096"));
-            }
-            if !(4..=65536).contains(&d.max_sectors_kb) {
-                return Err(bad(k("max_sectors_kb"), "must be in 4..=65536"));
-            }
-            if !(1..=4096).contains(&d.max_segments) {
-                return Err(bad(k("max_segments"), "must be in 1..=4096"));
-            }
-            if d.size_gib == 0 || d.size_gib > 1 << 20 {
-                return Err(bad(k("size_gib"), "must be in 1..=1048576"));
-            }
-            let sched = d.scheduler.as_deref().unwrap_or(if d.kind.is_dm() {
-                "none"
-            } else {
-                "mq-deadline"
-            });
-            if !SCHEDULERS.contains(&sched) {
-                return Err(bad(
-                    k("scheduler"),
-                    "must be one of none, mq-deadline, kyber, bfq",
-                ));
-            }
-            if d.kind.is_dm() && sched != "none" {
-                return Err(bad(k("scheduler"), "dm devices are bio-based: only none"));
-            }
-            for key in d.iosched.keys() {
-                if !iosched_keys(sched).contains(&key.as_str()) {
-                    return Err(bad(
-                        k(&format!("iosched.{key}")),
-                        &format!("not a tunable of {sched}"),
-                    ));
-                }
-            }
-            for (key, v) in &d.iosched {
-                if matches!(key.as_str(), "front_merges" | "low_latency") && *v > 1 {
-                    return Err(bad(k(&format!("iosched.{key}")), "must be 0 or 1"));
-                }
-                if key == "fifo_batch" && *v == 0 {
-                    return Err(bad(k(&format!("iosched.{key}")), "must be at least 1"));
-                }
-            }
-            let service = |v: Option<f64>, f: &str| -> Result<(), ScenarioError> {
-                match v {
-                    Some(x) if !(0.0..=limits::SERVICE_US_MAX).contains(&x) => Err(bad(
-                        k(f),
-                        &format!(
-                            "must be a number of µs in 0..={} (10 s)",
-                            limits::SERVICE_US_MAX
-                        ),
-                    )),
-                    _ => Ok(()),
-                }
+            let bad = |f: &str, reason: &str| ScenarioError::Invalid {
+                origin: origin.to_string(),
+                key: format!("device[{i}].{f}"),
+                reason: reason.to_string(),
             };
-            service(d.read_overhead_us, "read_overhead_us")?;
-            service(d.write_overhead_us, "write_overhead_us")?;
-            service(d.min_seek_us, "min_seek_us")?;
-            service(d.max_seek_us, "max_seek_us")?;
-            let (lo, hi) = limits::BANDWIDTH_MB_S;
-            if let Some(b) = d.bandwidth_mb_s
-                && !(lo..=hi).contains(&b)
-            {
-                return Err(bad(
-                    k("bandwidth_mb_s"),
-                    &format!("must be in {lo}..={hi} MB/s"),
-                ));
+            if !names.insert(d.name.as_str()) && is_plain_name(&d.name) {
+                return Err(bad("name", "duplicate device name"));
             }
-            if let Some(p) = d.parallelism
-                && !(1..=1024).contains(&p)
-            {
-                return Err(bad(k("parallelism"), "must be in 1..=1024"));
-            }
-            if let Some(r) = d.rpm
-                && !(1000..=30000).contains(&r)
-            {
-                return Err(bad(k("rpm"), "must be in 1000..=30000"));
-            }
+            check_device(d, &bad)?;
             if d.kind.is_dm() {
-                if d.members.is_empty() {
-                    return Err(bad(k("members"), "a dm device needs members"));
-                }
-                for m in &d.members {
-                    let Some(md) = self.devices.iter().find(|x| &x.name == m) else {
-                        return Err(bad(k("members"), &format!("no device named {m:?}")));
-                    };
-                    if md.kind.is_dm() {
-                        return Err(bad(k("members"), "members must be disks, not dm devices"));
-                    }
-                    if !used_members.insert(m.clone()) {
-                        return Err(bad(k("members"), &format!("{m} is already a member")));
-                    }
-                }
-                if let Some(c) = d.chunk_kb
-                    && (c < 4 || !c.is_power_of_two())
-                {
-                    return Err(bad(k("chunk_kb"), "must be a power of two >= 4"));
-                }
+                self.check_dm_members(d, &mut used_members, &bad)?;
             } else if !d.members.is_empty() {
-                return Err(bad(k("members"), "only dm devices have members"));
+                return Err(bad("members", "only dm devices have members"));
             }
         }
         Ok(used_members)
+    }
+
+    /// A dm device's members: there, disks, each a member of one dm device only; its chunk
+    /// a power of two.
+    fn check_dm_members(
+        &self,
+        d: &DeviceSpec,
+        used_members: &mut HashSet<String>,
+        bad: &dyn Fn(&str, &str) -> ScenarioError,
+    ) -> Result<(), ScenarioError> {
+        if d.members.is_empty() {
+            return Err(bad("members", "a dm device needs members"));
+        }
+        for m in &d.members {
+            let Some(md) = self.devices.iter().find(|x| &x.name == m) else {
+                return Err(bad("members", &format!("no device named {m:?}")));
+            };
+            if md.kind.is_dm() {
+                return Err(bad("members", "members must be disks, not dm devices"));
+            }
+            if !used_members.insert(m.clone()) {
+                return Err(bad("members", &format!("{m} is already a member")));
+            }
+        }
+        if let Some(c) = d.chunk_kb
+            && (c < 4 || !c.is_power_of_two())
+        {
+            return Err(bad("chunk_kb", "must be a power of two >= 4"));
+        }
+        Ok(())
     }
 
     /// The `[[phase]]` tables and their jobs (a dm member takes no job of its own).
@@ -253,59 +177,8 @@ impl Scenario {
                         "is a dm member; submit to the dm device instead",
                     ));
                 }
-                if !(0.0..=100.0).contains(&j.read_percent) {
-                    return Err(bad(k("read_percent"), "must be in 0..=100"));
-                }
-                if !(0.0..=100.0).contains(&j.sequential_percent) {
-                    return Err(bad(k("sequential_percent"), "must be in 0..=100"));
-                }
-                let bs = j.block_size_kb.to_vec();
-                if bs.is_empty() || bs.iter().any(|&b| b == 0 || b > 65536) {
-                    return Err(bad(k("block_size_kb"), "each size must be in 1..=65536"));
-                }
-                if !(1..=65536).contains(&j.iodepth) {
-                    return Err(bad(k("iodepth"), "must be in 1..=65536"));
-                }
-                if j.batch == 0 || j.batch > j.iodepth {
-                    return Err(bad(k("batch"), "must be in 1..=iodepth"));
-                }
-                if let Some(c) = j.batch_complete
-                    && (c == 0 || c > j.iodepth)
-                {
-                    return Err(bad(k("batch_complete"), "must be in 1..=iodepth"));
-                }
-                let pause = limits::PAUSE_US_MAX;
-                if !(0.0..=pause).contains(&j.think_time_us) {
-                    return Err(bad(
-                        k("think_time_us"),
-                        &format!("must be in 0..={pause} µs"),
-                    ));
-                }
-                let (lo, hi) = limits::RATE_IOPS;
-                if !(j.rate_iops == 0.0 || (lo..=hi).contains(&j.rate_iops)) {
-                    return Err(bad(
-                        k("rate_iops"),
-                        &format!("must be 0 (unlimited) or in {lo}..={hi} bios/s"),
-                    ));
-                }
-                if !(0.0..=pause).contains(&j.trace_plug_gap_us) {
-                    return Err(bad(
-                        k("trace_plug_gap_us"),
-                        &format!("must be in 0..={pause} µs"),
-                    ));
-                }
-                if !(1..=1024).contains(&j.numjobs) {
-                    return Err(bad(k("numjobs"), "must be in 1..=1024"));
-                }
-                for (f, v, max) in [
-                    ("offset_mb", j.offset_mb, limits::REGION_MB_MAX),
-                    ("size_mb", j.size_mb, limits::REGION_MB_MAX),
-                    ("io_size_mb", j.io_size_mb, limits::IO_SIZE_MB_MAX),
-                ] {
-                    if v > max {
-                        return Err(bad(k(f), &format!("must be at most {max} MB")));
-                    }
-                }
+                let bad_job = |f: &str, reason: &str| bad(k(f), reason);
+                check_job(j, &bad_job)?;
                 let cap = MAX_IN_FLIGHT_BIOS as u64;
                 let job_bios = u64::from(j.iodepth) * u64::from(j.numjobs);
                 in_flight += job_bios;
@@ -321,4 +194,163 @@ impl Scenario {
         }
         Ok(())
     }
+}
+
+/// A plain device name like sda: no path, no white space, not `.` or `..`.
+fn is_plain_name(name: &str) -> bool {
+    !(name.is_empty()
+        || name.contains('/')
+        || name.contains(char::is_whitespace)
+        || name == "."
+        || name == "..")
+}
+
+/// One device's own fields: its name, queue and media figures, scheduler and iosched
+/// tunables in range.
+fn check_device(
+    d: &DeviceSpec,
+    bad: &dyn Fn(&str, &str) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    if !is_plain_name(&d.name) {
+        return Err(bad("name", "must be a plain device name like sda"));
+    }
+    if d.nomerges > 2 {
+        return Err(bad("nomerges", "must be 0, 1 or 2"));
+    }
+    if let Some(q) = d.queue_depth
+        && !(1..=4096).contains(&q)
+    {
+        return Err(bad("queue_depth", "must be in 1..=4096"));
+    }
+    if !(4..=65536).contains(&d.max_sectors_kb) {
+        return Err(bad("max_sectors_kb", "must be in 4..=65536"));
+    }
+    if !(1..=4096).contains(&d.max_segments) {
+        return Err(bad("max_segments", "must be in 1..=4096"));
+    }
+    if d.size_gib == 0 || d.size_gib > 1 << 20 {
+        return Err(bad("size_gib", "must be in 1..=1048576"));
+    }
+    let sched = d.scheduler.as_deref().unwrap_or(if d.kind.is_dm() {
+        "none"
+    } else {
+        "mq-deadline"
+    });
+    if !SCHEDULERS.contains(&sched) {
+        return Err(bad(
+            "scheduler",
+            "must be one of none, mq-deadline, kyber, bfq",
+        ));
+    }
+    if d.kind.is_dm() && sched != "none" {
+        return Err(bad("scheduler", "dm devices are bio-based: only none"));
+    }
+    for key in d.iosched.keys() {
+        if !iosched_keys(sched).contains(&key.as_str()) {
+            return Err(bad(
+                &format!("iosched.{key}"),
+                &format!("not a tunable of {sched}"),
+            ));
+        }
+    }
+    for (key, v) in &d.iosched {
+        if matches!(key.as_str(), "front_merges" | "low_latency") && *v > 1 {
+            return Err(bad(&format!("iosched.{key}"), "must be 0 or 1"));
+        }
+        if key == "fifo_batch" && *v == 0 {
+            return Err(bad(&format!("iosched.{key}"), "must be at least 1"));
+        }
+    }
+    let service = |v: Option<f64>, f: &str| -> Result<(), ScenarioError> {
+        match v {
+            Some(x) if !(0.0..=limits::SERVICE_US_MAX).contains(&x) => Err(bad(
+                f,
+                &format!(
+                    "must be a number of µs in 0..={} (10 s)",
+                    limits::SERVICE_US_MAX
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
+    service(d.read_overhead_us, "read_overhead_us")?;
+    service(d.write_overhead_us, "write_overhead_us")?;
+    service(d.min_seek_us, "min_seek_us")?;
+    service(d.max_seek_us, "max_seek_us")?;
+    let (lo, hi) = limits::BANDWIDTH_MB_S;
+    if let Some(b) = d.bandwidth_mb_s
+        && !(lo..=hi).contains(&b)
+    {
+        return Err(bad(
+            "bandwidth_mb_s",
+            &format!("must be in {lo}..={hi} MB/s"),
+        ));
+    }
+    if let Some(p) = d.parallelism
+        && !(1..=1024).contains(&p)
+    {
+        return Err(bad("parallelism", "must be in 1..=1024"));
+    }
+    if let Some(r) = d.rpm
+        && !(1000..=30000).contains(&r)
+    {
+        return Err(bad("rpm", "must be in 1000..=30000"));
+    }
+    Ok(())
+}
+
+/// One job's own fields in range (its device and the phase's queue total are the
+/// caller's).
+fn check_job(j: &JobSpec, bad: &dyn Fn(&str, &str) -> ScenarioError) -> Result<(), ScenarioError> {
+    if !(0.0..=100.0).contains(&j.read_percent) {
+        return Err(bad("read_percent", "must be in 0..=100"));
+    }
+    if !(0.0..=100.0).contains(&j.sequential_percent) {
+        return Err(bad("sequential_percent", "must be in 0..=100"));
+    }
+    let bs = j.block_size_kb.to_vec();
+    if bs.is_empty() || bs.iter().any(|&b| b == 0 || b > 65536) {
+        return Err(bad("block_size_kb", "each size must be in 1..=65536"));
+    }
+    if !(1..=65536).contains(&j.iodepth) {
+        return Err(bad("iodepth", "must be in 1..=65536"));
+    }
+    if j.batch == 0 || j.batch > j.iodepth {
+        return Err(bad("batch", "must be in 1..=iodepth"));
+    }
+    if let Some(c) = j.batch_complete
+        && (c == 0 || c > j.iodepth)
+    {
+        return Err(bad("batch_complete", "must be in 1..=iodepth"));
+    }
+    let pause = limits::PAUSE_US_MAX;
+    if !(0.0..=pause).contains(&j.think_time_us) {
+        return Err(bad("think_time_us", &format!("must be in 0..={pause} µs")));
+    }
+    let (lo, hi) = limits::RATE_IOPS;
+    if !(j.rate_iops == 0.0 || (lo..=hi).contains(&j.rate_iops)) {
+        return Err(bad(
+            "rate_iops",
+            &format!("must be 0 (unlimited) or in {lo}..={hi} bios/s"),
+        ));
+    }
+    if !(0.0..=pause).contains(&j.trace_plug_gap_us) {
+        return Err(bad(
+            "trace_plug_gap_us",
+            &format!("must be in 0..={pause} µs"),
+        ));
+    }
+    if !(1..=1024).contains(&j.numjobs) {
+        return Err(bad("numjobs", "must be in 1..=1024"));
+    }
+    for (f, v, max) in [
+        ("offset_mb", j.offset_mb, limits::REGION_MB_MAX),
+        ("size_mb", j.size_mb, limits::REGION_MB_MAX),
+        ("io_size_mb", j.io_size_mb, limits::IO_SIZE_MB_MAX),
+    ] {
+        if v > max {
+            return Err(bad(f, &format!("must be at most {max} MB")));
+        }
+    }
+    Ok(())
 }
