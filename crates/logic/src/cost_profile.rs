@@ -754,7 +754,8 @@ impl CostProfile {
         Ok(())
     }
 
-    /// A table of the cells for humans: per scheduler, workload and level.
+    /// A table of the cells for humans: per scheduler, workload and level. Long because it
+    /// writes one table, header to footnotes, in reading order.
     pub fn render(&self) -> String {
         if self.method == Method::MergePathSampling {
             return self.render_merge_path();

@@ -187,6 +187,8 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
+    /// The report as text. Long because it writes one report top to bottom, a section after
+    /// another, in reading order.
     pub fn render_text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(

@@ -5,7 +5,8 @@ use super::report::{Analysis, pct};
 use super::whatif::WhatIf;
 use std::fmt::Write as _;
 
-/// Renders the analysis as text.
+/// Renders the analysis as text. Long because it writes one report top to bottom, a
+/// section after another, in the order the operator reads it.
 pub fn render_text(a: &Analysis, what_ifs: &[WhatIf]) -> String {
     let mut s = String::new();
     let _ = writeln!(

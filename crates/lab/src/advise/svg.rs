@@ -19,6 +19,9 @@ pub fn plot_advise(a: &Analysis, path: &Path) -> Result<(), PlotError> {
     draw_advise(a, path).map_err(|e| draw_err(path, e))
 }
 
+/// Long because it draws one figure top to bottom (layout, then each panel's axes, series
+/// and labels in drawing order); its steps share the drawing area and split only into
+/// pieces that pass it all along.
 fn draw_advise(a: &Analysis, path: &Path) -> DrawResult<()> {
     let n = a.devices.len() as u32;
     let root = SVGBackend::new(path, (2 * COL_W, n * 2 * 260)).into_drawing_area();

@@ -95,6 +95,9 @@ fn count_changes(decisions: &[Decision]) -> usize {
         .count()
 }
 
+/// One policy's run against the kernel default's (`base`) and the oracle's: the CPU saved,
+/// what it cost in throughput and p99 at the worst phase, how often it changed level, and
+/// how fast it followed the oracle at each phase change.
 pub fn summarize(
     run: &PolicyRun,
     base: &PolicyRun,
@@ -112,6 +115,43 @@ pub fn summarize(
         }
     };
     let saved = saved_in(|p| p.cycles);
+    let (worst_loss, worst_phase, worst_p99) = worst_phase(run, base);
+    let reaction_ms = reactions(run, oracle_levels);
+    PolicySummary {
+        policy: run.policy.clone(),
+        cpu_saved_percent: saved,
+        cpu_saved_second_percent: saved_in(|p| p.cycles_second),
+        nomerges_writes: run.nomerges_writes,
+        frozen_ms: run.frozen_ms,
+        // Where the oracle saves nothing (merging pays throughout), matching or beating it
+        // is all there is to capture.
+        of_oracle_percent: if oracle_saved.abs() < NOTHING_TO_SAVE_PERCENT {
+            if saved >= -1e-9 { 100.0 } else { 0.0 }
+        } else {
+            saved / oracle_saved * 100.0
+        },
+        worst_throughput_loss_percent: worst_loss.max(0.0),
+        worst_throughput_loss_phase: worst_phase,
+        worst_p99_change_percent: if worst_p99 == f64::MIN {
+            0.0
+        } else {
+            worst_p99
+        },
+        level_changes: count_changes(&run.decisions),
+        level_changes_per_hour: count_changes(&run.decisions) as f64 / (duration_s / 3600.0),
+        settled_changes_per_hour_max: settled_changes_max_per_hour(
+            &run.decisions,
+            &run.phases,
+            oracle_levels,
+        ),
+        reaction_ms,
+    }
+}
+
+/// The worst phase against the base run: its throughput loss (percent of the base's
+/// bytes, MIN without phases), its name, and the worst p99 change (percent, MIN when no
+/// phase has a base p99).
+fn worst_phase(run: &PolicyRun, base: &PolicyRun) -> (f64, String, f64) {
     let mut worst_loss = f64::MIN;
     let mut worst_phase = String::new();
     let mut worst_p99 = f64::MIN;
@@ -129,8 +169,12 @@ pub fn summarize(
             worst_p99 = worst_p99.max((p.p99_us / b.p99_us - 1.0) * 100.0);
         }
     }
-    // Reaction: after each phase change where the oracle's level moves, the first level
-    // change in the same direction.
+    (worst_loss, worst_phase, worst_p99)
+}
+
+/// Reaction: after each phase change where the oracle's level moves, the time to the first
+/// level change in the same direction (0 when already there, None when it never came).
+fn reactions(run: &PolicyRun, oracle_levels: &[Level]) -> Vec<Option<u64>> {
     let mut reaction_ms = Vec::new();
     for i in 1..run.phases.len() {
         let (prev, next) = (oracle_levels[i - 1], oracle_levels[i]);
@@ -164,35 +208,7 @@ pub fn summarize(
             .map(|t| t - start);
         reaction_ms.push(if already { Some(0) } else { moved });
     }
-    PolicySummary {
-        policy: run.policy.clone(),
-        cpu_saved_percent: saved,
-        cpu_saved_second_percent: saved_in(|p| p.cycles_second),
-        nomerges_writes: run.nomerges_writes,
-        frozen_ms: run.frozen_ms,
-        // Where the oracle saves nothing (merging pays throughout), matching or beating it
-        // is all there is to capture.
-        of_oracle_percent: if oracle_saved.abs() < NOTHING_TO_SAVE_PERCENT {
-            if saved >= -1e-9 { 100.0 } else { 0.0 }
-        } else {
-            saved / oracle_saved * 100.0
-        },
-        worst_throughput_loss_percent: worst_loss.max(0.0),
-        worst_throughput_loss_phase: worst_phase,
-        worst_p99_change_percent: if worst_p99 == f64::MIN {
-            0.0
-        } else {
-            worst_p99
-        },
-        level_changes: count_changes(&run.decisions),
-        level_changes_per_hour: count_changes(&run.decisions) as f64 / (duration_s / 3600.0),
-        settled_changes_per_hour_max: settled_changes_max_per_hour(
-            &run.decisions,
-            &run.phases,
-            oracle_levels,
-        ),
-        reaction_ms,
-    }
+    reaction_ms
 }
 
 /// The ladder level implied by the last nomerges/front_merges writes before `t_ms` (on the

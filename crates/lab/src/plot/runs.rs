@@ -64,6 +64,8 @@ fn draw_runs(path: &Path, runs: &[&Series]) -> DrawResult<()> {
     Ok(())
 }
 
+/// One panel of the runs figure. Long because it draws axes, series, markers and legend in
+/// drawing order on one area.
 fn draw_panel(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     kind: usize,
