@@ -157,11 +157,6 @@ impl Daemon {
             .map(str::to_string)
     }
 
-    /// Whether someone else took over one of the ladder's tunables of this device.
-    pub fn ladder_handed_off(&self, name: &str) -> bool {
-        self.actuator.any_theirs(name, &LADDER)
-    }
-
     /// Takes a new (already validated) config; device membership is re-evaluated at the
     /// next tick, policy state is kept.
     ///

@@ -630,10 +630,6 @@ impl MergePathSampler {
         }
     }
 
-    pub fn is_enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// The samples since the last drain, classed; with `only_pids`, only those tasks'
     /// samples count (calibrate keeps to its fio processes).
     pub fn drain(&mut self, only_pids: Option<&BTreeSet<u32>>) -> MergeSamples {

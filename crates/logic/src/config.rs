@@ -921,11 +921,6 @@ impl MetricsConfig {
                 reason,
             })
     }
-
-    /// The address to bind, or None when the endpoint is off.
-    pub fn listen_addr(&self) -> Option<SocketAddr> {
-        parse_listen(&self.listen).ok().flatten()
-    }
 }
 
 /// `""` -> Ok(None) (off); `ip:port` -> the address; anything else -> why not.

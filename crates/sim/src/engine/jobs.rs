@@ -365,9 +365,4 @@ impl Simulation {
             self.events.push(t, EvKind::JobWake, j as u32, 0);
         }
     }
-
-    /// Names of generator jobs (for reports).
-    pub fn job_names(&self) -> Vec<String> {
-        self.jobs.iter().skip(1).map(|j| j.name.clone()).collect()
-    }
 }

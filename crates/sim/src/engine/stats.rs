@@ -28,17 +28,8 @@ impl DiskStat {
     pub fn sectors(&self, d: Dir) -> u64 {
         self.0[d.idx() * 4 + 2]
     }
-    pub fn ticks_ms(&self, d: Dir) -> u64 {
-        self.0[d.idx() * 4 + 3]
-    }
     pub fn in_flight(&self) -> u64 {
         self.0[8]
-    }
-    pub fn io_ticks_ms(&self) -> u64 {
-        self.0[9]
-    }
-    pub fn time_in_queue_ms(&self) -> u64 {
-        self.0[10]
     }
     /// The same 17 fields as the daemon's parser holds them.
     pub fn fields(&self) -> mergetune_kernel::diskstats::StatFields {
