@@ -22,10 +22,9 @@
 //!   the run could detect is stated as the half-width of the percent interval: an effect
 //!   smaller than that can sit inside an interval that holds 0.
 //!
-//! Files: [`plan`] (the block schedule), [`tasks`] (per-pid CPU deltas), [`analysis`] (the
-//! CPU-bound check and the estimator): pure, tested on synthetic data; [`run()`] drives fio and
-//! the device through `kernel::blockfs` and `kernel::cputime` (this module names no
-//! `/sys` or `/proc` path itself).
+//! The plan, the per-pid CPU deltas and the estimator are pure, tested on synthetic data;
+//! [`run()`] drives fio and the device through `kernel::blockfs` and `kernel::cputime` (this
+//! module names no `/sys` or `/proc` path itself).
 
 pub mod analysis;
 pub mod plan;

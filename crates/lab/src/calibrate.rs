@@ -21,14 +21,9 @@
 //!   interval from order statistics ([`stats`]). An interval that contains 0 is "no
 //!   measurable difference".
 //!
-//! Files: [`mod@run`] (the arguments and the measurement loop), [`scratch`] (the scratch loop
-//! device), [`fio`] (one fio run and the toggle runs), [`cpu`] (CPU time from procfs),
-//! [`stats`] (pure statistics), [`profile`] (from samples to the written profile).
-//!
-//! This folder is the only code that names `/dev/loop*`, losetup, tmpfs paths and fio, and
-//! [`scratch`] and [`cpu`] read `/sys/block/loopN` and `/proc` themselves: a kernel-layer
-//! edge, like the trace capture in `kernel::tracefs`, kept beside its only user because it
-//! acts on the scratch device it created and on nothing the daemon reads.
+//! This folder is the only code that names `/dev/loop*`, losetup, tmpfs paths and fio; the
+//! scratch loop device's queue and the CPU times are read under the sysfs and procfs roots
+//! it is given. It acts on the scratch device it created and on nothing the daemon reads.
 
 pub mod cpu;
 pub mod fio;

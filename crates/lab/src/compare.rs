@@ -11,11 +11,6 @@
 //! profile (the 2008 figures); the queue freezes of its `queue/nomerges` writes;
 //! the worst phase's throughput loss and p99 latency change against the kernel default,
 //! level changes (and per hour), and the time to react after each phase change.
-//!
-//! Files: [`baselines`] (the contenders and the oracle), [`runner`] (the simulations of one
-//! scenario), [`figures`] (what is measured), [`summary`] (each policy against the kernel
-//! default and the oracle), [`mod@render`] (the table), [`mod@suite`] (the shipped scenarios),
-//! [`terminal`] (the suite with progress and wall-clock figures on stderr).
 
 pub mod baselines;
 pub mod figures;

@@ -7,9 +7,8 @@
 //! [`mergetune_kernel::blockfs::BlockFs`] (the simulator's, or a recording's in replay),
 //! giving a [`Series`] for [`plot_run`].
 //!
-//! Files: [`series`] (the data drawn), [`sampling`] (the per-tick sampler), [`runs`] (the
-//! drawing), [`style`] (sizes, colours, errors; `advise`'s pictures use it too). Nothing
-//! here knows the trace advisor: `lab::advise` draws its own pictures with [`style`].
+//! Nothing here knows the trace advisor: `lab::advise` draws its own pictures with
+//! `style`.
 
 pub mod runs;
 pub mod sampling;

@@ -2,43 +2,16 @@
 //! now) to (new state, outcome with a human reason). No I/O, no clock: the same inputs give
 //! the same outputs, which is what makes every decision explainable and replayable.
 //!
-//! Brunelle's proposal (2008): watch merges against bios submitted, turn merging off when it
-//! rarely succeeds, later turn it back on, watch, repeat. Axboe's objections: the gain is
-//! small, wrongly not merging costs up to 5x throughput, the one-hit cache is "better than
-//! free", and front merges are the expensive, rarely useful part. So merging is a ladder,
-//! walked one step at a time, asymmetrically:
+//! Merging is a ladder (L0 everything, L1 no front merges, L2 nomerges=1, L3 nomerges=2),
+//! walked down one step at a time after enough low windows, and up at once when merges are
+//! seen; L3 is left only by a probe or by what the bio tap sees there, and a step down is
+//! taken only toward a level the cost profile says saves measurably ([`Worth`], in
+//! [`Caps`]). docs/policy.md has every rule and threshold; docs/design.md the 2008 thread
+//! the ladder answers.
 //!
-//! | level | tunables | what stays |
-//! |---|---|---|
-//! | L0 | nomerges=0, front_merges=1 | everything (kernel default) |
-//! | L1 | nomerges=0, front_merges=0 | all but the rbtree front-merge lookup (mq-deadline only) |
-//! | L2 | nomerges=1 | plug and one-hit merges, still counted (mq-deadline, bfq only) |
-//! | L3 | nomerges=2 | nothing; the counters go blind, so it is left only by a probe |
-//!
-//! - stepping down needs consecutive busy windows under the low threshold:
-//!   `step_down_after_windows` for the safe steps to L1 and L2, `disable_after_windows` plus
-//!   the dwell time and room under the hourly cap for the step to L3;
-//! - stepping up is immediate and never blocked: at L1 or L2 a busy window whose visible
-//!   merges reach the high threshold returns to L0 at once;
-//! - at L3 the policy probes after a backoff: L0 for `probe_windows` busy windows; a clearly
-//!   low probe returns to L3 and doubles the backoff (up to a cap), anything else stays at
-//!   L0 and resets it;
-//! - while merging pays at L0/L1, the policy tries L2 (a trial, after its own backoff):
-//!   batched sequential work merges in the plug, so L2 often keeps every merge at a lower
-//!   cost. The trial compares requests per bio at L2 with the window before it; L2 stays
-//!   only when it completed at most `trial_max_extra_requests_percent` more requests;
-//! - idle windows (too few bios) decide nothing;
-//! - a step down is taken only toward a level the cost profile says saves measurably
-//!   ([`Worth`], in [`Caps`]): where no level below saves, the device stays and the policy
-//!   says "not worth it here" once ([`OutcomeKind::NotWorthIt`]);
-//! - L3 is a resting level only where the daemon can see there (`Caps::sense_at_l3`, a bio
-//!   tap): without it the deepest level is L2, whose plug and one-hit merges are counted.
-//!   At L3 a sensed sample whose contiguous share reaches the high threshold returns to L0
-//!   at once, and one clearly under the low threshold answers a probe without leaving L3.
-//!
-//! Layout: this file holds the state, the capabilities, the outcome and the dispatcher
-//! [`decide`]; each mode's rules live in their own file (`merging`, `off`, `probing`,
-//! `trial`), the reasons in [`reason`] and the workload signatures in [`signature`].
+//! This file holds the state, the capabilities, the outcome and the dispatcher [`decide`];
+//! each mode's rules live in their own file (`merging`, `off`, `probing`, `trial`), the
+//! reasons in [`reason`] and the workload signatures in [`signature`].
 
 mod merging;
 mod off;
