@@ -22,8 +22,9 @@
 //!   measurable difference".
 //!
 //! This folder is the only code that names `/dev/loop*`, losetup, tmpfs paths and fio; the
-//! scratch loop device's queue and the CPU times are read under the sysfs and procfs roots
-//! it is given. It acts on the scratch device it created and on nothing the daemon reads.
+//! scratch loop device's queue is read and written under the sysfs root it is given, the CPU
+//! times come from `kernel::cputime`. It acts on the scratch device it created and on
+//! nothing the daemon reads.
 
 pub mod cpu;
 pub mod fio;
