@@ -18,12 +18,12 @@
 
 use criterion::{Criterion, criterion_group};
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::Decision;
 use mergetune_export::http::{Limits, serve};
 use mergetune_export::metrics::{Metrics, TickTiming};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use std::hint::black_box;
 use std::io::{Read, Write};

@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mergetune::cli::simulate::bench_scenario;
-use mergetune_sim::Simulation;
+use mergetune_sim::engine::Simulation;
 use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {

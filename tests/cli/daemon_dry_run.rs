@@ -7,15 +7,16 @@
 
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_daemon::state::MemoryStore;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Applied, DecisionKind};
-use mergetune_sim::Scenario;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::scenario::DEFAULT_SCENARIO;
+use mergetune_sim::scenario::Scenario;
 
 /// Random writes on a `none` queue (L0 -> L3 straight), then batched sequential writes.
 const RANDOM_THEN_SEQUENTIAL: &str = r#"

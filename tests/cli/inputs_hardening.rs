@@ -121,7 +121,8 @@ fn recording_with_device_named(dir: &Path, name: &str) -> PathBuf {
     use mergetune_daemon::adaptive::Daemon;
     use mergetune_daemon::record::{Recorder, RecordingFs};
     use mergetune_kernel::blockfs::BlockFs;
-    use mergetune_sim::{Scenario, Simulation};
+    use mergetune_sim::engine::Simulation;
+    use mergetune_sim::scenario::Scenario;
     let sc = Scenario::default_scenario();
     let cfg = sc.daemon_config(&Default::default());
     let mut sim = Simulation::new(&sc).unwrap();
@@ -580,7 +581,8 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 #[test]
 fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
     use mergetune_daemon::adaptive::Daemon;
-    use mergetune_sim::{Scenario, Simulation};
+    use mergetune_sim::engine::Simulation;
+    use mergetune_sim::scenario::Scenario;
     let sc = Scenario::default_scenario();
     let mut cfg = sc.daemon_config(&Default::default());
     cfg.policy.cost_profile = "measured-6.18".into();

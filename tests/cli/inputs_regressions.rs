@@ -324,7 +324,7 @@ fn scenario(device_extra: &str, job_extra: &str, phases: usize) -> String {
 }
 
 fn scenario_error(text: &str) -> String {
-    match mergetune_sim::Scenario::from_toml_str(text, "t.toml", None) {
+    match mergetune_sim::scenario::Scenario::from_toml_str(text, "t.toml", None) {
         Ok(_) => panic!("accepted:\n{text}"),
         Err(e) => e.to_string(),
     }
@@ -365,7 +365,7 @@ fn scenario_values_that_broke_the_simulator_are_refused_naming_the_key() {
     }
     // The bounds leave real setups alone.
     let ok = scenario("bandwidth_mb_s = 3000.0", "iodepth = 256\nnumjobs = 64", 1);
-    mergetune_sim::Scenario::from_toml_str(&ok, "t.toml", None).unwrap();
+    mergetune_sim::scenario::Scenario::from_toml_str(&ok, "t.toml", None).unwrap();
 }
 
 /// Peak RSS (VmHWM, KiB) of `mergetune ARGS`, polled while it runs, and its exit status.

@@ -5,9 +5,9 @@
 use crate::faketap;
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::Decision;
 use mergetune_daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
 use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_logic::decision::Decision;
 
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BlockFs, FsError};

@@ -10,7 +10,8 @@ use mergetune_export::status::StatusSnapshot;
 use mergetune_export::table::format_status;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_logic::config::Config;
-use mergetune_sim::{Scenario, Simulation};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 use std::process::Command;
 
 fn bin() -> Command {

@@ -8,7 +8,10 @@ use mergetune_daemon::record::{Recorder, RecordingFs};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_lab::plot::{self, Sampling};
 use mergetune_logic::config::Config;
-use mergetune_sim::{Policy, Scenario, Simulation, run_scenario};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::Policy;
+use mergetune_sim::runner::run_scenario;
+use mergetune_sim::scenario::Scenario;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -66,7 +69,7 @@ fn advise_plot_has_scatter_and_histogram() {
     }
 }
 
-fn run(policy: Policy) -> (mergetune_sim::Report, plot::Series) {
+fn run(policy: Policy) -> (mergetune_sim::report::Report, plot::Series) {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut ctl = policy.controller(sc.daemon_config(&Config::default()));

@@ -1,7 +1,10 @@
 //! The `simulate` entry point end to end: the embedded default scenario runs and reports.
 
 use mergetune_logic::config::Config;
-use mergetune_sim::{Policy, Scenario, Simulation, run_scenario};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::Policy;
+use mergetune_sim::runner::run_scenario;
+use mergetune_sim::scenario::Scenario;
 
 #[test]
 fn default_scenario_parses() {

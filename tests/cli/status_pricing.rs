@@ -11,8 +11,10 @@ use mergetune_export::status::{PricingBasis, StatusSnapshot, UnknownReason};
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile::{Unit, builtin};
 use mergetune_logic::decision::{Applied, DecisionKind, Level};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::report::Report;
 use mergetune_sim::runner::run_scenario_observed;
-use mergetune_sim::{Report, Scenario, Simulation};
+use mergetune_sim::scenario::Scenario;
 use std::process::Command;
 
 fn bin() -> Command {

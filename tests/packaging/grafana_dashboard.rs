@@ -4,11 +4,11 @@
 //! a query. (promtool's own checks of the rules are in tests/packaging/mixin.rs.)
 
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::Decision;
 use mergetune_export::metrics::{Metrics, TickTiming};
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -2,9 +2,10 @@
 //! and the simulator's step prices derive from them as documented in `sim::cost`.
 
 use mergetune_logic::cost_profile::{
-    self, BUILTIN_NAMES, CostProfile, Level, Method, ProfileError, Scheduler, Verdict, Workload,
+    self, BUILTIN_NAMES, CostProfile, Method, ProfileError, Scheduler, Verdict, Workload,
 };
-use mergetune_sim::CostModel;
+use mergetune_logic::decision::Level;
+use mergetune_sim::cost::CostModel;
 use mergetune_sim::cost::Pricing;
 
 fn key_of(e: ProfileError) -> String {
@@ -272,7 +273,7 @@ fn a_profile_round_trips_through_toml() {
 
 #[test]
 fn a_scenario_names_a_profile_and_an_unknown_name_is_refused() {
-    use mergetune_sim::Scenario;
+    use mergetune_sim::scenario::Scenario;
     let base =
         "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n[[phase]]\nname = \"p\"\nduration_s = 1\n";
     let sc = Scenario::from_toml_str(&format!("cost_profile = \"lkml-2008\"\n{base}"), "t", None)

@@ -216,7 +216,7 @@ proptest! {
         for l in s.lines() {
             let _ = mergetune_kernel::trace::parse_event(l);
         }
-        if let Err(e) = mergetune_sim::parse_trace(&s, 10_000) {
+        if let Err(e) = mergetune_kernel::trace::parse_trace(&s, 10_000) {
             prop_assert!(e.line >= 1 && e.line <= lines, "{}", e);
         }
     }
@@ -269,21 +269,21 @@ proptest! {
     fn scenario_values_are_accepted_and_run_or_named(n in 0usize..1000, value in toml_value()) {
         let base = fixture("config/scenarios/seed002_dm_stripe_oltp.toml");
         let (text, key) = replace_value(&base, n, &value);
-        match mergetune_sim::Scenario::from_toml_str(&text, "s.toml", None) {
+        match mergetune_sim::scenario::Scenario::from_toml_str(&text, "s.toml", None) {
             Ok(sc) => {
-                let mut sim = mergetune_sim::Simulation::new(&sc).unwrap();
+                let mut sim = mergetune_sim::engine::Simulation::new(&sc).unwrap();
                 sim.advance_to(10_000_000);
             }
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.starts_with("s.toml: "), "{}", msg);
                 match e {
-                    mergetune_sim::ScenarioError::Invalid { key: k, .. } => {
+                    mergetune_sim::scenario::ScenarioError::Invalid { key: k, .. } => {
                         // The key, the phases' total, or what refers to a renamed device.
                         let refers = key == "name" && (k.ends_with(".device") || k.ends_with(".members"));
                         prop_assert!(k.contains(&key) || k == "phase" || refers, "{} for {}", k, key);
                     }
-                    mergetune_sim::ScenarioError::Parse { message, .. } => {
+                    mergetune_sim::scenario::ScenarioError::Parse { message, .. } => {
                         prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
                     }
                     other => prop_assert!(false, "{}", other),
@@ -301,7 +301,7 @@ proptest! {
         match mergetune_logic::config::load_str(&text, "c.toml") {
             Ok(cfg) => {
                 prop_assert!(cfg.validate("c.toml").is_ok());
-                let mut sim = mergetune_sim::Simulation::new(&mergetune_sim::Scenario::default_scenario()).unwrap();
+                let mut sim = mergetune_sim::engine::Simulation::new(&mergetune_sim::scenario::Scenario::default_scenario()).unwrap();
                 let mut d = mergetune_daemon::adaptive::Daemon::simulated(cfg);
                 let _ = d.tick(0, &mut sim);
             }
@@ -579,7 +579,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "scenario",
             bounded("scenario", move || {
-                mergetune_sim::Scenario::load_file(&q)
+                mergetune_sim::scenario::Scenario::load_file(&q)
                     .unwrap_err()
                     .to_string()
             }),

@@ -6,7 +6,8 @@
 
 use crate::kernel;
 
-use mergetune_logic::cost_profile::{CostProfile, Level, Method, Scheduler, Workload};
+use mergetune_logic::cost_profile::{CostProfile, Method, Scheduler, Workload};
+use mergetune_logic::decision::Level;
 use std::collections::BTreeSet;
 use std::process::Command;
 

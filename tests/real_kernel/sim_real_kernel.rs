@@ -6,7 +6,9 @@
 use crate::kernel;
 
 use kernel::{LoopDevice, TraceCapture};
-use mergetune_sim::{Dir, Scenario, Simulation};
+use mergetune_kernel::trace::Dir;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]

@@ -30,7 +30,7 @@ use mergetune_lab::compare::{PolicySummary, ScenarioComparison, compare, suite_s
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile;
 use mergetune_logic::decision::{DecisionKind, Level};
-use mergetune_sim::Scenario;
+use mergetune_sim::scenario::Scenario;
 
 /// Share of a significant oracle saving adaptive must capture, in percent (docs/testing.md).
 const MIN_OF_ORACLE_PERCENT: f64 = 90.0;

@@ -4,11 +4,12 @@
 //! interval again. Driven on the simulator with the daemon's own loop.
 
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{DecisionKind, Level};
-use mergetune_sim::Scenario;
 use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 
 const SCENARIO: &str = r#"
 name = "watch"

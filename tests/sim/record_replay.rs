@@ -6,14 +6,15 @@ use mergetune_daemon::record::{self, Recorder, RecordingFs};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::DecisionKind;
-use mergetune_sim::{Scenario, Simulation};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 
 /// Runs the daemon on the embedded default scenario for `secs` simulated seconds, recording.
 fn live(
     cfg: &Config,
     secs: u64,
     path: &std::path::Path,
-) -> Vec<mergetune_daemon::controller::Decision> {
+) -> Vec<mergetune_logic::decision::Decision> {
     let sc = Scenario::default_scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg.clone());

@@ -2,7 +2,10 @@
 //! daemon cannot tell a simulated device from a real one. Also scenario validation.
 
 use mergetune_kernel::blockfs::{BlockFs, FsError};
-use mergetune_sim::{BioSpec, Dir, Scenario, Simulation};
+use mergetune_kernel::trace::Dir;
+use mergetune_sim::engine::BioSpec;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 use std::path::Path;
 
 fn sim() -> Simulation {

@@ -3,9 +3,11 @@
 //! completed and the measured time of one write has passed; every write counts, changed
 //! value or not; and the steps of every run are priced in two currencies.
 
+use mergetune_kernel::trace::Dir;
 use mergetune_logic::cost_profile;
 use mergetune_sim::cost::Pricing;
-use mergetune_sim::{Dir, Scenario, Simulation};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 
 fn scenario(kind: &str, profile: &str) -> Scenario {
     // The SSD is fast (5 us a request) and its job keeps one I/O in flight, so that its

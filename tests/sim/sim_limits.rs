@@ -1,5 +1,5 @@
 //! The simulator's cap on bios in flight: a workload that would keep
-//! more bios alive than [`mergetune_sim::engine::MAX_IN_FLIGHT_BIOS`] stops the run with
+//! more bios alive than [`mergetune_sim::scenario::MAX_IN_FLIGHT_BIOS`] stops the run with
 //! a clear error instead of growing memory without bound.
 
 use std::process::Command;
@@ -18,13 +18,15 @@ const PIECES_SCENARIO: &str = "name = \"pieces\"\n\
 
 #[test]
 fn bios_in_flight_are_capped_with_a_clear_error() {
-    use mergetune_sim::{Scenario, SimError, Simulation};
+    use mergetune_sim::engine::SimError;
+    use mergetune_sim::engine::Simulation;
+    use mergetune_sim::scenario::Scenario;
     let sc = Scenario::from_toml_str(PIECES_SCENARIO, "pieces.toml", None).unwrap();
     let mut sim = Simulation::new(&sc).unwrap();
     sim.run_to_end();
     match sim.halted() {
         Some(SimError::TooManyInFlight { cap, job, .. }) => {
-            assert_eq!(*cap, mergetune_sim::engine::MAX_IN_FLIGHT_BIOS);
+            assert_eq!(*cap, mergetune_sim::scenario::MAX_IN_FLIGHT_BIOS);
             assert_eq!(job, "big");
         }
         other => panic!("expected the in-flight cap, got {other:?}"),

@@ -1,12 +1,17 @@
 //! The simulator's model checked against the kernel rules in DESIGN.md, the kernel's own
 //! measurements and the seeds. Every test is quick in a debug build.
 
-use mergetune_daemon::controller::{Controller, Decision, KernelDefault};
+use mergetune_daemon::controller::{Controller, KernelDefault};
 use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Applied, Change, DecisionKind};
+use mergetune_sim::engine::BioSpec;
 use mergetune_sim::engine::DmTable;
-use mergetune_sim::{BioSpec, Dir, Scenario, Simulation, run_scenario};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::run_scenario;
+use mergetune_sim::scenario::Scenario;
 use std::path::Path;
 
 fn scenario(text: &str) -> Scenario {
@@ -250,7 +255,7 @@ fn shipped(name: &str) -> Scenario {
     Scenario::load_file(&path).unwrap()
 }
 
-fn run_off(sc: &Scenario) -> mergetune_sim::Report {
+fn run_off(sc: &Scenario) -> mergetune_sim::report::Report {
     let mut sim = Simulation::new(sc).unwrap();
     let mut c = KernelDefault { interval_ms: 1000 };
     run_scenario(&mut sim, &mut c, "off", &mut |_, _| {})
@@ -325,7 +330,7 @@ fn cost_model_random_4k_qd32_saves_20_to_25_percent_at_nomerges_2() {
     let saving = (c0 - c2) / c0 * 100.0;
     println!("cycles/IO: nomerges=0 {c0:.0}, nomerges=2 {c2:.0}, saving {saving:.1}%");
     assert!((20.0..=25.0).contains(&saving), "{saving}");
-    let m = mergetune_sim::CostModel::default();
+    let m = mergetune_sim::cost::CostModel::default();
     assert!(m.plug_merged_bio_cycles() < m.unmerged_bio_cycles(2));
 }
 
@@ -380,7 +385,7 @@ fn static_policy_pins_bottom_devices_only() {
     sc.phases.truncate(1);
     sc.phases[0].duration_s = 0.2;
     let mut sim = Simulation::new(&sc).unwrap();
-    let mut c = mergetune_sim::Policy::Static(2).controller(Default::default());
+    let mut c = mergetune_sim::runner::Policy::Static(2).controller(Default::default());
     let r = run_scenario(&mut sim, c.as_mut(), "static:2", &mut |_, _| {});
     let mut devs: Vec<&str> = r.decisions.iter().map(|d| d.device.as_str()).collect();
     devs.sort();

@@ -5,14 +5,15 @@
 //! batched. The tap's samples tell the two apart within one duty cycle.
 
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::DecisionKind;
 use mergetune_logic::decision::Level;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::contiguous_percent;
-use mergetune_sim::Scenario;
 use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 
 const SWITCH_MS: u64 = 40_000;
 

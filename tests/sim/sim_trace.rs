@@ -1,7 +1,10 @@
 //! Trace replay: parsing the tracing filesystem's and blkparse's text, clear errors on bad
 //! lines, and replaying the kernel's own captured fio runs to the kernel's merge counts.
 
-use mergetune_sim::{Dir, Scenario, Simulation, parse_trace};
+use mergetune_kernel::trace::Dir;
+use mergetune_kernel::trace::parse_trace;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 use std::path::Path;
 
 fn fixture(name: &str) -> String {

@@ -14,9 +14,11 @@
 //! Under TCG the guest submits slowly, so a generated job of the same shape would not
 //! queue the same way: the trace replay carries the guest's real timing.
 
+use mergetune_kernel::trace::Dir;
 use mergetune_kernel::trace::{EventKind, parse_event};
 use mergetune_sim::engine::DmTable;
-use mergetune_sim::{Dir, Scenario, Simulation};
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::scenario::Scenario;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -3,14 +3,14 @@
 //! more than the writes lose, and undoes it when the mix ends; on an SSD's fast mixed load
 //! it never moves. Figures in docs/evaluation.md ("Scheduler slices").
 
-use mergetune_daemon::controller::Decision;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_lab::compare::suite_scenario;
 use mergetune_logic::config::Config;
-use mergetune_sim::Scenario;
+use mergetune_logic::decision::Decision;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::report::{DeviceReport, Report};
 use mergetune_sim::runner::{Policy, run_scenario};
+use mergetune_sim::scenario::Scenario;
 use std::path::Path;
 
 fn run(sc: &Scenario, cfg: Config) -> Report {

@@ -26,7 +26,7 @@ mod slice_tuner;
 
 use device_tick::DeviceTick;
 
-pub use crate::snapshot::DaemonCounters;
+use crate::snapshot::DaemonCounters;
 
 /// The merge ladder's tunables.
 pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];

@@ -9,7 +9,7 @@
 use crate::snapshot::DaemonSnapshot;
 use mergetune_kernel::blockfs::BlockFs;
 
-pub use mergetune_logic::decision::Decision;
+use mergetune_logic::decision::Decision;
 
 /// A policy driving a block stack.
 pub trait Controller {

@@ -15,6 +15,3 @@ pub mod reload;
 pub mod sense;
 pub mod snapshot;
 pub mod state;
-
-pub use adaptive::Daemon;
-pub use snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};

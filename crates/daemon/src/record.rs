@@ -8,9 +8,10 @@
 //! config sees its own choices. With the same config, a replay reproduces the recorded
 //! decisions tick for tick: the policy is pure and sees the same inputs.
 
-use crate::controller::{Controller, Decision};
+use crate::controller::Controller;
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::Decision;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;

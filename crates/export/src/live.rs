@@ -5,8 +5,9 @@
 
 use crate::http::{Limits, ServerHandle, serve};
 use crate::metrics::{Metrics, TickTiming};
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::parse_listen;
+use mergetune_logic::decision::Decision;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

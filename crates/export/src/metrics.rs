@@ -21,8 +21,9 @@
 use crate::http::Documents;
 use crate::status::StatusSnapshot;
 use bytes::Bytes;
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot};
+use mergetune_logic::decision::Decision;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

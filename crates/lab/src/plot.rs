@@ -1,6 +1,6 @@
 //! Pictures (SVG, plotters) of what the policy did over a simulate, compare or replay run.
 //!
-//! A [`mergetune_sim::Report`] holds per-phase aggregates, the nomerges timeline and the
+//! A [`mergetune_sim::report::Report`] holds per-phase aggregates, the nomerges timeline and the
 //! decisions; [`plot_report`] draws from those alone (phase-level steps). For per-tick
 //! curves, run the controller inside a [`Sampling`] wrapper: it forwards every tick and
 //! then reads the block stack's counters and tunables through the same

@@ -144,7 +144,7 @@ impl fmt::Display for Scheduler {
 }
 
 /// The merge ladder's levels, as everywhere else in mergetune.
-pub use crate::decision::Level;
+use crate::decision::Level;
 
 /// What the measured job does: 4 KiB reads at queue depth 32, random or sequential, one
 /// I/O per submission or 32 under one plug.

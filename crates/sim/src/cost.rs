@@ -23,7 +23,8 @@
 //! nomerges=2 for random 4 KiB QD32, from which the old defaults derive exactly), or
 //! override every step in its `[cost]` table.
 
-use mergetune_logic::cost_profile::{self, CostProfile, Level, Method, Scheduler, Workload};
+use mergetune_logic::cost_profile::{self, CostProfile, Method, Scheduler, Workload};
+use mergetune_logic::decision::Level;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -41,14 +41,14 @@ mod slice;
 mod stats;
 mod submit;
 
-pub use super::scenario::MAX_IN_FLIGHT_BIOS;
+use super::scenario::MAX_IN_FLIGHT_BIOS;
 use super::scenario::{Scenario, secs_to_ns};
 use crate::cost::Costs;
 use crate::rng::SplitMix64;
 use device::Device;
 pub use dm::{DmTable, Piece};
 use jobs::Job;
-pub use mergetune_kernel::trace::Dir;
+use mergetune_kernel::trace::Dir;
 use queue::{EvKind, EventQueue};
 pub use sched::{SchedKind, Tunables};
 use slab::{BioSlab, ReqSlab};

@@ -27,10 +27,3 @@ pub mod rng;
 pub mod runner;
 pub mod scenario;
 pub mod tap;
-
-pub use cost::CostModel;
-pub use engine::{BioSpec, Dir, DiskStat, SimError, Simulation};
-pub use mergetune_kernel::trace::{TraceBio, TraceError, parse_trace};
-pub use report::Report;
-pub use runner::{Policy, StaticNomerges, run_scenario};
-pub use scenario::{Scenario, ScenarioError};

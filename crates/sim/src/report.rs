@@ -8,9 +8,10 @@
 //! JSON keeps its field name `cycles_per_io` (scripts read it) with `cycles_per_io_unit`
 //! next to it: a rename would have broken every consumer for a name.
 
-use super::engine::{Dir, NomergesChange, PhaseAcc, Simulation};
-use mergetune_daemon::controller::Decision;
+use super::engine::{NomergesChange, PhaseAcc, Simulation};
+use mergetune_kernel::trace::Dir;
 use mergetune_logic::cost_profile::{self, Unit};
+use mergetune_logic::decision::Decision;
 use serde::Serialize;
 use std::fmt::Write as _;
 

@@ -6,10 +6,11 @@
 
 use super::engine::Simulation;
 use super::report::Report;
-use mergetune_daemon::controller::{Controller, Decision, KernelDefault};
+use mergetune_daemon::controller::{Controller, KernelDefault};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use std::str::FromStr;
 

@@ -2,7 +2,7 @@
 //! paired estimate with its interval and the smallest effect it could detect.
 
 use crate::calibrate::stats::{self, Estimate};
-use mergetune_logic::cost_profile::Level;
+use mergetune_logic::decision::Level;
 use std::collections::BTreeMap;
 use std::fmt;
 

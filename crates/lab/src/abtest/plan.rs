@@ -3,7 +3,7 @@
 //! level always follows a level write of the other kind, nor always comes first).
 
 use crate::calibrate::stats;
-use mergetune_logic::cost_profile::Level;
+use mergetune_logic::decision::Level;
 
 /// One pair of blocks, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

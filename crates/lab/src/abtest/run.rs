@@ -16,7 +16,7 @@ use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::cputime::{self, CpuTimeError, TaskTime};
 use mergetune_kernel::diskstats::parse_stat_fields;
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
-use mergetune_logic::cost_profile::Level;
+use mergetune_logic::decision::Level;
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;

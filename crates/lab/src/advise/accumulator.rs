@@ -9,8 +9,8 @@
 //! the plug (same task, same batch) or the one-hit cache (the queue's last request) finds
 //! that request without the hash or tree lookups (see the folder's `//!`).
 
+use mergetune_kernel::trace::Dir;
 use mergetune_kernel::trace::{BlockEvent, EventKind};
-use mergetune_sim::engine::Dir;
 use mergetune_sim::hist::Histogram;
 use serde::Serialize;
 use std::collections::HashMap;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::path::Path;
 
 /// Reads the bios of one device for a replay (at most `max_bios`), rebased to the first
-/// and in file order, as [`mergetune_sim::parse_trace`] gives them. Returns the bios and
+/// and in file order, as [`mergetune_kernel::trace::parse_trace`] gives them. Returns the bios and
 /// whether the trace had more.
 pub fn read_bios(
     path: &Path,
@@ -105,7 +105,9 @@ pub fn what_if(
     report: &DeviceReport,
     profile: &str,
 ) -> anyhow::Result<WhatIf> {
-    use mergetune_sim::{Scenario, Simulation, run_scenario};
+    use mergetune_sim::engine::Simulation;
+    use mergetune_sim::runner::run_scenario;
+    use mergetune_sim::scenario::Scenario;
     use std::sync::Arc;
     if bios.is_empty() {
         bail!("no bios of device {device} to replay");

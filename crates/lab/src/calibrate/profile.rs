@@ -7,8 +7,9 @@ use super::fio::{IODEPTH, RunSample, ToggleSample};
 use super::stats;
 use anyhow::{Context, Result};
 use mergetune_logic::cost_profile::{
-    Cell, CostProfile, Level, Method, Scheduler, ToggleCost, Unit, Workload,
+    Cell, CostProfile, Method, Scheduler, ToggleCost, Unit, Workload,
 };
+use mergetune_logic::decision::Level;
 use std::path::Path;
 
 pub(super) fn utc_now_rfc3339() -> String {

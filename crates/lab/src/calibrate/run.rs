@@ -10,7 +10,8 @@ use super::profile::{
 use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
 use super::stats;
 use anyhow::{Context, Result, bail};
-use mergetune_logic::cost_profile::{Level, Scheduler, Workload};
+use mergetune_logic::cost_profile::{Scheduler, Workload};
+use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

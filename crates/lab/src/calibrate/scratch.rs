@@ -3,7 +3,8 @@
 //! drop; and the clean-up of one a killed calibrate left behind.
 
 use anyhow::{Context, Result, bail};
-use mergetune_logic::cost_profile::{Level, Scheduler};
+use mergetune_logic::cost_profile::Scheduler;
+use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -15,12 +15,13 @@
 
 use super::figures::PolicyRun;
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::{Controller, Decision, KernelDefault};
+use mergetune_daemon::controller::{Controller, KernelDefault};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::devices::active_scheduler;
 use mergetune_kernel::diskstats::parse_diskstats;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::Level;
 use mergetune_logic::decision::{Applied, Change, DecisionKind};
 use mergetune_logic::policy::{Caps, tunables};

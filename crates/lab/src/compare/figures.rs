@@ -4,10 +4,10 @@
 //! kernel default and the oracle ([`PolicySummary`]); per scenario all of them
 //! ([`ScenarioComparison`]).
 
-use mergetune_daemon::controller::Decision;
 use mergetune_kernel::blockfs::BlockFs;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Level, level_index};
-use mergetune_sim::Simulation;
+use mergetune_sim::engine::Simulation;
 use serde::Serialize;
 
 /// What one phase cost and delivered under one policy.
@@ -37,7 +37,7 @@ pub struct PolicyRun {
     pub frozen_ms: f64,
     /// The simulator's report and the sampled time series, for `--plot`.
     #[serde(skip)]
-    pub report: Option<mergetune_sim::Report>,
+    pub report: Option<mergetune_sim::report::Report>,
     #[serde(skip)]
     pub series: Option<crate::plot::series::Series>,
 }

@@ -12,7 +12,10 @@ use crate::plot::sampling::Sampling;
 use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Level;
-use mergetune_sim::{Scenario, SimError, Simulation, run_scenario};
+use mergetune_sim::engine::SimError;
+use mergetune_sim::engine::Simulation;
+use mergetune_sim::runner::run_scenario;
+use mergetune_sim::scenario::Scenario;
 
 /// Simulations per scenario: the four static levels, then the contenders.
 pub const RUNS_PER_SCENARIO: usize = 4 + CONTENDERS.len();

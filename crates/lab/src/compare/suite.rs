@@ -2,7 +2,7 @@
 //! scaling of its phases for short runs. To add a scenario: a file under
 //! config/scenarios/compare/ and one entry in [`SUITE`].
 
-use mergetune_sim::Scenario;
+use mergetune_sim::scenario::Scenario;
 
 /// The shipped comparison suite, embedded so `simulate --compare` works anywhere.
 pub const SUITE: &[(&str, &str)] = &[
@@ -46,7 +46,7 @@ pub const SUITE: &[(&str, &str)] = &[
 
 /// The suite's scenarios, each phase's duration scaled by `scale` (1.0: as shipped; the
 /// short suite of the tests uses less), never below 10 s.
-pub fn suite(scale: f64) -> Result<Vec<Scenario>, mergetune_sim::ScenarioError> {
+pub fn suite(scale: f64) -> Result<Vec<Scenario>, mergetune_sim::scenario::ScenarioError> {
     SUITE
         .iter()
         .map(|(name, text)| {

@@ -3,8 +3,8 @@
 //! (all, per hour, and after settling), and the time to react after each phase change.
 
 use super::figures::{PhaseFigures, PolicyRun, PolicySummary};
-use mergetune_daemon::controller::Decision;
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{DecisionKind, Level};
 
 /// An oracle saving below this (percent) is reported as none: "of oracle" is then 100 for

@@ -9,7 +9,7 @@ use super::figures::ScenarioComparison;
 use super::runner::{RUNS_PER_SCENARIO, compare_with_progress};
 use anyhow::Context as _;
 use mergetune_logic::config::Config;
-use mergetune_sim::Scenario;
+use mergetune_sim::scenario::Scenario;
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 

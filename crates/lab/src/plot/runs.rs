@@ -6,7 +6,7 @@ use super::series::{Sample, Series, series_from_report};
 use super::style::{
     COL_W, DECISION, DrawResult, PANEL_H, PROBE, PlotError, READ, SHADE, WRITE, draw_err, font,
 };
-use mergetune_daemon::controller::Decision;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::DecisionKind;
 use mergetune_sim::report::Report;
 use plotters::prelude::*;

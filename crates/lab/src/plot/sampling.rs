@@ -7,10 +7,11 @@
 //! re-added) is a reset and costs that device one sample, never a spike.
 
 use super::series::{Sample, Series, level_of};
-use mergetune_daemon::controller::{Controller, Decision};
+use mergetune_daemon::controller::Controller;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::diskstats::parse_diskstats;
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::sampler::{Counters, Delta, Sampler};
 
 /// A [`Controller`] that runs another and samples the block stack after each tick.

@@ -2,8 +2,8 @@
 //! and the phases. [`series_from_report`] builds one at phase granularity from a report
 //! alone; [`super::sampling::Sampling`] builds one tick by tick.
 
-use mergetune_daemon::controller::Decision;
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::Level;
 use mergetune_sim::report::Report;
 use std::collections::BTreeMap;

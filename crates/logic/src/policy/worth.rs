@@ -17,7 +17,8 @@
 //! [`Worth`] is a small `Copy` table the daemon puts in [`super::Caps`] before each
 //! decision; [`super::decide`] reads it there and stays pure.
 
-use crate::cost_profile::{CostProfile, Level, Method, Scheduler, Verdict, Workload};
+use crate::cost_profile::{CostProfile, Method, Scheduler, Verdict, Workload};
+use crate::decision::Level;
 use serde::Serialize;
 use std::fmt::Write as _;
 
