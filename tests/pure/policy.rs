@@ -100,7 +100,7 @@ fn walks_down_the_ladder_one_step_at_a_time() {
     assert_eq!(at(Level::L2), 104_000);
     assert_eq!(at(Level::L3), 114_000, "dwell of 10 s at L2");
     assert!(out.iter().any(|o| o.3.contains("dwell")));
-    assert_eq!(s.mode, Mode::Off);
+    assert_eq!(s.mode, Mode::AtL3);
     let d = out.iter().find(|o| o.2 == Some(Level::L3)).unwrap();
     assert!(
         d.3.contains("< 1.0%") && d.3.contains("5000 bios/s"),
@@ -203,7 +203,7 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     let caps = BARE;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[win(5000, 0); 3]);
-    assert_eq!(s.mode, Mode::Off);
+    assert_eq!(s.mode, Mode::AtL3);
     assert_eq!(s.next_probe_at_ms, Some(103_000 + 60_000));
     let mut backoffs = Vec::new();
     for _ in 0..5 {
@@ -413,7 +413,7 @@ proptest! {
             prop_assert_eq!(&ev, &decide(&s, w.as_ref(), caps, &c, now));
             prop_assert!(ev.state.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.backoff_ms <= c.probe_max_backoff_secs * 1000);
-            prop_assert!(ev.state.level <= Level::TOP);
+            prop_assert!(ev.state.level <= Level::DEEPEST);
             // No blind level: L3 only with a bio tap.
             if !caps.sense_at_l3 { prop_assert!(ev.state.level <= Level::L2); }
             // Only rungs the device has.
@@ -424,7 +424,7 @@ proptest! {
                 prop_assert!(caps.simple_merges);
             }
             // L3 and Off go together.
-            prop_assert_eq!(ev.state.level == Level::L3, ev.state.mode == Mode::Off);
+            prop_assert_eq!(ev.state.level == Level::L3, ev.state.mode == Mode::AtL3);
             // Priced: a step down only toward a level the device has that saves
             // measurably (the rungs on the way to it may be taken); "not worth it" writes
             // nothing.
@@ -437,7 +437,7 @@ proptest! {
             if ev.kind == OutcomeKind::NotWorthIt { prop_assert_eq!(ev.to_level, None); }
             // At L3, a tap sample of at least the minimum size that is mostly contiguous
             // brings merging back at once; a smaller one is not judged.
-            if s.mode == Mode::Off
+            if s.mode == Mode::AtL3
                 && let Some(sn) = w.as_ref().and_then(|w| w.sensed)
                 && sn.bios > 0
                 && caps.sense_at_l3

@@ -217,7 +217,7 @@ impl Daemon {
     fn step_after_tick(&self) -> u64 {
         let watching = self.cfg.policy.enabled
             && self.devices.values().any(|d| {
-                d.management.is_managed() && d.policy.mode == mergetune_logic::policy::Mode::Off
+                d.management.is_managed() && d.policy.mode == mergetune_logic::policy::Mode::AtL3
             });
         if watching {
             self.cfg.l3_tick_ms()

@@ -303,7 +303,7 @@ mod tests {
         let mut d = managed("sda");
         d.nomerges = Some("2".into());
         d.level = Some(Level::L3);
-        d.mode = Some(Mode::Off);
+        d.mode = Some(Mode::AtL3);
         assert_eq!(nomerges(&d), "0\u{2192}2");
         assert_eq!(level(&d), "L3 off");
         assert_eq!(span(30.0), "30s");

@@ -27,7 +27,7 @@ pub enum Level {
 impl Level {
     pub const ALL: [Level; 4] = [Level::L0, Level::L1, Level::L2, Level::L3];
     /// The deepest rung.
-    pub const TOP: Level = Level::L3;
+    pub const DEEPEST: Level = Level::L3;
 
     pub fn index(self) -> u8 {
         self as u8

@@ -34,16 +34,17 @@ use serde::{Deserialize, Serialize};
 pub const HOUR_MS: u64 = 3_600_000;
 /// How many merge-hostile workload signatures a device remembers.
 pub const KNOWN_HOSTILE_MAX: usize = 4;
-/// The deepest rung of the ladder.
-pub const TOP_LEVEL: Level = Level::TOP;
+/// The deepest rung of the ladder (L3, no merges).
+pub const DEEPEST_LEVEL: Level = Level::DEEPEST;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// At L0, L1 or L2: the counters still show merges.
     Merging,
-    /// At L3, waiting for the next probe.
-    Off,
+    /// At L3 (merging off), waiting for the next probe. Shown as `off`: the level is L3.
+    #[serde(rename = "off")]
+    AtL3,
     /// At L0 for a measured probe out of L3.
     Probing,
     /// At L2 for a measured trial from L0/L1 while merging pays: does L2 keep the merges?
@@ -54,7 +55,7 @@ impl Mode {
     pub fn as_str(&self) -> &'static str {
         match self {
             Mode::Merging => "merging",
-            Mode::Off => "off",
+            Mode::AtL3 => "off",
             Mode::Probing => "probing",
             Mode::Trial => "trial",
         }
@@ -317,8 +318,8 @@ impl PolicyState {
             self.l2_verified = false;
         }
         self.changes_ms.push(now_ms);
-        self.mode = if level == TOP_LEVEL {
-            Mode::Off
+        self.mode = if level == DEEPEST_LEVEL {
+            Mode::AtL3
         } else {
             Mode::Merging
         };
@@ -451,7 +452,7 @@ impl Ctx<'_> {
 
     /// L3 is a level to rest at: allowed by the config, seen by a bio tap, and worth it.
     fn l3_allowed(&self) -> bool {
-        deepest_level(self.cfg, self.caps) == TOP_LEVEL && self.caps.worth.worth(TOP_LEVEL)
+        deepest_level(self.cfg, self.caps) == DEEPEST_LEVEL && self.caps.worth.worth(DEEPEST_LEVEL)
     }
 
     /// The "not worth it" reason for a device at `at`, if no level below it that this
@@ -502,7 +503,7 @@ pub fn decide(
     };
     match s.mode {
         Mode::Merging => merging::decide(s, window, &cx),
-        Mode::Off => off::decide(s, window, &cx),
+        Mode::AtL3 => off::decide(s, window, &cx),
         Mode::Trial => trial::decide(s, window, &cx),
         Mode::Probing => probing::decide(s, window, &cx),
     }

@@ -15,7 +15,9 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
-use mergetune_logic::policy::{Caps, Evaluation, Mode, OutcomeKind, TOP_LEVEL, decide, tunables};
+use mergetune_logic::policy::{
+    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, tunables,
+};
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 
@@ -108,7 +110,7 @@ impl DeviceTick<'_> {
     ) -> (Option<Window>, Caps) {
         let pcfg = &self.cfg.policy;
         let window_ms = self.cfg.window_ms();
-        let close = if dev.policy.mode == Mode::Off {
+        let close = if dev.policy.mode == Mode::AtL3 {
             // At L3 a window only has to show a workload change (the merges are invisible
             // there): it closes at the first watch tick that holds enough bios to judge.
             WindowClose {
@@ -121,7 +123,7 @@ impl DeviceTick<'_> {
             WindowClose::fixed(window_ms, self.slack_ms)
         };
         // The tap's duty cycle at L3; its sample rides on the next window to close.
-        let at_l3 = dev.policy.level == TOP_LEVEL;
+        let at_l3 = dev.policy.level == DEEPEST_LEVEL;
         dev.sense.tick(
             name,
             now_ms,

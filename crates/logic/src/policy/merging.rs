@@ -4,7 +4,7 @@
 //! level the cost profile says saves measurably: else "not worth it here".
 
 use super::reason::{pct, secs};
-use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature, TOP_LEVEL};
+use super::{Ctx, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
 use super::{change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
@@ -137,7 +137,7 @@ fn low_window(
     let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
     s.low_windows = s.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {
-        let blind = if !cx.caps.sense_at_l3 && super::floor_level(cfg) == TOP_LEVEL {
+        let blind = if !cx.caps.sense_at_l3 && super::floor_level(cfg) == DEEPEST_LEVEL {
             " (L3 would be blind: no bio tap)"
         } else {
             ""
@@ -174,7 +174,7 @@ fn low_window(
 /// How many low windows a step to `next` waits for: more for L3, where the counters go
 /// blind.
 fn windows_before(next: Level, cx: &Ctx) -> u32 {
-    if next == TOP_LEVEL {
+    if next == DEEPEST_LEVEL {
         cx.cfg.disable_after_windows
     } else {
         cx.cfg.step_down_after_windows
@@ -194,7 +194,7 @@ fn straight_to_l3_if_known(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
         return ControlFlow::Continue(s);
     }
     let n = s.low_windows;
-    s.move_to(TOP_LEVEL, now_ms);
+    s.move_to(DEEPEST_LEVEL, now_ms);
     s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
     s.l3_signature = Some(sig);
     let reason = format!(
@@ -228,7 +228,7 @@ fn wait_for_the_step(s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Step
         return ControlFlow::Break(hold(s, reason));
     }
     let cap = cfg.max_changes_per_hour;
-    if next == TOP_LEVEL {
+    if next == DEEPEST_LEVEL {
         let dwell_ms = cfg.min_dwell_secs * 1000;
         let at_level_ms = cx.now_ms.saturating_sub(s.since_ms);
         if at_level_ms < dwell_ms {
@@ -273,7 +273,7 @@ fn take_the_step(mut s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Eval
         (s.level, seen.ratio, cx.low, seen.bios_per_sec, cx.now_ms);
     let n = s.low_windows;
     s.move_to(next, now_ms);
-    if next == TOP_LEVEL {
+    if next == DEEPEST_LEVEL {
         let sig = Signature::of(seen.w);
         s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
         s.l3_signature = Some(sig);

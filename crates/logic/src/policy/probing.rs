@@ -3,7 +3,7 @@
 //! other stays at L0, and one where merging clearly pays tries L2 at once.
 
 use super::reason::{pct, secs};
-use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Signature, TOP_LEVEL};
+use super::{Ctx, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, PolicyState, Signature};
 use super::{change, hold, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
@@ -93,7 +93,7 @@ fn low_probe(mut s: PolicyState, w: &Window, cx: &Ctx) -> Evaluation {
     let timer = s
         .next_probe_at_ms
         .filter(|&t| t > now_ms && s.probe_by_change);
-    s.move_to(TOP_LEVEL, now_ms);
+    s.move_to(DEEPEST_LEVEL, now_ms);
     let sig = Signature::of(w);
     s.l3_signature = Some(sig);
     s.remember_hostile(sig);
