@@ -10,6 +10,7 @@
 //! [`DiskstatsHealth`] turns the problems of successive reads into log lines said once
 //! per device per change of its fault, not once per tick.
 
+use crate::trace::Dir;
 use serde::Serialize;
 
 /// Number of stat fields the newest kernels print (5.5+).
@@ -62,6 +63,35 @@ pub struct StatFields {
 impl StatFields {
     pub fn get(&self, index: usize) -> u64 {
         self.values[index]
+    }
+
+    /// Requests completed in one direction (after merging).
+    pub fn completed(&self, dir: Dir) -> u64 {
+        self.values[match dir {
+            Dir::Read => field::READS_COMPLETED,
+            Dir::Write => field::WRITES_COMPLETED,
+        }]
+    }
+
+    /// Bios merged into an existing request, in one direction.
+    pub fn merged(&self, dir: Dir) -> u64 {
+        self.values[match dir {
+            Dir::Read => field::READS_MERGED,
+            Dir::Write => field::WRITES_MERGED,
+        }]
+    }
+
+    /// 512-byte sectors moved in one direction.
+    pub fn sectors(&self, dir: Dir) -> u64 {
+        self.values[match dir {
+            Dir::Read => field::SECTORS_READ,
+            Dir::Write => field::SECTORS_WRITTEN,
+        }]
+    }
+
+    /// Requests in flight (not a counter).
+    pub fn in_flight(&self) -> u64 {
+        self.values[field::IN_FLIGHT]
     }
 }
 

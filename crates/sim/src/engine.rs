@@ -52,7 +52,7 @@ use mergetune_kernel::trace::Dir;
 use queue::{EvKind, EventQueue};
 pub use sched::{SchedKind, Tunables};
 use slab::{BioSlab, ReqSlab};
-pub use stats::{DiskStat, NomergesChange, PhaseAcc, PhaseInfo};
+pub use stats::{NomergesChange, PhaseAcc, PhaseInfo};
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum SimError {

@@ -75,7 +75,9 @@ impl Simulation {
                 .ok_or_else(|| not_found(dev, rel));
         }
         if rel == "stat" {
-            return Ok(self.stat_of(d).render());
+            return Ok(mergetune_kernel::diskstats::format_stat_fields(
+                &self.stat_of(d),
+            ));
         }
         if rel == "queue/scheduler" {
             return Ok(self.scheduler_line(d));
@@ -185,7 +187,7 @@ impl BlockFs for Simulation {
                     major: dev.major,
                     minor: dev.minor,
                     name: dev.name.clone(),
-                    fields: st.fields(),
+                    fields: st,
                 },
             ));
             out.push('\n');

@@ -11,38 +11,9 @@
 use super::Simulation;
 use crate::cost::Step;
 use crate::hist::Histogram;
+use mergetune_kernel::diskstats::{MAX_FIELDS, StatFields};
 use mergetune_kernel::trace::Dir;
 use serde::Serialize;
-
-/// The 17 fields of `/sys/block/<dev>/stat`, in kernel order.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct DiskStat(pub [u64; 17]);
-
-impl DiskStat {
-    pub fn completed(&self, d: Dir) -> u64 {
-        self.0[d.idx() * 4]
-    }
-    pub fn merged(&self, d: Dir) -> u64 {
-        self.0[d.idx() * 4 + 1]
-    }
-    pub fn sectors(&self, d: Dir) -> u64 {
-        self.0[d.idx() * 4 + 2]
-    }
-    pub fn in_flight(&self) -> u64 {
-        self.0[8]
-    }
-    /// The same 17 fields as the daemon's parser holds them.
-    pub fn fields(&self) -> mergetune_kernel::diskstats::StatFields {
-        mergetune_kernel::diskstats::StatFields {
-            values: self.0,
-            field_count: mergetune_kernel::diskstats::MAX_FIELDS as u8,
-        }
-    }
-    /// Formatted as the kernel prints `stat` (`%8u` fields separated by a space).
-    pub fn render(&self) -> String {
-        mergetune_kernel::diskstats::format_stat_fields(&self.fields())
-    }
-}
 
 /// A device's running counters, in ns where the kernel shows ms.
 #[derive(Debug, Default, Clone, Copy)]
@@ -84,11 +55,11 @@ impl Counters {
         self.ticks_ns[dir.idx()] += now - start_ns;
     }
 
-    /// The 17 `stat` fields as of `now`.
-    fn stat(&mut self, now: u64) -> DiskStat {
+    /// The 17 `stat` fields as of `now`, as the kernel prints them.
+    fn stat(&mut self, now: u64) -> StatFields {
         self.acct(now);
         let ms = |ns: u64| (ns / 1_000_000) as u32 as u64;
-        DiskStat([
+        let values = [
             self.ios[0],
             self.merges[0],
             self.sectors[0],
@@ -106,7 +77,11 @@ impl Counters {
             0,
             0,
             0,
-        ])
+        ];
+        StatFields {
+            values,
+            field_count: MAX_FIELDS as u8,
+        }
     }
 }
 
@@ -164,12 +139,12 @@ impl Simulation {
     }
 
     /// The 17 `stat` fields of a device as of now.
-    pub fn device_stat(&mut self, dev: &str) -> Option<DiskStat> {
+    pub fn device_stat(&mut self, dev: &str) -> Option<StatFields> {
         let d = self.dev_index(dev)?;
         Some(self.stat_of(d))
     }
 
-    pub(crate) fn stat_of(&mut self, d: usize) -> DiskStat {
+    pub(crate) fn stat_of(&mut self, d: usize) -> StatFields {
         let now = self.now_ns;
         self.devs[d].cnt.stat(now)
     }
