@@ -33,15 +33,17 @@ fn a_flood_of_kept_alive_connections_cannot_make_the_restore_at_stop_fail() {
     let fs = FakeSys::new();
     let cfg = fs.config(&fs.p("state"), "127.0.0.1:0");
     let log = fs.p("daemon.log");
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    daemon.arg("run").arg("--config").arg(&cfg);
+    fs.roots(&mut daemon);
     // The limit is set in the child before the daemon starts, as setrlimit between fork and
     // exec would: `ulimit -n` sets the soft and the hard limit, then the shell execs the
-    // daemon in place (the same pid), with the arguments that follow.
+    // daemon in place (the same pid) with the daemon's arguments.
     let mut c = Command::new("sh");
     c.arg("-c")
         .arg(format!("ulimit -n {NOFILE} && exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_mergetune"));
-    c.arg("run").arg("--config").arg(&cfg);
-    fs.roots(&mut c);
+        .arg(daemon.get_program())
+        .args(daemon.get_args());
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
