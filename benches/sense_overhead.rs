@@ -230,7 +230,7 @@ fn fmt(e: &stats::Estimate) -> String {
 }
 
 fn main() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         eprintln!("sense_overhead: needs root (a loop device and a tracefs instance)");
         std::process::exit(1);
     }

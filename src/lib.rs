@@ -2,5 +2,6 @@
 //! layer crates below (docs/design.md, "Layout"): `mergetune-kernel` -> `mergetune-logic` ->
 //! `mergetune-daemon` -> `mergetune-export`, with `mergetune-sim` (the simulated block
 //! stack) and `mergetune-lab` (compare, advise, calibrate) beside them.
+#![forbid(unsafe_code)]
 
 pub mod cli;

@@ -206,9 +206,10 @@ struct Exporter {
 impl Drop for Exporter {
     fn drop(&mut self) {
         // SIGTERM: mergetune restores (nothing, in dry-run) and exits.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        );
         let _ = self.child.wait();
     }
 }
@@ -397,7 +398,7 @@ pub fn run() {
         size(&m),
         size(&n)
     );
-    let clk = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let clk = rustix::param::clock_ticks_per_second() as f64;
     for (label, keep_alive) in [
         ("new connection per scrape", false),
         ("one kept-alive connection", true),

@@ -24,6 +24,7 @@ use crate::cli::run::runtime_dir;
 use mergetune_daemon::state::{FileStore, StatePointer, StateStore as _, restore_from_store};
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::DEFAULT_STATE_DIR;
+use rustix::process::{Pid, test_kill_process};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -50,10 +51,15 @@ enum Source {
     Runtime,
 }
 
-/// Whether the process that wrote a state file is still there (a running daemon).
+/// Whether the process that wrote a state file is still there (a running daemon): a
+/// signal 0 only checks that the process exists. A pid outside the kernel's range is no
+/// process (cast to a negative pid_t it would ask about a whole process group).
 fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid != 0 && pid != std::process::id() && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+    pid != std::process::id()
+        && i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .is_some_and(|p| test_kill_process(p).is_ok())
 }
 
 pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
@@ -180,4 +186,32 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alive;
+
+    #[test]
+    fn a_state_file_pid_beyond_the_pid_range_is_no_running_daemon() {
+        // u32::MAX read as a pid_t is -1: kill(-1, 0) asks about every process we may
+        // signal, which answers yes; the file's writer is gone all the same.
+        assert!(!alive(u32::MAX));
+        assert!(!alive(0));
+        // ourselves: our own records are never another daemon's
+        assert!(!alive(std::process::id()));
+    }
+
+    #[test]
+    fn a_live_child_is_a_running_process_and_a_reaped_one_is_not() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(alive(pid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!alive(pid));
+    }
 }

@@ -178,8 +178,7 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
     } else {
         let mut store = FileStore::new(&cfg.daemon.state_dir);
         if let Err(e) = store.check_writable() {
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            let euid = unsafe { libc::geteuid() };
+            let euid = rustix::process::geteuid().as_raw();
             bail!("{}", needs_root(&cfg.daemon.state_dir, &e, euid));
         }
         let pointer =

@@ -32,7 +32,7 @@ fn threads() -> Vec<(String, i64)> {
 
 /// The nice value of the calling thread (Linux applies nice per thread).
 fn own_nice() -> i64 {
-    let tid = unsafe { libc::gettid() };
+    let tid = rustix::thread::gettid().as_raw_pid();
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
     let close = stat.rfind(')').unwrap();
     stat[close + 1..]
@@ -50,8 +50,9 @@ fn the_endpoint_thread_keeps_the_priority_it_was_started_with() {
     // the tests run at nice 0 or under `nice -n 10`.
     let (h, start) = std::thread::spawn(|| {
         let want = (own_nice() + 1).min(19);
-        let tid = unsafe { libc::gettid() };
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, want as libc::c_int) };
+        // PRIO_PROCESS with a thread id sets that thread's nice value alone.
+        let tid = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(tid), want as i32);
         let start = own_nice();
         let h = serve(
             "127.0.0.1:0".parse().unwrap(),

@@ -9,13 +9,12 @@ use crate::fakesys;
 use fakesys::{FakeSys, wait_until};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const NOFILE: libc::rlim_t = 256;
+const NOFILE: u64 = 256;
 const CONNECTIONS: usize = 400;
 /// The flood goes on through the stop, up to this many connections in all.
 const FLOOD_MAX: usize = 3000;
@@ -33,25 +32,20 @@ fn a_flood_of_kept_alive_connections_cannot_make_the_restore_at_stop_fail() {
     let fs = FakeSys::new();
     let cfg = fs.config(&fs.p("state"), "127.0.0.1:0");
     let log = fs.p("daemon.log");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.arg("run").arg("--config").arg(&cfg);
-    fs.roots(&mut c);
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    daemon.arg("run").arg("--config").arg(&cfg);
+    fs.roots(&mut daemon);
+    // The limit is set in the child before the daemon starts, as setrlimit between fork and
+    // exec would: `ulimit -n` sets the soft and the hard limit, then the shell execs the
+    // daemon in place (the same pid) with the daemon's arguments.
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("ulimit -n {NOFILE} && exec \"$0\" \"$@\""))
+        .arg(daemon.get_program())
+        .args(daemon.get_args());
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
-    // SAFETY: setrlimit only, in the child between fork and exec.
-    unsafe {
-        c.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: NOFILE,
-                rlim_max: NOFILE,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut d = fakesys::Daemon(c.spawn().unwrap());
     let mut addr = None;
     wait_until(
@@ -94,7 +88,7 @@ fn a_flood_of_kept_alive_connections_cannot_make_the_restore_at_stop_fail() {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
-    d.signal(libc::SIGTERM);
+    d.signal(rustix::process::Signal::TERM);
     let status = d.wait();
     stop.store(true, Ordering::Relaxed);
     flood.join().unwrap();

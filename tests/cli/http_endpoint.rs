@@ -149,17 +149,12 @@ fn a_busy_port_is_reported_to_the_caller() {
 
 /// Raises this process's open-files limit: the clients below hold over a thousand sockets.
 fn raise_nofile(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a local struct.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-        if lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    // None is RLIM_INFINITY.
+    let mut lim = getrlimit(Resource::Nofile);
+    if lim.current.is_some_and(|cur| cur < want) {
+        lim.current = Some(lim.maximum.map_or(want, |max| want.min(max)));
+        let _ = setrlimit(Resource::Nofile, lim);
     }
 }
 

@@ -38,7 +38,7 @@ fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_
     assert!(old_dir.join("state.json").exists());
     // The operator edits the config to another directory and reloads.
     fs.config(&new_dir, "");
-    d.signal(libc::SIGHUP);
+    d.signal(rustix::process::Signal::HUP);
     wait_until(
         "the reload's verdict in the log",
         Duration::from_secs(10),
@@ -54,7 +54,7 @@ fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_
         "the records stay where they were"
     );
     // Crash, then the unit's ExecStopPost: `restore --config` with the edited config.
-    d.signal(libc::SIGKILL);
+    d.signal(rustix::process::Signal::KILL);
     d.wait();
     assert_eq!(fs.nomerges(), "1", "a killed daemon cannot restore");
     let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
@@ -107,7 +107,7 @@ fn the_units_restore_after_a_run_that_wrote_nothing_is_a_quiet_success() {
         || dir.is_dir(),
     );
     std::thread::sleep(Duration::from_millis(300));
-    d.signal(libc::SIGTERM);
+    d.signal(rustix::process::Signal::TERM);
     assert!(d.wait().success());
     let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -173,7 +173,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     wait_until("the recovery in the log", Duration::from_secs(5), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("written and read back"))
     });
-    d.signal(libc::SIGTERM);
+    d.signal(rustix::process::Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fs.nomerges(), "0");
 }

@@ -129,8 +129,8 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
     }
     assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
     kernel::run_fio(&kernel::job_rand(&dev, "randread", "4M"));
-    // SAFETY: kill on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let target = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(target, rustix::process::Signal::INT).unwrap();
     let t = Instant::now();
     let res = child.wait_with_output().unwrap();
     assert!(

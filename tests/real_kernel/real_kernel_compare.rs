@@ -259,8 +259,11 @@ impl Daemon {
         }
     }
     fn stop(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        // Our own child, not reaped yet.
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(&self.child),
+            rustix::process::Signal::TERM,
+        );
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {

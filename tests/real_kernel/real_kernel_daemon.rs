@@ -124,8 +124,8 @@ impl DaemonProc {
 
     /// SIGTERM, then wait up to `timeout` for the exit.
     fn terminate(&mut self, timeout: Duration) -> ExitStatus {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let pid = rustix::process::Pid::from_raw(self.pid()).expect("a child's pid");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -205,8 +205,11 @@ impl BackgroundFio {
 
     fn stop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            // Our own child, not reaped yet.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&self.child),
+                rustix::process::Signal::INT,
+            );
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {

@@ -161,9 +161,9 @@ impl Drop for FakeSys {
 pub struct Daemon(pub Child);
 
 impl Daemon {
-    pub fn signal(&self, sig: libc::c_int) {
-        // SAFETY: a signal to our own child.
-        assert_eq!(unsafe { libc::kill(self.0.id() as libc::pid_t, sig) }, 0);
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        // Our own child, not reaped yet.
+        rustix::process::kill_process(rustix::process::Pid::from_child(&self.0), sig).unwrap();
     }
     /// Waits (at most 15 s) for the exit.
     pub fn wait(&mut self) -> std::process::ExitStatus {

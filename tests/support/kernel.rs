@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -70,8 +69,7 @@ pub fn require_kernel(test: &str) -> Option<KernelSession> {
         );
     }
     let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     if euid != 0 {
         missing.push(format!("root (running as uid {euid})"));
     }
@@ -116,9 +114,9 @@ fn take_file_lock() -> Option<fs::File> {
         .write(true)
         .open(LOCK_FILE)
         .ok()?;
-    // SAFETY: flock on a valid, open fd; blocks until the lock is free.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    if rc == 0 { Some(file) } else { None }
+    // Blocks until the lock is free.
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).ok()?;
+    Some(file)
 }
 
 /// The 17 fields of `/sys/block/<dev>/stat` (older kernels give fewer; missing ones are 0).
@@ -836,8 +834,11 @@ impl Proc {
 
     pub fn stop(&mut self) {
         if self.running() {
-            // SAFETY: kill on our own child's pid.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            // Our own child, not reaped yet.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&self.child),
+                rustix::process::Signal::TERM,
+            );
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
             while self.running() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(20));

@@ -34,9 +34,7 @@ pub fn require_command(test: &str, cmd: &str, args: &[&str], install: &str) {
 /// The `unshare` prefix that gives a child a private mount namespace in which it may mount:
 /// as root a plain mount namespace, otherwise inside a user namespace mapped to root.
 pub fn private_mount_ns() -> Vec<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
+    if rustix::process::geteuid().is_root() {
         vec!["unshare", "--mount", "--propagation", "private", "--"]
     } else {
         vec![

@@ -4,6 +4,7 @@
 //! (one record per tunable, saved before it is written), the state file, the dry run's
 //! view of the level it would have set, what a reload may change, and record/replay of a
 //! run.
+#![forbid(unsafe_code)]
 
 pub mod actuator;
 pub mod adaptive;

@@ -171,11 +171,8 @@ pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
             message: "path has a NUL byte".into(),
         }
     })?;
-    // SAFETY: a valid NUL-terminated path; access(2) only reads it.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(TapError::io(&instances, std::io::Error::last_os_error()));
-    }
-    Ok(())
+    rustix::fs::access(c.as_c_str(), rustix::fs::Access::WRITE_OK)
+        .map_err(|e| TapError::io(&instances, std::io::Error::from(e)))
 }
 
 /// Removes tap instances whose process is gone (their ring buffers stay allocated until

@@ -12,13 +12,14 @@
 //!
 //! The pure part ([`Symbols`] from a `kallsyms` text, [`classify`] of one callchain,
 //! [`parse_records`] of the ring buffer's bytes) is tested on real fixtures; the rest opens
-//! the events and maps their buffers. This is the only module with `unsafe` for perf: the
-//! syscall, the `mmap` of each buffer and the reads of its head and tail, each with its
-//! reason.
+//! the events and maps their buffers through [`crate::sys::perf`], the audited module that
+//! holds the raw calls (the syscall, the `mmap` of each buffer, the reads of its head and
+//! tail, the ioctls); this module only calls its safe API.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sys::perf::{PerfRing, RingError};
 
 /// A sample's merge-path class: which rung of the ladder would not have spent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -378,47 +379,6 @@ pub fn load_symbols(procfs_root: &Path) -> Result<Symbols, PerfError> {
     }
 }
 
-/// `struct perf_event_attr` up to `PERF_ATTR_SIZE_VER5` (112 bytes), which every kernel
-/// since 4.1 accepts.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved_2: u16,
-}
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_SAMPLE_TID: u64 = 1 << 1;
-const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
-const FLAG_DISABLED: u64 = 1 << 0;
-const FLAG_EXCLUDE_USER: u64 = 1 << 4;
-const FLAG_EXCLUDE_HV: u64 = 1 << 6;
-const FLAG_EXCLUDE_IDLE: u64 = 1 << 7;
-const FLAG_EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-const IOC_ENABLE: libc::c_ulong = 0x2400;
-const IOC_DISABLE: libc::c_ulong = 0x2401;
-/// Offsets of `data_head` and `data_tail` in `struct perf_event_mmap_page`.
-const DATA_HEAD_OFFSET: usize = 1024;
-const DATA_TAIL_OFFSET: usize = 1032;
 /// Deep enough for the merge path under a syscall and an interrupt; bounds each record.
 const MAX_STACK: u16 = 48;
 
@@ -431,147 +391,40 @@ pub struct SamplerParams {
     pub buffer_pages: usize,
 }
 
-/// One CPU's event and its mapped ring buffer.
+/// One CPU's event and its mapped ring buffer (the raw calls are [`crate::sys::perf`]'s).
 struct CpuBuffer {
     cpu: usize,
-    fd: libc::c_int,
-    base: *mut u8,
-    map_len: usize,
-    page: usize,
-    data_len: usize,
+    ring: PerfRing,
     scratch: Vec<u8>,
-}
-
-// SAFETY: a CpuBuffer owns its fd and its mapping; nothing in it is tied to the thread
-// that made it, and all access goes through &mut self (or the kernel).
-unsafe impl Send for CpuBuffer {}
-
-impl Drop for CpuBuffer {
-    fn drop(&mut self) {
-        // SAFETY: `base` and `map_len` are what mmap returned for this fd, unmapped once
-        // here; `fd` is owned by this struct and closed once.
-        unsafe {
-            libc::munmap(self.base.cast(), self.map_len);
-            libc::close(self.fd);
-        }
-    }
 }
 
 impl CpuBuffer {
     fn open(cpu: usize, p: &SamplerParams) -> Result<CpuBuffer, PerfError> {
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_CPU_CLOCK,
-            sample_period: p.period_ns,
-            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN,
-            flags: FLAG_DISABLED
-                | FLAG_EXCLUDE_USER
-                | FLAG_EXCLUDE_HV
-                | FLAG_EXCLUDE_IDLE
-                | FLAG_EXCLUDE_CALLCHAIN_USER,
-            sample_max_stack: MAX_STACK,
-            ..Default::default()
-        };
-        let cpu_arg = libc::c_int::try_from(cpu).map_err(|_| PerfError::Open {
+        let cpu_arg = i32::try_from(cpu).map_err(|_| PerfError::Open {
             cpu,
             message: "CPU number out of range".into(),
         })?;
-        // SAFETY: perf_event_open reads `attr` (a valid, fully initialised struct of the
-        // size it states) and returns a new fd or -1; no memory is shared.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                -1 as libc::pid_t,
-                cpu_arg,
-                -1 as libc::c_int,
-                PERF_FLAG_FD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(PerfError::Open {
-                cpu,
-                message: std::io::Error::last_os_error().to_string(),
-            });
-        }
-        let fd = fd as libc::c_int;
-        // SAFETY: sysconf has no memory effects.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let data_len = page * p.buffer_pages.next_power_of_two();
-        let map_len = page + data_len;
-        // SAFETY: a shared read-write mapping of the event's fd, of 1 + 2^n pages as
-        // perf requires; the result is checked against MAP_FAILED before any use.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            let message = std::io::Error::last_os_error().to_string();
-            // SAFETY: fd is ours and not yet owned by a CpuBuffer.
-            unsafe { libc::close(fd) };
-            return Err(PerfError::Map { cpu, message });
-        }
+        let ring = PerfRing::open_cpu_clock(cpu_arg, p.period_ns, MAX_STACK, p.buffer_pages)
+            .map_err(|e| match e {
+                RingError::Open(e) => PerfError::Open {
+                    cpu,
+                    message: e.to_string(),
+                },
+                RingError::Map(e) => PerfError::Map {
+                    cpu,
+                    message: e.to_string(),
+                },
+            })?;
         Ok(CpuBuffer {
             cpu,
-            fd,
-            base: base.cast(),
-            map_len,
-            page,
-            data_len,
+            ring,
             scratch: Vec::new(),
         })
     }
 
-    fn ioctl(&self, req: libc::c_ulong) {
-        // SAFETY: an argument-less perf ioctl on our own fd.
-        unsafe { libc::ioctl(self.fd, req as _, 0) };
-    }
-
-    fn head_tail(&self) -> (&AtomicU64, &AtomicU64) {
-        // SAFETY: the first page of the mapping is the `perf_event_mmap_page`, whose
-        // `data_head` and `data_tail` are u64s at these 8-aligned offsets; the kernel
-        // writes the head and reads the tail concurrently, hence atomics. The mapping
-        // lives as long as `self`.
-        unsafe {
-            (
-                &*(self.base.add(DATA_HEAD_OFFSET) as *const AtomicU64),
-                &*(self.base.add(DATA_TAIL_OFFSET) as *const AtomicU64),
-            )
-        }
-    }
-
     /// Copies out the whole records written since the last drain and frees their space.
     fn drain(&mut self) -> &[u8] {
-        let (head, tail) = {
-            let (head_a, tail_a) = self.head_tail();
-            (
-                head_a.load(Ordering::Acquire),
-                tail_a.load(Ordering::Relaxed),
-            )
-        };
-        let avail = usize::try_from(head.wrapping_sub(tail)).unwrap_or(0);
-        let avail = avail.min(self.data_len);
-        let mut out = std::mem::take(&mut self.scratch);
-        out.clear();
-        let start = (tail as usize) % self.data_len;
-        let first = avail.min(self.data_len - start);
-        // SAFETY: the data area is the `data_len` bytes after the first page; the ranges
-        // copied lie within it (start < data_len, first <= data_len - start,
-        // avail - first < data_len), and the kernel does not write between tail and head.
-        unsafe {
-            let data = self.base.add(self.page);
-            out.extend_from_slice(std::slice::from_raw_parts(data.add(start), first));
-            out.extend_from_slice(std::slice::from_raw_parts(data, avail - first));
-        }
-        self.head_tail().1.store(head, Ordering::Release);
-        self.scratch = out;
+        self.ring.drain_into(&mut self.scratch);
         &self.scratch
     }
 }
@@ -615,7 +468,7 @@ impl MergePathSampler {
     pub fn enable(&mut self) {
         if !self.enabled {
             for c in &self.cpus {
-                c.ioctl(IOC_ENABLE);
+                c.ring.enable();
             }
             self.enabled = true;
         }
@@ -624,7 +477,7 @@ impl MergePathSampler {
     pub fn disable(&mut self) {
         if self.enabled {
             for c in &self.cpus {
-                c.ioctl(IOC_DISABLE);
+                c.ring.disable();
             }
             self.enabled = false;
         }

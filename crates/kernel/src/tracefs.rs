@@ -104,24 +104,17 @@ pub fn ensure_mounted(tracefs: &Path) -> Result<bool, TracefsError> {
 
 fn mount_tracefs(tracefs: &Path) -> std::io::Result<()> {
     use std::ffi::CString;
+    // A NUL in the path is the caller's input, not the kernel's refusal: InvalidInput.
     let bad = |_| std::io::Error::from(std::io::ErrorKind::InvalidInput);
-    let src = CString::new("nodev").map_err(bad)?;
     let target = CString::new(tracefs.as_os_str().as_encoded_bytes()).map_err(bad)?;
-    let fstype = CString::new("tracefs").map_err(bad)?;
-    // SAFETY: valid NUL-terminated strings, no data argument.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    rustix::mount::mount(
+        c"nodev",
+        target.as_c_str(),
+        c"tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// The pid a capture instance is named after (`mergetune-PID`), if `name` is one.

@@ -182,9 +182,12 @@ mod tests {
     fn special_files_are_refused_without_blocking_or_reading() {
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
         for (p, what) in [
             (fifo.as_path(), "a FIFO"),
             (Path::new("/dev/zero"), "a character device"),

@@ -1,6 +1,7 @@
 //! The lab: tools that judge the policy rather than run it. `simulate --compare` and its
 //! baselines, the trace advisor, the plots, and `calibrate` (measuring the cost of merging
 //! on the real kernel).
+#![forbid(unsafe_code)]
 
 pub mod abtest;
 pub mod advise;
@@ -11,6 +12,5 @@ pub mod plot;
 
 /// This process's effective uid (the lab's tools that write tracefs or sysfs need root).
 pub fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }

@@ -1,6 +1,7 @@
 //! Pure logic: the config, the typed decisions, the sampler that turns counter snapshots
 //! into windows, the merge-ladder policy, the slice tuner's rules and the cost profiles.
 //! Nothing here does I/O or reads a clock: input and time are arguments.
+#![forbid(unsafe_code)]
 
 pub mod config;
 pub mod cost_profile;

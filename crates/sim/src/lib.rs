@@ -16,6 +16,7 @@
 //!
 //! Memory is flat in run length: bios and requests live in slabs with free lists (only the
 //! ones in flight exist), latencies go into fixed-size log-linear histograms.
+#![forbid(unsafe_code)]
 
 pub mod cost;
 pub mod engine;

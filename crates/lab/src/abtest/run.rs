@@ -15,10 +15,12 @@ use super::tasks::{delta, kworker_runs};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::cputime::{self, CpuTimeError, TaskTime};
 use mergetune_kernel::diskstats::parse_stat_fields;
+use mergetune_kernel::sys::session;
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use mergetune_logic::decision::Level;
+use rustix::process::{Pid, Signal, kill_process};
+use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -357,14 +359,8 @@ impl Fio {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        // SAFETY: setsid is async-signal-safe; between fork and exec it only makes the
-        // child a session (and so an autogroup) of its own.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        // A session (and so an autogroup) of its own, whose nice value is set below.
+        session::new_session_on_spawn(&mut cmd);
         let child = cmd.spawn().map_err(|e| AbError::Fio {
             command: command.clone(),
             message: format!("cannot start taskset: {e}"),
@@ -405,8 +401,8 @@ impl Fio {
 impl Drop for Fio {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            // SAFETY: a signal to our own child's pid, not yet reaped.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            // Our own child, not yet reaped: the pid is still its own.
+            let _ = kill_process(Pid::from_child(&self.child), Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
@@ -423,37 +419,27 @@ impl Drop for Fio {
 /// Pins the calling thread to every CPU but `cpu` and gives the old mask back on drop, so
 /// that the readings never take fio's CPU.
 struct PinnedAway {
-    old: libc::cpu_set_t,
+    old: CpuSet,
 }
 
 impl PinnedAway {
     fn new(cpu: usize) -> Option<PinnedAway> {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls read and write only
-        // the sets passed, for the calling thread (pid 0).
-        unsafe {
-            let mut old: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
-                return None;
-            }
-            let mut away = old;
-            libc::CPU_CLR(cpu, &mut away);
-            if libc::CPU_COUNT(&away) == 0 {
-                return None;
-            }
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &away) != 0 {
-                return None;
-            }
-            Some(PinnedAway { old })
+        // `None`: the calling thread.
+        let old = sched_getaffinity(None).ok()?;
+        let mut away = old;
+        away.unset(cpu);
+        if away.count() == 0 {
+            return None;
         }
+        sched_setaffinity(None, &away).ok()?;
+        Some(PinnedAway { old })
     }
 }
 
 impl Drop for PinnedAway {
     fn drop(&mut self) {
-        // SAFETY: restores the mask read in `new`, for the calling thread.
-        unsafe {
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.old);
-        }
+        // Restores the mask read in `new`, for the calling thread.
+        let _ = sched_setaffinity(None, &self.old);
     }
 }
 

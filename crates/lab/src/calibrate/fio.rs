@@ -7,6 +7,7 @@ use super::cpu::{Snapshot, snapshot};
 use super::scratch::ScratchLoop;
 use anyhow::{Context, Result, bail};
 use mergetune_logic::cost_profile::Workload;
+use rustix::process::{Pid, Signal, kill_process};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -191,8 +192,9 @@ pub(super) fn measure_run(
         }
         Ok((a, b))
     })();
-    // SAFETY: kill on the pid of our own child, which has not been reaped yet.
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    // Our own child, not reaped yet: the pid is still its own. An error (it has exited
+    // already) shows in the wait below.
+    let _ = kill_process(Pid::from_child(&child), Signal::INT);
     let status = child.wait().context("waiting for fio")?;
     let (a, b) = measured?;
     let text = std::fs::read_to_string(json).unwrap_or_default();

@@ -26,6 +26,7 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::cost_profile::{
     CostProfile, DeviceKey, MergePathCell, Method, Scheduler, Unit,
 };
+use rustix::process::{Pid, Signal, kill_process};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -256,11 +257,11 @@ fn measure_cell(
 fn stop_fio(procfs: &Path, child: &mut Child) {
     let family = cputime::family(procfs, child.id());
     for pid in &family {
-        let Ok(pid) = libc::pid_t::try_from(*pid) else {
+        // Only a real pid: 0 or a negative one would signal a whole process group.
+        let Some(pid) = i32::try_from(*pid).ok().and_then(Pid::from_raw) else {
             continue;
         };
-        // SAFETY: kill has no memory effects; the pids are fio's and its descendants'.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        let _ = kill_process(pid, Signal::INT);
     }
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {

@@ -106,8 +106,7 @@ pub struct CalibrateArgs {
 }
 
 fn check_tools() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         bail!("calibrate needs root (it attaches a scratch loop device)");
     }
     for (tool, arg) in [

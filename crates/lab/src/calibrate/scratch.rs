@@ -40,17 +40,10 @@ pub(super) fn run_cmd(cmd: &str, args: &[&str]) -> Result<String> {
 
 fn is_tmpfs(dir: &Path) -> Result<bool> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
-    // SAFETY: statfs is plain old data; all zeroes is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statfs writes into the struct we own; the path is NUL-terminated.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        bail!(
-            "statfs {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+    let st = match rustix::fs::statfs(c.as_c_str()) {
+        Ok(st) => st,
+        Err(e) => bail!("statfs {}: {}", dir.display(), std::io::Error::from(e)),
+    };
     Ok(st.f_type as i64 == TMPFS_MAGIC)
 }
 
@@ -121,11 +114,9 @@ impl ScratchLoop {
         let file = dir.join("backing");
         let f = std::fs::File::create(&file).with_context(|| format!("{}", file.display()))?;
         // Real pages, not holes: reads of a hole would not copy anything.
-        use std::os::fd::AsRawFd;
-        let len = (size_mib * 1024 * 1024) as libc::off_t;
-        // SAFETY: fallocate on a file descriptor we own.
-        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) } != 0 {
-            let e = std::io::Error::last_os_error();
+        let len = size_mib * 1024 * 1024;
+        if let Err(e) = rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, len) {
+            let e = std::io::Error::from(e);
             let _ = std::fs::remove_dir_all(&dir);
             bail!("fallocate {}: {e}", file.display());
         }
