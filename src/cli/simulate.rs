@@ -143,27 +143,79 @@ impl Progress {
     }
 }
 
+/// `simulate --bench`: the simulator's own speed on a merge-heavy and a random path.
+fn run_bench(json: bool) -> anyhow::Result<()> {
+    for (label, heavy, secs) in [
+        (
+            "merge-heavy (batched sequential 4 KiB, nomerges=0)",
+            true,
+            20.0,
+        ),
+        ("random (4 KiB random reads, QD32)", false, 4.0),
+    ] {
+        let (bios, rate) = measure_bench(heavy, secs)?;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"path": label, "bios": bios, "bios_per_sec": rate})
+            );
+        } else {
+            println!("{label}: {bios} bios, {:.2} M simulated bios/s", rate / 1e6);
+        }
+    }
+    Ok(())
+}
+
+/// The live exporter of `--metrics-listen` at `--speed` times real time, or none; a
+/// `--speed` without an endpoint is refused.
+fn exporter(args: &SimulateArgs) -> anyhow::Result<Option<mergetune_export::live::LiveExporter>> {
+    if let Some(x) = args.speed
+        && !(x.is_finite() && x > 0.0)
+    {
+        anyhow::bail!("--speed {x}: must be a positive number");
+    }
+    let Some(addr) = &args.metrics_listen else {
+        if args.speed.is_some() {
+            anyhow::bail!("--speed only applies with --metrics-listen");
+        }
+        return Ok(None);
+    };
+    let speed = args.speed.unwrap_or(1.0);
+    let ex = mergetune_export::live::LiveExporter::start(addr, Some(speed))
+        .with_context(|| format!("metrics endpoint {addr}: cannot listen"))?;
+    eprintln!(
+        "serving the simulated devices' metrics on http://{addr}/metrics at {speed}x real time"
+    );
+    Ok(Some(ex))
+}
+
+/// The report on stdout (JSON or text); the wall-clock figures, which vary run to run, on
+/// stderr, out of the deterministic report, as a log event so that `--log-format json`
+/// keeps every stderr line JSON.
+fn print_report(report: &mergetune_sim::report::Report, json: bool, wall: Instant) {
+    if json {
+        println!("{}", report.to_json());
+        return;
+    }
+    print!(
+        "{}",
+        mergetune_logic::printable::printable_lines(&report.render_text())
+    );
+    let wall_s = wall.elapsed().as_secs_f64();
+    let rate = report.total_bios as f64 / wall_s.max(1e-9) / 1e6;
+    tracing::info!(
+        wall_s = format!("{wall_s:.2}"),
+        simulated_mbios_per_s = format!("{rate:.1}"),
+        "wall time {wall_s:.2} s, {rate:.1} M simulated bios/s"
+    );
+}
+
+/// `mergetune simulate`: one scenario (the embedded default without a file) under the
+/// chosen policy, its report, and optionally its plot and live metrics; `--compare` and
+/// `--bench` are their own runs.
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.bench {
-        for (label, heavy, secs) in [
-            (
-                "merge-heavy (batched sequential 4 KiB, nomerges=0)",
-                true,
-                20.0,
-            ),
-            ("random (4 KiB random reads, QD32)", false, 4.0),
-        ] {
-            let (bios, rate) = measure_bench(heavy, secs)?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"path": label, "bios": bios, "bios_per_sec": rate})
-                );
-            } else {
-                println!("{label}: {bios} bios, {:.2} M simulated bios/s", rate / 1e6);
-            }
-        }
-        return Ok(());
+        return run_bench(args.json);
     }
     if args.compare {
         return run_compare(&args);
@@ -186,29 +238,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut controller = args.policy.controller(scenario.daemon_config(&cfg));
     let mut progress = Progress::new();
     let wall = Instant::now();
-    if let Some(x) = args.speed
-        && !(x.is_finite() && x > 0.0)
-    {
-        anyhow::bail!("--speed {x}: must be a positive number");
-    }
-    let mut exporter = match &args.metrics_listen {
-        Some(addr) => {
-            let ex =
-                mergetune_export::live::LiveExporter::start(addr, Some(args.speed.unwrap_or(1.0)))
-                    .with_context(|| format!("metrics endpoint {addr}: cannot listen"))?;
-            eprintln!(
-                "serving the simulated devices' metrics on http://{addr}/metrics at {}x real time",
-                args.speed.unwrap_or(1.0)
-            );
-            Some(ex)
-        }
-        None => {
-            if args.speed.is_some() {
-                anyhow::bail!("--speed only applies with --metrics-listen");
-            }
-            None
-        }
-    };
+    let mut exporter = exporter(&args)?;
     let mut clocked = crate::cli::common::VirtualClocked {
         inner: controller.as_mut(),
         stamp: mergetune_export::logging::set_sim_time_ms,
@@ -243,23 +273,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         mergetune_lab::plot::plot_run(&report, Some(&series), p)
             .with_context(|| format!("plotting to {}", p.display()))?;
     }
-    if args.json {
-        println!("{}", report.to_json());
-    } else {
-        print!(
-            "{}",
-            mergetune_logic::printable::printable_lines(&report.render_text())
-        );
-        // Wall-clock figures vary run to run: on stderr, out of the deterministic report,
-        // as a log event so that `--log-format json` keeps every stderr line JSON.
-        let wall_s = wall.elapsed().as_secs_f64();
-        let rate = report.total_bios as f64 / wall_s.max(1e-9) / 1e6;
-        tracing::info!(
-            wall_s = format!("{wall_s:.2}"),
-            simulated_mbios_per_s = format!("{rate:.1}"),
-            "wall time {wall_s:.2} s, {rate:.1} M simulated bios/s"
-        );
-    }
+    print_report(&report, args.json, wall);
     Ok(())
 }
 
