@@ -62,23 +62,85 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|p| test_kill_process(p).is_ok())
 }
 
-pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
-    let primary = match &args.state_dir {
-        Some(d) => d.clone(),
-        None => load_config(args.config.as_deref())?.0.daemon.state_dir,
-    };
-    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
-    let mut dirs: Vec<(PathBuf, Source)> = vec![(primary.clone(), Source::Asked)];
-    let mut code = EXIT_OK;
-    if let Some(rt) = &runtime {
+/// The directories to restore from, in order: the one asked for (or the config's), the
+/// last daemon's (named by the pointer in the runtime directory), and the runtime
+/// directory itself.
+fn candidate_dirs(primary: &Path, runtime: Option<&Path>) -> Vec<(PathBuf, Source)> {
+    let mut dirs: Vec<(PathBuf, Source)> = vec![(primary.to_path_buf(), Source::Asked)];
+    if let Some(rt) = runtime {
         let pointer = StatePointer::new(rt);
         match pointer.read() {
             Ok(Some(d)) => dirs.push((d, Source::Pointer(pointer.path()))),
             Ok(None) => {}
             Err(e) => eprintln!("mergetune: {e}: ignored"),
         }
-        dirs.push((rt.clone(), Source::Runtime));
+        dirs.push((rt.to_path_buf(), Source::Runtime));
     }
+    dirs
+}
+
+/// Whether to restore from this directory. The one asked for: when it exists (a missing
+/// one is noted, unless it is the unit's own). Another: only a state file whose writer is
+/// gone (a missing file is nothing to say; an unreadable one is an error).
+fn should_restore(
+    dir: &Path,
+    source: &Source,
+    store: &FileStore,
+    runtime: Option<&Path>,
+    missing: &mut Option<PathBuf>,
+    code: &mut i32,
+) -> bool {
+    match source {
+        Source::Asked => {
+            if !dir.is_dir() {
+                let unit_dir = runtime == Some(dir) || dir == Path::new(DEFAULT_STATE_DIR);
+                if !unit_dir {
+                    *missing = Some(dir.to_path_buf());
+                }
+                return false;
+            }
+            true
+        }
+        Source::Pointer(_) | Source::Runtime => {
+            let pid = match store.load() {
+                Ok(Some(l)) => l.state.pid,
+                Ok(None) => return false,
+                Err(e) => {
+                    eprintln!("mergetune: {e}");
+                    *code = EXIT_ERROR;
+                    return false;
+                }
+            };
+            if alive(pid) {
+                println!(
+                    "{}: left as it is: it belongs to the running process {pid}",
+                    store.describe()
+                );
+                return false;
+            }
+            match source {
+                Source::Pointer(p) => println!(
+                    "{}: the last daemon's state_dir (named by {}), not the one asked for: restoring from it too",
+                    dir.display(),
+                    p.display()
+                ),
+                _ => println!(
+                    "{}: the runtime directory holds a state file too: restoring from it",
+                    dir.display()
+                ),
+            }
+            true
+        }
+    }
+}
+
+pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
+    let primary = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => load_config(args.config.as_deref())?.0.daemon.state_dir,
+    };
+    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
     let mut fs = RealFs::new(&args.sysfs_root, "/proc");
     let mut restored_any = false;
@@ -86,53 +148,21 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     // the last daemon's records were found elsewhere (the config was edited after it
     // started; the next start creates the new directory).
     let mut missing: Option<PathBuf> = None;
-    for (dir, source) in dirs {
+    for (dir, source) in candidate_dirs(&primary, runtime.as_deref()) {
         if seen.contains(&dir) {
             continue;
         }
         seen.push(dir.clone());
         let mut store = FileStore::new(&dir);
-        match source {
-            Source::Asked => {
-                if !dir.is_dir() {
-                    let unit_dir = runtime.as_deref() == Some(dir.as_path())
-                        || dir == Path::new(DEFAULT_STATE_DIR);
-                    if !unit_dir {
-                        missing = Some(dir.clone());
-                    }
-                    continue;
-                }
-            }
-            Source::Pointer(_) | Source::Runtime => {
-                // Only a file whose writer is gone; a missing one is nothing to say.
-                let pid = match store.load() {
-                    Ok(Some(l)) => l.state.pid,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        eprintln!("mergetune: {e}");
-                        code = EXIT_ERROR;
-                        continue;
-                    }
-                };
-                if alive(pid) {
-                    println!(
-                        "{}: left as it is: it belongs to the running process {pid}",
-                        store.describe()
-                    );
-                    continue;
-                }
-                match &source {
-                    Source::Pointer(p) => println!(
-                        "{}: the last daemon's state_dir (named by {}), not the one asked for: restoring from it too",
-                        dir.display(),
-                        p.display()
-                    ),
-                    _ => println!(
-                        "{}: the runtime directory holds a state file too: restoring from it",
-                        dir.display()
-                    ),
-                }
-            }
+        if !should_restore(
+            &dir,
+            &source,
+            &store,
+            runtime.as_deref(),
+            &mut missing,
+            &mut code,
+        ) {
+            continue;
         }
         let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
         restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
