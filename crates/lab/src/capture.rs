@@ -159,27 +159,20 @@ impl CaptureArgs {
     }
 }
 
-fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
-    // Refusals first, before anything is touched.
-    let deadline = a.checked_duration()?;
-    let (name, major, minor) = device_number(&a.device, &a.sysfs_root)?;
-    let euid = crate::euid();
-    if euid != 0 {
-        bail!(
-            "trace capture needs root: the tracing filesystem is root-only (running as uid {euid})"
-        );
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .context("cannot install the SIGINT/SIGTERM handler")?;
-    }
-    let (pending, mut out) = PendingOutput::create(&a.output)?;
-    let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
-    if tracefs::ensure_mounted(&tracefs)? {
+/// Sets up the private instance: tracefs mounted if it is not, instances of dead captures
+/// swept, the ring buffer sized, and every block event this kernel has filtered on the
+/// device's `dev_t` and switched on. Returns the events this kernel lacks.
+fn open_instance(
+    tracefs: &Path,
+    procfs_root: &Path,
+    buffer_kb: u64,
+    major: u32,
+    minor: u32,
+) -> anyhow::Result<(Instance, Vec<&'static str>)> {
+    if tracefs::ensure_mounted(tracefs)? {
         eprintln!("mounted tracefs at {}", tracefs.display());
     }
-    for s in tracefs::sweep_dead_captures(&tracefs, &a.procfs_root) {
+    for s in tracefs::sweep_dead_captures(tracefs, procfs_root) {
         match s.removed {
             Ok(()) => eprintln!(
                 "removed stale tracefs instance {} (left by capture pid {}, which is gone)",
@@ -192,9 +185,9 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
             ),
         }
     }
-    let mut inst = Instance::create(&tracefs)?;
+    let mut inst = Instance::create(tracefs)?;
     inst.write("tracing_on", "0")?;
-    inst.write("buffer_size_kb", &a.buffer_kb.to_string())?;
+    inst.write("buffer_size_kb", &buffer_kb.to_string())?;
     let dev_t = ((major as u64) << 20) | minor as u64;
     let filter = format!("dev == {dev_t}");
     let mut skipped = Vec::new();
@@ -208,22 +201,16 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         }
         inst.enable_block_event(ev, &filter)?;
     }
-    writeln!(
-        out,
-        "# mergetune trace capture: device {name} ({major},{minor}), {} s requested, events {}{}\n# kernel {}",
-        a.seconds,
-        inst.enabled().join(" "),
-        if skipped.is_empty() {
-            String::new()
-        } else {
-            format!(" (absent here: {})", skipped.join(" "))
-        },
-        kernel_release(&a.procfs_root).unwrap_or_default()
-    )?;
-    // The reader streams trace_pipe into the file until it sees the end marker.
-    let pipe = std::fs::File::open(inst.dir().join("trace_pipe"))
-        .with_context(|| format!("cannot open {}/trace_pipe", inst.dir().display()))?;
-    let reader = std::thread::spawn(move || -> std::io::Result<(std::fs::File, CaptureStats)> {
+    Ok((inst, skipped))
+}
+
+/// The reader: streams trace_pipe into the file until it sees the end marker, counting
+/// events and the ones the ring buffer lost.
+fn spawn_reader(
+    pipe: std::fs::File,
+    out: std::fs::File,
+) -> std::thread::JoinHandle<std::io::Result<(std::fs::File, CaptureStats)>> {
+    std::thread::spawn(move || {
         let mut stats = CaptureStats::default();
         let mut r = BufReader::with_capacity(1 << 16, pipe);
         let mut w = std::io::BufWriter::with_capacity(1 << 16, out);
@@ -247,7 +234,60 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         w.flush()?;
         let f = w.into_inner().map_err(|e| e.into_error())?;
         Ok((f, stats))
-    });
+    })
+}
+
+/// The reader's result once it has seen the end marker, if it does within `wait`.
+fn join_within<T>(reader: std::thread::JoinHandle<T>, wait: Duration) -> Option<T> {
+    let wait_until = Instant::now() + wait;
+    while !reader.is_finished() && Instant::now() < wait_until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if reader.is_finished() {
+        reader.join().ok()
+    } else {
+        None
+    }
+}
+
+/// The capture, in order: refusals before anything is touched, the signal handlers, the
+/// pending output, the instance, the reader, the recording until time is up or a signal,
+/// then the end marker through the ring buffer, the footer and the rename. Long because
+/// the instance, the reader and the pending output each must live across all of it.
+fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
+    // Refusals first, before anything is touched.
+    let deadline = a.checked_duration()?;
+    let (name, major, minor) = device_number(&a.device, &a.sysfs_root)?;
+    let euid = crate::euid();
+    if euid != 0 {
+        bail!(
+            "trace capture needs root: the tracing filesystem is root-only (running as uid {euid})"
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the SIGINT/SIGTERM handler")?;
+    }
+    let (pending, mut out) = PendingOutput::create(&a.output)?;
+    let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
+    let (mut inst, skipped) = open_instance(&tracefs, &a.procfs_root, a.buffer_kb, major, minor)?;
+    writeln!(
+        out,
+        "# mergetune trace capture: device {name} ({major},{minor}), {} s requested, events {}{}\n# kernel {}",
+        a.seconds,
+        inst.enabled().join(" "),
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" (absent here: {})", skipped.join(" "))
+        },
+        kernel_release(&a.procfs_root).unwrap_or_default()
+    )?;
+    // The reader streams trace_pipe into the file until it sees the end marker.
+    let pipe = std::fs::File::open(inst.dir().join("trace_pipe"))
+        .with_context(|| format!("cannot open {}/trace_pipe", inst.dir().display()))?;
+    let reader = spawn_reader(pipe, out);
     inst.write("tracing_on", "1")?;
     let start = Instant::now();
     eprintln!(
@@ -265,15 +305,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     let marker = inst.write("trace_marker", END_MARKER);
     let _ = inst.write("tracing_on", "0");
     let result = if marker.is_ok() {
-        let wait_until = Instant::now() + Duration::from_secs(10);
-        while !reader.is_finished() && Instant::now() < wait_until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if reader.is_finished() {
-            reader.join().ok()
-        } else {
-            None
-        }
+        join_within(reader, Duration::from_secs(10))
     } else {
         None
     };

@@ -371,7 +371,9 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
         .context("spawn the calibrate guard")
 }
 
-/// `mergetune calibrate` in its default mode.
+/// `mergetune calibrate` in its default mode. Long because it is one measurement procedure
+/// in order (guard, scratch device or the operator's, sampler, the alternating blocks, the
+/// profile), whose guard and device must live across every step.
 pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
     let symbols = perf::load_symbols(&plan.procfs_root)?;
@@ -556,6 +558,8 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
 /// enough to resolve. Per pair, fio's CPU per second with the sampler on minus off, over
 /// the samples per second taken on fio's CPU, is the cost of one sample. Printed with its
 /// interval and scaled to the daemon's settings (`[pricing]`) against the saving at this rate.
+/// Long because it is one measurement procedure in order over one fio run, whose device,
+/// sampler and fio process must live across every block.
 pub fn overhead(
     plan: &Plan,
     pairs: u32,

@@ -177,7 +177,9 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// `mergetune calibrate`.
+/// `mergetune calibrate`. Long because it is one measurement procedure in order (refusals,
+/// signals, leftovers, the scratch device, the interleaved runs, the profile), whose scratch
+/// device and signal flag must live across every step.
 pub fn run(args: CalibrateArgs) -> Result<i32> {
     if let Some(dir) = &args.guard {
         return super::merge_path::guard(dir, &args.sysfs_root);
