@@ -629,7 +629,9 @@ fn at(origin: &str, text: &str, offset: usize) -> String {
 /// nothing more can be said), every unknown key (serde's `deny_unknown_fields` stops at the
 /// first, so the document is walked against the schema, which is the default config's own
 /// keys), every value of the wrong type (each key deserialised alone), and what
-/// [`Config::validate`] finds in the rest. Messages never quote the file's text.
+/// [`Config::validate`] finds in the rest. Messages never quote the file's text. Long
+/// because it is one walk of the document, section by section, with one key's check and the
+/// placing of the validation's errors in functions of their own.
 fn check_str(text: &str, origin: &str) -> Checked {
     use crate::printable::without_quotes;
     use toml::de::{DeTable, DeValue};

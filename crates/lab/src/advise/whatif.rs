@@ -97,7 +97,8 @@ pub struct WhatIf {
 
 /// Replays `bios` in the simulator under each ladder level (mq-deadline) and under `none`
 /// at nomerges 0 and 2, with nothing changing the tunables during the run, priced in the
-/// cost profile `profile` (the one the recommendation was decided with).
+/// cost profile `profile` (the one the recommendation was decided with). Long because it
+/// builds one scenario, runs it per level and tabulates the rows in the same pass.
 pub fn what_if(
     device: &str,
     bios: Vec<TraceBio>,
