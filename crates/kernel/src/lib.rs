@@ -11,6 +11,7 @@ pub mod diskstats;
 pub mod lines;
 pub mod perf;
 pub mod rawtrace;
+pub mod sockopt;
 pub mod trace;
 pub mod tracefs;
 pub mod tunable;
