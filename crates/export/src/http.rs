@@ -1,7 +1,7 @@
 //! The read-only HTTP endpoint: `GET /metrics` (the Prometheus text format 0.0.4) and
-//! `GET /status` (JSON). Nothing else: other paths are 404, other
-//! methods 405, a request with a body 413, a request head over 8 KiB or 64 headers 431,
-//! anything that is not HTTP/1.x 400.
+//! `GET /status` (JSON). Nothing else: other paths are 404, other methods 405, a request
+//! with a body 413, a request head over 8 KiB or 64 headers 431, anything that is not
+//! HTTP/1.x 400.
 //!
 //! One thread of its own runs a level-triggered epoll loop over non-blocking sockets, so the
 //! daemon's synchronous tick loop keeps its interval whatever the scrapers do. It is a small

@@ -634,7 +634,9 @@ impl Metrics {
 
     fn encode_text(&self, inner: &mut Inner) -> Bytes {
         inner.encodings += 1;
-        let mut text = String::with_capacity(16 * 1024);
+        // Sized from the last body: it grows by a device's series at most between two.
+        let last = inner.text.as_ref().map_or(16 * 1024, |b| b.len() + 4096);
+        let mut text = String::with_capacity(last);
         // It fails only on a family without series, which `gather` leaves out.
         if let Err(e) = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text) {
             text = format!("# encoding failed: {e}\n");

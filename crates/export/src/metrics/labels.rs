@@ -6,7 +6,10 @@
 
 use mergetune_logic::decision::Change;
 use prometheus::core::{MetricVec, MetricVecBuilder};
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::marker::PhantomData;
+use std::sync::{Mutex, MutexGuard};
 
 /// A label set: its names, and the values of one series in the same order.
 pub(super) trait LabelSet {
@@ -18,6 +21,12 @@ pub(super) trait LabelSet {
 /// the label set `L`.
 pub(super) struct Family<L, V> {
     vec: V,
+    /// The series that exist, by a hash of their label values. The refresh removes the
+    /// series of absent windows and savings every tick, most of which do not exist, and the
+    /// crate's remove builds an error message for each of those (measured: about a fifth
+    /// of `update`'s time in `cargo bench --bench metrics`). The crate keys its own series
+    /// by a 64-bit hash of the values too.
+    present: Mutex<HashSet<u64>>,
     labels: PhantomData<fn(&L)>,
 }
 
@@ -25,23 +34,40 @@ impl<L: LabelSet, B: MetricVecBuilder> Family<L, MetricVec<B>> {
     pub(super) fn new(vec: MetricVec<B>) -> Self {
         Family {
             vec,
+            present: Mutex::new(HashSet::new()),
             labels: PhantomData,
         }
     }
 
+    fn key(values: &[&str]) -> u64 {
+        let mut h = DefaultHasher::new();
+        values.hash(&mut h);
+        h.finish()
+    }
+
+    fn present(&self) -> MutexGuard<'_, HashSet<u64>> {
+        self.present.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The series of `labels`, created (at zero) if it does not exist.
     pub(super) fn get_or_create(&self, labels: &L) -> B::M {
+        let values = labels.values();
+        self.present().insert(Self::key(&values));
         // The values come from the same impl as the names: the count always matches.
-        self.vec.with_label_values(&labels.values())
+        self.vec.with_label_values(&values)
     }
 
     /// Drops the series of `labels`; nothing if there is none.
     pub(super) fn remove(&self, labels: &L) {
-        let _ = self.vec.remove_label_values(&labels.values());
+        let values = labels.values();
+        if self.present().remove(&Self::key(&values)) {
+            let _ = self.vec.remove_label_values(&values);
+        }
     }
 
     /// Drops every series.
     pub(super) fn clear(&self) {
+        self.present().clear();
         self.vec.reset();
     }
 }
