@@ -147,7 +147,7 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<usize> {
 
 fn bench(c: &mut Criterion) {
     let (d, _fs, m) = loaded();
-    let bytes = m.render(false).len();
+    let bytes = m.render().len();
     eprintln!("64 devices: one scrape is {bytes} bytes");
     let mut g = c.benchmark_group("metrics_64_devices");
     g.bench_function("update", |b| {
@@ -157,10 +157,10 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             // A new generation each time: the text is encoded, not served from the cache.
             m.config_reload(true);
-            black_box(m.render(false))
+            black_box(m.render())
         })
     });
-    g.bench_function("cached", |b| b.iter(|| black_box(m.render(false))));
+    g.bench_function("cached", |b| b.iter(|| black_box(m.render())));
     let (_d2, _fs2, m2) = loaded();
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -23,6 +23,7 @@ mod inputs_hardening;
 mod inputs_regressions;
 mod metrics_exposition;
 mod metrics_live;
+mod metrics_simulated_run;
 mod operator_table;
 mod operator_trust;
 mod plot_svg;

@@ -235,17 +235,20 @@ fn fixed_state() -> Metrics {
 const GOLDEN: &str = r#"# HELP mergetune_build_info Always 1; the version of the running mergetune in the version label.
 # TYPE mergetune_build_info gauge
 mergetune_build_info{version="VERSION"} 1
-# HELP mergetune_dry_run 1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0.
-# TYPE mergetune_dry_run gauge
-mergetune_dry_run 0
-# HELP mergetune_policy_enabled 1 when [policy] enabled is true (decisions are written), else 0.
-# TYPE mergetune_policy_enabled gauge
-mergetune_policy_enabled 1
-# HELP mergetune_device_nomerges queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none).
-# TYPE mergetune_device_nomerges gauge
-mergetune_device_nomerges{device="loop0"} 0
-mergetune_device_nomerges{device="sda"} 0
-mergetune_device_nomerges{device="sdb"} 1
+# HELP mergetune_config_reloads_total Config reloads (SIGHUP) by result: success, failure (the old config stays).
+# TYPE mergetune_config_reloads_total counter
+mergetune_config_reloads_total{result="failure"} 0
+mergetune_config_reloads_total{result="success"} 1
+# HELP mergetune_cost_profile_info Always 1, for what prices a step down: profile "live" (the merge path sampled on this host) or a cost profile's name, and its origin.
+# TYPE mergetune_cost_profile_info gauge
+mergetune_cost_profile_info{origin="measured on this host",profile="live"} 1
+# HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
+# TYPE mergetune_decisions_total counter
+mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="disable",to="2"} 1
+mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="probe",to="0"} 1
+# HELP mergetune_device_bios_per_second Bios submitted per second (completed + merged, both directions) in the device's last closed decision window.
+# TYPE mergetune_device_bios_per_second gauge
+mergetune_device_bios_per_second{device="sda"} 2000
 # HELP mergetune_device_ladder_level Merge-ladder level of a managed device: 0 all merges ... 3 no merges.
 # TYPE mergetune_device_ladder_level gauge
 mergetune_device_ladder_level{device="sda"} 0
@@ -258,50 +261,48 @@ mergetune_device_management{device="sdb",management="admin-owned"} 1
 # TYPE mergetune_device_merge_ratio gauge
 mergetune_device_merge_ratio{device="sda",direction="read"} 0.1
 mergetune_device_merge_ratio{device="sda",direction="write"} 0.6
-# HELP mergetune_device_bios_per_second Bios submitted per second (completed + merged, both directions) in the device's last closed decision window.
-# TYPE mergetune_device_bios_per_second gauge
-mergetune_device_bios_per_second{device="sda"} 2000.0
-# HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
-# TYPE mergetune_decisions_total counter
-mergetune_decisions_total{device="sda",kind="disable",attr="nomerges",from="0",to="2"} 1
-mergetune_decisions_total{device="sda",kind="probe",attr="nomerges",from="2",to="0"} 1
-# HELP mergetune_probes_total Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again).
-# TYPE mergetune_probes_total counter
-mergetune_probes_total{device="sda",outcome="failed"} 0
-mergetune_probes_total{device="sda",outcome="started"} 1
-mergetune_probes_total{device="sda",outcome="succeeded"} 0
-# HELP mergetune_sysfs_write_errors_total Writes of a device tunable that failed (the state is kept and the write retried later).
-# TYPE mergetune_sysfs_write_errors_total counter
-mergetune_sysfs_write_errors_total 0
+# HELP mergetune_device_nomerges queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none).
+# TYPE mergetune_device_nomerges gauge
+mergetune_device_nomerges{device="loop0"} 0
+mergetune_device_nomerges{device="sda"} 0
+mergetune_device_nomerges{device="sdb"} 1
+# HELP mergetune_device_pricing Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down).
+# TYPE mergetune_device_pricing gauge
+mergetune_device_pricing{basis="unknown",device="sda"} 1
 # HELP mergetune_diskstats_errors_total Ticks where /proc/diskstats could not be read or had unparsable lines.
 # TYPE mergetune_diskstats_errors_total counter
 mergetune_diskstats_errors_total 0
 # HELP mergetune_diskstats_resets_total Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted.
 # TYPE mergetune_diskstats_resets_total counter
 mergetune_diskstats_resets_total 0
-# HELP mergetune_state_save_errors_total Failed saves of state.json, the record of original values (the records stay in memory and the save is retried).
-# TYPE mergetune_state_save_errors_total counter
-mergetune_state_save_errors_total 0
-# HELP mergetune_tunable_read_errors_total Failed reads of a device tunable (queue/nomerges, queue/iosched/...).
-# TYPE mergetune_tunable_read_errors_total counter
-mergetune_tunable_read_errors_total 0
-# HELP mergetune_state_persisted 1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it).
-# TYPE mergetune_state_persisted gauge
-mergetune_state_persisted 1
+# HELP mergetune_dry_run 1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0.
+# TYPE mergetune_dry_run gauge
+mergetune_dry_run 0
+# HELP mergetune_merge_saving_floor_cpu_ratio The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100).
+# TYPE mergetune_merge_saving_floor_cpu_ratio gauge
+mergetune_merge_saving_floor_cpu_ratio 0.005
+# HELP mergetune_policy_enabled 1 when [policy] enabled is true (decisions are written), else 0.
+# TYPE mergetune_policy_enabled gauge
+mergetune_policy_enabled 1
 # HELP mergetune_policy_max_changes_per_hour [policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour.
 # TYPE mergetune_policy_max_changes_per_hour gauge
 mergetune_policy_max_changes_per_hour 60
-# HELP mergetune_ticks_total Ticks (samples of the counters) taken.
-# TYPE mergetune_ticks_total counter
-mergetune_ticks_total 6
-# HELP mergetune_config_reloads_total Config reloads (SIGHUP) by result: success, failure (the old config stays).
-# TYPE mergetune_config_reloads_total counter
-mergetune_config_reloads_total{result="failure"} 0
-mergetune_config_reloads_total{result="success"} 1
+# HELP mergetune_probes_total Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again).
+# TYPE mergetune_probes_total counter
+mergetune_probes_total{device="sda",outcome="failed"} 0
+mergetune_probes_total{device="sda",outcome="started"} 1
+mergetune_probes_total{device="sda",outcome="succeeded"} 0
+# HELP mergetune_state_persisted 1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it).
+# TYPE mergetune_state_persisted gauge
+mergetune_state_persisted 1
+# HELP mergetune_state_save_errors_total Failed saves of state.json, the record of original values (the records stay in memory and the save is retried).
+# TYPE mergetune_state_save_errors_total counter
+mergetune_state_save_errors_total 0
+# HELP mergetune_sysfs_write_errors_total Writes of a device tunable that failed (the state is kept and the write retried later).
+# TYPE mergetune_sysfs_write_errors_total counter
+mergetune_sysfs_write_errors_total 0
 # HELP mergetune_tick_duration_seconds Wall time of one tick: read counters, decide, write tunables.
 # TYPE mergetune_tick_duration_seconds histogram
-mergetune_tick_duration_seconds_sum 0.0021
-mergetune_tick_duration_seconds_count 7
 mergetune_tick_duration_seconds_bucket{le="0.00005"} 0
 mergetune_tick_duration_seconds_bucket{le="0.0001"} 0
 mergetune_tick_duration_seconds_bucket{le="0.00025"} 0
@@ -315,12 +316,12 @@ mergetune_tick_duration_seconds_bucket{le="0.05"} 7
 mergetune_tick_duration_seconds_bucket{le="0.1"} 7
 mergetune_tick_duration_seconds_bucket{le="0.25"} 7
 mergetune_tick_duration_seconds_bucket{le="0.5"} 7
-mergetune_tick_duration_seconds_bucket{le="1.0"} 7
+mergetune_tick_duration_seconds_bucket{le="1"} 7
 mergetune_tick_duration_seconds_bucket{le="+Inf"} 7
+mergetune_tick_duration_seconds_sum 0.0021
+mergetune_tick_duration_seconds_count 7
 # HELP mergetune_tick_lag_seconds How late a tick started against its schedule.
 # TYPE mergetune_tick_lag_seconds histogram
-mergetune_tick_lag_seconds_sum 0.014
-mergetune_tick_lag_seconds_count 7
 mergetune_tick_lag_seconds_bucket{le="0.001"} 0
 mergetune_tick_lag_seconds_bucket{le="0.005"} 7
 mergetune_tick_lag_seconds_bucket{le="0.01"} 7
@@ -329,25 +330,24 @@ mergetune_tick_lag_seconds_bucket{le="0.05"} 7
 mergetune_tick_lag_seconds_bucket{le="0.1"} 7
 mergetune_tick_lag_seconds_bucket{le="0.25"} 7
 mergetune_tick_lag_seconds_bucket{le="0.5"} 7
-mergetune_tick_lag_seconds_bucket{le="1.0"} 7
+mergetune_tick_lag_seconds_bucket{le="1"} 7
 mergetune_tick_lag_seconds_bucket{le="2.5"} 7
-mergetune_tick_lag_seconds_bucket{le="5.0"} 7
+mergetune_tick_lag_seconds_bucket{le="5"} 7
 mergetune_tick_lag_seconds_bucket{le="+Inf"} 7
-# HELP mergetune_cost_profile_info Always 1, for what prices a step down: profile "live" (the merge path sampled on this host) or a cost profile's name, and its origin.
-# TYPE mergetune_cost_profile_info gauge
-mergetune_cost_profile_info{profile="live",origin="measured on this host"} 1
-# HELP mergetune_device_pricing Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down).
-# TYPE mergetune_device_pricing gauge
-mergetune_device_pricing{device="sda",basis="unknown"} 1
-# HELP mergetune_merge_saving_floor_cpu_ratio The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100).
-# TYPE mergetune_merge_saving_floor_cpu_ratio gauge
-mergetune_merge_saving_floor_cpu_ratio 0.005
+mergetune_tick_lag_seconds_sum 0.014
+mergetune_tick_lag_seconds_count 7
+# HELP mergetune_ticks_total Ticks (samples of the counters) taken.
+# TYPE mergetune_ticks_total counter
+mergetune_ticks_total 6
+# HELP mergetune_tunable_read_errors_total Failed reads of a device tunable (queue/nomerges, queue/iosched/...).
+# TYPE mergetune_tunable_read_errors_total counter
+mergetune_tunable_read_errors_total 0
 "#;
 
 #[test]
 fn golden_exposition_for_a_fixed_state() {
     let m = fixed_state();
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     let want = GOLDEN.replace("VERSION", env!("CARGO_PKG_VERSION"));
     if text != want {
         for (i, (a, b)) in text.lines().zip(want.lines()).enumerate() {
@@ -359,19 +359,14 @@ fn golden_exposition_for_a_fixed_state() {
         panic!("exposition drifted from the golden text; got:\n{text}");
     }
     // The second render of the same state is the cached buffer, byte for byte.
-    assert_eq!(m.render(false), m.render(false));
-    // OpenMetrics for scrapers that ask: same samples, counters announced without _total.
-    let om = String::from_utf8(m.render(true).to_vec()).unwrap();
-    assert!(om.ends_with("# EOF\n"));
-    assert!(om.contains("# TYPE mergetune_decisions counter\n"));
-    assert!(om.contains(r#"mergetune_decisions_total{device="sda",kind="disable",attr="nomerges",from="0",to="2"} 1"#));
+    assert_eq!(m.render(), m.render());
 }
 
 #[test]
 fn a_real_parser_reads_every_metric_with_its_type_and_help() {
     use prometheus_parse::{Scrape, Value};
     let m = fixed_state();
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
     // Declared types, from the TYPE lines.
     let mut types = BTreeMap::new();
@@ -513,9 +508,7 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
             kinds.insert(x.kind.as_str().to_string());
         }
         m.update(d, &decisions, timing(*now));
-        live.extend(live_families(
-            std::str::from_utf8(&m.render(false)).unwrap(),
-        ));
+        live.extend(live_families(std::str::from_utf8(&m.render()).unwrap()));
         *now += cfg.daemon.interval_ms;
     };
     // Random I/O until merging is off and probes have failed, then sequential until merging
@@ -555,7 +548,7 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     assert!(kinds.contains("probe"), "{kinds:?}");
     assert!(kinds.contains("probe_failed"), "{kinds:?}");
 
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     let declared = declared_families(&text);
     live.extend(live_families(&text));
 
@@ -567,17 +560,13 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     let mut dry = Daemon::new(cfg2, Actuator::new(true, Box::new(MemoryStore::default())));
     let decisions = dry.tick(0, &mut fs);
     m2.update(&dry, &decisions, timing(0));
-    live.extend(live_families(
-        std::str::from_utf8(&m2.render(false)).unwrap(),
-    ));
+    live.extend(live_families(std::str::from_utf8(&m2.render()).unwrap()));
 
     // The state-file and read-error series, from a daemon whose state file cannot be saved
     // and one of whose devices' nomerges cannot be read (what each counts is pinned by
     // `state_and_read_error_series_count_the_daemons_own_failures`).
     let (m3, _, _) = daemon_with_failing_store_and_reads(&cfg);
-    live.extend(live_families(
-        std::str::from_utf8(&m3.render(false)).unwrap(),
-    ));
+    live.extend(live_families(std::str::from_utf8(&m3.render()).unwrap()));
 
     let dead: Vec<_> = declared.difference(&live).collect();
     assert!(
@@ -663,7 +652,7 @@ fn state_and_read_error_series_count_the_daemons_own_failures() {
     cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays: the daemon wants to write
     cfg.validate("test").unwrap();
     let (m, refused, failed_reads) = daemon_with_failing_store_and_reads(&cfg);
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     assert!(refused > 0, "the daemon never tried to save its originals");
     assert!(failed_reads > 0, "the daemon never read sdb's nomerges");
     // Every refused save is one error, counted by the daemon; the record exists only in
@@ -740,10 +729,11 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
             );
         }
         for (kind, label) in kind_labels {
-            let prefix = format!(r#"mergetune_decisions_total{{device="sda",kind="{label}","#);
+            let kind_label = format!(r#"kind="{label}""#);
             let exported: f64 = text
                 .lines()
-                .filter(|l| l.starts_with(&prefix))
+                .filter(|l| l.starts_with("mergetune_decisions_total{"))
+                .filter(|l| l.contains(r#"device="sda""#) && l.contains(&kind_label))
                 .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
                 .sum();
             assert_eq!(exported, count(kind), "{label} after {all:?}\n{text}");
@@ -754,7 +744,7 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
             let decisions = d.tick(*now, fs);
             all.extend(decisions.iter().map(|x| x.kind));
             m.update(&d, &decisions, timing(*now));
-            check(all, std::str::from_utf8(&m.render(false)).unwrap());
+            check(all, std::str::from_utf8(&m.render()).unwrap());
             *now += cfg.daemon.interval_ms;
             if all.contains(&until) {
                 return;
@@ -795,7 +785,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
     d.reload(cfg);
     d.tick(1000, &mut fs);
     m.update(&d, &[], timing(1000));
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     assert!(
         !text.contains(r#"mergetune_device_nomerges{device="sdb"}"#),
         "{text}"
@@ -804,7 +794,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
         !text.contains(r#"mergetune_device_management{device="sdb""#),
         "{text}"
     );
-    assert!(text.contains(r#"mergetune_decisions_total{device="sdb",kind="disable",attr="nomerges",from="0",to="2"} 1"#));
+    assert!(text.contains(r#"mergetune_decisions_total{attr="nomerges",device="sdb",from="0",kind="disable",to="2"} 1"#));
     assert!(text.contains(r#"mergetune_device_nomerges{device="sda"} 0"#));
 }
 
@@ -891,7 +881,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
 #[test]
 fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
     let m = fixed_state();
-    let before = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let before = String::from_utf8(m.render().to_vec()).unwrap();
     let status_before = m.status();
     let count = |text: &str, family: &str| -> u64 {
         let key = format!("\n{family}_count ");
@@ -912,7 +902,7 @@ fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
     });
     // Until the next refresh a scrape is served from the text of the last one, and /status
     // stays as it was: the watch's extra ticks cost no encoding.
-    assert_eq!(String::from_utf8(m.render(false).to_vec()).unwrap(), before);
+    assert_eq!(String::from_utf8(m.render().to_vec()).unwrap(), before);
     assert_eq!(m.status(), status_before);
     // The refresh shows both ticks in the histograms, and the watch tick's lag as the worst.
     m.update_from(
@@ -920,7 +910,7 @@ fn a_watch_tick_is_counted_at_the_next_refresh_and_changes_nothing_before_it() {
         &[],
         timing(7000),
     );
-    let after = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let after = String::from_utf8(m.render().to_vec()).unwrap();
     for family in [
         "mergetune_tick_duration_seconds",
         "mergetune_tick_lag_seconds",
@@ -951,7 +941,7 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
     );
     assert_eq!(m.encodings(), unscraped, "no format asked for yet");
     // The first request for a format encodes it once.
-    let first = m.render(false);
+    let first = m.render();
     assert_eq!(m.encodings(), unscraped + 1);
     // From then on the refresh encodes, before any scrape, and the scrapes until the next
     // refresh copy that body: the endpoint's thread never encodes.
@@ -965,12 +955,10 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
         unscraped + 2,
         "encoded by the refresh itself"
     );
-    let bodies: Vec<_> = (0..100).map(|_| m.render(false)).collect();
+    let bodies: Vec<_> = (0..100).map(|_| m.render()).collect();
     assert_eq!(m.encodings(), unscraped + 2, "100 scrapes, no encoding");
     assert!(bodies.windows(2).all(|w| w[0] == w[1]));
     assert_ne!(bodies[0], first, "the refresh's body shows the new tick");
-    // Both formats come from one encoding of the registry.
-    let _ = m.render(true);
     let reloads = |body: &str| -> u64 {
         let key = "mergetune_config_reloads_total{result=\"success\"} ";
         let at = body.find(key).unwrap_or_else(|| panic!("{body}"));
@@ -981,20 +969,13 @@ fn the_refresh_encodes_the_body_and_a_scrape_only_copies_it() {
             .parse()
             .unwrap()
     };
-    let before = reloads(std::str::from_utf8(&m.render(false)).unwrap());
+    let before = reloads(std::str::from_utf8(&m.render()).unwrap());
     m.config_reload(true);
     let after_reload = m.encodings();
-    assert_eq!(after_reload, unscraped + 4, "one first request, one reload");
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
-    let om = String::from_utf8(m.render(true).to_vec()).unwrap();
+    assert_eq!(after_reload, unscraped + 3, "one reload, one encoding");
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     assert_eq!(m.encodings(), after_reload);
-    for body in [&text, &om] {
-        assert_eq!(
-            reloads(body),
-            before + 1,
-            "the reload shows in both formats"
-        );
-    }
+    assert_eq!(reloads(&text), before + 1, "the reload shows");
 }
 
 #[test]
@@ -1020,7 +1001,7 @@ fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
         let decisions = d.tick(now, &mut fs);
         m.update(&d, &decisions, timing(now));
     }
-    let text = String::from_utf8(m.render(false).to_vec()).unwrap();
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
     assert_eq!(
         sample(
             &text,

@@ -41,7 +41,8 @@ fn simulate_serves_metrics_while_running() {
     // seconds (1.5 s at 20x): wait for a decision to show.
     while Instant::now() < deadline {
         if let Some(b) = get(&addr, "/metrics")
-            && b.contains("mergetune_decisions_total{device=\"sda\"")
+            && b.contains("device=\"sda\"")
+            && b.contains("mergetune_decisions_total{")
         {
             body = b;
             break;

@@ -20,7 +20,7 @@ fn dashboard() -> Value {
 }
 
 /// A scrape of a daemon with one busy managed device and one decision: every family has
-/// a sample (prometheus-client leaves empty families out).
+/// a sample (the registry leaves empty families out).
 fn scrape() -> String {
     let t = tempfile::tempdir().unwrap();
     let q = t.path().join("sys/block/sda/queue");
@@ -70,7 +70,7 @@ fn scrape() -> String {
         );
     }
     m.config_reload(true);
-    String::from_utf8(m.render(false).to_vec()).unwrap()
+    String::from_utf8(m.render().to_vec()).unwrap()
 }
 
 /// Every series name a scrape can contain: the TYPE names, plus a histogram's

@@ -1,14 +1,17 @@
-//! The read-only HTTP endpoint: `GET /metrics` (Prometheus text, or OpenMetrics when the
-//! scraper asks for it) and `GET /status` (JSON). Nothing else: other paths are 404, other
-//! methods 405, a request with a body 413, a request head over 8 KiB or 64 headers 431,
-//! anything that is not HTTP/1.x 400.
+//! The read-only HTTP endpoint: `GET /metrics` (the Prometheus text format 0.0.4) and
+//! `GET /status` (JSON). Nothing else: other paths are 404, other methods 405, a request
+//! with a body 413, a request head over 8 KiB or 64 headers 431, anything that is not
+//! HTTP/1.x 400.
 //!
 //! One thread of its own runs a level-triggered epoll loop over non-blocking sockets, so the
 //! daemon's synchronous tick loop keeps its interval whatever the scrapers do. It is a small
 //! HTTP/1.1 server written for this job rather than hyper on tokio, for two measured reasons
 //! (docs/metrics.md, "Cost"): a scrape is served from a cached buffer, so the per-connection
 //! machinery was most of the user-space CPU of a scrape; and the defences below need to see
-//! every connection's state, which hyper keeps to itself.
+//! every connection's state, which hyper keeps to itself. The system calls go through
+//! rustix (safe wrappers), the request head through httparse and the `Date` header through
+//! httpdate; the one option no safe binding offers, `TCP_DEFER_ACCEPT`, is set by the
+//! kernel layer ([`mergetune_kernel::sys::sockopt`]).
 //!
 //! Defences, all per connection and in [`Limits`]:
 //! - every connection is accepted at once (none waits in the kernel's queue behind others);
@@ -34,28 +37,31 @@
 //! routes it (pure, tested on bytes).
 
 use bytes::Bytes;
+use rustix::event::{EventfdFlags, epoll, eventfd};
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod conn;
 mod request;
 
-pub use request::{Head, Reply, http_date, parse_head, route};
+pub use request::{Head, Parsed, Reply, parse_head, route};
 
 /// What the endpoint serves: the two documents, each already encoded (a scrape between two
 /// ticks is a copy of a reference-counted buffer).
 pub trait Documents: Send + Sync + 'static {
-    /// `/metrics`: the Prometheus text format 0.0.4, or OpenMetrics 1.0 when `openmetrics`.
-    fn render(&self, openmetrics: bool) -> Bytes;
+    /// `/metrics`: the Prometheus text format 0.0.4.
+    fn render(&self) -> Bytes;
     /// `/status`: JSON.
     fn status_json(&self) -> Bytes;
 }
 
+/// The `/metrics` content type, whatever the scraper's `Accept` prefers: Prometheus asks for
+/// OpenMetrics first and takes this format as its fallback (docs/design.md, "Exposition").
 pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
-pub const OPENMETRICS_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Bounds of the endpoint.
 #[derive(Debug, Clone)]
@@ -93,7 +99,8 @@ impl Default for Limits {
 /// A running endpoint. Dropping it stops the server thread.
 pub struct ServerHandle {
     addr: SocketAddr,
-    wake: Option<RawFd>,
+    /// The eventfd the server thread's epoll watches: a write to it stops the thread.
+    wake: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -108,22 +115,11 @@ impl ServerHandle {
     }
 
     fn stop(&mut self) {
-        if let Some(fd) = self.wake {
-            let one: u64 = 1;
-            // SAFETY: fd is the eventfd created in `serve` and owned by this handle until
-            // the thread has ended (it is closed below, after the join).
-            unsafe {
-                libc::write(fd, (&one as *const u64).cast(), 8);
-            }
-        }
         if let Some(t) = self.thread.take() {
+            // An eventfd write of 8 bytes fails only when its counter would overflow,
+            // which a handful of stops cannot reach.
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
             let _ = t.join();
-        }
-        if let Some(fd) = self.wake.take() {
-            // SAFETY: the thread that also used it has ended.
-            unsafe {
-                libc::close(fd);
-            }
         }
     }
 }
@@ -134,38 +130,25 @@ impl Drop for ServerHandle {
     }
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 /// Raises the soft open-files limit so that `want` descriptors fit (up to the hard limit):
 /// the default soft limit of 1024 would make the connection table's bound unreachable.
-/// Returns the soft limit in force afterwards (None if it cannot be read).
-fn ensure_nofile(want: u64) -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain getrlimit/setrlimit on a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return None;
-        }
-        if lim.rlim_cur < want {
-            let raised = libc::rlimit {
-                rlim_cur: want.min(lim.rlim_max),
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim = raised;
-            }
-        }
+/// Returns the soft limit in force afterwards (`u64::MAX` when unlimited).
+fn ensure_nofile(want: u64) -> u64 {
+    let lim = getrlimit(Resource::Nofile);
+    // None is RLIM_INFINITY.
+    let current = lim.current.unwrap_or(u64::MAX);
+    if current >= want {
+        return current;
     }
-    Some(lim.rlim_cur)
+    let raised = want.min(lim.maximum.unwrap_or(u64::MAX));
+    let new = Rlimit {
+        current: Some(raised),
+        maximum: lim.maximum,
+    };
+    match setrlimit(Resource::Nofile, new) {
+        Ok(()) => raised,
+        Err(_) => current,
+    }
 }
 
 /// Descriptors the connection table leaves to the rest of the daemon, out of an
@@ -199,91 +182,64 @@ pub fn serve(
     let listener = TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
-    let lfd = listener.as_raw_fd();
-    if let Some(nofile) = ensure_nofile(nofile_wanted(limits.max_connections)) {
-        let cap = connection_cap(limits.max_connections, nofile);
-        if cap < limits.max_connections {
-            tracing::info!(
-                "metrics endpoint: at most {cap} connections (open-files limit {nofile}, {} kept for the daemon)",
-                reserved_fds(nofile)
-            );
-            limits.max_connections = cap;
-        }
+    let nofile = ensure_nofile(nofile_wanted(limits.max_connections));
+    let cap = connection_cap(limits.max_connections, nofile);
+    if cap < limits.max_connections {
+        tracing::info!(
+            "metrics endpoint: at most {cap} connections (open-files limit {nofile}, {} kept for the daemon)",
+            reserved_fds(nofile)
+        );
+        limits.max_connections = cap;
     }
-    // SAFETY: plain syscalls on descriptors this function owns; results are checked.
-    let (epfd, wake) = unsafe {
-        // A deeper accept queue for bursts of connections (Linux takes a second listen()).
-        libc::listen(lfd, 1024);
-        // Accepted sockets inherit TCP_NODELAY: one setsockopt instead of one per
-        // connection. A response is a single write; Nagle would only delay its tail.
-        let one: libc::c_int = 1;
-        libc::setsockopt(
-            lfd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        // Wake for a connection when its request has arrived, not at its handshake: one
-        // wakeup per scrape instead of two, and a client that connects and never speaks
-        // is held by the kernel (for at most the header timeout), not in our table.
-        let defer: libc::c_int = limits.header_timeout.as_secs().clamp(1, 60) as libc::c_int;
-        libc::setsockopt(
-            lfd,
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&defer as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        let epfd = cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?;
-        let wake = match cvt(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)) {
-            Ok(w) => w,
-            Err(e) => {
-                libc::close(epfd);
-                return Err(e);
-            }
-        };
-        for (fd, token) in [(lfd, LISTENER), (wake, WAKE)] {
-            let mut ev = libc::epoll_event {
-                events: libc::EPOLLIN as u32,
-                u64: token,
-            };
-            if let Err(e) = cvt(libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev)) {
-                libc::close(epfd);
-                libc::close(wake);
-                return Err(e);
-            }
-        }
-        (epfd, wake)
-    };
+    // The three options below make the endpoint cheaper and keep silent clients out of the
+    // table; it still serves without them, so a refusal is logged, not fatal.
+    // A deeper accept queue for bursts of connections (Linux takes a second listen()).
+    if let Err(e) = rustix::net::listen(&listener, 1024) {
+        tracing::debug!("metrics endpoint: listen backlog 1024: {e}");
+    }
+    // Accepted sockets inherit TCP_NODELAY: one setsockopt instead of one per connection.
+    // A response is a single write; Nagle would only delay its tail.
+    if let Err(e) = rustix::net::sockopt::set_tcp_nodelay(&listener, true) {
+        tracing::debug!("metrics endpoint: TCP_NODELAY: {e}");
+    }
+    // Wake for a connection when its request has arrived, not at its handshake: one wakeup
+    // per scrape instead of two, and a client that connects and never speaks is held by the
+    // kernel (for at most the header timeout), not in our table.
+    let defer = limits
+        .header_timeout
+        .clamp(Duration::from_secs(1), Duration::from_secs(60));
+    if let Err(e) = mergetune_kernel::sys::sockopt::set_tcp_defer_accept(&listener, defer) {
+        tracing::debug!("metrics endpoint: TCP_DEFER_ACCEPT: {e}");
+    }
+    let epfd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+    epoll::add(
+        &epfd,
+        &listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )?;
+    epoll::add(
+        &epfd,
+        &wake,
+        epoll::EventData::new_u64(WAKE),
+        epoll::EventFlags::IN,
+    )?;
     let thread = std::thread::Builder::new()
         .name("mergetune-http".into())
         .spawn(move || {
             // No priority of its own: the unit's SystemCallFilter refuses setpriority, and a
             // scrape needs none, since the refresh encodes the body and a scrape only copies
-            // it (crate::metrics).
+            // it (crate::metrics). Every descriptor is owned: the epoll and the connections
+            // close with `server`.
             let mut server = conn::Server::new(epfd, listener, docs, limits);
             server.run();
-            // SAFETY: the epoll fd is ours; every connection closed with `server`.
-            unsafe {
-                libc::close(epfd);
-            }
-        });
-    match thread {
-        Ok(t) => Ok(ServerHandle {
-            addr: local,
-            wake: Some(wake),
-            thread: Some(t),
-        }),
-        Err(e) => {
-            // SAFETY: the thread never started: both descriptors are still only ours.
-            unsafe {
-                libc::close(epfd);
-                libc::close(wake);
-            }
-            Err(e)
-        }
-    }
+        })?;
+    Ok(ServerHandle {
+        addr: local,
+        wake,
+        thread: Some(thread),
+    })
 }
 
 const LISTENER: u64 = u64::MAX;

@@ -1,5 +1,5 @@
-//! Prometheus metrics: one registry ([`prometheus_client`]) fed from the daemon after every
-//! tick, and the `/status` snapshot taken at the same moment.
+//! Prometheus metrics: one registry ([`prometheus`]) fed from the daemon after every tick,
+//! and the `/status` snapshot taken at the same moment.
 //!
 //! The daemon's tick loop calls [`Metrics::update`] with the controller it just ticked and
 //! the decisions of that tick; the metrics read the controller's
@@ -7,11 +7,12 @@
 //! ([`crate::http`]) only ever reads, through [`crate::http::Documents`]
 //! ([`Metrics::render`], [`Metrics::status_json`]). Both sides take one short lock, so a
 //! scrape never sees half a tick. The `/metrics` body is encoded by the refresh itself
-//! (once per [`Metrics::update`], in each format a scraper has asked for), never by a
-//! scrape: a scrape costs a copy of a reference-counted buffer, whatever the number of
-//! scrapers, and the endpoint's thread needs no priority of its own to leave the tick loop
-//! its CPU. Until a format is first asked for it is not encoded at all, so a daemon that
-//! nobody scrapes pays nothing for it.
+//! (once per [`Metrics::update`], by the crate's own `TextEncoder`, the text format 0.0.4),
+//! never by a scrape: a scrape costs a copy of a reference-counted buffer, whatever the
+//! number of scrapers, and the endpoint's thread needs no priority of its own to leave the
+//! tick loop its CPU. Until the first scrape nothing is encoded at all, so a daemon that
+//! nobody scrapes pays nothing for it. The encoder writes families sorted by name, series
+//! sorted by label values and labels by name: the text is the same for the same state.
 //!
 //! Naming follows the Prometheus guide: `mergetune_` prefix, base units (seconds, ratios
 //! 0..1), `_total` on counters, a `device` label, and no label with unbounded values (kinds
@@ -24,25 +25,23 @@ use bytes::Bytes;
 use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot};
 use mergetune_logic::decision::Decision;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus::core::Collector;
+use prometheus::{
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
 use std::collections::BTreeSet;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
-pub use crate::exposition::finish_exposition;
 pub use crate::status::TickTiming;
 pub use mergetune_logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 
 mod labels;
 
 use labels::{
-    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, ManagementLabels, PRICING_BASES,
-    PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels, SavingLabels,
-    attr_label, dl, value_label,
+    BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, Family, LabelSet, ManagementLabels,
+    PRICING_BASES, PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels,
+    SavingLabels, attr_label, dl, value_label,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -61,31 +60,84 @@ fn lag_buckets() -> Vec<f64> {
 }
 
 struct Families {
-    build_info: Family<BuildLabels, Gauge>,
-    dry_run: Gauge,
-    policy_enabled: Gauge,
-    nomerges: Family<DeviceLabels, Gauge>,
-    level: Family<DeviceLabels, Gauge>,
-    management: Family<ManagementLabels, Gauge>,
-    merge_ratio: Family<DirectionLabels, Gauge<f64, AtomicU64>>,
-    bios_rate: Family<DeviceLabels, Gauge<f64, AtomicU64>>,
-    decisions: Family<DecisionLabels, Counter>,
-    probes: Family<ProbeLabels, Counter>,
-    write_errors: Counter,
-    diskstats_errors: Counter,
-    diskstats_resets: Counter,
-    state_save_errors: Counter,
-    tunable_read_errors: Counter,
-    state_persisted: Gauge,
-    max_changes_per_hour: Gauge,
-    ticks: Counter,
-    reloads: Family<ResultLabels, Counter>,
+    build_info: Family<BuildLabels, IntGaugeVec>,
+    dry_run: IntGauge,
+    policy_enabled: IntGauge,
+    nomerges: Family<DeviceLabels, IntGaugeVec>,
+    level: Family<DeviceLabels, IntGaugeVec>,
+    management: Family<ManagementLabels, IntGaugeVec>,
+    merge_ratio: Family<DirectionLabels, GaugeVec>,
+    bios_rate: Family<DeviceLabels, GaugeVec>,
+    decisions: Family<DecisionLabels, IntCounterVec>,
+    probes: Family<ProbeLabels, IntCounterVec>,
+    write_errors: IntCounter,
+    diskstats_errors: IntCounter,
+    diskstats_resets: IntCounter,
+    state_save_errors: IntCounter,
+    tunable_read_errors: IntCounter,
+    state_persisted: IntGauge,
+    max_changes_per_hour: IntGauge,
+    ticks: IntCounter,
+    reloads: Family<ResultLabels, IntCounterVec>,
     tick_duration: Histogram,
     tick_lag: Histogram,
-    cost_profile_info: Family<ProfileLabels, Gauge>,
-    pricing: Family<PricingLabels, Gauge>,
-    saving: Family<SavingLabels, Gauge<f64, AtomicU64>>,
-    saving_floor: Gauge<f64, AtomicU64>,
+    cost_profile_info: Family<ProfileLabels, IntGaugeVec>,
+    pricing: Family<PricingLabels, IntGaugeVec>,
+    saving: Family<SavingLabels, GaugeVec>,
+    saving_floor: Gauge,
+}
+
+/// What the registry of [`Metrics::build`] is filled with: each call registers one family.
+struct Registrar {
+    registry: Registry,
+}
+
+impl Registrar {
+    /// `help` as it appears after `# HELP name`: the sentence and its full stop.
+    fn opts(name: &str, help: &str) -> Opts {
+        Opts::new(name, format!("{help}."))
+    }
+
+    fn add<C: Collector + Clone + 'static>(&self, c: C) -> C {
+        // The names are constants of this file, distinct and valid: every test that builds
+        // a `Metrics` checks it.
+        self.registry
+            .register(Box::new(c.clone()))
+            .expect("metric families have distinct, valid names");
+        c
+    }
+
+    fn int_gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::with_opts(Self::opts(name, help)).expect("a valid name"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Gauge {
+        self.add(Gauge::with_opts(Self::opts(name, help)).expect("a valid name"))
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.add(IntCounter::with_opts(Self::opts(name, help)).expect("a valid name"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        let opts = HistogramOpts::new(name, format!("{help}.")).buckets(buckets);
+        self.add(Histogram::with_opts(opts).expect("a valid name and buckets"))
+    }
+
+    fn int_gauges<L: LabelSet>(&self, name: &str, help: &str) -> Family<L, IntGaugeVec> {
+        let v = IntGaugeVec::new(Self::opts(name, help), L::NAMES).expect("valid names");
+        Family::new(self.add(v))
+    }
+
+    fn gauges<L: LabelSet>(&self, name: &str, help: &str) -> Family<L, GaugeVec> {
+        let v = GaugeVec::new(Self::opts(name, help), L::NAMES).expect("valid names");
+        Family::new(self.add(v))
+    }
+
+    fn counters<L: LabelSet>(&self, name: &str, help: &str) -> Family<L, IntCounterVec> {
+        let v = IntCounterVec::new(Self::opts(name, help), L::NAMES).expect("valid names");
+        Family::new(self.add(v))
+    }
 }
 
 struct Inner {
@@ -96,12 +148,13 @@ struct Inner {
     last: DaemonCounters,
     status: StatusSnapshot,
     max_lag_seconds: f64,
-    /// The `/metrics` bodies of the last refresh, per format; `None` until first asked for,
-    /// and from then on re-encoded by every refresh.
+    /// The cost profile `cost_profile_info` has a series for.
+    profile: Option<ProfileLabels>,
+    /// The `/metrics` body of the last refresh; `None` until first asked for, and from then
+    /// on re-encoded by every refresh.
     text: Option<Bytes>,
-    openmetrics: Option<Bytes>,
-    /// Encodings of the registry so far (one per refresh with a wanted format, plus a
-    /// format's first request): what [`Metrics::encodings`] reports.
+    /// Encodings of the registry so far (one per refresh once scraped, plus the first
+    /// scrape): what [`Metrics::encodings`] reports.
     encodings: u64,
     status_json: Option<(u64, Bytes)>,
 }
@@ -135,167 +188,118 @@ impl Metrics {
     }
 
     fn build(simulated: bool) -> Self {
-        let f = Families {
-            build_info: Family::default(),
-            dry_run: Gauge::default(),
-            policy_enabled: Gauge::default(),
-            nomerges: Family::default(),
-            level: Family::default(),
-            management: Family::default(),
-            merge_ratio: Family::default(),
-            bios_rate: Family::default(),
-            decisions: Family::default(),
-            probes: Family::default(),
-            write_errors: Counter::default(),
-            diskstats_errors: Counter::default(),
-            diskstats_resets: Counter::default(),
-            state_save_errors: Counter::default(),
-            tunable_read_errors: Counter::default(),
-            state_persisted: Gauge::default(),
-            max_changes_per_hour: Gauge::default(),
-            ticks: Counter::default(),
-            reloads: Family::default(),
-            tick_duration: Histogram::new(tick_buckets()),
-            tick_lag: Histogram::new(lag_buckets()),
-            cost_profile_info: Family::default(),
-            pricing: Family::default(),
-            saving: Family::default(),
-            saving_floor: Gauge::default(),
+        let r = Registrar {
+            registry: Registry::new_custom(Some("mergetune".into()), None).expect("a valid prefix"),
         };
-        let mut r = Registry::with_prefix("mergetune");
-        r.register(
-            "build_info",
-            "Always 1; the version of the running mergetune in the version label",
-            f.build_info.clone(),
-        );
-        r.register(
-            "dry_run",
-            "1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0",
-            f.dry_run.clone(),
-        );
-        r.register(
-            "policy_enabled",
-            "1 when [policy] enabled is true (decisions are written), else 0",
-            f.policy_enabled.clone(),
-        );
-        r.register(
-            "device_nomerges",
-            "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
-            f.nomerges.clone(),
-        );
-        r.register(
-            "device_ladder_level",
-            "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
-            f.level.clone(),
-        );
-        r.register(
-            "device_management",
-            "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
-            f.management.clone(),
-        );
-        r.register(
-            "device_merge_ratio",
-            "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
-            f.merge_ratio.clone(),
-        );
-        r.register(
-            "device_bios_per_second",
-            "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
-            f.bios_rate.clone(),
-        );
-        r.register(
-            "decisions",
-            "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
-            f.decisions.clone(),
-        );
-        r.register(
-            "probes",
-            "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again)",
-            f.probes.clone(),
-        );
-        r.register(
-            "sysfs_write_errors",
-            "Writes of a device tunable that failed (the state is kept and the write retried later)",
-            f.write_errors.clone(),
-        );
-        r.register(
-            "diskstats_errors",
-            "Ticks where /proc/diskstats could not be read or had unparsable lines",
-            f.diskstats_errors.clone(),
-        );
-        r.register(
-            "diskstats_resets",
-            "Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted",
-            f.diskstats_resets.clone(),
-        );
-        r.register(
-            "state_save_errors",
-            "Failed saves of state.json, the record of original values (the records stay in memory and the save is retried)",
-            f.state_save_errors.clone(),
-        );
-        r.register(
-            "tunable_read_errors",
-            "Failed reads of a device tunable (queue/nomerges, queue/iosched/...)",
-            f.tunable_read_errors.clone(),
-        );
-        r.register(
-            "state_persisted",
-            "1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it)",
-            f.state_persisted.clone(),
-        );
-        r.register(
-            "policy_max_changes_per_hour",
-            "[policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour",
-            f.max_changes_per_hour.clone(),
-        );
-        r.register(
-            "ticks",
-            "Ticks (samples of the counters) taken",
-            f.ticks.clone(),
-        );
-        r.register(
-            "config_reloads",
-            "Config reloads (SIGHUP) by result: success, failure (the old config stays)",
-            f.reloads.clone(),
-        );
-        r.register(
-            "tick_duration_seconds",
-            "Wall time of one tick: read counters, decide, write tunables",
-            f.tick_duration.clone(),
-        );
-        r.register(
-            "tick_lag_seconds",
-            "How late a tick started against its schedule",
-            f.tick_lag.clone(),
-        );
-        r.register(
-            "cost_profile_info",
-            "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
-            f.cost_profile_info.clone(),
-        );
-        r.register(
-            "device_pricing",
-            "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
-            f.pricing.clone(),
-        );
-        r.register(
-            "device_merge_saving_cpu_ratio",
-            "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
-            f.saving.clone(),
-        );
-        r.register(
-            "merge_saving_floor_cpu_ratio",
-            "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
-            f.saving_floor.clone(),
-        );
+        // Counters are named with their `_total`; each HELP as docs/metrics.md has it.
+        let f = Families {
+            build_info: r.int_gauges(
+                "build_info",
+                "Always 1; the version of the running mergetune in the version label",
+            ),
+            dry_run: r.int_gauge(
+                "dry_run",
+                "1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0",
+            ),
+            policy_enabled: r.int_gauge(
+                "policy_enabled",
+                "1 when [policy] enabled is true (decisions are written), else 0",
+            ),
+            nomerges: r.int_gauges(
+                "device_nomerges",
+                "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
+            ),
+            level: r.int_gauges(
+                "device_ladder_level",
+                "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
+            ),
+            management: r.int_gauges(
+                "device_management",
+                "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
+            ),
+            merge_ratio: r.gauges(
+                "device_merge_ratio",
+                "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
+            ),
+            bios_rate: r.gauges(
+                "device_bios_per_second",
+                "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
+            ),
+            decisions: r.counters(
+                "decisions_total",
+                "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+            ),
+            probes: r.counters(
+                "probes_total",
+                "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again)",
+            ),
+            write_errors: r.counter(
+                "sysfs_write_errors_total",
+                "Writes of a device tunable that failed (the state is kept and the write retried later)",
+            ),
+            diskstats_errors: r.counter(
+                "diskstats_errors_total",
+                "Ticks where /proc/diskstats could not be read or had unparsable lines",
+            ),
+            diskstats_resets: r.counter(
+                "diskstats_resets_total",
+                "Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted",
+            ),
+            state_save_errors: r.counter(
+                "state_save_errors_total",
+                "Failed saves of state.json, the record of original values (the records stay in memory and the save is retried)",
+            ),
+            tunable_read_errors: r.counter(
+                "tunable_read_errors_total",
+                "Failed reads of a device tunable (queue/nomerges, queue/iosched/...)",
+            ),
+            state_persisted: r.int_gauge(
+                "state_persisted",
+                "1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it)",
+            ),
+            max_changes_per_hour: r.int_gauge(
+                "policy_max_changes_per_hour",
+                "[policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour",
+            ),
+            ticks: r.counter(
+                "ticks_total",
+                "Ticks (samples of the counters) taken",
+            ),
+            reloads: r.counters(
+                "config_reloads_total",
+                "Config reloads (SIGHUP) by result: success, failure (the old config stays)",
+            ),
+            tick_duration: r.histogram(
+                "tick_duration_seconds",
+                "Wall time of one tick: read counters, decide, write tunables", tick_buckets(),
+            ),
+            tick_lag: r.histogram(
+                "tick_lag_seconds",
+                "How late a tick started against its schedule", lag_buckets(),
+            ),
+            cost_profile_info: r.int_gauges(
+                "cost_profile_info",
+                "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
+            ),
+            pricing: r.int_gauges(
+                "device_pricing",
+                "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
+            ),
+            saving: r.gauges(
+                "device_merge_saving_cpu_ratio",
+                "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
+            ),
+            saving_floor: r.gauge(
+                "merge_saving_floor_cpu_ratio",
+                "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
+            ),
+        };
         if simulated {
-            let g: Gauge = Gauge::default();
-            g.set(1);
-            r.register(
+            r.int_gauge(
                 "simulated",
                 "1: these metrics come from mergetune simulate (simulated devices in virtual time), not from a host's devices",
-                g,
-            );
+            )
+            .set(1);
         }
         f.build_info
             .get_or_create(&BuildLabels {
@@ -312,7 +316,7 @@ impl Metrics {
                 .get();
         }
         Metrics {
-            registry: r,
+            registry: r.registry,
             f,
             inner: Mutex::new(Inner {
                 generation: 1,
@@ -323,8 +327,8 @@ impl Metrics {
                     ..StatusSnapshot::default()
                 },
                 max_lag_seconds: 0.0,
+                profile: None,
                 text: None,
-                openmetrics: None,
                 encodings: 0,
                 status_json: None,
             }),
@@ -466,7 +470,7 @@ impl Metrics {
         }
 
         let c = &daemon.counters;
-        let add = |counter: &Counter, now: u64, before: u64| {
+        let add = |counter: &IntCounter, now: u64, before: u64| {
             // A smaller value means a new daemon behind the same exporter: count it whole.
             counter.inc_by(if now >= before { now - before } else { now });
         };
@@ -498,9 +502,10 @@ impl Metrics {
             profile: daemon.pricing_name.clone(),
             origin: daemon.pricing_origin.clone(),
         };
-        if !daemon.pricing_name.is_empty() && f.cost_profile_info.get(&profile).is_none() {
+        if !daemon.pricing_name.is_empty() && inner.profile.as_ref() != Some(&profile) {
             f.cost_profile_info.clear();
             f.cost_profile_info.get_or_create(&profile).set(1);
+            inner.profile = Some(profile);
         }
         inner.last = c.clone();
 
@@ -620,57 +625,40 @@ impl Metrics {
         self.encode(&mut inner);
     }
 
-    /// Encodes the registry once for every format a scraper has asked for (both come from
-    /// one OpenMetrics encoding), so that the scrapes until the next refresh only copy.
+    /// Encodes the registry if a scraper has asked for it, so that the scrapes until the
+    /// next refresh only copy.
     fn encode(&self, inner: &mut Inner) {
-        let (text, openmetrics) = (inner.text.is_some(), inner.openmetrics.is_some());
-        if !text && !openmetrics {
-            return;
-        }
-        let om = self.encode_openmetrics(inner);
-        if text {
-            inner.text = Some(Bytes::from(finish_exposition(&om, false)));
-        }
-        if openmetrics {
-            inner.openmetrics = Some(Bytes::from(finish_exposition(&om, true)));
+        if inner.text.is_some() {
+            inner.text = Some(self.encode_text(inner));
         }
     }
 
-    fn encode_openmetrics(&self, inner: &mut Inner) -> String {
+    fn encode_text(&self, inner: &mut Inner) -> Bytes {
         inner.encodings += 1;
-        let mut om = String::with_capacity(16 * 1024);
-        if prometheus_client::encoding::text::encode(&mut om, &self.registry).is_err() {
-            om = "# encoding failed\n".to_string();
+        // Sized from the last body: it grows by a device's series at most between two.
+        let last = inner.text.as_ref().map_or(16 * 1024, |b| b.len() + 4096);
+        let mut text = String::with_capacity(last);
+        // It fails only on a family without series, which `gather` leaves out.
+        if let Err(e) = TextEncoder::new().encode_utf8(&self.registry.gather(), &mut text) {
+            text = format!("# encoding failed: {e}\n");
         }
-        om
+        Bytes::from(text)
     }
 
-    /// The exposition: the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when
-    /// `openmetrics` is true, as the last refresh encoded it. Only the first request for a
-    /// format encodes (from then on every refresh does).
-    pub fn render(&self, openmetrics: bool) -> Bytes {
+    /// The exposition, the Prometheus text format 0.0.4, as the last refresh encoded it.
+    /// Only the first request encodes (from then on every refresh does).
+    pub fn render(&self) -> Bytes {
         let mut inner = self.lock();
-        let slot = if openmetrics {
-            &inner.openmetrics
-        } else {
-            &inner.text
-        };
-        if let Some(b) = slot {
+        if let Some(b) = &inner.text {
             return b.clone();
         }
-        let om = self.encode_openmetrics(&mut inner);
-        let bytes = Bytes::from(finish_exposition(&om, openmetrics));
-        let slot = if openmetrics {
-            &mut inner.openmetrics
-        } else {
-            &mut inner.text
-        };
-        *slot = Some(bytes.clone());
+        let bytes = self.encode_text(&mut inner);
+        inner.text = Some(bytes.clone());
         bytes
     }
 
-    /// How many times the registry has been encoded: once per refresh for the formats in
-    /// use, plus each format's first request; never once per scrape. For tests and benches.
+    /// How many times the registry has been encoded: once per refresh once scraped, plus
+    /// the first scrape; never once per scrape. For tests and benches.
     pub fn encodings(&self) -> u64 {
         self.lock().encodings
     }
@@ -698,8 +686,8 @@ impl Metrics {
 }
 
 impl Documents for Metrics {
-    fn render(&self, openmetrics: bool) -> Bytes {
-        Metrics::render(self, openmetrics)
+    fn render(&self) -> Bytes {
+        Metrics::render(self)
     }
     fn status_json(&self) -> Bytes {
         Metrics::status_json(self)

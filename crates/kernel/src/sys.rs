@@ -8,9 +8,12 @@
 //!   `PERF_EVENT_IOC_ENABLE`/`DISABLE` ioctls.
 //! - [`session`]: `setsid` in a child between fork and exec (`CommandExt::pre_exec` is
 //!   `unsafe` by nature: the closure runs in a forked copy of a threaded process).
+//! - [`sockopt`]: `TCP_DEFER_ACCEPT` on the metrics endpoint's listener (rustix, socket2
+//!   and nix have no setter; std's is unstable).
 //!
 //! Each exposes a safe API; each `unsafe` block says, in its `// SAFETY:` comment, why it
 //! holds. Keep this module small: a call that rustix offers safely belongs elsewhere.
 
 pub mod perf;
 pub mod session;
+pub mod sockopt;

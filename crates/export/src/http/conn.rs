@@ -2,15 +2,19 @@
 //! state of each connection (reading a head, writing a response, draining after an error)
 //! with the deadlines and shedding described in the parent module.
 
-use super::request::{Reply, find_head_end, http_date, parse_head, reason, route};
+use super::request::{Parsed, Reply, parse_head, reason, route};
 use super::{Documents, LISTENER, Limits, WAKE};
 use bytes::Bytes;
+use rustix::buffer::spare_capacity;
+use rustix::event::{Timespec, epoll};
+use rustix::io::Errno;
+use rustix::net::SocketFlags;
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tracing::{debug, warn};
 
 /// How long a connection closed after an error reply is drained.
@@ -74,7 +78,7 @@ impl Conn {
     }
 }
 
-/// `Date:` of responses, formatted once per second.
+/// `Date:` of responses (IMF-fixdate, RFC 9110 5.6.7), formatted once per second.
 #[derive(Default)]
 struct DateCache {
     secs: u64,
@@ -82,21 +86,21 @@ struct DateCache {
 }
 
 impl DateCache {
-    fn get(&mut self) -> &str {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
+    fn get(&mut self, now: SystemTime) -> &str {
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        if now != self.secs || self.text.is_empty() {
-            self.secs = now;
-            self.text = http_date(now);
+        if secs != self.secs || self.text.is_empty() {
+            self.secs = secs;
+            self.text = httpdate::fmt_http_date(now);
         }
         &self.text
     }
 }
 
 pub(super) struct Server {
-    epfd: RawFd,
+    epfd: OwnedFd,
     listener: TcpListener,
     docs: Arc<dyn Documents>,
     limits: Limits,
@@ -115,7 +119,7 @@ enum Next {
 
 impl Server {
     pub(super) fn new(
-        epfd: RawFd,
+        epfd: OwnedFd,
         listener: TcpListener,
         docs: Arc<dyn Documents>,
         limits: Limits,
@@ -133,49 +137,47 @@ impl Server {
     }
 
     pub(super) fn run(&mut self) {
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(256);
         loop {
             let now = Instant::now();
             let wake_at = match (self.next_sweep, self.accept_paused_until) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let timeout_ms: libc::c_int = match wake_at {
-                None => -1,
-                Some(t) => t
+            // At least a millisecond past the deadline (so it has passed when we wake), and
+            // at most a minute.
+            let timeout = wake_at.map(|t| {
+                let wait = t
                     .saturating_duration_since(now)
-                    .as_millis()
-                    .saturating_add(1)
-                    .min(60_000) as libc::c_int,
-            };
-            // SAFETY: `events` outlives the call and its length is passed.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epfd,
-                    events.as_mut_ptr(),
-                    events.len() as libc::c_int,
-                    timeout_ms,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
+                    .saturating_add(Duration::from_millis(1))
+                    .min(Duration::from_secs(60));
+                Timespec {
+                    tv_sec: wait.as_secs() as i64,
+                    tv_nsec: i64::from(wait.subsec_nanos()),
                 }
-                warn!("metrics endpoint: epoll_wait failed: {e}; endpoint stopped");
-                return;
+            });
+            events.clear();
+            match epoll::wait(&self.epfd, spare_capacity(&mut events), timeout.as_ref()) {
+                Ok(_) => {}
+                Err(Errno::INTR) => continue,
+                Err(e) => {
+                    warn!("metrics endpoint: epoll_wait failed: {e}; endpoint stopped");
+                    return;
+                }
             }
             let now = Instant::now();
-            for ev in &events[..n as usize] {
-                match ev.u64 {
+            for ev in &events {
+                // Copied out: the kernel's epoll_event is packed.
+                let (token, flags) = (ev.data.u64(), ev.flags);
+                match token {
                     WAKE => return,
                     LISTENER => self.accept_all(now),
-                    token => self.on_event(token as RawFd, ev.events, now),
+                    token => self.on_event(token as RawFd, flags, now),
                 }
             }
             if self.accept_paused_until.is_some_and(|t| now >= t) {
                 self.accept_paused_until = None;
-                self.set_interest(self.listener.as_raw_fd(), LISTENER, libc::EPOLLIN);
+                self.set_interest(&self.listener, LISTENER, epoll::EventFlags::IN);
             }
             if self.next_sweep.is_some_and(|t| now >= t) {
                 self.sweep(now);
@@ -183,15 +185,9 @@ impl Server {
         }
     }
 
-    fn set_interest(&self, fd: RawFd, token: u64, events: libc::c_int) {
-        let mut ev = libc::epoll_event {
-            events: events as u32,
-            u64: token,
-        };
-        // SAFETY: fd is registered with our epoll; ev is a valid local.
-        unsafe {
-            libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_MOD, fd, &mut ev);
-        }
+    fn set_interest(&self, fd: impl AsFd, token: u64, events: epoll::EventFlags) {
+        // Fails only for a descriptor that is not registered, which every caller's is.
+        let _ = epoll::modify(&self.epfd, fd, epoll::EventData::new_u64(token), events);
     }
 
     fn schedule(&mut self, at: Instant) {
@@ -217,48 +213,38 @@ impl Server {
 
     /// Accepts what the kernel has queued (a bounded batch per turn).
     fn accept_all(&mut self, now: Instant) {
-        let lfd = self.listener.as_raw_fd();
         for _ in 0..64 {
-            // SAFETY: accept4 on our listening socket; the new fd is owned below.
-            let fd = unsafe {
-                libc::accept4(
-                    lfd,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => return,
-                    Some(libc::EINTR) | Some(libc::ECONNABORTED) => continue,
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS)
-                    | Some(libc::ENOMEM) => {
-                        // Out of descriptors: make room, or stop accepting for a moment
-                        // (level-triggered epoll would otherwise spin on the queue).
-                        if self.shed_one() {
-                            continue;
-                        }
-                        warn!("metrics endpoint: accept failed: {e}; pausing 100 ms");
-                        self.set_interest(lfd, LISTENER, 0);
-                        self.accept_paused_until = Some(now + Duration::from_millis(100));
-                        return;
+            let fd = match rustix::net::accept_with(
+                &self.listener,
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            ) {
+                Ok(fd) => fd,
+                Err(Errno::AGAIN) => return,
+                Err(Errno::INTR | Errno::CONNABORTED) => continue,
+                Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
+                    // Out of descriptors: make room, or stop accepting for a moment
+                    // (level-triggered epoll would otherwise spin on the queue).
+                    if self.shed_one() {
+                        continue;
                     }
-                    _ => {
-                        warn!("metrics endpoint: accept failed: {e}");
-                        return;
-                    }
+                    warn!("metrics endpoint: accept failed: {e}; pausing 100 ms");
+                    self.set_interest(&self.listener, LISTENER, epoll::EventFlags::empty());
+                    self.accept_paused_until = Some(now + Duration::from_millis(100));
+                    return;
                 }
-            }
-            // SAFETY: fd is a fresh socket from accept4, owned by nobody else.
-            let stream = unsafe { TcpStream::from_raw_fd(fd) };
+                Err(e) => {
+                    warn!("metrics endpoint: accept failed: {e}");
+                    return;
+                }
+            };
+            let stream = TcpStream::from(fd);
             if self.conns.len() >= self.limits.max_connections.max(1) && !self.shed_one() {
                 // Every slot is mid-request: this one goes (closing it is the answer).
                 debug!("metrics endpoint: connection table full, refusing a connection");
                 drop(stream);
                 continue;
             }
+            let fd = stream.as_raw_fd();
             let mut c = Conn {
                 stream,
                 opened: now,
@@ -275,16 +261,12 @@ impl Server {
                 continue;
             }
             let events = if matches!(c.state, State::Writing { .. }) {
-                libc::EPOLLOUT
+                epoll::EventFlags::OUT
             } else {
-                libc::EPOLLIN
+                epoll::EventFlags::IN
             };
-            let mut ev = libc::epoll_event {
-                events: events as u32,
-                u64: fd as u64,
-            };
-            // SAFETY: registering a socket we own; ev is a valid local.
-            if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            let token = epoll::EventData::new_u64(fd as u64);
+            if epoll::add(&self.epfd, &c.stream, token, events).is_err() {
                 continue;
             }
             let d = c.deadline(&self.limits);
@@ -318,7 +300,7 @@ impl Server {
         }
     }
 
-    fn on_event(&mut self, fd: RawFd, events: u32, now: Instant) {
+    fn on_event(&mut self, fd: RawFd, events: epoll::EventFlags, now: Instant) {
         let Some(mut c) = self.conns.remove(&fd) else {
             return;
         };
@@ -333,7 +315,7 @@ impl Server {
                 _ => Next::Close,
             }
         } else if matches!(c.state, State::Writing { .. }) {
-            if events & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0 {
+            if events.intersects(epoll::EventFlags::ERR | epoll::EventFlags::HUP) {
                 Next::Close
             } else {
                 self.flush(&mut c, now)
@@ -379,26 +361,18 @@ impl Server {
     /// Answers the request at the front of the buffer, if its head is complete.
     fn answer(&mut self, c: &mut Conn, now: Instant) -> Next {
         let limit = self.limits.max_request_head_bytes.max(1024);
-        let Some(end) = find_head_end(&c.buf) else {
-            if c.buf.len() > limit {
+        let (head, end) = match parse_head(&c.buf, self.limits.max_headers) {
+            Ok(Parsed::Partial) if c.buf.len() > limit => {
                 return self.reply_and_close(c, now, Reply::plain(431, "request head too large\n"));
             }
-            return Next::Keep;
-        };
-        if end > limit {
-            return self.reply_and_close(c, now, Reply::plain(431, "request head too large\n"));
-        }
-        let head = match parse_head(&c.buf[..end], self.limits.max_headers) {
-            Ok(h) => h,
+            Ok(Parsed::Partial) => return Next::Keep,
+            Ok(Parsed::Complete { len, .. }) if len > limit => {
+                return self.reply_and_close(c, now, Reply::plain(431, "request head too large\n"));
+            }
+            Ok(Parsed::Complete { head, len }) => (head, len),
             Err(reply) => return self.reply_and_close(c, now, reply),
         };
-        let reply = route(
-            &*self.docs,
-            head.method,
-            head.path,
-            head.accept.as_deref(),
-            head.has_body,
-        );
+        let reply = route(&*self.docs, head.method, head.path, head.has_body);
         let past_lifetime = now >= c.opened + self.limits.connection_lifetime;
         let close = head.close || head.has_body || past_lifetime;
         let framing = Framing {
@@ -432,7 +406,7 @@ impl Server {
             reason(reply.status),
             reply.content_type,
             reply.body.len(),
-            self.date.get()
+            self.date.get(SystemTime::now())
         );
         if reply.status == 405 {
             head.extend_from_slice(b"allow: GET, HEAD\r\n");
@@ -456,10 +430,10 @@ impl Server {
             close: f.close,
             linger: f.linger,
         };
-        let fd = c.stream.as_raw_fd();
         match self.flush(c, now) {
             Next::Keep if matches!(c.state, State::Writing { .. }) => {
-                self.set_interest(fd, fd as u64, libc::EPOLLOUT);
+                let token = c.stream.as_raw_fd() as u64;
+                self.set_interest(&c.stream, token, epoll::EventFlags::OUT);
                 Next::Keep
             }
             other => other,
@@ -512,8 +486,8 @@ impl Server {
                 since: now,
                 discarded: 0,
             };
-            let fd = c.stream.as_raw_fd();
-            self.set_interest(fd, fd as u64, libc::EPOLLIN);
+            let token = c.stream.as_raw_fd() as u64;
+            self.set_interest(&c.stream, token, epoll::EventFlags::IN);
             return Next::Keep;
         }
         c.active = now;
@@ -522,8 +496,8 @@ impl Server {
             idle: true,
         };
         if was_partial {
-            let fd = c.stream.as_raw_fd();
-            self.set_interest(fd, fd as u64, libc::EPOLLIN);
+            let token = c.stream.as_raw_fd() as u64;
+            self.set_interest(&c.stream, token, epoll::EventFlags::IN);
         }
         if !c.buf.is_empty() {
             // A pipelined request: answered on this turn (its bytes are already here, and
@@ -543,4 +517,27 @@ struct Framing {
     close: bool,
     linger: bool,
     http10: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_date_header_is_an_imf_fixdate_of_the_current_second() {
+        let mut cache = DateCache::default();
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(cache.get(at), "Sun, 06 Nov 1994 08:49:37 GMT");
+        // Within the same second, the cached text; a second later, a new one.
+        assert_eq!(
+            cache.get(at + Duration::from_millis(900)),
+            "Sun, 06 Nov 1994 08:49:37 GMT"
+        );
+        assert_eq!(
+            cache.get(at + Duration::from_secs(1)),
+            "Sun, 06 Nov 1994 08:49:38 GMT"
+        );
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(cache.get(leap), "Tue, 29 Feb 2000 00:00:00 GMT");
+    }
 }

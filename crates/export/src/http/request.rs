@@ -1,39 +1,13 @@
 //! A request head parsed from bytes, and the routing table: pure functions, so every rule
-//! of the endpoint (what is 400, 404, 405, 413, 431) is tested without a socket.
+//! of the endpoint (what is 400, 404, 405, 413, 431) is tested without a socket. The
+//! request line and the header lines are httparse's; what they mean here (framing, the
+//! connection's keep-alive, the routes) is this module's.
 
-use super::{Documents, OPENMETRICS_FORMAT, TEXT_FORMAT};
+use super::{Documents, TEXT_FORMAT};
 use bytes::Bytes;
 
-/// IMF-fixdate (RFC 9110 5.6.7) of a Unix time.
-pub fn http_date(unix_secs: u64) -> String {
-    let days = unix_secs / 86_400;
-    let rem = unix_secs % 86_400;
-    // 1970-01-01 was a Thursday.
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let mon = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(month - 1) as usize];
-    format!(
-        "{weekday}, {day:02} {mon} {year} {:02}:{:02}:{:02} GMT",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-pub(super) fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
-}
+/// Headers parsed without an allocation; a larger configured limit takes a vector.
+const STACK_HEADERS: usize = 64;
 
 /// The parts of a request head the endpoint uses.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,29 +15,45 @@ pub struct Head<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub http10: bool,
-    pub accept: Option<String>,
     pub has_body: bool,
     pub close: bool,
 }
 
-/// Parses a request head (request line, header lines, the empty line). Errors are the reply.
-pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head<'_>, Reply> {
-    let bad = || Reply::plain(400, "bad request\n");
-    let text = std::str::from_utf8(raw).map_err(|_| bad())?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().ok_or_else(bad)?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+/// What the front of a connection's buffer holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    /// A whole head, `len` bytes long (what follows is the next request).
+    Complete { head: Head<'a>, len: usize },
+    /// Not yet a whole head, and nothing wrong so far.
+    Partial,
+}
+
+/// Parses the request head at the front of `raw` (request line, header lines, the empty
+/// line). Errors are the reply.
+pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Parsed<'_>, Reply> {
+    let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut heap = Vec::new();
+    let headers: &mut [httparse::Header<'_>] = if max_headers <= STACK_HEADERS {
+        &mut stack[..max_headers]
+    } else {
+        heap.resize(max_headers, httparse::EMPTY_HEADER);
+        &mut heap
+    };
+    let mut req = httparse::Request::new(headers);
+    let len = match req.parse(raw) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(Reply::plain(431, "too many request headers\n"));
+        }
+        Err(_) => return Err(bad()),
+    };
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Err(bad());
     };
-    if method.is_empty() || !method.bytes().all(is_token) {
-        return Err(bad());
-    }
     let http10 = match version {
-        "HTTP/1.1" => false,
-        "HTTP/1.0" => true,
+        1 => false,
+        0 => true,
         _ => return Err(bad()),
     };
     // Origin form, or absolute form (`http://host/metrics`); the query is ignored.
@@ -82,36 +72,24 @@ pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head<'_>, Reply> {
         method,
         path,
         http10,
-        accept: None,
         has_body: false,
         close: http10,
     };
-    let mut count = 0;
     let mut length: Option<u64> = None;
-    for line in lines {
-        if line.is_empty() {
-            continue;
-        }
-        count += 1;
-        if count > max_headers {
-            return Err(Reply::plain(431, "too many request headers\n"));
-        }
-        let (name, value) = line.split_once(':').ok_or_else(bad)?;
-        if name.is_empty() || !name.bytes().all(is_token) {
-            // Includes obsolete line folding (a line starting with white space).
-            return Err(bad());
-        }
+    for h in req.headers.iter() {
+        // httparse lets obs-text through in values; the endpoint reads them as text.
+        let value = std::str::from_utf8(h.value).map_err(|_| bad())?;
         let value = value.trim_matches([' ', '\t']);
-        if name.eq_ignore_ascii_case("content-length") {
+        if h.name.eq_ignore_ascii_case("content-length") {
             let n: u64 = value.parse().map_err(|_| bad())?;
             if length.is_some_and(|l| l != n) {
                 return Err(bad());
             }
             length = Some(n);
             head.has_body |= n > 0;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             head.has_body = true;
-        } else if name.eq_ignore_ascii_case("connection") {
+        } else if h.name.eq_ignore_ascii_case("connection") {
             for token in value.split(',').map(str::trim) {
                 if token.eq_ignore_ascii_case("close") {
                     head.close = true;
@@ -119,15 +97,13 @@ pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head<'_>, Reply> {
                     head.close = false;
                 }
             }
-        } else if name.eq_ignore_ascii_case("accept") {
-            head.accept = Some(value.to_string());
         }
     }
-    Ok(head)
+    Ok(Parsed::Complete { head, len })
 }
 
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+fn bad() -> Reply {
+    Reply::plain(400, "bad request\n")
 }
 
 pub(super) fn reason(status: u16) -> &'static str {
@@ -161,13 +137,7 @@ impl Reply {
 }
 
 /// The routing table. Pure apart from reading the documents.
-pub fn route(
-    metrics: &dyn Documents,
-    method: &str,
-    path: &str,
-    accept: Option<&str>,
-    has_body: bool,
-) -> Reply {
+pub fn route(docs: &dyn Documents, method: &str, path: &str, has_body: bool) -> Reply {
     if !matches!(path, "/metrics" | "/status") {
         return Reply::plain(404, "not found: try /metrics or /status\n");
     }
@@ -178,18 +148,15 @@ pub fn route(
         return Reply::plain(413, "a GET request has no body here\n");
     }
     match path {
-        "/metrics" => {
-            let om = accept.is_some_and(|a| a.contains("application/openmetrics-text"));
-            Reply {
-                status: 200,
-                content_type: if om { OPENMETRICS_FORMAT } else { TEXT_FORMAT },
-                body: metrics.render(om),
-            }
-        }
+        "/metrics" => Reply {
+            status: 200,
+            content_type: TEXT_FORMAT,
+            body: docs.render(),
+        },
         _ => Reply {
             status: 200,
             content_type: "application/json",
-            body: metrics.status_json(),
+            body: docs.status_json(),
         },
     }
 }
@@ -198,26 +165,28 @@ pub fn route(
 mod tests {
     use super::*;
 
-    #[test]
-    fn dates_are_imf_fixdate() {
-        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
-        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
-        assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
+    fn head(raw: &[u8], max_headers: usize) -> Result<Head<'_>, Reply> {
+        match parse_head(raw, max_headers)? {
+            Parsed::Complete { head, len } => {
+                assert_eq!(len, raw.len(), "{:?}", String::from_utf8_lossy(raw));
+                Ok(head)
+            }
+            Parsed::Partial => panic!("partial: {:?}", String::from_utf8_lossy(raw)),
+        }
     }
 
     #[test]
     fn heads_parse_and_bad_ones_are_400() {
-        let h = parse_head(
+        let h = head(
             b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nAccept: text/plain\r\nConnection: keep-alive, close\r\n\r\n",
             64,
         )
         .unwrap();
         assert_eq!(h.path, "/metrics");
         assert!(h.close && !h.has_body && !h.http10);
-        assert_eq!(h.accept.as_deref(), Some("text/plain"));
-        let h = parse_head(b"GET http://x:9725/status HTTP/1.0\r\n\r\n", 64).unwrap();
+        let h = head(b"GET http://x:9725/status HTTP/1.0\r\n\r\n", 64).unwrap();
         assert_eq!((h.path, h.http10, h.close), ("/status", true, true));
-        let h = parse_head(
+        let h = head(
             b"HEAD /status HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
             64,
         )
@@ -233,6 +202,7 @@ mod tests {
             b"GET /metrics HTTP/1.1\r\nContent-Length: x\r\n\r\n",
             b"GET /metrics HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             b"GET /\xff HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX: \xff\r\n\r\n",
         ] {
             assert_eq!(
                 parse_head(bad, 64).unwrap_err().status,
@@ -244,7 +214,29 @@ mod tests {
         let many: String = (0..5).map(|i| format!("X-{i}: y\r\n")).collect();
         let raw = format!("GET / HTTP/1.1\r\n{many}\r\n");
         assert_eq!(parse_head(raw.as_bytes(), 4).unwrap_err().status, 431);
-        let h = parse_head(b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 4).unwrap();
+        // Past the stack's 64 headers, a larger configured limit still holds.
+        let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+        let raw = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(head(raw.as_bytes(), 128).is_ok());
+        assert_eq!(parse_head(raw.as_bytes(), 99).unwrap_err().status, 431);
+        let h = head(b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 4).unwrap();
         assert!(h.has_body);
+    }
+
+    #[test]
+    fn an_unfinished_head_waits_and_a_pipelined_one_ends_at_its_empty_line() {
+        assert_eq!(
+            parse_head(b"GET /metrics HTTP/1.1\r\nHost: a\r\n", 64),
+            Ok(Parsed::Partial)
+        );
+        assert_eq!(parse_head(b"GET /met", 64), Ok(Parsed::Partial));
+        let two = b"GET /metrics HTTP/1.1\r\n\r\nGET /status HTTP/1.1\r\n\r\n";
+        match parse_head(two, 64) {
+            Ok(Parsed::Complete { head, len }) => {
+                assert_eq!(head.path, "/metrics");
+                assert_eq!(len, 25);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
