@@ -242,7 +242,7 @@ mergetune_config_reloads_total{result="success"} 1
 # HELP mergetune_cost_profile_info Always 1, for what prices a step down: profile "live" (the merge path sampled on this host) or a cost profile's name, and its origin.
 # TYPE mergetune_cost_profile_info gauge
 mergetune_cost_profile_info{origin="measured on this host",profile="live"} 1
-# HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
+# HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
 # TYPE mergetune_decisions_total counter
 mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="disable",to="2"} 1
 mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="probe",to="0"} 1
@@ -287,9 +287,10 @@ mergetune_policy_enabled 1
 # HELP mergetune_policy_max_changes_per_hour [policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour.
 # TYPE mergetune_policy_max_changes_per_hour gauge
 mergetune_policy_max_changes_per_hour 60
-# HELP mergetune_probes_total Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again).
+# HELP mergetune_probes_total Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on).
 # TYPE mergetune_probes_total counter
 mergetune_probes_total{device="sda",outcome="failed"} 0
+mergetune_probes_total{device="sda",outcome="inconclusive"} 0
 mergetune_probes_total{device="sda",outcome="started"} 1
 mergetune_probes_total{device="sda",outcome="succeeded"} 0
 # HELP mergetune_state_persisted 1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it).
@@ -712,11 +713,13 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
         (DecisionKind::Probe, "probe"),
         (DecisionKind::ProbeSucceeded, "probe_succeeded"),
         (DecisionKind::ProbeFailed, "probe_failed"),
+        (DecisionKind::ProbeInconclusive, "probe_inconclusive"),
     ];
     let outcomes = [
         (DecisionKind::Probe, "started"),
         (DecisionKind::ProbeSucceeded, "succeeded"),
         (DecisionKind::ProbeFailed, "failed"),
+        (DecisionKind::ProbeInconclusive, "inconclusive"),
     ];
     let check = |all: &[DecisionKind], text: &str| {
         let count = |k: DecisionKind| all.iter().filter(|x| **x == k).count() as f64;

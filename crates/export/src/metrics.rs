@@ -24,7 +24,7 @@ use crate::status::StatusSnapshot;
 use bytes::Bytes;
 use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot};
-use mergetune_logic::decision::Decision;
+use mergetune_logic::decision::{Decision, DecisionKind};
 use prometheus::core::Collector;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
@@ -227,11 +227,11 @@ impl Metrics {
             ),
             decisions: r.counters(
                 "decisions_total",
-                "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+                "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
             ),
             probes: r.counters(
                 "probes_total",
-                "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again)",
+                "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on)",
             ),
             write_errors: r.counter(
                 "sysfs_write_errors_total",
@@ -455,10 +455,11 @@ impl Metrics {
                     to: value_label(&d.changes, |c| &c.to),
                 })
                 .inc();
-            let outcome = match d.kind.as_str() {
-                "probe" => "started",
-                "probe_succeeded" => "succeeded",
-                "probe_failed" => "failed",
+            let outcome = match d.kind {
+                DecisionKind::Probe => "started",
+                DecisionKind::ProbeSucceeded => "succeeded",
+                DecisionKind::ProbeFailed => "failed",
+                DecisionKind::ProbeInconclusive => "inconclusive",
                 _ => continue,
             };
             f.probes

@@ -144,8 +144,13 @@ pub enum DecisionKind {
     Enable,
     /// Ladder: L3 -> L0 to measure.
     Probe,
+    /// Ladder: the probe found merges, so L0 stays (no write).
     ProbeSucceeded,
+    /// Ladder: the probe found no merges: back to L3.
     ProbeFailed,
+    /// Ladder: the probe saw only idle windows and measured nothing: it ends at L0, the safe
+    /// level (no write).
+    ProbeInconclusive,
     /// Ladder: L0/L1 -> L2 to see whether L2 keeps the merges.
     Trial,
     TrialSucceeded,
@@ -166,13 +171,14 @@ pub enum DecisionKind {
 }
 
 impl DecisionKind {
-    pub const ALL: [DecisionKind; 15] = [
+    pub const ALL: [DecisionKind; 16] = [
         DecisionKind::StepDown,
         DecisionKind::Disable,
         DecisionKind::Enable,
         DecisionKind::Probe,
         DecisionKind::ProbeSucceeded,
         DecisionKind::ProbeFailed,
+        DecisionKind::ProbeInconclusive,
         DecisionKind::Trial,
         DecisionKind::TrialSucceeded,
         DecisionKind::TrialFailed,
@@ -192,6 +198,7 @@ impl DecisionKind {
             DecisionKind::Probe => "probe",
             DecisionKind::ProbeSucceeded => "probe_succeeded",
             DecisionKind::ProbeFailed => "probe_failed",
+            DecisionKind::ProbeInconclusive => "probe_inconclusive",
             DecisionKind::Trial => "trial",
             DecisionKind::TrialSucceeded => "trial_succeeded",
             DecisionKind::TrialFailed => "trial_failed",

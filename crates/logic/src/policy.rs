@@ -338,8 +338,12 @@ pub enum OutcomeKind {
     /// Back to L0 because merges are visible again.
     Enable,
     ProbeStart,
+    /// The probe found merges: L0 stays (no write).
     ProbeSucceeded,
+    /// The probe found none: back to L3.
     ProbeFailed,
+    /// The probe saw only idle windows: it ends at L0 having measured nothing (no write).
+    ProbeInconclusive,
     /// L0/L1 -> L2 to see whether L2 keeps the merges.
     TrialStart,
     /// L2 kept the merges: stay (no write).
@@ -361,6 +365,7 @@ impl OutcomeKind {
             OutcomeKind::Enable => DecisionKind::Enable,
             OutcomeKind::ProbeStart => DecisionKind::Probe,
             OutcomeKind::ProbeSucceeded => DecisionKind::ProbeSucceeded,
+            OutcomeKind::ProbeInconclusive => DecisionKind::ProbeInconclusive,
             OutcomeKind::ProbeFailed => DecisionKind::ProbeFailed,
             OutcomeKind::TrialStart => DecisionKind::Trial,
             OutcomeKind::TrialSucceeded => DecisionKind::TrialSucceeded,
@@ -377,6 +382,7 @@ impl OutcomeKind {
             OutcomeKind::Enable => "enable",
             OutcomeKind::ProbeStart => "probe",
             OutcomeKind::ProbeSucceeded => "probe_succeeded",
+            OutcomeKind::ProbeInconclusive => "probe_inconclusive",
             OutcomeKind::ProbeFailed => "probe_failed",
             OutcomeKind::TrialStart => "trial",
             OutcomeKind::TrialSucceeded => "trial_succeeded",

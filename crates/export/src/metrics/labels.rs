@@ -171,7 +171,7 @@ pub(super) const PRICING_BASES: [&str; 4] = ["live", "profile", "unknown", "unpr
 
 /// The management states a device can be in (the `management` label).
 pub const MANAGEMENT_STATES: [&str; 4] = ["managed", "excluded", "unsupported", "admin-owned"];
-pub(super) const PROBE_OUTCOMES: [&str; 3] = ["started", "succeeded", "failed"];
+pub(super) const PROBE_OUTCOMES: [&str; 4] = ["started", "succeeded", "failed", "inconclusive"];
 
 /// The values a decision wrote (`2`, or `0+1` when it wrote nomerges and front_merges),
 /// as a bounded label value: values are the kernel's, so one that is not a value the

@@ -141,7 +141,10 @@ fn draw_panel(
             let x = d.at_ms as f64 / 1000.0;
             let c = if matches!(
                 d.kind,
-                DecisionKind::Probe | DecisionKind::ProbeSucceeded | DecisionKind::ProbeFailed
+                DecisionKind::Probe
+                    | DecisionKind::ProbeSucceeded
+                    | DecisionKind::ProbeFailed
+                    | DecisionKind::ProbeInconclusive
             ) {
                 PROBE
             } else {

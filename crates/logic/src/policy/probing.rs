@@ -50,7 +50,7 @@ fn idle_window(mut s: PolicyState, cx: &Ctx) -> Evaluation {
     s.low_windows = 0;
     settle(
         s,
-        OutcomeKind::ProbeSucceeded,
+        OutcomeKind::ProbeInconclusive,
         format!("probe inconclusive after {n} idle windows; staying at L0"),
     )
 }
