@@ -174,6 +174,9 @@ fn nofile_wanted(max_connections: usize) -> u64 {
 }
 
 /// Binds `addr` now (so a busy port is reported to the caller) and serves from a new thread.
+/// Long because it sets the listener up option by option (backlog, TCP_NODELAY,
+/// TCP_DEFER_ACCEPT, the connection cap under the open-files limit), each failure logged
+/// where it happens, before the thread starts.
 pub fn serve(
     addr: SocketAddr,
     docs: Arc<dyn Documents>,

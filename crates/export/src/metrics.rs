@@ -23,7 +23,7 @@ use crate::http::Documents;
 use crate::status::StatusSnapshot;
 use bytes::Bytes;
 use mergetune_daemon::controller::Controller;
-use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot};
+use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};
 use mergetune_logic::decision::{Decision, DecisionKind};
 use prometheus::core::Collector;
 use prometheus::{
@@ -140,6 +140,114 @@ impl Registrar {
     }
 }
 
+/// Every family the endpoint exports, registered under the `mergetune_` prefix. Counters
+/// are named with their `_total`; each HELP as docs/metrics.md has it. Long because it is
+/// the list of the metrics, one declaration each.
+fn families(r: &Registrar) -> Families {
+    Families {
+        build_info: r.int_gauges(
+            "build_info",
+            "Always 1; the version of the running mergetune in the version label",
+        ),
+        dry_run: r.int_gauge(
+            "dry_run",
+            "1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0",
+        ),
+        policy_enabled: r.int_gauge(
+            "policy_enabled",
+            "1 when [policy] enabled is true (decisions are written), else 0",
+        ),
+        nomerges: r.int_gauges(
+            "device_nomerges",
+            "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
+        ),
+        level: r.int_gauges(
+            "device_ladder_level",
+            "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
+        ),
+        management: r.int_gauges(
+            "device_management",
+            "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
+        ),
+        merge_ratio: r.gauges(
+            "device_merge_ratio",
+            "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
+        ),
+        bios_rate: r.gauges(
+            "device_bios_per_second",
+            "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
+        ),
+        decisions: r.counters(
+            "decisions_total",
+            "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+        ),
+        probes: r.counters(
+            "probes_total",
+            "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on)",
+        ),
+        write_errors: r.counter(
+            "sysfs_write_errors_total",
+            "Writes of a device tunable that failed (the state is kept and the write retried later)",
+        ),
+        diskstats_errors: r.counter(
+            "diskstats_errors_total",
+            "Ticks where /proc/diskstats could not be read or had unparsable lines",
+        ),
+        diskstats_resets: r.counter(
+            "diskstats_resets_total",
+            "Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted",
+        ),
+        state_save_errors: r.counter(
+            "state_save_errors_total",
+            "Failed saves of state.json, the record of original values (the records stay in memory and the save is retried)",
+        ),
+        tunable_read_errors: r.counter(
+            "tunable_read_errors_total",
+            "Failed reads of a device tunable (queue/nomerges, queue/iosched/...)",
+        ),
+        state_persisted: r.int_gauge(
+            "state_persisted",
+            "1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it)",
+        ),
+        max_changes_per_hour: r.int_gauge(
+            "policy_max_changes_per_hour",
+            "[policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour",
+        ),
+        ticks: r.counter(
+            "ticks_total",
+            "Ticks (samples of the counters) taken",
+        ),
+        reloads: r.counters(
+            "config_reloads_total",
+            "Config reloads (SIGHUP) by result: success, failure (the old config stays)",
+        ),
+        tick_duration: r.histogram(
+            "tick_duration_seconds",
+            "Wall time of one tick: read counters, decide, write tunables", tick_buckets(),
+        ),
+        tick_lag: r.histogram(
+            "tick_lag_seconds",
+            "How late a tick started against its schedule", lag_buckets(),
+        ),
+        cost_profile_info: r.int_gauges(
+            "cost_profile_info",
+            "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
+        ),
+        pricing: r.int_gauges(
+            "device_pricing",
+            "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
+        ),
+        saving: r.gauges(
+            "device_merge_saving_cpu_ratio",
+            "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
+        ),
+        saving_floor: r.gauge(
+            "merge_saving_floor_cpu_ratio",
+            "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
+        ),
+    }
+}
+
 struct Inner {
     generation: u64,
     /// Devices with per-device series, to drop the series of a device that went away.
@@ -191,109 +299,7 @@ impl Metrics {
         let r = Registrar {
             registry: Registry::new_custom(Some("mergetune".into()), None).expect("a valid prefix"),
         };
-        // Counters are named with their `_total`; each HELP as docs/metrics.md has it.
-        let f = Families {
-            build_info: r.int_gauges(
-                "build_info",
-                "Always 1; the version of the running mergetune in the version label",
-            ),
-            dry_run: r.int_gauge(
-                "dry_run",
-                "1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0",
-            ),
-            policy_enabled: r.int_gauge(
-                "policy_enabled",
-                "1 when [policy] enabled is true (decisions are written), else 0",
-            ),
-            nomerges: r.int_gauges(
-                "device_nomerges",
-                "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
-            ),
-            level: r.int_gauges(
-                "device_ladder_level",
-                "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
-            ),
-            management: r.int_gauges(
-                "device_management",
-                "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
-            ),
-            merge_ratio: r.gauges(
-                "device_merge_ratio",
-                "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
-            ),
-            bios_rate: r.gauges(
-                "device_bios_per_second",
-                "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
-            ),
-            decisions: r.counters(
-                "decisions_total",
-                "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
-            ),
-            probes: r.counters(
-                "probes_total",
-                "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on)",
-            ),
-            write_errors: r.counter(
-                "sysfs_write_errors_total",
-                "Writes of a device tunable that failed (the state is kept and the write retried later)",
-            ),
-            diskstats_errors: r.counter(
-                "diskstats_errors_total",
-                "Ticks where /proc/diskstats could not be read or had unparsable lines",
-            ),
-            diskstats_resets: r.counter(
-                "diskstats_resets_total",
-                "Times a device's /proc/diskstats counters went backwards (device removed and re-added): its window restarted",
-            ),
-            state_save_errors: r.counter(
-                "state_save_errors_total",
-                "Failed saves of state.json, the record of original values (the records stay in memory and the save is retried)",
-            ),
-            tunable_read_errors: r.counter(
-                "tunable_read_errors_total",
-                "Failed reads of a device tunable (queue/nomerges, queue/iosched/...)",
-            ),
-            state_persisted: r.int_gauge(
-                "state_persisted",
-                "1 when state.json holds every original value mergetune has recorded in memory, 0 while a record exists only in memory (a crash now would lose it)",
-            ),
-            max_changes_per_hour: r.int_gauge(
-                "policy_max_changes_per_hour",
-                "[policy] max_changes_per_hour: the cap on tunable changes per device in any rolling hour",
-            ),
-            ticks: r.counter(
-                "ticks_total",
-                "Ticks (samples of the counters) taken",
-            ),
-            reloads: r.counters(
-                "config_reloads_total",
-                "Config reloads (SIGHUP) by result: success, failure (the old config stays)",
-            ),
-            tick_duration: r.histogram(
-                "tick_duration_seconds",
-                "Wall time of one tick: read counters, decide, write tunables", tick_buckets(),
-            ),
-            tick_lag: r.histogram(
-                "tick_lag_seconds",
-                "How late a tick started against its schedule", lag_buckets(),
-            ),
-            cost_profile_info: r.int_gauges(
-                "cost_profile_info",
-                "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
-            ),
-            pricing: r.int_gauges(
-                "device_pricing",
-                "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
-            ),
-            saving: r.gauges(
-                "device_merge_saving_cpu_ratio",
-                "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
-            ),
-            saving_floor: r.gauge(
-                "merge_saving_floor_cpu_ratio",
-                "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
-            ),
-        };
+        let f = families(&r);
         if simulated {
             r.int_gauge(
                 "simulated",
@@ -361,82 +367,8 @@ impl Metrics {
 
         let mut present = BTreeSet::new();
         for dev in &daemon.devices {
-            let name = &dev.name;
-            present.insert(name.clone());
-            let labels = dl(name);
-            match dev
-                .nomerges
-                .as_deref()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-            {
-                Some(v) => {
-                    f.nomerges.get_or_create(&labels).set(v);
-                }
-                None => {
-                    f.nomerges.remove(&labels);
-                }
-            }
-            // One series per device, for its current state (a change drops the old one).
-            let label = dev.management.label();
-            for state in MANAGEMENT_STATES {
-                let l = ManagementLabels {
-                    device: name.clone(),
-                    management: state.to_string(),
-                };
-                if state == label {
-                    f.management.get_or_create(&l).set(1);
-                } else {
-                    f.management.remove(&l);
-                }
-            }
-            if let Some(level) = dev.level {
-                f.level.get_or_create(&labels).set(i64::from(level.index()));
-                for outcome in PROBE_OUTCOMES {
-                    f.probes
-                        .get_or_create(&ProbeLabels {
-                            device: name.clone(),
-                            outcome: outcome.to_string(),
-                        })
-                        .get();
-                }
-            } else {
-                f.level.remove(&labels);
-            }
-            let w = dev.last_window.as_ref();
-            for (direction, bios, ratio) in [
-                (
-                    "read",
-                    w.map(|w| w.counters.read_bios()),
-                    w.map(|w| w.counters.read_merge_ratio()),
-                ),
-                (
-                    "write",
-                    w.map(|w| w.counters.write_bios()),
-                    w.map(|w| w.counters.write_merge_ratio()),
-                ),
-            ] {
-                let l = DirectionLabels {
-                    device: name.clone(),
-                    direction: direction.to_string(),
-                };
-                match (bios, ratio) {
-                    (Some(b), Some(r)) if b > 0 && r.is_finite() => {
-                        f.merge_ratio.get_or_create(&l).set(r);
-                    }
-                    _ => {
-                        f.merge_ratio.remove(&l);
-                    }
-                }
-            }
-            self.export_saving(name, dev.worth.as_ref());
-            match w.map(|w| w.bios_per_sec()).filter(|r| r.is_finite()) {
-                Some(r) => {
-                    f.bios_rate.get_or_create(&labels).set(r);
-                }
-                None => {
-                    f.bios_rate.remove(&labels);
-                }
-            }
+            present.insert(dev.name.clone());
+            self.export_device(dev);
         }
         let gone: Vec<String> = inner.exported.difference(&present).cloned().collect();
         for name in gone {
@@ -444,6 +376,114 @@ impl Metrics {
         }
         inner.exported = present;
 
+        self.count_decisions(decisions);
+        self.add_counters(&daemon.counters, &inner.last);
+        f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
+        let profile = ProfileLabels {
+            profile: daemon.pricing_name.clone(),
+            origin: daemon.pricing_origin.clone(),
+        };
+        if !daemon.pricing_name.is_empty() && inner.profile.as_ref() != Some(&profile) {
+            f.cost_profile_info.clear();
+            f.cost_profile_info.get_or_create(&profile).set(1);
+            inner.profile = Some(profile);
+        }
+        inner.last = daemon.counters.clone();
+
+        self.observe_timing(&mut inner, t);
+
+        let max_lag = inner.max_lag_seconds;
+        inner.status = StatusSnapshot::of(daemon, t, max_lag);
+        inner.status.simulated = self.simulated;
+        inner.generation += 1;
+        self.encode(&mut inner);
+    }
+
+    /// One device's series: nomerges, management state, level (and its probe counters at
+    /// 0), merge ratio per direction, saving and bio rate; a series whose value is unknown
+    /// now is removed.
+    fn export_device(&self, dev: &DeviceSnapshot) {
+        let f = &self.f;
+        let name = &dev.name;
+        let labels = dl(name);
+        match dev
+            .nomerges
+            .as_deref()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+        {
+            Some(v) => {
+                f.nomerges.get_or_create(&labels).set(v);
+            }
+            None => {
+                f.nomerges.remove(&labels);
+            }
+        }
+        // One series per device, for its current state (a change drops the old one).
+        let label = dev.management.label();
+        for state in MANAGEMENT_STATES {
+            let l = ManagementLabels {
+                device: name.clone(),
+                management: state.to_string(),
+            };
+            if state == label {
+                f.management.get_or_create(&l).set(1);
+            } else {
+                f.management.remove(&l);
+            }
+        }
+        if let Some(level) = dev.level {
+            f.level.get_or_create(&labels).set(i64::from(level.index()));
+            for outcome in PROBE_OUTCOMES {
+                f.probes
+                    .get_or_create(&ProbeLabels {
+                        device: name.clone(),
+                        outcome: outcome.to_string(),
+                    })
+                    .get();
+            }
+        } else {
+            f.level.remove(&labels);
+        }
+        let w = dev.last_window.as_ref();
+        for (direction, bios, ratio) in [
+            (
+                "read",
+                w.map(|w| w.counters.read_bios()),
+                w.map(|w| w.counters.read_merge_ratio()),
+            ),
+            (
+                "write",
+                w.map(|w| w.counters.write_bios()),
+                w.map(|w| w.counters.write_merge_ratio()),
+            ),
+        ] {
+            let l = DirectionLabels {
+                device: name.clone(),
+                direction: direction.to_string(),
+            };
+            match (bios, ratio) {
+                (Some(b), Some(r)) if b > 0 && r.is_finite() => {
+                    f.merge_ratio.get_or_create(&l).set(r);
+                }
+                _ => {
+                    f.merge_ratio.remove(&l);
+                }
+            }
+        }
+        self.export_saving(name, dev.worth.as_ref());
+        match w.map(|w| w.bios_per_sec()).filter(|r| r.is_finite()) {
+            Some(r) => {
+                f.bios_rate.get_or_create(&labels).set(r);
+            }
+            None => {
+                f.bios_rate.remove(&labels);
+            }
+        }
+    }
+
+    /// Each decision under its kind, tunable and values, and each probe under its outcome.
+    fn count_decisions(&self, decisions: &[Decision]) {
+        let f = &self.f;
         for d in decisions {
             let device = d.device.clone();
             f.decisions
@@ -469,54 +509,34 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
 
-        let c = &daemon.counters;
+    /// The daemon's counters, by what they grew since the last update.
+    fn add_counters(&self, c: &DaemonCounters, last: &DaemonCounters) {
+        let f = &self.f;
         let add = |counter: &IntCounter, now: u64, before: u64| {
             // A smaller value means a new daemon behind the same exporter: count it whole.
             counter.inc_by(if now >= before { now - before } else { now });
         };
-        add(&f.write_errors, c.write_errors, inner.last.write_errors);
+        add(&f.write_errors, c.write_errors, last.write_errors);
         add(
             &f.diskstats_errors,
             c.diskstats_errors,
-            inner.last.diskstats_errors,
+            last.diskstats_errors,
         );
-        add(
-            &f.diskstats_resets,
-            c.counter_resets,
-            inner.last.counter_resets,
-        );
+        add(&f.diskstats_resets, c.counter_resets, last.counter_resets);
         add(
             &f.state_save_errors,
             c.state_save_errors,
-            inner.last.state_save_errors,
+            last.state_save_errors,
         );
         add(
             &f.tunable_read_errors,
             c.tunable_read_errors,
-            inner.last.tunable_read_errors,
+            last.tunable_read_errors,
         );
         f.state_persisted.set(i64::from(c.state_persisted));
-        add(&f.ticks, c.ticks, inner.last.ticks);
-        f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
-        let profile = ProfileLabels {
-            profile: daemon.pricing_name.clone(),
-            origin: daemon.pricing_origin.clone(),
-        };
-        if !daemon.pricing_name.is_empty() && inner.profile.as_ref() != Some(&profile) {
-            f.cost_profile_info.clear();
-            f.cost_profile_info.get_or_create(&profile).set(1);
-            inner.profile = Some(profile);
-        }
-        inner.last = c.clone();
-
-        self.observe_timing(&mut inner, t);
-
-        let max_lag = inner.max_lag_seconds;
-        inner.status = StatusSnapshot::of(daemon, t, max_lag);
-        inner.status.simulated = self.simulated;
-        inner.generation += 1;
-        self.encode(&mut inner);
+        add(&f.ticks, c.ticks, last.ticks);
     }
 
     /// Counts a tick that refreshes nothing else: its duration and lag go into the
