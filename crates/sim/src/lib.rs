@@ -8,7 +8,7 @@
 //! busy; devices (rotational or SSD) complete them after a modelled service time; dm-linear
 //! and dm-stripe devices split bios at chunk boundaries onto member devices.
 //!
-//! The [`Simulation`] implements [`mergetune_kernel::blockfs::BlockFs`], so the daemon's own loop and
+//! The [`Simulation`](engine::Simulation) implements [`mergetune_kernel::blockfs::BlockFs`], so the daemon's own loop and
 //! policy ([`mergetune_daemon::controller::Controller`]) drive it exactly as they drive real devices:
 //! the runner ([`runner::run_scenario`]) advances virtual time to each tick and calls
 //! `controller.tick(now_ms, &mut sim)`. Nothing here reads the wall clock except the CLI
