@@ -696,22 +696,25 @@ pub fn ensure_tracefs() {
 
 /// Removes instances left by test processes that died without dropping their capture.
 fn remove_stale_instances() {
-    let Ok(entries) = fs::read_dir(Path::new(TRACEFS).join("instances")) else {
-        return;
+    // Instances are named `PREFIX-PID-N`: the pid is the first part after the prefix.
+    let pid_of = |name: &str| {
+        name.strip_prefix(INSTANCE_PREFIX)?
+            .split('-')
+            .next()?
+            .parse()
+            .ok()
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else {
-            continue;
-        };
-        let pid = rest.split('-').next().unwrap_or("");
-        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
-            for ev in TRACE_EVENTS {
-                let _ = fs::write(e.path().join(format!("events/block/{ev}/enable")), "0");
-            }
-            let _ = fs::remove_dir(e.path());
-        }
-    }
+    let events: Vec<String> = TRACE_EVENTS
+        .iter()
+        .map(|ev| format!("block/{ev}"))
+        .collect();
+    let events: Vec<&str> = events.iter().map(String::as_str).collect();
+    mergetune_kernel::tracefs::sweep_dead_instances(
+        Path::new(TRACEFS),
+        Path::new("/proc"),
+        pid_of,
+        &events,
+    );
 }
 
 /// `entries-in-buffer/entries-written: A/B` from the trace header.

@@ -258,7 +258,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     // Refusals first, before anything is touched.
     let deadline = a.checked_duration()?;
     let (name, major, minor) = device_number(&a.device, &a.sysfs_root)?;
-    let euid = crate::euid();
+    let euid = rustix::process::geteuid().as_raw();
     if euid != 0 {
         bail!(
             "trace capture needs root: the tracing filesystem is root-only (running as uid {euid})"

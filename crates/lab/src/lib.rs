@@ -9,8 +9,3 @@ pub mod calibrate;
 pub mod capture;
 pub mod compare;
 pub mod plot;
-
-/// This process's effective uid (the lab's tools that write tracefs or sysfs need root).
-pub fn euid() -> u32 {
-    rustix::process::geteuid().as_raw()
-}

@@ -13,6 +13,20 @@
 //! each mode's rules live in their own file (`merging`, `off`, `probing`, `trial`), the
 //! reasons in [`reason`] and the workload signatures in [`signature`].
 
+/// One step of a mode's decision: `Break` ends it with an evaluation, `Continue` hands the
+/// state (and what the step found) on to the next step.
+type Step<T = PolicyState> = std::ops::ControlFlow<Evaluation, T>;
+
+/// What a step that continued handed on; the step's evaluation out of the caller else.
+macro_rules! then {
+    ($step:expr) => {
+        match $step {
+            std::ops::ControlFlow::Continue(v) => v,
+            std::ops::ControlFlow::Break(e) => return e,
+        }
+    };
+}
+
 mod merging;
 mod off;
 mod probing;

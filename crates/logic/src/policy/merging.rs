@@ -5,24 +5,10 @@
 
 use super::reason::{pct, secs};
 use super::{Ctx, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
-use super::{change, hold, next_down, settle};
+use super::{Step, change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
 use std::ops::ControlFlow;
-
-/// One step of the decision: `Break` ends it with an evaluation, `Continue` hands the
-/// state on to the next step.
-type Step = ControlFlow<Evaluation, PolicyState>;
-
-/// The state out of a step that continued; the step's evaluation out of `decide` else.
-macro_rules! then {
-    ($step:expr) => {
-        match $step {
-            ControlFlow::Continue(s) => s,
-            ControlFlow::Break(e) => return e,
-        }
-    };
-}
 
 /// What one closed window shows.
 struct Seen<'w> {
@@ -129,11 +115,7 @@ fn while_merging_pays(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
 /// saves measurably (said once, when the step would have come; the rungs on the way to a
 /// level that does save are taken: the counters still see merges on them). Else the rung
 /// the step would go to.
-fn low_window(
-    mut s: PolicyState,
-    seen: &Seen,
-    cx: &Ctx,
-) -> ControlFlow<Evaluation, (PolicyState, Level)> {
+fn low_window(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step<(PolicyState, Level)> {
     let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
     s.low_windows = s.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {

@@ -10,25 +10,10 @@
 
 use super::reason::{pct, secs};
 use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
-use super::{change, hold, sensed_min_bios};
+use super::{Step, change, hold, sensed_min_bios};
 use crate::decision::Level;
 use crate::sampler::Window;
 use std::ops::ControlFlow;
-
-/// One step of the decision: `Break` ends it with an evaluation, `Continue` hands the
-/// state on.
-type Step<T = PolicyState> = ControlFlow<Evaluation, T>;
-
-/// The state (and what a step found) out of a step that continued; the step's evaluation
-/// out of `decide` else.
-macro_rules! then {
-    ($step:expr) => {
-        match $step {
-            ControlFlow::Continue(v) => v,
-            ControlFlow::Break(e) => return e,
-        }
-    };
-}
 
 /// The share of the tap's bios contiguous with a recent bio of the same direction, and how
 /// many it sampled.
