@@ -18,8 +18,9 @@
 
 use criterion::{Criterion, criterion_group};
 use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::snapshot::TickTiming;
 use mergetune_export::http::{Limits, serve};
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_export::metrics::Metrics;
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;

@@ -10,7 +10,7 @@
 //! first look (each step changes what the counters show), so the look ends there.
 
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_export::metrics::TickTiming;
+use mergetune_daemon::snapshot::TickTiming;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use std::collections::BTreeMap;
@@ -166,5 +166,14 @@ impl Once {
             }
             (_, false) => format!("{looked}: {n} decision(s) taken, restored at exit:"),
         }
+    }
+}
+
+impl mergetune_daemon::service::TickObserver for Once {
+    fn before_tick(&mut self) {
+        Once::before_tick(self);
+    }
+    fn after_tick(&mut self, at_ms: u64, decisions: Vec<Decision>, daemon: &Daemon) -> bool {
+        Once::after_tick(self, at_ms, decisions, daemon)
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::cli::common::EXIT_OK;
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_export::metrics::TickTiming;
+use mergetune_daemon::snapshot::TickTiming;
 use mergetune_logic::config::{self, Config};
 use mergetune_logic::printable::printable;
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
-//! `mergetune run`: the daemon's loop, the edge where clocks, signals, files and the service
-//! manager live. Each step of a start is a function here (config, state recovery, metrics
-//! endpoint, signals), the loop is `TickLoop`, and `--once`'s look is [`crate::cli::once`]'s.
+//! `mergetune run`: the start of the daemon, where the command line, signals, files and the
+//! service manager meet. Each step of a start is a function here (config, state recovery,
+//! metrics endpoint, signals); the loop itself is the daemon's
+//! ([`mergetune_daemon::service::TickLoop`]), and `--once`'s look is [`crate::cli::once`]'s.
 //!
 //! Order at start: config (with the command line's overrides), then the originals a dead
 //! predecessor left in the state file are put back before anything is read as "original",
@@ -20,18 +21,18 @@ use crate::cli::once::Once;
 use anyhow::{Context, Result, bail};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::service::{Event, Exporter, Reload, TickLoop, TickObserver};
 use mergetune_daemon::state::{
     FileStore, MemoryStore, StatePointer, StateStore, restore_from_store,
 };
+use mergetune_export::endpoint::Endpoint;
 use mergetune_export::http::ServerHandle;
 use mergetune_export::logging::Notifier;
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_export::metrics::Metrics;
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
-use mergetune_logic::decision::{Applied, Decision};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
 #[derive(clap::Args, Debug)]
@@ -295,17 +296,12 @@ fn endpoint(args: &RunArgs, cfg: &Config, metrics: &Arc<Metrics>) -> Result<Opti
                     Ok(Some(h))
                 }
                 Err(e) => {
-                    error!("metrics endpoint {addr}: cannot listen: {e}; running without metrics");
+                    error!("metrics endpoint {e}; running without metrics");
                     Ok(None)
                 }
             }
         }
     }
-}
-
-enum Event {
-    Stop(&'static str),
-    Reload,
 }
 
 /// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s.
@@ -329,243 +325,21 @@ fn signals() -> Result<mpsc::Receiver<Event>> {
     Ok(rx)
 }
 
-/// The one-line summary for systemd's STATUS= (`systemctl status mergetune`).
-fn status_line(daemon: &Daemon) -> String {
-    let devs = daemon.devices();
-    let managed = devs.values().filter(|d| d.management.is_managed()).count();
-    let reduced = devs
-        .values()
-        .filter(|d| {
-            d.management.is_managed() && d.policy.level > mergetune_logic::decision::Level::L0
-        })
-        .count();
-    let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
-        format!(", watching L3 every {} ms", daemon.next_tick_in_ms())
-    } else {
-        String::new()
+/// SIGHUP's config: the same file read again, with the command line's overrides.
+fn reread(cfg_path: Option<&Path>, args: &RunArgs) -> Reload {
+    let Some(p) = cfg_path else {
+        return Reload::NoFile;
     };
-    format!(
-        "{}{managed} of {} devices managed, {reduced} with merging reduced{watching}, {} decisions, {} write errors",
-        if daemon.actuator().dry_run() {
-            "dry-run: "
-        } else {
-            ""
+    let loaded = config::load_file(p)
+        .map_err(anyhow::Error::from)
+        .and_then(|mut c| apply_overrides(&mut c, args).map(|()| c));
+    match loaded {
+        Err(e) => Reload::Rejected(format!("{e:#}")),
+        Ok(cfg) => Reload::Loaded {
+            cfg: Box::new(cfg),
+            from: p.to_path_buf(),
+            listen_from_command_line: args.metrics_listen.is_some(),
         },
-        devs.len(),
-        daemon.counters.decisions,
-        daemon.counters.write_errors
-    )
-}
-
-/// Whether the tick scheduled at `scheduled_ms` refreshes the metrics and `/status`: once
-/// in each `interval_ms` of the schedule, and at every tick that decided something, so no
-/// decision is counted late. A refresh walks every device (about 4 µs each, see
-/// docs/metrics.md), and the L3 watch ticks up to ten times per interval; Prometheus
-/// scrapes every few seconds, so the watch's extra ticks would refresh for nobody.
-fn metrics_refresh_due(
-    last_refresh_ms: Option<u64>,
-    scheduled_ms: u64,
-    interval_ms: u64,
-    decided: bool,
-) -> bool {
-    let interval_ms = interval_ms.max(1);
-    decided || last_refresh_ms.is_none_or(|last| scheduled_ms / interval_ms != last / interval_ms)
-}
-
-/// The tick loop's state: the daemon and everything around it that keeps time.
-struct TickLoop {
-    daemon: Daemon,
-    fs: RealFs,
-    metrics: Arc<Metrics>,
-    server: Option<ServerHandle>,
-    notifier: Notifier,
-    /// Pings at half the watchdog timeout at least, whatever the tick interval.
-    watchdog_every: Option<Duration>,
-    last_ping: Instant,
-    last_status: String,
-    worst_lag: Duration,
-    recorder: Option<mergetune_daemon::record::Recorder>,
-    start: Instant,
-    next_tick: Duration,
-    /// The scheduled time of the tick that last refreshed the metrics.
-    metrics_refreshed_ms: Option<u64>,
-    /// Where this run's pointer to its state directory lives (live runs on the machine).
-    pointer: Option<StatePointer>,
-}
-
-impl TickLoop {
-    fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
-    }
-
-    /// Whether the next tick is due.
-    fn due(&self) -> bool {
-        self.start.elapsed() >= self.next_tick
-    }
-
-    /// One tick: sample, decide, apply, export, tell systemd. Returns the tick's time and
-    /// its decisions.
-    fn tick(&mut self) -> (u64, Vec<Decision>) {
-        let lag = self.start.elapsed().saturating_sub(self.next_tick);
-        self.worst_lag = self.worst_lag.max(lag);
-        let tick_at = self.now_ms();
-        let tick_start = Instant::now();
-        let decisions = match self.recorder.as_mut() {
-            Some(rec) => {
-                let mut rfs = mergetune_daemon::record::RecordingFs::new(&mut self.fs, tick_at);
-                let d = self.daemon.tick(tick_at, &mut rfs);
-                if let Err(e) = rec.write(&rfs.finish()) {
-                    error!("{e}; recording stopped");
-                    self.recorder = None;
-                }
-                d
-            }
-            None => self.daemon.tick(tick_at, &mut self.fs),
-        };
-        let took = tick_start.elapsed();
-        if self.server.is_some() {
-            let timing = TickTiming {
-                now_ms: tick_at,
-                duration_seconds: took.as_secs_f64(),
-                lag_seconds: lag.as_secs_f64(),
-            };
-            let scheduled_ms = self.next_tick.as_millis() as u64;
-            let interval_ms = self.daemon.config().daemon.interval_ms;
-            if metrics_refresh_due(
-                self.metrics_refreshed_ms,
-                scheduled_ms,
-                interval_ms,
-                !decisions.is_empty(),
-            ) {
-                self.metrics.update(&self.daemon, &decisions, timing);
-                self.metrics_refreshed_ms = Some(scheduled_ms);
-            } else {
-                self.metrics.observe_tick(timing);
-            }
-        }
-        let status = status_line(&self.daemon);
-        if self.daemon.counters.ticks == 1 {
-            log_device_pricing(&self.daemon);
-            if let Err(e) = self.notifier.ready(&status) {
-                warn!("sd_notify READY=1: {e}");
-            }
-            self.last_status = status;
-        } else if status != self.last_status {
-            let _ = self.notifier.status(&status);
-            self.last_status = status;
-        }
-        // A tick proves the loop alive; at the L3 watch's ten ticks a second, a ping at
-        // every tick would be ten datagrams a second for nothing.
-        if self
-            .watchdog_every
-            .is_some_and(|every| self.last_ping.elapsed() >= every / 2)
-        {
-            let _ = self.notifier.watchdog();
-            self.last_ping = Instant::now();
-        }
-        let interval = Duration::from_millis(self.daemon.next_tick_in_ms());
-        self.next_tick += interval;
-        // After a stall (suspend, a slow sysfs), skip missed ticks rather than burst.
-        if self.next_tick < self.start.elapsed() {
-            self.next_tick = self.start.elapsed() + interval;
-        }
-        (tick_at, decisions)
-    }
-
-    /// How long to wait for a signal before the next tick (or watchdog ping) is due; pings
-    /// the watchdog when a tick interval is longer than it allows.
-    fn wait(&mut self) -> Duration {
-        let mut wait = self.next_tick.saturating_sub(self.start.elapsed());
-        if let Some(every) = self.watchdog_every {
-            if self.last_ping.elapsed() >= every {
-                let _ = self.notifier.watchdog();
-                self.last_ping = Instant::now();
-            }
-            wait = wait.min(every.saturating_sub(self.last_ping.elapsed()));
-        }
-        wait
-    }
-
-    /// SIGHUP: a new config from the same file, or the old one kept with the reason.
-    fn reload(&mut self, cfg_path: Option<&std::path::Path>, args: &RunArgs) {
-        let Some(p) = cfg_path else {
-            warn!("SIGHUP: running on built-in defaults, no config file to reload");
-            return;
-        };
-        let loaded = config::load_file(p)
-            .map_err(anyhow::Error::from)
-            .and_then(|mut c| apply_overrides(&mut c, args).map(|()| c));
-        let new_cfg = match loaded {
-            Err(e) => {
-                self.metrics.config_reload(false);
-                error!("SIGHUP: new config rejected, keeping the old one: {e:#}");
-                return;
-            }
-            Ok(c) => c,
-        };
-        let summary = new_cfg.summary();
-        let listen_changed = (new_cfg.metrics != self.daemon.config().metrics
-            && args.metrics_listen.is_none())
-        .then(|| new_cfg.metrics.listen.clone());
-        match self.daemon.try_reload(new_cfg) {
-            Err(e) => {
-                self.metrics.config_reload(false);
-                error!(
-                    "SIGHUP: new config from {} rejected, keeping the old one: {e}",
-                    p.display()
-                );
-            }
-            Ok(()) => {
-                info!("SIGHUP: config reloaded from {}: {summary}", p.display());
-                if let Some(listen) = listen_changed {
-                    warn!(
-                        "SIGHUP: [metrics] listen changed to {listen:?}: takes effect at the next restart"
-                    );
-                }
-                self.metrics.config_reload(true);
-            }
-        }
-    }
-
-    /// The stop: every original value restored (a dry run wrote none), the exit code. The
-    /// endpoint goes first: its connections are descriptors the restore may need.
-    fn stop(mut self, why: &str) -> i32 {
-        if let Some(server) = self.server.take() {
-            server.shutdown();
-        }
-        if self.worst_lag > Duration::from_millis(100) {
-            info!("worst tick lag this run: {} ms", self.worst_lag.as_millis());
-        }
-        if self.daemon.actuator().dry_run() {
-            let _ = self
-                .notifier
-                .stopping(&format!("stopping ({why}): dry run, nothing was written"));
-            info!("stopping ({why}): dry run, nothing was written, nothing to restore");
-            return EXIT_OK;
-        }
-        let _ = self
-            .notifier
-            .stopping(&format!("stopping ({why}): restoring original values"));
-        info!("stopping ({why}): restoring original values");
-        let now = self.now_ms();
-        let restored = self.daemon.restore_all(now, &mut self.fs);
-        let failed = restored
-            .iter()
-            .filter(|d| matches!(d.applied, Applied::Failed(_)))
-            .count();
-        info!(
-            "stopped; {} value(s) restored",
-            restored.iter().filter(|d| d.was_applied()).count()
-        );
-        // Nothing left to restore: the pointer to this run's state directory goes too.
-        if let Some(p) = &self.pointer
-            && !FileStore::new(&self.daemon.config().daemon.state_dir)
-                .path()
-                .exists()
-        {
-            let _ = p.clear_if(&self.daemon.config().daemon.state_dir);
-        }
-        if failed > 0 { EXIT_ERROR } else { EXIT_OK }
     }
 }
 
@@ -575,9 +349,12 @@ pub fn run(args: RunArgs) -> Result<i32> {
     log_pricing(&cfg, &mut fs);
     let actuator = actuator(&args, &cfg, &mut fs)?;
     let metrics = Arc::new(Metrics::new());
-    let server = endpoint(&args, &cfg, &metrics)?;
-    let notifier = Notifier::from_env();
-    let watchdog_every = notifier.watchdog_timeout().map(|t| t / 2);
+    let exporter = endpoint(&args, &cfg, &metrics)?.map(|server| {
+        Box::new(Endpoint {
+            metrics,
+            server: Some(server),
+        }) as Box<dyn Exporter>
+    });
     let rx = signals()?;
     let recorder = match &args.record {
         Some(p) => {
@@ -587,77 +364,28 @@ pub fn run(args: RunArgs) -> Result<i32> {
         None => None,
     };
     let mut once = args.once.then(|| Once::new(&cfg, args.dry_run));
-    let mut lp = TickLoop {
-        daemon: Daemon::new(cfg, actuator),
+    let pointer = (!args.dry_run)
+        .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
+        .flatten()
+        .map(StatePointer::new);
+    let mut lp = TickLoop::new(
+        Daemon::new(cfg, actuator),
         fs,
-        metrics,
-        server,
-        notifier,
-        watchdog_every,
-        last_ping: Instant::now(),
-        last_status: String::new(),
-        worst_lag: Duration::ZERO,
+        exporter,
+        Box::new(Notifier::from_env()),
         recorder,
-        start: Instant::now(),
-        next_tick: Duration::ZERO,
-        metrics_refreshed_ms: None,
-        pointer: (!args.dry_run)
-            .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
-            .flatten()
-            .map(StatePointer::new),
-    };
-    let stop_reason: &str = loop {
-        if lp.due() {
-            if let Some(o) = once.as_mut() {
-                o.before_tick();
-            }
-            let (at, decisions) = lp.tick();
-            if let Some(o) = once.as_mut()
-                && o.after_tick(at, decisions, &lp.daemon)
-            {
-                break "--once";
-            }
-        }
-        let wait = lp.wait();
-        match rx.recv_timeout(wait) {
-            Ok(Event::Stop(sig)) => break sig,
-            Ok(Event::Reload) => lp.reload(cfg_path.as_deref(), &args),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break "signal thread ended",
-        }
-    };
+        pointer,
+    )
+    .after_first_tick(log_device_pricing);
+    let observer = once.as_mut().map(|o| o as &mut dyn TickObserver);
+    let stop_reason = lp.run(&rx, observer, &mut || reread(cfg_path.as_deref(), &args));
     if let Some(o) = once {
-        o.print(&lp.daemon, lp.now_ms(), args.json)?;
+        o.print(lp.daemon(), lp.now_ms(), args.json)?;
     }
-    Ok(lp.stop(stop_reason))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::metrics_refresh_due;
-
-    #[test]
-    fn metrics_refresh_every_tick_at_the_interval_and_once_per_interval_while_watching() {
-        // Ticks on the interval: each one refreshes.
-        let mut last = None;
-        for t in [0, 1000, 2000, 3000] {
-            assert!(metrics_refresh_due(last, t, 1000, false), "at {t} ms");
-            last = Some(t);
-        }
-        // The L3 watch ticks every 100 ms: one refresh per second of the schedule.
-        let mut refreshed = Vec::new();
-        let mut last = Some(3000);
-        for t in (3100..=6000).step_by(100) {
-            if metrics_refresh_due(last, t, 1000, false) {
-                refreshed.push(t);
-                last = Some(t);
-            }
-        }
-        assert_eq!(refreshed, vec![4000, 5000, 6000]);
-        // A tick that decided refreshes at once, whatever the schedule.
-        assert!(metrics_refresh_due(Some(4000), 4300, 1000, true));
-        // The first tick always refreshes; an interval of 0 is not a division by zero.
-        assert!(metrics_refresh_due(None, 0, 0, false));
-        assert!(!metrics_refresh_due(Some(7), 7, 0, false));
-    }
+    let stopped = lp.stop(stop_reason);
+    Ok(if stopped.restore_failed {
+        EXIT_ERROR
+    } else {
+        EXIT_OK
+    })
 }

@@ -182,7 +182,7 @@ fn exporter(args: &SimulateArgs) -> anyhow::Result<Option<mergetune_export::live
     };
     let speed = args.speed.unwrap_or(1.0);
     let ex = mergetune_export::live::LiveExporter::start(addr, Some(speed))
-        .with_context(|| format!("metrics endpoint {addr}: cannot listen"))?;
+        .context("--metrics-listen")?;
     eprintln!(
         "serving the simulated devices' metrics on http://{addr}/metrics at {speed}x real time"
     );

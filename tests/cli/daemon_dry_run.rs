@@ -5,6 +5,7 @@
 //! level it would have set (crates/daemon/src/dryrun.rs). The real-kernel counterpart is
 //! tests/real_kernel/real_kernel_daemon.rs, `a_dry_run_decides_as_the_live_daemon`.
 
+use crate::scenarios::RandomThenSequential;
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Controller;
@@ -19,44 +20,18 @@ use mergetune_sim::scenario::DEFAULT_SCENARIO;
 use mergetune_sim::scenario::Scenario;
 
 /// Random writes on a `none` queue (L0 -> L3 straight), then batched sequential writes.
-const RANDOM_THEN_SEQUENTIAL: &str = r#"
-name = "random-then-sequential"
-seed = 7
-
-[[device]]
-name = "sda"
-kind = "ssd"
-scheduler = "none"
-queue_depth = 32
-parallelism = 4
-read_overhead_us = 90.0
-write_overhead_us = 40.0
-bandwidth_mb_s = 520.0
-
-[[phase]]
-name = "random"
-duration_s = 40.0
-[[phase.job]]
-name = "db"
-device = "sda"
-pattern = "random"
-read_percent = 0.0
-block_size_kb = 4
-iodepth = 32
-rate_iops = 6000.0
-
-[[phase]]
-name = "sequential"
-duration_s = 40.0
-[[phase.job]]
-name = "backup"
-device = "sda"
-pattern = "sequential"
-read_percent = 100.0
-block_size_kb = 4
-iodepth = 32
-batch = 16
-"#;
+const RANDOM_THEN_SEQUENTIAL: RandomThenSequential = RandomThenSequential {
+    name: "random-then-sequential",
+    seed: 7,
+    random_s: 40.0,
+    random_read_percent: 0.0,
+    random_iops: 6000.0,
+    sequential_phase: "sequential",
+    sequential_job: "backup",
+    sequential_s: 40.0,
+    sequential_read_percent: 100.0,
+    sequential_iops: None,
+};
 
 /// One run: the decisions, and the largest nomerges the simulated kernel ever held.
 struct Run {
@@ -64,9 +39,8 @@ struct Run {
     max_nomerges: u8,
 }
 
-fn drive(scenario: &str, cfg: &Config, dry_run: bool) -> Run {
-    let sc = Scenario::from_toml_str(scenario, "dry-run test", None).unwrap();
-    let mut sim = Simulation::new(&sc).unwrap();
+fn drive(sc: &Scenario, cfg: &Config, dry_run: bool) -> Run {
+    let mut sim = Simulation::new(sc).unwrap();
     let mut d = Daemon::new(
         cfg.clone(),
         Actuator::new(dry_run, Box::new(MemoryStore::default())),
@@ -128,7 +102,7 @@ fn describe(decisions: &[Decision]) -> String {
         .join("\n")
 }
 
-fn assert_faithful(scenario: &str, cfg: &Config, must_see: &[DecisionKind]) {
+fn assert_faithful(scenario: &Scenario, cfg: &Config, must_see: &[DecisionKind]) {
     let live = drive(scenario, cfg, false);
     let dry = drive(scenario, cfg, true);
     let (l, d) = (
@@ -185,7 +159,7 @@ fn test_config() -> Config {
 #[test]
 fn random_then_sequential_on_a_bare_queue() {
     assert_faithful(
-        RANDOM_THEN_SEQUENTIAL,
+        &RANDOM_THEN_SEQUENTIAL.scenario(),
         &test_config(),
         &[DecisionKind::Disable, DecisionKind::Probe],
     );
@@ -195,7 +169,7 @@ fn random_then_sequential_on_a_bare_queue() {
 fn the_built_in_scenario_on_mq_deadline() {
     // OLTP, a batched backup, OLTP again: the whole ladder, probes and a trial of L2.
     assert_faithful(
-        DEFAULT_SCENARIO,
+        &Scenario::from_toml_str(DEFAULT_SCENARIO, "built-in", None).unwrap(),
         &test_config(),
         &[
             DecisionKind::StepDown,
@@ -209,7 +183,7 @@ fn the_built_in_scenario_on_mq_deadline() {
 fn a_dry_run_probe_out_of_l3_would_write_2_to_0() {
     // The bug this fixes: the dry run never left the real L0, so its probe read
     // "queue/nomerges 0 -> 0" and was not marked as a dry run.
-    let dry = drive(RANDOM_THEN_SEQUENTIAL, &test_config(), true);
+    let dry = drive(&RANDOM_THEN_SEQUENTIAL.scenario(), &test_config(), true);
     let probe = dry
         .decisions
         .iter()

@@ -7,6 +7,8 @@
 mod fakesys;
 #[path = "../support/faketap.rs"]
 mod faketap;
+#[path = "../support/scenarios.rs"]
+mod scenarios;
 
 mod advise_daemon;
 mod advise_fixtures;

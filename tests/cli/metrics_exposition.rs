@@ -5,8 +5,9 @@
 use crate::faketap;
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::snapshot::TickTiming;
 use mergetune_daemon::state::{Loaded, MemoryStore, SavedState, StateError, StateStore};
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_export::metrics::Metrics;
 use mergetune_logic::decision::Decision;
 
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};

@@ -7,7 +7,8 @@
 //! `MERGETUNE_METRICS_DUMP=FILE` the final `/metrics` body is written to FILE, to `diff`
 //! against the same run of another commit.
 
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_daemon::snapshot::TickTiming;
+use mergetune_export::metrics::Metrics;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::runner::{Policy, run_scenario_observed};
 use mergetune_sim::scenario::Scenario;

@@ -6,7 +6,8 @@
 
 use mergetune::cli::check_config::check;
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_daemon::snapshot::TickTiming;
+use mergetune_export::metrics::Metrics;
 use mergetune_export::status::{PricingBasis, StatusSnapshot, UnknownReason};
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile::{Unit, builtin};

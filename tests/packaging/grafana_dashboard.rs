@@ -4,7 +4,8 @@
 //! a query. (promtool's own checks of the rules are in tests/packaging/mixin.rs.)
 
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_export::metrics::{Metrics, TickTiming};
+use mergetune_daemon::snapshot::TickTiming;
+use mergetune_export::metrics::Metrics;
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;

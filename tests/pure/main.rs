@@ -18,3 +18,4 @@ mod parsers_prop;
 mod policy;
 mod slices;
 mod state_fuzz;
+mod state_store;

@@ -506,7 +506,7 @@ proptest! {
                 let decisions = mergetune_daemon::record::replay(ticks, &mut d);
                 let status = mergetune_export::status::StatusSnapshot::of(
                     &d.snapshot(),
-                    mergetune_export::metrics::TickTiming { now_ms: end, ..Default::default() },
+                    mergetune_daemon::snapshot::TickTiming { now_ms: end, ..Default::default() },
                     0.0,
                 );
                 let t = mergetune_export::table::render(&status.devices);

@@ -386,6 +386,10 @@ fn start_daemon(
     dev: &LoopDevice,
     probe_backoff_secs: (u64, u64),
 ) -> (tempfile::TempDir, std::path::PathBuf, Timeline, DaemonProc) {
+    // The daemon goes to L3 only where the bio tap can watch it there, and the tap reads
+    // the tracing filesystem: mounted here as on a systemd host, not left to whichever
+    // test of this binary happened to mount it first (run alone, these tests never got L3).
+    kernel::ensure_tracefs();
     let tmp = tempfile::tempdir().unwrap();
     let state_dir = tmp.path().join("state");
     let config = write_config(tmp.path(), dev, &state_dir, probe_backoff_secs);
@@ -681,6 +685,8 @@ fn wait_for_decisions(
 /// One run of the daemon (dry or live) on random writes until merging is off, then batched
 /// sequential writes until a probe has settled where merging stays; returns its decisions.
 fn random_then_sequential(dev: &LoopDevice, dry_run: bool) -> (Vec<Logged>, String) {
+    // The live daemon's L3 needs the bio tap (see start_daemon).
+    kernel::ensure_tracefs();
     let what = if dry_run { "dry run" } else { "live run" };
     let tmp = tempfile::tempdir().unwrap();
     let state_dir = tmp.path().join("state");

@@ -3,57 +3,33 @@
 //! probed) after a fraction of a second; once no device is at L3 it ticks at the normal
 //! interval again. Driven on the simulator with the daemon's own loop.
 
+use crate::scenarios::RandomThenSequential;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{DecisionKind, Level};
 use mergetune_sim::engine::Simulation;
-use mergetune_sim::scenario::Scenario;
 
-const SCENARIO: &str = r#"
-name = "watch"
-seed = 3
-
-[[device]]
-name = "sda"
-kind = "ssd"
-scheduler = "none"
-queue_depth = 32
-parallelism = 4
-read_overhead_us = 90.0
-write_overhead_us = 40.0
-bandwidth_mb_s = 520.0
-
-[[phase]]
-name = "random"
-duration_s = 30.0
-[[phase.job]]
-name = "db"
-device = "sda"
-pattern = "random"
-read_percent = 80.0
-block_size_kb = 4
-iodepth = 32
-rate_iops = 6000.0
-
-[[phase]]
-name = "scan"
-duration_s = 10.0
-[[phase.job]]
-name = "backup"
-device = "sda"
-pattern = "sequential"
-read_percent = 100.0
-block_size_kb = 4
-iodepth = 32
-batch = 16
-"#;
+/// Random reads take the device to L3; a sequential scan then starts, which only the watch
+/// sees in time.
+const SCENARIO: RandomThenSequential = RandomThenSequential {
+    name: "watch",
+    seed: 3,
+    random_s: 30.0,
+    random_read_percent: 80.0,
+    random_iops: 6000.0,
+    sequential_phase: "scan",
+    sequential_job: "backup",
+    sequential_s: 10.0,
+    sequential_read_percent: 100.0,
+    sequential_iops: None,
+};
 
 /// Runs the scenario; returns (tick time ms, step to the next tick ms, level) per tick and
 /// the decisions.
 fn drive(cfg: Config) -> (Vec<(u64, u64, Level)>, Vec<Decision>) {
-    let sc = Scenario::from_toml_str(SCENARIO, "watch", None).unwrap();
+    let sc = SCENARIO.scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg);
     let mut ticks = Vec::new();

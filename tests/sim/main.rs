@@ -6,6 +6,8 @@
 mod compare_targets;
 mod l3_watch;
 mod record_replay;
+#[path = "../support/scenarios.rs"]
+mod scenarios;
 mod sim_blockfs;
 mod sim_freeze;
 mod sim_limits;

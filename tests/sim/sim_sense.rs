@@ -4,6 +4,7 @@
 //! nomerges=2, and the workload signature say nothing), the writes turn sequential and
 //! batched. The tap's samples tell the two apart within one duty cycle.
 
+use crate::scenarios::RandomThenSequential;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
@@ -13,49 +14,23 @@ use mergetune_logic::decision::Level;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::contiguous_percent;
 use mergetune_sim::engine::Simulation;
-use mergetune_sim::scenario::Scenario;
 
 const SWITCH_MS: u64 = 40_000;
 
-const SCENARIO: &str = r#"
-name = "same-signature"
-seed = 7
-
-[[device]]
-name = "sda"
-kind = "ssd"
-scheduler = "none"
-queue_depth = 32
-parallelism = 4
-read_overhead_us = 90.0
-write_overhead_us = 40.0
-bandwidth_mb_s = 520.0
-
-[[phase]]
-name = "random"
-duration_s = 40.0
-[[phase.job]]
-name = "db"
-device = "sda"
-pattern = "random"
-read_percent = 0.0
-block_size_kb = 4
-iodepth = 32
-rate_iops = 5000.0
-
-[[phase]]
-name = "log"
-duration_s = 20.0
-[[phase.job]]
-name = "log"
-device = "sda"
-pattern = "sequential"
-read_percent = 0.0
-block_size_kb = 4
-iodepth = 32
-batch = 16
-rate_iops = 5000.0
-"#;
+/// Random writes, then sequential writes at the same rate and block size: the same
+/// signature, which only the bio tap tells apart.
+const SCENARIO: RandomThenSequential = RandomThenSequential {
+    name: "same-signature",
+    seed: 7,
+    random_s: 40.0,
+    random_read_percent: 0.0,
+    random_iops: 5000.0,
+    sequential_phase: "log",
+    sequential_job: "log",
+    sequential_s: 20.0,
+    sequential_read_percent: 0.0,
+    sequential_iops: Some(5000.0),
+};
 
 struct Run {
     /// (tick ms, level, the sample the window closing at this tick carried).
@@ -74,7 +49,7 @@ fn lkml() -> Config {
 }
 
 fn drive(cfg: Config) -> Run {
-    let sc = Scenario::from_toml_str(SCENARIO, "same-signature", None).unwrap();
+    let sc = SCENARIO.scenario();
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg);
     let mut ticks = Vec::new();

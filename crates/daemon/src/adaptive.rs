@@ -1,6 +1,6 @@
 //! One tick of mergetune, shared by every world: read counters through [`BlockFs`], turn
 //! them into windows, ask the pure policy, apply through the [`Actuator`], and return the
-//! decisions with their reasons. The real loop (`cli/run.rs`), dry-run and the simulator all
+//! decisions with their reasons. The real loop (`service::TickLoop`), dry-run and the simulator all
 //! call [`Daemon::tick`]; only the `BlockFs` and the state store differ.
 
 use crate::actuator::{Actuator, PersistChange};
@@ -17,7 +17,7 @@ use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{Caps, PolicyState};
 use mergetune_logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use tracing::{info, warn};
 
 mod device_tick;
@@ -70,6 +70,10 @@ pub struct DeviceRuntime {
     /// no line in diskstats). Kept on the device, not in a map by name: a tick then
     /// allocates nothing per device for them.
     pub tick_counters: Option<Counters>,
+    /// The device's line in the last read of diskstats, tried first at the next: the
+    /// kernel prints the devices in the same order each time, so a tick finds each line
+    /// with one compare of names instead of a search.
+    pub diskstats_line: Option<usize>,
 }
 
 pub struct Daemon {
@@ -244,17 +248,26 @@ impl Daemon {
             return Vec::new();
         };
         let samples = self.sampler.observe(&parsed.devices);
-        for dev in self.devices.values_mut() {
+        // Built only when a device is not on the line it was on last time.
+        let mut line_of: Option<HashMap<&str, usize>> = None;
+        for (name, dev) in self.devices.iter_mut() {
             dev.tick_counters = None;
-        }
-        for (stat, delta) in parsed.devices.iter().zip(samples.deltas) {
-            let name = &stat.name;
-            let Some(dev) = self.devices.get_mut(name) else {
+            let hinted = dev
+                .diskstats_line
+                .filter(|&i| parsed.devices.get(i).is_some_and(|d| d.name == *name));
+            dev.diskstats_line = hinted.or_else(|| {
+                let lines = line_of.get_or_insert_with(|| {
+                    let names = parsed.devices.iter().map(|d| d.name.as_str());
+                    names.zip(0..).collect()
+                });
+                lines.get(name.as_str()).copied()
+            });
+            let Some(line) = dev.diskstats_line else {
                 continue;
             };
             let prev_tick_ms = dev.last_tick_ms;
             dev.last_tick_ms = now_ms;
-            match delta {
+            match samples.deltas[line] {
                 Delta::First => dev.window.restart(now_ms),
                 Delta::Reset => {
                     self.counters.counter_resets += 1;

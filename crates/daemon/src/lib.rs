@@ -14,5 +14,6 @@ pub mod pricing;
 pub mod record;
 pub mod reload;
 pub mod sense;
+pub mod service;
 pub mod snapshot;
 pub mod state;

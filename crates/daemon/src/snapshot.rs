@@ -91,3 +91,15 @@ pub struct DeviceSnapshot {
     /// What a step down would save here, as last priced (managed devices).
     pub worth: Option<mergetune_logic::policy::Worth>,
 }
+
+/// Timing of one tick, measured at the edge (the live loop, `service`, or the simulator's CLI).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TickTiming {
+    /// The tick's time in ms since the daemon started (real or virtual): the same `now_ms`
+    /// passed to `Daemon::tick`.
+    pub now_ms: u64,
+    /// Wall time the tick took, in seconds.
+    pub duration_seconds: f64,
+    /// How late the tick started against its schedule, in seconds (0 when on time).
+    pub lag_seconds: f64,
+}

@@ -173,6 +173,26 @@ fn nofile_wanted(max_connections: usize) -> u64 {
     (max_connections as u64 + 256) * 4 / 3 + 1
 }
 
+/// Why the endpoint could not start; each names the address it was for.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address is taken, not local, or needs a privilege (a port under 1024).
+    #[error("{addr}: cannot listen: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The listener is bound but what serves it could not be set up.
+    #[error("{addr}: cannot set the endpoint up ({step}): {source}")]
+    Setup {
+        addr: SocketAddr,
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Binds `addr` now (so a busy port is reported to the caller) and serves from a new thread.
 /// Long because it sets the listener up option by option (backlog, TCP_NODELAY,
 /// TCP_DEFER_ACCEPT, the connection cap under the open-files limit), each failure logged
@@ -181,10 +201,19 @@ pub fn serve(
     addr: SocketAddr,
     docs: Arc<dyn Documents>,
     mut limits: Limits,
-) -> io::Result<ServerHandle> {
-    let listener = TcpListener::bind(addr)?;
-    listener.set_nonblocking(true)?;
-    let local = listener.local_addr()?;
+) -> Result<ServerHandle, ServeError> {
+    let setup = |step: &'static str| {
+        move |e: io::Error| ServeError::Setup {
+            addr,
+            step,
+            source: e,
+        }
+    };
+    let listener = TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(setup("non-blocking"))?;
+    let local = listener.local_addr().map_err(setup("local address"))?;
     let nofile = ensure_nofile(nofile_wanted(limits.max_connections));
     let cap = connection_cap(limits.max_connections, nofile);
     if cap < limits.max_connections {
@@ -214,20 +243,23 @@ pub fn serve(
     if let Err(e) = mergetune_kernel::sys::sockopt::set_tcp_defer_accept(&listener, defer) {
         tracing::debug!("metrics endpoint: TCP_DEFER_ACCEPT: {e}");
     }
-    let epfd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+    let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| setup("epoll")(e.into()))?;
+    let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+        .map_err(|e| setup("eventfd")(e.into()))?;
     epoll::add(
         &epfd,
         &listener,
         epoll::EventData::new_u64(LISTENER),
         epoll::EventFlags::IN,
-    )?;
+    )
+    .map_err(|e| setup("epoll")(e.into()))?;
     epoll::add(
         &epfd,
         &wake,
         epoll::EventData::new_u64(WAKE),
         epoll::EventFlags::IN,
-    )?;
+    )
+    .map_err(|e| setup("epoll")(e.into()))?;
     let thread = std::thread::Builder::new()
         .name("mergetune-http".into())
         .spawn(move || {
@@ -237,7 +269,8 @@ pub fn serve(
             // close with `server`.
             let mut server = conn::Server::new(epfd, listener, docs, limits);
             server.run();
-        })?;
+        })
+        .map_err(setup("thread"))?;
     Ok(ServerHandle {
         addr: local,
         wake,

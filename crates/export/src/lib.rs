@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod http;
 pub mod live;
 pub mod logging;

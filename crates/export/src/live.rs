@@ -4,8 +4,9 @@
 //! (`mergetune_simulated 1`, [`Metrics::simulated`]).
 
 use crate::http::{Limits, ServerHandle, serve};
-use crate::metrics::{Metrics, TickTiming};
+use crate::metrics::Metrics;
 use mergetune_daemon::controller::Controller;
+use mergetune_daemon::snapshot::TickTiming;
 use mergetune_logic::config::parse_listen;
 use mergetune_logic::decision::Decision;
 use std::net::SocketAddr;

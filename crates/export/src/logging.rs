@@ -422,6 +422,25 @@ impl Notifier {
     }
 }
 
+/// The live loop's service manager is systemd, through these notifications.
+impl mergetune_daemon::service::ServiceManager for Notifier {
+    fn watchdog_timeout(&self) -> Option<Duration> {
+        Notifier::watchdog_timeout(self)
+    }
+    fn ready(&self, status: &str) -> io::Result<bool> {
+        Notifier::ready(self, status)
+    }
+    fn status(&self, status: &str) -> io::Result<bool> {
+        Notifier::status(self, status)
+    }
+    fn watchdog(&self) -> io::Result<bool> {
+        Notifier::watchdog(self)
+    }
+    fn stopping(&self, status: &str) -> io::Result<bool> {
+        Notifier::stopping(self, status)
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.replace('\n', " ")
 }

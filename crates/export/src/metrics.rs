@@ -33,7 +33,7 @@ use prometheus::{
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
-pub use crate::status::TickTiming;
+use mergetune_daemon::snapshot::TickTiming;
 pub use mergetune_logic::config::{DEFAULT_LISTEN, MetricsConfig, parse_listen};
 
 mod labels;

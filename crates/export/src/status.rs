@@ -6,7 +6,7 @@
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
-use mergetune_daemon::snapshot::DaemonSnapshot;
+use mergetune_daemon::snapshot::{DaemonSnapshot, TickTiming};
 use mergetune_logic::cost_profile::Verdict;
 use mergetune_logic::decision::{Applied, Change, DecisionKind, Level, level_index};
 use mergetune_logic::devices::Management;
@@ -16,18 +16,6 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
-
-/// Timing of one tick, measured at the edge (main.rs, or the simulator's CLI).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TickTiming {
-    /// The tick's time in ms since the daemon started (real or virtual): the same `now_ms`
-    /// passed to `Daemon::tick`.
-    pub now_ms: u64,
-    /// Wall time the tick took, in seconds.
-    pub duration_seconds: f64,
-    /// How late the tick started against its schedule, in seconds (0 when on time).
-    pub lag_seconds: f64,
-}
 
 /// The `/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

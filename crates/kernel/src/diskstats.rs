@@ -265,6 +265,80 @@ pub fn parse_stat_fields(text: &(impl AsRef<[u8]> + ?Sized)) -> Result<StatField
     })
 }
 
+/// One pass over a well-formed line (the case of every line of every tick): `None` at the
+/// first thing it does not expect, and [`parse_line`] then says what is wrong. Two paths,
+/// so that the common one has no iterator of tokens, no per-digit overflow check and no
+/// error values to build, and the other keeps every fault's exact wording.
+fn parse_line_fast(line: &[u8]) -> Option<DiskStat> {
+    let mut at = 0usize;
+    let major = u32::try_from(next_number(line, &mut at)?).ok()?;
+    let minor = u32::try_from(next_number(line, &mut at)?).ok()?;
+    skip_whitespace(line, &mut at);
+    let start = at;
+    while at < line.len() && !line[at].is_ascii_whitespace() {
+        at += 1;
+    }
+    if at == start {
+        return None;
+    }
+    let name = std::str::from_utf8(&line[start..at]).ok()?;
+    let mut values = [0u64; MAX_FIELDS];
+    let mut count = 0usize;
+    loop {
+        skip_whitespace(line, &mut at);
+        if at == line.len() || count == MAX_FIELDS {
+            break;
+        }
+        values[count] = next_number(line, &mut at)?;
+        count += 1;
+    }
+    // More than 17 fields (a newer kernel) or a wrong count: the slow path decides.
+    if !matches!(count, 11 | 15 | 17) || at != line.len() {
+        return None;
+    }
+    Some(DiskStat {
+        major,
+        minor,
+        name: name.to_string(),
+        fields: StatFields {
+            values,
+            field_count: count as u8,
+        },
+    })
+}
+
+fn skip_whitespace(line: &[u8], at: &mut usize) {
+    while *at < line.len() && line[*at].is_ascii_whitespace() {
+        *at += 1;
+    }
+}
+
+/// The decimal number that starts after the whitespace at `*at`, ending at whitespace or
+/// the end of the line, as [`parse_u64`] reads it (at most 20 digits, no overflow). Byte
+/// by byte: an eight-bytes-at-a-time version measured slower here (`tick/pure/64` 24-33
+/// µs against 21-23 µs, interleaved).
+fn next_number(line: &[u8], at: &mut usize) -> Option<u64> {
+    skip_whitespace(line, at);
+    let start = *at;
+    let mut v: u64 = 0;
+    while *at < line.len() {
+        let d = line[*at].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        v = match *at - start {
+            // 19 digits never overflow; the 20th may (u64::MAX has 20), and the checked
+            // parser takes no more than 20.
+            0..19 => v * 10 + u64::from(d),
+            19 => v.checked_mul(10)?.checked_add(u64::from(d))?,
+            _ => return None,
+        };
+        *at += 1;
+    }
+    let ends_token = *at == line.len() || line[*at].is_ascii_whitespace();
+    (*at > start && ends_token).then_some(v)
+}
+
 fn parse_line(line: &[u8]) -> Result<DiskStat, (Fault, Option<String>)> {
     let mut it = tokens(line);
     let no_dev = |f: LineFault, t: Option<String>| ((f, t), None);
@@ -300,6 +374,9 @@ fn parse_line(line: &[u8]) -> Result<DiskStat, (Fault, Option<String>)> {
 /// says line 1 (one line); [`parse_diskstats`] numbers the lines of a file.
 pub fn parse_diskstats_line(line: &(impl AsRef<[u8]> + ?Sized)) -> Result<DiskStat, LineError> {
     let line = line.as_ref();
+    if let Some(d) = parse_line_fast(line) {
+        return Ok(d);
+    }
     parse_line(line).map_err(|((fault, token), device)| LineError {
         line_no: 1,
         device,
@@ -322,6 +399,11 @@ pub fn parse_diskstats(input: &(impl AsRef<[u8]> + ?Sized)) -> Diskstats {
     };
     let mut line_nos = Vec::with_capacity(lines);
     for (i, line) in input.split(|&c| c == b'\n').enumerate() {
+        if let Some(d) = parse_line_fast(line) {
+            out.devices.push(d);
+            line_nos.push(i + 1);
+            continue;
+        }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -592,6 +674,72 @@ mod tests {
         );
         assert_eq!(fault("8"), LineFault::MissingMinor);
         assert_eq!(fault("8 0"), LineFault::MissingName);
+    }
+
+    /// The one-pass parser is only a shortcut: on any line it accepts it must give what the
+    /// checked parser gives, and it must accept every line the kernel prints. Lines from a
+    /// 6.18 host and a 4.19 guest, then byte-level damage of them (a deterministic
+    /// xorshift, so a failure repeats).
+    #[test]
+    fn the_fast_path_agrees_with_the_checked_parser() {
+        let good = [
+            " 254       0 vda 4429 2395 680330 1930 282 1035 11072 231 0 920 2344 2992 49 37576 181 6 0",
+            "   7       0 loop0 97 0 2116 23 0 0 0 0 0 40 23 0 0 0 0",
+            "   8       0 sda 1 2 3 4 5 6 7 8 9 10 11",
+            "   8       1 sda1 18446744073709551615 0 0 0 0 0 0 0 0 0 4294967295",
+        ];
+        for l in good {
+            assert!(parse_line_fast(l.as_bytes()).is_some(), "{l}");
+            assert_eq!(
+                parse_line_fast(l.as_bytes()),
+                parse_line(l.as_bytes()).ok(),
+                "{l}"
+            );
+        }
+        let alphabet = b"0123456789 \t\nx-+\xff9";
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let mut line = good[(next() % 4) as usize].as_bytes().to_vec();
+            for _ in 0..=(next() % 3) {
+                let at = (next() as usize) % (line.len() + 1);
+                let c = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 4 {
+                    0 if at < line.len() => line[at] = c,
+                    3 => {
+                        // a run of digits: numbers of every length up to past 20
+                        let run: Vec<u8> = (0..next() % 24)
+                            .map(|_| b'0' + (next() % 10) as u8)
+                            .collect();
+                        line.splice(at..at, run);
+                    }
+                    1 if at < line.len() => {
+                        line.remove(at);
+                    }
+                    _ => line.insert(at, c),
+                }
+            }
+            let fast = parse_line_fast(&line);
+            let checked = parse_line(&line).ok();
+            if fast.is_some() {
+                accepted += 1;
+                assert_eq!(fast, checked, "{:?}", String::from_utf8_lossy(&line));
+            } else if let Some(d) = checked {
+                // Only a line of more than 17 fields may take the checked path to a good
+                // result (a newer kernel's: the 17 known fields are kept).
+                assert!(tokens(&line).count() - 3 > MAX_FIELDS, "{d:?}");
+            }
+        }
+        assert!(
+            accepted > 1000,
+            "the damage left too few good lines: {accepted}"
+        );
     }
 
     fn bad(device: &str, fault: LineFault) -> LineError {

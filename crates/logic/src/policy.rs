@@ -490,7 +490,7 @@ impl Ctx<'_> {
         any.then_some(Reason::NotWorth {
             at,
             below,
-            worth: self.caps.worth,
+            worth: Box::new(self.caps.worth),
         })
     }
 }

@@ -194,6 +194,7 @@ impl Daemon {
             read_warned_ms: None,
             sense: Default::default(),
             tick_counters: None,
+            diskstats_line: None,
         };
         self.devices.insert(name, runtime);
     }

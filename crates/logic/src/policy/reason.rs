@@ -33,11 +33,12 @@ pub enum Reason {
         next_probe_in_ms: u64,
     },
     /// No level below `at` that the device can reach saves measurably (`below` marks the
-    /// levels considered, by index).
+    /// levels considered, by index). The worth is boxed: inline it made every reason (and
+    /// so every evaluation, moved several times per device per tick) four times larger.
     NotWorth {
         at: Level,
         below: [bool; 4],
-        worth: Worth,
+        worth: Box<Worth>,
     },
 }
 

@@ -1,0 +1,193 @@
+//! The state file's store, each rule pinned by a test that fails when the rule is broken
+//! (the mutations cargo-mutants found surviving the restore tests, docs/testing.md): the
+//! read-back that proves "persisted", what a missing or unreadable file means, which
+//! versions load, how a refused entry is worded, and how long a vanished device's record
+//! is kept.
+
+use crate::memkernel::{MemKernel, SharedStore};
+use mergetune_daemon::state::{
+    FileStore, Loaded, RestoreOutcome, SavedAttr, SavedState, StateError, StateStore,
+    VANISHED_KEEP_SECS, parse_state, restore_from_store,
+};
+use mergetune_kernel::tunable::Tunable;
+use std::path::Path;
+
+fn one_record() -> SavedState {
+    let mut s = SavedState::default();
+    s.devices.entry("sda".into()).or_default().insert(
+        Tunable::Nomerges,
+        SavedAttr {
+            original: "0".into(),
+            last_written: Some("2".into()),
+            pending: None,
+            vanished_at_unix_secs: None,
+        },
+    );
+    s
+}
+
+/// A store that loads whatever it is given, whatever was saved.
+struct Fixed(Option<SavedState>);
+
+impl StateStore for Fixed {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(self.0.clone().map(|state| Loaded {
+            state,
+            rejected: Vec::new(),
+        }))
+    }
+    fn save(&mut self, _: &SavedState) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn remove(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "fixed".into()
+    }
+}
+
+#[test]
+fn verify_proves_the_read_back_holds_exactly_what_was_saved() {
+    let saved = one_record();
+    // Nothing on disk is right only for an empty state.
+    assert!(Fixed(None).verify(&SavedState::default()).is_ok());
+    let e = Fixed(None).verify(&saved).unwrap_err().to_string();
+    assert!(e.contains("no state file"), "{e}");
+    // The same records: persisted.
+    assert!(Fixed(Some(saved.clone())).verify(&saved).is_ok());
+    // Other records (an older save, someone else's file): not persisted.
+    let mut other = saved.clone();
+    other
+        .devices
+        .get_mut("sda")
+        .unwrap()
+        .get_mut(&Tunable::Nomerges)
+        .unwrap()
+        .last_written = Some("1".into());
+    let e = Fixed(Some(other)).verify(&saved).unwrap_err().to_string();
+    assert!(e.contains("does not hold what was saved"), "{e}");
+}
+
+#[test]
+fn a_missing_state_file_is_no_state_and_an_unreadable_one_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(
+        FileStore::new(tmp.path().join("absent"))
+            .load()
+            .unwrap()
+            .is_none()
+    );
+    // A state directory under a regular file cannot be read: an error naming the path, not
+    // "no state" (which would let a daemon start as if nothing were left to restore).
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let store = FileStore::new(file.join("state"));
+    match store.load() {
+        Err(StateError::Read { path, .. }) => assert_eq!(path, store.path()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn check_writable_refuses_a_directory_that_cannot_be_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(
+        FileStore::new(tmp.path().join("new"))
+            .check_writable()
+            .is_ok()
+    );
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let e = FileStore::new(file.join("state"))
+        .check_writable()
+        .unwrap_err();
+    assert!(matches!(e, StateError::Write { .. }), "{e:?}");
+}
+
+#[test]
+fn a_state_file_from_a_newer_build_is_refused_not_misread() {
+    let p = Path::new("/run/mergetune/state.json");
+    let newest = mergetune_daemon::state::STATE_VERSION;
+    let doc = |v: u32| format!(r#"{{"version": {v}, "pid": 1, "devices": {{}}}}"#);
+    assert!(parse_state(&doc(newest), p).is_ok());
+    assert!(parse_state(&doc(1), p).is_ok());
+    match parse_state(&doc(newest + 1), p) {
+        Err(StateError::TooNew { version, .. }) => assert_eq!(version, u64::from(newest + 1)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_refused_entry_says_which_device_and_attribute_and_why() {
+    let p = Path::new("/run/mergetune/state.json");
+    let loaded = parse_state(
+        r#"{"version": 2, "pid": 1, "devices": {"sda": {"queue/not_a_tunable": {"original": "0"}}}}"#,
+        p,
+    )
+    .unwrap();
+    let line = loaded.rejected[0].to_string();
+    assert!(
+        line.starts_with("sda/queue/not_a_tunable: skipped: "),
+        "{line}"
+    );
+}
+
+/// A vanished device's record stays a week after it was first seen gone, then goes.
+#[test]
+fn a_vanished_devices_record_is_kept_for_exactly_a_week() {
+    assert_eq!(VANISHED_KEEP_SECS, 7 * 24 * 3600);
+    let gone_at = 1_000_000_000u64;
+    let restore_at = |now: u64| {
+        let mut state = one_record();
+        for r in state.devices.get_mut("sda").unwrap().values_mut() {
+            r.vanished_at_unix_secs = Some(gone_at);
+        }
+        let mut store = SharedStore::default();
+        *store.text.borrow_mut() = Some(serde_json::to_string(&state).unwrap());
+        // The kernel has no sda: the device is gone.
+        let mut fs = MemKernel::with(&["sdb"]);
+        let report = restore_from_store(&mut fs, &mut store, now).unwrap();
+        assert!(
+            report
+                .results
+                .iter()
+                .all(|r| r.outcome == RestoreOutcome::Vanished),
+            "{report:?}"
+        );
+        (report.kept, store.text.borrow().is_some())
+    };
+    assert_eq!(restore_at(gone_at + VANISHED_KEEP_SECS - 1), (1, true));
+    assert_eq!(restore_at(gone_at + VANISHED_KEEP_SECS), (0, false));
+}
+
+/// A state file is refused above 16 MiB (a record is about 100 bytes: anything that large
+/// is not one mergetune wrote), and read up to it.
+#[test]
+fn a_state_file_of_16_mib_is_read_and_one_byte_more_is_refused() {
+    const MAX: usize = 16 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FileStore::new(tmp.path());
+    let doc = r#"{"version": 2, "pid": 1, "devices": {}}"#;
+    let padded = |len: usize| format!("{doc}{}", " ".repeat(len - doc.len()));
+    std::fs::write(store.path(), padded(MAX)).unwrap();
+    assert!(store.load().unwrap().is_some());
+    std::fs::write(store.path(), padded(MAX + 1)).unwrap();
+    match store.load() {
+        Err(StateError::Corrupt { message, .. }) => {
+            assert!(message.contains("not a state file"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn removing_a_state_file_that_is_not_there_is_fine_and_one_that_cannot_go_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut store = FileStore::new(tmp.path());
+    assert!(store.remove().is_ok());
+    // A directory where the file should be cannot be removed as a file: the originals
+    // may still be recorded somewhere the operator must look, so it is said.
+    std::fs::create_dir(store.path()).unwrap();
+    assert!(matches!(store.remove(), Err(StateError::Write { .. })));
+}

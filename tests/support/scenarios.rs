@@ -1,0 +1,85 @@
+//! The simulated scenario the daemon's tests share: one SSD on the `none` scheduler (so the
+//! ladder goes from L0 to L3 in one step, with no front or simple merges between), a phase
+//! of random 4 KiB I/O that takes it to L3, then a phase of batched sequential 4 KiB I/O
+//! that merging helps. Each test spells out only what it varies, so that the differences
+//! between them are visible and the device is described once.
+
+use mergetune_sim::scenario::Scenario;
+
+/// The knobs the tests turn; everything else is the shared device and job shape.
+pub struct RandomThenSequential {
+    pub name: &'static str,
+    pub seed: u64,
+    /// The random phase: its length, read share and rate.
+    pub random_s: f64,
+    pub random_read_percent: f64,
+    pub random_iops: f64,
+    /// The sequential phase and its job's name (they appear in a run's report).
+    pub sequential_phase: &'static str,
+    pub sequential_job: &'static str,
+    pub sequential_s: f64,
+    pub sequential_read_percent: f64,
+    /// `None`: as fast as the queue allows.
+    pub sequential_iops: Option<f64>,
+}
+
+impl RandomThenSequential {
+    pub fn toml(&self) -> String {
+        let rate = self
+            .sequential_iops
+            .map(|r| format!("rate_iops = {r:?}\n"))
+            .unwrap_or_default();
+        format!(
+            r#"name = "{name}"
+seed = {seed}
+
+[[device]]
+name = "sda"
+kind = "ssd"
+scheduler = "none"
+queue_depth = 32
+parallelism = 4
+read_overhead_us = 90.0
+write_overhead_us = 40.0
+bandwidth_mb_s = 520.0
+
+[[phase]]
+name = "random"
+duration_s = {random_s:?}
+[[phase.job]]
+name = "db"
+device = "sda"
+pattern = "random"
+read_percent = {random_read:?}
+block_size_kb = 4
+iodepth = 32
+rate_iops = {random_iops:?}
+
+[[phase]]
+name = "{seq_phase}"
+duration_s = {seq_s:?}
+[[phase.job]]
+name = "{seq_job}"
+device = "sda"
+pattern = "sequential"
+read_percent = {seq_read:?}
+block_size_kb = 4
+iodepth = 32
+batch = 16
+{rate}"#,
+            name = self.name,
+            seed = self.seed,
+            random_s = self.random_s,
+            random_read = self.random_read_percent,
+            random_iops = self.random_iops,
+            seq_phase = self.sequential_phase,
+            seq_job = self.sequential_job,
+            seq_s = self.sequential_s,
+            seq_read = self.sequential_read_percent,
+        )
+    }
+
+    pub fn scenario(&self) -> Scenario {
+        Scenario::from_toml_str(&self.toml(), self.name, None).unwrap()
+    }
+}
