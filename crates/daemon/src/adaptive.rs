@@ -10,7 +10,7 @@ use crate::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::state::MemoryStore;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::devices::DeviceInfo;
-use mergetune_kernel::diskstats::{DiskstatsHealth, HealthReport, parse_diskstats};
+use mergetune_kernel::diskstats::{DiskStat, DiskstatsHealth, HealthReport, parse_diskstats};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Decision, Level};
@@ -248,42 +248,7 @@ impl Daemon {
             return Vec::new();
         };
         let samples = self.sampler.observe(&parsed.devices);
-        // Built only when a device is not on the line it was on last time.
-        let mut line_of: Option<HashMap<&str, usize>> = None;
-        for (name, dev) in self.devices.iter_mut() {
-            dev.tick_counters = None;
-            let hinted = dev
-                .diskstats_line
-                .filter(|&i| parsed.devices.get(i).is_some_and(|d| d.name == *name));
-            dev.diskstats_line = hinted.or_else(|| {
-                let lines = line_of.get_or_insert_with(|| {
-                    let names = parsed.devices.iter().map(|d| d.name.as_str());
-                    names.zip(0..).collect()
-                });
-                lines.get(name.as_str()).copied()
-            });
-            let Some(line) = dev.diskstats_line else {
-                continue;
-            };
-            let prev_tick_ms = dev.last_tick_ms;
-            dev.last_tick_ms = now_ms;
-            match samples.deltas[line] {
-                Delta::First => dev.window.restart(now_ms),
-                Delta::Reset => {
-                    self.counters.counter_resets += 1;
-                    info!(device = %name, "{name}: counters went backwards (device re-added?): window restarted");
-                    dev.window.restart(now_ms);
-                }
-                Delta::Counters(c) => {
-                    dev.last_tick = Some(Window {
-                        counters: c,
-                        duration_ms: now_ms.saturating_sub(prev_tick_ms),
-                        sensed: None,
-                    });
-                    dev.tick_counters = Some(c);
-                }
-            }
-        }
+        self.take_tick_counters(&parsed.devices, &samples.deltas, now_ms);
 
         if matches!(self.pricing, PricingSource::Live) {
             self.tick_pricing(now_ms, fs);
@@ -312,6 +277,48 @@ impl Daemon {
         }
         self.counters.decisions += decisions.len() as u64;
         decisions
+    }
+
+    /// Hands each known device its counters of this tick (none when the tick gave no delta:
+    /// first sight, a reset, or no line in this read), restarting its window where the
+    /// counters cannot be diffed.
+    fn take_tick_counters(&mut self, lines: &[DiskStat], deltas: &[Delta], now_ms: u64) {
+        // Built only when a device is not on the line it was on last time.
+        let mut line_of: Option<HashMap<&str, usize>> = None;
+        for (name, dev) in self.devices.iter_mut() {
+            dev.tick_counters = None;
+            let hinted = dev
+                .diskstats_line
+                .filter(|&i| lines.get(i).is_some_and(|d| d.name == *name));
+            dev.diskstats_line = hinted.or_else(|| {
+                let by_name = line_of.get_or_insert_with(|| {
+                    let names = lines.iter().map(|d| d.name.as_str());
+                    names.zip(0..).collect()
+                });
+                by_name.get(name.as_str()).copied()
+            });
+            let Some(line) = dev.diskstats_line else {
+                continue;
+            };
+            let prev_tick_ms = dev.last_tick_ms;
+            dev.last_tick_ms = now_ms;
+            match deltas[line] {
+                Delta::First => dev.window.restart(now_ms),
+                Delta::Reset => {
+                    self.counters.counter_resets += 1;
+                    info!(device = %name, "{name}: counters went backwards (device re-added?): window restarted");
+                    dev.window.restart(now_ms);
+                }
+                Delta::Counters(c) => {
+                    dev.last_tick = Some(Window {
+                        counters: c,
+                        duration_ms: now_ms.saturating_sub(prev_tick_ms),
+                        sensed: None,
+                    });
+                    dev.tick_counters = Some(c);
+                }
+            }
+        }
     }
 
     /// The live pricing's tick: the bios of this tick by scheduler and level, and whether

@@ -527,38 +527,44 @@ impl DiskstatsHealth {
         r
     }
 
-    /// A read that succeeded and parsed into `parsed`.
+    /// A read that succeeded and parsed into `parsed`: whether it lists any device, its bad
+    /// lines, its repeated names, each said when it starts or changes and once when it
+    /// clears, with at most [`MAX_WARNINGS_PER_READ`] warnings.
     pub fn review(&mut self, parsed: &Diskstats) -> HealthReport {
         let mut r = HealthReport {
             problem: !parsed.errors.is_empty() || !parsed.duplicates.is_empty(),
             ..Default::default()
         };
         let mut hidden = 0usize;
-        let warn = |r: &mut HealthReport, hidden: &mut usize, msg: String| {
-            if r.warnings.len() < MAX_WARNINGS_PER_READ {
-                r.warnings.push(msg);
-            } else {
-                *hidden += 1;
-            }
-        };
         if let Some(e) = self.read_error.take() {
             r.cleared.push(format!("readable again (was: {e})"));
         }
+        self.review_empty(parsed, &mut r, &mut hidden);
+        self.review_faults(parsed, &mut r, &mut hidden);
+        self.review_duplicates(parsed, &mut r, &mut hidden);
+        if hidden > 0 {
+            r.warnings
+                .push(format!("... and {hidden} more problem(s) not shown"));
+        }
+        r
+    }
+
+    /// No device at all (and no bad line to explain it) is a problem of its own.
+    fn review_empty(&mut self, parsed: &Diskstats, r: &mut HealthReport, hidden: &mut usize) {
         let empty = parsed.devices.is_empty() && !r.problem;
         if empty {
             r.problem = true;
             if !self.empty {
-                warn(
-                    &mut r,
-                    &mut hidden,
-                    "lists no device: nothing to sample".into(),
-                );
+                warn_capped(r, hidden, "lists no device: nothing to sample".into());
             }
         } else if self.empty {
             r.cleared.push("lists devices again".into());
         }
         self.empty = empty;
+    }
 
+    /// Bad lines, by device (or line number), at most [`MAX_TRACKED_PROBLEMS`] of them.
+    fn review_faults(&mut self, parsed: &Diskstats, r: &mut HealthReport, hidden: &mut usize) {
         let mut faults = std::collections::BTreeMap::new();
         for e in &parsed.errors {
             let key = e
@@ -569,13 +575,13 @@ impl DiskstatsHealth {
                 continue;
             }
             if faults.len() >= MAX_TRACKED_PROBLEMS {
-                hidden += usize::from(!self.faults.contains_key(&key));
+                *hidden += usize::from(!self.faults.contains_key(&key));
                 continue;
             }
             if self.faults.get(&key) != Some(&e.fault) {
-                warn(
-                    &mut r,
-                    &mut hidden,
+                warn_capped(
+                    r,
+                    hidden,
                     format!("{e} (this device is skipped; the others are still read)"),
                 );
             }
@@ -585,14 +591,17 @@ impl DiskstatsHealth {
             r.cleared.push(format!("{key}: no bad line any more"));
         }
         self.faults = faults;
+    }
 
+    /// Names on several lines, at most [`MAX_TRACKED_PROBLEMS`] of them.
+    fn review_duplicates(&mut self, parsed: &Diskstats, r: &mut HealthReport, hidden: &mut usize) {
         let mut dups = std::collections::BTreeSet::new();
         for d in parsed.duplicates.iter().take(MAX_TRACKED_PROBLEMS) {
             if !self.duplicates.contains(&d.name) {
                 let lines: Vec<String> = d.lines.iter().take(8).map(|l| l.to_string()).collect();
-                warn(
-                    &mut r,
-                    &mut hidden,
+                warn_capped(
+                    r,
+                    hidden,
                     format!(
                         "device name {:?} appears on {} lines ({}{}): its counters cannot be told apart and are ignored until the name is unique again",
                         d.name,
@@ -610,11 +619,16 @@ impl DiskstatsHealth {
             ));
         }
         self.duplicates = dups;
-        if hidden > 0 {
-            r.warnings
-                .push(format!("... and {hidden} more problem(s) not shown"));
-        }
-        r
+    }
+}
+
+/// A warning of this read, unless it already holds [`MAX_WARNINGS_PER_READ`]: then it is
+/// only counted, for the "... and N more" line.
+fn warn_capped(r: &mut HealthReport, hidden: &mut usize, msg: String) {
+    if r.warnings.len() < MAX_WARNINGS_PER_READ {
+        r.warnings.push(msg);
+    } else {
+        *hidden += 1;
     }
 }
 

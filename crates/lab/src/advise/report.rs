@@ -113,7 +113,10 @@ pub(super) fn level_tunables(level: Level) -> &'static str {
 }
 
 impl DeviceReport {
-    /// The figures of one device; its recommendations are left empty for the rules.
+    /// The figures of one device; its recommendations are left empty for the rules. Long
+    /// because the report has 37 fields, one line each in the literal at the end; what is
+    /// worked out above it (the merges, observed or estimated, and what each level loses)
+    /// is one computation read top to bottom.
     pub(super) fn build(d: &DeviceAcc, merges_seen: bool) -> DeviceReport {
         let bios = d.total_bios();
         let bytes = d.bytes[0] + d.bytes[1];

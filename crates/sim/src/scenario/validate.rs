@@ -206,7 +206,8 @@ fn is_plain_name(name: &str) -> bool {
 }
 
 /// One device's own fields: its name, queue and media figures, scheduler and iosched
-/// tunables in range.
+/// tunables in range. Long because it is a flat list of one check per field, in the order
+/// of `DeviceSpec`, each with its own message: read against the spec, not followed.
 fn check_device(
     d: &DeviceSpec,
     bad: &dyn Fn(&str, &str) -> ScenarioError,
