@@ -191,3 +191,46 @@ fn removing_a_state_file_that_is_not_there_is_fine_and_one_that_cannot_go_is_an_
     std::fs::create_dir(store.path()).unwrap();
     assert!(matches!(store.remove(), Err(StateError::Write { .. })));
 }
+
+/// A front_merges file that is not there means one of two things: the device is gone (its
+/// record is kept for when it comes back), or it is there under another scheduler (the
+/// record is dropped: the new scheduler starts from its own value).
+#[test]
+fn a_missing_iosched_file_tells_a_gone_device_from_a_switched_scheduler() {
+    let mut state = SavedState::default();
+    state.devices.entry("sda".into()).or_default().insert(
+        Tunable::FrontMerges,
+        SavedAttr {
+            original: "1".into(),
+            last_written: Some("0".into()),
+            pending: None,
+            vanished_at_unix_secs: None,
+        },
+    );
+    let outcome = |fs: &mut MemKernel| {
+        let results = mergetune_daemon::state::restore_all(fs, &state);
+        assert_eq!(results.len(), 1, "{results:?}");
+        results[0].outcome.clone()
+    };
+    // No sda at all.
+    assert_eq!(outcome(&mut MemKernel::with(&["sdb"])), RestoreOutcome::Vanished);
+    // sda is there, its scheduler no longer mq-deadline (no iosched/front_merges).
+    let mut switched = MemKernel::with(&["sda"]);
+    let sda = switched.devs.get_mut("sda").unwrap();
+    sda.attrs.remove("queue/iosched/front_merges");
+    assert_eq!(outcome(&mut switched), RestoreOutcome::SchedulerChanged);
+    // And a restore that wrote is reported, not dropped.
+    let mut back = MemKernel::with(&["sda"]);
+    back.devs
+        .get_mut("sda")
+        .unwrap()
+        .attrs
+        .insert("queue/iosched/front_merges".into(), "0".into());
+    assert_eq!(
+        outcome(&mut back),
+        RestoreOutcome::Restored {
+            from: "0".into(),
+            to: "1".into()
+        }
+    );
+}
