@@ -228,3 +228,75 @@ fn a_dry_run_keeps_what_it_would_have_written_and_writes_nothing() {
     assert_eq!(a.would_be("sda", Tunable::Nomerges), None);
     assert_eq!(kernel(t.path()), "0");
 }
+
+// ---- The actuator's own accounting (mutants cargo-mutants found surviving, docs/testing.md)
+
+mod accounting {
+    use crate::memkernel::{MemKernel, SharedStore};
+    use mergetune_daemon::actuator::{Actuator, PersistChange};
+    use mergetune_daemon::state::{SavedAttr, SavedState, StateStore};
+    use mergetune_kernel::tunable::Tunable;
+
+    /// A failing state file is said once when it starts failing and once when it is
+    /// written again; every failed save in between is counted, not said.
+    #[test]
+    fn the_state_files_health_is_said_once_per_change_and_every_failure_counted() {
+        let store = SharedStore::default();
+        let mut a = Actuator::new(false, Box::new(store.clone()));
+        assert!(!a.dry_run());
+        assert!(Actuator::new(true, Box::new(SharedStore::default())).dry_run());
+        assert_eq!(a.store_name(), "mem:state.json");
+        assert_eq!((a.save_errors(), a.take_persist_change()), (0, None));
+        let mut fs = MemKernel::with(&["sda"]);
+        *store.fail_saves.borrow_mut() = true;
+        // Record before write: the save fails, so nothing is written.
+        assert!(a.set(&mut fs, "sda", Tunable::Nomerges, "2").is_err());
+        assert!(a.set(&mut fs, "sda", Tunable::Nomerges, "2").is_err());
+        assert_eq!(a.save_errors(), 2);
+        assert!(matches!(
+            a.take_persist_change(),
+            Some(PersistChange::Failing(_))
+        ));
+        assert_eq!(a.take_persist_change(), None, "said once");
+        *store.fail_saves.borrow_mut() = false;
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert_eq!(
+            a.take_persist_change(),
+            Some(PersistChange::Persisted { records: 1 })
+        );
+        assert_eq!(a.save_errors(), 2);
+    }
+
+    /// Records an earlier run kept for a device that was gone are taken over, dated at this
+    /// run's start when they carry no date, so the next restore still puts them back.
+    #[test]
+    fn adopted_records_of_a_gone_device_are_kept_and_dated_from_the_clock_origin() {
+        let mut kept = SavedState::default();
+        kept.devices.entry("sdz".into()).or_default().insert(
+            Tunable::Nomerges,
+            SavedAttr {
+                original: "0".into(),
+                last_written: Some("2".into()),
+                pending: None,
+                vanished_at_unix_secs: None,
+            },
+        );
+        let store = SharedStore::default();
+        let mut a = Actuator::new(false, Box::new(store.clone()));
+        a.set_clock_origin_unix_secs(1_700_000_000);
+        a.adopt(kept);
+        let saved = a.saved();
+        let rec = &saved.devices["sdz"][&Tunable::Nomerges];
+        assert_eq!(rec.original, "0");
+        assert_eq!(rec.vanished_at_unix_secs, Some(1_700_000_000));
+        // A vanished device's records are dated from the origin plus the daemon's time.
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        a.device_vanished("sda", 5_000);
+        let on_disk = store.load().unwrap().unwrap().state;
+        assert_eq!(
+            on_disk.devices["sda"][&Tunable::Nomerges].vanished_at_unix_secs,
+            Some(1_700_000_005)
+        );
+    }
+}

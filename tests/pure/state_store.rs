@@ -213,7 +213,10 @@ fn a_missing_iosched_file_tells_a_gone_device_from_a_switched_scheduler() {
         results[0].outcome.clone()
     };
     // No sda at all.
-    assert_eq!(outcome(&mut MemKernel::with(&["sdb"])), RestoreOutcome::Vanished);
+    assert_eq!(
+        outcome(&mut MemKernel::with(&["sdb"])),
+        RestoreOutcome::Vanished
+    );
     // sda is there, its scheduler no longer mq-deadline (no iosched/front_merges).
     let mut switched = MemKernel::with(&["sda"]);
     let sda = switched.devs.get_mut("sda").unwrap();
