@@ -299,4 +299,28 @@ mod accounting {
             Some(1_700_000_005)
         );
     }
+
+    /// What mergetune last wrote is its own write, not the kernel's value and not a guess.
+    #[test]
+    fn last_written_is_the_last_value_mergetune_wrote() {
+        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
+        let mut fs = MemKernel::with(&["sda"]);
+        assert_eq!(a.last_written("sda", Tunable::Nomerges), None);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "1").unwrap();
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert_eq!(a.last_written("sda", Tunable::Nomerges), Some("2"));
+    }
+
+    /// A dry run's "would be" values go with the device: one that comes back starts from
+    /// what the kernel holds, not from what a dry run once would have written.
+    #[test]
+    fn a_dry_runs_would_be_values_are_forgotten_when_the_device_goes() {
+        let mut a = Actuator::new(true, Box::new(SharedStore::default()));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert_eq!(a.would_be("sda", Tunable::Nomerges), Some("2"));
+        assert_eq!(fs.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+        a.device_vanished("sda", 1_000);
+        assert_eq!(a.would_be("sda", Tunable::Nomerges), None);
+    }
 }
