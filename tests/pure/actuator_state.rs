@@ -323,4 +323,24 @@ mod accounting {
         a.device_vanished("sda", 1_000);
         assert_eq!(a.would_be("sda", Tunable::Nomerges), None);
     }
+
+    /// A tunable is someone else's only once their write was seen and handed off to them.
+    #[test]
+    fn a_tunable_is_theirs_only_after_a_hand_off() {
+        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert!(!a.is_theirs("sda", Tunable::Nomerges));
+        assert!(!a.is_theirs("sdb", Tunable::Nomerges));
+        fs.set_behind_back("sda", Tunable::Nomerges, "1");
+        a.hand_off(
+            &mut fs,
+            "sda",
+            Tunable::Nomerges,
+            "1",
+            &[Tunable::FrontMerges],
+        );
+        assert!(a.is_theirs("sda", Tunable::Nomerges));
+        assert!(!a.is_theirs("sda", Tunable::FrontMerges));
+    }
 }
