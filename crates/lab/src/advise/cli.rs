@@ -44,13 +44,11 @@ pub struct AdviseArgs {
     pub json: bool,
 }
 
-/// Runs `mergetune advise`; returns the exit code.
-pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
-    let cfg = match &args.config {
-        Some(p) => mergetune_logic::config::load_file(p)?,
-        None => Config::default(),
-    }
-    .policy;
+/// The profile a trace is priced with: the config's, except that `live` (the daemon's own
+/// measurement on the host) cannot price a trace, so the measured profile stands in.
+fn trace_profile(
+    cfg: &mergetune_logic::config::PolicyConfig,
+) -> anyhow::Result<(String, mergetune_logic::cost_profile::CostProfile)> {
     let mut profile_name = cfg.cost_profile.trim().to_string();
     if profile_name == mergetune_logic::cost_profile::LIVE {
         // A trace cannot be sampled for where its CPU went: advise prices it with the
@@ -63,6 +61,46 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     }
     let profile = mergetune_logic::cost_profile::resolve(&profile_name)
         .with_context(|| format!("cost profile {profile_name}"))?;
+    Ok((profile_name, profile))
+}
+
+/// Why a trace gave nothing to advise from, with what it did hold.
+fn nothing_to_advise(
+    analysis: &crate::advise::Analysis,
+    trace: &Path,
+    filter: Option<DevNum>,
+) -> String {
+    let mut msg = format!(
+        "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
+        trace.display(),
+        analysis.lines,
+        analysis.events,
+        analysis.bad_lines
+    );
+    if !analysis.devices_without_bios.is_empty() {
+        let _ = write!(
+            msg,
+            "; device(s) {} have events but every bio queued has size 0",
+            analysis.devices_without_bios.join(", ")
+        );
+    }
+    if let Some(b) = analysis.bad_examples.first() {
+        let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
+    }
+    if let Some(f) = filter {
+        let _ = write!(msg, "; --device {f} matched nothing");
+    }
+    msg
+}
+
+/// Runs `mergetune advise`; returns the exit code.
+pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
+    let cfg = match &args.config {
+        Some(p) => mergetune_logic::config::load_file(p)?,
+        None => Config::default(),
+    }
+    .policy;
+    let (profile_name, profile) = trace_profile(&cfg)?;
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
@@ -79,27 +117,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
         views.push(view);
     }
     if analysis.devices.is_empty() {
-        let mut msg = format!(
-            "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
-            args.trace.display(),
-            analysis.lines,
-            analysis.events,
-            analysis.bad_lines
-        );
-        if !analysis.devices_without_bios.is_empty() {
-            let _ = write!(
-                msg,
-                "; device(s) {} have events but every bio queued has size 0",
-                analysis.devices_without_bios.join(", ")
-            );
-        }
-        if let Some(b) = analysis.bad_examples.first() {
-            let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
-        }
-        if let Some(f) = filter {
-            let _ = write!(msg, "; --device {f} matched nothing");
-        }
-        bail!(msg);
+        bail!(nothing_to_advise(&analysis, &args.trace, filter));
     }
     let mut what_ifs = Vec::new();
     if args.what_if {

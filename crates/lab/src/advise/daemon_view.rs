@@ -35,7 +35,8 @@ pub struct DaemonView {
 /// a merge ratio below `disable_below_percent` (or tries L2 from one at or above
 /// `enable_above_percent`), never between the two; only to a rung the scheduler has and
 /// the config allows (L3 only with the bio tap, as the daemon assumes here when `[sense]`
-/// could run); and only to a level the profile says saves measurably.
+/// could run); and only to a level the profile says saves measurably. Long because it
+/// takes those rules one step each in the daemon's order, so that the two read side by side.
 pub fn daemon_view(
     r: &DeviceReport,
     cfg: &PolicyConfig,
