@@ -343,4 +343,44 @@ mod accounting {
         assert!(a.is_theirs("sda", Tunable::Nomerges));
         assert!(!a.is_theirs("sda", Tunable::FrontMerges));
     }
+
+    /// After failed saves, the next tick's retry writes the records once the store takes
+    /// them again; nothing is retried while the store is up to date.
+    #[test]
+    fn a_failed_save_is_retried_until_the_records_are_on_disk() {
+        let store = SharedStore::default();
+        let mut a = Actuator::new(false, Box::new(store.clone()));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        *store.fail_saves.borrow_mut() = true;
+        // A vanished device's save fails: the file still holds the older records.
+        a.device_vanished("sda", 1_000);
+        assert!(!a.persisted());
+        assert!(a.retry_persist().is_err());
+        *store.fail_saves.borrow_mut() = false;
+        a.retry_persist().unwrap();
+        assert!(a.persisted());
+        let on_disk = store.load().unwrap().unwrap().state;
+        assert!(
+            on_disk.devices["sda"][&Tunable::Nomerges]
+                .vanished_at_unix_secs
+                .is_some()
+        );
+    }
+
+    /// A device back in mergetune's care after a reload starts from what it holds then:
+    /// what was first seen of a tunable it never wrote is forgotten.
+    #[test]
+    fn refresh_unowned_forgets_what_was_seen_of_tunables_never_written() {
+        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
+        a.observe("sda", Tunable::FrontMerges, Some("1"));
+        assert_eq!(a.first_seen("sda", Tunable::FrontMerges), Some("1"));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        a.refresh_unowned("sda");
+        assert_eq!(a.first_seen("sda", Tunable::FrontMerges), None);
+        // What it wrote keeps its record, original included.
+        assert_eq!(a.saved().devices["sda"][&Tunable::Nomerges].original, "0");
+        assert_eq!(a.expected("sda", Tunable::Nomerges), Some("2"));
+    }
 }

@@ -237,3 +237,23 @@ fn a_missing_iosched_file_tells_a_gone_device_from_a_switched_scheduler() {
         }
     );
 }
+
+/// Messages name the state file by its path (`describe`), so an operator can find it.
+#[test]
+fn the_file_store_is_described_by_its_path() {
+    let store = FileStore::new("/run/mergetune");
+    assert_eq!(store.describe(), "/run/mergetune/state.json");
+}
+
+/// No pointer is no pointer; a pointer that cannot be read is an error, never taken as
+/// "no earlier state directory" (its originals would then never be looked for).
+#[test]
+fn a_missing_pointer_is_none_and_an_unreadable_one_is_an_error() {
+    use mergetune_daemon::state::StatePointer;
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(StatePointer::new(tmp.path()).read().unwrap(), None);
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let under_a_file = StatePointer::new(file.join("run"));
+    assert!(matches!(under_a_file.read(), Err(StateError::Read { .. })));
+}
