@@ -332,6 +332,7 @@ mod accounting {
         a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
         assert!(!a.is_theirs("sda", Tunable::Nomerges));
         assert!(!a.is_theirs("sdb", Tunable::Nomerges));
+        assert!(!a.any_theirs("sda", &[Tunable::Nomerges, Tunable::FrontMerges]));
         fs.set_behind_back("sda", Tunable::Nomerges, "1");
         a.hand_off(
             &mut fs,
@@ -342,6 +343,8 @@ mod accounting {
         );
         assert!(a.is_theirs("sda", Tunable::Nomerges));
         assert!(!a.is_theirs("sda", Tunable::FrontMerges));
+        assert!(a.any_theirs("sda", &[Tunable::FrontMerges, Tunable::Nomerges]));
+        assert!(!a.any_theirs("sda", &[Tunable::FrontMerges]));
     }
 
     /// After failed saves, the next tick's retry writes the records once the store takes

@@ -257,3 +257,37 @@ fn a_missing_pointer_is_none_and_an_unreadable_one_is_an_error() {
     let under_a_file = StatePointer::new(file.join("run"));
     assert!(matches!(under_a_file.read(), Err(StateError::Read { .. })));
 }
+
+/// The pointer is one absolute path in a small regular file; anything else is refused
+/// with the reason, never followed.
+#[test]
+fn a_state_pointer_is_one_absolute_path_in_a_small_regular_file() {
+    use mergetune_daemon::state::StatePointer;
+    let tmp = tempfile::tempdir().unwrap();
+    let p = StatePointer::new(tmp.path());
+    let refused = |p: &StatePointer| match p.read() {
+        Err(StateError::Corrupt { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    // 4096 bytes is the most a pointer may hold: newlines after the path are its end.
+    let path = "/var/lib/mergetune";
+    std::fs::write(
+        p.path(),
+        format!("{path}{}", "\n".repeat(4096 - path.len())),
+    )
+    .unwrap();
+    assert_eq!(p.read().unwrap(), Some(path.into()));
+    std::fs::write(
+        p.path(),
+        format!("{path}{}", "\n".repeat(4097 - path.len())),
+    )
+    .unwrap();
+    assert!(refused(&p).contains("small regular file"));
+    std::fs::write(p.path(), "var/lib/mergetune\n").unwrap();
+    assert!(refused(&p).contains("one absolute path"));
+    std::fs::write(p.path(), "/var/lib/a\n/var/lib/b\n").unwrap();
+    assert!(refused(&p).contains("one absolute path"));
+    std::fs::remove_file(p.path()).unwrap();
+    std::fs::create_dir(p.path()).unwrap();
+    assert!(refused(&p).contains("small regular file"));
+}
