@@ -291,3 +291,52 @@ fn a_state_pointer_is_one_absolute_path_in_a_small_regular_file() {
     std::fs::create_dir(p.path()).unwrap();
     assert!(refused(&p).contains("small regular file"));
 }
+
+/// A restore that fails keeps its record in the file, for `mergetune restore` or the next
+/// start to try again; one that succeeds leaves nothing behind.
+#[test]
+fn a_failed_restore_keeps_its_record_and_a_done_one_leaves_none() {
+    let run = |fail: bool| {
+        let mut store = SharedStore::default();
+        *store.text.borrow_mut() = Some(serde_json::to_string(&one_record()).unwrap());
+        let mut fs = MemKernel::with(&["sda"]);
+        fs.set_behind_back("sda", Tunable::Nomerges, "2");
+        if fail {
+            fs.faults
+                .failing_writes
+                .insert(("sda".into(), Tunable::Nomerges));
+        }
+        let report = restore_from_store(&mut fs, &mut store, 0).unwrap();
+        (report.failed(), report.kept, store.text.borrow().is_some())
+    };
+    assert_eq!(run(true), (true, 1, true));
+    assert_eq!(run(false), (false, 0, false));
+}
+
+/// The simulator's and a dry run's store: what was saved loads, what was removed is gone.
+#[test]
+fn the_memory_store_forgets_what_was_removed() {
+    let mut m = mergetune_daemon::state::MemoryStore::default();
+    m.save(&one_record()).unwrap();
+    assert_eq!(m.load().unwrap().unwrap().state, one_record());
+    m.remove().unwrap();
+    assert!(m.load().unwrap().is_none());
+    assert_eq!(m.describe(), "memory");
+}
+
+/// A stop clears the pointer only when it names this run's state directory: another
+/// daemon's pointer stays.
+#[test]
+fn clear_if_removes_only_a_pointer_to_this_state_directory() {
+    use mergetune_daemon::state::StatePointer;
+    let tmp = tempfile::tempdir().unwrap();
+    let p = StatePointer::new(tmp.path().join("run"));
+    let mine = Path::new("/var/lib/mergetune-a");
+    p.write(mine).unwrap();
+    p.clear_if(Path::new("/var/lib/mergetune-b")).unwrap();
+    assert_eq!(p.read().unwrap().as_deref(), Some(mine));
+    p.clear_if(mine).unwrap();
+    assert_eq!(p.read().unwrap(), None);
+    // Nothing to clear is not an error.
+    p.clear_if(mine).unwrap();
+}
