@@ -340,3 +340,61 @@ fn clear_if_removes_only_a_pointer_to_this_state_directory() {
     // Nothing to clear is not an error.
     p.clear_if(mine).unwrap();
 }
+
+/// The first restore that finds a device gone dates its record; a week later, the record
+/// goes (an undated record would be kept for ever).
+#[test]
+fn a_gone_devices_record_is_dated_at_the_first_restore_that_misses_it() {
+    let mut store = SharedStore::default();
+    *store.text.borrow_mut() = Some(serde_json::to_string(&one_record()).unwrap());
+    let mut fs = MemKernel::with(&["sdb"]);
+    let t0 = 1_000_000_000u64;
+    assert_eq!(restore_from_store(&mut fs, &mut store, t0).unwrap().kept, 1);
+    let dated = store.load().unwrap().unwrap().state;
+    assert_eq!(
+        dated.devices["sda"][&Tunable::Nomerges].vanished_at_unix_secs,
+        Some(t0)
+    );
+    assert_eq!(
+        restore_from_store(&mut fs, &mut store, t0 + VANISHED_KEEP_SECS)
+            .unwrap()
+            .kept,
+        0
+    );
+    assert!(store.text.borrow().is_none());
+}
+
+/// The file is rewritten when what it keeps changed or when it held refused entries (they
+/// are dropped, said once), and left as it is otherwise.
+#[test]
+fn the_state_file_is_rewritten_only_when_what_it_keeps_changes() {
+    let gone_at = 1_000_000_000u64;
+    let mut state = one_record();
+    for r in state.devices.get_mut("sda").unwrap().values_mut() {
+        r.vanished_at_unix_secs = Some(gone_at);
+    }
+    let text = serde_json::to_string(&state).unwrap();
+    let mut fs = MemKernel::with(&["sdb"]);
+    // Nothing changed: the very same text stays.
+    let mut store = SharedStore::default();
+    let padded = format!("{text}   ");
+    *store.text.borrow_mut() = Some(padded.clone());
+    restore_from_store(&mut fs, &mut store, gone_at + 1).unwrap();
+    assert_eq!(store.text.borrow().as_deref(), Some(padded.as_str()));
+    // A refused entry: rewritten without it.
+    let with_refused = text.replacen(
+        r#""sda":{"#,
+        r#""sda":{"queue/not_a_tunable":{"original":"0"},"#,
+        1,
+    );
+    assert_ne!(
+        with_refused, text,
+        "the fixture must hold the refused entry"
+    );
+    *store.text.borrow_mut() = Some(with_refused);
+    let report = restore_from_store(&mut fs, &mut store, gone_at + 1).unwrap();
+    assert_eq!(report.rejected.len(), 1);
+    let after = store.text.borrow().clone().unwrap();
+    assert!(!after.contains("not_a_tunable"), "{after}");
+    assert_eq!(parse_state(&after, Path::new("mem")).unwrap().state, state);
+}
