@@ -386,4 +386,32 @@ mod accounting {
         assert_eq!(a.saved().devices["sda"][&Tunable::Nomerges].original, "0");
         assert_eq!(a.expected("sda", Tunable::Nomerges), Some("2"));
     }
+
+    /// Only a device seen to vanish has records kept from before it went.
+    #[test]
+    fn has_vanished_records_only_after_the_device_went() {
+        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert!(!a.has_vanished_records("sda"));
+        assert!(!a.has_vanished_records("sdb"));
+        a.device_vanished("sda", 1_000);
+        assert!(a.has_vanished_records("sda"));
+    }
+
+    /// A device that leaves mergetune's care is restored, and the state file then holds
+    /// nothing more to restore for it.
+    #[test]
+    fn restoring_a_device_saves_the_records_without_it() {
+        let store = SharedStore::default();
+        let mut a = Actuator::new(false, Box::new(store.clone()));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        assert!(store.load().unwrap().is_some());
+        let out = a.restore_device(&mut fs, "sda");
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(fs.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+        let left = store.load().unwrap().map(|l| l.state);
+        assert!(left.as_ref().is_none_or(|s| s.is_empty()), "{left:?}");
+    }
 }
