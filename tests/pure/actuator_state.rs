@@ -232,9 +232,9 @@ fn a_dry_run_keeps_what_it_would_have_written_and_writes_nothing() {
 // ---- The actuator's own accounting (mutants cargo-mutants found surviving, docs/testing.md)
 
 mod accounting {
-    use crate::memkernel::{MemKernel, SharedStore};
+    use crate::memkernel::{MemKernel, SharedStore, written_record};
     use mergetune_daemon::actuator::{Actuator, PersistChange};
-    use mergetune_daemon::state::{SavedAttr, SavedState, StateStore};
+    use mergetune_daemon::state::{SavedState, StateStore};
     use mergetune_kernel::tunable::Tunable;
 
     /// A failing state file is said once when it starts failing and once when it is
@@ -272,15 +272,10 @@ mod accounting {
     #[test]
     fn adopted_records_of_a_gone_device_are_kept_and_dated_from_the_clock_origin() {
         let mut kept = SavedState::default();
-        kept.devices.entry("sdz".into()).or_default().insert(
-            Tunable::Nomerges,
-            SavedAttr {
-                original: "0".into(),
-                last_written: Some("2".into()),
-                pending: None,
-                vanished_at_unix_secs: None,
-            },
-        );
+        kept.devices
+            .entry("sdz".into())
+            .or_default()
+            .insert(Tunable::Nomerges, written_record("0", "2"));
         let store = SharedStore::default();
         let mut a = Actuator::new(false, Box::new(store.clone()));
         a.set_clock_origin_unix_secs(1_700_000_000);

@@ -10,6 +10,7 @@ mod actuator_state;
 mod calibrate_stats;
 mod config_example;
 mod cost_profile;
+mod daemon_tick;
 mod diskstats_fixtures;
 mod docs_match_files;
 mod layers;

@@ -4,25 +4,20 @@
 //! versions load, how a refused entry is worded, and how long a vanished device's record
 //! is kept.
 
-use crate::memkernel::{MemKernel, SharedStore};
+use crate::memkernel::{MemKernel, SharedStore, written_record};
 use mergetune_daemon::state::{
-    FileStore, Loaded, RestoreOutcome, SavedAttr, SavedState, StateError, StateStore,
-    VANISHED_KEEP_SECS, parse_state, restore_from_store,
+    FileStore, Loaded, RestoreOutcome, SavedState, StateError, StateStore, VANISHED_KEEP_SECS,
+    parse_state, restore_from_store,
 };
 use mergetune_kernel::tunable::Tunable;
 use std::path::Path;
 
 fn one_record() -> SavedState {
     let mut s = SavedState::default();
-    s.devices.entry("sda".into()).or_default().insert(
-        Tunable::Nomerges,
-        SavedAttr {
-            original: "0".into(),
-            last_written: Some("2".into()),
-            pending: None,
-            vanished_at_unix_secs: None,
-        },
-    );
+    s.devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::Nomerges, written_record("0", "2"));
     s
 }
 
@@ -198,15 +193,11 @@ fn removing_a_state_file_that_is_not_there_is_fine_and_one_that_cannot_go_is_an_
 #[test]
 fn a_missing_iosched_file_tells_a_gone_device_from_a_switched_scheduler() {
     let mut state = SavedState::default();
-    state.devices.entry("sda".into()).or_default().insert(
-        Tunable::FrontMerges,
-        SavedAttr {
-            original: "1".into(),
-            last_written: Some("0".into()),
-            pending: None,
-            vanished_at_unix_secs: None,
-        },
-    );
+    state
+        .devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::FrontMerges, written_record("1", "0"));
     let outcome = |fs: &mut MemKernel| {
         let results = mergetune_daemon::state::restore_all(fs, &state);
         assert_eq!(results.len(), 1, "{results:?}");

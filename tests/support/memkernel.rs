@@ -10,7 +10,7 @@
 
 #![allow(dead_code)]
 
-use mergetune_daemon::state::{SavedState, StateError, StateStore, parse_state};
+use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
 #[path = "faketap.rs"]
 mod faketap;
 
@@ -344,5 +344,15 @@ impl StateStore for SharedStore {
     }
     fn describe(&self) -> String {
         "mem:state.json".into()
+    }
+}
+
+/// A record as mergetune leaves it once it has written `last_written` over `original`.
+pub fn written_record(original: &str, last_written: &str) -> SavedAttr {
+    SavedAttr {
+        original: original.into(),
+        last_written: Some(last_written.into()),
+        pending: None,
+        vanished_at_unix_secs: None,
     }
 }
