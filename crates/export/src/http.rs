@@ -173,23 +173,20 @@ fn nofile_wanted(max_connections: usize) -> u64 {
     (max_connections as u64 + 256) * 4 / 3 + 1
 }
 
-/// Why the endpoint could not start; each names the address it was for.
+/// Why the endpoint could not start; each names the address it was for. The I/O error is
+/// part of the message, not a separate source, so that a chain of contexts (anyhow's
+/// `{:#}`) says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The address is taken, not local, or needs a privilege (a port under 1024).
-    #[error("{addr}: cannot listen: {source}")]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{addr}: cannot listen: {cause}")]
+    Bind { addr: SocketAddr, cause: io::Error },
     /// The listener is bound but what serves it could not be set up.
-    #[error("{addr}: cannot set the endpoint up ({step}): {source}")]
+    #[error("{addr}: cannot set the endpoint up ({step}): {cause}")]
     Setup {
         addr: SocketAddr,
         step: &'static str,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
@@ -206,10 +203,10 @@ pub fn serve(
         move |e: io::Error| ServeError::Setup {
             addr,
             step,
-            source: e,
+            cause: e,
         }
     };
-    let listener = TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+    let listener = TcpListener::bind(addr).map_err(|cause| ServeError::Bind { addr, cause })?;
     listener
         .set_nonblocking(true)
         .map_err(setup("non-blocking"))?;
