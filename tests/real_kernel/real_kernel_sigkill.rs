@@ -125,6 +125,16 @@ listen = ""
             break;
         }
     }
+    // SIGINT, which fio passes on to the job process it forked: a SIGKILL of the parent
+    // alone left that job writing to the loop device for the rest of its 600 s.
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&fio),
+        rustix::process::Signal::INT,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && matches!(fio.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _ = fio.kill();
     let _ = fio.wait();
     if let Some(f) = failure {
