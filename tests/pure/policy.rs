@@ -613,6 +613,100 @@ fn a_workload_change_at_l3_probes_at_once() {
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
 }
 
+/// Random 4 KiB writes at `bios_per_sec`, over a `duration_ms` window (the watch's 100 ms
+/// windows at L3).
+fn writes_at(bios_per_sec: u64, duration_ms: u64) -> Window {
+    let bios = bios_per_sec * duration_ms / 1000;
+    Window {
+        counters: Counters {
+            writes_completed: bios,
+            sectors_written: bios * 8,
+            ..Default::default()
+        },
+        duration_ms,
+        sensed: None,
+    }
+}
+
+/// Feeds one `duration_ms` window after another from `t0`; returns the outcomes.
+fn watch(
+    s: &mut PolicyState,
+    c: &PolicyConfig,
+    t0: u64,
+    windows: &[Window],
+) -> Vec<(u64, OutcomeKind, Option<Level>, String)> {
+    let mut out = Vec::new();
+    let mut now = t0;
+    for w in windows {
+        now += w.duration_ms;
+        let ev = decide(s, Some(w), BARE, c, now);
+        out.push((now, ev.kind, ev.to_level, ev.reason.to_string()));
+        *s = ev.state;
+    }
+    out
+}
+
+/// At L3 a fall in rate alone is what CPU contention does to a CPU-bound device (measured
+/// on a loop device: one 100 ms window at 0.56x the one before, nothing else changed): it
+/// probes only once it has lasted 500 ms. A dip that recovers sooner starts nothing, and
+/// the next dip is timed from its own start.
+#[test]
+fn at_l3_a_fall_in_rate_alone_probes_only_once_it_has_lasted_half_a_second() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(190_000, 1000); 3]);
+    assert_eq!(s.level, Level::L3);
+    let (steady, dip) = (writes_at(190_000, 100), writes_at(106_000, 100));
+    // Dips of 400 ms, then the rate is back: never a probe.
+    let mut dips = Vec::new();
+    for _ in 0..3 {
+        dips.extend([dip; 4]);
+        dips.push(steady);
+    }
+    let out = watch(&mut s, &c, 103_000, &dips);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert!(out[0].3.contains("the rate fell"), "{}", out[0].3);
+    assert_eq!(s.l3_rate_change_since_ms, None, "the steady window clears it");
+    // A fall that lasts: the probe comes with the fifth window, 500 ms after it began.
+    let t0 = out.last().unwrap().0;
+    let out = watch(&mut s, &c, t0, &[dip; 5]);
+    assert!(out[..4].iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert_eq!(
+        (out[4].1, out[4].2),
+        (OutcomeKind::ProbeStart, Some(Level::L0)),
+        "{out:?}"
+    );
+    assert_eq!(out[4].0 - t0, 500);
+    assert!(out[4].3.contains("bios/s 190000 -> 106000"), "{}", out[4].3);
+}
+
+/// A rise in rate, or a change of shape, is something new submitting I/O: it probes with
+/// the first window that shows it.
+#[test]
+fn at_l3_a_rise_in_rate_or_a_change_of_shape_probes_with_its_first_window() {
+    let c = cfg();
+    let mut at_l3 = PolicyState::new(0, &c);
+    run(&mut at_l3, BARE, &c, 100_000, &[writes_at(100_000, 1000); 3]);
+    assert_eq!(at_l3.level, Level::L3);
+    let rise = writes_at(160_000, 100);
+    // The same fall in rate, but the bio size doubles (a larger-block job took over).
+    let mut bigger = writes_at(60_000, 100);
+    bigger.counters.sectors_written *= 2;
+    // A fall in rate with reads appearing (a scan started beside the writes).
+    let mut with_reads = writes_at(60_000, 100);
+    with_reads.counters.reads_completed = with_reads.counters.writes_completed / 2;
+    with_reads.counters.sectors_read = with_reads.counters.reads_completed * 8;
+    for w in [rise, bigger, with_reads] {
+        let ev = decide(&at_l3, Some(&w), BARE, &c, 103_100);
+        assert_eq!(
+            (ev.kind, ev.to_level),
+            (OutcomeKind::ProbeStart, Some(Level::L0)),
+            "{}",
+            ev.reason
+        );
+    }
+}
+
 #[test]
 fn a_known_hostile_workload_goes_straight_to_l3() {
     let c = cfg();

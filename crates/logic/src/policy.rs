@@ -238,6 +238,10 @@ pub struct PolicyState {
     /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
     /// merges, but they still show a workload change, which starts a probe at once.
     pub l3_signature: Option<Signature>,
+    /// At L3, the start of the first of the consecutive windows whose rate alone fell
+    /// from `l3_signature`'s: such a change probes once it has lasted
+    /// [`signature::RATE_CHANGE_CONFIRM_MS`]. None when the last window showed no such change.
+    pub l3_rate_change_since_ms: Option<u64>,
     /// Workloads that were confirmed merge-hostile (settled at L3, or a probe found
     /// nothing), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
     /// its low windows at L0-L2 take the device straight to L3.
@@ -272,6 +276,7 @@ impl PolicyState {
             next_trial_at_ms: 0,
             trial_from_level: Level::L0,
             l3_signature: None,
+            l3_rate_change_since_ms: None,
             known_hostile: Vec::new(),
             probe_by_change: false,
             not_worth_noted: false,
@@ -328,6 +333,7 @@ impl PolicyState {
         self.high_windows = 0;
         self.not_worth_noted = false;
         self.unknown_noted = false;
+        self.l3_rate_change_since_ms = None;
         if level != Level::L2 {
             self.l2_verified = false;
         }

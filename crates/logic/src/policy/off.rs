@@ -9,6 +9,7 @@
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
 use super::reason::{pct, secs};
+use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
 use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
 use crate::decision::Level;
@@ -94,12 +95,14 @@ fn back_when_the_tap_sees_merges(mut s: PolicyState, sensed: Option<Sensed>, cx:
 /// nothing, or too few bios to tell), and the signature now. A change to a workload this
 /// device already found merge-hostile (say a database that alternates between two rates)
 /// needs no probe: it becomes the new baseline. Without this, two known workloads taking
-/// turns would probe at every turn.
+/// turns would probe at every turn. A fall in rate alone counts once it has lasted
+/// [`RATE_CHANGE_CONFIRM_MS`]: until then the device holds, saying so, unless the timed
+/// probe is due anyway.
 fn watch_the_signature(
     mut s: PolicyState,
     window: Option<&Window>,
     cx: &Ctx,
-) -> Step<(PolicyState, Option<String>, Option<Signature>)> {
+) -> Step<(PolicyState, Option<SignatureChange>, Option<Signature>)> {
     let now_ms = cx.now_ms;
     let Some(w) = window.filter(|w| w.counters.bios() >= cx.cfg.min_window_bios) else {
         return ControlFlow::Continue((s, None, None));
@@ -112,12 +115,12 @@ fn watch_the_signature(
             None
         }
     };
-    if let Some(what) = &changed
+    let due = s.next_probe_at_ms.unwrap_or(now_ms);
+    if let Some(what) = changed
         && s.is_known_hostile(&sig)
     {
-        let what = what.clone();
         s.l3_signature = Some(sig);
-        let due = s.next_probe_at_ms.unwrap_or(now_ms);
+        s.l3_rate_change_since_ms = None;
         if now_ms < due {
             return ControlFlow::Break(hold(
                 s,
@@ -129,6 +132,29 @@ fn watch_the_signature(
         }
         changed = None;
     }
+    match changed {
+        Some(what) if what.needs_confirming() => {
+            let since_ms = *s
+                .l3_rate_change_since_ms
+                .get_or_insert(now_ms.saturating_sub(w.duration_ms));
+            let lasted_ms = now_ms.saturating_sub(since_ms);
+            if lasted_ms < RATE_CHANGE_CONFIRM_MS {
+                if now_ms < due {
+                    return ControlFlow::Break(hold(
+                        s,
+                        format!(
+                            "at L3 the rate fell ({what}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
+                            secs(lasted_ms),
+                            secs(RATE_CHANGE_CONFIRM_MS),
+                            secs(due - now_ms)
+                        ),
+                    ));
+                }
+                changed = None;
+            }
+        }
+        _ => s.l3_rate_change_since_ms = None,
+    }
     ControlFlow::Continue((s, changed, Some(sig)))
 }
 
@@ -138,7 +164,7 @@ fn watch_the_signature(
 fn answered_by_the_tap(
     mut s: PolicyState,
     (share, n): Sensed,
-    changed: Option<(String, Signature)>,
+    changed: Option<(SignatureChange, Signature)>,
     due: u64,
     cx: &Ctx,
 ) -> Evaluation {
@@ -168,7 +194,7 @@ fn answered_by_the_tap(
 }
 
 /// To L0 to measure: at once for a changed workload, else the timed probe.
-fn probe(mut s: PolicyState, changed: Option<String>, cx: &Ctx) -> Evaluation {
+fn probe(mut s: PolicyState, changed: Option<SignatureChange>, cx: &Ctx) -> Evaluation {
     let (cfg, now_ms) = (cx.cfg, cx.now_ms);
     let off_for = now_ms.saturating_sub(s.since_ms);
     s.probe_by_change = changed.is_some();
