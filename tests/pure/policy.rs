@@ -666,7 +666,10 @@ fn at_l3_a_fall_in_rate_alone_probes_only_once_it_has_lasted_half_a_second() {
     let out = watch(&mut s, &c, 103_000, &dips);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
     assert!(out[0].3.contains("the rate fell"), "{}", out[0].3);
-    assert_eq!(s.l3_rate_change_since_ms, None, "the steady window clears it");
+    assert_eq!(
+        s.l3_rate_change_since_ms, None,
+        "the steady window clears it"
+    );
     // A fall that lasts: the probe comes with the fifth window, 500 ms after it began.
     let t0 = out.last().unwrap().0;
     let out = watch(&mut s, &c, t0, &[dip; 5]);
@@ -686,7 +689,13 @@ fn at_l3_a_fall_in_rate_alone_probes_only_once_it_has_lasted_half_a_second() {
 fn at_l3_a_rise_in_rate_or_a_change_of_shape_probes_with_its_first_window() {
     let c = cfg();
     let mut at_l3 = PolicyState::new(0, &c);
-    run(&mut at_l3, BARE, &c, 100_000, &[writes_at(100_000, 1000); 3]);
+    run(
+        &mut at_l3,
+        BARE,
+        &c,
+        100_000,
+        &[writes_at(100_000, 1000); 3],
+    );
     assert_eq!(at_l3.level, Level::L3);
     let rise = writes_at(160_000, 100);
     // The same fall in rate, but the bio size doubles (a larger-block job took over).
