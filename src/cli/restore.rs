@@ -21,7 +21,9 @@
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use crate::cli::run::runtime_dir;
-use mergetune_daemon::state::{FileStore, StatePointer, StateStore as _, restore_from_store};
+use mergetune_daemon::state::{
+    FileStore, RestoreReport, StatePointer, StateStore as _, restore_from_store,
+};
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::DEFAULT_STATE_DIR;
 use rustix::process::{Pid, test_kill_process};
@@ -164,51 +166,20 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         ) {
             continue;
         }
-        let report = restore_from_store(&mut fs, &mut store, unix_now_secs())?;
+        let report = restore_dir(&mut fs, &mut store, &dir, runtime.as_deref())?;
         restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
-        for r in &report.results {
-            println!("{r}");
-        }
-        for r in &report.rejected {
-            eprintln!("mergetune: {}: {r}", store.describe());
-        }
-        if report.kept > 0 {
-            println!(
-                "{}: {} record(s) kept for a later restore",
-                store.describe(),
-                report.kept
-            );
-        } else if let Some(rt) = &runtime {
-            // Nothing left there: a pointer naming it has done its job.
-            let _ = StatePointer::new(rt).clear_if(&dir);
-        }
         if report.failed() || !report.rejected.is_empty() {
             code = EXIT_ERROR;
         }
     }
     if let Some(dir) = missing {
         let explicit = args.state_dir.is_some();
-        eprintln!(
-            "mergetune: {}: no such directory: nothing restored from it (check {})",
-            dir.display(),
-            if explicit {
-                "--state-dir"
-            } else {
-                "daemon.state_dir"
-            }
-        );
+        note_missing(&dir, explicit);
         if explicit || !restored_any {
             code = EXIT_ERROR;
         }
     }
-    // After a SIGKILL the daemon's bio tap instance is left behind; the machine is put
-    // back whole, not only its tunables.
-    for dir in fs.remove_dead_taps() {
-        println!(
-            "removed tracefs instance {} (its process is gone)",
-            dir.display()
-        );
-    }
+    remove_dead_taps(&fs);
     if !restored_any && code == EXIT_OK {
         println!(
             "{}: nothing to restore",
@@ -216,6 +187,60 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(code)
+}
+
+/// Restores from the state file in `dir` and says what was done: each record's result,
+/// each rejected entry, the records kept. When none is kept, a pointer in the runtime
+/// directory naming `dir` is cleared.
+fn restore_dir(
+    fs: &mut RealFs,
+    store: &mut FileStore,
+    dir: &Path,
+    runtime: Option<&Path>,
+) -> anyhow::Result<RestoreReport> {
+    let report = restore_from_store(fs, store, unix_now_secs())?;
+    for r in &report.results {
+        println!("{r}");
+    }
+    for r in &report.rejected {
+        eprintln!("mergetune: {}: {r}", store.describe());
+    }
+    if report.kept > 0 {
+        println!(
+            "{}: {} record(s) kept for a later restore",
+            store.describe(),
+            report.kept
+        );
+    } else if let Some(rt) = runtime {
+        // Nothing left there: a pointer naming it has done its job.
+        let _ = StatePointer::new(rt).clear_if(dir);
+    }
+    Ok(report)
+}
+
+/// Says that the directory asked for does not exist, and where it came from (`explicit`:
+/// `--state-dir`, else the config's `daemon.state_dir`).
+fn note_missing(dir: &Path, explicit: bool) {
+    eprintln!(
+        "mergetune: {}: no such directory: nothing restored from it (check {})",
+        dir.display(),
+        if explicit {
+            "--state-dir"
+        } else {
+            "daemon.state_dir"
+        }
+    );
+}
+
+/// After a SIGKILL the daemon's bio tap instance is left behind; the machine is put back
+/// whole, not only its tunables.
+fn remove_dead_taps(fs: &RealFs) {
+    for dir in fs.remove_dead_taps() {
+        println!(
+            "removed tracefs instance {} (its process is gone)",
+            dir.display()
+        );
+    }
 }
 
 #[cfg(test)]

@@ -292,84 +292,103 @@ fn payload(kind: EventKind, toks: &[&str], i: usize) -> Result<BlockEvent, Strin
 /// [`is_blkparse_summary`]); here they are errors like any other non-event line.
 pub fn parse_event(line: &str) -> Result<BlockEvent, LineError> {
     let toks: Vec<&str> = line.split_whitespace().collect();
-    let fatal = |message: String| LineError {
-        event: None,
-        message,
-    };
     // tracefs: "TASK-PID [CPU] FLAGS TIMESTAMP: block_xxx: ..."
     if let Some(i) = toks
         .iter()
         .position(|t| t.starts_with("block_") && t.ends_with(':'))
     {
-        let name = &toks[i][..toks[i].len() - 1];
-        let kind = EventKind::from_tracefs(name);
-        let t_ns = i
-            .checked_sub(1)
-            .and_then(|j| parse_time(toks[j]))
-            .ok_or_else(|| fatal("missing or bad timestamp before the event name".into()))?;
-        // "TASK-PID" sits before "[CPU]"; a task name may itself contain '-' or spaces.
-        let task = toks[..i]
-            .iter()
-            .position(|t| t.starts_with('[') && t.ends_with(']'))
-            .and_then(|c| c.checked_sub(1))
-            .map_or(toks[0], |c| toks[c]);
-        let pid = task
-            .rsplit('-')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
-        let mut ev = match kind {
-            EventKind::Plug | EventKind::Unplug | EventKind::Other => BlockEvent {
-                t_ns,
-                kind,
-                dev: toks.get(i + 1).and_then(|d| parse_dev(d).ok()),
-                pid,
-                dir: None,
-                sync: false,
-                extent: None,
-            },
-            _ => payload(kind, &toks, i + 1).map_err(|message| LineError {
-                event: Some(kind),
-                message,
-            })?,
-        };
-        ev.t_ns = t_ns;
-        ev.pid = pid;
-        return Ok(ev);
+        return parse_tracefs_event(&toks, i);
     }
     // blkparse: DEV CPU SEQ TIME PID ACTION RWBS ...
     if toks.len() >= 6 && toks[0].contains(',') {
-        let t_ns = parse_time(toks[3]).ok_or_else(|| fatal(format!("bad time {:?}", toks[3])))?;
-        let kind = EventKind::from_blkparse(toks[5]);
-        let pid = toks[4].parse().unwrap_or(0);
-        let mut ev = match kind {
-            EventKind::Plug | EventKind::Unplug | EventKind::Other => BlockEvent {
-                t_ns,
-                kind,
-                dev: parse_dev(toks[0]).ok(),
-                pid,
-                dir: None,
-                sync: false,
-                extent: None,
-            },
-            _ => {
-                // blkparse puts the device first and the RWBS after the action.
-                let mut shifted: Vec<&str> = Vec::with_capacity(toks.len());
-                shifted.push(toks[0]);
-                shifted.extend_from_slice(&toks[6..]);
-                payload(kind, &shifted, 0).map_err(|message| LineError {
-                    event: Some(kind),
-                    message,
-                })?
-            }
-        };
-        ev.t_ns = t_ns;
-        ev.pid = pid;
-        return Ok(ev);
+        return parse_blkparse_event(&toks);
     }
     Err(fatal(
         "not a tracefs block event or a blkparse event line".into(),
     ))
+}
+
+/// An error that names no event: the line is no event, or its time does not parse.
+fn fatal(message: String) -> LineError {
+    LineError {
+        event: None,
+        message,
+    }
+}
+
+/// An error in the payload of a `kind` event.
+fn payload_error(kind: EventKind, message: String) -> LineError {
+    LineError {
+        event: Some(kind),
+        message,
+    }
+}
+
+/// Plugs, unplugs and other events carry no payload that is parsed: only their device,
+/// when it reads as one.
+fn has_no_payload(kind: EventKind) -> bool {
+    matches!(kind, EventKind::Plug | EventKind::Unplug | EventKind::Other)
+}
+
+/// An event without a payload, on `dev`; its time and pid are set by the caller.
+fn bare_event(kind: EventKind, dev: Option<(u32, u32)>) -> BlockEvent {
+    BlockEvent {
+        t_ns: 0,
+        kind,
+        dev,
+        pid: 0,
+        dir: None,
+        sync: false,
+        extent: None,
+    }
+}
+
+/// A tracefs line, split into `toks`, whose event name `block_xxx:` is `toks[i]`.
+fn parse_tracefs_event(toks: &[&str], i: usize) -> Result<BlockEvent, LineError> {
+    let name = &toks[i][..toks[i].len() - 1];
+    let kind = EventKind::from_tracefs(name);
+    let t_ns = i
+        .checked_sub(1)
+        .and_then(|j| parse_time(toks[j]))
+        .ok_or_else(|| fatal("missing or bad timestamp before the event name".into()))?;
+    // "TASK-PID" sits before "[CPU]"; a task name may itself contain '-' or spaces.
+    let task = toks[..i]
+        .iter()
+        .position(|t| t.starts_with('[') && t.ends_with(']'))
+        .and_then(|c| c.checked_sub(1))
+        .map_or(toks[0], |c| toks[c]);
+    let pid = task
+        .rsplit('-')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let mut ev = if has_no_payload(kind) {
+        bare_event(kind, toks.get(i + 1).and_then(|d| parse_dev(d).ok()))
+    } else {
+        payload(kind, toks, i + 1).map_err(|message| payload_error(kind, message))?
+    };
+    ev.t_ns = t_ns;
+    ev.pid = pid;
+    Ok(ev)
+}
+
+/// A blkparse event line, split into `toks` (at least 6, the first a device).
+fn parse_blkparse_event(toks: &[&str]) -> Result<BlockEvent, LineError> {
+    let t_ns = parse_time(toks[3]).ok_or_else(|| fatal(format!("bad time {:?}", toks[3])))?;
+    let kind = EventKind::from_blkparse(toks[5]);
+    let pid = toks[4].parse().unwrap_or(0);
+    let mut ev = if has_no_payload(kind) {
+        bare_event(kind, parse_dev(toks[0]).ok())
+    } else {
+        // blkparse puts the device first and the RWBS after the action.
+        let mut shifted: Vec<&str> = Vec::with_capacity(toks.len());
+        shifted.push(toks[0]);
+        shifted.extend_from_slice(&toks[6..]);
+        payload(kind, &shifted, 0).map_err(|message| payload_error(kind, message))?
+    };
+    ev.t_ns = t_ns;
+    ev.pid = pid;
+    Ok(ev)
 }
 
 /// Turns block events, in file order, into the bios a replay submits, grouping them into

@@ -201,30 +201,33 @@ fn recommendations(
     level: Level,
     evidence: String,
 ) -> Vec<Recommendation> {
-    let mut recs = vec![Recommendation {
+    let mut merge_level = Recommendation {
         topic: "merge level".into(),
         setting: format!("{level}: {}", level_tunables(level)),
         evidence,
-    }];
+    };
     if r.bios < cfg.min_window_bios {
-        recs[0]
+        merge_level
             .evidence
             .push_str(&format!(" [only {} bios: too few for confidence]", r.bios));
     }
-    let read = r.read_percent;
-    let one_dir = !(10.0..=90.0).contains(&read);
-    let depth = r.queue_depth_max;
     let (sched, sev) = scheduler_for(r, level);
-    recs.push(Recommendation {
+    let scheduler = Recommendation {
         topic: "scheduler".into(),
         setting: sched.into(),
         evidence: sev,
-    });
-    // Slices: CFQ's slice_sync is gone since 5.0; its jobs live in mq-deadline's
-    // expiries and bfq's idling.
-    let rl = r.read_latency.as_ref();
-    let wl = r.write_latency.as_ref();
-    let slice = if sched == "none" {
+    };
+    vec![merge_level, scheduler, slices_for(r, sched)]
+}
+
+/// The slice settings under scheduler `sched`. CFQ's slice_sync is gone since 5.0; its
+/// jobs live in mq-deadline's expiries and bfq's idling. The first case that fits: no
+/// scheduler; slow reads mixed with writes; one sequential sync stream; else the defaults.
+fn slices_for(r: &DeviceReport, sched: &str) -> Recommendation {
+    let read = r.read_percent;
+    let one_dir = !(10.0..=90.0).contains(&read);
+    let depth = r.queue_depth_max;
+    if sched == "none" {
         Recommendation {
             topic: "slices".into(),
             setting: "none has no slices; with bfq use slice_idle=0".into(),
@@ -232,16 +235,16 @@ fn recommendations(
                 "up to {depth} requests in flight from random access: idling for a task's next request (bfq slice_idle) would stall a full queue"
             ),
         }
-    } else if let Some(r) = rl
+    } else if let Some(rl) = r.read_latency.as_ref()
         && !one_dir
-        && r.p99_us > 100_000.0
+        && rl.p99_us > 100_000.0
     {
         Recommendation {
             topic: "slices".into(),
             setting: "mq-deadline read_expire=100, writes_starved=4".into(),
             evidence: format!(
                 "read p99 {:.1} ms with {:.0}% writes in the queue: shorten the read deadline and let reads pass writes longer",
-                r.p99_us / 1000.0,
+                rl.p99_us / 1000.0,
                 100.0 - read
             ),
         }
@@ -255,26 +258,33 @@ fn recommendations(
             ),
         }
     } else {
-        let worst = rl
-            .map(|r| r.p99_us)
-            .into_iter()
-            .chain(wl.map(|w| w.p99_us))
-            .fold(0.0f64, f64::max);
-        Recommendation {
-                topic: "slices".into(),
-                setting: "mq-deadline defaults (read_expire=500, write_expire=5000, fifo_batch=16); with bfq slice_idle=0".into(),
-                evidence: if worst > 0.0 {
-                    format!(
-                        "completion p99 {:.2} ms is far below the 500 ms read deadline, and up to {depth} requests in flight make idling useless",
-                        worst / 1000.0
-                    )
-                } else {
-                    format!(
-                        "no completions in the trace to judge deadlines; up to {depth} requests in flight make idling useless"
-                    )
-                },
-            }
-    };
-    recs.push(slice);
-    recs
+        default_slices(r)
+    }
+}
+
+/// The schedulers' default slices, with the worst completion p99 (of reads and writes) as
+/// the evidence that the deadlines are far off.
+fn default_slices(r: &DeviceReport) -> Recommendation {
+    let depth = r.queue_depth_max;
+    let worst = r
+        .read_latency
+        .as_ref()
+        .map(|l| l.p99_us)
+        .into_iter()
+        .chain(r.write_latency.as_ref().map(|w| w.p99_us))
+        .fold(0.0f64, f64::max);
+    Recommendation {
+        topic: "slices".into(),
+        setting: "mq-deadline defaults (read_expire=500, write_expire=5000, fifo_batch=16); with bfq slice_idle=0".into(),
+        evidence: if worst > 0.0 {
+            format!(
+                "completion p99 {:.2} ms is far below the 500 ms read deadline, and up to {depth} requests in flight make idling useless",
+                worst / 1000.0
+            )
+        } else {
+            format!(
+                "no completions in the trace to judge deadlines; up to {depth} requests in flight make idling useless"
+            )
+        },
+    }
 }
