@@ -1,9 +1,10 @@
-//! Why the policy did what it did. The frequent "nothing to do" reasons keep their numbers
-//! and are formatted only when someone reads them (a tick for 64 devices stays cheap); the
-//! rest are text built where the decision is taken.
+//! Why the policy did what it did. A reason keeps its numbers and is formatted only when
+//! someone reads it (a tick for 64 devices stays cheap), and a test asks which reason it
+//! is, not how it reads. The rarer holds are still text built where they are decided.
 
 use super::Worth;
-use crate::decision::Level;
+use super::signature::SignatureChange;
+use crate::decision::{Level, count};
 use serde::Serialize;
 use std::borrow::Cow;
 
@@ -39,6 +40,59 @@ pub enum Reason {
         at: Level,
         below: [bool; 4],
         worth: Box<Worth>,
+    },
+    /// Merges are still counted at `level` (over the high threshold): back to L0.
+    StillMerging {
+        level: Level,
+        ratio: f64,
+        high: f64,
+        bios_per_sec: f64,
+    },
+    /// `from` saves nothing measurable here any more (`why`, from the cost profile): back
+    /// to `to`.
+    LeaveNotWorth {
+        from: Level,
+        why: String,
+        to: Level,
+    },
+    /// At L3 without a bio tap, where the merge counters are blind: back to `to`.
+    BlindAtL3 {
+        to: Level,
+    },
+    /// Low windows at the deepest level allowed here; `l3_blind` when L3 is allowed by the
+    /// config but would be blind (no bio tap).
+    DeepestAllowed {
+        level: Level,
+        ratio: f64,
+        low: f64,
+        l3_blind: bool,
+    },
+    /// At L3, the tap's sample shows mergeable I/O (its contiguous share at or over the
+    /// high threshold): back to L0.
+    SensedMergeable {
+        share: f64,
+        sampled: u64,
+        high: f64,
+    },
+    /// A timed probe answered at L3 by a sample clearly under the low threshold.
+    AnsweredByTap {
+        share: f64,
+        sampled: u64,
+        low: f64,
+        next_probe_in_ms: u64,
+    },
+    /// A workload change at L3 starts a probe at once, for `windows` busy windows.
+    ProbeOnChange {
+        change: SignatureChange,
+        windows: u32,
+    },
+    /// The trial of L2 completed more requests per bio than its limit: back to `back`.
+    TrialLostMerges {
+        requests_per_bio: f64,
+        baseline_per_bio: f64,
+        limit_per_bio: f64,
+        back: Level,
+        next_trial_in_ms: u64,
     },
 }
 
@@ -110,6 +164,81 @@ impl std::fmt::Display for Reason {
                     worth.describe(levels)
                 )
             }
+            Reason::StillMerging {
+                level,
+                ratio,
+                high,
+                bios_per_sec,
+            } => write!(
+                f,
+                "merges still counted at {level}: ratio {} >= {} at {bios_per_sec:.0} bios/s; back to L0",
+                pct(*ratio),
+                pct(*high)
+            ),
+            Reason::LeaveNotWorth { from, why, to } => {
+                write!(f, "{from} not worth it here: {why}; back to {to}")
+            }
+            Reason::BlindAtL3 { to } => write!(
+                f,
+                "no bio tap at L3: the merge counters are blind there; back to {to}"
+            ),
+            Reason::DeepestAllowed {
+                level,
+                ratio,
+                low,
+                l3_blind,
+            } => write!(
+                f,
+                "merge ratio {} < {} at {level}, the deepest level allowed here{}",
+                pct(*ratio),
+                pct(*low),
+                if *l3_blind {
+                    " (L3 would be blind: no bio tap)"
+                } else {
+                    ""
+                }
+            ),
+            Reason::SensedMergeable {
+                share,
+                sampled,
+                high,
+            } => write!(
+                f,
+                "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
+                pct(*share),
+                pct(*high)
+            ),
+            Reason::AnsweredByTap {
+                share,
+                sampled,
+                low,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
+                pct(*share),
+                pct(*low),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::ProbeOnChange { change, windows } => write!(
+                f,
+                "workload changed at L3 ({change}): probing at once, L0 for {}",
+                count(u64::from(*windows), "busy window")
+            ),
+            Reason::TrialLostMerges {
+                requests_per_bio,
+                baseline_per_bio,
+                limit_per_bio,
+                back,
+                next_trial_in_ms,
+            } => write!(
+                f,
+                "L2 lost merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); back to {back}, next trial in {}",
+                requests_per_bio * 100.0,
+                baseline_per_bio * 100.0,
+                limit_per_bio * 100.0,
+                secs(*next_trial_in_ms)
+            ),
         }
     }
 }
