@@ -3,8 +3,8 @@
 //! windows (straight to L3 for a workload already found merge-hostile), but only toward a
 //! level the cost profile says saves measurably: else "not worth it here".
 
-use super::reason::{pct, secs};
-use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, OutcomeKind, Reason};
+use super::reason::KnownHostileToL3;
+use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason};
 use super::{Signature, Step, change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
@@ -24,7 +24,7 @@ struct Seen<'w> {
 pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) -> Evaluation {
     let s = InMode { h, m };
     let Some(w) = window else {
-        return hold(s, "window still open");
+        return hold(s, Reason::WindowOpen(Mode::Merging));
     };
     let bios = w.counters.bios();
     if bios < cx.cfg.min_window_bios {
@@ -89,11 +89,12 @@ fn while_merging_pays(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InM
         let k = cfg.step_down_after_windows;
         if s.m.high_windows >= k && cx.now_ms >= s.h.next_trial_at_ms && !cx.cap_reached {
             let s = s.h.start_trial(seen.w.counters, level, cx.now_ms);
-            let reason = format!(
-                "merging pays at {level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
-                pct(ratio),
-                crate::decision::count(cfg.probe_windows.into(), "window")
-            );
+            let reason = Reason::TrialStart {
+                level,
+                ratio,
+                bios_per_sec: rate,
+                windows: cfg.probe_windows,
+            };
             return ControlFlow::Break(change(s, OutcomeKind::TrialStart, reason));
         }
     }
@@ -175,16 +176,15 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
     let n = s.m.low_windows;
     let backoff_ms = s.h.backoff_ms;
     let s = s.h.enter_l3(sig, now_ms + backoff_ms, false, now_ms);
-    let reason = format!(
-        "merge ratio {} < {} for {n} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {level} -> L3, next probe in {}",
-        pct(seen.ratio),
-        pct(cx.low),
-        seen.bios_per_sec,
-        sig.bios_per_sec,
-        sig.read_share * 100.0,
-        sig.sectors_per_bio / 2.0,
-        secs(backoff_ms)
-    );
+    let reason = Reason::KnownHostileToL3(Box::new(KnownHostileToL3 {
+        ratio: seen.ratio,
+        low: cx.low,
+        windows: n,
+        bios_per_sec: seen.bios_per_sec,
+        known: sig,
+        level,
+        next_probe_in_ms: backoff_ms,
+    }));
     ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
 }
 
@@ -215,36 +215,26 @@ fn wait_for_the_step(
         let dwell_ms = cfg.min_dwell_secs * 1000;
         let at_level_ms = cx.now_ms.saturating_sub(s.h.since_ms);
         if at_level_ms < dwell_ms {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "merge ratio {} < {} for {k} windows, but at {level} only for {} (dwell {})",
-                    pct(ratio),
-                    pct(low),
-                    secs(at_level_ms),
-                    secs(dwell_ms)
-                ),
-            ));
+            let reason = Reason::Dwell {
+                ratio,
+                low,
+                windows: k,
+                level,
+                at_level_ms,
+                dwell_ms,
+            };
+            return ControlFlow::Break(hold(s, reason));
         }
-        if cx.cap_reached {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "merge ratio {} < {} for {k} windows, but {cap} changes in the last hour reach the cap; staying at {level}",
-                    pct(ratio),
-                    pct(low),
-                ),
-            ));
-        }
-    } else if cx.cap_reached {
-        return ControlFlow::Break(hold(
-            s,
-            format!(
-                "merge ratio {} < {}, but {cap} changes in the last hour reach the cap; staying at {level}",
-                pct(ratio),
-                pct(low),
-            ),
-        ));
+    }
+    if cx.cap_reached {
+        let reason = Reason::CapReached {
+            ratio,
+            low,
+            windows: (next == DEEPEST_LEVEL).then_some(k),
+            cap,
+            level,
+        };
+        return ControlFlow::Break(hold(s, reason));
     }
     ControlFlow::Continue(s)
 }
@@ -259,19 +249,24 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
         let sig = Signature::of(seen.w);
         let backoff_ms = s.h.backoff_ms;
         let s = s.h.enter_l3(sig, now_ms + backoff_ms, true, now_ms);
-        let reason = format!(
-            "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
-            pct(ratio),
-            pct(low),
-            secs(backoff_ms)
-        );
+        let reason = Reason::StepToL3 {
+            ratio,
+            low,
+            windows: n,
+            bios_per_sec: rate,
+            level,
+            next_probe_in_ms: backoff_ms,
+        };
         change(s, OutcomeKind::Disable, reason)
     } else {
-        let reason = format!(
-            "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; {level} -> {next}",
-            pct(ratio),
-            pct(low)
-        );
+        let reason = Reason::StepDown {
+            ratio,
+            low,
+            windows: n,
+            bios_per_sec: rate,
+            level,
+            next,
+        };
         change(s.h.move_to(next, now_ms), OutcomeKind::StepDown, reason)
     }
 }

@@ -8,7 +8,7 @@
 //!   already found merge-hostile, goes to L0 to measure, unless a sensed sample clearly
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
-use super::reason::{pct, secs};
+use super::reason::ChangeAnsweredByTap;
 use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
@@ -126,33 +126,34 @@ fn watch_the_signature(
         s.m.signature = Some(sig);
         s.m.rate_fell_since_ms = None;
         if now_ms < due {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "workload changed at L3 ({what}) to one already found merge-hostile: no probe; next probe in {}",
-                    secs(due - now_ms)
-                ),
-            ));
+            let reason = Reason::KnownHostileChange {
+                change: what,
+                next_probe_in_ms: due - now_ms,
+            };
+            return ControlFlow::Break(hold(s, reason));
         }
         changed = None;
     }
     match changed {
-        Some(what) if what.needs_confirming() => {
+        Some(
+            what @ SignatureChange::Rate {
+                from_per_sec,
+                to_per_sec,
+            },
+        ) if what.needs_confirming() => {
             let since_ms =
                 *s.m.rate_fell_since_ms
                     .get_or_insert(now_ms.saturating_sub(w.duration_ms));
             let lasted_ms = now_ms.saturating_sub(since_ms);
             if lasted_ms < RATE_CHANGE_CONFIRM_MS {
                 if now_ms < due {
-                    return ControlFlow::Break(hold(
-                        s,
-                        format!(
-                            "at L3 the rate fell ({what}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
-                            secs(lasted_ms),
-                            secs(RATE_CHANGE_CONFIRM_MS),
-                            secs(due - now_ms)
-                        ),
-                    ));
+                    let reason = Reason::RateFell {
+                        from_per_sec,
+                        to_per_sec,
+                        lasted_ms,
+                        next_probe_in_ms: due - now_ms,
+                    };
+                    return ControlFlow::Break(hold(s, reason));
                 }
                 changed = None;
             }
@@ -174,20 +175,16 @@ fn answered_by_the_tap(
 ) -> Evaluation {
     let now_ms = cx.now_ms;
     if let Some((what, sig)) = changed {
-        let tap = format!(
-            "{} of {n} sampled bios contiguous (< {})",
-            pct(share),
-            pct(cx.low)
-        );
         s.m.signature = Some(sig);
         s.h.remember_hostile(sig);
-        return hold(
-            s,
-            format!(
-                "workload changed at L3 ({what}), but the tap sees {tap}: no probe needed; next probe in {}",
-                secs(due.saturating_sub(now_ms))
-            ),
-        );
+        let reason = Reason::ChangeAnsweredByTap(Box::new(ChangeAnsweredByTap {
+            change: what,
+            share,
+            sampled: n,
+            low: cx.low,
+            next_probe_in_ms: due.saturating_sub(now_ms),
+        }));
+        return hold(s, reason);
     }
     s.m.next_probe_at_ms = Some(now_ms + s.h.backoff_ms);
     let reason = Reason::AnsweredByTap {
@@ -213,10 +210,9 @@ fn probe(s: InMode<AtL3>, changed: Option<SignatureChange>, cx: &Ctx) -> Evaluat
         return change(s, OutcomeKind::ProbeStart, reason);
     }
     let s = s.h.start_probe(ProbeCause::Timer, now_ms);
-    let reason = format!(
-        "probe after {} at L3: L0 for {} to measure",
-        secs(off_for),
-        crate::decision::count(cfg.probe_windows.into(), "busy window")
-    );
+    let reason = Reason::TimedProbe {
+        off_for_ms: off_for,
+        windows: cfg.probe_windows,
+    };
     change(s, OutcomeKind::ProbeStart, reason)
 }

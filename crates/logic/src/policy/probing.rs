@@ -2,8 +2,7 @@
 //! merge on. A clearly low probe goes back to L3 (a timed probe doubles the backoff); any
 //! other stays at L0, and one where merging clearly pays tries L2 at once.
 
-use super::reason::{pct, secs};
-use super::{Ctx, Evaluation, History, InMode, Merging, OutcomeKind, Probe};
+use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Probe, Reason};
 use super::{ProbeCause, Signature, change, hold, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
@@ -15,7 +14,7 @@ use crate::sampler::Window;
 pub(super) fn decide(h: History, p: Probe, window: Option<&Window>, cx: &Ctx) -> Evaluation {
     let (cfg, mut s) = (cx.cfg, InMode { h, m: p });
     let Some(w) = window else {
-        return hold(s, "probing; window still open");
+        return hold(s, Reason::WindowOpen(Mode::Probing));
     };
     if w.counters.bios() < cfg.min_window_bios {
         return idle_window(s, cx);
@@ -24,12 +23,11 @@ pub(super) fn decide(h: History, p: Probe, window: Option<&Window>, cx: &Ctx) ->
     measured.counters.add(&w.counters);
     measured.windows_done += 1;
     if measured.windows_done < cfg.probe_windows {
-        let reason = format!(
-            "probing: window {} of {}, merge ratio so far {}",
-            measured.windows_done,
-            cfg.probe_windows,
-            pct(measured.counters.merge_ratio())
-        );
+        let reason = Reason::ProbeWindow {
+            window: measured.windows_done,
+            of: cfg.probe_windows,
+            ratio: measured.counters.merge_ratio(),
+        };
         return hold(s, reason);
     }
     if measured.counters.merge_ratio() < cx.low {
@@ -43,13 +41,13 @@ pub(super) fn decide(h: History, p: Probe, window: Option<&Window>, cx: &Ctx) ->
 fn idle_window(mut s: InMode<Probe>, cx: &Ctx) -> Evaluation {
     s.m.measured.idle_windows += 1;
     if s.m.measured.idle_windows < 4 * cx.cfg.probe_windows {
-        return hold(s, "probing; idle window does not count");
+        return hold(s, Reason::IdleDoesNotCount(Mode::Probing));
     }
     let n = s.m.measured.idle_windows;
     settle(
         s.h.settle_merging(Merging::at(Level::L0), cx.now_ms),
         OutcomeKind::ProbeInconclusive,
-        format!("probe inconclusive after {n} idle windows; staying at L0"),
+        Reason::ProbeInconclusive { idle_windows: n },
     )
 }
 
@@ -64,19 +62,16 @@ fn low_probe(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     let bios = s.m.measured.counters.bios();
     if !cx.l3_allowed() {
         s.h.backoff_ms = cx.initial_backoff_ms;
-        let why = if cx.caps.sense_at_l3 {
-            "L3 is not worth it here"
-        } else {
-            "L3 would be blind (no bio tap)"
+        let reason = Reason::ProbeLowNoL3 {
+            ratio,
+            low,
+            bios,
+            l3_blind: !cx.caps.sense_at_l3,
         };
         return settle(
             s.h.settle_merging(Merging::at(Level::L0), now_ms),
             OutcomeKind::ProbeFailed,
-            format!(
-                "probe found merge ratio {} < {} over {bios} bios, but {why}: staying at L0",
-                pct(ratio),
-                pct(low)
-            ),
+            reason,
         );
     }
     // A probe started by a workload change that finds nothing says nothing about the
@@ -93,12 +88,12 @@ fn low_probe(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     let next_in = next_probe_at_ms - now_ms;
     let s =
         s.h.enter_l3(Signature::of(w), next_probe_at_ms, true, now_ms);
-    let reason = format!(
-        "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
-        pct(ratio),
-        pct(low),
-        secs(next_in)
-    );
+    let reason = Reason::ProbeFoundNone {
+        ratio,
+        low,
+        bios,
+        next_probe_in_ms: next_in,
+    };
     change(s, OutcomeKind::ProbeFailed, reason)
 }
 
@@ -110,21 +105,18 @@ fn merging_pays(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     let measured = s.m.measured.counters;
     let ratio = measured.merge_ratio();
     let bios = measured.bios();
-    let reason = format!(
-        "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
-        pct(ratio),
-        pct(cx.low)
-    );
+    let found = |trial_windows| Reason::ProbeFoundMerges {
+        ratio,
+        low: cx.low,
+        bios,
+        trial_windows,
+    };
     s.h.backoff_ms = cx.initial_backoff_ms;
     s.h.forget_hostile(&Signature::of(w));
     if ratio >= cx.high && cx.trial_allowed() && now_ms >= s.h.next_trial_at_ms && !cx.cap_reached {
         let s = s.h.start_trial(measured, Level::L0, now_ms);
-        let reason = format!(
-            "{reason}; merging pays, so trying L2 (plug and one-hit merges only) for {}",
-            crate::decision::count(cfg.probe_windows.into(), "window")
-        );
-        return change(s, OutcomeKind::TrialStart, reason);
+        return change(s, OutcomeKind::TrialStart, found(Some(cfg.probe_windows)));
     }
     let s = s.h.settle_merging(Merging::at(Level::L0), now_ms);
-    settle(s, OutcomeKind::ProbeSucceeded, reason)
+    settle(s, OutcomeKind::ProbeSucceeded, found(None))
 }

@@ -2,7 +2,7 @@
 //! Requests per bio over `probe_windows` busy windows against the window the trial started
 //! from; L2 stays when it completed at most `trial_max_extra_requests_percent` more.
 
-use super::{Ctx, Evaluation, History, InMode, Merging, OutcomeKind, Reason, Trial};
+use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason, Trial};
 use super::{change, hold, settle};
 use crate::sampler::{Counters, Window};
 
@@ -10,7 +10,7 @@ pub(super) fn decide(h: History, t: Trial, window: Option<&Window>, cx: &Ctx) ->
     let (cfg, now_ms) = (cx.cfg, cx.now_ms);
     let mut s = InMode { h, m: t };
     let Some(w) = window else {
-        return hold(s, "trial of L2; window still open");
+        return hold(s, Reason::WindowOpen(Mode::Trial));
     };
     let back = s.m.from_level;
     if w.counters.bios() < cfg.min_window_bios {
@@ -20,15 +20,15 @@ pub(super) fn decide(h: History, t: Trial, window: Option<&Window>, cx: &Ctx) ->
             return change(
                 s.h.move_to(back, now_ms),
                 OutcomeKind::TrialFailed,
-                format!("trial of L2 inconclusive (idle); back to {back}"),
+                Reason::TrialInconclusive { back },
             );
         }
-        return hold(s, "trial of L2; idle window does not count");
+        return hold(s, Reason::IdleDoesNotCount(Mode::Trial));
     }
     s.m.measured.counters.add(&w.counters);
     s.m.measured.windows_done += 1;
     if s.m.measured.windows_done < cfg.probe_windows {
-        return hold(s, "trial of L2: measuring");
+        return hold(s, Reason::TrialMeasuring);
     }
     let per_bio = |c: &Counters| {
         let b = c.bios();
@@ -43,12 +43,12 @@ pub(super) fn decide(h: History, t: Trial, window: Option<&Window>, cx: &Ctx) ->
     let limit = base * (1.0 + cfg.trial_max_extra_requests_percent / 100.0);
     if trial <= limit {
         s.h.trial_backoff_ms = cx.initial_backoff_ms;
-        let reason = format!(
-            "L2 kept the merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); staying at L2",
-            trial * 100.0,
-            base * 100.0,
-            limit * 100.0
-        );
+        let reason = Reason::TrialKeptMerges {
+            requests_per_bio: trial,
+            baseline_per_bio: base,
+            limit_per_bio: limit,
+            back,
+        };
         let since_ms = s.h.since_ms;
         let verified = Merging {
             l2_verified: true,
