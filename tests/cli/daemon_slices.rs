@@ -5,6 +5,7 @@ use mergetune_daemon::adaptive::Daemon;
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::DecisionKind;
 use std::collections::BTreeMap;
 
 /// One mq-deadline disk whose counters show reads starving behind writes (50 reads at
@@ -110,7 +111,7 @@ fn starving_reads_move_writes_starved_and_exit_restores_it() {
         .unwrap_or_else(|| panic!("no slice decision: {decisions:?}"));
     let c = &step.changes[0];
     assert_eq!((c.from.as_str(), c.to.as_str()), ("2", "3"));
-    assert!(step.reason.contains("reads starving"), "{}", step.reason);
+    assert_eq!(step.kind, DecisionKind::FavourReads, "{}", step.reason);
     assert_eq!(fs.attrs["queue/iosched/writes_starved"], "3");
     d.restore_all(10_000, &mut fs);
     assert_eq!(fs.attrs["queue/iosched/writes_starved"], "2");

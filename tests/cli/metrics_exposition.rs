@@ -823,7 +823,7 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
         let decisions = d.tick(now, &mut fs);
         m.update(&d, &decisions, timing(now));
         now += 1000;
-        if d.devices()["sda"].policy.next_probe_at_ms.is_some() {
+        if d.devices()["sda"].policy.next_probe_at_ms().is_some() {
             seen_off = true;
             break;
         }

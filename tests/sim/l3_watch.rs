@@ -39,7 +39,7 @@ fn drive(cfg: Config) -> (Vec<(u64, u64, Level)>, Vec<Decision>) {
         t_ms += d.next_tick_in_ms();
         sim.advance_to(t_ms * 1_000_000);
         decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
-        let level = d.devices()["sda"].policy.level;
+        let level = d.devices()["sda"].policy.level();
         ticks.push((t_ms, d.next_tick_in_ms(), level));
     }
     (ticks, decisions)
@@ -80,9 +80,12 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
         .find(|d| d.kind == DecisionKind::Probe && d.at_ms >= 30_000)
         .unwrap_or_else(|| panic!("no probe after the scan started: {decisions:#?}"));
     assert!(probe.at_ms <= 30_300, "probe at {} ms", probe.at_ms);
+    // Started by the change, not by the timer: the timed probe is a whole backoff after L3.
+    let timed_probe_at_ms = disabled_at + lkml().policy.probe_initial_backoff_secs * 1000;
     assert!(
-        probe.reason.contains("workload changed"),
-        "{}",
+        probe.at_ms < timed_probe_at_ms,
+        "probe at {} ms, the timed one due at {timed_probe_at_ms} ms: {}",
+        probe.at_ms,
         probe.reason
     );
     // And merging stays on for the scan.

@@ -65,7 +65,7 @@ fn drive(cfg: Config) -> Run {
         } else {
             None
         };
-        ticks.push((t_ms, dev.policy.level, sensed));
+        ticks.push((t_ms, dev.policy.level(), sensed));
     }
     let dev = &d.devices()["sda"];
     Run {

@@ -221,7 +221,7 @@ impl Daemon {
     fn step_after_tick(&self) -> u64 {
         let watching = self.cfg.policy.enabled
             && self.devices.values().any(|d| {
-                d.management.is_managed() && d.policy.mode == mergetune_logic::policy::Mode::AtL3
+                d.management.is_managed() && d.policy.mode() == mergetune_logic::policy::Mode::AtL3
             });
         if watching {
             self.cfg.l3_tick_ms()
@@ -328,13 +328,13 @@ impl Daemon {
         let wanted = self.cfg.policy.enabled
             && self.devices.values().any(|d| {
                 d.management.is_managed()
-                    && d.policy.level < Level::L3
+                    && d.policy.level() < Level::L3
                     && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
             });
         let bios = self.devices.values().filter_map(|d| {
             let c = d.tick_counters.as_ref()?;
             let level = if d.management.is_managed() {
-                d.policy.level
+                d.policy.level()
             } else {
                 // someone else's device: its own nomerges says which path its bios take
                 Level::of_tunables(
@@ -388,8 +388,8 @@ impl Daemon {
                         name: name.clone(),
                         scheduler: d.info.scheduler.clone(),
                         management: d.management.clone(),
-                        level: managed.then_some(d.policy.level),
-                        mode: managed.then_some(d.policy.mode),
+                        level: managed.then_some(d.policy.level()),
+                        mode: managed.then_some(d.policy.mode()),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),
                         last_window: d.last_window,
@@ -397,7 +397,7 @@ impl Daemon {
                         last_reason: d.last_reason.clone(),
                         last_decision: d.last_decision.clone(),
                         next_probe_at_ms: if managed {
-                            d.policy.next_probe_at_ms
+                            d.policy.next_probe_at_ms()
                         } else {
                             None
                         },

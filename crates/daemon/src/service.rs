@@ -386,7 +386,7 @@ fn status_line(daemon: &Daemon) -> String {
     let managed = devs.values().filter(|d| d.management.is_managed()).count();
     let reduced = devs
         .values()
-        .filter(|d| d.management.is_managed() && d.policy.level > Level::L0)
+        .filter(|d| d.management.is_managed() && d.policy.level() > Level::L0)
         .count();
     let watching = if daemon.next_tick_in_ms() < daemon.config().daemon.interval_ms {
         format!(", watching L3 every {} ms", daemon.next_tick_in_ms())

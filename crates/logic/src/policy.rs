@@ -15,7 +15,7 @@
 
 /// One step of a mode's decision: `Break` ends it with an evaluation, `Continue` hands the
 /// state (and what the step found) on to the next step.
-type Step<T = PolicyState> = std::ops::ControlFlow<Evaluation, T>;
+type Step<T> = std::ops::ControlFlow<Evaluation, T>;
 
 /// What a step that continued handed on; the step's evaluation out of the caller else.
 macro_rules! then {
@@ -202,100 +202,204 @@ pub fn tunables(level: Level, caps: Caps) -> Vec<(Tunable, &'static str)> {
     v
 }
 
-/// Per-device policy state. Plain data: cloned, compared, serialised for replay.
+/// Per-device policy state: what every mode keeps ([`History`]) and the mode the device is
+/// in with that mode's own data ([`Phase`]). The level follows from the phase (a probe is
+/// at L0, a trial at L2, [`Phase::AtL3`] at L3), so a state whose level and mode disagree
+/// cannot be built. Plain data: cloned, compared, serialised for replay.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyState {
-    pub mode: Mode,
-    /// The ladder level now.
-    pub level: Level,
+    pub history: History,
+    pub phase: Phase,
+}
+
+/// What the policy keeps across modes: the pacing of probes and trials, the hour's changes
+/// and the workloads found merge-hostile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct History {
     /// When the current level was entered.
     pub since_ms: u64,
-    /// Consecutive busy windows under the low threshold at this level.
-    pub low_windows: u32,
-    /// The wait before the next probe once at L3.
+    /// The wait before the next timed probe once at L3, doubled after each failed one.
     pub backoff_ms: u64,
-    /// When the next probe starts (at L3).
-    pub next_probe_at_ms: Option<u64>,
-    /// Counters accumulated over the busy windows of the current probe.
-    pub probe_counters: Counters,
-    pub probe_windows_done: u32,
-    pub probe_idle_windows: u32,
     /// Times of the level changes made in the last hour, oldest first.
     pub changes_ms: Vec<u64>,
-    /// Consecutive busy windows over the high threshold at L0/L1 (toward a trial of L2).
-    pub high_windows: u32,
-    /// The window measured at the level a trial started from.
-    pub trial_baseline: Counters,
-    /// L2 was reached by a successful trial: its merges are the workload's merges, so a
-    /// high ratio there is no reason to go back to L0.
-    pub l2_verified: bool,
     /// The wait before the next trial, doubled after each failed one.
     pub trial_backoff_ms: u64,
     /// No trial before this time.
     pub next_trial_at_ms: u64,
-    /// The level a trial started from (to go back to).
-    pub trial_from_level: Level,
-    /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
-    /// merges, but they still show a workload change, which starts a probe at once.
-    pub l3_signature: Option<Signature>,
-    /// At L3, the start of the first of the consecutive windows whose rate alone fell
-    /// from `l3_signature`'s: such a change probes once it has lasted
-    /// [`signature::RATE_CHANGE_CONFIRM_MS`]. None when the last window showed no such change.
-    pub l3_rate_change_since_ms: Option<u64>,
     /// Workloads that were confirmed merge-hostile (settled at L3, or a probe found
     /// nothing), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
     /// its low windows at L0-L2 take the device straight to L3.
     pub known_hostile: Vec<Signature>,
-    /// The running probe was started by a workload change (a failure does not double the
-    /// backoff of the timed probes).
-    pub probe_by_change: bool,
-    /// "Not worth it here" was said at this level for the current run of low
-    /// windows (it is a decision once, then a hold).
+}
+
+/// The mode a device is in, each with what only that mode needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Phase {
+    /// At L0, L1 or L2: the counters still show merges.
+    Merging(Merging),
+    /// At L3 (merging off), waiting for the next probe.
+    #[serde(rename = "off")]
+    AtL3(AtL3),
+    /// At L0 for a measured probe out of L3.
+    Probing(Probe),
+    /// At L2 for a measured trial from L0/L1 while merging pays: does L2 keep the merges?
+    Trial(Trial),
+}
+
+/// The merging mode's data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Merging {
+    /// L0, L1 or L2.
+    pub level: Level,
+    /// Consecutive busy windows under the low threshold at this level.
+    pub low_windows: u32,
+    /// Consecutive busy windows over the high threshold at L0/L1 (toward a trial of L2).
+    pub high_windows: u32,
+    /// L2 was reached by a successful trial: its merges are the workload's merges, so a
+    /// high ratio there is no reason to go back to L0.
+    pub l2_verified: bool,
+    /// "Not worth it here" was said at this level for the current run of low windows (it
+    /// is a decision once, then a hold).
     pub not_worth_noted: bool,
     /// "Not worth it: saving unknown" was said: said again once the saving is known.
     pub unknown_noted: bool,
 }
 
+impl Merging {
+    /// Just arrived at `level`: nothing counted yet.
+    fn at(level: Level) -> Merging {
+        Merging {
+            level,
+            low_windows: 0,
+            high_windows: 0,
+            l2_verified: false,
+            not_worth_noted: false,
+            unknown_noted: false,
+        }
+    }
+}
+
+/// The off mode's data (L3).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AtL3 {
+    /// When the next timed probe starts (None: at the next tick).
+    pub next_probe_at_ms: Option<u64>,
+    /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
+    /// merges, but they still show a workload change, which starts a probe at once. None
+    /// until a busy window gives one.
+    pub signature: Option<Signature>,
+    /// The start of the first of the consecutive windows whose rate alone fell from
+    /// `signature`'s: such a change probes once it has lasted
+    /// [`signature::RATE_CHANGE_CONFIRM_MS`]. None when the last window showed no such change.
+    pub rate_fell_since_ms: Option<u64>,
+}
+
+/// Counters accumulated over the busy windows of a probe or a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Measured {
+    pub counters: Counters,
+    pub windows_done: u32,
+    pub idle_windows: u32,
+}
+
+/// What started a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeCause {
+    /// The timed probe.
+    Timer,
+    /// A workload change at L3. A failure then does not double the backoff, and the timed
+    /// probe it came before keeps its time (`timer_at_ms`).
+    Change { timer_at_ms: Option<u64> },
+}
+
+/// The probing mode's data (at L0).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Probe {
+    pub measured: Measured,
+    pub cause: ProbeCause,
+}
+
+/// The trial mode's data (at L2).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trial {
+    pub measured: Measured,
+    /// The window measured at the level the trial started from.
+    pub baseline: Counters,
+    /// The level the trial started from (to go back to).
+    pub from_level: Level,
+}
+
+impl Phase {
+    /// The ladder level this phase stands at.
+    pub fn level(&self) -> Level {
+        match self {
+            Phase::Merging(m) => m.level,
+            Phase::AtL3(_) => DEEPEST_LEVEL,
+            Phase::Probing(_) => Level::L0,
+            Phase::Trial(_) => Level::L2,
+        }
+    }
+
+    /// The mode's name, as shown and exported.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Phase::Merging(_) => Mode::Merging,
+            Phase::AtL3(_) => Mode::AtL3,
+            Phase::Probing(_) => Mode::Probing,
+            Phase::Trial(_) => Mode::Trial,
+        }
+    }
+}
+
 impl PolicyState {
     pub fn new(now_ms: u64, cfg: &PolicyConfig) -> Self {
         PolicyState {
-            mode: Mode::Merging,
-            level: Level::L0,
-            since_ms: now_ms,
-            low_windows: 0,
-            backoff_ms: cfg.probe_initial_backoff_secs * 1000,
-            next_probe_at_ms: None,
-            probe_counters: Counters::default(),
-            probe_windows_done: 0,
-            probe_idle_windows: 0,
-            changes_ms: Vec::new(),
-            high_windows: 0,
-            trial_baseline: Counters::default(),
-            l2_verified: false,
-            trial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
-            next_trial_at_ms: 0,
-            trial_from_level: Level::L0,
-            l3_signature: None,
-            l3_rate_change_since_ms: None,
-            known_hostile: Vec::new(),
-            probe_by_change: false,
-            not_worth_noted: false,
-            unknown_noted: false,
+            history: History {
+                since_ms: now_ms,
+                backoff_ms: cfg.probe_initial_backoff_secs * 1000,
+                changes_ms: Vec::new(),
+                trial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
+                next_trial_at_ms: 0,
+                known_hostile: Vec::new(),
+            },
+            phase: Phase::Merging(Merging::at(Level::L0)),
+        }
+    }
+
+    /// The ladder level now.
+    pub fn level(&self) -> Level {
+        self.phase.level()
+    }
+
+    /// The mode now.
+    pub fn mode(&self) -> Mode {
+        self.phase.mode()
+    }
+
+    /// When the next timed probe starts, at L3 (None elsewhere: the timer runs only there).
+    pub fn next_probe_at_ms(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::AtL3(at) => at.next_probe_at_ms,
+            _ => None,
         }
     }
 
     /// The nomerges value this state stands for.
     pub fn nomerges(&self) -> u8 {
-        self.level.nomerges()
+        self.level().nomerges()
     }
 
-    /// Puts the state at `level` in the merging mode, as after a step up (tests build
-    /// situations with it; the policy itself moves only through [`decide`]).
+    /// Puts the state at `level` as after a step there (tests build situations with it;
+    /// the policy itself moves only through [`decide`]).
     #[doc(hidden)]
     pub fn move_to_for_test(&mut self, level: Level, now_ms: u64) {
-        self.move_to(level, now_ms);
+        *self = self.history.clone().move_to(level, now_ms);
     }
+}
 
+impl History {
     /// Notes a workload as merge-hostile (replacing a like one, keeping the newest few).
     fn remember_hostile(&mut self, sig: Signature) {
         self.known_hostile.retain(|k| sig.changed_from(k).is_some());
@@ -317,32 +421,87 @@ impl PolicyState {
             .any(|k| sig.changed_from(k).is_none())
     }
 
-    /// Moves to `level` in a measuring `mode` (a probe or a trial), counters reset.
-    fn start_measuring(&mut self, level: Level, mode: Mode, now_ms: u64) {
-        self.move_to(level, now_ms);
-        self.mode = mode;
-        self.probe_counters = Counters::default();
-        self.probe_windows_done = 0;
-        self.probe_idle_windows = 0;
+    /// A change of level (a write): counted toward the hourly cap, timed from now.
+    fn changed_level(&mut self, now_ms: u64) {
+        self.since_ms = now_ms;
+        self.changes_ms.push(now_ms);
     }
 
-    fn move_to(&mut self, level: Level, now_ms: u64) {
-        self.level = level;
-        self.since_ms = now_ms;
-        self.low_windows = 0;
-        self.high_windows = 0;
-        self.not_worth_noted = false;
-        self.unknown_noted = false;
-        self.l3_rate_change_since_ms = None;
-        if level != Level::L2 {
-            self.l2_verified = false;
-        }
-        self.changes_ms.push(now_ms);
-        self.mode = if level == DEEPEST_LEVEL {
-            Mode::AtL3
+    /// A step to `level`: L3 with nothing seen there yet (its probe due at once), else the
+    /// merging mode with nothing counted.
+    fn move_to(mut self, level: Level, now_ms: u64) -> PolicyState {
+        self.changed_level(now_ms);
+        let phase = if level == DEEPEST_LEVEL {
+            Phase::AtL3(AtL3 {
+                next_probe_at_ms: None,
+                signature: None,
+                rate_fell_since_ms: None,
+            })
         } else {
-            Mode::Merging
+            Phase::Merging(Merging::at(level))
         };
+        PolicyState {
+            history: self,
+            phase,
+        }
+    }
+
+    /// The step to L3 with `sig` as its workload, remembered as merge-hostile when
+    /// `hostile`; the next timed probe at `next_probe_at_ms`.
+    fn enter_l3(
+        mut self,
+        sig: Signature,
+        next_probe_at_ms: u64,
+        hostile: bool,
+        now_ms: u64,
+    ) -> PolicyState {
+        self.changed_level(now_ms);
+        if hostile {
+            self.remember_hostile(sig);
+        }
+        PolicyState {
+            history: self,
+            phase: Phase::AtL3(AtL3 {
+                next_probe_at_ms: Some(next_probe_at_ms),
+                signature: Some(sig),
+                rate_fell_since_ms: None,
+            }),
+        }
+    }
+
+    /// The step to L0 for a probe.
+    fn start_probe(mut self, cause: ProbeCause, now_ms: u64) -> PolicyState {
+        self.changed_level(now_ms);
+        PolicyState {
+            history: self,
+            phase: Phase::Probing(Probe {
+                measured: Measured::default(),
+                cause,
+            }),
+        }
+    }
+
+    /// The step to L2 for a trial from `from_level`, measured against `baseline`.
+    fn start_trial(mut self, baseline: Counters, from_level: Level, now_ms: u64) -> PolicyState {
+        self.changed_level(now_ms);
+        PolicyState {
+            history: self,
+            phase: Phase::Trial(Trial {
+                measured: Measured::default(),
+                baseline,
+                from_level,
+            }),
+        }
+    }
+
+    /// Stays at `level` in the merging mode without a write (a probe or a trial that ends
+    /// where it is), timed from `since_ms`.
+    fn settle_merging(mut self, m: Merging, since_ms: u64) -> PolicyState {
+        self.since_ms = since_ms;
+        PolicyState {
+            history: self,
+            phase: Phase::Merging(m),
+        }
     }
 }
 
@@ -423,17 +582,40 @@ pub struct Evaluation {
     pub reason: Reason,
 }
 
-fn hold(state: PolicyState, reason: impl Into<Reason>) -> Evaluation {
+/// A mode's working value, handed from step to step: the history (`h`) and the data of
+/// the mode the device is in (`m`). It becomes a [`PolicyState`] again when the mode's
+/// decision is made.
+struct InMode<M> {
+    h: History,
+    m: M,
+}
+
+macro_rules! in_mode_into_state {
+    ($($data:ident => $phase:ident),*) => {$(
+        impl From<InMode<$data>> for PolicyState {
+            fn from(s: InMode<$data>) -> PolicyState {
+                PolicyState {
+                    history: s.h,
+                    phase: Phase::$phase(s.m),
+                }
+            }
+        }
+    )*};
+}
+in_mode_into_state!(Merging => Merging, AtL3 => AtL3, Probe => Probing, Trial => Trial);
+
+fn hold(state: impl Into<PolicyState>, reason: impl Into<Reason>) -> Evaluation {
     Evaluation {
-        state,
+        state: state.into(),
         kind: OutcomeKind::Hold,
         to_level: None,
         reason: reason.into(),
     }
 }
 
-fn change(state: PolicyState, kind: OutcomeKind, reason: String) -> Evaluation {
-    let to = state.level;
+/// An outcome that writes: the state's level is the one to apply.
+fn change(state: PolicyState, kind: OutcomeKind, reason: impl Into<Reason>) -> Evaluation {
+    let to = state.level();
     Evaluation {
         state,
         kind,
@@ -510,12 +692,13 @@ pub fn decide(
     cfg: &PolicyConfig,
     now_ms: u64,
 ) -> Evaluation {
-    let mut s = prev.clone();
-    if s.changes_ms
+    let PolicyState { mut history, phase } = prev.clone();
+    let changes = &mut history.changes_ms;
+    if changes
         .first()
         .is_some_and(|&t| now_ms.saturating_sub(t) >= HOUR_MS)
     {
-        s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+        changes.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
     }
     let cx = Ctx {
         cfg,
@@ -525,12 +708,12 @@ pub fn decide(
         high: cfg.enable_above_percent / 100.0,
         initial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
         max_backoff_ms: cfg.probe_max_backoff_secs * 1000,
-        cap_reached: s.changes_ms.len() as u64 >= u64::from(cfg.max_changes_per_hour),
+        cap_reached: history.changes_ms.len() as u64 >= u64::from(cfg.max_changes_per_hour),
     };
-    match s.mode {
-        Mode::Merging => merging::decide(s, window, &cx),
-        Mode::AtL3 => off::decide(s, window, &cx),
-        Mode::Trial => trial::decide(s, window, &cx),
-        Mode::Probing => probing::decide(s, window, &cx),
+    match phase {
+        Phase::Merging(m) => merging::decide(history, m, window, &cx),
+        Phase::AtL3(at) => off::decide(history, at, window, &cx),
+        Phase::Trial(t) => trial::decide(history, t, window, &cx),
+        Phase::Probing(p) => probing::decide(history, p, window, &cx),
     }
 }

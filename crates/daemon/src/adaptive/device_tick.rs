@@ -110,7 +110,7 @@ impl DeviceTick<'_> {
     ) -> (Option<Window>, Caps) {
         let pcfg = &self.cfg.policy;
         let window_ms = self.cfg.window_ms();
-        let close = if dev.policy.mode == Mode::AtL3 {
+        let close = if dev.policy.mode() == Mode::AtL3 {
             // At L3 a window only has to show a workload change (the merges are invisible
             // there): it closes at the first watch tick that holds enough bios to judge.
             WindowClose {
@@ -123,7 +123,7 @@ impl DeviceTick<'_> {
             WindowClose::fixed(window_ms, self.slack_ms)
         };
         // The tap's duty cycle at L3; its sample rides on the next window to close.
-        let at_l3 = dev.policy.level == DEEPEST_LEVEL;
+        let at_l3 = dev.policy.level() == DEEPEST_LEVEL;
         dev.sense.tick(
             name,
             now_ms,
@@ -310,7 +310,7 @@ impl DeviceTick<'_> {
         decision: &mut Decision,
         e: ActuatorError,
     ) {
-        let from_level = dev.policy.level;
+        let from_level = dev.policy.level();
         self.counters.write_errors += 1;
         let wait_ms = (self.cfg.policy.min_dwell_secs * 1000).max(self.cfg.window_ms());
         dev.retry_after_ms = now_ms + wait_ms;

@@ -3,9 +3,9 @@
 //! windows (straight to L3 for a workload already found merge-hostile), but only toward a
 //! level the cost profile says saves measurably: else "not worth it here".
 
-use super::reason::{pct, secs};
-use super::{Ctx, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
-use super::{Step, change, hold, next_down, settle};
+use super::reason::KnownHostileToL3;
+use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason};
+use super::{Signature, Step, change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
 use std::ops::ControlFlow;
@@ -21,9 +21,10 @@ struct Seen<'w> {
 /// merges, goes back to L0; merging that pays may start a trial of L2, and else holds; a
 /// low window counts toward a step down, which is taken once the count, the dwell time and
 /// the cap allow.
-pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
+pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) -> Evaluation {
+    let s = InMode { h, m };
     let Some(w) = window else {
-        return hold(s, "window still open");
+        return hold(s, Reason::WindowOpen(Mode::Merging));
     };
     let bios = w.counters.bios();
     if bios < cx.cfg.min_window_bios {
@@ -47,29 +48,32 @@ pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evalu
 /// (the profile or the scheduler changed since it was reached: its lost merges buy
 /// nothing), or from a level where merges are still counted (an L2 that a trial verified
 /// keeps its plug merges and stays).
-fn back_to_l0(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
-    let (level, ratio, now_ms) = (s.level, seen.ratio, cx.now_ms);
+fn back_to_l0(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
+    let (level, ratio, now_ms) = (s.m.level, seen.ratio, cx.now_ms);
     if level > Level::L0 && !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
-        s.move_to(Level::L0, now_ms);
-        let why = cx.caps.worth.describe([level]);
+        let reason = Reason::LeaveNotWorth {
+            from: level,
+            why: cx.caps.worth.describe([level]),
+            to: Level::L0,
+        };
         return ControlFlow::Break(change(
-            s,
+            s.h.move_to(Level::L0, now_ms),
             OutcomeKind::Enable,
-            format!("{level} not worth it here: {why}; back to L0"),
+            reason,
         ));
     }
-    if level > Level::L0 && ratio >= cx.high && !(level == Level::L2 && s.l2_verified) {
-        s.move_to(Level::L0, now_ms);
-        s.backoff_ms = cx.initial_backoff_ms;
+    if level > Level::L0 && ratio >= cx.high && !(level == Level::L2 && s.m.l2_verified) {
+        s.h.backoff_ms = cx.initial_backoff_ms;
+        let reason = Reason::StillMerging {
+            level,
+            ratio,
+            high: cx.high,
+            bios_per_sec: seen.bios_per_sec,
+        };
         return ControlFlow::Break(change(
-            s,
+            s.h.move_to(Level::L0, now_ms),
             OutcomeKind::Enable,
-            format!(
-                "merges still counted at {level}: ratio {} >= {} at {:.0} bios/s; back to L0",
-                pct(ratio),
-                pct(cx.high),
-                seen.bios_per_sec
-            ),
+            reason,
         ));
     }
     ControlFlow::Continue(s)
@@ -77,28 +81,27 @@ fn back_to_l0(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
 
 /// Merging that pays: after enough high windows (and under the cap) a trial of L2, to see
 /// whether plug and one-hit merges alone keep it; else a hold that clears the low count.
-fn while_merging_pays(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
-    let (cfg, level, ratio, rate) = (cx.cfg, s.level, seen.ratio, seen.bios_per_sec);
+fn while_merging_pays(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
+    let (cfg, level, ratio, rate) = (cx.cfg, s.m.level, seen.ratio, seen.bios_per_sec);
     if ratio >= cx.high && level < Level::L2 && cx.trial_allowed() {
-        s.low_windows = 0;
-        s.high_windows += 1;
+        s.m.low_windows = 0;
+        s.m.high_windows += 1;
         let k = cfg.step_down_after_windows;
-        if s.high_windows >= k && cx.now_ms >= s.next_trial_at_ms && !cx.cap_reached {
-            s.trial_baseline = seen.w.counters;
-            s.trial_from_level = level;
-            s.start_measuring(Level::L2, Mode::Trial, cx.now_ms);
-            let reason = format!(
-                "merging pays at {level} ({} at {rate:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
-                pct(ratio),
-                crate::decision::count(cfg.probe_windows.into(), "window")
-            );
+        if s.m.high_windows >= k && cx.now_ms >= s.h.next_trial_at_ms && !cx.cap_reached {
+            let s = s.h.start_trial(seen.w.counters, level, cx.now_ms);
+            let reason = Reason::TrialStart {
+                level,
+                ratio,
+                bios_per_sec: rate,
+                windows: cfg.probe_windows,
+            };
             return ControlFlow::Break(change(s, OutcomeKind::TrialStart, reason));
         }
     }
     if ratio >= cx.low {
-        s.low_windows = 0;
-        s.not_worth_noted = false;
-        s.unknown_noted = false;
+        s.m.low_windows = 0;
+        s.m.not_worth_noted = false;
+        s.m.unknown_noted = false;
         let low = cx.low;
         let reason = Reason::Pays {
             level,
@@ -115,23 +118,18 @@ fn while_merging_pays(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
 /// saves measurably (said once, when the step would have come; the rungs on the way to a
 /// level that does save are taken: the counters still see merges on them). Else the rung
 /// the step would go to.
-fn low_window(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step<(PolicyState, Level)> {
-    let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
-    s.low_windows = s.low_windows.saturating_add(1);
+fn low_window(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<(InMode<Merging>, Level)> {
+    let (cfg, level, ratio, low) = (cx.cfg, s.m.level, seen.ratio, cx.low);
+    s.m.low_windows = s.m.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {
-        let blind = if !cx.caps.sense_at_l3 && super::floor_level(cfg) == DEEPEST_LEVEL {
-            " (L3 would be blind: no bio tap)"
-        } else {
-            ""
+        let l3_blind = !cx.caps.sense_at_l3 && super::floor_level(cfg) == DEEPEST_LEVEL;
+        let reason = Reason::DeepestAllowed {
+            level,
+            ratio,
+            low,
+            l3_blind,
         };
-        return ControlFlow::Break(hold(
-            s,
-            format!(
-                "merge ratio {} < {} at {level}, the deepest level allowed here{blind}",
-                pct(ratio),
-                pct(low)
-            ),
-        ));
+        return ControlFlow::Break(hold(s, reason));
     };
     if let Some(reason) = cx.not_worth(level) {
         // An unknown saving is said once, and the known one once more when it comes.
@@ -139,14 +137,14 @@ fn low_window(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step<(PolicyState, L
             cx.caps.worth.basis,
             crate::policy::worth::Basis::Unknown { .. }
         );
-        let said = s.not_worth_noted || (unknown && s.unknown_noted);
-        if !said && s.low_windows >= windows_before(next, cx) {
+        let said = s.m.not_worth_noted || (unknown && s.m.unknown_noted);
+        if !said && s.m.low_windows >= windows_before(next, cx) {
             if unknown {
-                s.unknown_noted = true;
+                s.m.unknown_noted = true;
             } else {
-                s.not_worth_noted = true;
+                s.m.not_worth_noted = true;
             }
-            return ControlFlow::Break(settle(s, OutcomeKind::NotWorthIt, reason));
+            return ControlFlow::Break(settle(s.into(), OutcomeKind::NotWorthIt, reason));
         }
         return ControlFlow::Break(hold(s, reason));
     }
@@ -165,40 +163,43 @@ fn windows_before(next: Level, cx: &Ctx) -> u32 {
 
 /// A workload already known to be merge-hostile: the safe rungs have nothing to show, so
 /// straight to L3 (after two low windows, and under the cap).
-fn straight_to_l3_if_known(mut s: PolicyState, seen: &Seen, cx: &Ctx) -> Step {
-    let (cfg, level, now_ms) = (cx.cfg, s.level, cx.now_ms);
+fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
+    let (cfg, level, now_ms) = (cx.cfg, s.m.level, cx.now_ms);
     let sig = Signature::of(seen.w);
     let known = cx.l3_allowed()
-        && s.low_windows >= cfg.step_down_after_windows.min(2)
+        && s.m.low_windows >= cfg.step_down_after_windows.min(2)
         && !cx.cap_reached
-        && s.is_known_hostile(&sig);
+        && s.h.is_known_hostile(&sig);
     if !known {
         return ControlFlow::Continue(s);
     }
-    let n = s.low_windows;
-    s.move_to(DEEPEST_LEVEL, now_ms);
-    s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-    s.l3_signature = Some(sig);
-    let reason = format!(
-        "merge ratio {} < {} for {n} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {level} -> L3, next probe in {}",
-        pct(seen.ratio),
-        pct(cx.low),
-        seen.bios_per_sec,
-        sig.bios_per_sec,
-        sig.read_share * 100.0,
-        sig.sectors_per_bio / 2.0,
-        secs(s.backoff_ms)
-    );
+    let n = s.m.low_windows;
+    let backoff_ms = s.h.backoff_ms;
+    let s = s.h.enter_l3(sig, now_ms + backoff_ms, false, now_ms);
+    let reason = Reason::KnownHostileToL3(Box::new(KnownHostileToL3 {
+        ratio: seen.ratio,
+        low: cx.low,
+        windows: n,
+        bios_per_sec: seen.bios_per_sec,
+        known: sig,
+        level,
+        next_probe_in_ms: backoff_ms,
+    }));
     ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
 }
 
 /// Holds until the step may come: fewer low windows than the step waits for, at the level
 /// for less than the dwell time (before L3), or the hour's changes at the cap.
-fn wait_for_the_step(s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Step {
-    let (cfg, level, ratio, low) = (cx.cfg, s.level, seen.ratio, cx.low);
+fn wait_for_the_step(
+    s: InMode<Merging>,
+    seen: &Seen,
+    cx: &Ctx,
+    next: Level,
+) -> Step<InMode<Merging>> {
+    let (cfg, level, ratio, low) = (cx.cfg, s.m.level, seen.ratio, cx.low);
     let k = windows_before(next, cx);
-    if s.low_windows < k {
-        let n = s.low_windows;
+    if s.m.low_windows < k {
+        let n = s.m.low_windows;
         let reason = Reason::LowWindow {
             ratio,
             low,
@@ -212,67 +213,60 @@ fn wait_for_the_step(s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Step
     let cap = cfg.max_changes_per_hour;
     if next == DEEPEST_LEVEL {
         let dwell_ms = cfg.min_dwell_secs * 1000;
-        let at_level_ms = cx.now_ms.saturating_sub(s.since_ms);
+        let at_level_ms = cx.now_ms.saturating_sub(s.h.since_ms);
         if at_level_ms < dwell_ms {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "merge ratio {} < {} for {k} windows, but at {level} only for {} (dwell {})",
-                    pct(ratio),
-                    pct(low),
-                    secs(at_level_ms),
-                    secs(dwell_ms)
-                ),
-            ));
+            let reason = Reason::Dwell {
+                ratio,
+                low,
+                windows: k,
+                level,
+                at_level_ms,
+                dwell_ms,
+            };
+            return ControlFlow::Break(hold(s, reason));
         }
-        if cx.cap_reached {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "merge ratio {} < {} for {k} windows, but {cap} changes in the last hour reach the cap; staying at {level}",
-                    pct(ratio),
-                    pct(low),
-                ),
-            ));
-        }
-    } else if cx.cap_reached {
-        return ControlFlow::Break(hold(
-            s,
-            format!(
-                "merge ratio {} < {}, but {cap} changes in the last hour reach the cap; staying at {level}",
-                pct(ratio),
-                pct(low),
-            ),
-        ));
+    }
+    if cx.cap_reached {
+        let reason = Reason::CapReached {
+            ratio,
+            low,
+            windows: (next == DEEPEST_LEVEL).then_some(k),
+            cap,
+            level,
+        };
+        return ControlFlow::Break(hold(s, reason));
     }
     ControlFlow::Continue(s)
 }
 
 /// The step down one rung; to L3 it remembers the workload as merge-hostile and sets the
 /// first probe.
-fn take_the_step(mut s: PolicyState, seen: &Seen, cx: &Ctx, next: Level) -> Evaluation {
+fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Evaluation {
     let (level, ratio, low, rate, now_ms) =
-        (s.level, seen.ratio, cx.low, seen.bios_per_sec, cx.now_ms);
-    let n = s.low_windows;
-    s.move_to(next, now_ms);
+        (s.m.level, seen.ratio, cx.low, seen.bios_per_sec, cx.now_ms);
+    let n = s.m.low_windows;
     if next == DEEPEST_LEVEL {
         let sig = Signature::of(seen.w);
-        s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-        s.l3_signature = Some(sig);
-        s.remember_hostile(sig);
-        let reason = format!(
-            "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
-            pct(ratio),
-            pct(low),
-            secs(s.backoff_ms)
-        );
+        let backoff_ms = s.h.backoff_ms;
+        let s = s.h.enter_l3(sig, now_ms + backoff_ms, true, now_ms);
+        let reason = Reason::StepToL3 {
+            ratio,
+            low,
+            windows: n,
+            bios_per_sec: rate,
+            level,
+            next_probe_in_ms: backoff_ms,
+        };
         change(s, OutcomeKind::Disable, reason)
     } else {
-        let reason = format!(
-            "merge ratio {} < {} for {n} windows at {rate:.0} bios/s; {level} -> {next}",
-            pct(ratio),
-            pct(low)
-        );
-        change(s, OutcomeKind::StepDown, reason)
+        let reason = Reason::StepDown {
+            ratio,
+            low,
+            windows: n,
+            bios_per_sec: rate,
+            level,
+            next,
+        };
+        change(s.h.move_to(next, now_ms), OutcomeKind::StepDown, reason)
     }
 }

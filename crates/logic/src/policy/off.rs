@@ -8,9 +8,9 @@
 //!   already found merge-hostile, goes to L0 to measure, unless a sensed sample clearly
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
-use super::reason::{pct, secs};
+use super::reason::ChangeAnsweredByTap;
 use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
-use super::{Ctx, Evaluation, Mode, OutcomeKind, PolicyState, Reason, Signature};
+use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
 use crate::decision::Level;
 use crate::sampler::Window;
@@ -23,8 +23,8 @@ type Sensed = (f64, u64);
 /// The steps in order: leave L3 where it is blind or not worth it; back to L0 when the tap
 /// sees mergeable I/O; watch the workload's signature for a change; then, when a probe is
 /// due (timed, or early for a changed workload), let a low sample answer it, or probe.
-pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
-    let s = then!(leave_where_blind_or_not_worth_it(s, cx));
+pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) -> Evaluation {
+    let s = then!(leave_where_blind_or_not_worth_it(InMode { h, m: at }, cx));
     // What the tap saw in this window, when it saw enough to judge.
     let sensed: Option<Sensed> = window
         .and_then(|w| w.sensed)
@@ -32,7 +32,7 @@ pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evalu
         .map(|sn| (sn.contiguous as f64 / sn.bios as f64, sn.bios));
     let s = then!(back_when_the_tap_sees_merges(s, sensed, cx));
     let (s, changed, sig_now) = then!(watch_the_signature(s, window, cx));
-    let due = s.next_probe_at_ms.unwrap_or(cx.now_ms);
+    let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
     if cx.now_ms < due && changed.is_none() {
         let next_probe_in_ms = due - cx.now_ms;
         return hold(s, Reason::AtL3 { next_probe_in_ms });
@@ -46,7 +46,7 @@ pub(super) fn decide(s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evalu
 
 /// Blind here (no tap, or it went away), or no longer worth it (a reload changed the
 /// profile): to the deepest level that is both seen and worth it, else L0.
-fn leave_where_blind_or_not_worth_it(mut s: PolicyState, cx: &Ctx) -> Step {
+fn leave_where_blind_or_not_worth_it(mut s: InMode<AtL3>, cx: &Ctx) -> Step<InMode<AtL3>> {
     if cx.l3_allowed() {
         return ControlFlow::Continue(s);
     }
@@ -58,36 +58,40 @@ fn leave_where_blind_or_not_worth_it(mut s: PolicyState, cx: &Ctx) -> Step {
     } else {
         Level::L0
     };
-    let why = if cx.caps.sense_at_l3 {
-        format!(
-            "L3 not worth it here: {}",
-            cx.caps.worth.describe([Level::L3])
-        )
+    let reason = if cx.caps.sense_at_l3 {
+        Reason::LeaveNotWorth {
+            from: Level::L3,
+            why: cx.caps.worth.describe([Level::L3]),
+            to,
+        }
     } else {
-        "no bio tap at L3: the merge counters are blind there".to_string()
+        Reason::BlindAtL3 { to }
     };
-    s.move_to(to, cx.now_ms);
-    s.backoff_ms = cx.initial_backoff_ms;
+    s.h.backoff_ms = cx.initial_backoff_ms;
     ControlFlow::Break(change(
-        s,
+        s.h.move_to(to, cx.now_ms),
         OutcomeKind::Enable,
-        format!("{why}; back to {to}"),
+        reason,
     ))
 }
 
 /// A sensed sample at or over the high threshold is mergeable I/O the counters cannot
 /// show: back to L0 at once.
-fn back_when_the_tap_sees_merges(mut s: PolicyState, sensed: Option<Sensed>, cx: &Ctx) -> Step {
+fn back_when_the_tap_sees_merges(
+    mut s: InMode<AtL3>,
+    sensed: Option<Sensed>,
+    cx: &Ctx,
+) -> Step<InMode<AtL3>> {
     let Some((share, n)) = sensed.filter(|&(share, _)| share >= cx.high) else {
         return ControlFlow::Continue(s);
     };
-    s.move_to(Level::L0, cx.now_ms);
-    s.backoff_ms = cx.initial_backoff_ms;
-    let reason = format!(
-        "sensed at L3: {} of {n} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
-        pct(share),
-        pct(cx.high)
-    );
+    s.h.backoff_ms = cx.initial_backoff_ms;
+    let s = s.h.move_to(Level::L0, cx.now_ms);
+    let reason = Reason::SensedMergeable {
+        share,
+        sampled: n,
+        high: cx.high,
+    };
     ControlFlow::Break(change(s, OutcomeKind::Enable, reason))
 }
 
@@ -99,61 +103,62 @@ fn back_when_the_tap_sees_merges(mut s: PolicyState, sensed: Option<Sensed>, cx:
 /// [`RATE_CHANGE_CONFIRM_MS`]: until then the device holds, saying so, unless the timed
 /// probe is due anyway.
 fn watch_the_signature(
-    mut s: PolicyState,
+    mut s: InMode<AtL3>,
     window: Option<&Window>,
     cx: &Ctx,
-) -> Step<(PolicyState, Option<SignatureChange>, Option<Signature>)> {
+) -> Step<(InMode<AtL3>, Option<SignatureChange>, Option<Signature>)> {
     let now_ms = cx.now_ms;
     let Some(w) = window.filter(|w| w.counters.bios() >= cx.cfg.min_window_bios) else {
         return ControlFlow::Continue((s, None, None));
     };
     let sig = Signature::of(w);
-    let mut changed = match &s.l3_signature {
+    let mut changed = match &s.m.signature {
         Some(base) => sig.changed_from(base),
         None => {
-            s.l3_signature = Some(sig);
+            s.m.signature = Some(sig);
             None
         }
     };
-    let due = s.next_probe_at_ms.unwrap_or(now_ms);
+    let due = s.m.next_probe_at_ms.unwrap_or(now_ms);
     if let Some(what) = changed
-        && s.is_known_hostile(&sig)
+        && s.h.is_known_hostile(&sig)
     {
-        s.l3_signature = Some(sig);
-        s.l3_rate_change_since_ms = None;
+        s.m.signature = Some(sig);
+        s.m.rate_fell_since_ms = None;
         if now_ms < due {
-            return ControlFlow::Break(hold(
-                s,
-                format!(
-                    "workload changed at L3 ({what}) to one already found merge-hostile: no probe; next probe in {}",
-                    secs(due - now_ms)
-                ),
-            ));
+            let reason = Reason::KnownHostileChange {
+                change: what,
+                next_probe_in_ms: due - now_ms,
+            };
+            return ControlFlow::Break(hold(s, reason));
         }
         changed = None;
     }
     match changed {
-        Some(what) if what.needs_confirming() => {
-            let since_ms = *s
-                .l3_rate_change_since_ms
-                .get_or_insert(now_ms.saturating_sub(w.duration_ms));
+        Some(
+            what @ SignatureChange::Rate {
+                from_per_sec,
+                to_per_sec,
+            },
+        ) if what.needs_confirming() => {
+            let since_ms =
+                *s.m.rate_fell_since_ms
+                    .get_or_insert(now_ms.saturating_sub(w.duration_ms));
             let lasted_ms = now_ms.saturating_sub(since_ms);
             if lasted_ms < RATE_CHANGE_CONFIRM_MS {
                 if now_ms < due {
-                    return ControlFlow::Break(hold(
-                        s,
-                        format!(
-                            "at L3 the rate fell ({what}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
-                            secs(lasted_ms),
-                            secs(RATE_CHANGE_CONFIRM_MS),
-                            secs(due - now_ms)
-                        ),
-                    ));
+                    let reason = Reason::RateFell {
+                        from_per_sec,
+                        to_per_sec,
+                        lasted_ms,
+                        next_probe_in_ms: due - now_ms,
+                    };
+                    return ControlFlow::Break(hold(s, reason));
                 }
                 changed = None;
             }
         }
-        _ => s.l3_rate_change_since_ms = None,
+        _ => s.m.rate_fell_since_ms = None,
     }
     ControlFlow::Continue((s, changed, Some(sig)))
 }
@@ -162,56 +167,52 @@ fn watch_the_signature(
 /// excursion and no queue freeze. A changed workload answered so is remembered as
 /// merge-hostile.
 fn answered_by_the_tap(
-    mut s: PolicyState,
+    mut s: InMode<AtL3>,
     (share, n): Sensed,
     changed: Option<(SignatureChange, Signature)>,
     due: u64,
     cx: &Ctx,
 ) -> Evaluation {
     let now_ms = cx.now_ms;
-    let tap = format!(
-        "{} of {n} sampled bios contiguous (< {})",
-        pct(share),
-        pct(cx.low)
-    );
     if let Some((what, sig)) = changed {
-        s.l3_signature = Some(sig);
-        s.remember_hostile(sig);
-        return hold(
-            s,
-            format!(
-                "workload changed at L3 ({what}), but the tap sees {tap}: no probe needed; next probe in {}",
-                secs(due.saturating_sub(now_ms))
-            ),
-        );
+        s.m.signature = Some(sig);
+        s.h.remember_hostile(sig);
+        let reason = Reason::ChangeAnsweredByTap(Box::new(ChangeAnsweredByTap {
+            change: what,
+            share,
+            sampled: n,
+            low: cx.low,
+            next_probe_in_ms: due.saturating_sub(now_ms),
+        }));
+        return hold(s, reason);
     }
-    s.next_probe_at_ms = Some(now_ms + s.backoff_ms);
-    let reason = format!(
-        "probe answered by the tap at L3: {tap}; staying, next probe in {}",
-        secs(s.backoff_ms)
-    );
+    s.m.next_probe_at_ms = Some(now_ms + s.h.backoff_ms);
+    let reason = Reason::AnsweredByTap {
+        share,
+        sampled: n,
+        low: cx.low,
+        next_probe_in_ms: s.h.backoff_ms,
+    };
     hold(s, reason)
 }
 
 /// To L0 to measure: at once for a changed workload, else the timed probe.
-fn probe(mut s: PolicyState, changed: Option<SignatureChange>, cx: &Ctx) -> Evaluation {
+fn probe(s: InMode<AtL3>, changed: Option<SignatureChange>, cx: &Ctx) -> Evaluation {
     let (cfg, now_ms) = (cx.cfg, cx.now_ms);
-    let off_for = now_ms.saturating_sub(s.since_ms);
-    s.probe_by_change = changed.is_some();
+    let off_for = now_ms.saturating_sub(s.h.since_ms);
     if let Some(what) = changed {
-        s.start_measuring(Level::L0, Mode::Probing, now_ms);
-        let reason = format!(
-            "workload changed at L3 ({what}): probing at once, L0 for {}",
-            crate::decision::count(cfg.probe_windows.into(), "busy window")
-        );
+        let timer_at_ms = s.m.next_probe_at_ms;
+        let s = s.h.start_probe(ProbeCause::Change { timer_at_ms }, now_ms);
+        let reason = Reason::ProbeOnChange {
+            change: what,
+            windows: cfg.probe_windows,
+        };
         return change(s, OutcomeKind::ProbeStart, reason);
     }
-    s.start_measuring(Level::L0, Mode::Probing, now_ms);
-    s.next_probe_at_ms = None;
-    let reason = format!(
-        "probe after {} at L3: L0 for {} to measure",
-        secs(off_for),
-        crate::decision::count(cfg.probe_windows.into(), "busy window")
-    );
+    let s = s.h.start_probe(ProbeCause::Timer, now_ms);
+    let reason = Reason::TimedProbe {
+        off_for_ms: off_for,
+        windows: cfg.probe_windows,
+    };
     change(s, OutcomeKind::ProbeStart, reason)
 }

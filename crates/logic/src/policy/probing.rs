@@ -2,9 +2,8 @@
 //! merge on. A clearly low probe goes back to L3 (a timed probe doubles the backoff); any
 //! other stays at L0, and one where merging clearly pays tries L2 at once.
 
-use super::reason::{pct, secs};
-use super::{Ctx, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, PolicyState, Signature};
-use super::{change, hold, settle};
+use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Probe, Reason};
+use super::{ProbeCause, Signature, change, hold, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
 
@@ -12,26 +11,26 @@ use crate::sampler::Window;
 /// busy one is added to the probe's counters until it has `probe_windows` of them; then
 /// the probe's merge ratio decides: low goes back to L3 (or stays at L0 where L3 is not
 /// allowed), anything else stays at L0 and may try L2.
-pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> Evaluation {
-    let cfg = cx.cfg;
+pub(super) fn decide(h: History, p: Probe, window: Option<&Window>, cx: &Ctx) -> Evaluation {
+    let (cfg, mut s) = (cx.cfg, InMode { h, m: p });
     let Some(w) = window else {
-        return hold(s, "probing; window still open");
+        return hold(s, Reason::WindowOpen(Mode::Probing));
     };
     if w.counters.bios() < cfg.min_window_bios {
         return idle_window(s, cx);
     }
-    s.probe_counters.add(&w.counters);
-    s.probe_windows_done += 1;
-    if s.probe_windows_done < cfg.probe_windows {
-        let reason = format!(
-            "probing: window {} of {}, merge ratio so far {}",
-            s.probe_windows_done,
-            cfg.probe_windows,
-            pct(s.probe_counters.merge_ratio())
-        );
+    let measured = &mut s.m.measured;
+    measured.counters.add(&w.counters);
+    measured.windows_done += 1;
+    if measured.windows_done < cfg.probe_windows {
+        let reason = Reason::ProbeWindow {
+            window: measured.windows_done,
+            of: cfg.probe_windows,
+            ratio: measured.counters.merge_ratio(),
+        };
         return hold(s, reason);
     }
-    if s.probe_counters.merge_ratio() < cx.low {
+    if measured.counters.merge_ratio() < cx.low {
         low_probe(s, w, cx)
     } else {
         merging_pays(s, w, cx)
@@ -39,19 +38,16 @@ pub(super) fn decide(mut s: PolicyState, window: Option<&Window>, cx: &Ctx) -> E
 }
 
 /// An idle window does not count; enough of them end the probe at L0.
-fn idle_window(mut s: PolicyState, cx: &Ctx) -> Evaluation {
-    s.probe_idle_windows += 1;
-    if s.probe_idle_windows < 4 * cx.cfg.probe_windows {
-        return hold(s, "probing; idle window does not count");
+fn idle_window(mut s: InMode<Probe>, cx: &Ctx) -> Evaluation {
+    s.m.measured.idle_windows += 1;
+    if s.m.measured.idle_windows < 4 * cx.cfg.probe_windows {
+        return hold(s, Reason::IdleDoesNotCount(Mode::Probing));
     }
-    let n = s.probe_idle_windows;
-    s.mode = Mode::Merging;
-    s.since_ms = cx.now_ms;
-    s.low_windows = 0;
+    let n = s.m.measured.idle_windows;
     settle(
-        s,
+        s.h.settle_merging(Merging::at(Level::L0), cx.now_ms),
         OutcomeKind::ProbeInconclusive,
-        format!("probe inconclusive after {n} idle windows; staying at L0"),
+        Reason::ProbeInconclusive { idle_windows: n },
     )
 }
 
@@ -60,80 +56,67 @@ fn idle_window(mut s: PolicyState, cx: &Ctx) -> Evaluation {
 /// probe), L0, from where the ladder walks down. The cap never keeps a failed probe from
 /// returning to L3: that only undoes the probe's own excursion (probes themselves are
 /// paced by the backoff).
-fn low_probe(mut s: PolicyState, w: &Window, cx: &Ctx) -> Evaluation {
+fn low_probe(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     let (now_ms, low) = (cx.now_ms, cx.low);
-    let ratio = s.probe_counters.merge_ratio();
-    let bios = s.probe_counters.bios();
+    let ratio = s.m.measured.counters.merge_ratio();
+    let bios = s.m.measured.counters.bios();
     if !cx.l3_allowed() {
-        s.mode = Mode::Merging;
-        s.since_ms = now_ms;
-        s.low_windows = 0;
-        s.backoff_ms = cx.initial_backoff_ms;
-        let why = if cx.caps.sense_at_l3 {
-            "L3 is not worth it here"
-        } else {
-            "L3 would be blind (no bio tap)"
+        s.h.backoff_ms = cx.initial_backoff_ms;
+        let reason = Reason::ProbeLowNoL3 {
+            ratio,
+            low,
+            bios,
+            l3_blind: !cx.caps.sense_at_l3,
         };
         return settle(
-            s,
+            s.h.settle_merging(Merging::at(Level::L0), now_ms),
             OutcomeKind::ProbeFailed,
-            format!(
-                "probe found merge ratio {} < {} over {bios} bios, but {why}: staying at L0",
-                pct(ratio),
-                pct(low)
-            ),
+            reason,
         );
     }
     // A probe started by a workload change that finds nothing says nothing about the
     // timer: only timed probes double the backoff.
-    if !s.probe_by_change {
-        s.backoff_ms =
-            (s.backoff_ms.saturating_mul(2)).clamp(cx.initial_backoff_ms, cx.max_backoff_ms);
-    }
-    let timer = s
-        .next_probe_at_ms
-        .filter(|&t| t > now_ms && s.probe_by_change);
-    s.move_to(DEEPEST_LEVEL, now_ms);
-    let sig = Signature::of(w);
-    s.l3_signature = Some(sig);
-    s.remember_hostile(sig);
-    s.next_probe_at_ms = Some(timer.unwrap_or(now_ms + s.backoff_ms));
-    let next_in = s.next_probe_at_ms.unwrap_or(now_ms) - now_ms;
-    let reason = format!(
-        "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
-        pct(ratio),
-        pct(low),
-        secs(next_in)
-    );
+    let timer = match s.m.cause {
+        ProbeCause::Timer => {
+            s.h.backoff_ms =
+                (s.h.backoff_ms.saturating_mul(2)).clamp(cx.initial_backoff_ms, cx.max_backoff_ms);
+            None
+        }
+        ProbeCause::Change { timer_at_ms } => timer_at_ms.filter(|&t| t > now_ms),
+    };
+    let next_probe_at_ms = timer.unwrap_or(now_ms + s.h.backoff_ms);
+    let next_in = next_probe_at_ms - now_ms;
+    let s =
+        s.h.enter_l3(Signature::of(w), next_probe_at_ms, true, now_ms);
+    let reason = Reason::ProbeFoundNone {
+        ratio,
+        low,
+        bios,
+        next_probe_in_ms: next_in,
+    };
     change(s, OutcomeKind::ProbeFailed, reason)
 }
 
 /// A probe that found merges: stay at L0, the workload no longer known as merge-hostile.
 /// The probe's windows at L0 are the baseline a trial of L2 needs: when merging clearly
 /// pays, try L2 right away rather than after more windows at L0.
-fn merging_pays(mut s: PolicyState, w: &Window, cx: &Ctx) -> Evaluation {
+fn merging_pays(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     let (cfg, now_ms) = (cx.cfg, cx.now_ms);
-    let ratio = s.probe_counters.merge_ratio();
-    let bios = s.probe_counters.bios();
-    let reason = format!(
-        "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
-        pct(ratio),
-        pct(cx.low)
-    );
-    s.mode = Mode::Merging;
-    s.since_ms = now_ms;
-    s.low_windows = 0;
-    s.backoff_ms = cx.initial_backoff_ms;
-    s.forget_hostile(&Signature::of(w));
-    if ratio >= cx.high && cx.trial_allowed() && now_ms >= s.next_trial_at_ms && !cx.cap_reached {
-        s.trial_baseline = s.probe_counters;
-        s.trial_from_level = Level::L0;
-        s.start_measuring(Level::L2, Mode::Trial, now_ms);
-        let reason = format!(
-            "{reason}; merging pays, so trying L2 (plug and one-hit merges only) for {}",
-            crate::decision::count(cfg.probe_windows.into(), "window")
-        );
-        return change(s, OutcomeKind::TrialStart, reason);
+    let measured = s.m.measured.counters;
+    let ratio = measured.merge_ratio();
+    let bios = measured.bios();
+    let found = |trial_windows| Reason::ProbeFoundMerges {
+        ratio,
+        low: cx.low,
+        bios,
+        trial_windows,
+    };
+    s.h.backoff_ms = cx.initial_backoff_ms;
+    s.h.forget_hostile(&Signature::of(w));
+    if ratio >= cx.high && cx.trial_allowed() && now_ms >= s.h.next_trial_at_ms && !cx.cap_reached {
+        let s = s.h.start_trial(measured, Level::L0, now_ms);
+        return change(s, OutcomeKind::TrialStart, found(Some(cfg.probe_windows)));
     }
-    settle(s, OutcomeKind::ProbeSucceeded, reason)
+    let s = s.h.settle_merging(Merging::at(Level::L0), now_ms);
+    settle(s, OutcomeKind::ProbeSucceeded, found(None))
 }

@@ -1,15 +1,17 @@
-//! Why the policy did what it did. The frequent "nothing to do" reasons keep their numbers
-//! and are formatted only when someone reads them (a tick for 64 devices stays cheap); the
-//! rest are text built where the decision is taken.
+//! Why the policy did what it did. A reason keeps its numbers and is formatted only when
+//! someone reads it (a tick for 64 devices stays cheap), and a test asks which reason it
+//! is, not how it reads. The rarer holds are still text built where they are decided.
 
-use super::Worth;
-use crate::decision::Level;
+use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
+use super::{Mode, Signature, Worth};
+use crate::decision::{Level, count};
 use serde::Serialize;
 use std::borrow::Cow;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(into = "String")]
 pub enum Reason {
+    /// Text from outside the policy (the daemon's notes: a failed write, a retry).
     Text(Cow<'static, str>),
     Idle {
         bios: u64,
@@ -40,6 +42,197 @@ pub enum Reason {
         below: [bool; 4],
         worth: Box<Worth>,
     },
+    /// Merges are still counted at `level` (over the high threshold): back to L0.
+    StillMerging {
+        level: Level,
+        ratio: f64,
+        high: f64,
+        bios_per_sec: f64,
+    },
+    /// `from` saves nothing measurable here any more (`why`, from the cost profile): back
+    /// to `to`.
+    LeaveNotWorth {
+        from: Level,
+        why: String,
+        to: Level,
+    },
+    /// At L3 without a bio tap, where the merge counters are blind: back to `to`.
+    BlindAtL3 {
+        to: Level,
+    },
+    /// Low windows at the deepest level allowed here; `l3_blind` when L3 is allowed by the
+    /// config but would be blind (no bio tap).
+    DeepestAllowed {
+        level: Level,
+        ratio: f64,
+        low: f64,
+        l3_blind: bool,
+    },
+    /// At L3, the tap's sample shows mergeable I/O (its contiguous share at or over the
+    /// high threshold): back to L0.
+    SensedMergeable {
+        share: f64,
+        sampled: u64,
+        high: f64,
+    },
+    /// A timed probe answered at L3 by a sample clearly under the low threshold.
+    AnsweredByTap {
+        share: f64,
+        sampled: u64,
+        low: f64,
+        next_probe_in_ms: u64,
+    },
+    /// A workload change at L3 starts a probe at once, for `windows` busy windows.
+    ProbeOnChange {
+        change: SignatureChange,
+        windows: u32,
+    },
+    /// No window closed at this tick, in the merging, probing or trial mode.
+    WindowOpen(Mode),
+    /// An idle window during a probe or a trial: it does not count.
+    IdleDoesNotCount(Mode),
+    /// Merging that pays at `level` starts a trial of L2 for `windows` windows.
+    TrialStart {
+        level: Level,
+        ratio: f64,
+        bios_per_sec: f64,
+        windows: u32,
+    },
+    /// Low windows enough for the step to L3, but at `level` for less than the dwell time.
+    Dwell {
+        ratio: f64,
+        low: f64,
+        windows: u32,
+        level: Level,
+        at_level_ms: u64,
+        dwell_ms: u64,
+    },
+    /// A step down is due but the hour's changes reach the cap (`windows`: the low windows
+    /// counted, said for a step to L3).
+    CapReached {
+        ratio: f64,
+        low: f64,
+        windows: Option<u32>,
+        cap: u32,
+        level: Level,
+    },
+    /// One rung down after `windows` low windows.
+    StepDown {
+        ratio: f64,
+        low: f64,
+        windows: u32,
+        bios_per_sec: f64,
+        level: Level,
+        next: Level,
+    },
+    /// The last step, to L3, after `windows` low windows.
+    StepToL3 {
+        ratio: f64,
+        low: f64,
+        windows: u32,
+        bios_per_sec: f64,
+        level: Level,
+        next_probe_in_ms: u64,
+    },
+    /// Straight to L3: the low windows are of a workload that settled at L3 before.
+    KnownHostileToL3(Box<KnownHostileToL3>),
+    /// At L3, the workload changed to one already found merge-hostile: no probe.
+    KnownHostileChange {
+        change: SignatureChange,
+        next_probe_in_ms: u64,
+    },
+    /// At L3 the rate alone fell, for `lasted_ms` so far: a probe once it has lasted
+    /// [`RATE_CHANGE_CONFIRM_MS`].
+    RateFell {
+        from_per_sec: f64,
+        to_per_sec: f64,
+        lasted_ms: u64,
+        next_probe_in_ms: u64,
+    },
+    /// At L3 the workload changed, but the tap's sample, clearly low, answers it.
+    ChangeAnsweredByTap(Box<ChangeAnsweredByTap>),
+    /// The timed probe, after `off_for_ms` at L3, for `windows` busy windows.
+    TimedProbe {
+        off_for_ms: u64,
+        windows: u32,
+    },
+    /// A probe's busy window `window` of `of`.
+    ProbeWindow {
+        window: u32,
+        of: u32,
+        ratio: f64,
+    },
+    /// A probe that saw only idle windows ends at L0.
+    ProbeInconclusive {
+        idle_windows: u32,
+    },
+    /// A probe found merging rare, but L3 is no place to go back to here (`l3_blind`: no
+    /// bio tap; else not worth it): L0 stays.
+    ProbeLowNoL3 {
+        ratio: f64,
+        low: f64,
+        bios: u64,
+        l3_blind: bool,
+    },
+    /// A probe found merging rare: back to L3.
+    ProbeFoundNone {
+        ratio: f64,
+        low: f64,
+        bios: u64,
+        next_probe_in_ms: u64,
+    },
+    /// A probe found merges: L0 stays, and with `trial_windows`, a trial of L2 starts.
+    ProbeFoundMerges {
+        ratio: f64,
+        low: f64,
+        bios: u64,
+        trial_windows: Option<u32>,
+    },
+    /// A trial of L2 that saw only idle windows: back to `back`.
+    TrialInconclusive {
+        back: Level,
+    },
+    /// A trial's busy window, before its last.
+    TrialMeasuring,
+    /// The trial of L2 completed no more requests per bio than its limit: L2 stays.
+    TrialKeptMerges {
+        requests_per_bio: f64,
+        baseline_per_bio: f64,
+        limit_per_bio: f64,
+        back: Level,
+    },
+    /// The trial of L2 completed more requests per bio than its limit: back to `back`.
+    TrialLostMerges {
+        requests_per_bio: f64,
+        baseline_per_bio: f64,
+        limit_per_bio: f64,
+        back: Level,
+        next_trial_in_ms: u64,
+    },
+}
+
+/// [`Reason::KnownHostileToL3`]'s numbers (boxed: a rare decision, kept out of the size of
+/// every reason).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnownHostileToL3 {
+    pub ratio: f64,
+    pub low: f64,
+    pub windows: u32,
+    pub bios_per_sec: f64,
+    /// The workload as it settled at L3 before.
+    pub known: Signature,
+    pub level: Level,
+    pub next_probe_in_ms: u64,
+}
+
+/// [`Reason::ChangeAnsweredByTap`]'s numbers (boxed, as above).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeAnsweredByTap {
+    pub change: SignatureChange,
+    pub share: f64,
+    pub sampled: u64,
+    pub low: f64,
+    pub next_probe_in_ms: u64,
 }
 
 impl Reason {
@@ -110,6 +303,288 @@ impl std::fmt::Display for Reason {
                     worth.describe(levels)
                 )
             }
+            Reason::StillMerging {
+                level,
+                ratio,
+                high,
+                bios_per_sec,
+            } => write!(
+                f,
+                "merges still counted at {level}: ratio {} >= {} at {bios_per_sec:.0} bios/s; back to L0",
+                pct(*ratio),
+                pct(*high)
+            ),
+            Reason::LeaveNotWorth { from, why, to } => {
+                write!(f, "{from} not worth it here: {why}; back to {to}")
+            }
+            Reason::BlindAtL3 { to } => write!(
+                f,
+                "no bio tap at L3: the merge counters are blind there; back to {to}"
+            ),
+            Reason::DeepestAllowed {
+                level,
+                ratio,
+                low,
+                l3_blind,
+            } => write!(
+                f,
+                "merge ratio {} < {} at {level}, the deepest level allowed here{}",
+                pct(*ratio),
+                pct(*low),
+                if *l3_blind {
+                    " (L3 would be blind: no bio tap)"
+                } else {
+                    ""
+                }
+            ),
+            Reason::SensedMergeable {
+                share,
+                sampled,
+                high,
+            } => write!(
+                f,
+                "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
+                pct(*share),
+                pct(*high)
+            ),
+            Reason::AnsweredByTap {
+                share,
+                sampled,
+                low,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
+                pct(*share),
+                pct(*low),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::ProbeOnChange { change, windows } => write!(
+                f,
+                "workload changed at L3 ({change}): probing at once, L0 for {}",
+                count(u64::from(*windows), "busy window")
+            ),
+            Reason::WindowOpen(mode) => f.write_str(match mode {
+                Mode::Probing => "probing; window still open",
+                Mode::Trial => "trial of L2; window still open",
+                Mode::Merging | Mode::AtL3 => "window still open",
+            }),
+            Reason::IdleDoesNotCount(mode) => f.write_str(match mode {
+                Mode::Trial => "trial of L2; idle window does not count",
+                _ => "probing; idle window does not count",
+            }),
+            Reason::TrialStart {
+                level,
+                ratio,
+                bios_per_sec,
+                windows,
+            } => write!(
+                f,
+                "merging pays at {level} ({} at {bios_per_sec:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
+                pct(*ratio),
+                count(u64::from(*windows), "window")
+            ),
+            Reason::Dwell {
+                ratio,
+                low,
+                windows,
+                level,
+                at_level_ms,
+                dwell_ms,
+            } => write!(
+                f,
+                "merge ratio {} < {} for {windows} windows, but at {level} only for {} (dwell {})",
+                pct(*ratio),
+                pct(*low),
+                secs(*at_level_ms),
+                secs(*dwell_ms)
+            ),
+            Reason::CapReached {
+                ratio,
+                low,
+                windows,
+                cap,
+                level,
+            } => {
+                write!(f, "merge ratio {} < {}", pct(*ratio), pct(*low))?;
+                if let Some(k) = windows {
+                    write!(f, " for {k} windows")?;
+                }
+                write!(
+                    f,
+                    ", but {cap} changes in the last hour reach the cap; staying at {level}"
+                )
+            }
+            Reason::StepDown {
+                ratio,
+                low,
+                windows,
+                bios_per_sec,
+                level,
+                next,
+            } => write!(
+                f,
+                "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> {next}",
+                pct(*ratio),
+                pct(*low)
+            ),
+            Reason::StepToL3 {
+                ratio,
+                low,
+                windows,
+                bios_per_sec,
+                level,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
+                pct(*ratio),
+                pct(*low),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::KnownHostileToL3(k) => write!(
+                f,
+                "merge ratio {} < {} for {} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {} -> L3, next probe in {}",
+                pct(k.ratio),
+                pct(k.low),
+                k.windows,
+                k.bios_per_sec,
+                k.known.bios_per_sec,
+                k.known.read_share * 100.0,
+                k.known.sectors_per_bio / 2.0,
+                k.level,
+                secs(k.next_probe_in_ms)
+            ),
+            Reason::KnownHostileChange {
+                change,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "workload changed at L3 ({change}) to one already found merge-hostile: no probe; next probe in {}",
+                secs(*next_probe_in_ms)
+            ),
+            Reason::RateFell {
+                from_per_sec,
+                to_per_sec,
+                lasted_ms,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "at L3 the rate fell ({}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
+                SignatureChange::Rate {
+                    from_per_sec: *from_per_sec,
+                    to_per_sec: *to_per_sec
+                },
+                secs(*lasted_ms),
+                secs(RATE_CHANGE_CONFIRM_MS),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::ChangeAnsweredByTap(c) => write!(
+                f,
+                "workload changed at L3 ({}), but the tap sees {} of {} sampled bios contiguous (< {}): no probe needed; next probe in {}",
+                c.change,
+                pct(c.share),
+                c.sampled,
+                pct(c.low),
+                secs(c.next_probe_in_ms)
+            ),
+            Reason::TimedProbe {
+                off_for_ms,
+                windows,
+            } => write!(
+                f,
+                "probe after {} at L3: L0 for {} to measure",
+                secs(*off_for_ms),
+                count(u64::from(*windows), "busy window")
+            ),
+            Reason::ProbeWindow { window, of, ratio } => write!(
+                f,
+                "probing: window {window} of {of}, merge ratio so far {}",
+                pct(*ratio)
+            ),
+            Reason::ProbeInconclusive { idle_windows } => write!(
+                f,
+                "probe inconclusive after {idle_windows} idle windows; staying at L0"
+            ),
+            Reason::ProbeLowNoL3 {
+                ratio,
+                low,
+                bios,
+                l3_blind,
+            } => write!(
+                f,
+                "probe found merge ratio {} < {} over {bios} bios, but {}: staying at L0",
+                pct(*ratio),
+                pct(*low),
+                if *l3_blind {
+                    "L3 would be blind (no bio tap)"
+                } else {
+                    "L3 is not worth it here"
+                }
+            ),
+            Reason::ProbeFoundNone {
+                ratio,
+                low,
+                bios,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
+                pct(*ratio),
+                pct(*low),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::ProbeFoundMerges {
+                ratio,
+                low,
+                bios,
+                trial_windows,
+            } => {
+                write!(
+                    f,
+                    "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
+                    pct(*ratio),
+                    pct(*low)
+                )?;
+                match trial_windows {
+                    Some(n) => write!(
+                        f,
+                        "; merging pays, so trying L2 (plug and one-hit merges only) for {}",
+                        count(u64::from(*n), "window")
+                    ),
+                    None => Ok(()),
+                }
+            }
+            Reason::TrialInconclusive { back } => {
+                write!(f, "trial of L2 inconclusive (idle); back to {back}")
+            }
+            Reason::TrialMeasuring => f.write_str("trial of L2: measuring"),
+            Reason::TrialKeptMerges {
+                requests_per_bio,
+                baseline_per_bio,
+                limit_per_bio,
+                back,
+            } => write!(
+                f,
+                "L2 kept the merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); staying at L2",
+                requests_per_bio * 100.0,
+                baseline_per_bio * 100.0,
+                limit_per_bio * 100.0
+            ),
+            Reason::TrialLostMerges {
+                requests_per_bio,
+                baseline_per_bio,
+                limit_per_bio,
+                back,
+                next_trial_in_ms,
+            } => write!(
+                f,
+                "L2 lost merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); back to {back}, next trial in {}",
+                requests_per_bio * 100.0,
+                baseline_per_bio * 100.0,
+                limit_per_bio * 100.0,
+                secs(*next_trial_in_ms)
+            ),
         }
     }
 }
@@ -130,5 +605,21 @@ pub(super) fn secs(ms: u64) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every evaluation carries a reason and is moved several times per device per tick:
+    /// the rare, large reasons are boxed to keep this.
+    #[test]
+    fn a_reason_stays_at_most_40_bytes() {
+        assert!(
+            std::mem::size_of::<Reason>() <= 40,
+            "{}",
+            std::mem::size_of::<Reason>()
+        );
     }
 }
