@@ -679,6 +679,67 @@ fn a_workload_change_at_l3_probes_at_once() {
 
 /// Random 4 KiB writes at `bios_per_sec`, over a `duration_ms` window (the watch's 100 ms
 /// windows at L3).
+/// A signature is the window's rate, its share of reads and its mean bio size; another
+/// workload is one whose read share moved by 20 points, bio size by 2x or rate by 1.5x.
+#[test]
+fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change() {
+    let w = Window {
+        counters: Counters {
+            reads_completed: 250,
+            sectors_read: 250 * 8,
+            writes_completed: 750,
+            sectors_written: 750 * 64,
+            ..Default::default()
+        },
+        duration_ms: 500,
+        sensed: None,
+    };
+    let sig = Signature::of(&w);
+    assert_eq!(
+        (sig.bios_per_sec, sig.read_share, sig.sectors_per_bio),
+        (2000.0, 0.25, 50.0)
+    );
+    let base = Signature {
+        bios_per_sec: 5000.0,
+        read_share: 0.5,
+        sectors_per_bio: 8.0,
+    };
+    let with = |f: fn(&mut Signature)| {
+        let mut s = base;
+        f(&mut s);
+        s.changed_from(&base)
+    };
+    assert_eq!(with(|s| s.read_share = 0.69), None);
+    assert!(matches!(
+        with(|s| s.read_share = 0.75),
+        Some(SignatureChange::ReadShare { .. })
+    ));
+    assert_eq!(with(|s| s.sectors_per_bio = 15.9), None);
+    assert!(matches!(
+        with(|s| s.sectors_per_bio = 16.0),
+        Some(SignatureChange::BioSize { .. })
+    ));
+    assert!(matches!(
+        with(|s| s.sectors_per_bio = 4.0),
+        Some(SignatureChange::BioSize { .. })
+    ));
+    assert_eq!(with(|s| s.bios_per_sec = 7499.0), None);
+    assert!(matches!(
+        with(|s| s.bios_per_sec = 7500.0),
+        Some(SignatureChange::Rate { .. })
+    ));
+    // A rate that went to nothing is a change (infinitely), and nothing against nothing is not.
+    assert!(matches!(
+        with(|s| s.bios_per_sec = 0.0),
+        Some(SignatureChange::Rate { .. })
+    ));
+    let idle = Signature {
+        bios_per_sec: 0.0,
+        ..base
+    };
+    assert_eq!(idle.changed_from(&idle), None);
+}
+
 fn writes_at(bios_per_sec: u64, duration_ms: u64) -> Window {
     let bios = bios_per_sec * duration_ms / 1000;
     Window {
@@ -904,6 +965,78 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     );
 }
 
+/// A change at L3 that needs no probe of its own (to a known merge-hostile workload, or a
+/// fall in rate not yet confirmed) holds, counting down to the timed probe; at the timed
+/// probe's time it is the timed probe that runs.
+#[test]
+fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
+    let c = cfg();
+    let reads_at = |bios_per_sec: u64| Window {
+        counters: Counters {
+            reads_completed: bios_per_sec,
+            sectors_read: bios_per_sec * 8,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+        sensed: None,
+    };
+    let (slow, fast) = (reads_at(5000), reads_at(15_000));
+    // Both workloads known merge-hostile, the device at L3 with the fast one.
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[slow; 3]);
+    run(&mut s, BARE, &c, 103_000, &[fast; 3]);
+    assert_eq!((s.level(), s.history.known_hostile.len()), (Level::L3, 2));
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&slow), BARE, &c, due - 2000);
+    assert!(
+        matches!(
+            ev.reason,
+            Reason::KnownHostileChange {
+                next_probe_in_ms: 2000,
+                ..
+            }
+        ),
+        "{}",
+        ev.reason
+    );
+    let ev = decide(&s, Some(&slow), BARE, &c, due);
+    assert_eq!(
+        (ev.kind, &ev.reason),
+        (
+            OutcomeKind::ProbeStart,
+            &Reason::TimedProbe {
+                off_for_ms: due - s.history.since_ms,
+                windows: c.probe_windows
+            }
+        )
+    );
+
+    // A fall in rate, not yet lasted 500 ms.
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(190_000, 1000); 3]);
+    let due = s.next_probe_at_ms().unwrap();
+    let dip = writes_at(106_000, 100);
+    let ev = decide(&s, Some(&dip), BARE, &c, due - 3000);
+    assert!(
+        matches!(
+            ev.reason,
+            Reason::RateFell {
+                lasted_ms: 100,
+                next_probe_in_ms: 3000,
+                ..
+            }
+        ),
+        "{}",
+        ev.reason
+    );
+    let ev = decide(&s, Some(&dip), BARE, &c, due);
+    assert!(
+        matches!(ev.reason, Reason::TimedProbe { .. }),
+        "{}",
+        ev.reason
+    );
+}
+
 /// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
 fn priced(name: &str) -> Caps {
     let p = cost_profile::builtin(name).unwrap();
@@ -1125,6 +1258,22 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
     assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L2 });
 }
 
+/// A device without L2 (none, kyber) that loses its tap at L3 goes back to L0, the only
+/// other rung it has.
+#[test]
+fn at_l3_a_device_without_l2_that_loses_its_tap_goes_back_to_l0() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(s.level(), Level::L3);
+    let ev = decide(&s, None, Caps::BARE, &c, 141_000);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::Enable, Some(Level::L0))
+    );
+    assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L0 });
+}
+
 /// A window of random 4 KiB writes at 5000 bios/s whose tap sampled `bios` bios, of which
 /// `contiguous` were contiguous with a recent one.
 fn sensed(bios: u64, contiguous: u64) -> Window {
@@ -1218,5 +1367,36 @@ fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
     assert_eq!(
         (ev.kind, ev.to_level),
         (OutcomeKind::ProbeStart, Some(Level::L0))
+    );
+}
+
+/// At L3 the hold counts down to the timed probe, and only a sample under the low
+/// threshold answers it: one exactly at it is not "clearly low", so the probe goes to L0.
+#[test]
+fn at_l3_the_hold_counts_down_and_a_sample_at_the_low_threshold_does_not_answer_the_probe() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&sensed(0, 0)), FULL, &c, due - 1500);
+    assert_eq!(
+        ev.reason,
+        Reason::AtL3 {
+            next_probe_in_ms: 1500
+        }
+    );
+    // 10 of 1000 is 1.0%, the low threshold itself.
+    let ev = decide(&s, Some(&sensed(1000, 10)), FULL, &c, due);
+    assert_eq!(
+        (ev.kind, ev.to_level),
+        (OutcomeKind::ProbeStart, Some(Level::L0)),
+        "{}",
+        ev.reason
+    );
+    let ev = decide(&s, Some(&sensed(1000, 9)), FULL, &c, due);
+    assert!(
+        matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. }),
+        "{}",
+        ev.reason
     );
 }

@@ -652,8 +652,8 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// A trial of L2 is possible on this device and config at all.
     fn trial_allowed(&self) -> bool {
+        // Every config allows L2 (the floor is L2 or L3).
         self.caps.simple_merges
-            && floor_level(self.cfg) >= Level::L2
             && self.cfg.trial_max_extra_requests_percent > 0.0
             && self.caps.worth.worth(Level::L2)
     }

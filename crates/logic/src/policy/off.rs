@@ -50,10 +50,8 @@ fn leave_where_blind_or_not_worth_it(mut s: InMode<AtL3>, cx: &Ctx) -> Step<InMo
     if cx.l3_allowed() {
         return ControlFlow::Continue(s);
     }
-    let to = if cx.caps.has(Level::L2)
-        && super::floor_level(cx.cfg) >= Level::L2
-        && cx.caps.worth.worth(Level::L2)
-    {
+    // Every config allows L2 (the floor is L2 or L3).
+    let to = if cx.caps.has(Level::L2) && cx.caps.worth.worth(Level::L2) {
         Level::L2
     } else {
         Level::L0

@@ -32,15 +32,12 @@ impl Signature {
     /// shape (share, size) is tested first: a change that moves both the shape and the
     /// rate is a change of shape, which needs no confirming (see [`SignatureChange`]).
     pub fn changed_from(&self, base: &Signature) -> Option<SignatureChange> {
+        // The larger over the smaller: infinite when only one is zero, 1 when both are.
         let ratio = |a: f64, b: f64| {
             if a <= 0.0 && b <= 0.0 {
                 1.0
-            } else if a <= 0.0 || b <= 0.0 {
-                f64::INFINITY
-            } else if a > b {
-                a / b
             } else {
-                b / a
+                a.max(b) / a.min(b)
             }
         };
         if (self.read_share - base.read_share).abs() >= 0.2 {
