@@ -31,7 +31,9 @@ use crate::state::{
 };
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
-use std::collections::BTreeMap;
+use mergetune_logic::sampler::FnvHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ActuatorError {
@@ -78,10 +80,29 @@ pub struct TunableRecord {
     pub theirs: Option<String>,
 }
 
+/// The records of each device, by name. A hash map, not a tree: each managed device's
+/// tick looks its records up, and at 1024 devices a tree's ten compares of names (each a
+/// pointer to chase) were a visible share of the tick. What is walked in an order that
+/// shows (restore on exit) is sorted by name first.
+type Records = HashMap<String, BTreeMap<Tunable, TunableRecord>, BuildHasherDefault<FnvHasher>>;
+
+/// One device's records, as [`Actuator::records_of`] found them.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceRecords<'a>(Option<&'a BTreeMap<Tunable, TunableRecord>>);
+
+impl<'a> DeviceRecords<'a> {
+    /// What the device's `t` holds as far as mergetune knows ([`Actuator::expected`]).
+    pub fn expected(&self, t: Tunable) -> Option<&'a str> {
+        self.0
+            .and_then(|m| m.get(&t))
+            .and_then(|r| r.expected.as_deref())
+    }
+}
+
 pub struct Actuator {
     dry_run: bool,
     store: Box<dyn StateStore>,
-    records: BTreeMap<String, BTreeMap<Tunable, TunableRecord>>,
+    records: Records,
     /// The last save reached the store: the file holds every record in memory.
     persisted: bool,
     save_errors: u64,
@@ -101,7 +122,7 @@ impl Actuator {
         Actuator {
             dry_run,
             store,
-            records: BTreeMap::new(),
+            records: Records::default(),
             persisted: true,
             save_errors: 0,
             store_failing: false,
@@ -157,6 +178,13 @@ impl Actuator {
 
     pub fn record(&self, dev: &str, t: Tunable) -> Option<&TunableRecord> {
         self.records.get(dev).and_then(|m| m.get(&t))
+    }
+
+    /// The records of one device, looked up once for several of its tunables (a tick's
+    /// check of the ladder's two: a lookup by name per tunable was a cache miss or two
+    /// each at 1024 devices).
+    pub fn records_of(&self, dev: &str) -> DeviceRecords<'_> {
+        DeviceRecords(self.records.get(dev))
     }
 
     /// The value of `t` when mergetune first saw it on `dev`.
@@ -531,7 +559,9 @@ impl Actuator {
     /// (failed, device gone) stay in the store for `mergetune restore` or the next start.
     pub fn restore_all(&mut self, fs: &mut dyn BlockFs, now_ms: u64) -> Vec<RestoreResult> {
         self.would_be.clear();
-        let devs: Vec<String> = self.records.keys().cloned().collect();
+        let mut devs: Vec<String> = self.records.keys().cloned().collect();
+        // In the order of the names, as the records were kept before they were hashed.
+        devs.sort();
         let mut out = Vec::new();
         for dev in devs {
             let results = self.restore_device(fs, &dev);

@@ -10,13 +10,15 @@ use crate::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::state::MemoryStore;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::devices::DeviceInfo;
-use mergetune_kernel::diskstats::{DiskStat, DiskstatsHealth, HealthReport, parse_diskstats};
+use mergetune_kernel::diskstats::{
+    DiskStat, Diskstats, DiskstatsHealth, HealthReport, parse_diskstats_into,
+};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{Caps, PolicyState};
-use mergetune_logic::sampler::{Counters, Delta, Sampler, Window, WindowAcc};
+use mergetune_logic::sampler::{Counters, Delta, SampleSet, Sampler, Window, WindowAcc};
 use std::collections::{BTreeMap, HashMap};
 use tracing::{info, warn};
 
@@ -40,6 +42,11 @@ pub const SLICES: [Tunable; 3] = [
 const READ_WARN_EVERY_MS: u64 = 600_000;
 
 /// Everything mergetune tracks about one device.
+///
+/// The parts a tick does not touch on every device (the slice tuner's state, used only
+/// when it is on and a window closed; the last decision, written only when there is one)
+/// are boxed: every tick walks all devices several times, and at 1024 devices the less
+/// room each takes the more of them stay in cache.
 #[derive(Debug, Clone)]
 pub struct DeviceRuntime {
     pub info: DeviceInfo,
@@ -52,12 +59,12 @@ pub struct DeviceRuntime {
     /// When `last_window` closed.
     pub last_window_ms: u64,
     /// Scheduler slice tuning (`logic::slices`, `adaptive/slice_tuner.rs`).
-    pub slices: mergetune_logic::slices::SliceState,
+    pub slices: Box<mergetune_logic::slices::SliceState>,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,
     pub last_reason: mergetune_logic::policy::Reason,
-    pub last_decision: Option<Decision>,
+    pub last_decision: Option<Box<Decision>>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
     /// The last warning about an unreadable tunable, to repeat it rarely.
@@ -91,6 +98,10 @@ pub struct Daemon {
     /// rescan (their values then, not those from before they left, are the originals).
     refresh_unmanaged: bool,
     diskstats_health: DiskstatsHealth,
+    /// The last read of diskstats, parsed, and what the sampler made of it: kept only for
+    /// their buffers, which the next tick overwrites (no allocation per device per tick).
+    diskstats: Diskstats,
+    samples: SampleSet,
     /// The time to the next tick, decided at the end of each tick: `interval_ms`, or the
     /// L3 watch interval while a managed device is at L3.
     next_step_ms: u64,
@@ -120,6 +131,8 @@ impl Daemon {
             attr_read_errors: BTreeMap::new(),
             refresh_unmanaged: false,
             diskstats_health: DiskstatsHealth::new(),
+            diskstats: Diskstats::default(),
+            samples: SampleSet::default(),
             next_step_ms: cfg_interval,
             slack_ms: cfg_interval / 2,
             counters: DaemonCounters::default(),
@@ -237,18 +250,15 @@ impl Daemon {
             self.rescan(now_ms, fs);
         }
         self.counters.ticks += 1;
-        let read = fs.read_diskstats();
-        let parsed = read.as_ref().map(parse_diskstats);
-        let health = match &parsed {
-            Ok(p) => self.diskstats_health.review(p),
-            Err(e) => self.diskstats_health.read_failed(&e.to_string()),
-        };
-        self.note_diskstats_health(&health);
-        let Ok(parsed) = parsed else {
+        if !self.read_diskstats(fs) {
             return Vec::new();
-        };
-        let samples = self.sampler.observe(&parsed.devices);
+        }
+        // Taken out for the walk of the devices, and put back for their buffers.
+        let parsed = std::mem::take(&mut self.diskstats);
+        let samples = std::mem::take(&mut self.samples);
         self.take_tick_counters(&parsed.devices, &samples.deltas, now_ms);
+        self.diskstats = parsed;
+        self.samples = samples;
 
         if matches!(self.pricing, PricingSource::Live) {
             self.tick_pricing(now_ms, fs);
@@ -277,6 +287,26 @@ impl Daemon {
         }
         self.counters.decisions += decisions.len() as u64;
         decisions
+    }
+
+    /// Reads and parses diskstats into `self.diskstats`, logs what is wrong with the read,
+    /// and samples it into `self.samples`. False when it could not be read.
+    fn read_diskstats(&mut self, fs: &mut dyn BlockFs) -> bool {
+        let health = match fs.read_diskstats() {
+            Ok(bytes) => {
+                parse_diskstats_into(&bytes, &mut self.diskstats);
+                self.diskstats_health.review(&self.diskstats)
+            }
+            Err(e) => {
+                let h = self.diskstats_health.read_failed(&e.to_string());
+                self.note_diskstats_health(&h);
+                return false;
+            }
+        };
+        self.note_diskstats_health(&health);
+        self.sampler
+            .observe_into(&self.diskstats.devices, &mut self.samples);
+        true
     }
 
     /// Hands each known device its counters of this tick (none when the tick gave no delta:
@@ -395,7 +425,7 @@ impl Daemon {
                         last_window: d.last_window,
                         last_tick: d.last_tick,
                         last_reason: d.last_reason.clone(),
-                        last_decision: d.last_decision.clone(),
+                        last_decision: d.last_decision.as_deref().cloned(),
                         next_probe_at_ms: if managed {
                             d.policy.next_probe_at_ms()
                         } else {

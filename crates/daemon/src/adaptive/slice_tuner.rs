@@ -52,12 +52,12 @@ impl DeviceTick<'_> {
             .collect();
         let (state, change) =
             mergetune_logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
-        let previous = std::mem::replace(&mut dev.slices, state);
+        let previous = std::mem::replace(&mut *dev.slices, state);
         if let Some(kept) = dev.slices.kept.take() {
             info!(device = %name, "{name}: slices: {kept}");
         }
         let decision = self.write_slice(name, dev, change?, previous, now_ms, fs);
-        dev.last_decision = Some(decision.clone());
+        dev.last_decision = Some(Box::new(decision.clone()));
         Some(decision)
     }
 
@@ -136,7 +136,7 @@ impl DeviceTick<'_> {
             Err(e) => {
                 self.counters.write_errors += 1;
                 warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
-                dev.slices = previous;
+                *dev.slices = previous;
                 decision.applied = Applied::Failed(e.to_string());
                 decision.reason = format!("{} (write failed: {e})", decision.reason);
             }
