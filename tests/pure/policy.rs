@@ -308,6 +308,42 @@ fn a_probe_that_sees_only_idle_windows_ends_at_l0_as_inconclusive_not_succeeded(
     );
 }
 
+/// A probe counts a window of exactly `min_window_bios` bios, and a probe whose merge ratio
+/// is exactly the low threshold found merging (L0 stays): only a ratio under it goes back.
+#[test]
+fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_threshold() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
+    assert_eq!(s.level(), Level::L3);
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&win(5000, 0)), BARE, &c, due);
+    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+    s = ev.state;
+    // 1 merged of 100, then 100 of 10,000: 1.0% over the probe, the low threshold.
+    let ev = decide(&s, Some(&win(c.min_window_bios, 1)), BARE, &c, due + 1000);
+    assert!(
+        matches!(
+            ev.reason,
+            Reason::ProbeWindow {
+                window: 1,
+                of: 2,
+                ..
+            }
+        ),
+        "{}",
+        ev.reason
+    );
+    s = ev.state;
+    let ev = decide(&s, Some(&win(10_000, 100)), BARE, &c, due + 2000);
+    assert_eq!(
+        (ev.kind, ev.to_level, ev.state.level()),
+        (OutcomeKind::ProbeSucceeded, None, Level::L0),
+        "{}",
+        ev.reason
+    );
+}
+
 #[test]
 fn hourly_cap_stops_steps_down_never_up() {
     let mut c = cfg();
@@ -816,6 +852,11 @@ fn at_l3_a_fall_in_rate_alone_probes_only_once_it_has_lasted_half_a_second() {
         ),
         "{}",
         out[4].3
+    );
+    // What the operator reads names the change with its numbers.
+    assert_eq!(
+        out[4].3.to_string(),
+        "workload changed at L3 (bios/s 190000 -> 106000): probing at once, L0 for 2 busy windows"
     );
 }
 
