@@ -344,6 +344,207 @@ fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_t
     );
 }
 
+/// The state after `run` of windows of 94% merges at L0 with FULL caps: a trial of L2
+/// started at 102 s against the last of them (600 requests per 10,000 bios).
+fn in_a_trial(c: &PolicyConfig) -> PolicyState {
+    let mut s = PolicyState::new(0, c);
+    let out = run(&mut s, FULL, c, 100_000, &[win(10_000, 9_400); 2]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::TrialStart, Level::L2)],
+        "{out:?}"
+    );
+    s
+}
+
+/// A trial measures `probe_windows` busy windows, then compares requests per bio with the
+/// window it started from, with `trial_max_extra_requests_percent` of slack.
+#[test]
+fn a_trial_measures_its_windows_and_compares_requests_per_bio_with_its_slack() {
+    let mut c = cfg();
+    c.trial_max_extra_requests_percent = 2.0;
+    let mut s = in_a_trial(&c);
+    let ev = decide(&s, Some(&win(10_000, 9_390)), FULL, &c, 103_000);
+    assert_eq!(ev.reason, Reason::TrialMeasuring);
+    s = ev.state;
+    let ev = decide(&s, Some(&win(10_000, 9_390)), FULL, &c, 104_000);
+    assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
+    // 1,220 requests for 20,000 bios against 600 for 10,000, the limit 2% over that.
+    let Reason::TrialKeptMerges {
+        requests_per_bio,
+        baseline_per_bio,
+        limit_per_bio,
+        back,
+    } = ev.reason
+    else {
+        panic!("{}", ev.reason)
+    };
+    assert_eq!(back, Level::L0);
+    assert!(
+        (requests_per_bio - 0.061).abs() < 1e-12,
+        "{requests_per_bio}"
+    );
+    assert!(
+        (baseline_per_bio - 0.06).abs() < 1e-12,
+        "{baseline_per_bio}"
+    );
+    assert!((limit_per_bio - 0.0612).abs() < 1e-12, "{limit_per_bio}");
+}
+
+/// Idle windows do not count in a trial; 4 x `probe_windows` of them end it where it
+/// started, with the next trial a backoff later.
+#[test]
+fn a_trial_that_sees_only_idle_windows_ends_where_it_started() {
+    let c = cfg();
+    let mut s = in_a_trial(&c);
+    let idle = 4 * c.probe_windows as usize;
+    let out = run(&mut s, FULL, &c, 102_000, &vec![win(50, 0); idle]);
+    assert!(
+        out[..idle - 1]
+            .iter()
+            .all(|o| o.3 == Reason::IdleDoesNotCount(Mode::Trial)),
+        "{out:?}"
+    );
+    let last = &out[idle - 1];
+    assert_eq!(
+        (last.1, last.2, &last.3),
+        (
+            OutcomeKind::TrialFailed,
+            Some(Level::L0),
+            &Reason::TrialInconclusive { back: Level::L0 }
+        )
+    );
+    assert_eq!(
+        s.history.next_trial_at_ms,
+        last.0 + c.probe_initial_backoff_secs * 1000
+    );
+}
+
+/// A timed probe that finds merging that pays (at or over the high threshold) tries L2 at
+/// once; one that finds merges under it stays at L0.
+#[test]
+fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
+    let c = cfg();
+    let at_l3 = || {
+        let mut s = PolicyState::new(0, &c);
+        run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
+        assert_eq!(s.level(), Level::L3);
+        let due = s.next_probe_at_ms().unwrap();
+        let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
+        assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+        (ev.state, due)
+    };
+    let (mut s, due) = at_l3();
+    let out = run(&mut s, FULL, &c, due, &[win(10_000, 9_400); 2]);
+    assert_eq!(
+        (out[1].1, out[1].2),
+        (OutcomeKind::TrialStart, Some(Level::L2)),
+        "{out:?}"
+    );
+    assert!(
+        matches!(
+            out[1].3,
+            Reason::ProbeFoundMerges {
+                trial_windows: Some(2),
+                ..
+            }
+        ),
+        "{}",
+        out[1].3
+    );
+    // 3%: merging pays (over the low 1%) but not clearly (under the high 5%).
+    let (mut s, due) = at_l3();
+    let out = run(&mut s, FULL, &c, due, &[win(10_000, 300); 2]);
+    assert_eq!((out[1].1, out[1].2), (OutcomeKind::ProbeSucceeded, None));
+    assert!(
+        matches!(
+            out[1].3,
+            Reason::ProbeFoundMerges {
+                trial_windows: None,
+                ..
+            }
+        ),
+        "{}",
+        out[1].3
+    );
+}
+
+/// A probe that finds nothing where L3 cannot be rested at any more (the tap went away
+/// during it) stays at L0: the ladder walks down from there.
+#[test]
+fn a_probe_that_finds_nothing_stays_at_l0_where_l3_went_blind() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
+    s = ev.state;
+    let out = run(&mut s, Caps::FULL, &c, due, &[win(5000, 0); 2]);
+    assert_eq!(
+        (out[1].1, out[1].2, s.level(), s.mode()),
+        (OutcomeKind::ProbeFailed, None, Level::L0, Mode::Merging),
+        "{out:?}"
+    );
+    assert!(
+        matches!(out[1].3, Reason::ProbeLowNoL3 { l3_blind: true, .. }),
+        "{}",
+        out[1].3
+    );
+}
+
+/// A probe started by a workload change that finds nothing goes back to L3 keeping the
+/// timed probe's time, unless that time has come: then the next is a backoff away.
+#[test]
+fn a_change_probe_that_finds_nothing_keeps_the_timer_unless_it_is_due() {
+    let c = cfg();
+    let busy = writes_at(190_000, 1000);
+    let rise = writes_at(400_000, 1000);
+    for (start_before_due_ms, next_in_ms) in [(5000, 3000), (2000, 60_000)] {
+        let mut s = PolicyState::new(0, &c);
+        run(&mut s, BARE, &c, 100_000, &[busy; 3]);
+        let due = s.next_probe_at_ms().unwrap();
+        let t0 = due - start_before_due_ms;
+        let ev = decide(&s, Some(&rise), BARE, &c, t0);
+        assert!(
+            matches!(ev.reason, Reason::ProbeOnChange { .. }),
+            "{}",
+            ev.reason
+        );
+        s = ev.state;
+        let out = run(&mut s, BARE, &c, t0, &[rise; 2]);
+        let ended_ms = t0 + 2000;
+        assert_eq!(out[1].1, OutcomeKind::ProbeFailed, "{out:?}");
+        assert!(
+            matches!(out[1].3, Reason::ProbeFoundNone { next_probe_in_ms, .. } if next_probe_in_ms == next_in_ms),
+            "{}",
+            out[1].3
+        );
+        assert_eq!(s.next_probe_at_ms(), Some(ended_ms + next_in_ms));
+    }
+}
+
+/// A scheduler's rungs: front merges only on mq-deadline, nomerges=1 only where it differs
+/// from 0 (mq-deadline, bfq); the mode names are what status and /status say.
+#[test]
+fn caps_follow_the_scheduler_and_modes_are_named_as_serialised() {
+    let rungs = |s: Option<&str>, front| {
+        let c = Caps::for_scheduler(s, front);
+        (c.front_merges, c.simple_merges)
+    };
+    assert_eq!(rungs(Some("mq-deadline"), true), (true, true));
+    assert_eq!(rungs(Some("mq-deadline"), false), (false, true));
+    assert_eq!(rungs(Some("bfq"), true), (false, true));
+    assert_eq!(rungs(Some("kyber"), true), (false, false));
+    assert_eq!(rungs(None, true), (false, false));
+    for m in [Mode::Merging, Mode::AtL3, Mode::Probing, Mode::Trial] {
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            format!("\"{}\"", m.as_str())
+        );
+    }
+    assert_eq!(Mode::AtL3.as_str(), "off");
+}
+
 #[test]
 fn hourly_cap_stops_steps_down_never_up() {
     let mut c = cfg();
