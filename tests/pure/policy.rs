@@ -364,6 +364,9 @@ fn a_trial_measures_its_windows_and_compares_requests_per_bio_with_its_slack() {
     let mut c = cfg();
     c.trial_max_extra_requests_percent = 2.0;
     let mut s = in_a_trial(&c);
+    // A window of exactly min_window_bios is busy: it counts.
+    let ev = decide(&s, Some(&win(c.min_window_bios, 94)), FULL, &c, 103_000);
+    assert_eq!(ev.reason, Reason::TrialMeasuring);
     let ev = decide(&s, Some(&win(10_000, 9_390)), FULL, &c, 103_000);
     assert_eq!(ev.reason, Reason::TrialMeasuring);
     s = ev.state;

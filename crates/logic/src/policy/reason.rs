@@ -260,6 +260,8 @@ impl From<String> for Reason {
 }
 
 impl std::fmt::Display for Reason {
+    /// Long because it is the policy's wordings, one arm per variant in the enum's order,
+    /// each a format string over that variant's numbers: read as a table, not followed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Reason::Text(t) => f.write_str(t),
