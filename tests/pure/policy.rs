@@ -980,6 +980,19 @@ fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change(
     assert_eq!(idle.changed_from(&idle), None);
 }
 
+/// A 1 s window of random 4 KiB reads at `bios_per_sec`.
+fn reads_at(bios_per_sec: u64) -> Window {
+    Window {
+        counters: Counters {
+            reads_completed: bios_per_sec,
+            sectors_read: bios_per_sec * 8,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+        sensed: None,
+    }
+}
+
 fn writes_at(bios_per_sec: u64, duration_ms: u64) -> Window {
     let bios = bios_per_sec * duration_ms / 1000;
     Window {
@@ -1153,15 +1166,6 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
 fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     let c = cfg();
     let caps = BARE;
-    let reads_at = |bios_per_sec: u64| Window {
-        counters: Counters {
-            reads_completed: bios_per_sec,
-            sectors_read: bios_per_sec * 8,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
     let (slow, fast) = (reads_at(5000), reads_at(15_000));
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[slow; 3]);
@@ -1216,15 +1220,6 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
 #[test]
 fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
     let c = cfg();
-    let reads_at = |bios_per_sec: u64| Window {
-        counters: Counters {
-            reads_completed: bios_per_sec,
-            sectors_read: bios_per_sec * 8,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
     let (slow, fast) = (reads_at(5000), reads_at(15_000));
     // Both workloads known merge-hostile, the device at L3 with the fast one.
     let mut s = PolicyState::new(0, &c);

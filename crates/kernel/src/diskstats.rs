@@ -104,6 +104,21 @@ pub struct DiskStat {
     pub fields: StatFields,
 }
 
+impl DiskStat {
+    /// A line's slot before it is parsed into (no name, no fields).
+    fn blank() -> DiskStat {
+        DiskStat {
+            major: 0,
+            minor: 0,
+            name: String::new(),
+            fields: StatFields {
+                values: [0; MAX_FIELDS],
+                field_count: 0,
+            },
+        }
+    }
+}
+
 /// Why a diskstats line could not be parsed. The values in the line are not part of it:
 /// a counter field that holds changing garbage is one lasting fault, not a new one per read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -270,15 +285,7 @@ pub fn parse_stat_fields(text: &(impl AsRef<[u8]> + ?Sized)) -> Result<StatField
 /// so that the common one has no iterator of tokens, no per-digit overflow check and no
 /// error values to build, and the other keeps every fault's exact wording.
 fn parse_line_fast(line: &[u8]) -> Option<DiskStat> {
-    let mut d = DiskStat {
-        major: 0,
-        minor: 0,
-        name: String::new(),
-        fields: StatFields {
-            values: [0; MAX_FIELDS],
-            field_count: 0,
-        },
-    };
+    let mut d = DiskStat::blank();
     parse_line_fast_into(line, &mut d).then_some(d)
 }
 
@@ -495,15 +502,7 @@ pub fn parse_diskstats_into(input: &(impl AsRef<[u8]> + ?Sized), out: &mut Disks
         let line = &input[at..end];
         line_no += 1;
         if kept == out.devices.len() {
-            out.devices.push(DiskStat {
-                major: 0,
-                minor: 0,
-                name: String::new(),
-                fields: StatFields {
-                    values: [0; MAX_FIELDS],
-                    field_count: 0,
-                },
-            });
+            out.devices.push(DiskStat::blank());
         }
         let slot = &mut out.devices[kept];
         if parse_line_fast_into(line, slot) {
