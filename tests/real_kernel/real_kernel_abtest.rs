@@ -17,7 +17,9 @@
 //! `none` to leave it) and `_SEED` change the run; the assertions hold for the defaults.
 //!
 //! What it asserts is what docs/evaluation.md ("The end-to-end experiment") claims: enough
-//! CPU-bound pairs kept, the smallest detectable effect, and each cell's interval.
+//! CPU-bound pairs kept, the smallest detectable effect, and, in the same blocks, the merge
+//! path sampled as `calibrate` samples it agreeing with the end-to-end saving wherever both
+//! resolve one.
 
 use crate::kernel;
 
@@ -93,7 +95,11 @@ fn run_cell(scheduler: &str, nr_requests: Option<u32>, iodepth: u32) -> AbReport
     let mut fs = RealFs::new("/sys", "/proc");
     let started = utc_now();
     let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let report = abtest::run(&params, &mut fs, Path::new("/proc"))
+    // The second method in the same blocks: the merge path sampled as calibrate and the
+    // daemon's live pricing sample it.
+    let mut sampler = abtest::run::open_sampler(Path::new("/sys"), Path::new("/proc"))
+        .unwrap_or_else(|e| panic!("the cpu-clock sampler: {e}"));
+    let report = abtest::run(&params, &mut fs, Path::new("/proc"), Some(&mut sampler))
         .unwrap_or_else(|e| panic!("abtest on {} ({scheduler}): {e}", dev.name()));
     let ended = utc_now();
     let load1 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -148,6 +154,29 @@ fn assert_resolution(r: &AbReport) {
         "smallest detectable effect {:.2}% > {MAX_MDE_PERCENT}%: {a}",
         a.mde_percent()
     );
+    // The two methods, where both resolve a saving, agree within their intervals.
+    let sm = a
+        .sampled
+        .expect("the merge path was sampled in the kept blocks");
+    assert!(
+        sm.pairs >= MIN_PAIRS_KEPT,
+        "sampled whole in {} pairs: {a}",
+        sm.pairs
+    );
+    // At L3 the merge attempt is skipped: the sampler must see it go.
+    if sm.base_ns_per_io.median > 0.0 {
+        assert!(
+            sm.test_ns_per_io.median < sm.base_ns_per_io.median / 10.0,
+            "the merge path sampled at {} is not a tenth of {}'s: {a}",
+            a.test,
+            a.base
+        );
+    }
+    // The sampler reads fio's stacks: where both resolve, it agrees with the saving in
+    // fio's tasks; and it never prices more than the whole saving (the kworkers' part, lock
+    // contention the merge attempt causes there, it cannot see).
+    assert_ne!(a.methods_agree(), Some(false), "{a}");
+    assert_eq!(a.sampler_within_total(), Some(true), "{a}");
 }
 
 #[test]
@@ -157,6 +186,19 @@ fn mq_deadline_unplugged_random_reads_l0_against_l3() {
         return;
     };
     let r = run_cell("mq-deadline", Some(2048), 2048);
+    assert_resolution(&r);
+}
+
+/// The load on which `real_kernel_live` shows the default config stepping down (random
+/// 4 KiB reads, QD32, one iocb per `io_submit`, mq-deadline at its default depth): what the
+/// step saves there, and what it does to throughput.
+#[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+fn mq_deadline_qd32_as_the_live_test_l0_against_l3() {
+    let Some(_k) = kernel::require_kernel("real_kernel_abtest mq-deadline QD32") else {
+        return;
+    };
+    let r = run_cell("mq-deadline", None, 32);
     assert_resolution(&r);
 }
 

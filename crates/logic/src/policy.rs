@@ -287,8 +287,12 @@ pub struct AtL3 {
     pub next_probe_at_ms: Option<u64>,
     /// The workload's signature when L3 was entered: at L3 the counters cannot show missed
     /// merges, but they still show a workload change, which starts a probe at once. None
-    /// until a busy window gives one.
+    /// until a busy window gives one. Its rate is re-taken at L3 (see
+    /// [`signature::RATE_BASELINE_AFTER_WINDOWS`]) and then is the fastest unchanged
+    /// window's.
     pub signature: Option<Signature>,
+    /// Busy windows seen at L3 since it was entered (saturating).
+    pub busy_windows: u32,
     /// The start of the first of the consecutive windows whose rate alone fell from
     /// `signature`'s: such a change probes once it has lasted
     /// [`signature::RATE_CHANGE_CONFIRM_MS`]. None when the last window showed no such change.
@@ -435,6 +439,7 @@ impl History {
             Phase::AtL3(AtL3 {
                 next_probe_at_ms: None,
                 signature: None,
+                busy_windows: 0,
                 rate_fell_since_ms: None,
             })
         } else {
@@ -464,6 +469,7 @@ impl History {
             phase: Phase::AtL3(AtL3 {
                 next_probe_at_ms: Some(next_probe_at_ms),
                 signature: Some(sig),
+                busy_windows: 0,
                 rate_fell_since_ms: None,
             }),
         }

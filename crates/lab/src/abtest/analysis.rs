@@ -23,6 +23,10 @@ pub struct BlockMeasure {
     pub merged: u64,
     /// Counted tasks that exited (or whose pid was reused) within the block.
     pub tasks_exited: usize,
+    /// CPU the `cpu-clock` sampler found in the merge path in fio's tasks over the block
+    /// (samples x period), ns: None where the run did not sample, or the kernel dropped
+    /// samples in this block (an undercount).
+    pub merge_path_ns: Option<u64>,
 }
 
 impl BlockMeasure {
@@ -35,6 +39,12 @@ impl BlockMeasure {
     }
     pub fn iops(&self) -> f64 {
         self.ios as f64 * 1e9 / self.wall_ns.max(1) as f64
+    }
+    /// The sampled merge path's CPU per I/O, ns.
+    pub fn merge_path_ns_per_io(&self) -> Option<f64> {
+        self.merge_path_ns
+            .filter(|_| self.ios > 0)
+            .map(|ns| ns as f64 / self.ios as f64)
     }
     /// fio's share of the CPU counted for the device's I/O.
     pub fn fio_share(&self) -> f64 {
@@ -105,6 +115,10 @@ pub struct Analysis {
     pub diff_ns: Estimate,
     /// The same per pair in percent of the pair's base block.
     pub diff_percent: Estimate,
+    /// `diff_ns` split by side: fio's tasks (the submitting side, where the merge attempt
+    /// runs) and the device's kworkers (the dispatch side).
+    pub diff_fio_ns: Estimate,
+    pub diff_kworker_ns: Estimate,
     pub base_cpu_ns_per_io: Estimate,
     pub test_cpu_ns_per_io: Estimate,
     pub base_iops: Estimate,
@@ -119,6 +133,88 @@ pub struct Analysis {
     pub fio_share: Estimate,
     /// Merged bios over the kept blocks, at base and at test.
     pub merged: (u64, u64),
+    /// The second method, where the run sampled: see [`Sampled`].
+    pub sampled: Option<Sampled>,
+}
+
+/// The merge path's CPU per I/O sampled in the same blocks (`cpu-clock` callchains of
+/// fio's tasks, as `calibrate` and the daemon's live pricing read it), over the kept pairs
+/// whose two blocks were both sampled whole: what the sampler says a step saves, beside
+/// what the end-to-end difference says it saved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampled {
+    pub pairs: usize,
+    /// At the base level and at the test level, ns per I/O.
+    pub base_ns_per_io: Estimate,
+    pub test_ns_per_io: Estimate,
+    /// Per pair, base minus test: the saving the sampler predicts, ns per I/O.
+    pub saving_ns_per_io: Estimate,
+}
+
+impl Analysis {
+    /// The saving measured end to end, ns per I/O (base minus test: the negated paired
+    /// difference, its interval turned round).
+    pub fn end_to_end_saving_ns(&self) -> Estimate {
+        negated(&self.diff_ns)
+    }
+
+    /// The part of it in fio's own tasks: what the sampler, which reads the submitting
+    /// tasks' stacks, can see.
+    pub fn submitter_saving_ns(&self) -> Estimate {
+        negated(&self.diff_fio_ns)
+    }
+
+    /// Where both resolve a saving (each interval excludes 0), whether the sampled saving
+    /// agrees with the one measured in the same tasks end to end (their intervals
+    /// overlap); None where either does not resolve, or nothing was sampled.
+    pub fn methods_agree(&self) -> Option<bool> {
+        let s = self.sampled?.saving_ns_per_io;
+        let e = self.submitter_saving_ns();
+        (resolves(&s) && resolves(&e)).then(|| overlap(&s, &e))
+    }
+
+    /// Whether the sampler's price stays at or under the whole saving measured end to end
+    /// (fio and the kworkers): a price that errs low only keeps merging on where it could
+    /// have been off. None where nothing was sampled.
+    pub fn sampler_within_total(&self) -> Option<bool> {
+        let s = self.sampled?.saving_ns_per_io;
+        Some(s.low <= self.end_to_end_saving_ns().high)
+    }
+}
+
+fn negated(x: &Estimate) -> Estimate {
+    Estimate {
+        median: -x.median,
+        low: -x.high,
+        high: -x.low,
+        coverage: x.coverage,
+    }
+}
+
+fn resolves(x: &Estimate) -> bool {
+    x.low > 0.0 || x.high < 0.0
+}
+
+fn overlap(a: &Estimate, b: &Estimate) -> bool {
+    a.low <= b.high && b.low <= a.high
+}
+
+/// The sampler's estimates over the kept pairs whose two blocks carry a whole sample.
+fn sampled(kept: &[(BlockMeasure, BlockMeasure)]) -> Option<Sampled> {
+    let both: Vec<(f64, f64)> = kept
+        .iter()
+        .filter_map(|(b, t)| Some((b.merge_path_ns_per_io()?, t.merge_path_ns_per_io()?)))
+        .collect();
+    if both.is_empty() {
+        return None;
+    }
+    let col = |f: fn(&(f64, f64)) -> f64| -> Vec<f64> { both.iter().map(f).collect() };
+    Some(Sampled {
+        pairs: both.len(),
+        base_ns_per_io: stats::estimate(&col(|p| p.0)),
+        test_ns_per_io: stats::estimate(&col(|p| p.1)),
+        saving_ns_per_io: stats::estimate(&col(|p| p.0 - p.1)),
+    })
 }
 
 impl Analysis {
@@ -160,6 +256,9 @@ pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -
     };
     let diff_ns = col(&|(b, t)| t.cpu_ns_per_io() - b.cpu_ns_per_io());
     let diff_percent = col(&|(b, t)| (t.cpu_ns_per_io() / b.cpu_ns_per_io() - 1.0) * 100.0);
+    let per_io = |ns: u64, b: &BlockMeasure| ns as f64 / b.ios as f64;
+    let diff_fio = col(&|(b, t)| per_io(t.fio_ns, t) - per_io(b.fio_ns, b));
+    let diff_kworker = col(&|(b, t)| per_io(t.kworker_ns, t) - per_io(b.kworker_ns, b));
     let iops_change = col(&|(b, t)| (t.iops() / b.iops() - 1.0) * 100.0);
     let mut busy_kept = col(&|(b, _)| b.busy());
     busy_kept.extend(col(&|(_, t)| t.busy()));
@@ -174,6 +273,8 @@ pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -
         blocks_dropped: dropped,
         diff_ns: stats::estimate(&diff_ns),
         diff_percent: stats::estimate(&diff_percent),
+        diff_fio_ns: stats::estimate(&diff_fio),
+        diff_kworker_ns: stats::estimate(&diff_kworker),
         base_cpu_ns_per_io: stats::estimate(&col(&|(b, _)| b.cpu_ns_per_io())),
         test_cpu_ns_per_io: stats::estimate(&col(&|(_, t)| t.cpu_ns_per_io())),
         base_iops: stats::estimate(&col(&|(b, _)| b.iops())),
@@ -186,6 +287,7 @@ pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -
             kept.iter().map(|(b, _)| b.merged).sum(),
             kept.iter().map(|(_, t)| t.merged).sum(),
         ),
+        sampled: sampled(&kept),
     }
 }
 
@@ -249,6 +351,31 @@ impl fmt::Display for Analysis {
             self.base,
             self.merged.1,
             self.test
+        )?;
+        let Some(sm) = &self.sampled else {
+            return Ok(());
+        };
+        write!(
+            f,
+            "\nmerge path sampled (cpu-clock, fio's tasks; {} pairs): {} {} ns per I/O, {} {} ns; saving {} ns per I/O sampled; end to end {} ns in fio's tasks, {} ns in the kworkers, {} ns in all: {}; {}",
+            sm.pairs,
+            self.base,
+            e(&sm.base_ns_per_io, 0),
+            self.test,
+            e(&sm.test_ns_per_io, 0),
+            e(&sm.saving_ns_per_io, 0),
+            e(&self.submitter_saving_ns(), 0),
+            e(&negated(&self.diff_kworker_ns), 0),
+            e(&self.end_to_end_saving_ns(), 0),
+            match self.methods_agree() {
+                Some(true) => "the sampler agrees with fio's tasks (intervals overlap)",
+                Some(false) => "the sampler DISAGREES with fio's tasks (disjoint intervals)",
+                None => "not compared (an interval holds 0)",
+            },
+            match self.sampler_within_total() {
+                Some(false) => "it prices MORE than the whole saving",
+                _ => "it prices no more than the whole saving",
+            }
         )
     }
 }
@@ -280,6 +407,7 @@ mod tests {
             ios,
             merged: 0,
             tasks_exited: 0,
+            merge_path_ns: None,
         }
     }
 
@@ -345,6 +473,76 @@ mod tests {
         let a = analyse(&synthetic(240, 0.0, 2), Level::L0, Level::L3, 0.95);
         assert!(!a.resolves(), "{a}");
         assert!(a.to_string().contains("no measurable difference"));
+    }
+
+    /// Samples of the merge path in each block: `base_ns` per I/O at L0 and none at L3,
+    /// each block's count drawn with ±20% of its own (a Poisson count of about 100).
+    fn with_samples(pairs: &mut [PairMeasure], base_ns: f64, seed: u64) {
+        let mut rng = SplitMix64::new(seed);
+        for p in pairs {
+            for b in &mut p.blocks {
+                let noise = 1.0 + 0.2 * ((rng.below(1_000_001) as f64 / 1e6) * 2.0 - 1.0);
+                let per_io = if b.level == Level::L0 {
+                    base_ns * noise
+                } else {
+                    0.0
+                };
+                b.merge_path_ns = Some((per_io * b.ios as f64) as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn the_sampled_merge_path_is_compared_with_the_saving_in_the_same_tasks() {
+        // A 3% saving of 10,000 ns is 300 ns per I/O, four fifths of it in fio's tasks.
+        let mut pairs = synthetic(240, -0.03, 4);
+        with_samples(&mut pairs, 240.0, 5);
+        let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
+        let sm = a.sampled.unwrap();
+        assert_eq!(sm.pairs, 240);
+        assert!(
+            (225.0..255.0).contains(&sm.saving_ns_per_io.median),
+            "{sm:?}"
+        );
+        assert_eq!(sm.test_ns_per_io.median, 0.0);
+        assert!(
+            (200.0..280.0).contains(&a.submitter_saving_ns().median),
+            "{a}"
+        );
+        assert!((40.0..80.0).contains(&-a.diff_kworker_ns.median), "{a}");
+        assert_eq!(a.methods_agree(), Some(true), "{a}");
+        assert_eq!(a.sampler_within_total(), Some(true), "{a}");
+        assert!(a.to_string().contains("the sampler agrees"), "{a}");
+        // A sampler that saw a third of fio's part disagrees.
+        with_samples(&mut pairs, 80.0, 5);
+        let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
+        assert_eq!(a.methods_agree(), Some(false), "{a}");
+        assert!(a.to_string().contains("DISAGREES"), "{a}");
+        // One that prices twice the whole saving is over it.
+        with_samples(&mut pairs, 600.0, 5);
+        let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
+        assert_eq!(a.sampler_within_total(), Some(false), "{a}");
+        assert!(a.to_string().contains("prices MORE"), "{a}");
+        // No end-to-end effect: nothing to compare, whatever the sampler says.
+        let mut flat = synthetic(240, 0.0, 6);
+        with_samples(&mut flat, 300.0, 7);
+        assert_eq!(
+            analyse(&flat, Level::L0, Level::L3, 0.95).methods_agree(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_block_with_lost_samples_leaves_its_pair_out_of_the_sampled_estimate() {
+        let mut pairs = synthetic(20, -0.03, 8);
+        with_samples(&mut pairs, 300.0, 9);
+        pairs[3].blocks[1].merge_path_ns = None;
+        let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
+        assert_eq!((a.pairs_kept, a.sampled.unwrap().pairs), (20, 19));
+        for p in &mut pairs {
+            p.blocks[0].merge_path_ns = None;
+        }
+        assert_eq!(analyse(&pairs, Level::L0, Level::L3, 0.95).sampled, None);
     }
 
     #[test]

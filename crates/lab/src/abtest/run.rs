@@ -15,11 +15,13 @@ use super::tasks::{delta, kworker_runs};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::cputime::{self, CpuTimeError, TaskTime};
 use mergetune_kernel::diskstats::parse_stat_fields;
+use mergetune_kernel::perf::{self, MergePathSampler, PerfError, SamplerParams};
 use mergetune_kernel::sys::session;
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use mergetune_logic::decision::Level;
 use rustix::process::{Pid, Signal, kill_process};
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -168,15 +170,16 @@ pub struct AbReport {
 
 impl AbReport {
     /// One line per block: pair, position, level, wall ns, submitter ns, fio ns, kworker
-    /// ns, bios, merged, exited tasks: the run's data, to re-derive any figure.
+    /// ns, bios, merged, exited tasks, the sampled merge path's ns (empty where not
+    /// sampled): the run's data, to re-derive any figure.
     pub fn blocks_csv(&self) -> String {
         let mut s = String::from(
-            "pair,pos,level,wall_ns,submitter_ns,fio_ns,kworker_ns,ios,merged,tasks_exited\n",
+            "pair,pos,level,wall_ns,submitter_ns,fio_ns,kworker_ns,ios,merged,tasks_exited,merge_path_ns\n",
         );
         for (i, p) in self.pairs.iter().enumerate() {
             for (j, b) in p.blocks.iter().enumerate() {
                 s.push_str(&format!(
-                    "{i},{j},{},{},{},{},{},{},{},{}\n",
+                    "{i},{j},{},{},{},{},{},{},{},{},{}\n",
                     b.level,
                     b.wall_ns,
                     b.submitter_ns,
@@ -184,7 +187,8 @@ impl AbReport {
                     b.kworker_ns,
                     b.ios,
                     b.merged,
-                    b.tasks_exited
+                    b.tasks_exited,
+                    b.merge_path_ns.map_or(String::new(), |n| n.to_string())
                 ));
             }
         }
@@ -221,10 +225,13 @@ impl std::fmt::Display for AbReport {
 
 /// Runs the experiment on `params.device` through `fs` (its tunables and stat) and
 /// `procfs_root` (CPU times). The caller owns the device and has set its scheduler.
+/// With `sampler`, the merge path is also sampled in every block (the second method:
+/// [`super::analysis::Sampled`]).
 pub fn run(
     params: &AbParams,
     fs: &mut dyn BlockFs,
     procfs_root: &Path,
+    sampler: Option<&mut MergePathSampler>,
 ) -> Result<AbReport, AbError> {
     params.validate().map_err(|reason| AbError::Params {
         device: params.device.clone(),
@@ -240,7 +247,7 @@ pub fn run(
         None
     };
     let started = Instant::now();
-    let result = measure(params, fs, procfs_root, has_front);
+    let result = measure(params, fs, procfs_root, has_front, sampler);
     // Put the device back whatever happened.
     let restored = fs
         .write_tunable(dev, Tunable::Nomerges, &original_nomerges)
@@ -312,6 +319,17 @@ fn snap(fs: &mut dyn BlockFs, procfs: &Path, fio_pid: u32, dev: &str) -> Result<
     })
 }
 
+/// The sampler as `calibrate` runs it (the same period and ring), opened disabled: `run`
+/// enables it after fio's warm-up.
+pub fn open_sampler(sysfs_root: &Path, procfs_root: &Path) -> Result<MergePathSampler, PerfError> {
+    let symbols = perf::load_symbols(procfs_root)?;
+    let params = SamplerParams {
+        period_ns: crate::calibrate::merge_path::PERIOD_NS,
+        buffer_pages: crate::calibrate::merge_path::BUFFER_PAGES,
+    };
+    MergePathSampler::open(sysfs_root, symbols, params)
+}
+
 fn block_measure(s0: &Snap, s1: &Snap, level: Level, submitter: u32, dev: &str) -> BlockMeasure {
     let fio = delta(&s0.fio, &s1.fio, |_| true);
     // The device's own workqueue, and kblockd: with a scheduler, a dispatch that found no
@@ -339,6 +357,7 @@ fn block_measure(s0: &Snap, s1: &Snap, level: Level, submitter: u32, dev: &str) 
         ios: s1.ios.saturating_sub(s0.ios),
         merged: s1.merged.saturating_sub(s0.merged),
         tasks_exited: fio.exited.len() + kw.exited.len() + sub_gone,
+        merge_path_ns: None,
     }
 }
 
@@ -450,6 +469,7 @@ fn measure(
     fs: &mut dyn BlockFs,
     procfs: &Path,
     has_front: bool,
+    mut sampler: Option<&mut MergePathSampler>,
 ) -> Result<Measured, AbError> {
     let dev = params.device.as_str();
     set_level(fs, dev, params.base, has_front)?;
@@ -483,35 +503,71 @@ fn measure(
 
     let plan = schedule(params.pairs, params.base, params.test, params.seed);
     let mut pairs = Vec::with_capacity(plan.len());
-    for p in plan {
-        let first = one_block(params, fs, procfs, &mut fio, p.first, submitter, has_front)?;
-        let second = one_block(params, fs, procfs, &mut fio, p.second, submitter, has_front)?;
-        pairs.push(PairMeasure {
-            blocks: [first, second],
-        });
+    if let Some(s) = sampler.as_deref_mut() {
+        s.enable();
     }
+    let mut cx = BlockCx {
+        params,
+        fs,
+        procfs,
+        fio: &mut fio,
+        submitter,
+        has_front,
+        sampler,
+    };
+    let measured = (|| -> Result<(), AbError> {
+        for p in plan {
+            let first = one_block(&mut cx, p.first)?;
+            let second = one_block(&mut cx, p.second)?;
+            pairs.push(PairMeasure {
+                blocks: [first, second],
+            });
+        }
+        Ok(())
+    })();
+    if let Some(s) = cx.sampler {
+        s.disable();
+    }
+    measured?;
     let command = fio.command.clone();
     drop(fio);
     Ok((pairs, submitter, command))
 }
 
-/// One block: the level written, the settle, then two readings `block_ms` apart.
-fn one_block(
-    params: &AbParams,
-    fs: &mut dyn BlockFs,
-    procfs: &Path,
-    fio: &mut Fio,
-    level: Level,
+/// What every block of a run needs.
+struct BlockCx<'a> {
+    params: &'a AbParams,
+    fs: &'a mut dyn BlockFs,
+    procfs: &'a Path,
+    fio: &'a mut Fio,
     submitter: u32,
     has_front: bool,
-) -> Result<BlockMeasure, AbError> {
-    let dev = params.device.as_str();
-    set_level(fs, dev, level, has_front)?;
-    std::thread::sleep(Duration::from_millis(params.settle_ms));
-    let s0 = snap(fs, procfs, fio.pid(), dev)?;
-    let end = s0.at + Duration::from_millis(params.block_ms);
+    sampler: Option<&'a mut MergePathSampler>,
+}
+
+/// One block: the level written, the settle, then two readings `block_ms` apart; with a
+/// sampler, what it read in between (what it read during the settle is thrown away).
+fn one_block(cx: &mut BlockCx<'_>, level: Level) -> Result<BlockMeasure, AbError> {
+    let dev = cx.params.device.as_str();
+    set_level(cx.fs, dev, level, cx.has_front)?;
+    std::thread::sleep(Duration::from_millis(cx.params.settle_ms));
+    let fio_pid = cx.fio.pid();
+    if let Some(s) = cx.sampler.as_deref_mut() {
+        s.drain(Some(&BTreeSet::new()));
+    }
+    let s0 = snap(cx.fs, cx.procfs, fio_pid, dev)?;
+    let end = s0.at + Duration::from_millis(cx.params.block_ms);
     std::thread::sleep(end.saturating_duration_since(Instant::now()));
-    let s1 = snap(fs, procfs, fio.pid(), dev)?;
-    fio.check_running()?;
-    Ok(block_measure(&s0, &s1, level, submitter, dev))
+    let s1 = snap(cx.fs, cx.procfs, fio_pid, dev)?;
+    let sampled = cx
+        .sampler
+        .as_deref_mut()
+        .map(|s| s.drain(Some(&BTreeSet::from([fio_pid]))));
+    cx.fio.check_running()?;
+    let mut b = block_measure(&s0, &s1, level, cx.submitter, dev);
+    // Every class of merge path counts (the plug's, and the scheduler's own).
+    b.merge_path_ns = sampled
+        .filter(|m| m.lost == 0)
+        .map(|m| m.merge_path.iter().sum::<u64>() * m.period_ns);
+    Ok(b)
 }

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 /// Sampling period: 250 µs of CPU per sample (4 kHz on a busy CPU).
 pub const PERIOD_NS: u64 = 250_000;
 /// Per CPU ring buffer, pages: 4 kHz of ~300-byte records, drained every window.
-const BUFFER_PAGES: usize = 512;
+pub const BUFFER_PAGES: usize = 512;
 
 /// What to measure and where (validated before any I/O: [`Plan::check`]).
 #[derive(Debug, Clone)]

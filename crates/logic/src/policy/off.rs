@@ -9,7 +9,7 @@
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
 use super::reason::ChangeAnsweredByTap;
-use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
+use super::signature::{RATE_BASELINE_AFTER_WINDOWS, RATE_CHANGE_CONFIRM_MS, SignatureChange};
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
 use crate::decision::Level;
@@ -94,71 +94,107 @@ fn back_when_the_tap_sees_merges(
 }
 
 /// The window's signature against the one L3 was reached with: what changed (None if
-/// nothing, or too few bios to tell), and the signature now. A change to a workload this
-/// device already found merge-hostile (say a database that alternates between two rates)
-/// needs no probe: it becomes the new baseline. Without this, two known workloads taking
-/// turns would probe at every turn. A fall in rate alone counts once it has lasted
-/// [`RATE_CHANGE_CONFIRM_MS`]: until then the device holds, saying so, unless the timed
-/// probe is due anyway.
+/// nothing, or too few bios to tell), and the signature now. A fall in rate alone counts
+/// once it has lasted [`RATE_CHANGE_CONFIRM_MS`]: until then the device holds, saying so,
+/// unless the timed probe is due anyway. A change to a workload this device already found
+/// merge-hostile (say a database that alternates between two rates) needs no probe: it
+/// becomes the new baseline. Without this, two known workloads taking turns would probe
+/// at every turn.
 fn watch_the_signature(
     mut s: InMode<AtL3>,
     window: Option<&Window>,
     cx: &Ctx,
 ) -> Step<(InMode<AtL3>, Option<SignatureChange>, Option<Signature>)> {
-    let now_ms = cx.now_ms;
     let Some(w) = window.filter(|w| w.counters.bios() >= cx.cfg.min_window_bios) else {
         return ControlFlow::Continue((s, None, None));
     };
     let sig = Signature::of(w);
-    let mut changed = match &s.m.signature {
-        Some(base) => sig.changed_from(base),
-        None => {
-            s.m.signature = Some(sig);
-            None
-        }
+    let changed = against_the_baseline(&mut s.m, &sig);
+    let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
+    let (mut s, changed) = confirm_a_fall(s, changed, w, due, cx)?;
+    let Some(what) = changed else {
+        return ControlFlow::Continue((s, None, Some(sig)));
     };
-    let due = s.m.next_probe_at_ms.unwrap_or(now_ms);
-    if let Some(what) = changed
-        && s.h.is_known_hostile(&sig)
-    {
-        s.m.signature = Some(sig);
-        s.m.rate_fell_since_ms = None;
-        if now_ms < due {
-            let reason = Reason::KnownHostileChange {
-                change: what,
-                next_probe_in_ms: due - now_ms,
+    if !s.h.is_known_hostile(&sig) {
+        return ControlFlow::Continue((s, Some(what), Some(sig)));
+    }
+    s.m.signature = Some(sig);
+    if cx.now_ms >= due {
+        return ControlFlow::Continue((s, None, Some(sig)));
+    }
+    let reason = Reason::KnownHostileChange {
+        change: what,
+        next_probe_in_ms: due - cx.now_ms,
+    };
+    ControlFlow::Break(hold(s, reason))
+}
+
+/// What changed from the baseline, which this window may move. A change of shape counts
+/// from the first busy window at L3. The rate only from the window after the first
+/// [`RATE_BASELINE_AFTER_WINDOWS`], which set it (the entry's rate was measured at
+/// another level; the first window holds the write's queue freeze): the fastest of them,
+/// and after them the fastest window showing no change, so that the end of CPU contention
+/// is no rise.
+fn against_the_baseline(at: &mut AtL3, sig: &Signature) -> Option<SignatureChange> {
+    at.busy_windows = at.busy_windows.saturating_add(1);
+    let Some(base) = at.signature.as_mut() else {
+        at.signature = Some(*sig);
+        return None;
+    };
+    if at.busy_windows <= RATE_BASELINE_AFTER_WINDOWS {
+        let shape = sig.shape_changed_from(base);
+        if shape.is_none() {
+            base.bios_per_sec = match at.busy_windows {
+                1 => sig.bios_per_sec,
+                _ => base.bios_per_sec.max(sig.bios_per_sec),
             };
-            return ControlFlow::Break(hold(s, reason));
         }
-        changed = None;
+        return shape;
     }
-    match changed {
-        Some(
-            what @ SignatureChange::Rate {
-                from_per_sec,
-                to_per_sec,
-            },
-        ) if what.needs_confirming() => {
-            let since_ms =
-                *s.m.rate_fell_since_ms
-                    .get_or_insert(now_ms.saturating_sub(w.duration_ms));
-            let lasted_ms = now_ms.saturating_sub(since_ms);
-            if lasted_ms < RATE_CHANGE_CONFIRM_MS {
-                if now_ms < due {
-                    let reason = Reason::RateFell {
-                        from_per_sec,
-                        to_per_sec,
-                        lasted_ms,
-                        next_probe_in_ms: due - now_ms,
-                    };
-                    return ControlFlow::Break(hold(s, reason));
-                }
-                changed = None;
-            }
-        }
-        _ => s.m.rate_fell_since_ms = None,
+    let changed = sig.changed_from(base);
+    if changed.is_none() {
+        base.bios_per_sec = base.bios_per_sec.max(sig.bios_per_sec);
     }
-    ControlFlow::Continue((s, changed, Some(sig)))
+    changed
+}
+
+/// A fall in rate alone, not yet lasted [`RATE_CHANGE_CONFIRM_MS`], is no change yet: hold
+/// and say so, or, when the timed probe is due, let it run. Any other window ends the
+/// count.
+fn confirm_a_fall(
+    mut s: InMode<AtL3>,
+    changed: Option<SignatureChange>,
+    w: &Window,
+    due: u64,
+    cx: &Ctx,
+) -> Step<(InMode<AtL3>, Option<SignatureChange>)> {
+    let now_ms = cx.now_ms;
+    let Some(SignatureChange::Rate {
+        from_per_sec,
+        to_per_sec,
+    }) = changed.filter(SignatureChange::needs_confirming)
+    else {
+        s.m.rate_fell_since_ms = None;
+        return ControlFlow::Continue((s, changed));
+    };
+    let since_ms =
+        *s.m.rate_fell_since_ms
+            .get_or_insert(now_ms.saturating_sub(w.duration_ms));
+    let lasted_ms = now_ms.saturating_sub(since_ms);
+    if lasted_ms >= RATE_CHANGE_CONFIRM_MS {
+        s.m.rate_fell_since_ms = None;
+        return ControlFlow::Continue((s, changed));
+    }
+    if now_ms >= due {
+        return ControlFlow::Continue((s, None));
+    }
+    let reason = Reason::RateFell {
+        from_per_sec,
+        to_per_sec,
+        lasted_ms,
+        next_probe_in_ms: due - now_ms,
+    };
+    ControlFlow::Break(hold(s, reason))
 }
 
 /// A probe answered by a sample clearly under the low threshold: stay at L3, with no
