@@ -1082,6 +1082,82 @@ fn at_l3_a_fall_in_rate_alone_probes_only_once_it_has_lasted_half_a_second() {
     );
 }
 
+/// The baseline climbs with the rate seen at L3, a window at a time (each under 1.5x the
+/// last): L3 reached while another process held the CPU, its end is no new workload. A
+/// jump of 1.5x or more in one window still is.
+#[test]
+fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(50_000, 1000); 3]);
+    assert_eq!(s.level(), Level::L3);
+    let climb = [50_000, 50_000, 70_000, 100_000, 140_000].map(|r| writes_at(r, 100));
+    let out = watch(&mut s, &c, 103_000, &climb);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    let ev = decide(&s, Some(&writes_at(210_000, 100)), BARE, &c, 103_600);
+    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+}
+
+/// The rate L3 was entered with is replaced, not kept as a floor: a device that runs slower
+/// at L3 than the window that led there (a burst in that window) has not fallen.
+#[test]
+fn at_l3_a_rate_lower_than_the_entry_is_no_fall() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 3]);
+    assert_eq!(s.level(), Level::L3);
+    let out = watch(&mut s, &c, 103_000, &[writes_at(60_000, 100); 15]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert!(
+        out.iter().all(|o| matches!(o.3, Reason::AtL3 { .. })),
+        "{out:?}"
+    );
+}
+
+/// Each fall is confirmed on its own: one that lasted and made a known workload the
+/// baseline does not confirm the next fall, which waits its own 500 ms.
+#[test]
+fn at_l3_a_fall_right_after_a_confirmed_one_waits_its_own_half_second() {
+    let c = cfg();
+    let (a, b, third) = (
+        writes_at(100_000, 100),
+        writes_at(60_000, 100),
+        writes_at(36_000, 100),
+    );
+    // Known merge-hostile: A (the way in) and B (a probe that found nothing).
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 3]);
+    watch(&mut s, &c, 103_000, &[a; 2]);
+    let ev = decide(&s, Some(&writes_at(200_000, 100)), BARE, &c, 103_300);
+    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+    s = ev.state;
+    watch(&mut s, &c, 103_300, &[b; 2]);
+    assert_eq!(s.level(), Level::L3);
+    watch(&mut s, &c, 103_500, &[a; 3]);
+    // B again, for 500 ms: a known workload, so no probe once the fall is confirmed.
+    let out = watch(&mut s, &c, 103_800, &[b; 5]);
+    assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
+    assert!(
+        matches!(out[4].3, Reason::KnownHostileChange { .. }),
+        "{}",
+        out[4].3
+    );
+    // B is the baseline now: its next window is no change at all.
+    let again = decide(&s, Some(&b), BARE, &c, 104_400);
+    assert!(
+        matches!(again.reason, Reason::AtL3 { .. }),
+        "{}",
+        again.reason
+    );
+    // At once a third rate, 1/1.67 of B's: a fall of its own, not yet confirmed.
+    let ev = decide(&s, Some(&third), BARE, &c, 104_400);
+    assert!(
+        matches!(ev.reason, Reason::RateFell { lasted_ms: 100, .. }),
+        "{}",
+        ev.reason
+    );
+}
+
 /// A rise in rate, or a change of shape, is something new submitting I/O: it probes with
 /// the first window that shows it. A change of shape counts from the first window at L3;
 /// a rise in rate once the rate at L3 has been measured (two busy windows).
