@@ -141,19 +141,16 @@ fn against_the_baseline(at: &mut AtL3, sig: &Signature) -> Option<SignatureChang
         at.signature = Some(*sig);
         return None;
     };
-    if at.busy_windows <= RATE_BASELINE_AFTER_WINDOWS {
-        let shape = sig.shape_changed_from(base);
-        if shape.is_none() {
-            base.bios_per_sec = match at.busy_windows {
-                1 => sig.bios_per_sec,
-                _ => base.bios_per_sec.max(sig.bios_per_sec),
-            };
-        }
-        return shape;
-    }
-    let changed = sig.changed_from(base);
+    let changed = if at.busy_windows <= RATE_BASELINE_AFTER_WINDOWS {
+        sig.shape_changed_from(base)
+    } else {
+        sig.changed_from(base)
+    };
     if changed.is_none() {
-        base.bios_per_sec = base.bios_per_sec.max(sig.bios_per_sec);
+        base.bios_per_sec = match at.busy_windows {
+            1 => sig.bios_per_sec,
+            _ => base.bios_per_sec.max(sig.bios_per_sec),
+        };
     }
     changed
 }
