@@ -166,13 +166,16 @@ fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
     let o = once(&t, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    // Three windows of 2 x 50 ms: the first step down the ladder, marked as not taken.
+    // Three windows of 2 x 50 ms in which not one bio merged: straight from L0 to L3 (the
+    // tap watches L3), marked as not taken.
     assert!(
         out.contains("decision(s) it would take (dry run: nothing was written)"),
         "{out}"
     );
     assert!(
-        out.contains("sda queue/iosched/front_merges 1 -> 0 [step_down, dry-run]"),
+        out.contains(
+            "sda queue/nomerges 0 -> 2 [disable, dry-run]: no bio merged in 3 windows at L0"
+        ),
         "{out}"
     );
     assert!(out.starts_with("DEVICE "), "the table first: {out}");
@@ -215,7 +218,7 @@ fn run_once_replay_and_status_share_the_table_and_the_json_fields() {
     assert!(o.status.success(), "{err}");
     let run: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(run["dry_run"], true);
-    assert_eq!(run["decisions"][0]["kind"], "step_down", "{run}");
+    assert_eq!(run["decisions"][0]["kind"], "disable", "{run}");
     let sda = run["devices"]
         .as_array()
         .unwrap()

@@ -167,14 +167,16 @@ fn random_then_sequential_on_a_bare_queue() {
 
 #[test]
 fn the_built_in_scenario_on_mq_deadline() {
-    // OLTP, a batched backup, OLTP again: the whole ladder, probes and a trial of L2.
+    // OLTP, a batched backup, OLTP again: L3 (straight from L0: the OLTP merges nothing),
+    // probes and a trial of L2.
     assert_faithful(
         &Scenario::from_toml_str(DEFAULT_SCENARIO, "built-in", None).unwrap(),
         &test_config(),
         &[
-            DecisionKind::StepDown,
             DecisionKind::Disable,
             DecisionKind::Probe,
+            DecisionKind::Trial,
+            DecisionKind::TrialSucceeded,
         ],
     );
 }

@@ -41,11 +41,12 @@ fn daemon(store: &SharedStore) -> Daemon {
     Daemon::new(fast_config(), Actuator::new(false, Box::new(store.clone())))
 }
 
-/// A daemon over one mq-deadline disk `sda` under random writes, at time 0.
+/// A daemon over one mq-deadline disk `sda` under random writes with a rare merge (the
+/// ladder is walked, so both tunables are written), at time 0.
 fn random_sda() -> (SharedStore, MemKernel, Daemon, u64) {
     let store = SharedStore::default();
     let mut k = MemKernel::with(&["sda"]);
-    k.devs.get_mut("sda").unwrap().load = Load::Random;
+    k.devs.get_mut("sda").unwrap().load = Load::RandomRareMerges;
     let d = daemon(&store);
     (store, k, d, 0)
 }
@@ -515,7 +516,8 @@ fn step() -> impl Strategy<Value = Step> {
     let dev = 0..DEVS.len();
     prop_oneof![
         4 => (dev.clone(), prop::sample::select(vec![
-            Load::Idle, Load::Random, Load::Sequential, Load::StarvingReads,
+            Load::Idle, Load::Random, Load::RandomRareMerges, Load::Sequential,
+            Load::StarvingReads,
         ])).prop_map(|(d, l)| Step::Load(d, l)),
         8 => (1u8..8).prop_map(Step::Tick),
         1 => (dev.clone(), tunable(), any::<bool>()).prop_map(|(d, t, b)| Step::FailRead(d, t, b)),

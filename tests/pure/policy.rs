@@ -67,6 +67,13 @@ fn win(bios: u64, merged: u64) -> Window {
     }
 }
 
+/// A low window in which a few bios still merged (0.2%): the ladder is walked rung by
+/// rung. A window in which none merged at all (`win(bios, 0)`) takes a device with a bio
+/// tap from L0 straight to L3.
+fn few(bios: u64) -> Window {
+    win(bios, bios / 500)
+}
+
 /// Feeds one window per second starting at `t0`; returns the outcomes.
 fn run(
     state: &mut PolicyState,
@@ -93,7 +100,7 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
 fn walks_down_the_ladder_one_step_at_a_time() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
+    let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 40]);
     assert_eq!(
         changes(&out),
         vec![
@@ -134,15 +141,172 @@ fn walks_down_the_ladder_one_step_at_a_time() {
     );
 }
 
+/// Where not one bio merged at L0 (every kind of merge tried) and a bio tap watches L3,
+/// the rungs between would only count zero again: L0 -> L3 after `step_down_after_windows`
+/// windows, with no dwell, and the workload remembered as merge-hostile.
+#[test]
+fn nothing_merged_at_l0_goes_straight_to_l3_where_a_tap_watches() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 3]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::Disable, Level::L3)],
+        "{out:?}"
+    );
+    // The first window already counts toward L3, and says so.
+    assert!(
+        matches!(
+            out[0].3,
+            Reason::LowWindow {
+                n: 1,
+                k: 2,
+                next: Level::L3,
+                ..
+            }
+        ),
+        "{}",
+        out[0].3
+    );
+    assert_eq!(
+        out[1].0, 102_000,
+        "after step_down_after_windows (2), no dwell"
+    );
+    assert!(
+        matches!(out[1].3, Reason::NothingMergesToL3 { windows: 2, bios_per_sec, next_probe_in_ms: 60_000 } if bios_per_sec == 5000.0),
+        "{}",
+        out[1].3
+    );
+    let said = out[1].3.to_string();
+    assert!(
+        said.contains("no bio merged in 2 windows at L0") && said.contains("L0 -> L3"),
+        "{said}"
+    );
+    assert_eq!(s.mode(), Mode::AtL3);
+    assert_eq!(s.next_probe_at_ms(), Some(162_000));
+    assert_eq!(
+        s.history.known_hostile.len(),
+        1,
+        "remembered as merge-hostile"
+    );
+}
+
+/// One merged bio among the low windows is a merge L0 found: the ladder is walked, so that
+/// each rung shows what it loses.
+#[test]
+fn one_merged_bio_among_the_low_windows_keeps_the_walk() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let mut windows = vec![win(5000, 1)];
+    windows.extend([win(5000, 0); 3]);
+    let out = run(&mut s, FULL, &c, 100_000, &windows);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2)
+        ],
+        "{out:?}"
+    );
+    assert_eq!(out[1].0, 102_000);
+    assert!(
+        matches!(
+            out[0].3,
+            Reason::LowWindow {
+                next: Level::L1,
+                ..
+            }
+        ),
+        "{}",
+        out[0].3
+    );
+    // Nothing merged at L1 either: that is no reason to skip (L1 no longer tries front
+    // merges), so the walk goes on one rung at a time.
+    let mut s = PolicyState::new(0, &c);
+    s.move_to_for_test(Level::L1, 100_000);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 2]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::StepDown, Level::L2)],
+        "{out:?}"
+    );
+}
+
+/// The step straight to L3 needs L3 to be a level to rest at: without a tap, with L3 not
+/// allowed by the config, or with L3 saving nothing measurable, the walk goes where it
+/// went before.
+#[test]
+fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
+    let c = cfg();
+    // No tap: L2 is the deepest level.
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 10]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2)
+        ],
+        "{out:?}"
+    );
+    // disabled_nomerges = 1.
+    let mut c1 = c.clone();
+    c1.disabled_nomerges = 1;
+    let mut s = PolicyState::new(0, &c1);
+    let out = run(&mut s, FULL, &c1, 100_000, &[win(5000, 0); 10]);
+    assert_eq!(s.level(), Level::L2, "{out:?}");
+    // L3 saves nothing measurable, L1 and L2 do (the 2008 profile with L3 made costly).
+    let mut p = cost_profile::builtin(cost_profile::LKML_2008_NAME).unwrap();
+    for cell in &mut p.cells {
+        if cell.level == Level::L3 {
+            cell.change_percent = Some(5.0);
+        }
+    }
+    let caps = FULL.priced(Worth::from_profile(&p, Some("mq-deadline")));
+    assert!(caps.worth.worth(Level::L2) && !caps.worth.worth(Level::L3));
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 10]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2)
+        ],
+        "{out:?}"
+    );
+}
+
+/// Under the hourly cap the step straight to L3 waits like any step down, and is taken
+/// once the hour allows it.
+#[test]
+fn nothing_merged_waits_under_the_hourly_cap() {
+    let mut c = cfg();
+    c.max_changes_per_hour = 1;
+    let mut s = PolicyState::new(0, &c);
+    s.history.changes_ms.push(99_000);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 5]);
+    assert!(changes(&out).is_empty(), "{out:?}");
+    assert!(
+        matches!(out.last().unwrap().3, Reason::CapReached { .. }),
+        "{out:?}"
+    );
+    let out = run(&mut s, FULL, &c, 99_000 + HOUR_MS, &[win(5000, 0)]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::Disable, Level::L3)],
+        "{out:?}"
+    );
+}
+
 #[test]
 fn skips_rungs_a_scheduler_does_not_have() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 20]);
+    let out = run(&mut s, BARE, &c, 100_000, &[few(5000); 20]);
     assert_eq!(changes(&out), vec![(OutcomeKind::Disable, Level::L3)]);
     let bfq = Caps::for_scheduler(Some("bfq"), false).sensing(true);
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, bfq, &c, 100_000, &[win(5000, 0); 20]);
+    let out = run(&mut s, bfq, &c, 100_000, &[few(5000); 20]);
     assert_eq!(
         changes(&out),
         vec![
@@ -154,7 +318,7 @@ fn skips_rungs_a_scheduler_does_not_have() {
     let mut c1 = c.clone();
     c1.disabled_nomerges = 1;
     let mut s = PolicyState::new(0, &c1);
-    let out = run(&mut s, FULL, &c1, 100_000, &[win(5000, 0); 40]);
+    let out = run(&mut s, FULL, &c1, 100_000, &[few(5000); 40]);
     assert_eq!(s.level(), Level::L2);
     assert_eq!(changes(&out).len(), 2);
 }
@@ -211,7 +375,7 @@ fn idle_windows_decide_nothing() {
 fn visible_merges_step_up_at_once_and_the_band_holds() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, FULL, &c, 100_000, &[win(10_000, 0); 4]);
+    run(&mut s, FULL, &c, 100_000, &[few(10_000); 4]);
     assert_eq!(s.level(), Level::L2);
     // In the band (3%, between 1% and 5%): nothing moves.
     let out = run(&mut s, FULL, &c, 104_000, &[win(10_000, 300); 30]);
@@ -241,7 +405,7 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
     let c = cfg();
     let caps = BARE;
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, caps, &c, 100_000, &[win(5000, 0); 3]);
+    run(&mut s, caps, &c, 100_000, &[few(5000); 3]);
     assert_eq!(s.mode(), Mode::AtL3);
     assert_eq!(s.next_probe_at_ms(), Some(103_000 + 60_000));
     let mut backoffs = Vec::new();
@@ -557,20 +721,20 @@ fn hourly_cap_stops_steps_down_never_up() {
     c.min_dwell_secs = 0;
     let caps = FULL;
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, caps, &c, 100_000, &[win(5000, 0); 20]);
+    run(&mut s, caps, &c, 100_000, &[few(5000); 20]);
     assert_eq!(s.level(), Level::L2, "two changes, then the cap");
     // Stepping up is never refused.
     let ev = decide(&s, Some(&win(5000, 3000)), caps, &c, 121_000);
     assert_eq!(ev.to_level, Some(Level::L0));
     s = ev.state;
-    let out = run(&mut s, caps, &c, 121_000, &[win(5000, 0); 10]);
+    let out = run(&mut s, caps, &c, 121_000, &[few(5000); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
     assert!(
         matches!(out.last().unwrap().3, Reason::CapReached { .. }),
         "{out:?}"
     );
     // After the hour, it may step down again.
-    let out = run(&mut s, caps, &c, 130_000 + HOUR_MS, &[win(5000, 0); 2]);
+    let out = run(&mut s, caps, &c, 130_000 + HOUR_MS, &[few(5000); 2]);
     // The low windows seen while capped still count: the step comes at once.
     assert_eq!(out[0].2, Some(Level::L1), "{out:?}");
 }
@@ -578,6 +742,15 @@ fn hourly_cap_stops_steps_down_never_up() {
 fn arb_window() -> impl Strategy<Value = Option<Window>> {
     prop_oneof![
         1 => Just(None),
+        // Not one bio merged: the step from L0 straight to L3.
+        1 => (0u64..20_000).prop_map(|bios| Some(Window {
+            counters: Counters {
+                reads_completed: bios,
+                ..Default::default()
+            },
+            duration_ms: 1000,
+            sensed: None,
+        })),
         4 => (0u64..20_000, 0u64..=100).prop_map(|(bios, pct)| {
             let merged = bios * pct / 100 / if pct > 50 { 1 } else { 5 };
             Some(Window {
@@ -711,6 +884,8 @@ proptest! {
         let c = cfg();
         let mut s = PolicyState::new(0, &c);
         let mut consecutive_low = 0u32;
+        // Busy windows in a row at L0 in which not one bio merged.
+        let mut consecutive_empty_at_l0 = 0u32;
         let mut downs: Vec<u64> = Vec::new();
         for (i, w) in windows.iter().enumerate() {
             let now = (i as u64 + 1) * step_ms;
@@ -772,36 +947,53 @@ proptest! {
                     } else {
                         consecutive_low = 0;
                     }
+                    if s.level() == Level::L0 && w.counters.merged() == 0 {
+                        consecutive_empty_at_l0 += 1;
+                    } else {
+                        consecutive_empty_at_l0 = 0;
+                    }
                 }
+                // From L0 straight to L3 only after enough busy windows in which nothing
+                // merged at all, and only where L3 is watched by a tap and saves.
+                let nothing_merged = s.level() == Level::L0
+                    && consecutive_empty_at_l0 >= c.step_down_after_windows;
                 // Never down without enough consecutive busy low windows.
                 match ev.kind {
                     OutcomeKind::StepDown => prop_assert!(consecutive_low >= c.step_down_after_windows),
                     OutcomeKind::Disable if hostile_before => {
                         prop_assert!(consecutive_low >= c.step_down_after_windows.min(2))
                     }
+                    OutcomeKind::Disable if nothing_merged => {
+                        prop_assert!(caps.sense_at_l3 && caps.worth.worth(Level::L3), "{}", ev.reason)
+                    }
                     OutcomeKind::Disable => {
                         prop_assert!(consecutive_low >= c.disable_after_windows)
                     }
                     _ => {}
                 }
-                if ev.to_level.is_some() { consecutive_low = 0; }
+                if ev.to_level.is_some() {
+                    consecutive_low = 0;
+                    consecutive_empty_at_l0 = 0;
+                }
                 // Idle or missing windows never change anything.
                 let idle = w.as_ref().is_none_or(|w| w.counters.bios() < c.min_window_bios);
                 if idle {
                     prop_assert_eq!(ev.kind, OutcomeKind::Hold);
                 }
                 // Steps down are one rung at a time (a trial goes straight to L2, a
-                // workload that settled at L3 before straight to L3).
+                // workload that settled at L3 before straight to L3, and so does L0 where
+                // nothing merged).
                 if let Some(l) = ev.to_level
                     && l > s.level()
                     && ev.kind != OutcomeKind::TrialStart
-                    && !(ev.kind == OutcomeKind::Disable && hostile_before)
+                    && !(ev.kind == OutcomeKind::Disable && (hostile_before || nothing_merged))
                 {
                     let (l, from) = (l.index(), s.level().index());
                     prop_assert!(l == from + 1 || (l > from + 1 && (from + 1..l).all(|m| (m == 1 && !caps.front_merges) || (m == 2 && !caps.simple_merges))));
                 }
             } else {
                 consecutive_low = 0;
+                consecutive_empty_at_l0 = 0;
             }
             if let Some(l) = ev.to_level && l > s.level() {
                 downs.push(now);
@@ -1104,7 +1296,7 @@ fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
 fn at_l3_a_rate_lower_than_the_entry_is_no_fall() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 3]);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 2]);
     assert_eq!(s.level(), Level::L3);
     let out = watch(&mut s, &c, 103_000, &[writes_at(60_000, 100); 15]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
@@ -1211,7 +1403,7 @@ fn at_l3_a_rise_in_rate_or_a_change_of_shape_probes_with_its_first_window() {
 fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
-    run(&mut s, BARE, &c, 100_000, &[writes_at(43_706, 1000); 3]);
+    run(&mut s, BARE, &c, 100_000, &[writes_at(43_706, 1000); 2]);
     assert_eq!(s.level(), Level::L3);
     // The first window holds the write's drain; then the device runs at its L3 rate, with
     // a 300 ms dip under contention.
@@ -1247,7 +1439,8 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     let caps = FULL;
     let rnd = Window {
         counters: Counters {
-            reads_completed: 5000,
+            reads_completed: 4990,
+            reads_merged: 10,
             sectors_read: 40_000,
             ..Default::default()
         },
@@ -1276,7 +1469,8 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     // Another workload (twice the rate) walks the ladder again.
     let other = Window {
         counters: Counters {
-            reads_completed: 10_000,
+            reads_completed: 9980,
+            reads_merged: 20,
             sectors_read: 80_000,
             ..Default::default()
         },
@@ -1517,7 +1711,7 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
         .sensing(true)
         .priced(worth);
     let mut s = PolicyState::new(0, &c);
-    let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 40]);
+    let out = run(&mut s, caps, &c, 100_000, &[few(5000); 40]);
     assert_eq!(
         changes(&out),
         vec![
@@ -1565,7 +1759,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
         priced(cost_profile::LKML_2008_NAME),
         &c,
         100_000,
-        &[win(5000, 0); 4],
+        &[few(5000); 4],
     );
     assert_eq!(s.level(), Level::L2);
     let ev = decide(

@@ -26,8 +26,12 @@ use std::rc::Rc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
     Idle,
-    /// 4 KiB random: nothing merges.
+    /// 4 KiB random: nothing merges (L0 goes straight to L3 where the tap watches).
     Random,
+    /// 4 KiB random with a rare merge (1 bio in 500 at nomerges 0 and 1), as a database's
+    /// disk shows: under the low threshold, so the ladder is walked one rung at a time and
+    /// every tunable gets written.
+    RandomRareMerges,
     /// Batched sequential: 63 of 64 bios merge at nomerges 0 and 1 (plug merges).
     Sequential,
     /// Random reads starving behind writes: reads take 40 ms each, writes 2 ms.
@@ -149,6 +153,8 @@ impl MemKernel {
                     continue;
                 }
                 Load::Random => 0,
+                Load::RandomRareMerges if nomerges == Some("2") => 0,
+                Load::RandomRareMerges => bios / 500,
                 Load::Sequential if nomerges == Some("2") => 0,
                 Load::Sequential => bios / 64 * 63,
             };
@@ -191,7 +197,9 @@ impl BlockFs for MemKernel {
         match self.devs[dev].load {
             Load::Idle => {}
             Load::Sequential => faketap::bios(out, n, n / 64 * 63, max),
-            Load::Random | Load::StarvingReads => faketap::bios(out, n, 0, max),
+            Load::Random | Load::RandomRareMerges | Load::StarvingReads => {
+                faketap::bios(out, n, 0, max)
+            }
         }
         Ok(TapDrain::default())
     }

@@ -256,6 +256,9 @@ pub struct Merging {
     pub low_windows: u32,
     /// Consecutive busy windows over the high threshold at L0/L1 (toward a trial of L2).
     pub high_windows: u32,
+    /// Consecutive busy windows at L0 in which not one bio merged (toward the step
+    /// straight to L3).
+    pub empty_windows: u32,
     /// L2 was reached by a successful trial: its merges are the workload's merges, so a
     /// high ratio there is no reason to go back to L0.
     pub l2_verified: bool,
@@ -273,6 +276,7 @@ impl Merging {
             level,
             low_windows: 0,
             high_windows: 0,
+            empty_windows: 0,
             l2_verified: false,
             not_worth_noted: false,
             unknown_noted: false,

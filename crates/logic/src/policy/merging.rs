@@ -1,7 +1,9 @@
 //! The merging mode (L0, L1, L2: the counters still show merges): step up at once when
 //! merges are visible, try L2 while merging pays, step down one rung after enough low
-//! windows (straight to L3 for a workload already found merge-hostile), but only toward a
-//! level the cost profile says saves measurably: else "not worth it here".
+//! windows, but only toward a level the cost profile says saves measurably: else "not
+//! worth it here". Two steps skip the rungs: to L3 for a workload already found
+//! merge-hostile, and from L0 to L3 where not one bio merged with every kind of merge
+//! tried and a bio tap watches L3 (the rungs between have nothing to show).
 
 use super::reason::KnownHostileToL3;
 use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason};
@@ -36,12 +38,33 @@ pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) 
         ratio: w.counters.merge_ratio(),
         bios_per_sec: w.bios_per_sec(),
     };
+    let s = count_empty(s, &seen);
     let s = then!(back_to_l0(s, &seen, cx));
     let s = then!(while_merging_pays(s, &seen, cx));
     let (s, next) = then!(low_window(s, &seen, cx));
     let s = then!(straight_to_l3_if_known(s, &seen, cx));
+    let s = then!(straight_to_l3_if_nothing_merges(s, &seen, cx));
     let s = then!(wait_for_the_step(s, &seen, cx, next));
     take_the_step(s, &seen, cx, next)
+}
+
+/// Counts the busy windows at L0 in which not one bio merged. Only at L0: a level above it
+/// has turned some kinds of merge off, so its zero says nothing about them.
+fn count_empty(mut s: InMode<Merging>, seen: &Seen) -> InMode<Merging> {
+    s.m.empty_windows = if s.m.level == Level::L0 && seen.w.counters.merged() == 0 {
+        s.m.empty_windows.saturating_add(1)
+    } else {
+        0
+    };
+    s
+}
+
+/// The step from L0 straight to L3 is open here: L3 is a level to rest at (the config, a
+/// bio tap, the profile), the device is at L0, and every low window so far merged
+/// nothing. `empty_windows` counts from the same start, so it only catches up with
+/// `low_windows` when no low window had a merge.
+fn nothing_merges(s: &InMode<Merging>, cx: &Ctx) -> bool {
+    s.m.level == Level::L0 && s.m.empty_windows >= s.m.low_windows && cx.l3_allowed()
 }
 
 /// Back to L0 from a level that saves nothing measurable, with nothing worth it below
@@ -188,6 +211,34 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
     ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
 }
 
+/// Straight from L0 to L3 after `step_down_after_windows` busy windows in which not one
+/// bio merged (not a low ratio: none), where L3 is a level to rest at. The walk's rungs
+/// and its dwell at L2 are there to see merges that L0 would find and a deeper rung would
+/// lose, and a workload that turns mergeable: at L0 every kind of merge is tried and none
+/// was found, and at L3 the bio tap sees a switch to contiguous bios within one sensed
+/// window. Under the hourly cap, like any step down.
+fn straight_to_l3_if_nothing_merges(
+    s: InMode<Merging>,
+    seen: &Seen,
+    cx: &Ctx,
+) -> Step<InMode<Merging>> {
+    let windows = s.m.empty_windows;
+    let ready = nothing_merges(&s, cx) && windows >= cx.cfg.step_down_after_windows;
+    if !ready || cx.cap_reached {
+        return ControlFlow::Continue(s);
+    }
+    let now_ms = cx.now_ms;
+    let backoff_ms = s.h.backoff_ms;
+    let s =
+        s.h.enter_l3(Signature::of(seen.w), now_ms + backoff_ms, true, now_ms);
+    let reason = Reason::NothingMergesToL3 {
+        windows,
+        bios_per_sec: seen.bios_per_sec,
+        next_probe_in_ms: backoff_ms,
+    };
+    ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
+}
+
 /// Holds until the step may come: fewer low windows than the step waits for, at the level
 /// for less than the dwell time (before L3), or the hour's changes at the cap.
 fn wait_for_the_step(
@@ -200,6 +251,12 @@ fn wait_for_the_step(
     let k = windows_before(next, cx);
     if s.m.low_windows < k {
         let n = s.m.low_windows;
+        // While nothing merges at L0 the windows count toward L3 itself.
+        let (next, k) = if nothing_merges(&s, cx) {
+            (DEEPEST_LEVEL, cfg.step_down_after_windows)
+        } else {
+            (next, k)
+        };
         let reason = Reason::LowWindow {
             ratio,
             low,

@@ -136,6 +136,15 @@ pub enum Reason {
     },
     /// Straight to L3: the low windows are of a workload that settled at L3 before.
     KnownHostileToL3(Box<KnownHostileToL3>),
+    /// Straight from L0 to L3: not one bio merged in `windows` busy windows at L0, where
+    /// every kind of merge is tried, and a bio tap watches L3. The rungs between would
+    /// each count zero merges again; the tap watches for the change a dwell there waits
+    /// for.
+    NothingMergesToL3 {
+        windows: u32,
+        bios_per_sec: f64,
+        next_probe_in_ms: u64,
+    },
     /// At L3, the workload changed to one already found merge-hostile: no probe.
     KnownHostileChange {
         change: SignatureChange,
@@ -442,6 +451,15 @@ impl std::fmt::Display for Reason {
                 "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
                 pct(*ratio),
                 pct(*low),
+                secs(*next_probe_in_ms)
+            ),
+            Reason::NothingMergesToL3 {
+                windows,
+                bios_per_sec,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "no bio merged in {windows} windows at L0 at {bios_per_sec:.0} bios/s, with every kind of merge tried, and the bio tap watches L3: L0 -> L3 (the rungs between would count zero again), next probe in {}",
                 secs(*next_probe_in_ms)
             ),
             Reason::KnownHostileToL3(k) => write!(
