@@ -1970,3 +1970,130 @@ fn at_l3_the_hold_counts_down_and_a_sample_at_the_low_threshold_does_not_answer_
         ev.reason
     );
 }
+
+/// The same workload as [`sensed`], at L0: `merged` of its 5000 bios merged.
+fn writes_merged(merged: u64) -> Window {
+    Window {
+        counters: Counters {
+            writes_completed: 5000 - merged,
+            writes_merged: merged,
+            sectors_written: 40_000,
+            ..Default::default()
+        },
+        duration_ms: 1000,
+        sensed: None,
+    }
+}
+
+/// The tap at L3 calls for merging (a sequential stream: every bio starts where one ended),
+/// but at L0 the counters show merging finds next to nothing (a neighbour already
+/// dispatched cannot merge). Without a hold-off the known workload went straight back to
+/// L3 and the tap called again: L0 -> L3 -> L0 every two windows. Not borne out, steps to
+/// L3 wait a hold-off (60 s, doubled at each such call in a row, up to the probes' longest
+/// backoff); the device stays where the counters still see.
+#[test]
+fn a_tap_call_the_counters_do_not_bear_out_holds_off_l3_and_doubles() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, BARE, &c, 100_000, &[writes_merged(0); 2]);
+    assert_eq!(s.level(), Level::L3);
+    let mut t = 102_000;
+    let mut held_s = Vec::new();
+    for _ in 0..4 {
+        // The tap calls.
+        t += 1000;
+        let ev = decide(&s, Some(&sensed(400, 400)), BARE, &c, t);
+        assert_eq!(
+            (ev.kind, ev.to_level),
+            (OutcomeKind::Enable, Some(Level::L0)),
+            "{}",
+            ev.reason
+        );
+        s = ev.state;
+        // At L0 the counters find 0.5%, window after window: not borne out. BARE has no
+        // L1 or L2, so the device holds at L0 until the hold-off is over.
+        let first_at_l0 = t + 1000;
+        let mut said_held = false;
+        loop {
+            t += 1000;
+            let ev = decide(&s, Some(&writes_merged(25)), BARE, &c, t);
+            s = ev.state;
+            if ev.to_level.is_some() {
+                assert_eq!(ev.to_level, Some(Level::L3), "{}", ev.reason);
+                break;
+            }
+            said_held |= matches!(
+                ev.reason,
+                Reason::L3HeldOff {
+                    level: Level::L0,
+                    ..
+                }
+            );
+            assert!(t < first_at_l0 + 600_000, "never back to L3");
+        }
+        assert!(said_held);
+        held_s.push((t - first_at_l0) / 1000);
+    }
+    // Held for the hold-off from the first window at L0 (where the call was found not
+    // borne out), then the known workload's low windows had long been counted: back to
+    // L3 at once. 60 s, doubled, up to probe_max_backoff_secs (240 s here).
+    assert_eq!(held_s, vec![60, 120, 240, 240]);
+    let said = Reason::L3HeldOff {
+        level: Level::L2,
+        remaining_ms: 42_000,
+    }
+    .to_string();
+    assert!(
+        said.contains("at L2, no step to L3 for another 42s"),
+        "{said}"
+    );
+}
+
+/// A tap call the counters bear out (merges over the low threshold at L0) resets the
+/// hold-off; and on a device with the safe rungs the walk to L2 goes on while L3 is held
+/// off.
+#[test]
+fn a_tap_call_borne_out_resets_the_holdoff_and_the_safe_rungs_stay_open() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    run(&mut s, FULL, &c, 100_000, &[writes_merged(0); 2]);
+    assert_eq!(s.level(), Level::L3);
+    let call = |s: &mut PolicyState, t: u64| {
+        let ev = decide(s, Some(&sensed(400, 400)), FULL, &c, t);
+        assert_eq!(ev.to_level, Some(Level::L0), "{}", ev.reason);
+        *s = ev.state;
+    };
+    call(&mut s, 103_000);
+    let out = run(&mut s, FULL, &c, 103_000, &[writes_merged(25); 30]);
+    assert_eq!(
+        changes(&out),
+        vec![
+            (OutcomeKind::StepDown, Level::L1),
+            (OutcomeKind::StepDown, Level::L2)
+        ],
+        "the safe rungs are walked; L3 waits: {out:?}"
+    );
+    assert!(
+        matches!(
+            out.last().unwrap().3,
+            Reason::L3HeldOff {
+                level: Level::L2,
+                remaining_ms: 31_000
+            }
+        ),
+        "{}",
+        out.last().unwrap().3
+    );
+    assert_eq!(
+        s.history.tap_holdoff_ms, 120_000,
+        "doubled for the next call"
+    );
+    // Past the hold-off: L3 (a known workload), then a call the counters bear out (30%
+    // merged at L0): the hold-off is back to its first length, and nothing is held.
+    let out = run(&mut s, FULL, &c, 133_000, &[writes_merged(25); 31]);
+    assert_eq!(s.level(), Level::L3, "{out:?}");
+    call(&mut s, 165_000);
+    run(&mut s, FULL, &c, 165_000, &[writes_merged(1500)]);
+    assert_eq!(s.history.tap_holdoff_ms, 60_000);
+    assert_eq!(s.history.l3_not_before_ms, 164_000, "the old one, past");
+}

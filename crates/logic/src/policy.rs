@@ -50,6 +50,10 @@ pub const HOUR_MS: u64 = 3_600_000;
 pub const KNOWN_HOSTILE_MAX: usize = 4;
 /// The deepest rung of the ladder (L3, no merges).
 pub const DEEPEST_LEVEL: Level = Level::DEEPEST;
+/// The first hold-off on steps to L3 after the bio tap called for merging at L3 and the
+/// counters at L0 then showed it finding nothing; doubled at each such call in a row, up
+/// to `probe_max_backoff_secs`.
+pub const TAP_HOLDOFF_INITIAL_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -230,6 +234,11 @@ pub struct History {
     /// nothing), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
     /// its low windows at L0-L2 take the device straight to L3.
     pub known_hostile: Vec<Signature>,
+    /// The next hold-off on steps to L3 when the tap's call for merging is not borne out
+    /// at L0 ([`TAP_HOLDOFF_INITIAL_MS`], doubled after each in a row).
+    pub tap_holdoff_ms: u64,
+    /// No step to L3 before this time: the tap's last call for merging was not borne out.
+    pub l3_not_before_ms: u64,
 }
 
 /// The mode a device is in, each with what only that mode needs.
@@ -259,6 +268,9 @@ pub struct Merging {
     /// Consecutive busy windows at L0 in which not one bio merged (toward the step
     /// straight to L3).
     pub empty_windows: u32,
+    /// L0 was reached because the bio tap at L3 called for merging: the next busy window
+    /// tells whether the counters bear it out.
+    pub tap_called: bool,
     /// L2 was reached by a successful trial: its merges are the workload's merges, so a
     /// high ratio there is no reason to go back to L0.
     pub l2_verified: bool,
@@ -277,6 +289,7 @@ impl Merging {
             low_windows: 0,
             high_windows: 0,
             empty_windows: 0,
+            tap_called: false,
             l2_verified: false,
             not_worth_noted: false,
             unknown_noted: false,
@@ -371,6 +384,8 @@ impl PolicyState {
                 trial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
                 next_trial_at_ms: 0,
                 known_hostile: Vec::new(),
+                tap_holdoff_ms: TAP_HOLDOFF_INITIAL_MS,
+                l3_not_before_ms: 0,
             },
             phase: Phase::Merging(Merging::at(Level::L0)),
         }
@@ -420,6 +435,12 @@ impl History {
     /// Forgets a workload that turned out to merge.
     fn forget_hostile(&mut self, sig: &Signature) {
         self.known_hostile.retain(|k| sig.changed_from(k).is_some());
+    }
+
+    /// How long steps to L3 are still held off at `now_ms` (the tap's last call for
+    /// merging was not borne out at L0), if they are.
+    fn l3_held_off(&self, now_ms: u64) -> Option<u64> {
+        (now_ms < self.l3_not_before_ms).then(|| self.l3_not_before_ms - now_ms)
     }
 
     /// Whether `sig` is one of the workloads already found merge-hostile.

@@ -8,9 +8,9 @@
 //! plug merge tries the newest plugged request, the one-hit cache the last merged one, the
 //! hash any queued request's end. [`Contiguity`] counts such bios against the last
 //! `recent_bios` ends per direction; that share is what merging would have found (an upper
-//! bound: a bio whose neighbour was already dispatched cannot merge, but then a switch to
-//! L0 costs one window and the counters show it). Pure: bios in, counts out; memory is the
-//! two small rings whatever the rate.
+//! bound: a bio whose neighbour was already dispatched cannot merge; the counters at L0
+//! then show it, and the policy holds L3 off for a while). Pure: bios in, counts out;
+//! memory is the two small rings whatever the rate.
 
 use crate::sampler::Sensed;
 use mergetune_kernel::biosense::QueuedBio;

@@ -7,7 +7,7 @@
 
 use super::reason::KnownHostileToL3;
 use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason};
-use super::{Signature, Step, change, hold, next_down, settle};
+use super::{Signature, Step, TAP_HOLDOFF_INITIAL_MS, change, hold, next_down, settle};
 use crate::decision::Level;
 use crate::sampler::Window;
 use std::ops::ControlFlow;
@@ -39,6 +39,7 @@ pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) 
         bios_per_sec: w.bios_per_sec(),
     };
     let s = count_empty(s, &seen);
+    let s = check_the_tap_call(s, &seen, cx);
     let s = then!(back_to_l0(s, &seen, cx));
     let s = then!(while_merging_pays(s, &seen, cx));
     let (s, next) = then!(low_window(s, &seen, cx));
@@ -59,12 +60,39 @@ fn count_empty(mut s: InMode<Merging>, seen: &Seen) -> InMode<Merging> {
     s
 }
 
+/// The bio tap's call for merging, checked by the counters. L0 was reached because the tap
+/// at L3 saw bios start where a recent one ended; the first busy window here shows whether
+/// merging finds them. A neighbour already dispatched cannot merge, so a sequential stream
+/// at a low queue depth is contiguous and merges next to nothing: not borne out, steps to
+/// L3 wait a hold-off that doubles at each such call in a row (up to the probes' longest
+/// backoff), and one borne out resets it. Without it the tap and the counters take turns,
+/// L0 -> L3 -> L0 every few seconds, a queue freeze each (seen on a loop device: four
+/// rounds in 6 s). The hold-off keeps merging on, the safe side; the rungs above L3, whose
+/// counters still see merges, stay open.
+fn check_the_tap_call(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> InMode<Merging> {
+    if !s.m.tap_called {
+        return s;
+    }
+    s.m.tap_called = false;
+    if seen.ratio >= cx.low {
+        s.h.tap_holdoff_ms = TAP_HOLDOFF_INITIAL_MS;
+    } else {
+        s.h.l3_not_before_ms = cx.now_ms.saturating_add(s.h.tap_holdoff_ms);
+        let longest = cx.max_backoff_ms.max(TAP_HOLDOFF_INITIAL_MS);
+        s.h.tap_holdoff_ms = s.h.tap_holdoff_ms.saturating_mul(2).min(longest);
+    }
+    s
+}
+
 /// The step from L0 straight to L3 is open here: L3 is a level to rest at (the config, a
 /// bio tap, the profile), the device is at L0, and every low window so far merged
 /// nothing. `empty_windows` counts from the same start, so it only catches up with
 /// `low_windows` when no low window had a merge.
 fn nothing_merges(s: &InMode<Merging>, cx: &Ctx) -> bool {
-    s.m.level == Level::L0 && s.m.empty_windows >= s.m.low_windows && cx.l3_allowed()
+    s.m.level == Level::L0
+        && s.m.empty_windows >= s.m.low_windows
+        && cx.l3_allowed()
+        && s.h.l3_held_off(cx.now_ms).is_none()
 }
 
 /// Back to L0 from a level that saves nothing measurable, with nothing worth it below
@@ -192,6 +220,7 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
     let known = cx.l3_allowed()
         && s.m.low_windows >= cfg.step_down_after_windows.min(2)
         && !cx.cap_reached
+        && s.h.l3_held_off(cx.now_ms).is_none()
         && s.h.is_known_hostile(&sig);
     if !known {
         return ControlFlow::Continue(s);
@@ -268,6 +297,15 @@ fn wait_for_the_step(
         return ControlFlow::Break(hold(s, reason));
     }
     let cap = cfg.max_changes_per_hour;
+    if next == DEEPEST_LEVEL
+        && let Some(remaining_ms) = s.h.l3_held_off(cx.now_ms)
+    {
+        let reason = Reason::L3HeldOff {
+            level,
+            remaining_ms,
+        };
+        return ControlFlow::Break(hold(s, reason));
+    }
     if next == DEEPEST_LEVEL {
         let dwell_ms = cfg.min_dwell_secs * 1000;
         let at_level_ms = cx.now_ms.saturating_sub(s.h.since_ms);

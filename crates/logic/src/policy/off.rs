@@ -84,7 +84,11 @@ fn back_when_the_tap_sees_merges(
         return ControlFlow::Continue(s);
     };
     s.h.backoff_ms = cx.initial_backoff_ms;
-    let s = s.h.move_to(Level::L0, cx.now_ms);
+    let mut s = s.h.move_to(Level::L0, cx.now_ms);
+    if let super::Phase::Merging(m) = &mut s.phase {
+        // The counters at L0 tell whether the call was right (`merging::check_the_tap_call`).
+        m.tap_called = true;
+    }
     let reason = Reason::SensedMergeable {
         share,
         sampled: n,

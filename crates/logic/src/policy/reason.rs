@@ -136,6 +136,12 @@ pub enum Reason {
     },
     /// Straight to L3: the low windows are of a workload that settled at L3 before.
     KnownHostileToL3(Box<KnownHostileToL3>),
+    /// No step to L3 for `remaining_ms` more: the bio tap's last call for merging at L3
+    /// was not borne out by the counters at L0.
+    L3HeldOff {
+        level: Level,
+        remaining_ms: u64,
+    },
     /// Straight from L0 to L3: not one bio merged in `windows` busy windows at L0, where
     /// every kind of merge is tried, and a bio tap watches L3. The rungs between would
     /// each count zero merges again; the tap watches for the change a dwell there waits
@@ -452,6 +458,14 @@ impl std::fmt::Display for Reason {
                 pct(*ratio),
                 pct(*low),
                 secs(*next_probe_in_ms)
+            ),
+            Reason::L3HeldOff {
+                level,
+                remaining_ms,
+            } => write!(
+                f,
+                "at {level}, no step to L3 for another {}: the bio tap's last call for merging at L3 was not borne out by the counters at L0 (the hold-off doubles at each such call in a row)",
+                secs(*remaining_ms)
             ),
             Reason::NothingMergesToL3 {
                 windows,
