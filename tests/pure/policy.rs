@@ -2097,3 +2097,29 @@ fn a_tap_call_borne_out_resets_the_holdoff_and_the_safe_rungs_stay_open() {
     assert_eq!(s.history.tap_holdoff_ms, 60_000);
     assert_eq!(s.history.l3_not_before_ms, 164_000, "the old one, past");
 }
+
+/// `min_window_bios` is the least a busy window holds: a window of exactly that many bios
+/// is judged (here two of them, with nothing merged, take L0 to L3), one fewer is idle.
+#[test]
+fn a_window_of_exactly_min_window_bios_is_busy_and_one_fewer_is_idle() {
+    let c = cfg();
+    assert_eq!(c.min_window_bios, 100);
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(99, 0); 5]);
+    assert!(
+        out.iter().all(|o| matches!(
+            o.3,
+            Reason::Idle {
+                bios: 99,
+                min_bios: 100
+            }
+        )),
+        "{out:?}"
+    );
+    let out = run(&mut s, FULL, &c, 105_000, &[win(100, 0); 2]);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::Disable, Level::L3)],
+        "{out:?}"
+    );
+}
