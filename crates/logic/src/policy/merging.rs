@@ -101,7 +101,8 @@ fn nothing_merges(s: &InMode<Merging>, cx: &Ctx) -> bool {
 /// keeps its plug merges and stays).
 fn back_to_l0(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
     let (level, ratio, now_ms) = (s.m.level, seen.ratio, cx.now_ms);
-    if level > Level::L0 && !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
+    // L0 is always worth it (`Worth::worth`), so this never leaves L0 for L0.
+    if !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
         let reason = Reason::LeaveNotWorth {
             from: level,
             why: cx.caps.worth.describe([level]),
