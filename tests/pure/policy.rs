@@ -1466,6 +1466,13 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
         "{}",
         out[1].3
     );
+    // Its first timed probe is one backoff after the step.
+    assert_eq!(out[1].0, 202_000);
+    assert_eq!(
+        s.next_probe_at_ms(),
+        Some(202_000 + s.history.backoff_ms),
+        "{out:?}"
+    );
     // Another workload (twice the rate) walks the ladder again.
     let other = Window {
         counters: Counters {
@@ -2122,4 +2129,52 @@ fn a_window_of_exactly_min_window_bios_is_busy_and_one_fewer_is_idle() {
         vec![(OutcomeKind::Disable, Level::L3)],
         "{out:?}"
     );
+}
+
+/// At the deepest level allowed, the hold says whether L3 is out of reach because it would
+/// be blind (no tap, where the config allows L3) or because the config stops at L2
+/// (`disabled_nomerges = 1`), with or without a tap.
+#[test]
+fn the_deepest_level_says_blind_only_where_the_config_allows_l3() {
+    let mut c = cfg();
+    let blind_at_l2 = |caps: Caps, c: &PolicyConfig| {
+        let mut s = PolicyState::new(0, c);
+        let out = run(&mut s, caps, c, 100_000, &[few(5000); 10]);
+        assert_eq!(s.level(), Level::L2, "{out:?}");
+        match out.last().unwrap().3 {
+            Reason::DeepestAllowed { l3_blind, .. } => l3_blind,
+            ref r => panic!("{r}"),
+        }
+    };
+    assert!(blind_at_l2(Caps::FULL, &c), "no tap, L3 allowed: blind");
+    c.disabled_nomerges = 1;
+    assert!(
+        !blind_at_l2(Caps::FULL, &c),
+        "no tap, the config stops at L2"
+    );
+    assert!(!blind_at_l2(FULL, &c), "a tap, the config stops at L2");
+}
+
+/// "Not worth it" is a decision once per run of low windows: once while the saving is
+/// unknown, once more when it becomes known (still not worth it), and never again.
+#[test]
+fn not_worth_it_is_said_once_unknown_and_once_more_known() {
+    let c = cfg();
+    let unknown = FULL.priced(Worth::unknown(UnknownWhy::NotMeasuredYet));
+    let measured = priced(cost_profile::MEASURED_NAME);
+    let mut s = PolicyState::new(0, &c);
+    let said = |out: &[(u64, OutcomeKind, Option<Level>, Reason)]| {
+        out.iter()
+            .filter(|o| o.1 == OutcomeKind::NotWorthIt)
+            .count()
+    };
+    let out = run(&mut s, unknown, &c, 100_000, &[few(5000); 6]);
+    assert_eq!(said(&out), 1, "{out:?}");
+    let out = run(&mut s, unknown, &c, 106_000, &[few(5000); 6]);
+    assert_eq!(said(&out), 0, "{out:?}");
+    let out = run(&mut s, measured, &c, 112_000, &[few(5000); 6]);
+    assert_eq!(said(&out), 1, "known now: {out:?}");
+    let out = run(&mut s, unknown, &c, 118_000, &[few(5000); 6]);
+    assert_eq!(said(&out), 0, "{out:?}");
+    assert_eq!(s.level(), Level::L0);
 }
