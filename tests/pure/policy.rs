@@ -729,8 +729,17 @@ fn hourly_cap_stops_steps_down_never_up() {
     s = ev.state;
     let out = run(&mut s, caps, &c, 121_000, &[few(5000); 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
+    // The step it waits for is to L1: no count of windows toward L3 in the reason.
     assert!(
-        matches!(out.last().unwrap().3, Reason::CapReached { .. }),
+        matches!(
+            out.last().unwrap().3,
+            Reason::CapReached {
+                windows: None,
+                level: Level::L0,
+                cap: 2,
+                ..
+            }
+        ),
         "{out:?}"
     );
     // After the hour, it may step down again.
@@ -2177,4 +2186,28 @@ fn not_worth_it_is_said_once_unknown_and_once_more_known() {
     let out = run(&mut s, unknown, &c, 118_000, &[few(5000); 6]);
     assert_eq!(said(&out), 0, "{out:?}");
     assert_eq!(s.level(), Level::L0);
+}
+
+/// Capped before the step to L3, the hold counts the windows that step waits for.
+#[test]
+fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
+    let mut c = cfg();
+    c.max_changes_per_hour = 2;
+    c.min_dwell_secs = 0;
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 10]);
+    assert_eq!(s.level(), Level::L2, "{out:?}");
+    let last = &out.last().unwrap().3;
+    assert!(
+        matches!(
+            last,
+            Reason::CapReached {
+                windows: Some(3),
+                level: Level::L2,
+                ..
+            }
+        ),
+        "{last}"
+    );
+    assert!(last.to_string().contains("for 3 windows"), "{last}");
 }
