@@ -437,6 +437,8 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
         (s.mode(), s.level(), s.history.backoff_ms),
         (Mode::Merging, Level::L0, 60_000)
     );
+    // A probe that finds merges forgets the workload as merge-hostile.
+    assert!(s.history.known_hostile.is_empty(), "{:?}", s.history);
 }
 
 #[test]
@@ -2210,4 +2212,48 @@ fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
         "{last}"
     );
     assert!(last.to_string().contains("for 3 windows"), "{last}");
+}
+
+/// A state stands for the nomerges value of its level (what the dry run compares with
+/// the value it really left in place).
+#[test]
+fn a_state_stands_for_the_nomerges_of_its_level() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let mut seen = Vec::new();
+    for l in Level::ALL {
+        s.move_to_for_test(l, 1000);
+        seen.push((s.level(), s.nomerges()));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Level::L0, 0),
+            (Level::L1, 0),
+            (Level::L2, 1),
+            (Level::L3, 2)
+        ]
+    );
+}
+
+/// A device remembers the last four workloads found merge-hostile: a fifth pushes out the
+/// oldest, and a like one replaces its twin instead of taking a second place.
+#[test]
+fn the_known_merge_hostile_workloads_are_the_newest_four() {
+    let c = cfg();
+    let mut s = PolicyState::new(0, &c);
+    let mut t = 100_000;
+    for rate in [1000, 2000, 4000, 8000, 16_000, 16_000] {
+        s.move_to_for_test(Level::L0, t);
+        run(&mut s, FULL, &c, t, &[win(rate, 0); 2]);
+        assert_eq!(s.level(), Level::L3, "{rate}");
+        t += 10_000;
+    }
+    let known: Vec<f64> = s
+        .history
+        .known_hostile
+        .iter()
+        .map(|k| k.bios_per_sec)
+        .collect();
+    assert_eq!(known, vec![2000.0, 4000.0, 8000.0, 16_000.0]);
 }
