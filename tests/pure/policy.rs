@@ -2257,3 +2257,26 @@ fn the_known_merge_hostile_workloads_are_the_newest_four() {
         .collect();
     assert_eq!(known, vec![2000.0, 4000.0, 8000.0, 16_000.0]);
 }
+
+/// Every outcome but a hold is a decision the daemon logs and counts, each its own kind.
+#[test]
+fn every_outcome_but_a_hold_is_a_decision_of_its_own_kind() {
+    use mergetune_logic::decision::DecisionKind as D;
+    let kinds = [
+        (OutcomeKind::Hold, None),
+        (OutcomeKind::StepDown, Some(D::StepDown)),
+        (OutcomeKind::Disable, Some(D::Disable)),
+        (OutcomeKind::Enable, Some(D::Enable)),
+        (OutcomeKind::ProbeStart, Some(D::Probe)),
+        (OutcomeKind::ProbeSucceeded, Some(D::ProbeSucceeded)),
+        (OutcomeKind::ProbeInconclusive, Some(D::ProbeInconclusive)),
+        (OutcomeKind::ProbeFailed, Some(D::ProbeFailed)),
+        (OutcomeKind::TrialStart, Some(D::Trial)),
+        (OutcomeKind::TrialSucceeded, Some(D::TrialSucceeded)),
+        (OutcomeKind::TrialFailed, Some(D::TrialFailed)),
+        (OutcomeKind::NotWorthIt, Some(D::NotWorthIt)),
+    ];
+    for (outcome, kind) in kinds {
+        assert_eq!(outcome.decision_kind(), kind, "{outcome:?}");
+    }
+}

@@ -583,23 +583,6 @@ impl OutcomeKind {
             OutcomeKind::NotWorthIt => DecisionKind::NotWorthIt,
         })
     }
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            OutcomeKind::Hold => "hold",
-            OutcomeKind::StepDown => "step_down",
-            OutcomeKind::Disable => "disable",
-            OutcomeKind::Enable => "enable",
-            OutcomeKind::ProbeStart => "probe",
-            OutcomeKind::ProbeSucceeded => "probe_succeeded",
-            OutcomeKind::ProbeInconclusive => "probe_inconclusive",
-            OutcomeKind::ProbeFailed => "probe_failed",
-            OutcomeKind::TrialStart => "trial",
-            OutcomeKind::TrialSucceeded => "trial_succeeded",
-            OutcomeKind::TrialFailed => "trial_failed",
-            OutcomeKind::NotWorthIt => "not_worth_it",
-        }
-    }
 }
 
 /// The result of one evaluation.
