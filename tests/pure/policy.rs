@@ -2280,3 +2280,24 @@ fn every_outcome_but_a_hold_is_a_decision_of_its_own_kind() {
         assert_eq!(outcome.decision_kind(), kind, "{outcome:?}");
     }
 }
+
+/// `trial_max_extra_requests_percent = 0` turns trials of L2 off: merging that pays holds
+/// at L0 however long it lasts.
+#[test]
+fn a_zero_trial_slack_turns_trials_off() {
+    let mut c = cfg();
+    c.trial_max_extra_requests_percent = 0.0;
+    let mut s = PolicyState::new(0, &c);
+    let out = run(&mut s, FULL, &c, 100_000, &[win(10_000, 9_400); 10]);
+    assert!(changes(&out).is_empty(), "{out:?}");
+    assert!(
+        out.iter().all(|o| matches!(
+            o.3,
+            Reason::Pays {
+                level: Level::L0,
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+}
