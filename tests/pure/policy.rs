@@ -2301,3 +2301,40 @@ fn a_zero_trial_slack_turns_trials_off() {
         "{out:?}"
     );
 }
+
+/// A change leaves the hourly cap's count exactly one hour after it was made, and not
+/// before: with the cap at 2 and changes at 0 s and 30 s, a step is refused until 3600 s,
+/// taken at 3600 s, and the next one refused again (30 s and 3600 s are in its hour).
+#[test]
+fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
+    let mut c = cfg();
+    c.max_changes_per_hour = 2;
+    c.min_dwell_secs = 0;
+    let mut s = PolicyState::new(0, &c);
+    s.history.changes_ms = vec![0, 30_000];
+    let out = run(&mut s, FULL, &c, HOUR_MS - 3000, &[few(5000); 2]);
+    assert!(
+        out.iter().all(|o| o.1 == OutcomeKind::Hold),
+        "capped before the hour: {out:?}"
+    );
+    let out = run(&mut s, FULL, &c, HOUR_MS - 1000, &[few(5000)]);
+    assert_eq!(out[0].0, HOUR_MS);
+    assert_eq!(
+        changes(&out),
+        vec![(OutcomeKind::StepDown, Level::L1)],
+        "{out:?}"
+    );
+    assert_eq!(s.history.changes_ms, vec![30_000, HOUR_MS]);
+    let out = run(&mut s, FULL, &c, HOUR_MS, &[few(5000); 3]);
+    assert!(changes(&out).is_empty(), "{out:?}");
+    assert!(
+        matches!(
+            out.last().unwrap().3,
+            Reason::CapReached {
+                level: Level::L1,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}
