@@ -140,7 +140,8 @@ pub struct PolicyConfig {
     pub enable_above_percent: f64,
     /// Consecutive low windows before one safe step down the merge ladder (L0 -> L1 no
     /// front merges, L1 -> L2 simple merges only): plug and one-hit merges stay, so
-    /// sequential work keeps merging and stays visible.
+    /// sequential work keeps merging and stays visible. Where not one bio merged in this
+    /// many windows at L0 and a bio tap watches L3, L0 goes straight to L3.
     pub step_down_after_windows: u32,
     /// Consecutive low windows at L2 before the last step, to L3 (no merges at all).
     pub disable_after_windows: u32,
