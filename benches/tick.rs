@@ -1,6 +1,10 @@
 //! One tick's work for 8, 64 and 1024 devices: (a) the pure pipeline (parse
 //! /proc/diskstats, deltas, windows, policy) and (b) `Daemon::tick` over an in-memory
 //! BlockFs (the same plus device bookkeeping and the per-device nomerges read-back).
+//! Every device is busy in those (each line changes at each tick); (c) `daemon_64_busy` is
+//! the daemon's tick on a host of 1024 devices of which 64 are busy and the rest idle (their
+//! lines the same at every tick), as on a host whose diskstats lists many partitions,
+//! loop and dm devices that see no I/O.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use mergetune_daemon::adaptive::Daemon;
@@ -13,8 +17,15 @@ use mergetune_logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
+    diskstats_text_busy(n, n, tick)
+}
+
+/// `n` devices of which the first `busy` count I/O at each tick; the rest stay as they were
+/// at tick 0.
+fn diskstats_text_busy(n: usize, busy: usize, tick: u64) -> String {
     let mut s = String::new();
     for i in 0..n {
+        let tick = if i < busy { tick } else { 0 };
         let r = 1000 + tick * 997 + i as u64;
         let w = 2000 + tick * 1013 + i as u64;
         s.push_str(&format!(
@@ -121,6 +132,23 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    let (n, busy) = (1024usize, 64usize);
+    let texts: Vec<String> = (0..64).map(|t| diskstats_text_busy(n, busy, t)).collect();
+    g.bench_with_input(BenchmarkId::new("daemon_64_busy", n), &n, |b, &n| {
+        let mut fs = MemFs {
+            texts: texts.clone(),
+            next: 0,
+            names: (0..n).map(|i| format!("sd{i}")).collect(),
+        };
+        let mut cfg = cfg.clone();
+        cfg.daemon.rescan_every_ticks = u32::MAX;
+        let mut d = Daemon::simulated(cfg);
+        let mut now = 0u64;
+        b.iter(|| {
+            now += 1000;
+            black_box(d.tick(now, &mut fs));
+        })
+    });
     g.finish();
 }
 

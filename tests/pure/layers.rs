@@ -198,6 +198,8 @@ fn layer_deps(manifest: &Path) -> Vec<String> {
             out.extend(
                 t.keys()
                     .filter_map(|k| k.strip_prefix("mergetune-"))
+                    // No code, only features turned on (workspace-hack/Cargo.toml): no layer.
+                    .filter(|k| *k != "workspace-hack")
                     .map(String::from),
             );
         }
@@ -366,4 +368,71 @@ fn the_scanner_sees_edges() {
     assert!(has("daemon::adaptive", "logic::policy"));
     assert!(has("sim::engine", "kernel::trace"));
     assert!(has("sim::engine", "sim::scenario"), "super:: paths count");
+}
+
+/// Each package of the resolved graph with its features, as `cargo tree` prints them for
+/// the given kinds of dependency edges (`normal,build` is what `cargo build` compiles,
+/// `normal,build,dev` what `cargo test` does).
+fn features_by_package(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(cargo)
+        .current_dir(root)
+        .args(["tree", "--offline", "--workspace", "--prefix", "none"])
+        .args(["-e", edges, "-f", "{p} [{f}]"])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -e {edges}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut packages: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((package, features)) = line.split_once(" [") else {
+            continue;
+        };
+        let Some(features) = features.split(']').next() else {
+            continue;
+        };
+        // `name vX.Y.Z`, then `(proc-macro)` or a path: the package is its name and version.
+        let package: Vec<&str> = package.split_whitespace().take(2).collect();
+        packages.entry(package.join(" ")).or_default().extend(
+            features
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(String::from),
+        );
+    }
+    packages
+}
+
+/// `cargo build --release` and then `cargo test --release` (the README's two commands) must
+/// not compile a crate twice: where a dev-dependency turns on a feature of a crate the
+/// binary also uses, cargo builds that crate again for the tests, and every crate above it
+/// (serde's `alloc`, turned on by criterion, rebuilt all of mergetune). The fix for a
+/// failure here is a line in workspace-hack/Cargo.toml.
+#[test]
+fn the_test_build_reuses_the_release_builds_crates() {
+    let build = features_by_package("normal,build");
+    let test = features_by_package("normal,build,dev");
+    assert!(
+        build.keys().any(|p| p.starts_with("serde v")),
+        "the reader sees the graph: {:?}",
+        build.keys().take(5).collect::<Vec<_>>()
+    );
+    let differ: Vec<String> = build
+        .iter()
+        .filter_map(|(package, features)| {
+            let in_test = test.get(package)?;
+            (in_test != features).then(|| {
+                let more: Vec<&String> = in_test.difference(features).collect();
+                format!("{package}: the tests add {more:?}")
+            })
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "crates the test build would compile a second time: {differ:?}"
+    );
 }
