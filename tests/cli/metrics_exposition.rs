@@ -1019,3 +1019,195 @@ fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
         "{text}"
     );
 }
+
+/// A managed device priced live, as the daemon's snapshot gives it after the sampler has
+/// measured its scheduler: L2 saves 12 ms/s [8, 16], L3 20 ms/s with no interval, and L1
+/// carries a profile's cell (percent per I/O), which is no CPU rate and is not exported.
+fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
+    use mergetune_logic::cost_profile::Verdict;
+    use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit};
+    use mergetune_logic::policy::{Mode, Reason, Worth};
+    let saving = |value: f64, ci: Option<[f64; 2]>, unit: SavingUnit| Saving {
+        value,
+        ci,
+        unit,
+        verdict: Verdict::Saves,
+    };
+    let worth = Worth {
+        basis: Basis::Live {
+            floor_ms_per_sec: 5.0,
+        },
+        scheduler: None,
+        levels: [
+            None,
+            Some(saving(-3.0, Some([-4.0, -2.0]), SavingUnit::PercentPerIo)),
+            Some(saving(12.0, Some([8.0, 16.0]), SavingUnit::CpuMsPerSec)),
+            Some(saving(20.0, None, SavingUnit::CpuMsPerSec)),
+        ],
+        coverage_percent: 95.0,
+        untrusted: false,
+    };
+    mergetune_daemon::snapshot::DaemonSnapshot {
+        pricing_name: "live".into(),
+        pricing_origin: "measured on this host".into(),
+        floor_ms_per_sec: 5.0,
+        devices: vec![mergetune_daemon::snapshot::DeviceSnapshot {
+            name: "sda".into(),
+            scheduler: Some("mq-deadline".into()),
+            management: Management::Managed,
+            level: Some(Level::L0),
+            mode: Some(Mode::Merging),
+            nomerges: Some("0".into()),
+            original_nomerges: Some("0".into()),
+            last_window: None,
+            last_tick: None,
+            last_reason: Reason::from(""),
+            last_decision: None,
+            next_probe_at_ms: None,
+            worth: Some(worth),
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_live_priced_device_exports_its_basis_and_its_savings_in_cpu_seconds_per_second() {
+    let m = Metrics::new();
+    m.update_from(&live_priced_snapshot(), &[], timing(1000));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    let pricing: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("mergetune_device_pricing{"))
+        .collect();
+    assert_eq!(
+        pricing,
+        [r#"mergetune_device_pricing{basis="live",device="sda"} 1"#],
+        "one basis, the device's: {text}"
+    );
+    let saving = |level: u8, bound: &str| {
+        sample(
+            &text,
+            &format!(
+                r#"mergetune_device_merge_saving_cpu_ratio{{bound="{bound}",device="sda",level="{level}"}}"#
+            ),
+        )
+    };
+    // ms of CPU per second, exported in seconds per second.
+    assert_eq!(saving(2, "estimate"), Some(0.012), "{text}");
+    assert_eq!(saving(2, "lower"), Some(0.008), "{text}");
+    assert_eq!(saving(2, "upper"), Some(0.016), "{text}");
+    assert_eq!(saving(3, "estimate"), Some(0.02), "{text}");
+    assert_eq!(saving(3, "lower"), None, "no interval, no bound: {text}");
+    for bound in ["estimate", "lower", "upper"] {
+        assert_eq!(
+            saving(1, bound),
+            None,
+            "a percent per I/O is no CPU rate: {text}"
+        );
+        assert_eq!(saving(0, bound), None, "L0 is the reference: {text}");
+    }
+}
+
+#[test]
+fn without_a_pricing_name_no_cost_profile_series_is_exported() {
+    // A controller that prices nothing (a static baseline) names no profile.
+    let m = Metrics::new();
+    m.update_from(
+        &mergetune_daemon::snapshot::DaemonSnapshot::default(),
+        &[],
+        timing(1000),
+    );
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    assert!(
+        !text.contains("mergetune_cost_profile_info{"),
+        "no profile, no series: {text}"
+    );
+    m.update_from(&live_priced_snapshot(), &[], timing(2000));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("mergetune_cost_profile_info{"))
+        .collect();
+    assert_eq!(
+        series,
+        [r#"mergetune_cost_profile_info{origin="measured on this host",profile="live"} 1"#]
+    );
+}
+
+#[test]
+fn each_update_refreshes_the_status_document() {
+    let m = Metrics::new();
+    let mut snapshot = mergetune_daemon::snapshot::DaemonSnapshot::default();
+    for ticks in 1..=3 {
+        snapshot.counters.ticks = ticks;
+        m.update_from(&snapshot, &[], timing(ticks * 1000));
+        let doc: serde_json::Value = serde_json::from_slice(&m.status_json()).unwrap();
+        assert_eq!(doc["ticks"], ticks, "{doc}");
+        // A second read of the same update is the same document.
+        assert_eq!(m.status_json(), m.status_json());
+    }
+}
+
+#[test]
+fn each_probe_decision_counts_under_its_outcome() {
+    let outcomes = [
+        (DecisionKind::Probe, "started"),
+        (DecisionKind::ProbeSucceeded, "succeeded"),
+        (DecisionKind::ProbeFailed, "failed"),
+        (DecisionKind::ProbeInconclusive, "inconclusive"),
+    ];
+    for (kind, outcome) in outcomes {
+        let m = Metrics::new();
+        let decision = Decision {
+            at_ms: 1000,
+            device: "sda".into(),
+            kind,
+            changes: Vec::new(),
+            reason: "test".into(),
+            applied: Applied::NothingToWrite,
+        };
+        m.update_from(&live_priced_snapshot(), &[decision], timing(1000));
+        let text = String::from_utf8(m.render().to_vec()).unwrap();
+        // A managed device has every outcome's series from the start, at 0.
+        for (_, each) in outcomes {
+            let series = format!(r#"mergetune_probes_total{{device="sda",outcome="{each}"}}"#);
+            let want = if each == outcome { 1.0 } else { 0.0 };
+            assert_eq!(sample(&text, &series), Some(want), "{kind:?}: {text}");
+        }
+    }
+}
+
+#[test]
+fn a_tick_of_negative_or_no_finite_duration_is_not_observed() {
+    let m = Metrics::new();
+    let snapshot = mergetune_daemon::snapshot::DaemonSnapshot::default();
+    // A watch tick shows at the next refresh, which observes its own tick too.
+    let count_after_refresh = |m: &Metrics, now_ms: u64| {
+        m.update_from(&snapshot, &[], timing(now_ms));
+        let text = String::from_utf8(m.render().to_vec()).unwrap();
+        sample(&text, "mergetune_tick_duration_seconds_count")
+    };
+    m.observe_tick(timing(500));
+    assert_eq!(
+        count_after_refresh(&m, 1000),
+        Some(2.0),
+        "a watch tick and a refresh"
+    );
+    let mut want = 2.0;
+    for (i, bad) in [-0.5, f64::INFINITY, f64::NEG_INFINITY, f64::NAN]
+        .into_iter()
+        .enumerate()
+    {
+        m.observe_tick(TickTiming {
+            now_ms: 2000,
+            duration_seconds: bad,
+            lag_seconds: 0.0,
+        });
+        want += 1.0;
+        assert_eq!(
+            count_after_refresh(&m, 3000 + i as u64),
+            Some(want),
+            "a duration of {bad} is no tick's"
+        );
+    }
+}

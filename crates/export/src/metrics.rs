@@ -642,7 +642,7 @@ impl Metrics {
                 result: if ok { "success" } else { "failure" }.to_string(),
             })
             .inc();
-        inner.generation += 1;
+        // `/status` holds nothing a reload changes (its document stays the last update's).
         self.encode(&mut inner);
     }
 
