@@ -294,7 +294,7 @@ impl Daemon {
     fn read_diskstats(&mut self, fs: &mut dyn BlockFs) -> bool {
         let health = match fs.read_diskstats() {
             Ok(bytes) => {
-                parse_diskstats_into(&bytes, &mut self.diskstats);
+                parse_diskstats_into(bytes, &mut self.diskstats);
                 self.diskstats_health.review(&self.diskstats)
             }
             Err(e) => {

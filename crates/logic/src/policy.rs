@@ -697,6 +697,30 @@ impl Ctx<'_> {
     }
 }
 
+/// The hourly count of changes keeps only the last hour's.
+fn forget_changes_older_than_an_hour(changes_ms: &mut Vec<u64>, now_ms: u64) {
+    if changes_ms
+        .first()
+        .is_some_and(|&t| now_ms.saturating_sub(t) >= HOUR_MS)
+    {
+        changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+    }
+}
+
+/// What [`decide`] says at a tick that closed no window, outside L3: the window is still
+/// open, so the policy holds, and only the hourly count of changes ages. Done in place,
+/// with no copy of the state: the tick asks it for every device whose window is still open,
+/// which is most devices at most ticks (an idle one always). `None` at L3, whose probes run
+/// on a clock of their own: there [`decide`] must be asked. The policy's property test
+/// checks that the two agree.
+pub fn hold_while_window_open(state: &mut PolicyState, now_ms: u64) -> Option<Reason> {
+    if matches!(state.phase, Phase::AtL3(_)) {
+        return None;
+    }
+    forget_changes_older_than_an_hour(&mut state.history.changes_ms, now_ms);
+    Some(Reason::WindowOpen(state.mode()))
+}
+
 /// Decides for one device at `now_ms`. `window` is the window that closed at this tick, if
 /// any (probes start on time alone, so the policy is asked every tick).
 pub fn decide(
@@ -707,13 +731,7 @@ pub fn decide(
     now_ms: u64,
 ) -> Evaluation {
     let PolicyState { mut history, phase } = prev.clone();
-    let changes = &mut history.changes_ms;
-    if changes
-        .first()
-        .is_some_and(|&t| now_ms.saturating_sub(t) >= HOUR_MS)
-    {
-        changes.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
-    }
+    forget_changes_older_than_an_hour(&mut history.changes_ms, now_ms);
     let cx = Ctx {
         cfg,
         caps,

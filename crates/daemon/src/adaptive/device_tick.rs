@@ -20,7 +20,7 @@ use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{
-    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, tunables,
+    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, hold_while_window_open, tunables,
 };
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
@@ -46,7 +46,16 @@ impl DeviceTick<'_> {
         now_ms: u64,
         fs: &mut dyn BlockFs,
     ) -> Option<Decision> {
-        let (mut window, mut caps) = self.close_window(name, dev, now_ms, fs);
+        let mut window = self.close_window(name, dev, now_ms, fs);
+        if window.is_none()
+            && let Some(reason) = hold_while_window_open(&mut dev.policy, now_ms)
+        {
+            // What the policy says to an open window, without a copy of its state, and
+            // without a price it would not read.
+            dev.last_reason = reason;
+            return None;
+        }
+        let mut caps = self.caps_priced(dev, window.as_ref());
         if self.actuator.dry_run() {
             self.as_live_would_see(name, dev, &mut window, &mut caps);
         }
@@ -106,16 +115,14 @@ impl DeviceTick<'_> {
     }
 
     /// Closes the device's window if this tick completes it, with the bio tap's sample at
-    /// L3, and says what the device can do and what a step down would save here. Priced
-    /// live, the device's own worth is not read (a cache miss of three lines per device at
-    /// 1024 devices, for a value about to be replaced).
+    /// L3.
     fn close_window(
         &self,
         name: &str,
         dev: &mut DeviceRuntime,
         now_ms: u64,
         fs: &mut dyn BlockFs,
-    ) -> (Option<Window>, Caps) {
+    ) -> Option<Window> {
         let pcfg = &self.cfg.policy;
         let window_ms = self.cfg.window_ms();
         let close = if dev.policy.mode() == Mode::AtL3 {
@@ -145,12 +152,21 @@ impl DeviceTick<'_> {
             .and_then(|c| dev.window.push(&c, now_ms, &close));
         if let Some(w) = window.as_mut() {
             w.sensed = dev.sense.take_sample();
+            dev.last_window = Some(*w);
+            dev.last_window_ms = now_ms;
         }
+        window
+    }
+
+    /// What the device can do and what a step down would save here, priced when the policy
+    /// is about to read it (a window closed, or at L3), so that `dev.worth` is the price of
+    /// the last decision. Priced live, the device's own worth is not read (a cache miss of
+    /// three lines per device at 1024 devices, for a value about to be replaced).
+    fn caps_priced(&self, dev: &mut DeviceRuntime, window: Option<&Window>) -> Caps {
         let worth = match self.live {
             Some(live) => {
                 // The live price at this device's rate: the window's, else the last one's.
                 let rate = window
-                    .as_ref()
                     .or(dev.last_window.as_ref())
                     .map_or(0.0, Window::bios_per_sec);
                 live.worth(dev.info.scheduler.as_deref(), rate, &self.cfg.pricing)
@@ -158,18 +174,13 @@ impl DeviceTick<'_> {
             None => dev.caps.worth,
         };
         dev.worth = worth;
-        if window.is_some() {
-            dev.last_window = window;
-            dev.last_window_ms = now_ms;
-        }
-        let caps = Caps {
+        Caps {
             front_merges: dev.caps.front_merges,
             simple_merges: dev.caps.simple_merges,
             // L3 is watched where the tap works.
             sense_at_l3: dev.sense.usable(&self.cfg.sense),
             worth,
-        };
-        (window, caps)
+        }
     }
 
     /// A dry run decides on what the live daemon would have counted at the level it would

@@ -5,6 +5,7 @@
 
 use super::{Daemon, DeviceRuntime, LADDER};
 use crate::actuator::Actuator;
+use crate::pricing::PricingSource;
 use crate::state::{RestoreOutcome, RestoreResult};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::devices::{DeviceInfo, read_device};
@@ -173,9 +174,18 @@ impl Daemon {
         observe_ladder(&mut self.actuator, &info);
         let m = classify(&info, &self.cfg.devices);
         info!(device = %name, "{}", describe(&info, &m));
+        // Priced from the start, as the tick prices it until its first window closes
+        // (shown by the startup log, status and /metrics).
+        let priced = match self.pricing {
+            PricingSource::Live => {
+                self.live
+                    .worth(info.scheduler.as_deref(), 0.0, &self.cfg.pricing)
+            }
+            _ => worth,
+        };
         let runtime = DeviceRuntime {
             caps: caps_of(&info).priced(worth),
-            worth: Worth::UNPRICED,
+            worth: priced,
             info,
             management: m,
             policy: PolicyState::new(now_ms, &self.cfg.policy),
