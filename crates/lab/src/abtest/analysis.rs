@@ -292,6 +292,8 @@ pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -
 }
 
 impl fmt::Display for Analysis {
+    /// Long because it is the A/B report, written top to bottom in the order it is read,
+    /// one figure with its interval a line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let e = |x: &Estimate, d: usize| {
             format!("{:.d$} [{:.d$}, {:.d$}]", x.median, x.low, x.high, d = d)
