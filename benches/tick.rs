@@ -116,40 +116,33 @@ fn bench(c: &mut Criterion) {
             })
         });
         g.bench_with_input(BenchmarkId::new("daemon", n), &n, |b, &n| {
-            let mut fs = MemFs {
-                texts: texts.clone(),
-                next: 0,
-                names: (0..n).map(|i| format!("sd{i}")).collect(),
-            };
-            let mut cfg = cfg.clone();
-            // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
-            cfg.daemon.rescan_every_ticks = u32::MAX;
-            let mut d = Daemon::simulated(cfg);
-            let mut now = 0u64;
-            b.iter(|| {
-                now += 1000;
-                black_box(d.tick(now, &mut fs));
-            })
+            daemon_ticks(b, &texts, n, &cfg)
         });
     }
     let (n, busy) = (1024usize, 64usize);
     let texts: Vec<String> = (0..64).map(|t| diskstats_text_busy(n, busy, t)).collect();
     g.bench_with_input(BenchmarkId::new("daemon_64_busy", n), &n, |b, &n| {
-        let mut fs = MemFs {
-            texts: texts.clone(),
-            next: 0,
-            names: (0..n).map(|i| format!("sd{i}")).collect(),
-        };
-        let mut cfg = cfg.clone();
-        cfg.daemon.rescan_every_ticks = u32::MAX;
-        let mut d = Daemon::simulated(cfg);
-        let mut now = 0u64;
-        b.iter(|| {
-            now += 1000;
-            black_box(d.tick(now, &mut fs));
-        })
+        daemon_ticks(b, &texts, n, &cfg)
     });
     g.finish();
+}
+
+/// `Daemon::tick` over `n` devices whose diskstats cycles through `texts`, one second apart.
+fn daemon_ticks(b: &mut criterion::Bencher, texts: &[String], n: usize, cfg: &Config) {
+    let mut fs = MemFs {
+        texts: texts.to_vec(),
+        next: 0,
+        names: (0..n).map(|i| format!("sd{i}")).collect(),
+    };
+    let mut cfg = cfg.clone();
+    // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
+    cfg.daemon.rescan_every_ticks = u32::MAX;
+    let mut d = Daemon::simulated(cfg);
+    let mut now = 0u64;
+    b.iter(|| {
+        now += 1000;
+        black_box(d.tick(now, &mut fs));
+    })
 }
 
 criterion_group!(benches, bench);

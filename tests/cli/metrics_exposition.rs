@@ -1020,6 +1020,12 @@ fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
     );
 }
 
+/// The series of a labelled family, as lines of the exposition.
+fn family_lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
+    let prefix = format!("{family}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
 /// A managed device priced live, as the daemon's snapshot gives it after the sampler has
 /// measured its scheduler: L2 saves 12 ms/s [8, 16], L3 20 ms/s with no interval, and L1
 /// carries a profile's cell (percent per I/O), which is no CPU rate and is not exported.
@@ -1075,12 +1081,8 @@ fn a_live_priced_device_exports_its_basis_and_its_savings_in_cpu_seconds_per_sec
     let m = Metrics::new();
     m.update_from(&live_priced_snapshot(), &[], timing(1000));
     let text = String::from_utf8(m.render().to_vec()).unwrap();
-    let pricing: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("mergetune_device_pricing{"))
-        .collect();
     assert_eq!(
-        pricing,
+        family_lines(&text, "mergetune_device_pricing"),
         [r#"mergetune_device_pricing{basis="live",device="sda"} 1"#],
         "one basis, the device's: {text}"
     );
@@ -1124,12 +1126,8 @@ fn without_a_pricing_name_no_cost_profile_series_is_exported() {
     );
     m.update_from(&live_priced_snapshot(), &[], timing(2000));
     let text = String::from_utf8(m.render().to_vec()).unwrap();
-    let series: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("mergetune_cost_profile_info{"))
-        .collect();
     assert_eq!(
-        series,
+        family_lines(&text, "mergetune_cost_profile_info"),
         [r#"mergetune_cost_profile_info{origin="measured on this host",profile="live"} 1"#]
     );
 }
