@@ -200,9 +200,9 @@ impl Daemon {
     pub fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         self.slack_ms = self.next_step_ms / 2;
         let _ = self.actuator.retry_persist();
-        let decisions = self.tick_inner(now_ms, fs);
+        let (decisions, watching) = self.tick_inner(now_ms, fs);
         self.log_persist_change();
-        self.next_step_ms = self.step_after_tick();
+        self.next_step_ms = self.step_after_tick(watching);
         self.counters.state_persisted = self.actuator.persisted();
         self.counters.state_save_errors = self.actuator.save_errors();
         decisions
@@ -231,11 +231,11 @@ impl Daemon {
         self.next_step_ms
     }
 
-    fn step_after_tick(&self) -> u64 {
+    /// `watching`: whether a managed device is at L3, as the tick's walk of the devices
+    /// found; `None` when the tick did not walk them (diskstats unreadable).
+    fn step_after_tick(&self, watching: Option<bool>) -> u64 {
         let watching = self.cfg.policy.enabled
-            && self.devices.values().any(|d| {
-                d.management.is_managed() && d.policy.mode() == mergetune_logic::policy::Mode::AtL3
-            });
+            && watching.unwrap_or_else(|| self.devices.values().any(watching_at_l3));
         if watching {
             self.cfg.l3_tick_ms()
         } else {
@@ -243,7 +243,9 @@ impl Daemon {
         }
     }
 
-    fn tick_inner(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
+    /// The tick's work; with its decisions, whether a managed device is at L3 after it
+    /// (`None` when diskstats could not be read and no device was looked at).
+    fn tick_inner(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> (Vec<Decision>, Option<bool>) {
         let rescan_every = u64::from(self.cfg.daemon.rescan_every_ticks.max(1));
         if self.force_rescan || self.counters.ticks.is_multiple_of(rescan_every) {
             self.force_rescan = false;
@@ -251,7 +253,7 @@ impl Daemon {
         }
         self.counters.ticks += 1;
         if !self.read_diskstats(fs) {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         // Taken out for the walk of the devices, and put back for their buffers.
         let parsed = std::mem::take(&mut self.diskstats);
@@ -272,21 +274,22 @@ impl Daemon {
             counters: &mut self.counters,
             force_rescan: &mut self.force_rescan,
         };
+        // One walk of the devices: at 1024 devices each walk is a cache miss per device.
+        let mut watching = false;
         for (name, dev) in self.devices.iter_mut() {
-            if !dev.management.is_managed() {
-                continue;
+            if dev.management.is_managed() {
+                decisions.extend(step.ladder(name, dev, now_ms, fs));
+                decisions.extend(step.slices(name, dev, now_ms, fs));
             }
-            decisions.extend(step.ladder(name, dev, now_ms, fs));
-            decisions.extend(step.slices(name, dev, now_ms, fs));
-        }
-        // sense: a device that is no longer managed keeps no tap open.
-        for (name, dev) in self.devices.iter_mut() {
+            // sense: a device that is no longer managed (or was just handed off) keeps no
+            // tap open.
             if !dev.management.is_managed() {
                 dev.sense.stop(name, fs);
             }
+            watching |= watching_at_l3(dev);
         }
         self.counters.decisions += decisions.len() as u64;
-        decisions
+        (decisions, Some(watching))
     }
 
     /// Reads and parses diskstats into `self.diskstats`, logs what is wrong with the read,
@@ -437,6 +440,12 @@ impl Daemon {
                 .collect(),
         }
     }
+}
+
+/// A managed device at L3, whose merges only a workload change shows: the daemon ticks at
+/// the L3 watch interval while there is one.
+fn watching_at_l3(dev: &DeviceRuntime) -> bool {
+    dev.management.is_managed() && dev.policy.mode() == mergetune_logic::policy::Mode::AtL3
 }
 
 impl Controller for Daemon {
