@@ -536,7 +536,7 @@ pub fn parse_diskstats(input: &(impl AsRef<[u8]> + ?Sized)) -> Diskstats {
 /// replaces: the devices and their names are overwritten in place, so a reader that keeps one `Diskstats` (the
 /// daemon's tick) allocates nothing per line, nor moves a device as the vector grows. A line
 /// the same, byte for byte, as the one its slot was parsed from at the last read is not
-/// parsed again ([`LastLines`]).
+/// parsed again (`LastLines`).
 pub fn parse_diskstats_into(input: Vec<u8>, out: &mut Diskstats) {
     parse_lines(&input, out);
     // A name set aside shifts the devices after it off their lines.
