@@ -174,8 +174,8 @@ impl Daemon {
         observe_ladder(&mut self.actuator, &info);
         let m = classify(&info, &self.cfg.devices);
         info!(device = %name, "{}", describe(&info, &m));
-        // Priced from the start, as the tick prices it until its first window closes
-        // (shown by the startup log, status and /metrics).
+        // Priced when found (live: at no rate yet), so that the startup log, status and
+        // /metrics show a price before its first window closes and the tick prices it.
         let priced = match self.pricing {
             PricingSource::Live => {
                 self.live
