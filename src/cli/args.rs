@@ -15,10 +15,11 @@ use std::path::PathBuf;
 merging down where it is wasted and back up where it pays, with hysteresis, probing and a \
 reason for every decision. It restores the original values on exit and after a crash.\n\n\
 What it changes, by default: only queue/nomerges and, on mq-deadline, \
-queue/iosched/front_merges, and only on a device whose merge ratio stays low, where the \
-cost profile ([policy] cost_profile) shows that less merging saves CPU. The default \
-profile, measured on kernel 6.18, shows no such saving, so by default merging stays on \
-and the daemon says why. The slice tuner ([slices], off by \
+queue/iosched/front_merges, and only on a device whose merge ratio stays low, where less \
+merging saves CPU. By default ([policy] cost_profile = \"live\") that saving is measured on \
+this host, by sampling the merge path's CPU, and a step down needs the lower bound of its \
+interval to reach the floor ([pricing], 0.5% of a CPU): on a slow or lightly loaded \
+device it does not, so there merging stays on and the daemon says why. The slice tuner ([slices], off by \
 default, opt-in) writes mq-deadline writes_starved and read_expire and bfq timeout_sync \
 when reads starve behind writes. A value an admin set is never touched.",
     after_help = EXIT_STATUS_HELP
