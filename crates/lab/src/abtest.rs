@@ -34,6 +34,8 @@ pub mod plan;
 pub mod run;
 pub mod tasks;
 
-pub use analysis::{Analysis, BlockMeasure, DropReason, PairMeasure, analyse, judge};
+pub use analysis::{
+    Analysis, BlockMeasure, DropReason, PairMeasure, SampledAgainst, analyse, judge,
+};
 pub use plan::{PairPlan, schedule};
 pub use run::{AbError, AbParams, AbReport, run};
