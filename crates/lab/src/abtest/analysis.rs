@@ -585,6 +585,24 @@ mod tests {
     }
 
     #[test]
+    fn intervals_that_share_an_end_overlap_and_only_disjoint_ones_lie_under_or_over() {
+        let e = |low: f64, high: f64| Estimate {
+            median: (low + high) / 2.0,
+            low,
+            high,
+            coverage: 0.95,
+        };
+        let measured = e(300.0, 360.0);
+        let of = |s| SampledAgainst::of(&s, &measured);
+        assert_eq!(of(e(170.0, 180.0)), SampledAgainst::Under);
+        assert_eq!(of(e(290.0, 299.9)), SampledAgainst::Under);
+        assert_eq!(of(e(290.0, 300.0)), SampledAgainst::Within);
+        assert_eq!(of(e(310.0, 320.0)), SampledAgainst::Within);
+        assert_eq!(of(e(360.0, 370.0)), SampledAgainst::Within);
+        assert_eq!(of(e(360.1, 370.0)), SampledAgainst::Over);
+    }
+
+    #[test]
     fn a_block_with_lost_samples_leaves_its_pair_out_of_the_sampled_estimate() {
         let mut pairs = synthetic(20, -0.03, 8);
         with_samples(&mut pairs, 300.0, 9);
