@@ -6,7 +6,8 @@
 # (docs/evaluation.md, "Where the rest of fio's saving goes"). Run as root on a quiet
 # machine with fio, perf and python3:
 #     sudo docs/scripts/merge-split.sh [ROUNDS (8)] [SECONDS_PER_LEVEL (4)]
-# It creates and removes its own loop device and backing file, nothing else.
+# It creates and removes its own loop device and backing file, and puts back the device's
+# scheduler and nomerges before it detaches it; it touches nothing else.
 set -eu
 ROUNDS=${1:-8}
 SECS=${2:-4}
@@ -15,19 +16,29 @@ OUT=$(mktemp -d /tmp/merge-split.XXXXXX)
 BACKING=$(mktemp /dev/shm/merge-split.XXXXXX)
 DEV=
 FIO=
+Q=
+ORIG_SCHED=
+ORIG_NOMERGES=
 cleanup() {
     set +e
     if [ -n "$FIO" ]; then
         kill "$FIO" 2>/dev/null
         wait "$FIO" 2>/dev/null
     fi
-    [ -n "$DEV" ] && losetup -d "$DEV"
+    if [ -n "$DEV" ]; then
+        # A loop device's queue outlives its attachment: put back what it had.
+        [ -n "$ORIG_NOMERGES" ] && echo "$ORIG_NOMERGES" >"$Q/queue/nomerges"
+        [ -n "$ORIG_SCHED" ] && echo "$ORIG_SCHED" >"$Q/queue/scheduler"
+        losetup -d "$DEV"
+    fi
     rm -f "$BACKING"
 }
 trap cleanup EXIT
 truncate -s 16G "$BACKING"
 DEV=$(losetup -f --show --direct-io=on "$BACKING")
 Q=/sys/block/$(basename "$DEV")
+ORIG_NOMERGES=$(cat "$Q/queue/nomerges")
+ORIG_SCHED=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$Q/queue/scheduler")
 echo mq-deadline >"$Q/queue/scheduler"
 taskset -c "$CPU" fio --name=merge-split --filename="$DEV" --direct=1 --rw=randread --bs=4k \
     --ioengine=libaio --iodepth=32 --norandommap --randrepeat=0 --thread --time_based \
@@ -45,6 +56,5 @@ for round in $(seq "$ROUNDS"); do
         echo "$round $nomerges $((after - before))" >>"$OUT/ios.txt"
     done
 done
-echo 0 >"$Q/queue/nomerges"
 echo "kernel $(uname -r), $(date -u +%FT%TZ), profiles in $OUT"
 python3 "$(dirname "$0")/merge-split.py" "$OUT" 4000

@@ -2,13 +2,14 @@
 //! `MERGETUNE_KERNEL_TESTS=1`, as root): it runs on a scratch loop device it attaches
 //! itself, writes a profile that validates and records this kernel, counts merges from the
 //! device's stat (a batched sequential job merges, nomerges=2 merges nothing), and leaves no
-//! loop device behind.
+//! loop device behind, nor any loop device's queue changed (a queue outlives its
+//! attachment: the next user would find calibrate's scheduler and nomerges).
 
 use crate::kernel;
 
 use mergetune_logic::cost_profile::{CostProfile, Method, Scheduler, Workload};
 use mergetune_logic::decision::Level;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 /// Attached loop devices with their backing files.
@@ -23,6 +24,24 @@ fn attached_loops() -> BTreeSet<(String, String)> {
     out
 }
 
+/// Every loop device's queue: its scheduler line and nomerges, attached or not.
+fn loop_queues() -> BTreeMap<String, (String, String)> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let read = |f: &str| {
+            std::fs::read_to_string(e.path().join("queue").join(f))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_default()
+        };
+        out.insert(name, (read("scheduler"), read("nomerges")));
+    }
+    out
+}
+
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
@@ -30,6 +49,7 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
         return;
     };
     let before = attached_loops();
+    let queues_before = loop_queues();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("profile.toml");
     let run = Command::new(env!("CARGO_BIN_EXE_mergetune"))
@@ -59,6 +79,14 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
             .any(|(_, b)| b.contains("mergetune-calibrate-")),
         "a scratch backing file is still attached"
     );
+    let queues_after = loop_queues();
+    for (name, was) in &queues_before {
+        assert_eq!(
+            queues_after.get(name),
+            Some(was),
+            "{name}'s queue (scheduler, nomerges) was not put back"
+        );
+    }
 
     let text = std::fs::read_to_string(&out).unwrap();
     let p = CostProfile::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -221,4 +249,139 @@ fn a_sigkill_mid_calibration_puts_the_devices_tunables_back() {
         t.elapsed()
     );
     kill_fio_on(&dev);
+}
+
+/// The loop devices attached over a file under `dir` (at any depth).
+fn loops_over(dir: &std::path::Path) -> Vec<String> {
+    attached_loops()
+        .into_iter()
+        .filter(|(_, b)| std::path::Path::new(b).starts_with(dir))
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// Whatever the test ends with, the loop devices over `dir` are put back as they were found
+/// and detached.
+struct Leftovers {
+    dir: std::path::PathBuf,
+    queues: BTreeMap<String, (String, String)>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for name in loops_over(&self.dir) {
+            let _ = Command::new("pkill")
+                .args(["-f", &format!("filename=/dev/{name}")])
+                .status();
+            if let Some((sched, nomerges)) = self.queues.get(&name) {
+                let q = std::path::Path::new("/sys/block").join(&name).join("queue");
+                let _ = std::fs::write(q.join("nomerges"), nomerges);
+                if let Some(active) = mergetune_kernel::devices::active_scheduler(sched) {
+                    let _ = std::fs::write(q.join("scheduler"), active);
+                }
+            }
+            let _ = Command::new("losetup")
+                .args(["-d", &format!("/dev/{name}")])
+                .status();
+        }
+    }
+}
+
+/// A calibrate killed mid-run cannot detach its scratch loop device, and leaves it with the
+/// scheduler it measured; the next calibrate, in whichever mode, detaches it first and puts
+/// its queue back as the killed one found it.
+#[test]
+#[ignore = "needs root, fio, perf events and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_back() {
+    let Some(_k) = kernel::require_kernel("calibrate_leftover") else {
+        return;
+    };
+    let queues_before = loop_queues();
+    let tmpfs = tempfile::tempdir_in("/dev/shm").expect("a temp dir on /dev/shm (tmpfs)");
+    let _cleanup = Leftovers {
+        dir: tmpfs.path().to_path_buf(),
+        queues: queues_before.clone(),
+    };
+    let out = tempfile::tempdir().unwrap();
+    let mut killed = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args([
+            "calibrate",
+            "--end-to-end",
+            "--quick",
+            "--schedulers",
+            "mq-deadline",
+        ])
+        .args(["--toggle-reps", "1", "--tmpfs-dir"])
+        .arg(tmpfs.path())
+        .arg("--output")
+        .arg(out.path().join("never.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run mergetune calibrate");
+    // Until its scratch device runs mq-deadline, which no loop device had before.
+    let t = std::time::Instant::now();
+    let scratch = loop {
+        let switched = loops_over(tmpfs.path()).into_iter().find(|n| {
+            loop_queues()
+                .get(n)
+                .is_some_and(|(s, _)| s.contains("[mq-deadline]"))
+        });
+        if let Some(n) = switched {
+            break n;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "calibrate never switched a scratch device to mq-deadline"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    killed.kill().unwrap(); // SIGKILL
+    let _ = killed.wait();
+    let _ = Command::new("pkill")
+        .args(["-f", &format!("filename=/dev/{scratch}")])
+        .status();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        loops_over(tmpfs.path()),
+        vec![scratch.clone()],
+        "the killed calibrate's device is left attached"
+    );
+
+    // The next calibrate, in the default mode (the merge path sampled), cleans up first.
+    let next = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args([
+            "calibrate",
+            "--quick",
+            "--schedulers",
+            "none",
+            "--tmpfs-dir",
+        ])
+        .arg(tmpfs.path())
+        .arg("--output")
+        .arg(out.path().join("merge-path.toml"))
+        .output()
+        .expect("run mergetune calibrate");
+    let stderr = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success(), "calibrate failed: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "detached {scratch}, left by an earlier calibrate that was killed"
+        )),
+        "{stderr}"
+    );
+    assert!(loops_over(tmpfs.path()).is_empty(), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(tmpfs.path()).unwrap().count(),
+        0,
+        "a backing file is left"
+    );
+    let queues_after = loop_queues();
+    for (name, was) in &queues_before {
+        assert_eq!(
+            queues_after.get(name),
+            Some(was),
+            "{name}'s queue (scheduler, nomerges) was not put back"
+        );
+    }
 }

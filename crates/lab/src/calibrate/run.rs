@@ -221,13 +221,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
     }
-    for name in detach_leftovers(
-        &args.tmpfs_dir,
-        &args.sysfs_root,
-        Path::new(mergetune_kernel::cputime::PROCFS),
-    ) {
-        eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
-    }
+    clean_leftovers(&args);
     let started = Instant::now();
     let measured_at = utc_now_rfc3339();
     let load_start = loadavg_1m();
@@ -333,6 +327,18 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
 }
 
 /// The default mode: the merge path sampled (`merge_path`).
+/// Detaches the scratch loop devices a killed calibrate left (their queues put back), before
+/// this run attaches its own: every mode that may attach one calls it.
+fn clean_leftovers(args: &CalibrateArgs) {
+    for name in detach_leftovers(
+        &args.tmpfs_dir,
+        &args.sysfs_root,
+        Path::new(mergetune_kernel::cputime::PROCFS),
+    ) {
+        eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
+    }
+}
+
 fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
     use super::merge_path::{Plan, run};
     let schedulers = if args.schedulers.is_empty() {
@@ -382,6 +388,7 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
     };
     plan.check()?;
     check_tools()?;
+    clean_leftovers(args);
     if let Some(pairs) = args.sampler_overhead {
         if !(10..=100_000).contains(&pairs) {
             bail!("--sampler-overhead: {pairs} pairs is not in 10..=100000");

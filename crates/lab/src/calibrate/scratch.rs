@@ -1,6 +1,11 @@
 //! The scratch loop device calibrate measures on: attached by this process over its own
 //! file on a tmpfs (never an existing device), checked to be ours, detached and removed on
 //! drop; and the clean-up of one a killed calibrate left behind.
+//!
+//! A loop device's queue outlives its attachment: the scheduler and `nomerges` calibrate
+//! sets would be the next user's. So the values found at attach are kept (in memory, and in
+//! a file beside the backing file for the clean-up after a kill) and put back before the
+//! device is detached.
 
 use anyhow::{Context, Result, bail};
 use mergetune_logic::cost_profile::Scheduler;
@@ -9,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BACKING_PREFIX: &str = "mergetune-calibrate-";
+/// Beside the backing file: the queue's values found at attach.
+const QUEUE_ORIGINAL_FILE: &str = "queue-original.json";
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// A loop device this process attached over its own tmpfs file; detached and the file
@@ -20,6 +27,69 @@ pub(super) struct ScratchLoop {
     pub(super) name: String,
     pub(super) dir: PathBuf,
     pub(super) direct_io: bool,
+    /// The queue as it was found at attach, put back before the detach.
+    original: Option<QueueOriginal>,
+    /// Whether the device was seen over our file: only then is it ours to detach.
+    ours: bool,
+}
+
+/// A loop device's queue values calibrate changes, as they were before.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueOriginal {
+    scheduler: String,
+    nomerges: u8,
+}
+
+impl QueueOriginal {
+    /// Reads them from the queue of loop device `name` under `sysfs_root`.
+    fn read(sysfs_root: &Path, name: &str) -> Result<QueueOriginal> {
+        let q = sysfs_root.join("block").join(name).join("queue");
+        let read = |f: &str| {
+            let p = q.join(f);
+            std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))
+        };
+        let sched_text = read("scheduler")?;
+        let scheduler = mergetune_kernel::devices::active_scheduler(&sched_text)
+            .with_context(|| format!("{}: no active scheduler in {sched_text:?}", q.display()))?;
+        let nomerges_text = read("nomerges")?;
+        let nomerges = nomerges_text.trim().parse().with_context(|| {
+            format!(
+                "{}/nomerges: {nomerges_text:?} is not a number",
+                q.display()
+            )
+        })?;
+        Ok(QueueOriginal {
+            scheduler,
+            nomerges,
+        })
+    }
+
+    /// Writes them back: nomerges first, then the scheduler (a switch that would drop the
+    /// scheduler's own tunables comes last).
+    fn put_back(&self, sysfs_root: &Path, name: &str) -> Result<()> {
+        let q = sysfs_root.join("block").join(name).join("queue");
+        for (f, v) in [
+            ("nomerges", self.nomerges.to_string()),
+            ("scheduler", self.scheduler.clone()),
+        ] {
+            let p = q.join(f);
+            std::fs::write(&p, &v).with_context(|| format!("write {v} to {}", p.display()))?;
+        }
+        Ok(())
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        let p = dir.join(QUEUE_ORIGINAL_FILE);
+        let text = serde_json::to_string(self).context("serialise the queue's values")?;
+        std::fs::write(&p, text).with_context(|| format!("write {}", p.display()))
+    }
+
+    /// What a killed run saved; None where it saved nothing readable.
+    fn load(dir: &Path) -> Option<QueueOriginal> {
+        let text = std::fs::read_to_string(dir.join(QUEUE_ORIGINAL_FILE)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
 }
 
 pub(super) fn run_cmd(cmd: &str, args: &[&str]) -> Result<String> {
@@ -86,6 +156,11 @@ pub(super) fn detach_leftovers(
         if parent.parent() != Some(tmpfs_dir) || pid_alive(procfs_root, pid) {
             continue;
         }
+        if let Some(orig) = QueueOriginal::load(parent)
+            && let Err(e) = orig.put_back(sysfs_root, &name)
+        {
+            eprintln!("mergetune calibrate: {name}: cannot put its queue back: {e:#}");
+        }
         let dev = format!("/dev/{name}");
         if run_cmd("losetup", &["-d", &dev]).is_ok() {
             let _ = std::fs::remove_dir_all(parent);
@@ -144,6 +219,8 @@ impl ScratchLoop {
             name,
             dir,
             direct_io: false,
+            original: None,
+            ours: false,
         };
         if !lp.name.starts_with("loop") {
             bail!("losetup printed {}, not a loop device", lp.dev.display());
@@ -155,7 +232,11 @@ impl ScratchLoop {
                 lp.name
             );
         }
+        lp.ours = true;
         lp.direct_io = lp.sys("loop/dio")?.trim() == "1";
+        let original = QueueOriginal::read(&lp.sysfs_root, &lp.name)?;
+        original.save(&lp.dir)?;
+        lp.original = Some(original);
         Ok(lp)
     }
 
@@ -205,10 +286,105 @@ impl ScratchLoop {
 
 impl Drop for ScratchLoop {
     fn drop(&mut self) {
+        if !self.ours {
+            let _ = std::fs::remove_dir_all(&self.dir);
+            return;
+        }
+        if let Some(orig) = self.original.take()
+            && let Err(e) = orig.put_back(&self.sysfs_root, &self.name)
+        {
+            eprintln!(
+                "mergetune calibrate: {}: cannot put its queue back: {e:#}",
+                self.name
+            );
+        }
         let dev = self.dev.to_string_lossy().into_owned();
         if let Err(e) = run_cmd("losetup", &["-d", &dev]) {
             eprintln!("mergetune calibrate: cannot detach {dev}: {e:#}");
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the temp dir, removed on drop.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let p = std::env::temp_dir().join(format!(
+                "mergetune-scratch-test-{tag}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(p)
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn fake_queue(root: &Path, scheduler: &str, nomerges: &str) -> PathBuf {
+        let q = root.join("block/loop9/queue");
+        std::fs::create_dir_all(&q).unwrap();
+        std::fs::write(q.join("scheduler"), scheduler).unwrap();
+        std::fs::write(q.join("nomerges"), nomerges).unwrap();
+        q
+    }
+
+    #[test]
+    fn the_queue_found_at_attach_is_what_is_put_back_and_what_a_killed_run_left_says() {
+        let t = Scratch::new("put-back");
+        let q = fake_queue(&t.0, "none [mq-deadline] kyber\n", "1\n");
+        let orig = QueueOriginal::read(&t.0, "loop9").unwrap();
+        assert_eq!(
+            orig,
+            QueueOriginal {
+                scheduler: "mq-deadline".into(),
+                nomerges: 1
+            }
+        );
+        // What calibrate does to it, then the put-back.
+        std::fs::write(q.join("scheduler"), "[none] mq-deadline kyber\n").unwrap();
+        std::fs::write(q.join("nomerges"), "2\n").unwrap();
+        orig.put_back(&t.0, "loop9").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(q.join("scheduler")).unwrap(),
+            "mq-deadline"
+        );
+        assert_eq!(std::fs::read_to_string(q.join("nomerges")).unwrap(), "1");
+        // Saved beside the backing file, it is read back whole by the clean-up after a kill.
+        let dir = t.0.join("mergetune-calibrate-1");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(QueueOriginal::load(&dir), None, "nothing saved yet");
+        orig.save(&dir).unwrap();
+        assert_eq!(QueueOriginal::load(&dir), Some(orig));
+        std::fs::write(dir.join(QUEUE_ORIGINAL_FILE), "{\"scheduler\": 3}").unwrap();
+        assert_eq!(
+            QueueOriginal::load(&dir),
+            None,
+            "a damaged file is no original"
+        );
+    }
+
+    #[test]
+    fn a_queue_that_cannot_be_read_is_refused_with_its_path() {
+        let t = Scratch::new("refused");
+        fake_queue(&t.0, "mq-deadline kyber\n", "0\n");
+        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop9").unwrap_err());
+        assert!(e.contains("loop9/queue: no active scheduler"), "{e}");
+        fake_queue(&t.0, "[none]\n", "two\n");
+        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop9").unwrap_err());
+        assert!(
+            e.contains("loop9/queue/nomerges: \"two\\n\" is not a number"),
+            "{e}"
+        );
+        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop8").unwrap_err());
+        assert!(e.contains("loop8/queue/scheduler"), "{e}");
     }
 }
