@@ -42,6 +42,29 @@ fn loop_queues() -> BTreeMap<String, (String, String)> {
     out
 }
 
+/// Every loop device of `before` has its queue as it had then.
+fn assert_queues_as(before: &BTreeMap<String, (String, String)>) {
+    let now = loop_queues();
+    for (name, was) in before {
+        assert_eq!(
+            now.get(name),
+            Some(was),
+            "{name}'s queue (scheduler, nomerges) was not put back"
+        );
+    }
+}
+
+/// `mergetune calibrate ARGS`, started with its output thrown away (a run to be killed).
+fn spawn_calibrate(args: &[&std::ffi::OsStr]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .arg("calibrate")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run mergetune calibrate")
+}
+
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
@@ -79,14 +102,7 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
             .any(|(_, b)| b.contains("mergetune-calibrate-")),
         "a scratch backing file is still attached"
     );
-    let queues_after = loop_queues();
-    for (name, was) in &queues_before {
-        assert_eq!(
-            queues_after.get(name),
-            Some(was),
-            "{name}'s queue (scheduler, nomerges) was not put back"
-        );
-    }
+    assert_queues_as(&queues_before);
 
     let text = std::fs::read_to_string(&out).unwrap();
     let p = CostProfile::from_toml_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -207,16 +223,19 @@ fn a_sigkill_mid_calibration_puts_the_devices_tunables_back() {
     dev.set_queue_attr("nomerges", "1");
     dev.set_queue_attr("iosched/front_merges", "0");
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["calibrate", "--device", dev.name(), "--windows", "50"])
-        .args(["--runtime-ms", "500", "--state-dir"])
-        .arg(dir.path().join("state"))
-        .arg("--output")
-        .arg(dir.path().join("never.toml"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("run mergetune calibrate --device");
+    let (state, never) = (dir.path().join("state"), dir.path().join("never.toml"));
+    let mut child = spawn_calibrate(&[
+        "--device".as_ref(),
+        dev.name().as_ref(),
+        "--windows".as_ref(),
+        "50".as_ref(),
+        "--runtime-ms".as_ref(),
+        "500".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+        "--output".as_ref(),
+        never.as_os_str(),
+    ]);
     // Until calibrate has written the level it measures at (L0).
     let t = std::time::Instant::now();
     while dev.queue_attr("nomerges").trim() != "0" {
@@ -303,22 +322,19 @@ fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_b
         queues: queues_before.clone(),
     };
     let out = tempfile::tempdir().unwrap();
-    let mut killed = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args([
-            "calibrate",
-            "--end-to-end",
-            "--quick",
-            "--schedulers",
-            "mq-deadline",
-        ])
-        .args(["--toggle-reps", "1", "--tmpfs-dir"])
-        .arg(tmpfs.path())
-        .arg("--output")
-        .arg(out.path().join("never.toml"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("run mergetune calibrate");
+    let never = out.path().join("never.toml");
+    let mut killed = spawn_calibrate(&[
+        "--end-to-end".as_ref(),
+        "--quick".as_ref(),
+        "--schedulers".as_ref(),
+        "mq-deadline".as_ref(),
+        "--toggle-reps".as_ref(),
+        "1".as_ref(),
+        "--tmpfs-dir".as_ref(),
+        tmpfs.path().as_os_str(),
+        "--output".as_ref(),
+        never.as_os_str(),
+    ]);
     // Until its scratch device runs mq-deadline, which no loop device had before.
     let t = std::time::Instant::now();
     let scratch = loop {
@@ -376,12 +392,5 @@ fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_b
         0,
         "a backing file is left"
     );
-    let queues_after = loop_queues();
-    for (name, was) in &queues_before {
-        assert_eq!(
-            queues_after.get(name),
-            Some(was),
-            "{name}'s queue (scheduler, nomerges) was not put back"
-        );
-    }
+    assert_queues_as(&queues_before);
 }
