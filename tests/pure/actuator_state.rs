@@ -295,6 +295,38 @@ mod accounting {
         );
     }
 
+    /// At exit, the records of a device that is gone are kept for the next start and dated
+    /// at the exit (the clock origin plus the daemon's time, in whole seconds); a device
+    /// that is there but could not be restored keeps its record undated.
+    #[test]
+    fn restore_all_dates_only_a_gone_devices_records_at_the_exit() {
+        let store = SharedStore::default();
+        let mut a = Actuator::new(false, Box::new(store.clone()));
+        a.set_clock_origin_unix_secs(1_700_000_000);
+        let mut fs = MemKernel::with(&["sda", "sdb", "sdc"]);
+        for dev in ["sda", "sdb", "sdc"] {
+            a.set(&mut fs, dev, Tunable::Nomerges, "2").unwrap();
+        }
+        fs.devs.get_mut("sdb").unwrap().present = false;
+        fs.faults
+            .failing_writes
+            .insert(("sdc".into(), Tunable::Nomerges));
+        let out = a.restore_all(&mut fs, 7_900);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert_eq!(fs.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+        let on_disk = store.load().unwrap().unwrap().state;
+        assert!(!on_disk.devices.contains_key("sda"), "{on_disk:?}");
+        assert_eq!(
+            on_disk.devices["sdb"][&Tunable::Nomerges].vanished_at_unix_secs,
+            Some(1_700_000_007)
+        );
+        assert_eq!(
+            on_disk.devices["sdc"][&Tunable::Nomerges].vanished_at_unix_secs,
+            None,
+            "a failed restore of a device that is there is no vanishing"
+        );
+    }
+
     /// What mergetune last wrote is its own write, not the kernel's value and not a guess.
     #[test]
     fn last_written_is_the_last_value_mergetune_wrote() {
