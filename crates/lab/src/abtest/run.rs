@@ -238,7 +238,9 @@ pub fn run(
         reason,
     })?;
     let dev = params.device.as_str();
-    let scheduler = active_scheduler(&fs.read_attr(dev, "queue/scheduler")?);
+    let scheduler_text = fs.read_attr(dev, "queue/scheduler")?;
+    let scheduler = mergetune_kernel::devices::active_scheduler(&scheduler_text)
+        .unwrap_or_else(|| scheduler_text.trim().to_string());
     let has_front = fs.attr_exists(dev, Tunable::FrontMerges.rel_path());
     let original_nomerges = fs.read_tunable(dev, Tunable::Nomerges)?;
     let original_front = if has_front {
@@ -269,14 +271,6 @@ pub fn run(
         analysis,
         unchecked,
     })
-}
-
-/// The bracketed name of a `queue/scheduler` text (`none [mq-deadline] kyber`).
-fn active_scheduler(text: &str) -> String {
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
-        .unwrap_or(text.trim())
-        .to_string()
 }
 
 fn set_level(
