@@ -172,17 +172,19 @@ fn assert_resolution(r: &AbReport) {
             a.base
         );
     }
-    // The sampler reads fio's stacks for the merge functions by name: where both resolve, it
-    // never prices more than fio's tasks saved, nor more than the whole saving. It may price
+    // The sampler reads fio's stacks for the merge functions by name: pair by pair, it never
+    // prices more than fio's tasks saved, nor more than the whole saving. It may price
     // less: fio's tasks also save the checks inlined into blk_mq_submit_bio and part of the
     // loop driver's hand-off to its kworker, which no merge function's samples hold (CI,
-    // 2026-12-04: 176 [171, 180] ns sampled against 331 [307, 367] in fio's tasks).
+    // 2026-12-04: 176 [171, 180] ns sampled against 331 [307, 367] in fio's tasks). The
+    // paired intervals are at 99.9%, so that a sampler pricing exactly what was saved fails
+    // a CI run by chance about once in 300 (abtest::AGREEMENT_COVERAGE).
     assert_ne!(
         a.sampler_against_submitter(),
         Some(SampledAgainst::Over),
         "{a}"
     );
-    assert_eq!(a.sampler_within_total(), Some(true), "{a}");
+    assert_ne!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub mod run;
 pub mod tasks;
 
 pub use analysis::{
-    Analysis, BlockMeasure, DropReason, PairMeasure, SampledAgainst, analyse, judge,
+    AGREEMENT_COVERAGE, Analysis, BlockMeasure, DropReason, PairMeasure, SampledAgainst, analyse,
+    judge,
 };
 pub use plan::{PairPlan, schedule};
 pub use run::{AbError, AbParams, AbReport, run};

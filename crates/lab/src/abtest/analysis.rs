@@ -137,6 +137,14 @@ pub struct Analysis {
     pub sampled: Option<Sampled>,
 }
 
+/// Coverage of the paired intervals that judge the sampler's price against a saving
+/// measured end to end. Each real-kernel cell makes two such checks and CI runs three
+/// cells; at 95% a sampler that prices exactly what was saved failed one of them about one
+/// CI run in ten (CI, 2026-12-04: `none`, 39 ns sampled against a whole saving of
+/// -28 [-138, 18]). At 99.9% one check fails such a sampler about once in 2,000 (one-sided
+/// 0.05%), and one CI run about once in 300.
+pub const AGREEMENT_COVERAGE: f64 = 0.999;
+
 /// The merge path's CPU per I/O sampled in the same blocks (`cpu-clock` callchains of
 /// fio's tasks, as `calibrate` and the daemon's live pricing read it), over the kept pairs
 /// whose two blocks were both sampled whole: what the sampler says a step saves, beside
@@ -149,6 +157,12 @@ pub struct Sampled {
     pub test_ns_per_io: Estimate,
     /// Per pair, base minus test: the saving the sampler predicts, ns per I/O.
     pub saving_ns_per_io: Estimate,
+    /// Per pair, the sampled saving minus the one measured in fio's tasks in the same two
+    /// blocks, ns per I/O, at [`AGREEMENT_COVERAGE`]: above 0 the sampler prices more than
+    /// fio's tasks saved.
+    pub excess_over_submitter_ns: Estimate,
+    /// The same against the whole saving (fio's tasks and the device's kworkers).
+    pub excess_over_total_ns: Estimate,
 }
 
 impl Analysis {
@@ -164,21 +178,17 @@ impl Analysis {
         negated(&self.diff_fio_ns)
     }
 
-    /// Where both resolve a saving (each interval excludes 0), where the sampled saving
-    /// lies against the one measured in the same tasks end to end; None where either does
-    /// not resolve, or nothing was sampled.
+    /// Where the sampled saving lies against the one measured in the same tasks end to
+    /// end, pair by pair; None where nothing was sampled.
     pub fn sampler_against_submitter(&self) -> Option<SampledAgainst> {
-        let s = self.sampled?.saving_ns_per_io;
-        let e = self.submitter_saving_ns();
-        (resolves(&s) && resolves(&e)).then(|| SampledAgainst::of(&s, &e))
+        Some(SampledAgainst::of(&self.sampled?.excess_over_submitter_ns))
     }
 
-    /// Whether the sampler's price stays at or under the whole saving measured end to end
-    /// (fio and the kworkers): a price that errs low only keeps merging on where it could
-    /// have been off. None where nothing was sampled.
-    pub fn sampler_within_total(&self) -> Option<bool> {
-        let s = self.sampled?.saving_ns_per_io;
-        Some(s.low <= self.end_to_end_saving_ns().high)
+    /// The same against the whole saving (fio and the kworkers): a price that errs low only
+    /// keeps merging on where it could have been off; `Over` would step down for less than
+    /// it pays.
+    pub fn sampler_against_total(&self) -> Option<SampledAgainst> {
+        Some(SampledAgainst::of(&self.sampled?.excess_over_total_ns))
     }
 }
 
@@ -191,11 +201,10 @@ fn negated(x: &Estimate) -> Estimate {
     }
 }
 
-fn resolves(x: &Estimate) -> bool {
-    x.low > 0.0 || x.high < 0.0
-}
-
-/// Where the sampler's saving lies against a saving measured end to end.
+/// Where the sampler's saving lies against a saving measured end to end, judged by the
+/// interval of their paired difference (the sampled minus the measured saving, pair by
+/// pair, at [`AGREEMENT_COVERAGE`]). Pairing takes the drift both blocks of a pair share
+/// out of the comparison; comparing two separate intervals would not.
 ///
 /// The sampler prices the merge functions by name. What a step saves in fio's tasks is more:
 /// the checks inlined into `blk_mq_submit_bio` carry no name of their own, and the loop
@@ -204,19 +213,19 @@ fn resolves(x: &Estimate) -> bool {
 /// saved, would make the daemon step down for less than it pays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampledAgainst {
-    /// The intervals overlap.
+    /// The paired difference's interval holds 0.
     Within,
-    /// The sampler's interval lies wholly below: it prices less than was saved.
+    /// It lies wholly below 0: the sampler prices less than was saved.
     Under,
-    /// The sampler's interval lies wholly above: it prices more than was saved.
+    /// It lies wholly above 0: the sampler prices more than was saved.
     Over,
 }
 
 impl SampledAgainst {
-    fn of(sampled: &Estimate, measured: &Estimate) -> SampledAgainst {
-        if sampled.high < measured.low {
+    fn of(excess: &Estimate) -> SampledAgainst {
+        if excess.high < 0.0 {
             SampledAgainst::Under
-        } else if sampled.low > measured.high {
+        } else if excess.low > 0.0 {
             SampledAgainst::Over
         } else {
             SampledAgainst::Within
@@ -226,19 +235,41 @@ impl SampledAgainst {
 
 /// The sampler's estimates over the kept pairs whose two blocks carry a whole sample.
 fn sampled(kept: &[(BlockMeasure, BlockMeasure)]) -> Option<Sampled> {
-    let both: Vec<(f64, f64)> = kept
+    struct Row {
+        base: f64,
+        test: f64,
+        fio_saving: f64,
+        total_saving: f64,
+    }
+    let per_io = |ns: u64, b: &BlockMeasure| ns as f64 / b.ios as f64;
+    let rows: Vec<Row> = kept
         .iter()
-        .filter_map(|(b, t)| Some((b.merge_path_ns_per_io()?, t.merge_path_ns_per_io()?)))
+        .filter_map(|(b, t)| {
+            Some(Row {
+                base: b.merge_path_ns_per_io()?,
+                test: t.merge_path_ns_per_io()?,
+                fio_saving: per_io(b.fio_ns, b) - per_io(t.fio_ns, t),
+                total_saving: b.cpu_ns_per_io() - t.cpu_ns_per_io(),
+            })
+        })
         .collect();
-    if both.is_empty() {
+    if rows.is_empty() {
         return None;
     }
-    let col = |f: fn(&(f64, f64)) -> f64| -> Vec<f64> { both.iter().map(f).collect() };
+    let col = |f: fn(&Row) -> f64| -> Vec<f64> { rows.iter().map(f).collect() };
     Some(Sampled {
-        pairs: both.len(),
-        base_ns_per_io: stats::estimate(&col(|p| p.0)),
-        test_ns_per_io: stats::estimate(&col(|p| p.1)),
-        saving_ns_per_io: stats::estimate(&col(|p| p.0 - p.1)),
+        pairs: rows.len(),
+        base_ns_per_io: stats::estimate(&col(|r| r.base)),
+        test_ns_per_io: stats::estimate(&col(|r| r.test)),
+        saving_ns_per_io: stats::estimate(&col(|r| r.base - r.test)),
+        excess_over_submitter_ns: stats::estimate_at(
+            &col(|r| r.base - r.test - r.fio_saving),
+            AGREEMENT_COVERAGE,
+        ),
+        excess_over_total_ns: stats::estimate_at(
+            &col(|r| r.base - r.test - r.total_saving),
+            AGREEMENT_COVERAGE,
+        ),
     })
 }
 
@@ -382,9 +413,15 @@ impl fmt::Display for Analysis {
         let Some(sm) = &self.sampled else {
             return Ok(());
         };
+        let against = |x: Option<SampledAgainst>| match x {
+            Some(SampledAgainst::Within) => "within it",
+            Some(SampledAgainst::Under) => "under it (the sampler errs low)",
+            Some(SampledAgainst::Over) => "MORE than was saved",
+            None => "not compared",
+        };
         write!(
             f,
-            "\nmerge path sampled (cpu-clock, fio's tasks; {} pairs): {} {} ns per I/O, {} {} ns; saving {} ns per I/O sampled; end to end {} ns in fio's tasks, {} ns in the kworkers, {} ns in all: {}; {}",
+            "\nmerge path sampled (cpu-clock, fio's tasks; {} pairs): {} {} ns per I/O, {} {} ns; saving {} ns per I/O sampled; end to end {} ns in fio's tasks, {} ns in the kworkers, {} ns in all\nthe sampled saving minus the measured, paired ({:.1}% intervals): against fio's tasks {} ns, {}; against the whole {} ns, {}",
             sm.pairs,
             self.base,
             e(&sm.base_ns_per_io, 0),
@@ -394,19 +431,11 @@ impl fmt::Display for Analysis {
             e(&self.submitter_saving_ns(), 0),
             e(&negated(&self.diff_kworker_ns), 0),
             e(&self.end_to_end_saving_ns(), 0),
-            match self.sampler_against_submitter() {
-                Some(SampledAgainst::Within) =>
-                    "the sampler's saving lies within fio's tasks' (intervals overlap)",
-                Some(SampledAgainst::Under) =>
-                    "the sampler prices less than fio's tasks saved (disjoint intervals; it errs low)",
-                Some(SampledAgainst::Over) =>
-                    "the sampler prices MORE than fio's tasks saved (disjoint intervals)",
-                None => "not compared with fio's tasks (an interval holds 0)",
-            },
-            match self.sampler_within_total() {
-                Some(false) => "it prices MORE than the whole saving",
-                _ => "it prices no more than the whole saving",
-            }
+            sm.excess_over_total_ns.coverage * 100.0,
+            e(&sm.excess_over_submitter_ns, 0),
+            against(self.sampler_against_submitter()),
+            e(&sm.excess_over_total_ns, 0),
+            against(self.sampler_against_total()),
         )
     }
 }
@@ -524,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sampled_merge_path_is_compared_with_the_saving_in_the_same_tasks() {
+    fn the_sampled_merge_path_is_compared_pair_by_pair_with_the_saving_measured_end_to_end() {
         // A 3% saving of 10,000 ns is 300 ns per I/O, four fifths of it in fio's tasks.
         let mut pairs = synthetic(240, -0.03, 4);
         with_samples(&mut pairs, 240.0, 5);
@@ -541,13 +570,29 @@ mod tests {
             "{a}"
         );
         assert!((40.0..80.0).contains(&-a.diff_kworker_ns.median), "{a}");
+        // The paired differences are judged at their own, wider coverage.
+        assert!(sm.excess_over_submitter_ns.coverage >= AGREEMENT_COVERAGE);
+        assert!(sm.excess_over_total_ns.coverage >= AGREEMENT_COVERAGE);
+        assert!(
+            (-40.0..40.0).contains(&sm.excess_over_submitter_ns.median),
+            "{sm:?}"
+        );
+        assert!(
+            (-100.0..-20.0).contains(&sm.excess_over_total_ns.median),
+            "{sm:?}"
+        );
+        // It prices fio's part, and so less than the whole, which the kworkers' part joins.
         assert_eq!(
             a.sampler_against_submitter(),
             Some(SampledAgainst::Within),
             "{a}"
         );
-        assert_eq!(a.sampler_within_total(), Some(true), "{a}");
-        assert!(a.to_string().contains("lies within fio's tasks'"), "{a}");
+        assert_eq!(
+            a.sampler_against_total(),
+            Some(SampledAgainst::Under),
+            "{a}"
+        );
+        assert!(a.to_string().contains("against fio's tasks"), "{a}");
         // A sampler that saw a third of fio's part prices under it, and under the whole.
         with_samples(&mut pairs, 80.0, 5);
         let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
@@ -556,9 +601,13 @@ mod tests {
             Some(SampledAgainst::Under),
             "{a}"
         );
-        assert_eq!(a.sampler_within_total(), Some(true), "{a}");
+        assert_eq!(
+            a.sampler_against_total(),
+            Some(SampledAgainst::Under),
+            "{a}"
+        );
         assert!(
-            a.to_string().contains("prices less than fio's tasks saved"),
+            a.to_string().contains("under it (the sampler errs low)"),
             "{a}"
         );
         // One that prices twice the whole saving is over fio's part and over the whole.
@@ -569,37 +618,66 @@ mod tests {
             Some(SampledAgainst::Over),
             "{a}"
         );
-        assert_eq!(a.sampler_within_total(), Some(false), "{a}");
-        assert!(
-            a.to_string().contains("prices MORE than fio's tasks saved"),
-            "{a}"
-        );
-        assert!(a.to_string().contains("prices MORE than the whole"), "{a}");
-        // No end-to-end effect: nothing to compare, whatever the sampler says.
+        assert_eq!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
+        assert!(a.to_string().contains("MORE than was saved"), "{a}");
+        // Where nothing was saved end to end, a price of 300 ns is over it, and a price
+        // of 0 is within it: the paired comparison needs no resolved saving.
         let mut flat = synthetic(240, 0.0, 6);
         with_samples(&mut flat, 300.0, 7);
+        let a = analyse(&flat, Level::L0, Level::L3, 0.95);
+        assert!(!a.resolves(), "{a}");
+        assert_eq!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
+        with_samples(&mut flat, 0.0, 7);
+        let a = analyse(&flat, Level::L0, Level::L3, 0.95);
         assert_eq!(
-            analyse(&flat, Level::L0, Level::L3, 0.95).sampler_against_submitter(),
-            None
+            a.sampler_against_total(),
+            Some(SampledAgainst::Within),
+            "{a}"
+        );
+        // Nothing sampled, nothing compared.
+        let a = analyse(&synthetic(240, -0.03, 4), Level::L0, Level::L3, 0.95);
+        assert_eq!(a.sampler_against_submitter(), None);
+        assert_eq!(a.sampler_against_total(), None);
+    }
+
+    /// The same pairs as CI's failed `none` cell of 2026-12-04 would give, in shape: a
+    /// sampled saving of 39 ns against a whole one whose 95% interval ended at 18 ns. At
+    /// 95% the two separate intervals were disjoint; paired at 99.9% the difference holds 0.
+    #[test]
+    fn a_price_inside_the_noise_of_the_whole_saving_is_not_over_it() {
+        let mut flat = synthetic(232, 0.0, 11);
+        with_samples(&mut flat, 39.0, 12);
+        let a = analyse(&flat, Level::L0, Level::L3, 0.95);
+        assert_eq!(
+            a.sampler_against_total(),
+            Some(SampledAgainst::Within),
+            "{a}"
+        );
+        assert_eq!(
+            a.sampler_against_submitter(),
+            Some(SampledAgainst::Within),
+            "{a}"
         );
     }
 
     #[test]
-    fn intervals_that_share_an_end_overlap_and_only_disjoint_ones_lie_under_or_over() {
+    fn a_paired_difference_whose_interval_touches_0_is_within_and_only_one_clear_of_it_is_under_or_over()
+     {
         let e = |low: f64, high: f64| Estimate {
             median: (low + high) / 2.0,
             low,
             high,
-            coverage: 0.95,
+            coverage: AGREEMENT_COVERAGE,
         };
-        let measured = e(300.0, 360.0);
-        let of = |s| SampledAgainst::of(&s, &measured);
-        assert_eq!(of(e(170.0, 180.0)), SampledAgainst::Under);
-        assert_eq!(of(e(290.0, 299.9)), SampledAgainst::Under);
-        assert_eq!(of(e(290.0, 300.0)), SampledAgainst::Within);
-        assert_eq!(of(e(310.0, 320.0)), SampledAgainst::Within);
-        assert_eq!(of(e(360.0, 370.0)), SampledAgainst::Within);
-        assert_eq!(of(e(360.1, 370.0)), SampledAgainst::Over);
+        assert_eq!(
+            SampledAgainst::of(&e(-130.0, -120.0)),
+            SampledAgainst::Under
+        );
+        assert_eq!(SampledAgainst::of(&e(-10.0, -0.1)), SampledAgainst::Under);
+        assert_eq!(SampledAgainst::of(&e(-10.0, 0.0)), SampledAgainst::Within);
+        assert_eq!(SampledAgainst::of(&e(-10.0, 10.0)), SampledAgainst::Within);
+        assert_eq!(SampledAgainst::of(&e(0.0, 10.0)), SampledAgainst::Within);
+        assert_eq!(SampledAgainst::of(&e(0.1, 10.0)), SampledAgainst::Over);
     }
 
     #[test]

@@ -68,7 +68,12 @@ pub struct Estimate {
 }
 
 pub fn estimate(xs: &[f64]) -> Estimate {
-    let (low, high, coverage) = median_ci(xs, 0.95);
+    estimate_at(xs, 0.95)
+}
+
+/// The median with the narrowest order-statistic interval of at least `level` coverage.
+pub fn estimate_at(xs: &[f64], level: f64) -> Estimate {
+    let (low, high, coverage) = median_ci(xs, level);
     Estimate {
         median: median(xs),
         low,
