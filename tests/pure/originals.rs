@@ -15,6 +15,8 @@ use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::state::{RestoreOutcome, restore_from_store};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::{self, Config};
+use mergetune_logic::decision::Level;
+use mergetune_logic::policy::{Mode, Reason};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -75,6 +77,38 @@ fn someone_elses_nomerges_leaves_mergetunes_front_merges_restored() {
     assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
     assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
     assert!(store.text.borrow().is_none(), "nothing left to restore");
+}
+
+/// The tick holds an idle device's window without asking the policy, and still reads its
+/// tunables: someone else's write is seen at the next window's close, busy or not.
+#[test]
+fn an_idle_devices_window_still_sees_someone_elses_write() {
+    let (_store, mut k, mut d, mut t) = random_sda();
+    let merging_at = |d: &Daemon, level: Level| {
+        let s = d.snapshot();
+        let dev = &s.devices.iter().find(|x| x.name == "sda").unwrap();
+        dev.management.is_managed() && dev.level == Some(level) && dev.mode == Some(Mode::Merging)
+    };
+    run(&mut d, &mut k, &mut t, 2);
+    assert!(merging_at(&d, Level::L1), "{:?}", d.snapshot().devices);
+    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("0"));
+    k.devs.get_mut("sda").unwrap().load = Load::Idle;
+    run(&mut d, &mut k, &mut t, 1);
+    let s = d.snapshot();
+    let dev = s.devices.iter().find(|x| x.name == "sda").unwrap();
+    assert!(
+        matches!(dev.last_reason, Reason::Idle { .. }),
+        "{}",
+        dev.last_reason
+    );
+    k.set_behind_back("sda", Tunable::Nomerges, "1"); // the admin
+    run(&mut d, &mut k, &mut t, 1);
+    let s = d.snapshot();
+    let dev = s.devices.iter().find(|x| x.name == "sda").unwrap();
+    assert!(!dev.management.is_managed(), "{:?}", dev.management);
+    // The hand-off puts back the tunable that is still mergetune's, at once.
+    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("1"));
 }
 
 #[test]

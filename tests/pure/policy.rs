@@ -10,7 +10,7 @@ use mergetune_logic::policy::signature::SignatureChange;
 use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
 use mergetune_logic::policy::{
     Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature, Worth,
-    decide, hold_while_window_open, sensed_min_bios, tunables,
+    decide, hold_without_deciding, sensed_min_bios, tunables,
 };
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sampler::{Counters, Window};
@@ -903,16 +903,19 @@ proptest! {
             let ev = decide(&s, w.as_ref(), caps, &c, now);
             // Deterministic: same input, same output.
             prop_assert_eq!(&ev, &decide(&s, w.as_ref(), caps, &c, now));
-            // The tick's shortcut for an open window says what decide says, and it is
-            // taken everywhere but at L3.
-            if w.is_none() {
-                let mut held = s.clone();
-                let reason = hold_while_window_open(&mut held, now);
-                prop_assert_eq!(reason.is_none(), s.mode() == Mode::AtL3);
-                if let Some(reason) = reason {
-                    let shortcut = Evaluation { state: held, kind: OutcomeKind::Hold, to_level: None, reason };
-                    prop_assert_eq!(&shortcut, &ev);
-                }
+            // The tick's shortcut says what decide says. It is taken for an open window
+            // everywhere but at L3, and for an idle window while merging.
+            let mut held = s.clone();
+            let reason = hold_without_deciding(&mut held, w.as_ref(), &c, now);
+            let idle = w.is_some_and(|w| w.counters.bios() < c.min_window_bios);
+            let expected = match w {
+                None => s.mode() != Mode::AtL3,
+                Some(_) => idle && s.mode() == Mode::Merging,
+            };
+            prop_assert_eq!(reason.is_some(), expected, "{:?} {:?}", s.mode(), w);
+            if let Some(reason) = reason {
+                let shortcut = Evaluation { state: held, kind: OutcomeKind::Hold, to_level: None, reason };
+                prop_assert_eq!(&shortcut, &ev);
             }
             prop_assert!(ev.state.history.backoff_ms >= c.probe_initial_backoff_secs * 1000);
             prop_assert!(ev.state.history.backoff_ms <= c.probe_max_backoff_secs * 1000);

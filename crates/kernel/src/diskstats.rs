@@ -332,30 +332,26 @@ pub fn parse_stat_fields(text: &(impl AsRef<[u8]> + ?Sized)) -> Result<StatField
 /// error values to build, and the other keeps every fault's exact wording.
 fn parse_line_fast(line: &[u8]) -> Option<DiskStat> {
     let mut d = DiskStat::blank();
-    parse_line_fast_into(line, &mut d).then_some(d)
+    parse_line_fast_into(line, &mut d).map(|_renamed| d)
 }
 
 /// [`parse_line_fast`] into a `DiskStat` of an earlier read: its name's buffer is reused,
-/// so a tick allocates nothing per line. False (and `d` half written) at the first thing
-/// it does not expect.
-fn parse_line_fast_into(line: &[u8], d: &mut DiskStat) -> bool {
+/// so a tick allocates nothing per line. Whether the slot's name changed; None (and `d`
+/// half written, its name untouched) at the first thing it does not expect.
+fn parse_line_fast_into(line: &[u8], d: &mut DiskStat) -> Option<bool> {
     let mut at = 0usize;
-    let Some(major) = next_number(line, &mut at).and_then(|v| u32::try_from(v).ok()) else {
-        return false;
-    };
-    let Some(minor) = next_number(line, &mut at).and_then(|v| u32::try_from(v).ok()) else {
-        return false;
-    };
+    let major = next_number(line, &mut at).and_then(|v| u32::try_from(v).ok())?;
+    let minor = next_number(line, &mut at).and_then(|v| u32::try_from(v).ok())?;
     skip_whitespace(line, &mut at);
     let start = at;
     while at < line.len() && !line[at].is_ascii_whitespace() {
         at += 1;
     }
     if at == start {
-        return false;
+        return None;
     }
     let Ok(name) = std::str::from_utf8(&line[start..at]) else {
-        return false;
+        return None;
     };
     let values = &mut d.fields.values;
     let mut count = 0usize;
@@ -364,24 +360,25 @@ fn parse_line_fast_into(line: &[u8], d: &mut DiskStat) -> bool {
         if at == line.len() || count == MAX_FIELDS {
             break;
         }
-        let Some(v) = next_number(line, &mut at) else {
-            return false;
-        };
+        let v = next_number(line, &mut at)?;
         values[count] = v;
         count += 1;
     }
     // More than 17 fields (a newer kernel) or a wrong count: the slow path decides.
     if !matches!(count, 11 | 15 | 17) || at != line.len() {
-        return false;
+        return None;
     }
     // Fields the kernel did not print read as 0.
     values[count..].fill(0);
     d.fields.field_count = count as u8;
     d.major = major;
     d.minor = minor;
-    d.name.clear();
-    d.name.push_str(name);
-    true
+    let renamed = d.name != name;
+    if renamed {
+        d.name.clear();
+        d.name.push_str(name);
+    }
+    Some(renamed)
 }
 
 fn skip_whitespace(line: &[u8], at: &mut usize) {
@@ -551,6 +548,10 @@ fn parse_lines(input: &[u8], out: &mut Diskstats) {
     out.last_lines.next_spans.clear();
     out.errors.clear();
     out.duplicates.clear();
+    let slots_before = out.devices.len();
+    // Every kept line in a slot that held the same name before: the names are those of the
+    // last parse, which were unique (it set aside every repeat), so nothing repeats now.
+    let mut names_as_before = true;
     let mut kept = 0usize;
     let mut line_nos = Vec::with_capacity(out.devices.len());
     let mut at = 0usize;
@@ -570,19 +571,26 @@ fn parse_lines(input: &[u8], out: &mut Diskstats) {
             }
             let slot = &mut out.devices[kept];
             slot_written = true;
-            parse_line_fast_into(line, slot)
-                || (!line.iter().all(u8::is_ascii_whitespace)
-                    && match parse_diskstats_line(line) {
-                        Ok(d) => {
-                            *slot = d;
-                            true
-                        }
-                        Err(mut e) => {
-                            e.line_no = line_no;
-                            out.errors.push(e);
-                            false
-                        }
-                    })
+            let renamed = match parse_line_fast_into(line, slot) {
+                Some(renamed) => Some(renamed),
+                None if line.iter().all(u8::is_ascii_whitespace) => None,
+                None => match parse_diskstats_line(line) {
+                    Ok(d) => {
+                        let renamed = slot.name != d.name;
+                        *slot = d;
+                        Some(renamed)
+                    }
+                    Err(mut e) => {
+                        e.line_no = line_no;
+                        out.errors.push(e);
+                        None
+                    }
+                },
+            };
+            if let Some(renamed) = renamed {
+                names_as_before &= !renamed && kept < slots_before;
+            }
+            renamed.is_some()
         };
         if parsed {
             out.last_lines.next_spans.push((at, end));
@@ -596,7 +604,9 @@ fn parse_lines(input: &[u8], out: &mut Diskstats) {
         at = end + 1;
     }
     out.devices.truncate(kept);
-    set_aside_duplicates(out, &line_nos);
+    if !names_as_before {
+        set_aside_duplicates(out, &line_nos);
+    }
 }
 
 /// Where the line that starts at `from` ends: its `\n`, or the end of the input. Eight

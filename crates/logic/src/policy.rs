@@ -707,18 +707,32 @@ fn forget_changes_older_than_an_hour(changes_ms: &mut Vec<u64>, now_ms: u64) {
     }
 }
 
-/// What [`decide`] says at a tick that closed no window, outside L3: the window is still
-/// open, so the policy holds, and only the hourly count of changes ages. Done in place,
-/// with no copy of the state: the tick asks it for every device whose window is still open,
-/// which is most devices at most ticks (an idle one always). `None` at L3, whose probes run
-/// on a clock of their own: there [`decide`] must be asked. The policy's property test
-/// checks that the two agree.
-pub fn hold_while_window_open(state: &mut PolicyState, now_ms: u64) -> Option<Reason> {
-    if matches!(state.phase, Phase::AtL3(_)) {
-        return None;
-    }
+/// What [`decide`] says, done in place with no copy of the state, where it can only hold
+/// and only the hourly count of changes ages:
+/// - no window closed at this tick, outside L3 (the window is still open);
+/// - a window closed with fewer bios than a window needs, while merging (an idle device).
+///
+/// The tick asks it first for every device; these are most devices at most ticks on a host
+/// with many idle ones. `None` where [`decide`] must be asked: at L3, whose probes run on a
+/// clock of their own, and in a probe or trial, which read even an idle window. The
+/// policy's property test checks that the two agree.
+pub fn hold_without_deciding(
+    state: &mut PolicyState,
+    window: Option<&Window>,
+    cfg: &PolicyConfig,
+    now_ms: u64,
+) -> Option<Reason> {
+    let reason = match (&state.phase, window) {
+        (Phase::AtL3(_), _) => return None,
+        (_, None) => Reason::WindowOpen(state.mode()),
+        (Phase::Merging(_), Some(w)) if w.counters.bios() < cfg.min_window_bios => Reason::Idle {
+            bios: w.counters.bios(),
+            min_bios: cfg.min_window_bios,
+        },
+        _ => return None,
+    };
     forget_changes_older_than_an_hour(&mut state.history.changes_ms, now_ms);
-    Some(Reason::WindowOpen(state.mode()))
+    Some(reason)
 }
 
 /// Decides for one device at `now_ms`. `window` is the window that closed at this tick, if

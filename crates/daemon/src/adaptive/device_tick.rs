@@ -20,7 +20,7 @@ use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{
-    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, hold_while_window_open, tunables,
+    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, hold_without_deciding, tunables,
 };
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
@@ -47,11 +47,18 @@ impl DeviceTick<'_> {
         fs: &mut dyn BlockFs,
     ) -> Option<Decision> {
         let mut window = self.close_window(name, dev, now_ms, fs);
-        if window.is_none()
-            && let Some(reason) = hold_while_window_open(&mut dev.policy, now_ms)
+        if let Some(reason) =
+            hold_without_deciding(&mut dev.policy, window.as_ref(), &self.cfg.policy, now_ms)
         {
-            // What the policy says to an open window, without a copy of its state, and
-            // without a price it would not read.
+            // What the policy says to an open window or an idle one, without a copy of its
+            // state, and to an open one without a price it would not read.
+            if window.is_some() {
+                // A window closed: its price is the device's, and nobody else's write to
+                // its tunables goes unseen for longer than a window, busy or not.
+                self.caps_priced(dev, window.as_ref());
+                self.still_ours(name, dev, now_ms, fs)?;
+                dev.read_warned_ms = None;
+            }
             dev.last_reason = reason;
             return None;
         }
