@@ -548,7 +548,6 @@ fn parse_lines(input: &[u8], out: &mut Diskstats) {
     out.last_lines.next_spans.clear();
     out.errors.clear();
     out.duplicates.clear();
-    let slots_before = out.devices.len();
     // Every kept line in a slot that held the same name before: the names are those of the
     // last parse, which were unique (it set aside every repeat), so nothing repeats now.
     let mut names_as_before = true;
@@ -587,8 +586,9 @@ fn parse_lines(input: &[u8], out: &mut Diskstats) {
                     }
                 },
             };
+            // A slot new to this read is blank, its name empty: a parse into it renames.
             if let Some(renamed) = renamed {
-                names_as_before &= !renamed && kept < slots_before;
+                names_as_before &= !renamed;
             }
             renamed.is_some()
         };
@@ -1073,10 +1073,12 @@ mod tests {
     /// any sequence of reads, whatever moved, repeated, broke or was set aside in between,
     /// each read gives what a fresh parse of it gives. The pool holds idle lines (the same
     /// at every read), busy ones, lines that half parse before they fail (they write into
-    /// the slot the next line may be taken from), blank lines and a name given twice.
+    /// the slot the next line may be taken from), blank lines, a name given twice, and a
+    /// line of 18 fields that only the checked parser reads. A fresh parse is itself held to
+    /// what each line parsed alone gives, with every repeated name set aside.
     #[test]
     fn reads_that_repeat_lines_give_what_a_fresh_parse_gives() {
-        let pool: [&[u8]; 10] = [
+        let pool: [&[u8]; 11] = [
             b"   8       0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17",
             b"   8       0 sda 1 2 3 4 5 6 7 8 9 10 12 12 13 14 15 16 17",
             b"   8      16 sdb 5 0 40 1 0 0 0 0 0 4 4",
@@ -1087,7 +1089,38 @@ mod tests {
             b"",
             b"   7       0 loop0 0 0 0 0 0 0 0 0 0 0 0",
             b"   9       0 sda 3 3 3 3 3 3 3 3 3 3 3",
+            b"   8      16 sdb 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18",
         ];
+        // Line by line, without parse_lines: each good line's device, then every name that
+        // occurs more than once dropped, and their line numbers.
+        let alone = |text: &[u8]| {
+            let good: Vec<(usize, DiskStat)> = text
+                .split(|&b| b == b'\n')
+                .enumerate()
+                .filter_map(|(i, l)| Some((i + 1, parse_diskstats_line(l).ok()?)))
+                .collect();
+            let count = |name: &str| good.iter().filter(|(_, d)| d.name == name).count();
+            let devices: Vec<DiskStat> = good
+                .iter()
+                .filter(|(_, d)| count(&d.name) == 1)
+                .map(|(_, d)| d.clone())
+                .collect();
+            let mut repeated: Vec<(String, Vec<usize>)> = Vec::new();
+            for (line, d) in good.iter().filter(|(_, d)| count(&d.name) > 1) {
+                match repeated.iter_mut().find(|(n, _)| *n == d.name) {
+                    Some((_, lines)) => lines.push(*line),
+                    None => repeated.push((d.name.clone(), vec![*line])),
+                }
+            }
+            repeated.sort();
+            // A line that is not blank and does not parse is an error; a blank one is not.
+            let errors = text
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+                .filter(|l| parse_diskstats_line(l).is_err())
+                .count();
+            (devices, repeated, errors)
+        };
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move |n: usize| {
             seed ^= seed << 13;
@@ -1113,9 +1146,22 @@ mod tests {
                 }
                 let text = read.join(&b'\n');
                 parse_diskstats_into(text.clone(), &mut kept);
+                let fresh = parse_diskstats(&text);
                 assert_eq!(
                     kept,
-                    parse_diskstats(&text),
+                    fresh,
+                    "sequence {sequence}, read {i}: {:?}",
+                    String::from_utf8_lossy(&text)
+                );
+                let mut repeated: Vec<(String, Vec<usize>)> = fresh
+                    .duplicates
+                    .iter()
+                    .map(|d| (d.name.clone(), d.lines.clone()))
+                    .collect();
+                repeated.sort();
+                assert_eq!(
+                    (fresh.devices, repeated, fresh.errors.len()),
+                    alone(&text),
                     "sequence {sequence}, read {i}: {:?}",
                     String::from_utf8_lossy(&text)
                 );
