@@ -144,10 +144,11 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     let log = fs.p("daemon.log");
     let mut d = fs.daemon(&cfg, &log);
     fs.wait_nomerges("1", Duration::from_secs(20));
-    // The state directory becomes unusable (a file where it was): every save fails.
+    // The state directory becomes unusable (a file where it was): every save fails. Swapped
+    // in one step: a rename then a write lets a save in between make the directory again.
     let aside = fs.p("state.aside");
-    std::fs::rename(&dir, &aside).unwrap();
-    std::fs::write(&dir, "not a directory\n").unwrap();
+    std::fs::write(&aside, "not a directory\n").unwrap();
+    exchange(&dir, &aside);
     // Merging shows again: the ladder wants back up, and may write nothing unrecorded.
     fs.merging.store(true, std::sync::atomic::Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(2500)); // about 50 ticks
@@ -167,8 +168,8 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     );
     assert_eq!(fs.nomerges(), "1", "nothing written unrecorded");
     // The directory comes back: the next save is written and read back, and said once.
-    std::fs::remove_file(&dir).unwrap();
-    std::fs::rename(&aside, &dir).unwrap();
+    exchange(&dir, &aside);
+    std::fs::remove_file(&aside).unwrap();
     fs.wait_nomerges("0", Duration::from_secs(20));
     wait_until("the recovery in the log", Duration::from_secs(5), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("written and read back"))
@@ -176,4 +177,12 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     d.signal(rustix::process::Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fs.nomerges(), "0");
+}
+
+/// Swaps what the two paths name, atomically (`renameat2` with `RENAME_EXCHANGE`): the
+/// daemon never sees neither.
+fn exchange(a: &std::path::Path, b: &std::path::Path) {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE)
+        .unwrap_or_else(|e| panic!("exchange {} and {}: {e}", a.display(), b.display()));
 }
