@@ -554,6 +554,9 @@ mod tests {
 
     #[test]
     fn the_sampled_merge_path_is_compared_pair_by_pair_with_the_saving_measured_end_to_end() {
+        use SampledAgainst::{Over, Under, Within};
+        // The sampler against fio's tasks' saving, then against the whole.
+        let verdicts = |a: &Analysis| (a.sampler_against_submitter(), a.sampler_against_total());
         // A 3% saving of 10,000 ns is 300 ns per I/O, four fifths of it in fio's tasks.
         let mut pairs = synthetic(240, -0.03, 4);
         with_samples(&mut pairs, 240.0, 5);
@@ -582,30 +585,12 @@ mod tests {
             "{sm:?}"
         );
         // It prices fio's part, and so less than the whole, which the kworkers' part joins.
-        assert_eq!(
-            a.sampler_against_submitter(),
-            Some(SampledAgainst::Within),
-            "{a}"
-        );
-        assert_eq!(
-            a.sampler_against_total(),
-            Some(SampledAgainst::Under),
-            "{a}"
-        );
+        assert_eq!(verdicts(&a), (Some(Within), Some(Under)), "{a}");
         assert!(a.to_string().contains("against fio's tasks"), "{a}");
         // A sampler that saw a third of fio's part prices under it, and under the whole.
         with_samples(&mut pairs, 80.0, 5);
         let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
-        assert_eq!(
-            a.sampler_against_submitter(),
-            Some(SampledAgainst::Under),
-            "{a}"
-        );
-        assert_eq!(
-            a.sampler_against_total(),
-            Some(SampledAgainst::Under),
-            "{a}"
-        );
+        assert_eq!(verdicts(&a), (Some(Under), Some(Under)), "{a}");
         assert!(
             a.to_string().contains("under it (the sampler errs low)"),
             "{a}"
@@ -613,12 +598,7 @@ mod tests {
         // One that prices twice the whole saving is over fio's part and over the whole.
         with_samples(&mut pairs, 600.0, 5);
         let a = analyse(&pairs, Level::L0, Level::L3, 0.95);
-        assert_eq!(
-            a.sampler_against_submitter(),
-            Some(SampledAgainst::Over),
-            "{a}"
-        );
-        assert_eq!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
+        assert_eq!(verdicts(&a), (Some(Over), Some(Over)), "{a}");
         assert!(a.to_string().contains("MORE than was saved"), "{a}");
         // Where nothing was saved end to end, a price of 300 ns is over it, and a price
         // of 0 is within it: the paired comparison needs no resolved saving.
@@ -626,18 +606,13 @@ mod tests {
         with_samples(&mut flat, 300.0, 7);
         let a = analyse(&flat, Level::L0, Level::L3, 0.95);
         assert!(!a.resolves(), "{a}");
-        assert_eq!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
+        assert_eq!(a.sampler_against_total(), Some(Over), "{a}");
         with_samples(&mut flat, 0.0, 7);
         let a = analyse(&flat, Level::L0, Level::L3, 0.95);
-        assert_eq!(
-            a.sampler_against_total(),
-            Some(SampledAgainst::Within),
-            "{a}"
-        );
+        assert_eq!(a.sampler_against_total(), Some(Within), "{a}");
         // Nothing sampled, nothing compared.
         let a = analyse(&synthetic(240, -0.03, 4), Level::L0, Level::L3, 0.95);
-        assert_eq!(a.sampler_against_submitter(), None);
-        assert_eq!(a.sampler_against_total(), None);
+        assert_eq!(verdicts(&a), (None, None));
     }
 
     /// A sampler that prices exactly what a step saves (39 ns of 10,000, as on `none`), over
