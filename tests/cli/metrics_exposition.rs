@@ -250,6 +250,12 @@ mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="probe",to=
 # HELP mergetune_device_bios_per_second Bios submitted per second (completed + merged, both directions) in the device's last closed decision window.
 # TYPE mergetune_device_bios_per_second gauge
 mergetune_device_bios_per_second{device="sda"} 2000
+# HELP mergetune_device_change_cap_reached 1 while a managed device's level changes in the last hour reach [policy] max_changes_per_hour (steps down are refused; merging stays on), else 0.
+# TYPE mergetune_device_change_cap_reached gauge
+mergetune_device_change_cap_reached{device="sda"} 0
+# HELP mergetune_device_changes_last_hour Level changes of a managed device in the last hour, counted toward [policy] max_changes_per_hour.
+# TYPE mergetune_device_changes_last_hour gauge
+mergetune_device_changes_last_hour{device="sda"} 0
 # HELP mergetune_device_ladder_level Merge-ladder level of a managed device: 0 all merges ... 3 no merges.
 # TYPE mergetune_device_ladder_level gauge
 mergetune_device_ladder_level{device="sda"} 0
@@ -569,6 +575,23 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     // `state_and_read_error_series_count_the_daemons_own_failures`).
     let (m3, _, _) = daemon_with_failing_store_and_reads(&cfg);
     live.extend(live_families(std::str::from_utf8(&m3.render()).unwrap()));
+
+    // The hourly cap's series, from a daemon whose cap is one change: its first step
+    // reaches it.
+    let mut cfg4 = cfg.clone();
+    cfg4.policy.max_changes_per_hour = 1;
+    let m4 = Metrics::new();
+    let mut capped = Daemon::simulated(cfg4);
+    let mut fs4 = MemFs::new(&[("sda", "0")]);
+    fs4.set_traffic("sda", hostile);
+    for t in 0..400 {
+        let decisions = capped.tick(t * cfg.daemon.interval_ms, &mut fs4);
+        m4.update(&capped, &decisions, timing(t * cfg.daemon.interval_ms));
+        if !decisions.is_empty() {
+            break;
+        }
+    }
+    live.extend(live_families(std::str::from_utf8(&m4.render()).unwrap()));
 
     let dead: Vec<_> = declared.difference(&live).collect();
     assert!(
@@ -1071,9 +1094,50 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
             last_decision: None,
             next_probe_at_ms: None,
             worth: Some(worth),
+            changes_last_hour: Some(3),
         }],
+        max_changes_per_hour: 60,
         ..Default::default()
     }
+}
+
+/// The hourly cap, when hit, is alertable: the device's changes in the last hour and
+/// whether they reach `[policy] max_changes_per_hour`, and `/status` says it in the row.
+#[test]
+fn a_device_at_the_hourly_cap_says_so_in_metrics_and_status() {
+    let m = Metrics::new();
+    let mut snap = live_priced_snapshot();
+    m.update_from(&snap, &[], timing(1000));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    assert_eq!(
+        family_lines(&text, "mergetune_device_change_cap_reached"),
+        [r#"mergetune_device_change_cap_reached{device="sda"} 0"#],
+        "{text}"
+    );
+    snap.devices[0].changes_last_hour = Some(60);
+    m.update_from(&snap, &[], timing(2000));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    assert_eq!(
+        family_lines(&text, "mergetune_device_changes_last_hour"),
+        [r#"mergetune_device_changes_last_hour{device="sda"} 60"#],
+        "{text}"
+    );
+    assert_eq!(
+        family_lines(&text, "mergetune_device_change_cap_reached"),
+        [r#"mergetune_device_change_cap_reached{device="sda"} 1"#],
+        "{text}"
+    );
+    let status = m.status();
+    let dev = &status.devices[0];
+    assert!(
+        dev.change_cap_reached && dev.changes_last_hour == Some(60),
+        "{dev:?}"
+    );
+    let table = mergetune_export::table::render(&status.devices);
+    assert!(
+        table.contains("hourly cap reached (60 changes in the last hour): steps down refused"),
+        "{table}"
+    );
 }
 
 #[test]

@@ -130,14 +130,18 @@ fn status_under_live_pricing_shows_the_floor_and_why_the_saving_is_unknown() {
     // The simulated world here has merge-path accounting but this run never resolved a
     // price: unknown, and why, with the floor it would have to clear.
     if pr.basis == PricingBasis::Live {
-        let saving = pr.saving.expect("a live basis prices the step");
         let t = mergetune_export::table::format_status(&s);
-        let want = format!(
-            "live: L1 {:.2} [{:.2}, {:.2}] (95%) / 5.00 ms/s",
-            saving.value,
-            saving.lo.unwrap(),
-            saving.hi.unwrap()
-        );
+        // The next step's own price where its rung was sampled enough, else "not measured"
+        // (the first step from L0 on mq-deadline is L1, the front lookup alone).
+        let want = match pr.saving {
+            Some(saving) => format!(
+                "live: L1 {:.2} [{:.2}, {:.2}] (95%) / 5.00 ms/s",
+                saving.value,
+                saving.lo.unwrap(),
+                saving.hi.unwrap()
+            ),
+            None => "live: L1 not measured / 5.00 ms/s".to_string(),
+        };
         assert!(row(&t, "nvme0n1").contains(&want), "{want}\n{t}");
         return;
     }

@@ -77,6 +77,9 @@ pub struct DeviceRuntime {
     /// no line in diskstats). Kept on the device, not in a map by name: a tick then
     /// allocates nothing per device for them.
     pub tick_counters: Option<Counters>,
+    /// The hourly cap's refusal was logged for the current run of changes at the cap (said
+    /// once; said again after the count fell under the cap and reached it again).
+    pub cap_noted: bool,
     /// The device's line in the last read of diskstats, tried first at the next: the
     /// kernel prints the devices in the same order each time, so a tick finds each line
     /// with one compare of names instead of a search.
@@ -365,8 +368,10 @@ impl Daemon {
                     && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
             });
         let bios = self.devices.values().filter_map(|d| {
-            let c = d.tick_counters.as_ref()?;
-            let level = if d.management.is_managed() {
+            // A device not in this read of diskstats has no bios to count.
+            d.diskstats_line?;
+            let managed = d.management.is_managed();
+            let level = if managed {
                 d.policy.level()
             } else {
                 // someone else's device: its own nomerges says which path its bios take
@@ -382,7 +387,8 @@ impl Daemon {
             Some(TickBios {
                 scheduler: d.info.scheduler.as_deref(),
                 level,
-                bios: c.bios(),
+                counters: d.tick_counters.as_ref(),
+                level_since_ms: managed.then_some(d.policy.history.since_ms),
             })
         });
         self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);
@@ -435,6 +441,14 @@ impl Daemon {
                             None
                         },
                         worth: managed.then_some(d.worth),
+                        changes_last_hour: managed.then(|| {
+                            d.policy
+                                .history
+                                .changes_ms
+                                .len()
+                                .try_into()
+                                .unwrap_or(u32::MAX)
+                        }),
                     }
                 })
                 .collect(),

@@ -16,10 +16,12 @@ use mergetune_kernel::perf::MergeSamples;
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile::{self, CostProfile, DeviceKey, kernel_series};
 use mergetune_logic::decision::Level;
-use mergetune_logic::merge_cost::{ClassPrice, PricingConfig, SpanBios, price, worth_live};
+use mergetune_logic::merge_cost::{
+    ClassPrice, MIN_SAMPLES, PricingConfig, Shape, SpanBios, price, worth_live,
+};
 use mergetune_logic::policy::worth::{UnknownWhy, Worth};
 use std::collections::VecDeque;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Where prices come from.
 #[derive(Debug, Clone)]
@@ -180,8 +182,23 @@ enum SamplerState {
     Failed { why: String, retry_at_ms: u64 },
     /// Open, disabled, next span no earlier than this.
     Idle { next_at_ms: u64 },
-    /// Sampling since this time, with the bios counted so far.
-    Sampling { since_ms: u64, bios: SpanBios },
+    /// Sampling since this time, with the bios counted so far; `disturbed` when a device's
+    /// counters reset or a device changed level meanwhile (the span is then dropped).
+    Sampling {
+        since_ms: u64,
+        bios: SpanBios,
+        disturbed: bool,
+    },
+}
+
+/// One scheduler class's price and what it was measured on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SlotPrice {
+    /// The workload shape of the spans pooled into it.
+    shape: Shape,
+    price: ClassPrice,
+    /// Spans pooled.
+    spans: u32,
 }
 
 /// The live measurement and its prices.
@@ -189,11 +206,23 @@ enum SamplerState {
 pub struct LivePricing {
     state: SamplerState,
     spans: VecDeque<(u64, MergeSamples, SpanBios)>,
-    prices: [Option<ClassPrice>; 4],
+    prices: [Option<SlotPrice>; 4],
+    /// Spans taken back to back so far while a busy class had no resolved price.
+    first_price_spans: u32,
+    /// Spans dropped because a reset or a level change overlapped them.
+    pub dropped_spans: u64,
 }
 
 /// A failed open is tried again after this long.
 const RETRY_OPEN_MS: u64 = 600_000;
+
+/// While a busy scheduler class has no resolved price for its workload, spans follow each
+/// other without the duty cycle's pause, up to this many in a row: a first price within
+/// seconds of a busy device appearing (at 1 s spans and 1 ms periods, random 4 KiB reads
+/// on a loop device at 200,000 bios/s give about 6 merge-path samples a span, and a price
+/// needs 10), for at most this many seconds of continuous sampling (docs/policy.md, "What
+/// the sampler costs": about 1.6% of each CPU while it runs).
+pub const FIRST_PRICE_MAX_SPANS: u32 = 10;
 
 impl Default for LivePricing {
     fn default() -> Self {
@@ -201,6 +230,8 @@ impl Default for LivePricing {
             state: SamplerState::Closed,
             spans: VecDeque::new(),
             prices: [None; 4],
+            first_price_spans: 0,
+            dropped_spans: 0,
         }
     }
 }
@@ -209,7 +240,12 @@ impl Default for LivePricing {
 pub struct TickBios<'a> {
     pub scheduler: Option<&'a str>,
     pub level: Level,
-    pub bios: u64,
+    /// This tick's bios (`None`: the device's counters gave no delta this tick: first
+    /// sight or a reset, so its bios are unknown and the span is disturbed).
+    pub counters: Option<&'a mergetune_logic::sampler::Counters>,
+    /// When the device's level last changed (managed devices): a change during a span
+    /// disturbs it.
+    pub level_since_ms: Option<u64>,
 }
 
 impl LivePricing {
@@ -232,19 +268,47 @@ impl LivePricing {
             SamplerState::Sampling {
                 since_ms,
                 bios: acc,
+                disturbed,
             } => {
                 for b in bios {
-                    acc.add_device(b.scheduler, b.level, b.bios);
+                    *disturbed |= b.level_since_ms.is_some_and(|t| t > *since_ms);
+                    match b.counters {
+                        Some(c) => acc.add_device(
+                            b.scheduler,
+                            b.level,
+                            c.bios(),
+                            c.read_bios(),
+                            c.sectors_read + c.sectors_written,
+                        ),
+                        None => *disturbed = true,
+                    }
                 }
                 if now_ms.saturating_sub(*since_ms) >= cfg.sample_ms {
                     fs.merge_sampler_enable(false);
                     let samples = fs.merge_sampler_drain();
                     let mut span = *acc;
                     span.span_ms = now_ms.saturating_sub(*since_ms);
-                    self.spans.push_back((now_ms, samples, span));
-                    self.reprice(now_ms, cfg);
+                    let span_disturbed = *disturbed;
+                    if span_disturbed {
+                        // Its samples ran over bios that were not all counted (a reset) or
+                        // over two levels' paths (a change): pooled, they would inflate the
+                        // price (seen on 6.12: 1.7-1.9 times calibrate's).
+                        self.dropped_spans += 1;
+                        debug!(
+                            "merge-path span of {} ms dropped: a device's counters reset or a device changed level during it",
+                            span.span_ms
+                        );
+                    } else {
+                        self.spans.push_back((now_ms, samples, span));
+                        self.reprice(now_ms, cfg);
+                    }
+                    let again = self.wants_first_price(&span, span_disturbed);
                     self.state = SamplerState::Idle {
-                        next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
+                        next_at_ms: if again {
+                            now_ms
+                        } else {
+                            now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms)
+                        },
                     };
                 }
                 return;
@@ -275,7 +339,7 @@ impl LivePricing {
                 return;
             }
             info!(
-                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy",
+                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy (back to back, up to {FIRST_PRICE_MAX_SPANS} spans, until a busy scheduler's workload has a price)",
                 cfg.period_us, cfg.sample_ms, cfg.every_ms
             );
         }
@@ -284,9 +348,37 @@ impl LivePricing {
         self.state = SamplerState::Sampling {
             since_ms: now_ms,
             bios: SpanBios::default(),
+            disturbed: false,
         };
     }
 
+    /// Whether the next span should follow at once: a class whose bios went through the
+    /// merge path in the span just ended has no resolved price for their shape (or the
+    /// span was dropped), and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were taken back to
+    /// back for it.
+    fn wants_first_price(&mut self, span: &SpanBios, dropped: bool) -> bool {
+        let unpriced = dropped
+            || (0..4).any(|k| {
+                span.shape(k).is_some_and(|shape| {
+                    !self.prices[k].is_some_and(|p| {
+                        p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
+                    })
+                })
+            });
+        if unpriced && self.first_price_spans < FIRST_PRICE_MAX_SPANS {
+            self.first_price_spans += 1;
+            true
+        } else {
+            if !unpriced {
+                self.first_price_spans = 0;
+            }
+            false
+        }
+    }
+
+    /// Prices each class whose bios the newest span holds, from the pooled spans of the
+    /// same workload shape for that class: a price measured on another shape is replaced
+    /// (aged out), not pooled with this one.
     fn reprice(&mut self, now_ms: u64, cfg: &PricingConfig) {
         let max_age_ms = cfg.max_age_secs * 1000;
         while self.spans.len() > cfg.keep_spans as usize
@@ -297,50 +389,91 @@ impl LivePricing {
         {
             self.spans.pop_front();
         }
-        let mut samples = MergeSamples::default();
-        let mut bios = SpanBios::default();
-        for (_, s, b) in &self.spans {
-            samples.add(s);
-            bios.add(b);
-        }
-        let before = self.prices;
-        let fresh = price(&samples, &bios);
-        for (i, p) in fresh.iter().enumerate() {
-            // A class without bios in the pooled spans keeps its last price.
-            if p.is_some() {
-                self.prices[i] = *p;
+        let Some((_, _, newest)) = self.spans.back().copied() else {
+            return;
+        };
+        for k in 0..4 {
+            // A class without bios in the newest span keeps its last price.
+            let Some(shape) = newest.shape(k) else {
+                continue;
+            };
+            let mut samples = MergeSamples::default();
+            let mut bios = SpanBios::default();
+            let mut spans = 0u32;
+            for (_, s, b) in self
+                .spans
+                .iter()
+                .filter(|(_, _, b)| b.shape(k) == Some(shape))
+            {
+                samples.add(s);
+                bios.add(b);
+                spans += 1;
             }
-        }
-        if self.prices != before {
-            for (i, p) in self.prices.iter().enumerate() {
-                let (Some(p), true) = (p, before[i] != self.prices[i]) else {
-                    continue;
-                };
-                if let Some(l3) = p.levels[3] {
-                    info!(
-                        "merge path on {}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {} spans",
-                        ["none/plug", "mq-deadline", "bfq", "kyber"][i],
-                        l3.estimate,
-                        l3.lo,
-                        l3.hi,
-                        l3.samples,
-                        l3.bios,
-                        self.spans.len()
-                    );
-                }
+            let Some(fresh) = price(&samples, &bios)[k] else {
+                continue;
+            };
+            let before = self.prices[k];
+            let now = SlotPrice {
+                shape,
+                price: fresh,
+                spans,
+            };
+            self.prices[k] = Some(now);
+            if before.map(|b| (b.shape, b.price)) == Some((shape, fresh)) {
+                continue;
+            }
+            if let Some(l3) = fresh.levels[3] {
+                let other = before
+                    .filter(|b| b.shape != shape)
+                    .map(|b| format!(" (the price for {} aged out)", b.shape))
+                    .unwrap_or_default();
+                info!(
+                    "merge path on {} under {shape}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} spans{}{other}",
+                    ["none/plug", "mq-deadline", "bfq", "kyber"][k],
+                    l3.estimate,
+                    l3.lo,
+                    l3.hi,
+                    l3.samples,
+                    l3.bios,
+                    if l3.resolved() {
+                        String::new()
+                    } else {
+                        format!(": not resolved yet (a price needs {MIN_SAMPLES} samples)")
+                    },
+                );
             }
         }
     }
 
-    /// A device's table at `bios_per_sec`.
-    pub fn worth(&self, scheduler: Option<&str>, bios_per_sec: f64, cfg: &PricingConfig) -> Worth {
+    /// A device's table at `bios_per_sec`, for a device whose workload has `shape` (None:
+    /// not known yet, the class's price is taken as it is).
+    pub fn worth(
+        &self,
+        scheduler: Option<&str>,
+        shape: Option<Shape>,
+        bios_per_sec: f64,
+        cfg: &PricingConfig,
+    ) -> Worth {
         if let SamplerState::Failed { .. } = self.state {
             return Worth::unknown(UnknownWhy::NoSampler);
         }
         let slot =
             MergeSamples::slot(scheduler.and_then(mergetune_kernel::perf::SchedulerClass::of_name));
+        let Some(p) = self.prices[slot] else {
+            return Worth::unknown(UnknownWhy::NotMeasuredYet);
+        };
+        if shape.is_some_and(|s| s != p.shape) {
+            return Worth::unknown(UnknownWhy::OtherWorkload);
+        }
+        if let Some(l3) = p.price.levels[3].filter(|l3| !l3.resolved()) {
+            return Worth::unknown(UnknownWhy::Measuring {
+                samples: l3.samples,
+                needed: MIN_SAMPLES,
+                spans: p.spans,
+            });
+        }
         worth_live(
-            self.prices[slot].as_ref(),
+            Some(&p.price),
             scheduler,
             bios_per_sec,
             cfg.floor_ms_per_sec(),

@@ -90,6 +90,9 @@ pub struct DeviceSnapshot {
     pub next_probe_at_ms: Option<u64>,
     /// What a step down would save here, as last priced (managed devices).
     pub worth: Option<mergetune_logic::policy::Worth>,
+    /// Level changes in the last hour, counted toward `[policy] max_changes_per_hour`
+    /// (managed devices). At the cap, steps down are refused (steps up never are).
+    pub changes_last_hour: Option<u32>,
 }
 
 /// Timing of one tick, measured at the edge (the live loop, `service`, or the simulator's CLI).

@@ -85,6 +85,8 @@ struct Families {
     pricing: Family<PricingLabels, IntGaugeVec>,
     saving: Family<SavingLabels, GaugeVec>,
     saving_floor: Gauge,
+    changes_last_hour: Family<DeviceLabels, IntGaugeVec>,
+    change_cap_reached: Family<DeviceLabels, IntGaugeVec>,
 }
 
 /// What the registry of [`Metrics::build`] is filled with: each call registers one family.
@@ -241,6 +243,14 @@ fn families(r: &Registrar) -> Families {
             "device_merge_saving_cpu_ratio",
             "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
         ),
+        changes_last_hour: r.int_gauges(
+            "device_changes_last_hour",
+            "Level changes of a managed device in the last hour, counted toward [policy] max_changes_per_hour",
+        ),
+        change_cap_reached: r.int_gauges(
+            "device_change_cap_reached",
+            "1 while a managed device's level changes in the last hour reach [policy] max_changes_per_hour (steps down are refused; merging stays on), else 0",
+        ),
         saving_floor: r.gauge(
             "merge_saving_floor_cpu_ratio",
             "The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100)",
@@ -368,7 +378,7 @@ impl Metrics {
         let mut present = BTreeSet::new();
         for dev in &daemon.devices {
             present.insert(dev.name.clone());
-            self.export_device(dev);
+            self.export_device(dev, daemon.max_changes_per_hour);
         }
         let gone: Vec<String> = inner.exported.difference(&present).cloned().collect();
         for name in gone {
@@ -402,7 +412,7 @@ impl Metrics {
     /// One device's series: nomerges, management state, level (and its probe counters at
     /// 0), merge ratio per direction, saving and bio rate; a series whose value is unknown
     /// now is removed.
-    fn export_device(&self, dev: &DeviceSnapshot) {
+    fn export_device(&self, dev: &DeviceSnapshot, max_changes_per_hour: u32) {
         let f = &self.f;
         let name = &dev.name;
         let labels = dl(name);
@@ -429,6 +439,18 @@ impl Metrics {
                 f.management.get_or_create(&l).set(1);
             } else {
                 f.management.remove(&l);
+            }
+        }
+        match dev.changes_last_hour {
+            Some(n) => {
+                f.changes_last_hour.get_or_create(&labels).set(i64::from(n));
+                f.change_cap_reached
+                    .get_or_create(&labels)
+                    .set(i64::from(n >= max_changes_per_hour));
+            }
+            None => {
+                f.changes_last_hour.remove(&labels);
+                f.change_cap_reached.remove(&labels);
             }
         }
         if let Some(level) = dev.level {
@@ -617,6 +639,8 @@ impl Metrics {
         f.nomerges.remove(&labels);
         f.level.remove(&labels);
         f.bios_rate.remove(&labels);
+        f.changes_last_hour.remove(&labels);
+        f.change_cap_reached.remove(&labels);
         for state in MANAGEMENT_STATES {
             f.management.remove(&ManagementLabels {
                 device: name.to_string(),

@@ -84,6 +84,13 @@ pub struct DeviceStatus {
     /// from a daemon older than this field).
     #[serde(default)]
     pub pricing: Option<DevicePricing>,
+    /// Level changes in the last hour, counted toward `[policy] max_changes_per_hour`
+    /// (managed devices; absent from a daemon older than this field).
+    #[serde(default)]
+    pub changes_last_hour: Option<u32>,
+    /// The changes in the last hour reach the cap: steps down are refused.
+    #[serde(default)]
+    pub change_cap_reached: bool,
 }
 
 /// How a device's saving is known.
@@ -106,6 +113,10 @@ pub enum PricingBasis {
 #[serde(rename_all = "snake_case")]
 pub enum UnknownReason {
     NotMeasuredYet,
+    /// Sampled, but not yet the samples a price needs (`why_text` says how many).
+    Measuring,
+    /// Priced under another workload shape than the device runs now.
+    OtherWorkload,
     NoSampler,
     NoMatchingProfile,
 }
@@ -114,6 +125,8 @@ impl UnknownReason {
     fn of(why: UnknownWhy) -> UnknownReason {
         match why {
             UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
+            UnknownWhy::Measuring { .. } => UnknownReason::Measuring,
+            UnknownWhy::OtherWorkload => UnknownReason::OtherWorkload,
             UnknownWhy::NoSampler => UnknownReason::NoSampler,
             UnknownWhy::NoMatchingProfile => UnknownReason::NoMatchingProfile,
         }
@@ -123,6 +136,8 @@ impl UnknownReason {
     pub fn short(self) -> &'static str {
         match self {
             UnknownReason::NotMeasuredYet => "not measured yet",
+            UnknownReason::Measuring => "being measured",
+            UnknownReason::OtherWorkload => "priced for another workload",
             UnknownReason::NoSampler => "no sampler here",
             UnknownReason::NoMatchingProfile => "profile does not match",
         }
@@ -281,7 +296,12 @@ impl DevicePricing {
             (PricingBasis::Live, _)
             | (
                 PricingBasis::Unknown,
-                Some(UnknownReason::NotMeasuredYet | UnknownReason::NoSampler),
+                Some(
+                    UnknownReason::NotMeasuredYet
+                    | UnknownReason::Measuring
+                    | UnknownReason::OtherWorkload
+                    | UnknownReason::NoSampler,
+                ),
             ) => format!(
                 "measured live, floor {:.2} ms/s",
                 self.floor_ms_per_sec.unwrap_or(0.0)
@@ -334,6 +354,8 @@ impl DeviceStatus {
             last_decision: None,
             next_probe_in_secs: None,
             pricing: None,
+            changes_last_hour: None,
+            change_cap_reached: false,
         }
     }
 }
@@ -396,6 +418,10 @@ impl StatusSnapshot {
                     pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
                         DevicePricing::of(w, l, &daemon.pricing_name, daemon.floor_ms_per_sec)
                     }),
+                    changes_last_hour: d.changes_last_hour,
+                    change_cap_reached: d
+                        .changes_last_hour
+                        .is_some_and(|n| n >= daemon.max_changes_per_hour),
                 }
             })
             .collect();

@@ -78,6 +78,16 @@ fn last(d: &DeviceStatus) -> String {
     if !d.management.is_managed() {
         return d.management.why().to_string();
     }
+    let last = last_decision(d);
+    match d.changes_last_hour.filter(|_| d.change_cap_reached) {
+        Some(n) => {
+            format!("hourly cap reached ({n} changes in the last hour): steps down refused; {last}")
+        }
+        None => last,
+    }
+}
+
+fn last_decision(d: &DeviceStatus) -> String {
     match &d.last_decision {
         Some(x) => format!(
             "{} {} {} ago{}: {}",

@@ -279,6 +279,14 @@ pub struct Merging {
     pub not_worth_noted: bool,
     /// "Not worth it: saving unknown" was said: said again once the saving is known.
     pub unknown_noted: bool,
+    /// Busy windows seen at this level since it was entered (saturating). The first holds
+    /// the queue freeze of the write that led here (a drain of the device's queue): its rate
+    /// is no measure of the level, so the level's worth is judged from the second.
+    pub busy_windows: u32,
+    /// Consecutive busy windows at this level in which a level below was worth stepping
+    /// down to at that window's own rate: a step down needs as many of them as low windows,
+    /// so that it is not taken on one fast window.
+    pub worth_windows: u32,
 }
 
 impl Merging {
@@ -293,6 +301,8 @@ impl Merging {
             l2_verified: false,
             not_worth_noted: false,
             unknown_noted: false,
+            busy_windows: 0,
+            worth_windows: 0,
         }
     }
 }
@@ -675,6 +685,17 @@ impl Ctx<'_> {
     /// L3 is a level to rest at: allowed by the config, seen by a bio tap, and worth it.
     fn l3_allowed(&self) -> bool {
         deepest_level(self.cfg, self.caps) == DEEPEST_LEVEL && self.caps.worth.worth(DEEPEST_LEVEL)
+    }
+
+    /// Whether a device at `at` (below L0) should leave it for lack of worth: neither `at`
+    /// nor any level below it that this device can reach is worth keeping
+    /// ([`Worth::keeps`]: live, the upper end of the saving's interval under the floor).
+    /// The other side of the band whose first side is [`Ctx::not_worth`].
+    fn not_worth_keeping(&self, at: Level) -> bool {
+        at > Level::L0
+            && std::iter::once(at)
+                .chain(levels_below(at, self.caps, self.cfg))
+                .all(|l| !self.caps.worth.keeps(l))
     }
 
     /// The "not worth it" reason for a device at `at`, if no level below it that this

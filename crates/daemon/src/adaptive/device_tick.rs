@@ -19,8 +19,10 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
+use mergetune_logic::merge_cost::Shape;
 use mergetune_logic::policy::{
-    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, decide, hold_without_deciding, tunables,
+    Caps, DEEPEST_LEVEL, Evaluation, HOUR_MS, Mode, OutcomeKind, Reason, decide,
+    hold_without_deciding, tunables,
 };
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
@@ -67,6 +69,7 @@ impl DeviceTick<'_> {
             self.as_live_would_see(name, dev, &mut window, &mut caps);
         }
         let ev = decide(&dev.policy, window.as_ref(), caps, &self.cfg.policy, now_ms);
+        self.note_cap(name, dev, &ev, now_ms);
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             settle(dev, ev);
@@ -172,11 +175,20 @@ impl DeviceTick<'_> {
     fn caps_priced(&self, dev: &mut DeviceRuntime, window: Option<&Window>) -> Caps {
         let worth = match self.live {
             Some(live) => {
-                // The live price at this device's rate: the window's, else the last one's.
-                let rate = window
-                    .or(dev.last_window.as_ref())
-                    .map_or(0.0, Window::bios_per_sec);
-                live.worth(dev.info.scheduler.as_deref(), rate, &self.cfg.pricing)
+                // The live price of this device's workload at its rate: the window's, else
+                // the last one's.
+                let w = window.or(dev.last_window.as_ref());
+                let rate = w.map_or(0.0, Window::bios_per_sec);
+                let shape = w.and_then(|w| {
+                    let c = &w.counters;
+                    Shape::of(c.bios(), c.read_bios(), c.sectors_read + c.sectors_written)
+                });
+                live.worth(
+                    dev.info.scheduler.as_deref(),
+                    shape,
+                    rate,
+                    &self.cfg.pricing,
+                )
             }
             None => dev.caps.worth,
         };
@@ -188,6 +200,31 @@ impl DeviceTick<'_> {
             sense_at_l3: dev.sense.usable(&self.cfg.sense),
             worth,
         }
+    }
+
+    /// The hourly cap, when it refuses a step down, is said once per run at the cap (a
+    /// warning naming the key and when room comes back) and counted; the device's
+    /// `changes_last_hour` in `status` and /metrics shows it the whole time.
+    fn note_cap(&mut self, name: &str, dev: &mut DeviceRuntime, ev: &Evaluation, now_ms: u64) {
+        let cap = self.cfg.policy.max_changes_per_hour;
+        let changes = &ev.state.history.changes_ms;
+        if (changes.len() as u64) < u64::from(cap) {
+            dev.cap_noted = false;
+            return;
+        }
+        if dev.cap_noted || !matches!(ev.reason, Reason::CapReached { .. }) {
+            return;
+        }
+        dev.cap_noted = true;
+        let room_in_s = changes
+            .first()
+            .map_or(0, |&t| (t + HOUR_MS).saturating_sub(now_ms))
+            .div_ceil(1000);
+        warn!(
+            device = %name,
+            "{name}: hourly cap reached: {} level changes in the last hour ([policy] max_changes_per_hour = {cap}); steps down are refused (merging stays on) until one ages out in {room_in_s} s. Steps up are never refused. Many changes in an hour mean the device flaps: the decisions before this line say between what",
+            changes.len()
+        );
     }
 
     /// A dry run decides on what the live daemon would have counted at the level it would

@@ -179,7 +179,7 @@ impl Daemon {
         let priced = match self.pricing {
             PricingSource::Live => {
                 self.live
-                    .worth(info.scheduler.as_deref(), 0.0, &self.cfg.pricing)
+                    .worth(info.scheduler.as_deref(), None, 0.0, &self.cfg.pricing)
             }
             _ => worth,
         };
@@ -204,6 +204,7 @@ impl Daemon {
             read_warned_ms: None,
             sense: Default::default(),
             tick_counters: None,
+            cap_noted: false,
             diskstats_line: None,
         };
         self.devices.insert(name, runtime);

@@ -38,6 +38,7 @@ pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) 
         ratio: w.counters.merge_ratio(),
         bios_per_sec: w.bios_per_sec(),
     };
+    let s = count_busy_and_worth(s, cx);
     let s = count_empty(s, &seen);
     let s = check_the_tap_call(s, &seen, cx);
     let s = then!(back_to_l0(s, &seen, cx));
@@ -47,6 +48,24 @@ pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) 
     let s = then!(straight_to_l3_if_nothing_merges(s, &seen, cx));
     let s = then!(wait_for_the_step(s, &seen, cx, next));
     take_the_step(s, &seen, cx, next)
+}
+
+/// Counts the busy windows at this level, and those in a row in which a level below was
+/// worth stepping down to (at this window's rate): a step down waits for as many of them
+/// as it waits for low windows, so that one fast window does not take it.
+fn count_busy_and_worth(mut s: InMode<Merging>, cx: &Ctx) -> InMode<Merging> {
+    s.m.busy_windows = s.m.busy_windows.saturating_add(1);
+    s.m.worth_windows = if cx.not_worth(s.m.level).is_none() {
+        s.m.worth_windows.saturating_add(1)
+    } else {
+        0
+    };
+    s
+}
+
+/// Low windows that count toward a step down: those in a row that were also worth it.
+fn steps_counted(m: &Merging) -> u32 {
+    m.low_windows.min(m.worth_windows)
 }
 
 /// Counts the busy windows at L0 in which not one bio merged. Only at L0: a level above it
@@ -95,17 +114,20 @@ fn nothing_merges(s: &InMode<Merging>, cx: &Ctx) -> bool {
         && s.h.l3_held_off(cx.now_ms).is_none()
 }
 
-/// Back to L0 from a level that saves nothing measurable, with nothing worth it below
-/// (the profile or the scheduler changed since it was reached: its lost merges buy
-/// nothing), or from a level where merges are still counted (an L2 that a trial verified
-/// keeps its plug merges and stays).
+/// Back to L0 from a level no longer worth keeping, with nothing below it worth keeping
+/// either (the other side of the band: live, the upper end of the saving's interval under
+/// the floor; a profile or a reload that says the level saves nothing), judged from the
+/// second busy window here (the first holds the write's queue freeze); or from a level
+/// where merges are still counted (an L2 that a trial verified keeps its plug merges and
+/// stays).
 fn back_to_l0(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
     let (level, ratio, now_ms) = (s.m.level, seen.ratio, cx.now_ms);
-    // L0 is always worth it (`Worth::worth`), so this never leaves L0 for L0.
-    if !cx.caps.worth.worth(level) && cx.not_worth(level).is_some() {
+    // L0 is always kept (`Worth::keeps`), so this never leaves L0 for L0.
+    if s.m.busy_windows > 1 && cx.not_worth_keeping(level) {
+        let judged = std::iter::once(level).chain(super::levels_below(level, cx.caps, cx.cfg));
         let reason = Reason::LeaveNotWorth {
             from: level,
-            why: cx.caps.worth.describe([level]),
+            why: cx.caps.worth.describe(judged),
             to: Level::L0,
         };
         return ControlFlow::Break(change(
@@ -219,7 +241,7 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
     let (cfg, level, now_ms) = (cx.cfg, s.m.level, cx.now_ms);
     let sig = Signature::of(seen.w);
     let known = cx.l3_allowed()
-        && s.m.low_windows >= cfg.step_down_after_windows.min(2)
+        && steps_counted(&s.m) >= cfg.step_down_after_windows.min(2)
         && !cx.cap_reached
         && s.h.l3_held_off(cx.now_ms).is_none()
         && s.h.is_known_hostile(&sig);
@@ -253,7 +275,8 @@ fn straight_to_l3_if_nothing_merges(
     cx: &Ctx,
 ) -> Step<InMode<Merging>> {
     let windows = s.m.empty_windows;
-    let ready = nothing_merges(&s, cx) && windows >= cx.cfg.step_down_after_windows;
+    let k = cx.cfg.step_down_after_windows;
+    let ready = nothing_merges(&s, cx) && windows >= k && s.m.worth_windows >= k;
     if !ready || cx.cap_reached {
         return ControlFlow::Continue(s);
     }
@@ -279,8 +302,8 @@ fn wait_for_the_step(
 ) -> Step<InMode<Merging>> {
     let (cfg, level, ratio, low) = (cx.cfg, s.m.level, seen.ratio, cx.low);
     let k = windows_before(next, cx);
-    if s.m.low_windows < k {
-        let n = s.m.low_windows;
+    if steps_counted(&s.m) < k {
+        let n = steps_counted(&s.m);
         // While nothing merges at L0 the windows count toward L3 itself.
         let (next, k) = if nothing_merges(&s, cx) {
             (DEEPEST_LEVEL, cfg.step_down_after_windows)

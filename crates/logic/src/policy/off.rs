@@ -9,7 +9,9 @@
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
 use super::reason::ChangeAnsweredByTap;
-use super::signature::{RATE_BASELINE_AFTER_WINDOWS, RATE_CHANGE_CONFIRM_MS, SignatureChange};
+use super::signature::{
+    RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
+};
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
 use crate::decision::Level;
@@ -24,7 +26,11 @@ type Sensed = (f64, u64);
 /// sees mergeable I/O; watch the workload's signature for a change; then, when a probe is
 /// due (timed, or early for a changed workload), let a low sample answer it, or probe.
 pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) -> Evaluation {
-    let s = then!(leave_where_blind_or_not_worth_it(InMode { h, m: at }, cx));
+    let s = then!(leave_where_blind_or_not_worth_it(
+        InMode { h, m: at },
+        window,
+        cx
+    ));
     // What the tap saw in this window, when it saw enough to judge.
     let sensed: Option<Sensed> = window
         .and_then(|w| w.sensed)
@@ -44,26 +50,46 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     probe(s, changed, cx)
 }
 
-/// Blind here (no tap, or it went away), or no longer worth it (a reload changed the
-/// profile): to the deepest level that is both seen and worth it, else L0.
-fn leave_where_blind_or_not_worth_it(mut s: InMode<AtL3>, cx: &Ctx) -> Step<InMode<AtL3>> {
-    if cx.l3_allowed() {
+/// Blind here (no tap, or it went away), no longer allowed (a reload raised the config's
+/// floor), or no longer worth keeping: to L2 where it is worth keeping, else L0. Worth is
+/// the band's upper side ([`super::Worth::keeps`]: live, the upper end of the saving's
+/// interval under the floor), judged only on a busy window after the first
+/// [`RATE_BASELINE_AFTER_WINDOWS`] at L3: the first holds the queue freeze of the write,
+/// and a saving priced at that depressed rate is no measure of L3 (seen on a loop device:
+/// 0 -> 2 at 201542 bios/s, then 2 -> 0 0.2 s later on 6.69 ms/s [4.05, 10.57], 22 writes
+/// in 104 s).
+fn leave_where_blind_or_not_worth_it(
+    mut s: InMode<AtL3>,
+    window: Option<&Window>,
+    cx: &Ctx,
+) -> Step<InMode<AtL3>> {
+    let blind = !cx.caps.sense_at_l3;
+    let floor_raised = super::floor_level(cx.cfg) < Level::L3;
+    let settled_window = window.is_some_and(|w| w.counters.bios() >= cx.cfg.min_window_bios)
+        && s.m.busy_windows >= RATE_BASELINE_AFTER_WINDOWS;
+    let not_kept = settled_window && !cx.caps.worth.keeps(Level::L3);
+    if !(blind || floor_raised || not_kept) {
         return ControlFlow::Continue(s);
     }
     // Every config allows L2 (the floor is L2 or L3).
-    let to = if cx.caps.has(Level::L2) && cx.caps.worth.worth(Level::L2) {
+    let to = if cx.caps.has(Level::L2) && cx.caps.worth.keeps(Level::L2) {
         Level::L2
     } else {
         Level::L0
     };
-    let reason = if cx.caps.sense_at_l3 {
+    let reason = if blind {
+        Reason::BlindAtL3 { to }
+    } else if floor_raised {
+        Reason::FloorRaised {
+            disabled_nomerges: cx.cfg.disabled_nomerges,
+            to,
+        }
+    } else {
         Reason::LeaveNotWorth {
             from: Level::L3,
             why: cx.caps.worth.describe([Level::L3]),
             to,
         }
-    } else {
-        Reason::BlindAtL3 { to }
     };
     s.h.backoff_ms = cx.initial_backoff_ms;
     ControlFlow::Break(change(
@@ -113,7 +139,8 @@ fn watch_the_signature(
         return ControlFlow::Continue((s, None, None));
     };
     let sig = Signature::of(w);
-    let changed = against_the_baseline(&mut s.m, &sig);
+    let settling = cx.now_ms.saturating_sub(s.h.since_ms) < RATE_BASELINE_MS;
+    let changed = against_the_baseline(&mut s.m, &sig, settling);
     let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
     let (mut s, changed) = confirm_a_fall(s, changed, w, due, cx)?;
     let Some(what) = changed else {
@@ -134,18 +161,19 @@ fn watch_the_signature(
 }
 
 /// What changed from the baseline, which this window may move. A change of shape counts
-/// from the first busy window at L3. The rate only from the window after the first
-/// [`RATE_BASELINE_AFTER_WINDOWS`], which set it (the entry's rate was measured at
-/// another level; the first window holds the write's queue freeze): the fastest of them,
-/// and after them the fastest window showing no change, so that the end of CPU contention
-/// is no rise.
-fn against_the_baseline(at: &mut AtL3, sig: &Signature) -> Option<SignatureChange> {
+/// from the first busy window at L3. The rate only once the first
+/// [`RATE_BASELINE_AFTER_WINDOWS`] windows and [`RATE_BASELINE_MS`] at L3 (`settling`
+/// until then) have set it (the entry's rate was measured at another level; the first
+/// window holds the write's queue freeze; a CPU-bound device speeds up at L3 over
+/// seconds): the fastest of them, and after them the fastest window showing no change, so
+/// that the end of CPU contention is no rise.
+fn against_the_baseline(at: &mut AtL3, sig: &Signature, settling: bool) -> Option<SignatureChange> {
     at.busy_windows = at.busy_windows.saturating_add(1);
     let Some(base) = at.signature.as_mut() else {
         at.signature = Some(*sig);
         return None;
     };
-    let changed = if at.busy_windows <= RATE_BASELINE_AFTER_WINDOWS {
+    let changed = if settling || at.busy_windows <= RATE_BASELINE_AFTER_WINDOWS {
         sig.shape_changed_from(base)
     } else {
         sig.changed_from(base)

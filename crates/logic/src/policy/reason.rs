@@ -60,6 +60,12 @@ pub enum Reason {
     BlindAtL3 {
         to: Level,
     },
+    /// At L3 after a reload set `[policy] disabled_nomerges` under 2: the config no longer
+    /// allows L3: back to `to`.
+    FloorRaised {
+        disabled_nomerges: u8,
+        to: Level,
+    },
     /// Low windows at the deepest level allowed here; `l3_blind` when L3 is allowed by the
     /// config but would be blind (no bio tap).
     DeepestAllowed {
@@ -334,6 +340,13 @@ impl std::fmt::Display for Reason {
             Reason::LeaveNotWorth { from, why, to } => {
                 write!(f, "{from} not worth it here: {why}; back to {to}")
             }
+            Reason::FloorRaised {
+                disabled_nomerges,
+                to,
+            } => write!(
+                f,
+                "the config no longer allows L3 ([policy] disabled_nomerges = {disabled_nomerges}); back to {to}"
+            ),
             Reason::BlindAtL3 { to } => write!(
                 f,
                 "no bio tap at L3: the merge counters are blind there; back to {to}"

@@ -112,9 +112,19 @@ pub enum SignatureChange {
 /// rise.
 pub const RATE_BASELINE_AFTER_WINDOWS: u32 = 2;
 
-/// How long a fall in rate alone must last, at L3, before it starts a probe: five watch
-/// windows of 100 ms, or one whole-second window.
-pub const RATE_CHANGE_CONFIRM_MS: u64 = 500;
+/// And for at least this long after L3 was entered, every window that keeps the shape
+/// raises the baseline rate rather than being judged against it: a device bound by its
+/// submitting CPU speeds up at L3 over a few seconds, not in one window (on a loop device
+/// in a 6.12 guest: `probe: workload changed at L3 (bios/s 42480 -> 67930)` 2 s after the
+/// daemon's own step to L3, and the probe found nothing). A faster L3 is the saving, not a
+/// new workload. A change of shape, and the bio tap's samples, are judged from the first
+/// window all the same.
+pub const RATE_BASELINE_MS: u64 = 3000;
+
+/// How long a fall in rate alone must last, at L3, before it starts a probe: ten watch
+/// windows of 100 ms, or one whole-second window. Half a second was not enough under a
+/// loaded emulated guest (`90670 -> 53494` probed on noise, TCG, 2026-12).
+pub const RATE_CHANGE_CONFIRM_MS: u64 = 1000;
 
 impl SignatureChange {
     /// A fall in rate alone (the shape is the same), which contention can also cause:

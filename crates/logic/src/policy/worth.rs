@@ -14,6 +14,11 @@
 //! - **unknown** ([`Basis::Unknown`]): nothing measured yet, or no profile matches: nothing
 //!   is worth it, and the reason says which.
 //!
+//! The bar is a band, not a line (Axboe's objection is the cost of toggling): a step down
+//! needs the saving's lower bound at or over the floor ([`Worth::worth`]); a level is left
+//! for lack of worth only where its upper bound falls under the floor
+//! ([`Worth::keeps`]). Between the two the device stays where it is.
+//!
 //! [`Worth`] is a small `Copy` table the daemon puts in [`super::Caps`] before each
 //! decision; [`super::decide`] reads it there and stays pure.
 
@@ -67,6 +72,16 @@ pub enum Basis {
 pub enum UnknownWhy {
     /// The live sampler has not measured this device's scheduler at L0 yet.
     NotMeasuredYet,
+    /// The live sampler is measuring it: `samples` merge-path samples so far in `spans`
+    /// spans, of the `needed` a price needs.
+    Measuring {
+        samples: u64,
+        needed: u64,
+        spans: u32,
+    },
+    /// The scheduler's price was measured under another workload shape (read share, bio
+    /// size class) than the device runs now: it is not this workload's price.
+    OtherWorkload,
     /// The live sampler cannot run here (no CAP_PERFMON, no symbols, a world without one).
     NoSampler,
     /// The named profile matches neither this kernel nor this device.
@@ -74,14 +89,40 @@ pub enum UnknownWhy {
 }
 
 impl UnknownWhy {
-    fn text(self) -> &'static str {
+    fn text(self) -> std::borrow::Cow<'static, str> {
         match self {
-            UnknownWhy::NotMeasuredYet => "the merge path has not been measured here yet",
-            UnknownWhy::NoSampler => {
-                "the merge path cannot be measured here (the cpu-clock sampler needs root or CAP_PERFMON and kallsyms)"
+            UnknownWhy::NotMeasuredYet => {
+                "the merge path has not been sampled under this scheduler here yet".into()
             }
-            UnknownWhy::NoMatchingProfile => "no cost profile matches this kernel and device",
+            UnknownWhy::Measuring {
+                samples,
+                needed,
+                spans,
+            } => format!(
+                "the merge path is being measured here: {samples} of the {needed} merge-path samples a price needs, in {spans} span{}",
+                if spans == 1 { "" } else { "s" }
+            )
+            .into(),
+            UnknownWhy::OtherWorkload => {
+                "the merge path was priced under another workload shape (read share or bio size) than this device runs now; measuring this one"
+                    .into()
+            }
+            UnknownWhy::NoSampler => {
+                "the merge path cannot be measured here (the cpu-clock sampler needs root or CAP_PERFMON and kallsyms)".into()
+            }
+            UnknownWhy::NoMatchingProfile => {
+                "no cost profile matches this kernel and device".into()
+            }
         }
+    }
+
+    /// Whether this is a measurement still to come (nothing says merging is not worth
+    /// stepping down for), as opposed to a pricing that cannot say anything here.
+    pub fn pending(self) -> bool {
+        matches!(
+            self,
+            UnknownWhy::NotMeasuredYet | UnknownWhy::Measuring { .. } | UnknownWhy::OtherWorkload
+        )
     }
 }
 
@@ -163,6 +204,28 @@ impl Worth {
             && self
                 .saving(level)
                 .is_some_and(|s| s.verdict == Verdict::Saves)
+    }
+
+    /// Whether a device already at `level` keeps it: the other side of the band. Live, the
+    /// level is kept unless the upper end of its saving's interval is under the floor (a
+    /// saving whose interval still reaches the floor is no evidence that the step was
+    /// wrong, and each change freezes the queue); an unpriced level has nothing to keep it.
+    /// A profile's table is fixed between reloads, so its verdict decides both ways. A
+    /// price still being measured keeps what the device has; no sampler, or no matching
+    /// profile, keeps nothing (the safe side is merging on).
+    pub fn keeps(&self, level: Level) -> bool {
+        if level == Level::L0 {
+            return true;
+        }
+        match self.basis {
+            Basis::Unpriced => true,
+            Basis::Profile => self.worth(level),
+            Basis::Live { floor_ms_per_sec } => self.saving(level).is_some_and(|s| {
+                let upper = s.ci.map_or(s.value, |[_, hi]| hi);
+                upper >= floor_ms_per_sec
+            }),
+            Basis::Unknown { why } => why.pending(),
+        }
     }
 
     pub fn saving(&self, level: Level) -> Option<Saving> {
@@ -272,5 +335,37 @@ mod tests {
         assert!(!w.worth(Level::L3) && !w.worth(Level::L1));
         assert!(w.worth(Level::L0));
         assert!(w.describe([Level::L3]).contains("no cost profile matches"));
+    }
+
+    #[test]
+    fn a_live_level_is_kept_until_its_upper_bound_falls_under_the_floor() {
+        // The flap seen on a loop device: stepped down at a lower bound over 5 ms/s, then
+        // judged at 6.69 [4.05, 10.57]: in the band, so kept, not left.
+        let band = live(6.69, [4.05, 10.57], Verdict::NoMeasurableDifference);
+        assert!(!band.worth(Level::L3), "no step down inside the band");
+        assert!(band.keeps(Level::L3), "no step back inside the band");
+        let under = live(2.0, [1.2, 4.9], Verdict::NoMeasurableDifference);
+        assert!(!under.keeps(Level::L3), "clearly under the floor: left");
+        let over = live(12.7, [9.8, 15.6], Verdict::Saves);
+        assert!(over.worth(Level::L3) && over.keeps(Level::L3));
+        assert!(
+            !over.keeps(Level::L2),
+            "an unpriced level has nothing to keep it"
+        );
+        assert!(over.keeps(Level::L0));
+    }
+
+    #[test]
+    fn a_price_still_to_come_keeps_the_level_and_no_sampler_does_not() {
+        let measuring = Worth::unknown(UnknownWhy::Measuring {
+            samples: 4,
+            needed: 10,
+            spans: 1,
+        });
+        assert!(measuring.keeps(Level::L3) && !measuring.worth(Level::L3));
+        let d = measuring.describe([Level::L3]);
+        assert!(d.contains("4 of the 10 merge-path samples"), "{d}");
+        assert!(!Worth::unknown(UnknownWhy::NoSampler).keeps(Level::L3));
+        assert!(!Worth::unknown(UnknownWhy::NoMatchingProfile).keeps(Level::L2));
     }
 }
