@@ -17,6 +17,7 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
+use mergetune_logic::merge_cost::Shape;
 use mergetune_logic::policy::{Caps, PolicyState};
 use mergetune_logic::sampler::{Counters, Delta, SampleSet, Sampler, Window, WindowAcc};
 use std::collections::{BTreeMap, HashMap};
@@ -389,6 +390,10 @@ impl Daemon {
                 level,
                 counters: d.tick_counters.as_ref(),
                 level_since_ms: managed.then_some(d.policy.history.since_ms),
+                busy_shape: d
+                    .last_window
+                    .filter(|w| managed && level < Level::L3 && w.counters.bios() >= min_bios)
+                    .and_then(|w| Shape::of_counters(&w.counters)),
             })
         });
         self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);

@@ -186,7 +186,7 @@ enum SamplerState {
     /// counters reset or a device changed level meanwhile (the span is then dropped).
     Sampling {
         since_ms: u64,
-        bios: SpanBios,
+        bios: Box<SpanBios>,
         disturbed: bool,
     },
 }
@@ -207,7 +207,8 @@ pub struct LivePricing {
     state: SamplerState,
     spans: VecDeque<(u64, MergeSamples, SpanBios)>,
     prices: [Option<SlotPrice>; 4],
-    /// Spans taken back to back so far while a busy class had no resolved price.
+    /// Spans started at once so far while a busy device's workload had no resolved price
+    /// (reset when every busy device's has one).
     first_price_spans: u32,
     /// Spans dropped because a reset or a level change overlapped them.
     pub dropped_spans: u64,
@@ -246,6 +247,9 @@ pub struct TickBios<'a> {
     /// When the device's level last changed (managed devices): a change during a span
     /// disturbs it.
     pub level_since_ms: Option<u64>,
+    /// A managed device below L3 whose last window was busy: its workload's shape, which
+    /// wants a price.
+    pub busy_shape: Option<Shape>,
 }
 
 impl LivePricing {
@@ -255,7 +259,8 @@ impl LivePricing {
     }
 
     /// One tick: count the bios of a span in progress, end it when due, start the next
-    /// when `wanted` (a managed device below L3 is busy) and due.
+    /// when `wanted` (a managed device below L3 is busy) and due: at once while a busy
+    /// device's workload has no resolved price ([`FIRST_PRICE_MAX_SPANS`]).
     pub fn tick<'a>(
         &mut self,
         now_ms: u64,
@@ -264,61 +269,81 @@ impl LivePricing {
         wanted: bool,
         bios: impl Iterator<Item = TickBios<'a>>,
     ) {
+        let mut missing = false;
+        for b in bios {
+            if let Some(shape) = b.busy_shape {
+                let slot = MergeSamples::slot(
+                    b.scheduler
+                        .and_then(mergetune_kernel::perf::SchedulerClass::of_name),
+                );
+                missing |= !self.prices[slot].is_some_and(|p| {
+                    p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
+                });
+            }
+            if let SamplerState::Sampling {
+                since_ms,
+                bios: acc,
+                disturbed,
+            } = &mut self.state
+            {
+                *disturbed |= b.level_since_ms.is_some_and(|t| t > *since_ms);
+                match b.counters {
+                    Some(c) => {
+                        acc.add_device(b.scheduler, b.level, c.bios(), Shape::of_counters(c))
+                    }
+                    None => *disturbed = true,
+                }
+            }
+        }
+        if !missing {
+            self.first_price_spans = 0;
+        }
+        let first_price = missing && self.first_price_spans < FIRST_PRICE_MAX_SPANS;
         match &mut self.state {
             SamplerState::Sampling {
                 since_ms,
                 bios: acc,
                 disturbed,
             } => {
-                for b in bios {
-                    *disturbed |= b.level_since_ms.is_some_and(|t| t > *since_ms);
-                    match b.counters {
-                        Some(c) => acc.add_device(
-                            b.scheduler,
-                            b.level,
-                            c.bios(),
-                            c.read_bios(),
-                            c.sectors_read + c.sectors_written,
-                        ),
-                        None => *disturbed = true,
-                    }
+                if now_ms.saturating_sub(*since_ms) < cfg.sample_ms {
+                    return;
                 }
-                if now_ms.saturating_sub(*since_ms) >= cfg.sample_ms {
-                    fs.merge_sampler_enable(false);
-                    let samples = fs.merge_sampler_drain();
-                    let mut span = *acc;
-                    span.span_ms = now_ms.saturating_sub(*since_ms);
-                    let span_disturbed = *disturbed;
-                    if span_disturbed {
-                        // Its samples ran over bios that were not all counted (a reset) or
-                        // over two levels' paths (a change): pooled, they would inflate the
-                        // price (seen on 6.12: 1.7-1.9 times calibrate's).
-                        self.dropped_spans += 1;
-                        debug!(
-                            "merge-path span of {} ms dropped: a device's counters reset or a device changed level during it",
-                            span.span_ms
-                        );
-                    } else {
-                        self.spans.push_back((now_ms, samples, span));
-                        self.reprice(now_ms, cfg);
-                    }
-                    let again = self.wants_first_price(&span, span_disturbed);
-                    self.state = SamplerState::Idle {
-                        next_at_ms: if again {
-                            now_ms
-                        } else {
-                            now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms)
-                        },
-                    };
+                fs.merge_sampler_enable(false);
+                let samples = fs.merge_sampler_drain();
+                let mut span = **acc;
+                span.span_ms = now_ms.saturating_sub(*since_ms);
+                let dropped = *disturbed;
+                if dropped {
+                    // Its samples ran over bios that were not all counted (a reset) or
+                    // over two levels' paths (a change): pooled, they would inflate the
+                    // price (seen on 6.12: 1.7-1.9 times calibrate's).
+                    self.dropped_spans += 1;
+                    debug!(
+                        "merge-path span of {} ms dropped: a device's counters reset, a device appeared, or a device changed level during it",
+                        span.span_ms
+                    );
+                } else {
+                    self.spans.push_back((now_ms, samples, span));
+                    self.reprice(now_ms, cfg);
                 }
-                return;
+                self.state = SamplerState::Idle {
+                    next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
+                };
+                // While a first price is wanted the next span starts at this very tick
+                // (below), also after a span that was dropped or did not resolve it.
+                if !(first_price && wanted) {
+                    return;
+                }
             }
             SamplerState::Failed { retry_at_ms, .. } if now_ms < *retry_at_ms => return,
-            SamplerState::Idle { next_at_ms } if now_ms < *next_at_ms => return,
+            SamplerState::Idle { next_at_ms } if now_ms < *next_at_ms && !first_price => return,
             _ => {}
         }
         if !wanted {
             return;
+        }
+        if first_price {
+            self.first_price_spans += 1;
         }
         if matches!(
             self.state,
@@ -339,7 +364,7 @@ impl LivePricing {
                 return;
             }
             info!(
-                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy (back to back, up to {FIRST_PRICE_MAX_SPANS} spans, until a busy scheduler's workload has a price)",
+                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy (back to back, up to {FIRST_PRICE_MAX_SPANS} spans, while a busy device's workload has no price)",
                 cfg.period_us, cfg.sample_ms, cfg.every_ms
             );
         }
@@ -347,33 +372,9 @@ impl LivePricing {
         fs.merge_sampler_enable(true);
         self.state = SamplerState::Sampling {
             since_ms: now_ms,
-            bios: SpanBios::default(),
+            bios: Box::default(),
             disturbed: false,
         };
-    }
-
-    /// Whether the next span should follow at once: a class whose bios went through the
-    /// merge path in the span just ended has no resolved price for their shape (or the
-    /// span was dropped), and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were taken back to
-    /// back for it.
-    fn wants_first_price(&mut self, span: &SpanBios, dropped: bool) -> bool {
-        let unpriced = dropped
-            || (0..4).any(|k| {
-                span.shape(k).is_some_and(|shape| {
-                    !self.prices[k].is_some_and(|p| {
-                        p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
-                    })
-                })
-            });
-        if unpriced && self.first_price_spans < FIRST_PRICE_MAX_SPANS {
-            self.first_price_spans += 1;
-            true
-        } else {
-            if !unpriced {
-                self.first_price_spans = 0;
-            }
-            false
-        }
     }
 
     /// Prices each class whose bios the newest span holds, from the pooled spans of the
@@ -428,13 +429,14 @@ impl LivePricing {
                     .map(|b| format!(" (the price for {} aged out)", b.shape))
                     .unwrap_or_default();
                 info!(
-                    "merge path on {} under {shape}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} spans{}{other}",
+                    "merge path on {} under {shape}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} span{}{}{other}",
                     ["none/plug", "mq-deadline", "bfq", "kyber"][k],
                     l3.estimate,
                     l3.lo,
                     l3.hi,
                     l3.samples,
                     l3.bios,
+                    if spans == 1 { "" } else { "s" },
                     if l3.resolved() {
                         String::new()
                     } else {
@@ -478,5 +480,222 @@ impl LivePricing {
             bios_per_sec,
             cfg.floor_ms_per_sec(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mergetune_kernel::blockfs::FsError;
+    use mergetune_kernel::perf::PerfError;
+    use mergetune_kernel::tunable::Tunable;
+    use mergetune_logic::policy::worth::Basis;
+    use mergetune_logic::sampler::Counters;
+
+    /// A world whose only part is a merge-path sampler that hands out the samples queued
+    /// for it, one batch per drain.
+    #[derive(Default)]
+    struct Sampler {
+        batches: VecDeque<MergeSamples>,
+        /// Enabled since the last drain: the next drain hands out a batch.
+        ran: bool,
+    }
+
+    impl BlockFs for Sampler {
+        fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
+            Ok(Vec::new())
+        }
+        fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
+            Ok(Vec::new())
+        }
+        fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
+            Err(FsError::NotFound {
+                path: format!("{dev}/{rel}"),
+            })
+        }
+        fn write_tunable(&mut self, dev: &str, t: Tunable, _: &str) -> Result<(), FsError> {
+            Err(FsError::NotFound {
+                path: format!("{dev}/{t}"),
+            })
+        }
+        fn list_dir(&mut self, _: &str, _: &str) -> Result<Vec<String>, FsError> {
+            Ok(Vec::new())
+        }
+        fn attr_exists(&mut self, _: &str, _: &str) -> bool {
+            false
+        }
+        fn merge_sampler_open(&mut self, _: u64) -> Result<(), PerfError> {
+            Ok(())
+        }
+        fn merge_sampler_enable(&mut self, on: bool) {
+            self.ran |= on;
+        }
+        fn merge_sampler_drain(&mut self) -> MergeSamples {
+            if !std::mem::take(&mut self.ran) {
+                return MergeSamples::default();
+            }
+            self.batches.pop_front().unwrap_or_default()
+        }
+    }
+
+    /// `n` merge-path samples of mq-deadline, 1 ms each.
+    fn mq_deadline_samples(n: u64) -> MergeSamples {
+        let mut s = MergeSamples {
+            period_ns: 1_000_000,
+            ..Default::default()
+        };
+        s.merge_path[1] = n;
+        s
+    }
+
+    /// One second of random 4 KiB reads (or, `sequential`, 128 KiB writes) at `bios` bios.
+    fn tick_of(bios: u64, sequential: bool) -> Counters {
+        if sequential {
+            Counters {
+                writes_completed: bios,
+                sectors_written: bios * 256,
+                ..Default::default()
+            }
+        } else {
+            Counters {
+                reads_completed: bios,
+                sectors_read: bios * 8,
+                ..Default::default()
+            }
+        }
+    }
+
+    /// Runs the pricing one tick a second from `t0` for `ticks` ticks, one mq-deadline device
+    /// at L0 with `counters` each tick (None: a reset), its level last changed at
+    /// `level_since_ms`.
+    fn run(
+        p: &mut LivePricing,
+        fs: &mut Sampler,
+        t0: u64,
+        ticks: u64,
+        counters: Option<Counters>,
+        level_since_ms: u64,
+    ) -> u64 {
+        let cfg = PricingConfig::default();
+        let mut now = t0;
+        for _ in 0..ticks {
+            let bios = std::iter::once(TickBios {
+                scheduler: Some("mq-deadline"),
+                level: Level::L0,
+                counters: counters.as_ref(),
+                level_since_ms: Some(level_since_ms),
+                busy_shape: counters.as_ref().and_then(Shape::of_counters),
+            });
+            p.tick(now, &cfg, fs, true, bios);
+            now += 1000;
+        }
+        now
+    }
+
+    fn reads() -> Option<Shape> {
+        Shape::of_counters(&tick_of(1, false))
+    }
+
+    #[test]
+    fn a_first_price_comes_from_spans_back_to_back_and_says_how_far_it_is() {
+        let cfg = PricingConfig::default();
+        let mut p = LivePricing::default();
+        // 6 samples a span: under the 10 a price needs after one span, resolved after two.
+        let mut fs = Sampler {
+            batches: [6, 6, 6].map(mq_deadline_samples).into(),
+            ..Default::default()
+        };
+        let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, false)), 0);
+        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        assert_eq!(
+            w.basis,
+            Basis::Unknown {
+                why: UnknownWhy::Measuring {
+                    samples: 6,
+                    needed: MIN_SAMPLES,
+                    spans: 1
+                }
+            },
+            "{w:?}"
+        );
+        // The second span started at once, not 60 s later.
+        run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
+        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+    }
+
+    #[test]
+    fn a_price_belongs_to_the_workload_shape_it_was_measured_on() {
+        let cfg = PricingConfig::default();
+        let mut p = LivePricing::default();
+        let mut fs = Sampler {
+            batches: [40, 40].map(mq_deadline_samples).into(),
+            ..Default::default()
+        };
+        let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, true)), 0);
+        let seq = Shape::of_counters(&tick_of(1, true));
+        assert!(matches!(
+            p.worth(Some("mq-deadline"), seq, 100_000.0, &cfg).basis,
+            Basis::Live { .. }
+        ));
+        // Priced under sequential writes: not the random reads' price.
+        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        assert_eq!(
+            w.basis,
+            Basis::Unknown {
+                why: UnknownWhy::OtherWorkload
+            }
+        );
+        assert!(
+            w.keeps(Level::L3) && !w.worth(Level::L3),
+            "pending: no step"
+        );
+        // A span of random reads replaces it.
+        run(&mut p, &mut fs, now, 2, Some(tick_of(100_000, false)), 0);
+        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+        assert_eq!(
+            p.worth(Some("mq-deadline"), seq, 100_000.0, &cfg).basis,
+            Basis::Unknown {
+                why: UnknownWhy::OtherWorkload
+            }
+        );
+    }
+
+    #[test]
+    fn spans_over_a_reset_or_a_level_change_are_dropped_not_pooled() {
+        let cfg = PricingConfig::default();
+        let mut p = LivePricing::default();
+        // A reset: the tick's bios are unknown while the samples ran on (an inflated price).
+        let mut fs = Sampler {
+            batches: [500, 500].map(mq_deadline_samples).into(),
+            ..Default::default()
+        };
+        let now = run(&mut p, &mut fs, 0, 1, Some(tick_of(100_000, false)), 0);
+        let now = run(&mut p, &mut fs, now, 1, None, 0);
+        assert_eq!(p.dropped_spans, 1);
+        assert_eq!(
+            p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg).basis,
+            Basis::Unknown {
+                why: UnknownWhy::NotMeasuredYet
+            }
+        );
+        // A level change during the next span (the device's level changed after it began).
+        let next = now - 1000 + PricingConfig::default().every_ms;
+        run(&mut p, &mut fs, next, 1, Some(tick_of(100_000, false)), 0);
+        run(
+            &mut p,
+            &mut fs,
+            next + 1000,
+            1,
+            Some(tick_of(100_000, false)),
+            next + 500,
+        );
+        assert_eq!(p.dropped_spans, 2);
+        assert!(
+            p.prices.iter().all(Option::is_none),
+            "nothing pooled: {:?}",
+            p.prices
+        );
     }
 }

@@ -160,7 +160,36 @@ pub struct Shape {
     pub size: SizeClass,
 }
 
+/// How many shapes there are (3 read mixes x 4 size classes).
+pub const SHAPES: usize = 12;
+
 impl Shape {
+    /// Its index among the [`SHAPES`].
+    pub fn index(self) -> usize {
+        let reads = match self.reads {
+            ReadMix::Reads => 0,
+            ReadMix::Mixed => 1,
+            ReadMix::Writes => 2,
+        };
+        reads * 4 + self.size as usize
+    }
+
+    fn from_index(i: usize) -> Shape {
+        let reads = [ReadMix::Reads, ReadMix::Mixed, ReadMix::Writes][(i / 4) % 3];
+        let size = [
+            SizeClass::UpTo4k,
+            SizeClass::UpTo16k,
+            SizeClass::UpTo64k,
+            SizeClass::Over64k,
+        ][i % 4];
+        Shape { reads, size }
+    }
+
+    /// The shape of a device's counters (None without bios).
+    pub fn of_counters(c: &crate::sampler::Counters) -> Option<Shape> {
+        Shape::of(c.bios(), c.read_bios(), c.sectors_read + c.sectors_written)
+    }
+
     /// The shape of `bios` bios of which `read_bios` were reads, `sectors` 512-byte sectors
     /// in all; None without bios.
     pub fn of(bios: u64, read_bios: u64, sectors: u64) -> Option<Shape> {
@@ -212,9 +241,9 @@ impl std::fmt::Display for Shape {
 pub struct SpanBios {
     /// Bios of devices below L3 (the merge attempt ran).
     pub merge_path: [u64; 4],
-    /// Of `merge_path`, the reads, and the sectors of all of them: the span's [`Shape`].
-    pub merge_path_reads: [u64; 4],
-    pub merge_path_sectors: [u64; 4],
+    /// Of `merge_path`, the bios by the [`Shape`] of their device's tick (index
+    /// [`Shape::index`]): the span's shape per class is the one most of them have.
+    pub merge_path_shapes: [[u64; SHAPES]; 4],
     /// Bios of devices at L0 or L1 (the lookups past the one-hit cache ran).
     pub beyond_one_hit: [u64; 4],
     /// Bios of devices at L0 (mq-deadline's front lookup ran).
@@ -224,21 +253,21 @@ pub struct SpanBios {
 }
 
 impl SpanBios {
-    /// Counts one device's bios of a span at its level (`read_bios` of them reads, over
-    /// `sectors` sectors).
+    /// Counts one device's bios of a span at its level, of the device's workload `shape`
+    /// in that tick.
     pub fn add_device(
         &mut self,
         scheduler: Option<&str>,
         level: Level,
         bios: u64,
-        read_bios: u64,
-        sectors: u64,
+        shape: Option<Shape>,
     ) {
         let i = MergeSamples::slot(scheduler.and_then(SchedulerClass::of_name));
         if level < Level::L3 {
             self.merge_path[i] += bios;
-            self.merge_path_reads[i] += read_bios;
-            self.merge_path_sectors[i] += sectors;
+            if let Some(sh) = shape {
+                self.merge_path_shapes[i][sh.index()] += bios;
+            }
         }
         if level <= Level::L1 {
             self.beyond_one_hit[i] += bios;
@@ -251,23 +280,35 @@ impl SpanBios {
     pub fn add(&mut self, o: &SpanBios) {
         for i in 0..4 {
             self.merge_path[i] += o.merge_path[i];
-            self.merge_path_reads[i] += o.merge_path_reads[i];
-            self.merge_path_sectors[i] += o.merge_path_sectors[i];
+            for (a, b) in self.merge_path_shapes[i]
+                .iter_mut()
+                .zip(o.merge_path_shapes[i])
+            {
+                *a += b;
+            }
             self.beyond_one_hit[i] += o.beyond_one_hit[i];
             self.front_lookup[i] += o.front_lookup[i];
         }
         self.span_ms += o.span_ms;
     }
 
-    /// The shape of the bios of scheduler class `slot` that went through the merge path.
+    /// The shape of the bios of scheduler class `slot` that went through the merge path:
+    /// the shape at least [`DOMINANT_SHARE`] of them had (several devices of one scheduler
+    /// share its samples; a busy device beside a few bios of another is still priced); None
+    /// when no shape holds that share, or without bios.
     pub fn shape(&self, slot: usize) -> Option<Shape> {
-        Shape::of(
-            self.merge_path[slot],
-            self.merge_path_reads[slot],
-            self.merge_path_sectors[slot],
-        )
+        let all = self.merge_path[slot];
+        let (i, most) = self.merge_path_shapes[slot]
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by_key(|&(_, n)| n)?;
+        (all > 0 && most as f64 >= DOMINANT_SHARE * all as f64).then(|| Shape::from_index(i))
     }
 }
+
+/// The share of a class's merge-path bios one shape must hold to be the span's shape.
+pub const DOMINANT_SHARE: f64 = 0.8;
 
 /// ns per bio with its interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -460,7 +501,12 @@ mod tests {
         s.merge_path[1] = merge_samples;
         s.total = merge_samples * 30;
         let mut b = SpanBios::default();
-        b.add_device(Some("mq-deadline"), Level::L0, bios, bios, 8 * bios);
+        b.add_device(
+            Some("mq-deadline"),
+            Level::L0,
+            bios,
+            Shape::of(bios, bios, 8 * bios),
+        );
         b.span_ms = 10_000;
         (s, b)
     }
@@ -499,7 +545,7 @@ mod tests {
     #[test]
     fn bios_at_l3_do_not_dilute_the_price() {
         let (s, mut b) = mq_deadline_span(100, 500_000);
-        b.add_device(Some("mq-deadline"), Level::L3, 5_000_000, 0, 0);
+        b.add_device(Some("mq-deadline"), Level::L3, 5_000_000, None);
         let p = price(&s, &b)[1].unwrap();
         assert!((p.levels[3].unwrap().estimate - 200.0).abs() < 1e-9);
     }
@@ -512,8 +558,8 @@ mod tests {
         };
         s.merge_path[0] = 100;
         let mut b = SpanBios::default();
-        b.add_device(Some("none"), Level::L0, 250_000, 250_000, 2_000_000);
-        b.add_device(Some("mq-deadline"), Level::L0, 250_000, 250_000, 2_000_000);
+        b.add_device(Some("none"), Level::L0, 250_000, Shape::of(1, 1, 8));
+        b.add_device(Some("mq-deadline"), Level::L0, 250_000, Shape::of(1, 1, 8));
         let prices = price(&s, &b);
         let none = prices[0].unwrap().levels[3].unwrap().estimate;
         let dd = prices[1].unwrap().levels[3].unwrap().estimate;
@@ -528,18 +574,27 @@ mod tests {
     fn a_span_has_the_shape_of_its_merge_path_bios() {
         let mut b = SpanBios::default();
         // random 4 KiB reads: 8 sectors a bio
-        b.add_device(Some("mq-deadline"), Level::L0, 1000, 1000, 8000);
-        let random_reads = b.shape(1).unwrap();
+        let random_reads = Shape::of(1000, 1000, 8000).unwrap();
         assert_eq!(random_reads.reads, ReadMix::Reads);
         assert_eq!(random_reads.size, SizeClass::UpTo4k);
-        // the same scheduler's bios at L3 do not count toward its shape
-        b.add_device(Some("mq-deadline"), Level::L3, 1_000_000, 0, 256_000_000);
+        b.add_device(Some("mq-deadline"), Level::L0, 100_000, Some(random_reads));
         assert_eq!(b.shape(1), Some(random_reads));
-        let mut seq = SpanBios::default();
-        seq.add_device(Some("mq-deadline"), Level::L0, 1000, 0, 256_000);
-        let s = seq.shape(1).unwrap();
-        assert_eq!((s.reads, s.size), (ReadMix::Writes, SizeClass::Over64k));
-        assert_ne!(s, random_reads);
+        // the same scheduler's bios at L3 do not count toward its shape, and a few bios of
+        // another device do not change it (a root disk beside a busy loop device)
+        let seq_writes = Shape::of(1000, 0, 256_000).unwrap();
+        assert_eq!(
+            (seq_writes.reads, seq_writes.size),
+            (ReadMix::Writes, SizeClass::Over64k)
+        );
+        b.add_device(Some("mq-deadline"), Level::L3, 1_000_000, Some(seq_writes));
+        b.add_device(Some("mq-deadline"), Level::L0, 300, Some(seq_writes));
+        assert_eq!(b.shape(1), Some(random_reads));
+        // two shapes of comparable weight: no shape, no keyed price
+        b.add_device(Some("mq-deadline"), Level::L0, 100_000, Some(seq_writes));
+        assert_eq!(b.shape(1), None);
         assert_eq!(SpanBios::default().shape(1), None);
+        for i in 0..SHAPES {
+            assert_eq!(Shape::from_index(i).index(), i);
+        }
     }
 }

@@ -179,10 +179,7 @@ impl DeviceTick<'_> {
                 // the last one's.
                 let w = window.or(dev.last_window.as_ref());
                 let rate = w.map_or(0.0, Window::bios_per_sec);
-                let shape = w.and_then(|w| {
-                    let c = &w.counters;
-                    Shape::of(c.bios(), c.read_bios(), c.sectors_read + c.sectors_written)
-                });
+                let shape = w.and_then(|w| Shape::of_counters(&w.counters));
                 live.worth(
                     dev.info.scheduler.as_deref(),
                     shape,
