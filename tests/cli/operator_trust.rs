@@ -99,7 +99,7 @@ fn status_of_a_simulator_says_simulated_first() {
 
 #[test]
 fn the_status_header_does_not_claim_every_tick_took_the_interval() {
-    // At L3 the daemon ticks every l3_watch_interval_ms (100 ms): "N ticks of 1000 ms" was
+    // At L3 the daemon ticks every l3_watch_interval_ms (50 ms): "N ticks of 1000 ms" was
     // false while a device was watched.
     let s = StatusSnapshot {
         ticks: 124,

@@ -65,14 +65,13 @@ const DOCUMENTED: Targets = Targets {
 /// slip; each is said in docs/evaluation.md, and its test also checks that the documented
 /// target is still missed (a fix must tighten the pin, not hide behind it).
 ///
-/// oltp_scans_bursts: a 5 s checkpoint burst that starts while the device is at L3 runs
-/// unmerged until the watch's next tick (100 ms): 0.63% of burst-5's throughput. And after
-/// a burst, the window that holds its end still counts its merges, so a database rate the
-/// daemon has not seen settle at L3 before (3 low windows, not 2) is stepped down after
-/// 3.5 windows (7.1 s). With `l3_watch_interval_ms = 50` the loss is 0.32% (measured with
-/// `simulate --compare`); the window straddle is the policy's.
+/// oltp_scans_bursts: after a burst, the window that holds its end still counts its
+/// merges, so a database rate the daemon has not seen settle at L3 before (3 low windows,
+/// not 2) is stepped down after 3.5 windows (7.1 s); the window straddle is the policy's.
+/// The throughput target is met since the watch at L3 reads every 50 ms (a burst that
+/// starts at L3 runs unmerged until the watch's next tick: 0.63% of burst-5's throughput
+/// at 100 ms, 0.32% at 50 ms).
 const OLTP_SCANS_BURSTS_MET: Targets = Targets {
-    max_loss_percent: 0.7,
     toward_random_windows: 4,
     ..DOCUMENTED
 };

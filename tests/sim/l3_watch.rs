@@ -65,7 +65,11 @@ fn ticks_fast_only_at_l3_and_probes_a_scan_within_the_watch() {
         if t < disabled_at {
             assert_eq!(step, 1000, "at {t} ms, {level}");
         } else if level == Level::L3 {
-            assert_eq!(step, 100, "at {t} ms, {level}");
+            assert_eq!(
+                step,
+                mergetune_logic::config::DEFAULT_L3_WATCH_INTERVAL_MS,
+                "at {t} ms, {level}"
+            );
         } else {
             assert_eq!(
                 step, 1000,

@@ -189,7 +189,7 @@ pub const DEFAULT_MIN_DWELL_SECS: u64 = 10;
 pub const DEFAULT_PROBE_INITIAL_BACKOFF_SECS: u64 = 1800;
 pub const DEFAULT_PROBE_MAX_BACKOFF_SECS: u64 = 3600;
 pub const DEFAULT_PROBE_WINDOWS: u32 = 1;
-pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 100;
+pub const DEFAULT_L3_WATCH_INTERVAL_MS: u64 = 50;
 pub const DEFAULT_TRIAL_MAX_EXTRA_REQUESTS_PERCENT: f64 = 2.0;
 pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
 /// The longest dwell or probe backoff, in seconds: a year. The policy works in ms on a u64

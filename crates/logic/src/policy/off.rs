@@ -47,6 +47,32 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     if let Some(low) = sensed.filter(|&(share, _)| share < cx.low) {
         return answered_by_the_tap(s, low, changed.zip(sig_now), due, cx);
     }
+    // A lasting fall in rate alone waits for the tap's next sample (within its duty
+    // cycle): a slower workload of the same shape is no sign of merges being missed, and
+    // CPU contention slows a CPU-bound device for seconds at a time (with two busy loops
+    // beside fio on a loop device here, falls of 0.55-0.65x lasting over a second probed
+    // twice in 90 s). The tap sees a switch to contiguous bios directly.
+    if let (
+        Some(SignatureChange::Rate {
+            from_per_sec,
+            to_per_sec,
+        }),
+        None,
+        true,
+    ) = (changed, sensed, cx.now_ms < due)
+        && to_per_sec < from_per_sec
+    {
+        let lasted_ms =
+            s.m.rate_fell_since_ms
+                .map_or(0, |t| cx.now_ms.saturating_sub(t));
+        let reason = Reason::FallAwaitsTap {
+            from_per_sec,
+            to_per_sec,
+            lasted_ms,
+            next_probe_in_ms: due - cx.now_ms,
+        };
+        return hold(s, reason);
+    }
     probe(s, changed, cx)
 }
 
@@ -149,7 +175,9 @@ fn watch_the_signature(
     if !s.h.is_known_hostile(&sig) {
         return ControlFlow::Continue((s, Some(what), Some(sig)));
     }
+    // A new baseline: a fall from it is timed from its own start.
     s.m.signature = Some(sig);
+    s.m.rate_fell_since_ms = None;
     if cx.now_ms >= due {
         return ControlFlow::Continue((s, None, Some(sig)));
     }
@@ -211,7 +239,7 @@ fn confirm_a_fall(
             .get_or_insert(now_ms.saturating_sub(w.duration_ms));
     let lasted_ms = now_ms.saturating_sub(since_ms);
     if lasted_ms >= RATE_CHANGE_CONFIRM_MS {
-        s.m.rate_fell_since_ms = None;
+        // Kept while the fall lasts: the tap's next sample answers it (`decide`).
         return ControlFlow::Continue((s, changed));
     }
     if now_ms >= due {
@@ -239,6 +267,7 @@ fn answered_by_the_tap(
     let now_ms = cx.now_ms;
     if let Some((what, sig)) = changed {
         s.m.signature = Some(sig);
+        s.m.rate_fell_since_ms = None;
         s.h.remember_hostile(sig);
         let reason = Reason::ChangeAnsweredByTap(Box::new(ChangeAnsweredByTap {
             change: what,

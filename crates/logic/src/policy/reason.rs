@@ -170,6 +170,15 @@ pub enum Reason {
         lasted_ms: u64,
         next_probe_in_ms: u64,
     },
+    /// At L3 a fall in rate alone has lasted: the bio tap's next sample answers it (a
+    /// slower workload of the same shape is no sign of merges; contention is the likelier
+    /// cause).
+    FallAwaitsTap {
+        from_per_sec: f64,
+        to_per_sec: f64,
+        lasted_ms: u64,
+        next_probe_in_ms: u64,
+    },
     /// At L3 the workload changed, but the tap's sample, clearly low, answers it.
     ChangeAnsweredByTap(Box<ChangeAnsweredByTap>),
     /// The timed probe, after `off_for_ms` at L3, for `windows` busy windows.
@@ -508,6 +517,21 @@ impl std::fmt::Display for Reason {
             } => write!(
                 f,
                 "workload changed at L3 ({change}) to one already found merge-hostile: no probe; next probe in {}",
+                secs(*next_probe_in_ms)
+            ),
+            Reason::FallAwaitsTap {
+                from_per_sec,
+                to_per_sec,
+                lasted_ms,
+                next_probe_in_ms,
+            } => write!(
+                f,
+                "at L3 the rate fell ({}) for {}, the same shape: the bio tap's next sample says whether merging would find anything (a fall alone is no sign of merges; CPU contention also slows a workload); next probe in {}",
+                SignatureChange::Rate {
+                    from_per_sec: *from_per_sec,
+                    to_per_sec: *to_per_sec
+                },
+                secs(*lasted_ms),
                 secs(*next_probe_in_ms)
             ),
             Reason::RateFell {
