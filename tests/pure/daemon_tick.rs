@@ -42,3 +42,50 @@ fn a_devices_counters_follow_its_name_when_the_diskstats_lines_shift() {
         );
     }
 }
+
+/// A reload that makes the level a device rests at not worth keeping takes it back to L0
+/// at its next busy windows (issue 36: at L2 under `lkml-2008`, a reload to
+/// `measured-6.18` left nomerges=1 for 10 s and more of busy windows). Here without a bio
+/// tap, so L2 is the deepest level allowed: no level below it to weigh.
+#[test]
+fn a_reload_that_makes_the_level_not_worth_it_brings_merging_back() {
+    use mergetune_logic::decision::Level;
+    let mut fs = MemKernel::with(&["sda"]);
+    fs.devs.get_mut("sda").unwrap().load = Load::RandomRareMerges;
+    let mut cfg = Config::default();
+    cfg.policy.cost_profile = "lkml-2008".into();
+    cfg.sense.enabled = false;
+    let mut d = Daemon::simulated(cfg.clone());
+    let mut t = 0;
+    loop {
+        fs.advance(5000);
+        d.tick(t, &mut fs);
+        t += 1000;
+        if d.devices()["sda"].policy.level() == Level::L2 {
+            break;
+        }
+        assert!(t < 120_000, "never reached L2");
+    }
+    // A while at L2, then the reload.
+    for _ in 0..6 {
+        fs.advance(5000);
+        d.tick(t, &mut fs);
+        t += 1000;
+    }
+    assert_eq!(d.devices()["sda"].policy.level(), Level::L2);
+    cfg.policy.cost_profile = "measured-6.18".into();
+    d.reload(cfg.clone());
+    let reloaded = t;
+    while d.devices()["sda"].policy.level() != Level::L0 {
+        assert!(
+            t - reloaded <= 6_000,
+            "still at L2 {} ms after the reload: {}",
+            t - reloaded,
+            d.devices()["sda"].last_reason
+        );
+        fs.advance(5000);
+        d.tick(t, &mut fs);
+        t += 1000;
+    }
+    assert_eq!(fs.devs["sda"].attrs["queue/nomerges"], "0");
+}

@@ -419,6 +419,18 @@ impl PolicyState {
         }
     }
 
+    /// At L3, the rate the device's saving is judged at: the baseline the watch keeps
+    /// (the fastest window there that showed no change), not one 50 ms window's, which
+    /// contention can halve (a window priced at such a rate read "L3 saves 2.93 ms/s
+    /// [1.98, 4.33]" on a loop device whose L3 ran at twice it). A workload that really
+    /// slowed moves the baseline (the tap answers the fall), and is then judged at its rate.
+    pub fn l3_rate_bios_per_sec(&self) -> Option<f64> {
+        match &self.phase {
+            Phase::AtL3(at) => at.signature.map(|s| s.bios_per_sec),
+            _ => None,
+        }
+    }
+
     /// The nomerges value this state stands for.
     pub fn nomerges(&self) -> u8 {
         self.level().nomerges()

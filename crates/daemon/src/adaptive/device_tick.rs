@@ -178,7 +178,10 @@ impl DeviceTick<'_> {
                 // The live price of this device's workload at its rate: the window's, else
                 // the last one's.
                 let w = window.or(dev.last_window.as_ref());
-                let rate = w.map_or(0.0, Window::bios_per_sec);
+                let rate = dev
+                    .policy
+                    .l3_rate_bios_per_sec()
+                    .unwrap_or_else(|| w.map_or(0.0, Window::bios_per_sec));
                 let shape = w.and_then(|w| Shape::of_counters(&w.counters));
                 live.worth(
                     dev.info.scheduler.as_deref(),
