@@ -109,6 +109,60 @@ fn unit_has_what_the_daemon_relies_on() {
     );
 }
 
+/// What the unit leaves the daemon of its capability bounding set: the set named, less what
+/// each `Protect*=yes` takes away from it (systemd.exec(5): ProtectKernelLogs= removes
+/// CAP_SYSLOG, ProtectKernelModules= CAP_SYS_MODULE, ProtectClock= CAP_SYS_TIME and
+/// CAP_WAKE_ALARM, ProtectKernelTunables= and ProtectControlGroups= nothing there).
+fn effective_capabilities(d: &[(String, String)]) -> Vec<String> {
+    let yes = |key: &str| value(d, key).last() == Some(&"yes");
+    let mut removed = Vec::new();
+    if yes("ProtectKernelLogs") {
+        removed.push("CAP_SYSLOG");
+    }
+    if yes("ProtectKernelModules") {
+        removed.push("CAP_SYS_MODULE");
+    }
+    if yes("ProtectClock") {
+        removed.extend(["CAP_SYS_TIME", "CAP_WAKE_ALARM"]);
+    }
+    value(d, "CapabilityBoundingSet")
+        .iter()
+        .flat_map(|v| v.split_whitespace())
+        .filter(|c| !removed.contains(c))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The shipped unit lets the default pricing work: the merge-path sampler needs CAP_PERFMON
+/// (a system-wide cpu-clock event), CAP_SYSLOG (the merge functions' addresses in
+/// /proc/kallsyms: zeros without it) and CAP_IPC_LOCK (its ring buffers on many CPUs). With
+/// ProtectKernelLogs=yes the unit named CAP_SYSLOG and took it away again, and a systemd
+/// install never priced anything (issue 34). What ProtectKernelLogs= guarded stays closed.
+#[test]
+fn the_unit_keeps_every_capability_the_live_pricing_needs() {
+    let d = directives(&unit_text());
+    let caps = effective_capabilities(&d);
+    for need in ["CAP_PERFMON", "CAP_SYSLOG", "CAP_IPC_LOCK"] {
+        assert!(
+            caps.iter().any(|c| c == need),
+            "{need} is not left to the daemon: {caps:?}"
+        );
+    }
+    // The kernel log stays out of reach: /dev/kmsg (PrivateDevices=), /proc/kmsg and
+    // syslog(2).
+    assert!(value(&d, "PrivateDevices").contains(&"yes"));
+    assert!(
+        value(&d, "InaccessiblePaths")
+            .iter()
+            .any(|v| v.split_whitespace().any(|p| p == "-/proc/kmsg")),
+        "/proc/kmsg reachable"
+    );
+    assert!(
+        value(&d, "SystemCallFilter").contains(&"~syslog"),
+        "syslog(2) allowed"
+    );
+}
+
 /// The systemd-analyze to run; fails `test` (which was included to run) without one.
 fn systemd_analyze(test: &str) -> PathBuf {
     needs::require_command(

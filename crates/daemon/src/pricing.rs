@@ -269,16 +269,16 @@ impl LivePricing {
         wanted: bool,
         bios: impl Iterator<Item = TickBios<'a>>,
     ) {
-        let mut missing = false;
+        // The busy devices' (class, shape): few (managed devices below L3 with a busy
+        // window), kept to ask again after a span ends and reprices.
+        let mut busy: Vec<(usize, Shape)> = Vec::new();
         for b in bios {
             if let Some(shape) = b.busy_shape {
                 let slot = MergeSamples::slot(
                     b.scheduler
                         .and_then(mergetune_kernel::perf::SchedulerClass::of_name),
                 );
-                missing |= !self.prices[slot].is_some_and(|p| {
-                    p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
-                });
+                busy.push((slot, shape));
             }
             if let SamplerState::Sampling {
                 since_ms,
@@ -295,10 +295,7 @@ impl LivePricing {
                 }
             }
         }
-        if !missing {
-            self.first_price_spans = 0;
-        }
-        let first_price = missing && self.first_price_spans < FIRST_PRICE_MAX_SPANS;
+        let mut first_price = self.wants_first_price(&busy);
         match &mut self.state {
             SamplerState::Sampling {
                 since_ms,
@@ -329,6 +326,7 @@ impl LivePricing {
                 self.state = SamplerState::Idle {
                     next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
                 };
+                first_price = self.wants_first_price(&busy);
                 // While a first price is wanted the next span starts at this very tick
                 // (below), also after a span that was dropped or did not resolve it.
                 if !(first_price && wanted) {
@@ -375,6 +373,21 @@ impl LivePricing {
             bios: Box::default(),
             disturbed: false,
         };
+    }
+
+    /// Whether a busy device's workload (`busy`: its class and shape) has no resolved price
+    /// and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were started at once for it; the count
+    /// starts again once every busy device's workload has one.
+    fn wants_first_price(&mut self, busy: &[(usize, Shape)]) -> bool {
+        let missing = busy.iter().any(|&(slot, shape)| {
+            !self.prices[slot].is_some_and(|p| {
+                p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
+            })
+        });
+        if !missing {
+            self.first_price_spans = 0;
+        }
+        missing && self.first_price_spans < FIRST_PRICE_MAX_SPANS
     }
 
     /// Prices each class whose bios the newest span holds, from the pooled spans of the
