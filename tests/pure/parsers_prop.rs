@@ -621,3 +621,55 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         );
     }
 }
+
+/// A diskstats line of a device whose I/O counters only grow.
+fn diskstats_line(ios: [u64; 6], times: [u64; 4]) -> String {
+    let [rc, rm, rs, wc, wm, ws] = ios;
+    let [rms, wms, io, wio] = times;
+    format!("7 0 loop0 {rc} {rm} {rs} {rms} {wc} {wm} {ws} {wms} 0 {io} {wio} 0 0 0 0 0 0")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A reset-free series (ios, merges and sectors only grow) whose time fields step back
+    /// at random (as 6.12's rd_ms and time_in_queue do) never restarts a window and never
+    /// loses a tick's bios: every tick is a delta, and the deltas add up to the series'
+    /// growth. A real reset (the counts drop) still is one.
+    #[test]
+    fn time_fields_going_backwards_never_restart_a_window(
+        steps in proptest::collection::vec(
+            (proptest::array::uniform6(0u64..5000), proptest::array::uniform4(-3000i64..3000)),
+            1..40,
+        )
+    ) {
+        use mergetune_kernel::diskstats::parse_diskstats_line;
+        use mergetune_logic::sampler::{Delta, Sampler};
+        let mut ios = [1_000u64; 6];
+        let mut times = [1_000_000u64; 4];
+        let mut sampler = Sampler::new();
+        let first = parse_diskstats_line(&diskstats_line(ios, times)).unwrap();
+        prop_assert_eq!(&sampler.observe(&[first]).deltas, &[Delta::First]);
+        let start = ios;
+        let mut bios = 0u64;
+        for (grow, dt) in &steps {
+            for (v, g) in ios.iter_mut().zip(grow) {
+                *v += g;
+            }
+            for (t, d) in times.iter_mut().zip(dt) {
+                *t = t.saturating_add_signed(*d);
+            }
+            let line = parse_diskstats_line(&diskstats_line(ios, times)).unwrap();
+            let set = sampler.observe(&[line]);
+            match set.deltas[0] {
+                Delta::Counters(c) => bios += c.bios(),
+                other => prop_assert!(false, "{:?} at {:?} / {:?}", other, ios, times),
+            }
+        }
+        let grown = (ios[0] - start[0]) + (ios[1] - start[1]) + (ios[3] - start[3]) + (ios[4] - start[4]);
+        prop_assert_eq!(bios, grown);
+        // The device re-added: its counts start again from near zero.
+        let reset = parse_diskstats_line(&diskstats_line([1; 6], times)).unwrap();
+        prop_assert_eq!(&sampler.observe(&[reset]).deltas, &[Delta::Reset]);
+    }
+}

@@ -81,6 +81,8 @@ pub struct DeviceRuntime {
     /// The hourly cap's refusal was logged for the current run of changes at the cap (said
     /// once; said again after the count fell under the cap and reached it again).
     pub cap_noted: bool,
+    /// A time field of its diskstats line went backwards, and it was said.
+    pub time_back_noted: bool,
     /// The device's line in the last read of diskstats, tried first at the next: the
     /// kernel prints the devices in the same order each time, so a tick finds each line
     /// with one compare of names instead of a search.
@@ -263,6 +265,7 @@ impl Daemon {
         let parsed = std::mem::take(&mut self.diskstats);
         let samples = std::mem::take(&mut self.samples);
         self.take_tick_counters(&parsed.devices, &samples.deltas, now_ms);
+        self.note_time_went_back(&parsed.devices, &samples.time_went_back);
         self.diskstats = parsed;
         self.samples = samples;
 
@@ -354,6 +357,23 @@ impl Daemon {
                     });
                     dev.tick_counters = Some(c);
                 }
+            }
+        }
+    }
+
+    /// A device whose diskstats time fields went backwards (taken as no time passed, not a
+    /// reset: its window and its bios go on) is said once.
+    fn note_time_went_back(&mut self, lines: &[DiskStat], at: &[usize]) {
+        for &i in at {
+            let Some(dev) = lines
+                .get(i)
+                .and_then(|l| self.devices.get_mut(l.name.as_str()))
+            else {
+                continue;
+            };
+            if !dev.time_back_noted {
+                dev.time_back_noted = true;
+                info!(device = %dev.info.name, "{}: a /proc/diskstats time field (ms reading, writing or doing I/O) went backwards while its I/O counters grew: taken as no time passed that tick, not a device reset (seen on 6.12 with mq-deadline and bfq; said once per device)", dev.info.name);
             }
         }
     }

@@ -3,8 +3,14 @@
 //! Counters only grow, but they wrap (`unsigned int` ms fields at 2^32, `unsigned long` on
 //! 32-bit kernels) and restart from zero when a device is removed and re-added under the
 //! same name. A backwards step that is a plausible 32-bit wrap is taken as a wrap; any other
-//! backwards step, or a changed major:minor, is a reset: the sample is dropped and the
-//! device starts afresh, never producing a huge delta. Pure: no I/O, no clock.
+//! backwards step of a counter that must only grow (ios, merges, sectors), or a changed
+//! major:minor, is a reset: the sample is dropped and the device starts afresh, never
+//! producing a huge delta. The time fields (ms reading, writing, discarding, flushing, ms
+//! doing I/O, weighted ms) are not such counters: on 6.12 with mq-deadline and bfq, rd_ms
+//! and time_in_queue went backwards 7-9 times in about 130 reads of a busy device with no
+//! reset at all. A time field that goes backwards gives 0 for that tick, and the snapshot
+//! says which devices it happened to ([`SampleSet::time_went_back`]), so the daemon can
+//! say it once. Pure: no I/O, no clock.
 
 use mergetune_kernel::diskstats::{DiskStat, MAX_FIELDS, field};
 use serde::Serialize;
@@ -125,22 +131,34 @@ fn field_delta(index: usize, prev: u64, cur: u64) -> Option<u64> {
     None
 }
 
+/// Whether a field counts time (ms) rather than events: it may step back without a reset.
+fn is_time_field(index: usize) -> bool {
+    index != field::IN_FLIGHT && mergetune_kernel::diskstats::field_is_u32(index)
+}
+
 /// Compares two snapshots of the same device name.
 pub fn delta(prev: &DiskStat, cur: &DiskStat) -> Delta {
+    delta_noting_time(prev, cur).0
+}
+
+/// [`delta`], and whether a time field went backwards (taken as 0 for this tick).
+pub fn delta_noting_time(prev: &DiskStat, cur: &DiskStat) -> (Delta, bool) {
     if prev.major != cur.major || prev.minor != cur.minor {
-        return Delta::Reset;
+        return (Delta::Reset, false);
     }
     let mut d = [0u64; MAX_FIELDS];
+    let mut time_back = false;
     for (i, slot) in d.iter_mut().enumerate() {
         if i == field::IN_FLIGHT {
             continue; // a gauge, not a counter
         }
         match field_delta(i, prev.fields.values[i], cur.fields.values[i]) {
             Some(v) => *slot = v,
-            None => return Delta::Reset,
+            None if is_time_field(i) => time_back = true,
+            None => return (Delta::Reset, false),
         }
     }
-    Delta::Counters(counters_from(&d))
+    (Delta::Counters(counters_from(&d)), time_back)
 }
 
 fn counters_from(v: &[u64; MAX_FIELDS]) -> Counters {
@@ -190,6 +208,9 @@ pub struct SampleSet {
     pub deltas: Vec<Delta>,
     /// Devices present in the previous snapshot and absent now.
     pub vanished: Vec<String>,
+    /// Positions in the snapshot of the devices a time field of which went backwards
+    /// (taken as no time passed: not a reset).
+    pub time_went_back: Vec<usize>,
 }
 
 impl Sampler {
@@ -212,6 +233,7 @@ impl Sampler {
         out.deltas.clear();
         out.deltas.reserve(snapshot.len());
         out.vanished.clear();
+        out.time_went_back.clear();
         let mut moved = false;
         for (at, cur) in snapshot.iter().enumerate() {
             let slot = match self.prev.get(at) {
@@ -234,7 +256,10 @@ impl Sampler {
                         // of its fields instead of seventeen deltas and a copy).
                         Delta::Counters(Counters::default())
                     } else {
-                        let d = delta(&p.stat, cur);
+                        let (d, time_back) = delta_noting_time(&p.stat, cur);
+                        if time_back {
+                            out.time_went_back.push(at);
+                        }
                         p.stat.major = cur.major;
                         p.stat.minor = cur.minor;
                         p.stat.fields = cur.fields;
@@ -398,6 +423,28 @@ mod tests {
             (5, 1, 10)
         );
         assert_eq!(c.bios(), 5 + 1 + 5 + 10);
+    }
+
+    /// A time field that steps back (rd_ms and time_in_queue on 6.12 with mq-deadline and
+    /// bfq) is no reset: the I/O counts of the tick stand, the time is 0, and the snapshot
+    /// says which device. A counter that must only grow stepping back still is a reset.
+    #[test]
+    fn a_time_field_going_backwards_is_not_a_reset() {
+        let a = stat("8 0 sda 10 5 100 70 20 30 400 90 0 100 200");
+        let b = stat("8 0 sda 15 6 140 69 25 40 480 95 2 101 190");
+        let (d, time_back) = delta_noting_time(&a, &b);
+        let Delta::Counters(c) = d else {
+            panic!("{d:?}")
+        };
+        assert!(time_back);
+        assert_eq!((c.reads_completed, c.read_ms, c.write_ms), (5, 0, 5));
+        let mut s = Sampler::new();
+        s.observe(std::slice::from_ref(&a));
+        let set = s.observe(std::slice::from_ref(&b));
+        assert_eq!(set.time_went_back, [0]);
+        assert!(matches!(set.deltas[0], Delta::Counters(_)));
+        let re_added = stat("8 0 sda 3 0 24 69 25 40 480 95 2 101 190");
+        assert_eq!(delta(&a, &re_added), Delta::Reset);
     }
 
     /// The sampler's shortcut for a line that did not move gives what `delta` gives: a

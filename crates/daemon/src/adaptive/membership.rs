@@ -205,6 +205,7 @@ impl Daemon {
             sense: Default::default(),
             tick_counters: None,
             cap_noted: false,
+            time_back_noted: false,
             diskstats_line: None,
         };
         self.devices.insert(name, runtime);
