@@ -6,6 +6,7 @@ use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::cost_profile::{self, CostProfile};
 use mergetune_logic::cost_profile::{Scheduler, Verdict};
 use mergetune_logic::decision::Level;
+use mergetune_logic::policy::LEAVE_L3_NOT_WORTH_AFTER_MS;
 use mergetune_logic::policy::signature::{
     RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
 };
@@ -2483,7 +2484,8 @@ fn live_l3(lo: f64, hi: f64) -> Caps {
 /// rate, 2 -> 0 0.2 s later on 6.69 ms/s [4.05, 10.57], 22 writes in 104 s). Down: the
 /// saving's lower bound clears the floor in as many windows in a row as the step waits
 /// for, so one fast window does not take it. Back for lack of worth: only where the upper
-/// bound falls under the floor, and never on the windows that hold the write's freeze.
+/// bound falls under the floor, for 30 s of settled windows, never on the windows that hold
+/// the write's freeze.
 /// Between the two, the device stays where it is.
 #[test]
 fn the_live_bar_is_a_band_down_over_the_floor_back_only_under_it() {
@@ -2527,7 +2529,23 @@ fn the_live_bar_is_a_band_down_over_the_floor_back_only_under_it() {
         let ev = step(&mut s, &fast, band, now);
         assert_eq!(ev.to_level, None, "{}", ev.reason);
     }
-    // The upper bound under the floor on a settled window: back to L0, saying why.
+    // The upper bound under the floor, window after settled window: L3 is kept while that
+    // has lasted under LEAVE_L3_NOT_WORTH_AFTER_MS (contention halves a CPU-bound rate for
+    // seconds at a time), a window back in the band starts the count again, and then it is
+    // left for L0, saying why.
+    for _ in 0..100 {
+        now += 100;
+        let ev = step(&mut s, &fast, under, now);
+        assert_eq!(ev.to_level, None, "{}", ev.reason);
+    }
+    now += 100;
+    step(&mut s, &fast, band, now);
+    let n = LEAVE_L3_NOT_WORTH_AFTER_MS / 100;
+    for _ in 0..n {
+        now += 100;
+        let ev = step(&mut s, &fast, under, now);
+        assert_eq!(ev.to_level, None, "{}", ev.reason);
+    }
     now += 100;
     let ev = step(&mut s, &fast, under, now);
     assert_eq!(

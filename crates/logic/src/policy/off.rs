@@ -94,7 +94,19 @@ fn leave_where_blind_or_not_worth_it(
     let settled_window = window.is_some_and(|w| w.counters.bios() >= cx.cfg.min_window_bios)
         && s.m.busy_windows >= RATE_BASELINE_AFTER_WINDOWS;
     let not_kept = settled_window && !cx.caps.worth.keeps(Level::L3);
-    if !(blind || floor_raised || not_kept) {
+    if settled_window && !not_kept {
+        s.m.not_kept_since_ms = None;
+    }
+    // A live saving under the floor must last; a profile (fixed between reloads) or no
+    // pricing at all leaves at once.
+    let lasted = match cx.caps.worth.basis {
+        super::worth::Basis::Live { .. } if not_kept => {
+            let since = *s.m.not_kept_since_ms.get_or_insert(cx.now_ms);
+            cx.now_ms.saturating_sub(since) >= super::LEAVE_L3_NOT_WORTH_AFTER_MS
+        }
+        _ => not_kept,
+    };
+    if !(blind || floor_raised || lasted) {
         return ControlFlow::Continue(s);
     }
     // Every config allows L2 (the floor is L2 or L3).
