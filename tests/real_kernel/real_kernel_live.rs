@@ -17,6 +17,7 @@ use crate::kernel;
 
 use kernel::Proc;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -55,12 +56,10 @@ fn wait_for(
     None
 }
 
-#[test]
-#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
-fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
-    let Some(_k) = kernel::require_kernel("live_pricing") else {
-        return;
-    };
+/// A loop device of this test's with mq-deadline, warmed up, and a config with the shipped
+/// defaults but for the device list, the state dir, the endpoint and `daemon_extra` (lines
+/// of `[daemon]`); the temp dir holds both.
+fn device_and_config(daemon_extra: &str) -> (kernel::LoopDevice, tempfile::TempDir, PathBuf) {
     // The bio tap needs the tracing filesystem (systemd hosts mount it).
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(512);
@@ -71,20 +70,35 @@ fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
     std::fs::write(
         &cfg,
         format!(
-            "[daemon]\ninterval_ms = 500\nstate_dir = {:?}\n[devices]\ninclude = [{:?}]\n[metrics]\nlisten = \"\"\n",
+            "[daemon]\n{daemon_extra}state_dir = {:?}\n[devices]\ninclude = [{:?}]\n[metrics]\nlisten = \"\"\n",
             dir.path().join("state").display().to_string(),
             dev.name()
         ),
     )
     .unwrap();
-    let t0 = Instant::now();
-    let mut daemon = Proc::spawn(
+    (dev, dir, cfg)
+}
+
+/// The daemon, live, on `cfg`, its log timed from `t0`.
+fn daemon(cfg: &Path, t0: Instant) -> Proc {
+    Proc::spawn(
         "mergetune",
         Command::new(env!("CARGO_BIN_EXE_mergetune"))
             .args(["run", "--log-format", "text", "-c"])
-            .arg(&cfg),
+            .arg(cfg),
         t0,
-    );
+    )
+}
+
+#[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
+    let Some(_k) = kernel::require_kernel("live_pricing") else {
+        return;
+    };
+    let (dev, _dir, cfg) = device_and_config("interval_ms = 500\n");
+    let t0 = Instant::now();
+    let mut daemon = daemon(&cfg, t0);
 
     // 1. At the full rate the saving clears the floor: down to L3.
     let mut fast = fio(&dev, &["--rw=randread", "--norandommap"], 90, t0);
@@ -166,7 +180,7 @@ fn nomerges_writes(log: &[(Duration, String)]) -> Vec<(Duration, String)> {
 }
 
 /// Axboe's objection is the cost of toggling. Under a steady random load at the loop
-/// device's full rate (every 100 ms window at L3 priced at its own, noisy rate; the window
+/// device's full rate (every 50 ms window at L3 noisy; the window
 /// after a write depressed by its queue freeze), the default config writes nomerges at
 /// most twice in 90 s: it took 16-22 writes before the decision became a band (issue 34).
 /// Also: a first price within seconds of the load (spans back to back until one
@@ -177,34 +191,14 @@ fn a_steady_random_load_at_full_rate_is_decided_once_not_toggled() {
     let Some(_k) = kernel::require_kernel("live_pricing") else {
         return;
     };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(512);
-    dev.set_scheduler("mq-deadline");
-    dev.warm_up();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("mergetune.toml");
     // The shipped defaults but for the device list, the state dir and the endpoint.
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nstate_dir = {:?}\n[devices]\ninclude = [{:?}]\n[metrics]\nlisten = \"\"\n",
-            dir.path().join("state").display().to_string(),
-            dev.name()
-        ),
-    )
-    .unwrap();
+    let (dev, _dir, cfg) = device_and_config("");
     let t0 = Instant::now();
     let secs = STEADY.as_secs() + 15;
     let mut load = fio(&dev, &["--rw=randread", "--norandommap"], secs, t0);
     std::thread::sleep(Duration::from_secs(2));
     let started = t0.elapsed();
-    let mut daemon = Proc::spawn(
-        "mergetune",
-        Command::new(env!("CARGO_BIN_EXE_mergetune"))
-            .args(["run", "--log-format", "text", "-c"])
-            .arg(&cfg),
-        t0,
-    );
+    let mut daemon = daemon(&cfg, t0);
     std::thread::sleep(STEADY);
     let log = daemon.lines();
     daemon.stop();
