@@ -289,6 +289,40 @@ fn special_files_named_as_inputs_are_refused_at_once() {
     }
 }
 
+/// Issue 36.7: `--record` to a FIFO blocked in open before the first tick (and ignored
+/// SIGTERM until a reader came); anything but a regular file is refused, named, at once.
+#[test]
+fn record_to_a_fifo_or_a_directory_is_refused_before_the_first_tick() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("rec.fifo");
+    mkfifo(&fifo);
+    for (target, what) in [(fifo.as_path(), "a FIFO"), (d.path(), "a directory")] {
+        let mut c = bin();
+        c.args([
+            "run",
+            "--dry-run",
+            "--once",
+            "--config",
+            "/dev/null",
+            "--record",
+        ])
+        .arg(target)
+        .arg("--sysfs-root")
+        .arg(d.path())
+        .arg("--procfs-root")
+        .arg(d.path());
+        let out = run_bounded(c, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&target.display().to_string())
+                && stderr.contains(what)
+                && stderr.contains("not a regular file"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn the_reload_does_not_block_on_a_fifo_profile() {
     // The daemon's reload reads the new config with the same load_file.

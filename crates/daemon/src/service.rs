@@ -219,7 +219,7 @@ impl TickLoop {
         };
         let mut rfs = RecordingFs::new(&mut self.fs, tick_at);
         let decisions = self.daemon.tick(tick_at, &mut rfs);
-        if let Err(e) = rec.write(&rfs.finish()) {
+        if let Err(e) = rec.write_tick(rfs.finish(), self.daemon.config()) {
             error!("{e}; recording stopped");
             self.recorder = None;
         }
