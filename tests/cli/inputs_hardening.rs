@@ -82,6 +82,40 @@ fn a_profile_that_is_not_toml_is_placed_never_quoted() {
     );
 }
 
+/// Issue 36.4: `advise /etc/shadow` quoted the file's first line in its error. A file that
+/// is not a trace is told by path, line number and reason, never quoted; nor is a line of
+/// a trace that fails to parse (a forged time, sector or device).
+#[test]
+fn advise_never_quotes_a_file_that_is_not_a_trace() {
+    let d = tempfile::tempdir().unwrap();
+    let secret = d.path().join("shadow");
+    let forged = "8,0 1 1 hunter2 99 Q W 100 + 8 [fio]\n8,0 1 2 0.1 99 Q W hunter3 + 8 [fio]\n";
+    for content in [SECRET, forged] {
+        std::fs::write(&secret, content).unwrap();
+        for json in [false, true] {
+            let mut c = bin();
+            c.arg("advise");
+            if json {
+                c.arg("--json");
+            }
+            let out = c.arg(&secret).output().unwrap();
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(1), "{all}");
+            assert!(
+                all.contains(&secret.display().to_string()) && all.contains("line 1"),
+                "{all}"
+            );
+            for part in ["hashhash", "saltsalt", "root:$6", "hunter2", "hunter3"] {
+                assert!(!all.contains(part), "quotes the file: {all}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_config_or_scenario_that_is_not_toml_is_placed_never_quoted() {
     let d = tempfile::tempdir().unwrap();

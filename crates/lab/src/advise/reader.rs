@@ -29,6 +29,33 @@ pub fn possible_extent(sector: u64, count: u32) -> bool {
             .is_some_and(|end| end <= MAX_DEVICE_SECTORS)
 }
 
+/// A parse error's reason without the pieces of the line it quotes: a file that is no
+/// trace (`advise /etc/shadow`) must not have its content echoed to a terminal or a log,
+/// so a bad line is told by number and reason only.
+pub fn without_quotes(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            out.push(c);
+            continue;
+        }
+        // A quoted piece of the line (Rust's `{:?}`: an inner quote is escaped).
+        let mut escaped = false;
+        for q in chars.by_ref() {
+            match (escaped, q) {
+                (false, '\\') => escaped = true,
+                (false, '"') => break,
+                _ => escaped = false,
+            }
+        }
+    }
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    out.replace(" ,", ",")
+        .trim_end_matches(|c: char| c.is_whitespace() || c == ':')
+        .to_string()
+}
+
 /// The streaming reader: feed lines, then [`Analyzer::finish`].
 #[derive(Debug, Clone, Default)]
 pub struct Analyzer {
@@ -76,13 +103,7 @@ impl Analyzer {
         }
         match mergetune_kernel::trace::parse_event(line) {
             Ok(ev) => self.feed_event(&ev),
-            Err(e) => {
-                let mut message = e.message;
-                if !message.contains(':') && line.len() <= 120 {
-                    message = format!("{message}: {line:?}");
-                }
-                self.bad_line(line_no, message);
-            }
+            Err(e) => self.bad_line(line_no, without_quotes(&e.message)),
         }
     }
 
