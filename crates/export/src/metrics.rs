@@ -87,9 +87,14 @@ struct Families {
     saving_floor: Gauge,
 }
 
+/// The registry's prefix of every family name.
+const PREFIX: &str = "mergetune";
+
 /// What the registry of [`Metrics::build`] is filled with: each call registers one family.
 struct Registrar {
     registry: Registry,
+    /// The full name of every family registered, in order ([`Metrics::family_names`]).
+    names: std::cell::RefCell<Vec<String>>,
 }
 
 impl Registrar {
@@ -104,6 +109,9 @@ impl Registrar {
         self.registry
             .register(Box::new(c.clone()))
             .expect("metric families have distinct, valid names");
+        self.names
+            .borrow_mut()
+            .extend(c.desc().iter().map(|d| format!("{PREFIX}_{}", d.fq_name)));
         c
     }
 
@@ -270,6 +278,8 @@ struct Inner {
 /// The exporter's state: registry, families and the last `/status` snapshot.
 pub struct Metrics {
     registry: Registry,
+    /// Every family registered, exported once it has a series.
+    names: Vec<String>,
     f: Families,
     inner: Mutex<Inner>,
     /// Served by `mergetune simulate`: `mergetune_simulated 1` and `/status` say so.
@@ -297,7 +307,8 @@ impl Metrics {
 
     fn build(simulated: bool) -> Self {
         let r = Registrar {
-            registry: Registry::new_custom(Some("mergetune".into()), None).expect("a valid prefix"),
+            registry: Registry::new_custom(Some(PREFIX.into()), None).expect("a valid prefix"),
+            names: std::cell::RefCell::new(Vec::new()),
         };
         let f = families(&r);
         if simulated {
@@ -323,6 +334,7 @@ impl Metrics {
         }
         Metrics {
             registry: r.registry,
+            names: r.names.into_inner(),
             f,
             inner: Mutex::new(Inner {
                 generation: 1,
@@ -676,6 +688,13 @@ impl Metrics {
         let bytes = self.encode_text(&mut inner);
         inner.text = Some(bytes.clone());
         bytes
+    }
+
+    /// The full name of every metric family this exporter can export (with the
+    /// `mergetune_` prefix; a counter's with its `_total`), whether or not it has a series
+    /// yet: what docs/metrics.md must list.
+    pub fn family_names(&self) -> &[String] {
+        &self.names
     }
 
     /// How many times the registry has been encoded: once per refresh once scraped, plus
