@@ -7,7 +7,9 @@
 //! predecessor left in the state file are put back before anything is read as "original",
 //! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
 //! worth of windows has been sampled). At stop every original value is restored; a dry run
-//! wrote nothing and has nothing to restore.
+//! wrote nothing and has nothing to restore. `--once` is a look, never a change: it decides
+//! as the daemon would and writes nothing, as a dry run (a live look that wrote 0 -> 2 and
+//! put it back a millisecond later changed the machine for nothing).
 //!
 //! A live run needs its state directory before anything else: without a record of the
 //! originals it may write nothing, so it refuses to start (exit 1, saying it needs root)
@@ -45,7 +47,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Sample for as long as one decision needs (step_down_after_windows windows), print
-    /// the device table and every decision taken (with --dry-run: that it would take), exit.
+    /// the device table and every decision it would take, exit. Writes nothing, with or
+    /// without --dry-run (no tunable, no state file); run as root it sees what the daemon
+    /// would (the bio tap, the merge-path sampler).
     #[arg(long)]
     pub once: bool,
     /// With --once: print the devices and decisions as one JSON document.
@@ -270,16 +274,19 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
 /// The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
 /// does not depend on being scraped (Prometheus' `up` shows the target down).
 fn endpoint(args: &RunArgs, cfg: &Config, metrics: &Arc<Metrics>) -> Result<Option<ServerHandle>> {
-    let listen = match &args.metrics_listen {
-        Some(l) => l.clone(),
+    let (listen, off_because) = match &args.metrics_listen {
+        Some(l) => (l.clone(), "--metrics-listen \"\""),
         // `--once` looks at the machine next to a running service: no second endpoint.
-        None if args.once => String::new(),
-        None => cfg.metrics.listen.clone(),
+        None if args.once => (
+            String::new(),
+            "--once: off unless --metrics-listen ADDR is given",
+        ),
+        None => (cfg.metrics.listen.clone(), "[metrics] listen = \"\""),
     };
     match mergetune_export::metrics::parse_listen(&listen) {
         Err(e) => bail!("--metrics-listen: {e}"),
         Ok(None) => {
-            info!("metrics endpoint off ([metrics] listen = \"\")");
+            info!("metrics endpoint off ({off_because})");
             Ok(None)
         }
         Ok(Some(addr)) => {
@@ -343,7 +350,13 @@ fn reread(cfg_path: Option<&Path>, args: &RunArgs) -> Reload {
     }
 }
 
-pub fn run(args: RunArgs) -> Result<i32> {
+pub fn run(mut args: RunArgs) -> Result<i32> {
+    if args.once && !args.dry_run {
+        info!(
+            "--once writes nothing: it decides once, as the daemon would, and says what it would write (as --dry-run; as root it also has the bio tap and the merge-path sampler)"
+        );
+        args.dry_run = true;
+    }
     let (cfg, cfg_path) = configure(&args)?;
     let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
     log_pricing(&cfg, &mut fs);
@@ -363,7 +376,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
         None => None,
     };
-    let mut once = args.once.then(|| Once::new(&cfg, args.dry_run));
+    let mut once = args.once.then(|| Once::new(&cfg));
     let pointer = (!args.dry_run)
         .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
         .flatten()

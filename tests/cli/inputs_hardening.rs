@@ -720,3 +720,32 @@ fn simulate_prints_forged_scenario_and_device_names_escaped() {
         no_raw_escapes("simulate's error", &out.stderr);
     }
 }
+
+/// Issue 35.11: check-config's summary did not say whether the slice tuner is on.
+#[test]
+fn check_config_says_whether_the_slice_tuner_is_on() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("m.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let r = mergetune::cli::check_config::check(&cfg, None);
+    assert!(r.summary.contains("slice tuner off"), "{}", r.summary);
+    std::fs::write(&cfg, "[slices]\nenabled = true\n").unwrap();
+    let r = mergetune::cli::check_config::check(&cfg, None);
+    assert!(r.summary.contains("slice tuner on"), "{}", r.summary);
+}
+
+/// Issue 35.11: `simulate --help` suggested the daemon's own port for the simulator's
+/// endpoint, where it would collide with a running service.
+#[test]
+fn simulate_help_does_not_suggest_the_daemons_port() {
+    let out = bin().args(["simulate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--metrics-listen"))
+        .take(4)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(line.contains("127.0.0.1:9726"), "{line}");
+    assert!(!line.contains("e.g. 127.0.0.1:9725"), "{line}");
+}
