@@ -749,3 +749,74 @@ fn simulate_help_does_not_suggest_the_daemons_port() {
     assert!(line.contains("127.0.0.1:9726"), "{line}");
     assert!(!line.contains("e.g. 127.0.0.1:9725"), "{line}");
 }
+
+/// Issue 36.10: bad timestamps made rates out of nothing. One bio gave 1,000,000,000
+/// bios/s, a reversed trace 200,000,000,000, a clock that steps back "0.000 s traced";
+/// a trace of completions only said "every bio queued has size 0". Now: too short a span
+/// is no rate and no advice, said; the span runs from the earliest to the latest
+/// timestamp whatever the order of the lines (and a clock that steps back is noted); a
+/// trace without queue events says that.
+#[test]
+fn advise_gives_no_rate_from_too_little_time_and_reads_a_reversed_clock_right() {
+    let d = tempfile::tempdir().unwrap();
+    let q = |t: f64, sector: u64| {
+        format!("fio-1 [000] ..... {t:.6}: block_bio_queue: 8,0 R {sector} + 8 [fio]\n")
+    };
+    let advise = |name: &str, text: &str| {
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let out = bin().args(["advise", "--json"]).arg(&p).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // One bio: no span, no rate.
+    let (code, _, err) = advise("one.txt", &q(10.0, 0));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("too little time for a rate"), "{err}");
+    assert!(!err.contains("bios/s"), "{err}");
+    // 1,000 bios over 1 s, in reverse order: 1,000 bios/s, not 200,000,000,000.
+    let reversed: String = (0..1000u64)
+        .rev()
+        .map(|i| q(10.0 + i as f64 / 999.0, i * 64))
+        .collect();
+    let (code, out, err) = advise("reversed.txt", &reversed);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rate = v["analysis"]["devices"][0]["bios_per_s"].as_f64().unwrap();
+    assert!((rate - 1000.0).abs() < 1.0, "{rate}");
+    assert!(out.contains("the clock steps back"), "{out}");
+    // A clock that steps back to before the first line: the span is still 1 s.
+    let mut stepped = q(10.5, 0);
+    stepped.push_str(
+        &(1..1000u64)
+            .map(|i| {
+                q(
+                    10.0 + (i % 500) as f64 / 998.0 + if i >= 500 { 0.5 } else { 0.0 },
+                    i * 64,
+                )
+            })
+            .collect::<String>(),
+    );
+    let (code, out, err) = advise("stepped.txt", &stepped);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let span = v["analysis"]["devices"][0]["span_s"].as_f64().unwrap();
+    assert!(span > 0.9, "{span}");
+    // Completions only.
+    let completes: String = (0..10u64)
+        .map(|i| {
+            format!(
+                "fio-1 [000] ..... {:.6}: block_rq_complete: 8,0 R () {} + 8 [0]\n",
+                10.0 + i as f64 / 10.0,
+                i * 8
+            )
+        })
+        .collect();
+    let (code, _, err) = advise("completes.txt", &completes);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no block_bio_queue event"), "{err}");
+    assert!(!err.contains("size 0"), "{err}");
+}

@@ -77,12 +77,8 @@ fn nothing_to_advise(
         analysis.events,
         analysis.bad_lines
     );
-    if !analysis.devices_without_bios.is_empty() {
-        let _ = write!(
-            msg,
-            "; device(s) {} have events but every bio queued has size 0",
-            analysis.devices_without_bios.join(", ")
-        );
+    for why in &analysis.devices_without_bios {
+        let _ = write!(msg, "; {why}");
     }
     if let Some(b) = analysis.bad_examples.first() {
         let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);

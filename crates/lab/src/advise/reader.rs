@@ -4,7 +4,9 @@
 //! rules' recommendations. A line that is not a block event is counted and skipped, the
 //! first few quoted with their line numbers; nothing here panics on bad input.
 
-use super::accumulator::{DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES};
+use super::accumulator::{
+    DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES, MIN_RATE_SPAN_NS,
+};
 use super::report::{Analysis, BadLine, DeviceReport};
 use super::rules::recommend;
 use anyhow::Context as _;
@@ -227,16 +229,46 @@ impl Analyzer {
         // no bio to judge merging by: advice from it would be advice from nothing.
         let mut without_bios = Vec::new();
         for d in self.devices.values().filter(|d| d.total_bios() == 0) {
-            without_bios.push(d.dev.to_string());
+            let why = if d.nodata == 0 {
+                // Completions or issues only: no block_bio_queue line at all.
+                format!(
+                    "device {}: no bio queued (no block_bio_queue event; {} request(s) issued, {} completed): advise reads the queue events (`mergetune trace capture` records them): no advice for it",
+                    d.dev, d.issues, d.completes
+                )
+            } else {
+                format!(
+                    "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
+                    d.dev, d.nodata, d.issues
+                )
+            };
+            without_bios.push(why.clone());
+            notes.push(why);
+        }
+        for d in self
+            .devices
+            .values()
+            .filter(|d| d.total_bios() > 0 && d.span_ns() < MIN_RATE_SPAN_NS)
+        {
+            let why = format!(
+                "device {}: its {} bio(s) span {:.6} s, less than {} ms: too little time for a rate (one bio, or timestamps that do not advance): no advice for it",
+                d.dev,
+                d.total_bios(),
+                d.span_ns() as f64 / 1e9,
+                MIN_RATE_SPAN_NS / 1_000_000
+            );
+            without_bios.push(why.clone());
+            notes.push(why);
+        }
+        for d in self.devices.values().filter(|d| d.out_of_order > 0) {
             notes.push(format!(
-                "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
-                d.dev, d.nodata, d.issues
+                "device {}: the clock steps back {} time(s) (an event more than 1 ms earlier than the one before): rates are taken from its earliest to its latest timestamp",
+                d.dev, d.out_of_order
             ));
         }
         let devices: Vec<DeviceReport> = self
             .devices
             .values()
-            .filter(|d| d.total_bios() > 0)
+            .filter(|d| d.total_bios() > 0 && d.span_ns() >= MIN_RATE_SPAN_NS)
             .map(|d| {
                 // No merge events but as many requests as bios: nothing merged, known.
                 let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
