@@ -167,6 +167,36 @@ fn log_device_pricing(daemon: &Daemon) {
     }
 }
 
+/// What a dry run by another user than root lacks that the live daemon (root, with the
+/// unit's CAP_PERFMON and CAP_SYSLOG) has, and what that changes in the preview; None as
+/// root. The bio tap's reason is the kernel layer's own (a tracing filesystem mounted mode
+/// 0700 says "permission denied", not "not mounted").
+fn preview_limits(cfg: &Config, fs: &RealFs, euid: u32) -> Option<String> {
+    if euid == 0 {
+        return None;
+    }
+    let mut lacks = Vec::new();
+    if cfg.sense.enabled
+        && let Err(e) = mergetune_kernel::biosense::check_available(&fs.tracefs_dir())
+    {
+        lacks.push(format!(
+            "the bio tap ({e}): at L3 the preview counts the kernel's merges in its place"
+        ));
+    }
+    if cfg.policy.cost_profile.trim() == mergetune_logic::cost_profile::LIVE {
+        lacks.push(
+            "the merge-path sampler (perf_event_open of cpu-clock on every CPU needs root or CAP_PERFMON, and the kernel's symbol addresses CAP_SYSLOG): under cost_profile \"live\" no device gets a price here, so none steps down in this preview where the live daemon may".to_string(),
+        );
+    }
+    if lacks.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "dry run as uid {euid}, not root: this preview lacks what the live daemon has: {}. For the live daemon's view without a write: `sudo mergetune run --once`",
+        lacks.join("; ")
+    ))
+}
+
 /// The actuator: in a dry run over a memory store (nothing is written, not even the state
 /// file); live over the state file, after putting back what a dead predecessor left.
 fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
@@ -179,6 +209,9 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
             );
         }
         info!("dry-run: decisions are logged, nothing is written");
+        if let Some(limits) = preview_limits(cfg, fs, rustix::process::geteuid().as_raw()) {
+            warn!("{limits}");
+        }
         Box::new(MemoryStore::default())
     } else {
         let mut store = FileStore::new(&cfg.daemon.state_dir);

@@ -135,6 +135,7 @@ pub enum Call {
 pub enum RecordedTapError {
     Unsupported { path: String },
     NoTracefs { path: String },
+    NoAccess { path: String, message: String },
     NoEvent { path: String },
     NotWritable { path: String, message: String },
     NotOpen { path: String },
@@ -146,6 +147,7 @@ impl From<&TapError> for RecordedTapError {
         match e.clone() {
             TapError::Unsupported { path } => Self::Unsupported { path },
             TapError::NoTracefs { path } => Self::NoTracefs { path },
+            TapError::NoAccess { path, message } => Self::NoAccess { path, message },
             TapError::NoEvent { path } => Self::NoEvent { path },
             TapError::NotWritable { path, message } => Self::NotWritable { path, message },
             TapError::NotOpen { path } => Self::NotOpen { path },
@@ -159,6 +161,7 @@ impl From<RecordedTapError> for TapError {
         match e {
             RecordedTapError::Unsupported { path } => Self::Unsupported { path },
             RecordedTapError::NoTracefs { path } => Self::NoTracefs { path },
+            RecordedTapError::NoAccess { path, message } => Self::NoAccess { path, message },
             RecordedTapError::NoEvent { path } => Self::NoEvent { path },
             RecordedTapError::NotWritable { path, message } => Self::NotWritable { path, message },
             RecordedTapError::NotOpen { path } => Self::NotOpen { path },
