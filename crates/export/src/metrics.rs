@@ -266,6 +266,8 @@ struct Inner {
     max_lag_seconds: f64,
     /// The cost profile `cost_profile_info` has a series for.
     profile: Option<ProfileLabels>,
+    /// Devices with a probe started and no outcome counted yet.
+    open_probes: BTreeSet<String>,
     /// The `/metrics` body of the last refresh; `None` until first asked for, and from then
     /// on re-encoded by every refresh.
     text: Option<Bytes>,
@@ -346,6 +348,7 @@ impl Metrics {
                 },
                 max_lag_seconds: 0.0,
                 profile: None,
+                open_probes: BTreeSet::new(),
                 text: None,
                 encodings: 0,
                 status_json: None,
@@ -388,7 +391,7 @@ impl Metrics {
         }
         inner.exported = present;
 
-        self.count_decisions(decisions);
+        self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
         f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
         let profile = ProfileLabels {
@@ -493,8 +496,11 @@ impl Metrics {
         }
     }
 
-    /// Each decision under its kind, tunable and values, and each probe under its outcome.
-    fn count_decisions(&self, decisions: &[Decision]) {
+    /// Each decision under its kind, tunable and values, and each probe under its outcome:
+    /// every probe started ends in exactly one. A probe that finds merges worth a trial of
+    /// L2 goes on as that trial (decision `trial`, not `probe_succeeded`): it succeeded, and
+    /// is counted so, or `MergetuneMergingOffWhileItPays` would never see that path.
+    fn count_decisions(&self, decisions: &[Decision], open_probes: &mut BTreeSet<String>) {
         let f = &self.f;
         for d in decisions {
             let device = d.device.clone();
@@ -508,12 +514,19 @@ impl Metrics {
                 })
                 .inc();
             let outcome = match d.kind {
-                DecisionKind::Probe => "started",
+                DecisionKind::Probe => {
+                    open_probes.insert(device.clone());
+                    "started"
+                }
+                DecisionKind::Trial if open_probes.remove(&device) => "succeeded",
                 DecisionKind::ProbeSucceeded => "succeeded",
                 DecisionKind::ProbeFailed => "failed",
                 DecisionKind::ProbeInconclusive => "inconclusive",
                 _ => continue,
             };
+            if outcome != "started" {
+                open_probes.remove(&device);
+            }
             f.probes
                 .get_or_create(&ProbeLabels {
                     device,
