@@ -285,6 +285,18 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         },
         kernel_release(&a.procfs_root).unwrap_or_default()
     )?;
+    // The device's scheduler: `advise` prices and ladders the device for it.
+    if let Some(s) = std::fs::read_to_string(
+        a.sysfs_root
+            .join("block")
+            .join(&name)
+            .join("queue/scheduler"),
+    )
+    .ok()
+    .and_then(|t| mergetune_kernel::devices::active_scheduler(&t))
+    {
+        writeln!(out, "# scheduler {s}")?;
+    }
     // The reader streams trace_pipe into the file until it sees the end marker.
     let pipe = std::fs::File::open(inst.dir().join("trace_pipe"))
         .with_context(|| format!("cannot open {}/trace_pipe", inst.dir().display()))?;

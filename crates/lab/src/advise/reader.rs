@@ -81,6 +81,8 @@ pub struct Analyzer {
     pub impossible_extents: u64,
     pub merge_events_seen: bool,
     pub completion_events_seen: bool,
+    /// The traced device's I/O scheduler, from the capture's `# scheduler NAME` header.
+    pub scheduler: Option<String>,
     summary_reached: bool,
 }
 
@@ -96,6 +98,14 @@ impl Analyzer {
     pub fn feed_line(&mut self, line_no: usize, raw: &str) {
         self.lines += 1;
         let line = raw.trim();
+        if let Some(name) = line.strip_prefix("# scheduler ") {
+            // Only a scheduler name: a forged header is not taken as one.
+            let name = name.trim();
+            if mergetune_logic::cost_profile::Scheduler::from_name(name).is_some() {
+                self.scheduler = Some(name.to_string());
+            }
+            return;
+        }
         if self.summary_reached || line.is_empty() || line.starts_with('#') {
             return;
         }
@@ -285,6 +295,7 @@ impl Analyzer {
             notes,
             devices,
             devices_without_bios: without_bios,
+            scheduler: self.scheduler,
         }
     }
 }

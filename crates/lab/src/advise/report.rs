@@ -229,4 +229,6 @@ pub struct Analysis {
     /// Why each device with events gives no advice: no bio queued, every queue event
     /// without a size, or bios spanning too little time for a rate (one sentence each).
     pub devices_without_bios: Vec<String>,
+    /// The traced device's scheduler, from the capture's `# scheduler NAME` header.
+    pub scheduler: Option<String>,
 }
