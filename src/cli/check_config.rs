@@ -63,7 +63,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
             CheckReport {
                 path: path_s,
                 ok: true,
-                summary: format!("{}; {pricing}", cfg.summary()),
+                summary: format!("{}; {}; {pricing}", cfg.summary(), cfg.tuners()),
                 pricing,
                 warnings,
                 errors: Vec::new(),

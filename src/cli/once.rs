@@ -7,7 +7,8 @@
 //! and every decision taken, or, in a dry run, that it would take. A device that holds says
 //! why in the table's last column (idle, merging pays, between the thresholds, ...).
 //! Going on past the first decision would show steps a dry run cannot reach faithfully on a
-//! first look (each step changes what the counters show), so the look ends there.
+//! first look (each step changes what the counters show), so the look ends there. A look
+//! writes nothing, with or without `--dry-run` (src/cli/run.rs).
 
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::snapshot::TickTiming;
@@ -22,7 +23,6 @@ pub struct Once {
     span_ms: u64,
     windows: u32,
     window_ms: u64,
-    dry_run: bool,
     first_tick_ms: Option<u64>,
     last_tick_ms: u64,
     ticks: u64,
@@ -48,12 +48,11 @@ fn secs(ms: u64) -> String {
 }
 
 impl Once {
-    pub fn new(cfg: &Config, dry_run: bool) -> Once {
+    pub fn new(cfg: &Config) -> Once {
         Once {
             span_ms: span_ms(cfg),
             windows: cfg.policy.step_down_after_windows.max(1),
             window_ms: cfg.window_ms(),
-            dry_run,
             first_tick_ms: None,
             last_tick_ms: 0,
             ticks: 0,
@@ -130,7 +129,8 @@ impl Once {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({
-                    "dry_run": self.dry_run,
+                    // A look never writes (src/cli/run.rs).
+                    "dry_run": true,
                     "ticks": self.ticks,
                     "span_ms": self.sampled_ms(),
                     "decisions": self.decisions,
@@ -156,15 +156,13 @@ impl Once {
             mergetune_logic::decision::count(self.windows.into(), "window"),
             secs(self.window_ms)
         );
-        let n = self.decisions.len();
-        match (n, self.dry_run) {
-            (0, _) => format!(
+        match self.decisions.len() {
+            0 => format!(
                 "{looked}: no decision: {managed} managed device(s) hold (why: last column)"
             ),
-            (_, true) => {
+            n => {
                 format!("{looked}: {n} decision(s) it would take (dry run: nothing was written):")
             }
-            (_, false) => format!("{looked}: {n} decision(s) taken, restored at exit:"),
         }
     }
 }

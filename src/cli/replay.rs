@@ -1,6 +1,11 @@
 //! `mergetune replay FILE`: the policy over a recording (`run --record FILE`), offline: the
 //! decisions it makes with their reasons, then the device table as it stands at the end of
 //! the recording (the same table and JSON fields as `status` and `run --once`).
+//!
+//! The policy runs with the config the recording carries (the recorded daemon's, reloads
+//! aside), and with the prices and bio tap samples the recorded daemon got, so a replay of
+//! a recording gives the recorded decisions; `-c` replays with another config instead (a
+//! what-if). The first line says which config it is.
 
 use crate::cli::common::EXIT_OK;
 use mergetune_daemon::adaptive::Daemon;
@@ -13,7 +18,8 @@ use std::path::PathBuf;
 pub struct ReplayArgs {
     /// The recording (JSON lines, one tick per line).
     pub file: PathBuf,
-    /// Config for the replayed policy [default: built-in defaults].
+    /// Config for the replayed policy [default: the one the recording carries, else
+    /// built-in defaults].
     #[arg(short, long)]
     pub config: Option<PathBuf>,
     /// Print the decisions and the devices as one JSON document.
@@ -24,12 +30,49 @@ pub struct ReplayArgs {
     pub plot: Option<PathBuf>,
 }
 
+/// The replay's config and a sentence saying where it came from.
+fn replay_config(
+    explicit: Option<&std::path::Path>,
+    ticks: &[mergetune_daemon::record::TickRecord],
+) -> anyhow::Result<(Config, String)> {
+    if let Some(p) = explicit {
+        let cfg = config::load_file(p)?;
+        return Ok((
+            cfg,
+            format!(
+                "config {} (given with -c: a what-if, not the recorded daemon's)",
+                printable(&p.display().to_string())
+            ),
+        ));
+    }
+    match mergetune_daemon::record::recorded_config(ticks) {
+        None => Ok((
+            Config::default(),
+            "built-in defaults (the recording carries no config: made before configs were recorded; give the daemon's with -c)".into(),
+        )),
+        Some((cfg, reloads)) => {
+            cfg.validate("the recording's config")?;
+            let mut said = format!(
+                "the recording's config (the recorded daemon's: {})",
+                cfg.summary()
+            );
+            if reloads > 0 {
+                said.push_str(&format!(
+                    "; the recorded daemon was reloaded {reloads} time(s) with another config: replayed with the first throughout"
+                ));
+            }
+            Ok((cfg.clone(), said))
+        }
+    }
+}
+
 pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
-    let cfg = match &args.config {
-        Some(p) => config::load_file(p)?,
-        None => Config::default(),
-    };
-    let ticks = mergetune_daemon::record::load(&args.file)?;
+    let recording = mergetune_daemon::record::load_recording(&args.file)?;
+    if let Some(t) = &recording.truncated {
+        tracing::warn!("{}: {t}", printable(&args.file.display().to_string()));
+    }
+    let ticks = recording.ticks;
+    let (cfg, config_said) = replay_config(args.config.as_deref(), &ticks)?;
     let n = ticks.len();
     // load() refuses ticks out of time order, so this cannot underflow.
     let span_ms = ticks
@@ -75,6 +118,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "file": args.file.display().to_string(),
+                "config": config_said,
+                "truncated_last_line": recording.truncated,
                 "ticks": n,
                 "span_ms": span_ms,
                 "decisions": decisions,
@@ -89,6 +134,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
             span_ms as f64 / 1000.0,
             decisions.len()
         );
+        println!("replayed with {config_said}");
+        if let Some(t) = &recording.truncated {
+            println!("{t}");
+        }
         for d in &decisions {
             println!(
                 "{:>10.1} s  {:<10} {} [{}]: {}",

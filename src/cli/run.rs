@@ -7,7 +7,9 @@
 //! predecessor left in the state file are put back before anything is read as "original",
 //! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
 //! worth of windows has been sampled). At stop every original value is restored; a dry run
-//! wrote nothing and has nothing to restore.
+//! wrote nothing and has nothing to restore. `--once` is a look, never a change: it decides
+//! as the daemon would and writes nothing, as a dry run (a live look that wrote 0 -> 2 and
+//! put it back a millisecond later changed the machine for nothing).
 //!
 //! A live run needs its state directory before anything else: without a record of the
 //! originals it may write nothing, so it refuses to start (exit 1, saying it needs root)
@@ -45,7 +47,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Sample for as long as one decision needs (step_down_after_windows windows), print
-    /// the device table and every decision taken (with --dry-run: that it would take), exit.
+    /// the device table and every decision it would take, exit. Writes nothing, with or
+    /// without --dry-run (no tunable, no state file); run as root it sees what the daemon
+    /// would (the bio tap, the merge-path sampler).
     #[arg(long)]
     pub once: bool,
     /// With --once: print the devices and decisions as one JSON document.
@@ -163,6 +167,36 @@ fn log_device_pricing(daemon: &Daemon) {
     }
 }
 
+/// What a dry run by another user than root lacks that the live daemon (root, with the
+/// unit's CAP_PERFMON and CAP_SYSLOG) has, and what that changes in the preview; None as
+/// root. The bio tap's reason is the kernel layer's own (a tracing filesystem mounted mode
+/// 0700 says "permission denied", not "not mounted").
+fn preview_limits(cfg: &Config, fs: &RealFs, euid: u32) -> Option<String> {
+    if euid == 0 {
+        return None;
+    }
+    let mut lacks = Vec::new();
+    if cfg.sense.enabled
+        && let Err(e) = mergetune_kernel::biosense::check_available(&fs.tracefs_dir())
+    {
+        lacks.push(format!(
+            "the bio tap ({e}): at L3 the preview counts the kernel's merges in its place"
+        ));
+    }
+    if cfg.policy.cost_profile.trim() == mergetune_logic::cost_profile::LIVE {
+        lacks.push(
+            "the merge-path sampler (perf_event_open of cpu-clock on every CPU needs root or CAP_PERFMON, and the kernel's symbol addresses CAP_SYSLOG): under cost_profile \"live\" no device gets a price here, so none steps down in this preview where the live daemon may".to_string(),
+        );
+    }
+    if lacks.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "dry run as uid {euid}, not root: this preview lacks what the live daemon has: {}. For the live daemon's view without a write: `sudo mergetune run --once`",
+        lacks.join("; ")
+    ))
+}
+
 /// The actuator: in a dry run over a memory store (nothing is written, not even the state
 /// file); live over the state file, after putting back what a dead predecessor left.
 fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
@@ -175,6 +209,9 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
             );
         }
         info!("dry-run: decisions are logged, nothing is written");
+        if let Some(limits) = preview_limits(cfg, fs, rustix::process::geteuid().as_raw()) {
+            warn!("{limits}");
+        }
         Box::new(MemoryStore::default())
     } else {
         let mut store = FileStore::new(&cfg.daemon.state_dir);
@@ -270,16 +307,19 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
 /// The read-only metrics endpoint. A bind failure is logged, never fatal: merge control
 /// does not depend on being scraped (Prometheus' `up` shows the target down).
 fn endpoint(args: &RunArgs, cfg: &Config, metrics: &Arc<Metrics>) -> Result<Option<ServerHandle>> {
-    let listen = match &args.metrics_listen {
-        Some(l) => l.clone(),
+    let (listen, off_because) = match &args.metrics_listen {
+        Some(l) => (l.clone(), "--metrics-listen \"\""),
         // `--once` looks at the machine next to a running service: no second endpoint.
-        None if args.once => String::new(),
-        None => cfg.metrics.listen.clone(),
+        None if args.once => (
+            String::new(),
+            "--once: off unless --metrics-listen ADDR is given",
+        ),
+        None => (cfg.metrics.listen.clone(), "[metrics] listen = \"\""),
     };
     match mergetune_export::metrics::parse_listen(&listen) {
         Err(e) => bail!("--metrics-listen: {e}"),
         Ok(None) => {
-            info!("metrics endpoint off ([metrics] listen = \"\")");
+            info!("metrics endpoint off ({off_because})");
             Ok(None)
         }
         Ok(Some(addr)) => {
@@ -343,7 +383,13 @@ fn reread(cfg_path: Option<&Path>, args: &RunArgs) -> Reload {
     }
 }
 
-pub fn run(args: RunArgs) -> Result<i32> {
+pub fn run(mut args: RunArgs) -> Result<i32> {
+    if args.once && !args.dry_run {
+        info!(
+            "--once writes nothing: it decides once, as the daemon would, and says what it would write (as --dry-run; as root it also has the bio tap and the merge-path sampler)"
+        );
+        args.dry_run = true;
+    }
     let (cfg, cfg_path) = configure(&args)?;
     let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
     log_pricing(&cfg, &mut fs);
@@ -363,7 +409,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         }
         None => None,
     };
-    let mut once = args.once.then(|| Once::new(&cfg, args.dry_run));
+    let mut once = args.once.then(|| Once::new(&cfg));
     let pointer = (!args.dry_run)
         .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
         .flatten()

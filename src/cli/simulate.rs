@@ -24,7 +24,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// Serve the simulated devices' Prometheus metrics (and /status) on ADDR while the
-    /// scenario runs, e.g. 127.0.0.1:9725, to try the Grafana dashboard without a device.
+    /// scenario runs, e.g. 127.0.0.1:9726 (not 9725, the daemon's own port), to try the
+    /// Grafana dashboard without a device.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
     /// With --metrics-listen: run at this many times real time (default: 1).

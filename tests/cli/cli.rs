@@ -187,6 +187,36 @@ fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
     assert!(!t.p("state/state.json").exists());
 }
 
+/// Issue 35.11: a live `run --once` wrote 0 -> 2 and put it back a millisecond later. A
+/// look never writes: without `--dry-run` it decides as the daemon would, says so, and
+/// leaves every tunable and the state directory as they were. Its log does not blame a
+/// `[metrics] listen` the config never set for the endpoint being off.
+#[test]
+fn a_live_one_shot_look_decides_and_writes_nothing() {
+    let t = Tree::new();
+    let _traffic = Traffic::start(&t);
+    let mut c = bin();
+    c.args(["--log-format", "text", "run", "--once", "--config"])
+        .arg(t.config("127.0.0.1:0"));
+    t.roots(&mut c);
+    let o = c.output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(err.contains("--once writes nothing"), "{err}");
+    assert!(
+        err.contains("metrics endpoint off (--once: off unless --metrics-listen ADDR is given)"),
+        "{err}"
+    );
+    assert!(
+        out.contains("decision(s) it would take (dry run: nothing was written)")
+            && out.contains("sda queue/nomerges 0 -> 2 [disable, dry-run]"),
+        "{out}"
+    );
+    assert_eq!(t.nomerges("sda", "nomerges"), "0");
+    assert_eq!(t.nomerges("sda", "iosched/front_merges"), "1");
+    assert!(!t.p("state").exists(), "no state directory made");
+}
+
 #[test]
 fn a_one_shot_look_at_an_idle_machine_says_why_nothing_would_change() {
     let t = Tree::new();

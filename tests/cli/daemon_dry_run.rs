@@ -197,3 +197,76 @@ fn a_dry_run_probe_out_of_l3_would_write_2_to_0() {
     assert_eq!((c.from.as_str(), c.to.as_str()), ("2", "0"), "{probe}");
     assert_eq!(probe.applied, Applied::DryRun);
 }
+
+/// Issue 35.3: a dry run without root said `no tracing filesystem here (not mounted?)` for
+/// a tracing filesystem mounted mode 0700, and never said that it could not price a step
+/// (no merge-path sampler), so could never step down where the live daemon would. Run as
+/// `nobody` (setpriv, util-linux) over a fake tree whose tracing directory is root's: the
+/// tap's error says permission, and the start says what the preview lacks.
+#[test]
+fn a_dry_run_as_another_user_says_what_it_lacks_and_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    let q = root.join("sys/block/sda/queue");
+    std::fs::create_dir_all(q.join("iosched")).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
+    std::fs::write(q.join("rotational"), "0\n").unwrap();
+    std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();
+    std::fs::write(root.join("sys/block/sda/dev"), "8:0\n").unwrap();
+    let tracing = root.join("sys/kernel/tracing");
+    std::fs::create_dir_all(tracing.join("instances")).unwrap();
+    std::fs::create_dir_all(tracing.join("events/block/block_bio_queue")).unwrap();
+    std::fs::set_permissions(&tracing, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    std::fs::write(
+        root.join("proc/diskstats"),
+        "   8 0 sda 0 0 0 0 0 0 0 0 0 0 0\n",
+    )
+    .unwrap();
+    // Every directory on the way readable by nobody (a tempdir is 0700).
+    for d in [
+        root.to_path_buf(),
+        root.join("sys"),
+        root.join("sys/kernel"),
+        root.join("proc"),
+    ] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_mergetune"))
+        .args([
+            "--log-format",
+            "text",
+            "run",
+            "--once",
+            "--dry-run",
+            "--interval-ms",
+            "20",
+            "--config",
+            "/dev/null",
+            "--sysfs-root",
+        ])
+        .arg(root.join("sys"))
+        .arg("--procfs-root")
+        .arg(root.join("proc"))
+        .output()
+        .expect("setpriv (util-linux) is needed to drop root");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("dry run as uid 65534, not root: this preview lacks what the live daemon has"),
+        "{err}"
+    );
+    assert!(
+        err.contains("permission denied") && err.contains("only root may use it"),
+        "{err}"
+    );
+    assert!(!err.contains("not mounted?"), "{err}");
+    assert!(
+        err.contains("merge-path sampler") && err.contains("none steps down in this preview"),
+        "{err}"
+    );
+}

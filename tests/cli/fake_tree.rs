@@ -410,6 +410,27 @@ fn a_recorded_run_replays_to_the_same_decisions() {
         .collect();
     // The live run went L0 -> L1 -> L2 (no tap here, so no L3); the replay decides the same.
     assert_eq!(kinds, ["step_down", "step_down"], "{v}");
+    // Without -c the replay takes the config the recording carries, and says so (issue
+    // 35.2): the same decisions again, where built-in defaults once decided otherwise.
+    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["replay", "--json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        own["config"]
+            .as_str()
+            .unwrap()
+            .contains("the recording's config"),
+        "{own}"
+    );
+    assert_eq!(own["decisions"], v["decisions"], "{own}");
     let bad = Command::new(env!("CARGO_BIN_EXE_mergetune"))
         .args(["replay", "/nonexistent/rec.jsonl"])
         .output()

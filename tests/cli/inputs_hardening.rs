@@ -82,6 +82,40 @@ fn a_profile_that_is_not_toml_is_placed_never_quoted() {
     );
 }
 
+/// Issue 36.4: `advise /etc/shadow` quoted the file's first line in its error. A file that
+/// is not a trace is told by path, line number and reason, never quoted; nor is a line of
+/// a trace that fails to parse (a forged time, sector or device).
+#[test]
+fn advise_never_quotes_a_file_that_is_not_a_trace() {
+    let d = tempfile::tempdir().unwrap();
+    let secret = d.path().join("shadow");
+    let forged = "8,0 1 1 hunter2 99 Q W 100 + 8 [fio]\n8,0 1 2 0.1 99 Q W hunter3 + 8 [fio]\n";
+    for content in [SECRET, forged] {
+        std::fs::write(&secret, content).unwrap();
+        for json in [false, true] {
+            let mut c = bin();
+            c.arg("advise");
+            if json {
+                c.arg("--json");
+            }
+            let out = c.arg(&secret).output().unwrap();
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(1), "{all}");
+            assert!(
+                all.contains(&secret.display().to_string()) && all.contains("line 1"),
+                "{all}"
+            );
+            for part in ["hashhash", "saltsalt", "root:$6", "hunter2", "hunter3"] {
+                assert!(!all.contains(part), "quotes the file: {all}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_config_or_scenario_that_is_not_toml_is_placed_never_quoted() {
     let d = tempfile::tempdir().unwrap();
@@ -285,6 +319,40 @@ fn special_files_named_as_inputs_are_refused_at_once() {
         assert!(
             stderr.contains("not a regular file"),
             "{args:?} names why: {stderr}"
+        );
+    }
+}
+
+/// Issue 36.7: `--record` to a FIFO blocked in open before the first tick (and ignored
+/// SIGTERM until a reader came); anything but a regular file is refused, named, at once.
+#[test]
+fn record_to_a_fifo_or_a_directory_is_refused_before_the_first_tick() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("rec.fifo");
+    mkfifo(&fifo);
+    for (target, what) in [(fifo.as_path(), "a FIFO"), (d.path(), "a directory")] {
+        let mut c = bin();
+        c.args([
+            "run",
+            "--dry-run",
+            "--once",
+            "--config",
+            "/dev/null",
+            "--record",
+        ])
+        .arg(target)
+        .arg("--sysfs-root")
+        .arg(d.path())
+        .arg("--procfs-root")
+        .arg(d.path());
+        let out = run_bounded(c, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&target.display().to_string())
+                && stderr.contains(what)
+                && stderr.contains("not a regular file"),
+            "{stderr}"
         );
     }
 }
@@ -651,4 +719,104 @@ fn simulate_prints_forged_scenario_and_device_names_escaped() {
         // Refusing such names is as good, if it says why without echoing them raw.
         no_raw_escapes("simulate's error", &out.stderr);
     }
+}
+
+/// Issue 35.11: check-config's summary did not say whether the slice tuner is on.
+#[test]
+fn check_config_says_whether_the_slice_tuner_is_on() {
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("m.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let r = mergetune::cli::check_config::check(&cfg, None);
+    assert!(r.summary.contains("slice tuner off"), "{}", r.summary);
+    std::fs::write(&cfg, "[slices]\nenabled = true\n").unwrap();
+    let r = mergetune::cli::check_config::check(&cfg, None);
+    assert!(r.summary.contains("slice tuner on"), "{}", r.summary);
+}
+
+/// Issue 35.11: `simulate --help` suggested the daemon's own port for the simulator's
+/// endpoint, where it would collide with a running service.
+#[test]
+fn simulate_help_does_not_suggest_the_daemons_port() {
+    let out = bin().args(["simulate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--metrics-listen"))
+        .take(4)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(line.contains("127.0.0.1:9726"), "{line}");
+    assert!(!line.contains("e.g. 127.0.0.1:9725"), "{line}");
+}
+
+/// Issue 36.10: bad timestamps made rates out of nothing. One bio gave 1,000,000,000
+/// bios/s, a reversed trace 200,000,000,000, a clock that steps back "0.000 s traced";
+/// a trace of completions only said "every bio queued has size 0". Now: too short a span
+/// is no rate and no advice, said; the span runs from the earliest to the latest
+/// timestamp whatever the order of the lines (and a clock that steps back is noted); a
+/// trace without queue events says that.
+#[test]
+fn advise_gives_no_rate_from_too_little_time_and_reads_a_reversed_clock_right() {
+    let d = tempfile::tempdir().unwrap();
+    let q = |t: f64, sector: u64| {
+        format!("fio-1 [000] ..... {t:.6}: block_bio_queue: 8,0 R {sector} + 8 [fio]\n")
+    };
+    let advise = |name: &str, text: &str| {
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        let out = bin().args(["advise", "--json"]).arg(&p).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // One bio: no span, no rate.
+    let (code, _, err) = advise("one.txt", &q(10.0, 0));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("too little time for a rate"), "{err}");
+    assert!(!err.contains("bios/s"), "{err}");
+    // 1,000 bios over 1 s, in reverse order: 1,000 bios/s, not 200,000,000,000.
+    let reversed: String = (0..1000u64)
+        .rev()
+        .map(|i| q(10.0 + i as f64 / 999.0, i * 64))
+        .collect();
+    let (code, out, err) = advise("reversed.txt", &reversed);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rate = v["analysis"]["devices"][0]["bios_per_s"].as_f64().unwrap();
+    assert!((rate - 1000.0).abs() < 1.0, "{rate}");
+    assert!(out.contains("the clock steps back"), "{out}");
+    // A clock that steps back to before the first line: the span is still 1 s.
+    let mut stepped = q(10.5, 0);
+    stepped.push_str(
+        &(1..1000u64)
+            .map(|i| {
+                q(
+                    10.0 + (i % 500) as f64 / 998.0 + if i >= 500 { 0.5 } else { 0.0 },
+                    i * 64,
+                )
+            })
+            .collect::<String>(),
+    );
+    let (code, out, err) = advise("stepped.txt", &stepped);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let span = v["analysis"]["devices"][0]["span_s"].as_f64().unwrap();
+    assert!(span > 0.9, "{span}");
+    // Completions only.
+    let completes: String = (0..10u64)
+        .map(|i| {
+            format!(
+                "fio-1 [000] ..... {:.6}: block_rq_complete: 8,0 R () {} + 8 [0]\n",
+                10.0 + i as f64 / 10.0,
+                i * 8
+            )
+        })
+        .collect();
+    let (code, _, err) = advise("completes.txt", &completes);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no block_bio_queue event"), "{err}");
+    assert!(!err.contains("size 0"), "{err}");
 }

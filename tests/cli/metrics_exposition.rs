@@ -600,6 +600,98 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     );
 }
 
+/// Issue 35.6: a probe that found merges worth a trial of L2 went on as the trial and
+/// counted no outcome (`started 2, failed 1, succeeded 0`). Every probe started ends in
+/// exactly one outcome: that one in `succeeded`.
+#[test]
+fn a_probe_that_goes_on_as_a_trial_counts_as_succeeded() {
+    let mut cfg = Config::default();
+    cfg.policy.window_ticks = 1;
+    cfg.policy.min_window_bios = 100;
+    cfg.policy.disable_after_windows = 1;
+    cfg.policy.min_dwell_secs = 0;
+    cfg.policy.probe_initial_backoff_secs = 1;
+    cfg.policy.probe_max_backoff_secs = 2;
+    cfg.policy.probe_windows = 1;
+    cfg.policy.max_changes_per_hour = 100_000;
+    cfg.policy.cost_profile = "lkml-2008".into();
+    cfg.validate("test").unwrap();
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    fs.tap_blind = true;
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(cfg.clone());
+    let mut all: Vec<DecisionKind> = Vec::new();
+    let mut now = 0;
+    let mut run =
+        |fs: &mut MemFs, all: &mut Vec<DecisionKind>, until: &dyn Fn(&[DecisionKind]) -> bool| {
+            for _ in 0..600 {
+                let decisions = d.tick(now, fs);
+                all.extend(decisions.iter().map(|x| x.kind));
+                m.update(&d, &decisions, timing(now));
+                now += cfg.daemon.interval_ms;
+                if until(all) {
+                    return String::from_utf8(m.render().to_vec()).unwrap();
+                }
+            }
+            panic!("never reached in {all:?}");
+        };
+    fs.set_traffic("sda", (1000, 0, 0, 0));
+    run(&mut fs, &mut all, &|a| {
+        a.contains(&DecisionKind::ProbeFailed)
+    });
+    fs.set_traffic("sda", (500, 400, 500, 400));
+    // The probe after this one finds merges and goes on as a trial.
+    let text = run(&mut fs, &mut all, &|a| {
+        a.windows(2)
+            .any(|w| w == [DecisionKind::Probe, DecisionKind::Trial])
+    });
+    let n = |outcome: &str| {
+        sample(
+            &text,
+            &format!(r#"mergetune_probes_total{{device="sda",outcome="{outcome}"}}"#),
+        )
+        .unwrap()
+    };
+    assert!(n("succeeded") >= 1.0, "{all:?}\n{text}");
+    assert_eq!(
+        n("started"),
+        n("succeeded") + n("failed") + n("inconclusive"),
+        "every probe ends in one outcome: {all:?}"
+    );
+}
+
+/// The metric names of docs/metrics.md's reference: the first cell of each table row.
+fn documented_metrics() -> BTreeSet<String> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    doc.lines()
+        .filter_map(|l| l.strip_prefix("| `mergetune_"))
+        .map(|rest| format!("mergetune_{}", &rest[..rest.find('`').unwrap()]))
+        .collect()
+}
+
+/// Issue 35.12: docs/metrics.md claimed to list every metric and missed four. Every family
+/// the exporter registers (the daemon's, and `mergetune_simulated` of `simulate`'s) is in
+/// its reference table, and every metric the table names is one the exporter registers.
+#[test]
+fn docs_metrics_lists_exactly_the_metrics_exported() {
+    let exported: BTreeSet<String> = Metrics::simulated()
+        .family_names()
+        .iter()
+        .cloned()
+        .collect();
+    let daemon: BTreeSet<String> = Metrics::new().family_names().iter().cloned().collect();
+    assert!(daemon.is_subset(&exported) && exported.len() == daemon.len() + 1);
+    assert!(exported.len() > 20, "{exported:?}");
+    let documented = documented_metrics();
+    let undocumented: Vec<_> = exported.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&exported).collect();
+    assert!(
+        undocumented.is_empty() && stale.is_empty(),
+        "exported but not in docs/metrics.md: {undocumented:?}; in docs/metrics.md but not exported: {stale:?}"
+    );
+}
+
 /// A state store that cannot save (a read-only or full state directory), counting the
 /// saves and removes it refused.
 struct FailingStore {

@@ -126,7 +126,9 @@ fn a_live_run_that_cannot_record_originals_refuses_to_start_and_says_it_needs_ro
     std::fs::write(fs.p("file"), "x").unwrap();
     let cfg = fs.config(&fs.p("file/state"), "");
     let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["run", "--once", "--config"]).arg(&cfg);
+    // A plain run: it refuses before its first tick (`--once` never writes, so needs no
+    // state directory).
+    c.args(["run", "--config"]).arg(&cfg);
     fs.roots(&mut c);
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -185,4 +187,34 @@ fn exchange(a: &std::path::Path, b: &std::path::Path) {
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE)
         .unwrap_or_else(|e| panic!("exchange {} and {}: {e}", a.display(), b.display()));
+}
+
+/// Issue 35.11: a SIGHUP that changed what prices a step down logged no pricing line; it
+/// now logs the one the start logs, for the new source.
+#[test]
+fn a_reload_that_changes_the_pricing_says_what_prices_now() {
+    let fs = FakeSys::new();
+    let dir = fs.p("state");
+    let cfg = fs.config(&dir, "");
+    let log = fs.p("daemon.log");
+    let mut d = fs.daemon(&cfg, &log);
+    wait_until("the first tick", Duration::from_secs(20), || {
+        // The per-device pricing line: after the first tick, when signals are handled.
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("sda: pricing: profile lkml-2008"))
+    });
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replace("cost_profile = \"lkml-2008\"", "cost_profile = \"live\""),
+    )
+    .unwrap();
+    d.signal(rustix::process::Signal::HUP);
+    wait_until("the reload in the log", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("SIGHUP: config reloaded"))
+    });
+    wait_until("the new pricing line", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("SIGHUP: pricing: live"))
+    });
+    d.signal(rustix::process::Signal::TERM);
+    d.wait();
 }

@@ -105,6 +105,12 @@ fn capture_records_the_device_and_cleans_up() {
     }
     // advise reads it to the kernel's numbers.
     let a = mergetune_lab::advise::analyze_file(&out, None, &Default::default()).unwrap();
+    // The header names the device's scheduler, which advise ladders and prices it for.
+    let active = std::fs::read_to_string(format!("/sys/block/{}/queue/scheduler", dev.name()))
+        .ok()
+        .and_then(|t| mergetune_kernel::devices::active_scheduler(&t));
+    assert!(active.is_some());
+    assert_eq!(a.scheduler, active, "{}", &text[..text.len().min(400)]);
     let d = &a.devices[0];
     assert_eq!(d.bios, delta.bios());
     assert_eq!(d.back_merges + d.front_merges, delta.merged());

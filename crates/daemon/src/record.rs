@@ -7,13 +7,24 @@
 //! tunables the replaying policy writes live in an overlay, so a replay with a different
 //! config sees its own choices. With the same config, a replay reproduces the recorded
 //! decisions tick for tick: the policy is pure and sees the same inputs.
+//!
+//! Recording observes and never alters: every call passes through to the world below,
+//! the bio tap's and the merge-path sampler's included (a recorded daemon taps, samples
+//! and prices exactly as an unrecorded one). Their answers are kept in the tick's
+//! [`Call`] list, and the config the daemon ran with rides on the first tick (and on any
+//! tick after a reload changed it), so a replay of a live-priced run with the recorded
+//! config sees the same prices and the same tap samples, and decides the same.
 
 use crate::controller::Controller;
+use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::perf::{MergeSamples, PerfError};
+use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +67,122 @@ pub struct TickRecord {
     /// `dev/rel` -> directory entries read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dirs: BTreeMap<String, Vec<String>>,
+    /// The bio tap's and the merge-path sampler's answers in this tick, in call order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<Call>,
+    /// The running kernel's release, when the daemon asked for it in this tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_release: Option<String>,
+    /// The config the daemon ran this tick with: on the first tick, and on the first
+    /// after a reload changed it (absent in recordings made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Box<Config>>,
+}
+
+/// One answer of the bio tap or of the merge-path sampler, as the recorded daemon got it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "call", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Call {
+    TapAvailable {
+        dev: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RecordedTapError>,
+    },
+    TapOpen {
+        dev: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RecordedTapError>,
+    },
+    TapDrain {
+        dev: String,
+        /// `[t_ns, dir (0 read, 1 write), sector, nr_sectors]` per bio.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        bios: Vec<(u64, u8, u64, u32)>,
+        #[serde(default)]
+        lost: u64,
+        #[serde(default)]
+        dropped: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RecordedTapError>,
+    },
+    TapPause {
+        dev: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RecordedTapError>,
+    },
+    TapClose {
+        dev: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RecordedTapError>,
+    },
+    SamplerOpen {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    SamplerDrain {
+        period_ns: u64,
+        total: u64,
+        merge_path: [u64; 4],
+        beyond_one_hit: [u64; 4],
+        front_lookup: [u64; 4],
+        lost: u64,
+    },
+}
+
+/// A [`TapError`] as recorded: the same variants, so a replay fails the same way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RecordedTapError {
+    Unsupported { path: String },
+    NoTracefs { path: String },
+    NoAccess { path: String, message: String },
+    NoEvent { path: String },
+    NotWritable { path: String, message: String },
+    NotOpen { path: String },
+    Io { path: String, message: String },
+}
+
+impl From<&TapError> for RecordedTapError {
+    fn from(e: &TapError) -> Self {
+        match e.clone() {
+            TapError::Unsupported { path } => Self::Unsupported { path },
+            TapError::NoTracefs { path } => Self::NoTracefs { path },
+            TapError::NoAccess { path, message } => Self::NoAccess { path, message },
+            TapError::NoEvent { path } => Self::NoEvent { path },
+            TapError::NotWritable { path, message } => Self::NotWritable { path, message },
+            TapError::NotOpen { path } => Self::NotOpen { path },
+            TapError::Io { path, message } => Self::Io { path, message },
+        }
+    }
+}
+
+impl From<RecordedTapError> for TapError {
+    fn from(e: RecordedTapError) -> Self {
+        match e {
+            RecordedTapError::Unsupported { path } => Self::Unsupported { path },
+            RecordedTapError::NoTracefs { path } => Self::NoTracefs { path },
+            RecordedTapError::NoAccess { path, message } => Self::NoAccess { path, message },
+            RecordedTapError::NoEvent { path } => Self::NoEvent { path },
+            RecordedTapError::NotWritable { path, message } => Self::NotWritable { path, message },
+            RecordedTapError::NotOpen { path } => Self::NotOpen { path },
+            RecordedTapError::Io { path, message } => Self::Io { path, message },
+        }
+    }
+}
+
+fn tap_result(r: &Result<(), TapError>) -> Option<RecordedTapError> {
+    r.as_ref().err().map(RecordedTapError::from)
+}
+
+fn samples_call(s: &MergeSamples) -> Call {
+    Call::SamplerDrain {
+        period_ns: s.period_ns,
+        total: s.total,
+        merge_path: s.merge_path,
+        beyond_one_hit: s.beyond_one_hit,
+        front_lookup: s.front_lookup,
+        lost: s.lost,
+    }
 }
 
 mod bytes_or_text {
@@ -164,28 +291,118 @@ impl BlockFs for RecordingFs<'_> {
             Err(_) => self.inner.attr_exists(dev, rel),
         }
     }
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        let r = self.inner.tap_available(dev);
+        self.current.calls.push(Call::TapAvailable {
+            dev: dev.to_string(),
+            error: tap_result(&r),
+        });
+        r
+    }
+    fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
+        let r = self.inner.tap_open(dev, params);
+        self.current.calls.push(Call::TapOpen {
+            dev: dev.to_string(),
+            error: tap_result(&r),
+        });
+        r
+    }
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        let before = out.len();
+        let r = self.inner.tap_drain(dev, out, max);
+        let (lost, dropped) = r.as_ref().map_or((0, 0), |d| (d.lost, d.dropped));
+        self.current.calls.push(Call::TapDrain {
+            dev: dev.to_string(),
+            bios: out[before.min(out.len())..]
+                .iter()
+                .map(|b| (b.t_ns, b.dir.idx() as u8, b.sector, b.nr_sectors))
+                .collect(),
+            lost,
+            dropped,
+            error: r.as_ref().err().map(RecordedTapError::from),
+        });
+        r
+    }
+    fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
+        let r = self.inner.tap_pause(dev);
+        self.current.calls.push(Call::TapPause {
+            dev: dev.to_string(),
+            error: tap_result(&r),
+        });
+        r
+    }
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        let r = self.inner.tap_close(dev);
+        self.current.calls.push(Call::TapClose {
+            dev: dev.to_string(),
+            error: tap_result(&r),
+        });
+        r
+    }
+    fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
+        let r = self.inner.merge_sampler_open(period_ns);
+        self.current.calls.push(Call::SamplerOpen {
+            error: r.as_ref().err().map(|e| e.to_string()),
+        });
+        r
+    }
+    fn kernel_release(&mut self) -> Option<String> {
+        let r = self.inner.kernel_release();
+        if r.is_some() {
+            self.current.kernel_release.clone_from(&r);
+        }
+        r
+    }
+    fn merge_sampler_enable(&mut self, on: bool) {
+        self.inner.merge_sampler_enable(on);
+    }
+    fn merge_sampler_drain(&mut self) -> MergeSamples {
+        let s = self.inner.merge_sampler_drain();
+        self.current.calls.push(samples_call(&s));
+        s
+    }
 }
 
 /// Appends tick records to a JSON-lines file.
 pub struct Recorder {
     path: PathBuf,
     out: std::io::BufWriter<std::fs::File>,
+    /// The config last written into the recording.
+    config: Option<Config>,
 }
 
 impl Recorder {
+    /// Opens (or creates) the recording for appending: a regular file only, refused with
+    /// its path otherwise (a FIFO would block the daemon before its first tick).
     pub fn create(path: &Path) -> Result<Self, RecordError> {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| RecordError::Io {
+        let f =
+            mergetune_kernel::userfile::open_regular_append(path).map_err(|e| RecordError::Io {
                 path: path.to_path_buf(),
-                message: e.to_string(),
+                message: e.reason(),
             })?;
         Ok(Recorder {
             path: path.to_path_buf(),
             out: std::io::BufWriter::new(f),
+            config: None,
         })
+    }
+
+    /// Writes one tick the daemon ran with `cfg`; the config goes with it when it is the
+    /// first tick or a reload changed it since the last one written.
+    pub fn write_tick(&mut self, mut rec: TickRecord, cfg: &Config) -> Result<(), RecordError> {
+        if self.config.as_ref() != Some(cfg) {
+            rec.config = Some(Box::new(cfg.clone()));
+        }
+        self.write(&rec)?;
+        if rec.config.is_some() {
+            self.config = Some(cfg.clone());
+        }
+        Ok(())
     }
 
     /// Writes one tick as one line, flushed so a crash loses at most the current tick.
@@ -210,16 +427,47 @@ impl Recorder {
 pub const MAX_LINE_BYTES: usize =
     4 * mergetune_kernel::blockfs::MAX_DISKSTATS_BYTES as usize + (1 << 20);
 
-/// Reads a recording. A truncated last line (the daemon died mid-write) is skipped; any
-/// other bad line is an error naming its number, and so is a tick earlier than the one
-/// before it (a replay runs forward in time).
+/// A recording as read: its ticks, and the last line when it was cut short.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    pub ticks: Vec<TickRecord>,
+    /// A last line cut short (the daemon died mid-write): skipped, and said here so the
+    /// reader can tell its user.
+    pub truncated: Option<Truncated>,
+}
+
+/// A last line cut short, skipped by [`load`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Truncated {
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for Truncated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} is cut short ({}): the writer stopped mid-line; that tick is skipped",
+            self.line, self.message
+        )
+    }
+}
+
+/// Reads a recording's ticks. A truncated last line (the daemon died mid-write) is
+/// skipped ([`load_recording`] says which); any other bad line is an error naming its
+/// number, and so is a tick earlier than the one before it (a replay runs forward in time).
 pub fn load(path: &Path) -> Result<Vec<TickRecord>, RecordError> {
+    load_recording(path).map(|r| r.ticks)
+}
+
+/// [`load`], with the truncated last line it skipped, if any.
+pub fn load_recording(path: &Path) -> Result<Recording, RecordError> {
     load_bounded(path, MAX_LINE_BYTES)
 }
 
-/// [`load`] with a bound on the line length: a line longer than `max_line_bytes` is an
-/// error, read without holding more than the bound in memory.
-pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Vec<TickRecord>, RecordError> {
+/// [`load_recording`] with a bound on the line length: a line longer than
+/// `max_line_bytes` is an error, read without holding more than the bound in memory.
+pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Recording, RecordError> {
     use mergetune_kernel::lines::{Line, read_line_bounded};
     let io = |e: std::io::Error| RecordError::Io {
         path: path.to_path_buf(),
@@ -284,7 +532,10 @@ pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Vec<TickRecord
             path: path.to_path_buf(),
         });
     }
-    Ok(out)
+    Ok(Recording {
+        ticks: out,
+        truncated: truncated.map(|(line, message)| Truncated { line, message }),
+    })
 }
 
 /// Serves a recording back, one tick at a time, with the replaying policy's writes in an
@@ -297,10 +548,15 @@ pub struct ReplayFs {
     dirs: BTreeMap<String, Vec<String>>,
     devices: Vec<String>,
     written: BTreeMap<String, String>,
+    /// The current tick's tap and sampler answers not yet taken.
+    calls: VecDeque<Call>,
+    /// The kernel release the recorded daemon read (wherever in the recording it did).
+    kernel_release: Option<String>,
 }
 
 impl ReplayFs {
     pub fn new(ticks: Vec<TickRecord>) -> Self {
+        let kernel_release = ticks.iter().find_map(|t| t.kernel_release.clone());
         ReplayFs {
             ticks,
             index: 0,
@@ -308,6 +564,40 @@ impl ReplayFs {
             dirs: BTreeMap::new(),
             devices: Vec::new(),
             written: BTreeMap::new(),
+            calls: VecDeque::new(),
+            kernel_release,
+        }
+    }
+
+    /// Takes the first answer of this tick that `matches`: the replayed policy asks in the
+    /// recorded order when its config is the recorded one; a call the recording does not
+    /// hold (another config asks what the recorded daemon did not) gets None.
+    fn take_call(&mut self, matches: impl Fn(&Call) -> bool) -> Option<Call> {
+        let i = self.calls.iter().position(matches)?;
+        self.calls.remove(i)
+    }
+
+    fn take_tap(&mut self, dev: &str, kind: fn(&Call) -> Option<&str>) -> Option<Call> {
+        self.take_call(|c| kind(c) == Some(dev))
+    }
+
+    /// A tap call the recording holds no answer for.
+    fn unrecorded_tap(dev: &str) -> TapError {
+        TapError::Io {
+            path: format!("replay:{dev}"),
+            message: "the recording holds no bio tap answer for this call (the replayed config taps where the recorded daemon did not)".into(),
+        }
+    }
+
+    fn tap_answer(&mut self, dev: &str, kind: fn(&Call) -> Option<&str>) -> Result<(), TapError> {
+        match self.take_tap(dev, kind) {
+            Some(
+                Call::TapAvailable { error, .. }
+                | Call::TapOpen { error, .. }
+                | Call::TapPause { error, .. }
+                | Call::TapClose { error, .. },
+            ) => error.map_or(Ok(()), |e| Err(e.into())),
+            _ => Err(Self::unrecorded_tap(dev)),
         }
     }
 
@@ -332,6 +622,7 @@ impl ReplayFs {
         if let Some(d) = &t.devices {
             self.devices = d.clone();
         }
+        self.calls = t.calls.iter().cloned().collect();
         t.t_ms
     }
 
@@ -379,6 +670,116 @@ impl BlockFs for ReplayFs {
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
         matches!(self.attrs.get(&key(dev, rel)), Some(Some(_)))
     }
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        self.tap_answer(dev, |c| match c {
+            Call::TapAvailable { dev, .. } => Some(dev),
+            _ => None,
+        })
+    }
+    fn tap_open(&mut self, dev: &str, _params: &TapParams) -> Result<(), TapError> {
+        self.tap_answer(dev, |c| match c {
+            Call::TapOpen { dev, .. } => Some(dev),
+            _ => None,
+        })
+    }
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        let call = self.take_tap(dev, |c| match c {
+            Call::TapDrain { dev, .. } => Some(dev),
+            _ => None,
+        });
+        let Some(Call::TapDrain {
+            bios,
+            lost,
+            dropped,
+            error,
+            ..
+        }) = call
+        else {
+            return Err(Self::unrecorded_tap(dev));
+        };
+        if let Some(e) = error {
+            return Err(e.into());
+        }
+        let kept = bios.len().min(max);
+        out.extend(
+            bios[..kept]
+                .iter()
+                .map(|&(t_ns, dir, sector, nr_sectors)| QueuedBio {
+                    t_ns,
+                    dir: if dir == 0 { Dir::Read } else { Dir::Write },
+                    sector,
+                    nr_sectors,
+                }),
+        );
+        Ok(TapDrain {
+            lost,
+            dropped: dropped + (bios.len() - kept) as u64,
+        })
+    }
+    fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
+        self.tap_answer(dev, |c| match c {
+            Call::TapPause { dev, .. } => Some(dev),
+            _ => None,
+        })
+    }
+    fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
+        // Closing what was never opened is nothing to do, recorded or not.
+        let _ = self.take_tap(dev, |c| match c {
+            Call::TapClose { dev, .. } => Some(dev),
+            _ => None,
+        });
+        Ok(())
+    }
+    fn merge_sampler_open(&mut self, _period_ns: u64) -> Result<(), PerfError> {
+        match self.take_call(|c| matches!(c, Call::SamplerOpen { .. })) {
+            Some(Call::SamplerOpen { error: None }) => Ok(()),
+            Some(Call::SamplerOpen {
+                error: Some(message),
+            }) => Err(PerfError::Symbols {
+                path: "recorded".into(),
+                message,
+            }),
+            _ => Err(PerfError::Unsupported {
+                path: "replay (the recording holds no sampler answer for this call)".into(),
+            }),
+        }
+    }
+    fn kernel_release(&mut self) -> Option<String> {
+        self.kernel_release.clone()
+    }
+    fn merge_sampler_drain(&mut self) -> MergeSamples {
+        let mut s = MergeSamples::default();
+        if let Some(Call::SamplerDrain {
+            period_ns,
+            total,
+            merge_path,
+            beyond_one_hit,
+            front_lookup,
+            lost,
+        }) = self.take_call(|c| matches!(c, Call::SamplerDrain { .. }))
+        {
+            s.period_ns = period_ns;
+            s.total = total;
+            s.merge_path = merge_path;
+            s.beyond_one_hit = beyond_one_hit;
+            s.front_lookup = front_lookup;
+            s.lost = lost;
+        }
+        s
+    }
+}
+
+/// The config the recorded daemon started with, and how many times a reload changed it
+/// during the recording (None: a recording made before the config was recorded).
+pub fn recorded_config(ticks: &[TickRecord]) -> Option<(&Config, usize)> {
+    let mut configs = ticks.iter().filter_map(|t| t.config.as_deref());
+    let first = configs.next()?;
+    Some((first, configs.count()))
 }
 
 /// Runs a controller over a recording; returns every decision, tick by tick.

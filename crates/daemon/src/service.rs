@@ -219,7 +219,7 @@ impl TickLoop {
         };
         let mut rfs = RecordingFs::new(&mut self.fs, tick_at);
         let decisions = self.daemon.tick(tick_at, &mut rfs);
-        if let Err(e) = rec.write(&rfs.finish()) {
+        if let Err(e) = rec.write_tick(rfs.finish(), self.daemon.config()) {
             error!("{e}; recording stopped");
             self.recorder = None;
         }
@@ -304,6 +304,9 @@ impl TickLoop {
             } => (cfg, from, listen_from_command_line),
         };
         let summary = new_cfg.summary();
+        let pricing_changed = new_cfg.policy.cost_profile
+            != self.daemon.config().policy.cost_profile
+            || new_cfg.pricing != self.daemon.config().pricing;
         let listen_changed = (new_cfg.metrics != self.daemon.config().metrics
             && !listen_from_command_line)
             .then(|| new_cfg.metrics.listen.clone());
@@ -317,6 +320,18 @@ impl TickLoop {
             }
             Ok(()) => {
                 info!("SIGHUP: config reloaded from {}: {summary}", from.display());
+                if pricing_changed {
+                    // The same line as at start (src/cli/run.rs), for what prices now.
+                    use mergetune_kernel::blockfs::BlockFs as _;
+                    let cfg = self.daemon.config();
+                    info!(
+                        "SIGHUP: {}",
+                        crate::pricing::PricingSource::from_config(cfg).summary(
+                            self.fs.kernel_release().as_deref(),
+                            cfg.pricing.floor_ms_per_sec()
+                        )
+                    );
+                }
                 if let Some(listen) = listen_changed {
                     warn!(
                         "SIGHUP: [metrics] listen changed to {listen:?}: takes effect at the next restart"

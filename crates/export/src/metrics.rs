@@ -89,9 +89,14 @@ struct Families {
     change_cap_reached: Family<DeviceLabels, IntGaugeVec>,
 }
 
+/// The registry's prefix of every family name.
+const PREFIX: &str = "mergetune";
+
 /// What the registry of [`Metrics::build`] is filled with: each call registers one family.
 struct Registrar {
     registry: Registry,
+    /// The full name of every family registered, in order ([`Metrics::family_names`]).
+    names: std::cell::RefCell<Vec<String>>,
 }
 
 impl Registrar {
@@ -106,6 +111,9 @@ impl Registrar {
         self.registry
             .register(Box::new(c.clone()))
             .expect("metric families have distinct, valid names");
+        self.names
+            .borrow_mut()
+            .extend(c.desc().iter().map(|d| format!("{PREFIX}_{}", d.fq_name)));
         c
     }
 
@@ -268,6 +276,8 @@ struct Inner {
     max_lag_seconds: f64,
     /// The cost profile `cost_profile_info` has a series for.
     profile: Option<ProfileLabels>,
+    /// Devices with a probe started and no outcome counted yet.
+    open_probes: BTreeSet<String>,
     /// The `/metrics` body of the last refresh; `None` until first asked for, and from then
     /// on re-encoded by every refresh.
     text: Option<Bytes>,
@@ -280,6 +290,8 @@ struct Inner {
 /// The exporter's state: registry, families and the last `/status` snapshot.
 pub struct Metrics {
     registry: Registry,
+    /// Every family registered, exported once it has a series.
+    names: Vec<String>,
     f: Families,
     inner: Mutex<Inner>,
     /// Served by `mergetune simulate`: `mergetune_simulated 1` and `/status` say so.
@@ -307,7 +319,8 @@ impl Metrics {
 
     fn build(simulated: bool) -> Self {
         let r = Registrar {
-            registry: Registry::new_custom(Some("mergetune".into()), None).expect("a valid prefix"),
+            registry: Registry::new_custom(Some(PREFIX.into()), None).expect("a valid prefix"),
+            names: std::cell::RefCell::new(Vec::new()),
         };
         let f = families(&r);
         if simulated {
@@ -333,6 +346,7 @@ impl Metrics {
         }
         Metrics {
             registry: r.registry,
+            names: r.names.into_inner(),
             f,
             inner: Mutex::new(Inner {
                 generation: 1,
@@ -344,6 +358,7 @@ impl Metrics {
                 },
                 max_lag_seconds: 0.0,
                 profile: None,
+                open_probes: BTreeSet::new(),
                 text: None,
                 encodings: 0,
                 status_json: None,
@@ -386,7 +401,7 @@ impl Metrics {
         }
         inner.exported = present;
 
-        self.count_decisions(decisions);
+        self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
         f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
         let profile = ProfileLabels {
@@ -503,8 +518,11 @@ impl Metrics {
         }
     }
 
-    /// Each decision under its kind, tunable and values, and each probe under its outcome.
-    fn count_decisions(&self, decisions: &[Decision]) {
+    /// Each decision under its kind, tunable and values, and each probe under its outcome:
+    /// every probe started ends in exactly one. A probe that finds merges worth a trial of
+    /// L2 goes on as that trial (decision `trial`, not `probe_succeeded`): it succeeded, and
+    /// is counted so, or `MergetuneMergingOffWhileItPays` would never see that path.
+    fn count_decisions(&self, decisions: &[Decision], open_probes: &mut BTreeSet<String>) {
         let f = &self.f;
         for d in decisions {
             let device = d.device.clone();
@@ -518,12 +536,19 @@ impl Metrics {
                 })
                 .inc();
             let outcome = match d.kind {
-                DecisionKind::Probe => "started",
+                DecisionKind::Probe => {
+                    open_probes.insert(device.clone());
+                    "started"
+                }
+                DecisionKind::Trial if open_probes.remove(&device) => "succeeded",
                 DecisionKind::ProbeSucceeded => "succeeded",
                 DecisionKind::ProbeFailed => "failed",
                 DecisionKind::ProbeInconclusive => "inconclusive",
                 _ => continue,
             };
+            if outcome != "started" {
+                open_probes.remove(&device);
+            }
             f.probes
                 .get_or_create(&ProbeLabels {
                     device,
@@ -700,6 +725,13 @@ impl Metrics {
         let bytes = self.encode_text(&mut inner);
         inner.text = Some(bytes.clone());
         bytes
+    }
+
+    /// The full name of every metric family this exporter can export (with the
+    /// `mergetune_` prefix; a counter's with its `_total`), whether or not it has a series
+    /// yet: what docs/metrics.md must list.
+    pub fn family_names(&self) -> &[String] {
+        &self.names
     }
 
     /// How many times the registry has been encoded: once per refresh once scraped, plus

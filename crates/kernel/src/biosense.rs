@@ -88,6 +88,12 @@ pub enum TapError {
     Unsupported { path: String },
     #[error("{path}: no tracing filesystem here (not mounted?)")]
     NoTracefs { path: String },
+    /// The tracing filesystem is there but this user may not enter it (mounted mode 0700,
+    /// root's): a permission, not an absence.
+    #[error(
+        "{path}: permission denied ({message}): the tracing filesystem is mounted but only root may use it"
+    )]
+    NoAccess { path: String, message: String },
     #[error("{path}: this kernel has no block:block_bio_queue tracepoint")]
     NoEvent { path: String },
     #[error("{path}: not writable ({message})")]
@@ -154,10 +160,21 @@ fn write_file(path: &Path, value: &str) -> Result<(), TapError> {
 /// `ReadWritePaths=/sys/kernel/tracing` gives, fails here). Creates nothing.
 pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
     let instances = tracefs.join("instances");
-    if !instances.is_dir() {
-        return Err(TapError::NoTracefs {
-            path: tracefs.display().to_string(),
-        });
+    match std::fs::metadata(&instances) {
+        Ok(m) if m.is_dir() => {}
+        // A mode 0700 mount stats as "permission denied" for anyone but root, which
+        // `is_dir` took for "not there".
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            return Err(TapError::NoAccess {
+                path: tracefs.display().to_string(),
+                message: e.to_string(),
+            });
+        }
+        _ => {
+            return Err(TapError::NoTracefs {
+                path: tracefs.display().to_string(),
+            });
+        }
     }
     let ev = tracefs.join(EVENT);
     if !ev.is_dir() {

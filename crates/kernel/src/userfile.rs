@@ -93,6 +93,39 @@ fn is_dev_null(meta: &std::fs::Metadata) -> bool {
     meta.file_type().is_char_device() && (major, minor) == (1, 3)
 }
 
+/// Opens `path` for appending (created 0644 if absent) if, and only if, it is a regular
+/// file (symlinks followed). A FIFO would block the writer in `open` until a reader came
+/// (and the daemon's first tick, and its SIGTERM, with it): so the open is non-blocking
+/// (a FIFO without a reader then fails with ENXIO, named here as a FIFO) and the open
+/// descriptor is checked before anything is written.
+pub fn open_regular_append(path: &Path) -> Result<std::fs::File, UserFileError> {
+    let not_regular = |t: std::fs::FileType| UserFileError::NotRegular {
+        path: path.to_path_buf(),
+        what: what(t),
+    };
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match std::fs::metadata(path) {
+            Ok(m) if !m.file_type().is_file() => not_regular(m.file_type()),
+            _ => UserFileError::Open {
+                path: path.to_path_buf(),
+                kind: e.kind(),
+                message: e.to_string(),
+            },
+        })?;
+    let meta = f.metadata().map_err(|e| UserFileError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok(f)
+}
+
 /// Opens `path` for reading if, and only if, it is a regular file (symlinks followed), or
 /// `/dev/null`.
 pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {

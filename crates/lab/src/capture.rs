@@ -143,8 +143,9 @@ impl CaptureArgs {
     pub fn checked_duration(&self) -> anyhow::Result<Duration> {
         if !(self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= MAX_CAPTURE_SECONDS)
         {
+            // `{:?}`: 1e300 is said as 1e300, not as its 301 digits.
             bail!(
-                "--seconds {}: must be a number of seconds above 0 and at most {MAX_CAPTURE_SECONDS} (a week)",
+                "--seconds {:?}: must be a number of seconds above 0 and at most {MAX_CAPTURE_SECONDS} (a week)",
                 self.seconds
             );
         }
@@ -155,7 +156,7 @@ impl CaptureArgs {
             );
         }
         Duration::try_from_secs_f64(self.seconds)
-            .map_err(|e| anyhow::anyhow!("--seconds {}: {e}", self.seconds))
+            .map_err(|e| anyhow::anyhow!("--seconds {:?}: {e}", self.seconds))
     }
 }
 
@@ -284,6 +285,18 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
         },
         kernel_release(&a.procfs_root).unwrap_or_default()
     )?;
+    // The device's scheduler: `advise` prices and ladders the device for it.
+    if let Some(s) = std::fs::read_to_string(
+        a.sysfs_root
+            .join("block")
+            .join(&name)
+            .join("queue/scheduler"),
+    )
+    .ok()
+    .and_then(|t| mergetune_kernel::devices::active_scheduler(&t))
+    {
+        writeln!(out, "# scheduler {s}")?;
+    }
     // The reader streams trace_pipe into the file until it sees the end marker.
     let pipe = std::fs::File::open(inst.dir().join("trace_pipe"))
         .with_context(|| format!("cannot open {}/trace_pipe", inst.dir().display()))?;
@@ -372,7 +385,14 @@ mod tests {
         for s in [1e300, f64::MAX, f64::INFINITY, f64::NAN, 0.0, -5.0, 1e9] {
             let e = args(s, 8192).checked_duration().unwrap_err().to_string();
             assert!(e.contains("--seconds"), "{s}: {e}");
+            // Said short (issue 36.12: 1e300 was printed as its 301 digits).
+            assert!(e.len() < 120, "{s}: {e}");
         }
+        let e = args(1e300, 8192)
+            .checked_duration()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--seconds 1e300: "), "{e}");
         for kb in [0, u64::MAX] {
             let e = args(1.0, kb).checked_duration().unwrap_err().to_string();
             assert!(e.contains("--buffer-kb"), "{kb}: {e}");

@@ -40,6 +40,10 @@ pub const MAX_TASKS: usize = 4096;
 pub const MAX_INFLIGHT: usize = 65536;
 /// Devices kept apart in one trace; events of more devices are counted and skipped.
 pub const MAX_DEVICES: usize = 64;
+/// The least time a device's events must span for a rate: below it (one bio, or
+/// timestamps that do not advance) bios/s and MB/s would be a division by almost nothing
+/// (one bio gave "1000000000 bios/s"), so the device gets no rate and no advice.
+pub const MIN_RATE_SPAN_NS: u64 = 1_000_000;
 /// Bad lines quoted in the report.
 pub const MAX_ERROR_EXAMPLES: usize = 5;
 /// The longest trace line read: block events are about 100 bytes; a longer line (or a
@@ -229,6 +233,11 @@ pub struct DeviceAcc {
     pub unmatched_completes: u64,
     pub first_ns: Option<u64>,
     pub last_ns: u64,
+    /// The earliest and the latest bio queued: the rates' span is between them, whatever
+    /// the order of the lines (a trace whose clock steps back, or reversed, made a span of
+    /// 0 from the first line to the latest).
+    pub queue_min_ns: u64,
+    pub queue_max_ns: u64,
     /// Events earlier than the previous event of this device by more than 1 ms.
     pub out_of_order: u64,
     pub timeline: Timeline,
@@ -266,6 +275,8 @@ impl DeviceAcc {
             unmatched_completes: 0,
             first_ns: None,
             last_ns: 0,
+            queue_min_ns: u64::MAX,
+            queue_max_ns: 0,
             out_of_order: 0,
             timeline: Timeline::default(),
             scatter: Vec::with_capacity(SCATTER_POINTS),
@@ -317,6 +328,10 @@ impl DeviceAcc {
             self.out_of_order += 1;
         }
         self.last_ns = self.last_ns.max(t);
+        if ev.kind == EventKind::Queue {
+            self.queue_min_ns = self.queue_min_ns.min(t);
+            self.queue_max_ns = self.queue_max_ns.max(t);
+        }
         let rel = t.saturating_sub(t0);
         match ev.kind {
             EventKind::Queue => self.queue(ev, rel),
@@ -435,8 +450,10 @@ impl DeviceAcc {
         self.back_merges[0] + self.back_merges[1] + self.front_merges[0] + self.front_merges[1]
     }
 
+    /// From the earliest to the latest bio queued on the device (the bios are what the
+    /// rates count).
     pub fn span_ns(&self) -> u64 {
-        self.last_ns
-            .saturating_sub(self.first_ns.unwrap_or(self.last_ns))
+        self.queue_max_ns
+            .saturating_sub(self.queue_min_ns.min(self.queue_max_ns))
     }
 }

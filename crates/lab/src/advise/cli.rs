@@ -42,10 +42,17 @@ pub struct AdviseArgs {
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
+    /// The traced device's I/O scheduler (none, mq-deadline, bfq, kyber), for a trace
+    /// without the `# scheduler` line `mergetune trace capture` writes: the daemon's
+    /// ladder and price are the device's scheduler's.
+    #[arg(long, value_name = "NAME")]
+    pub scheduler: Option<String>,
 }
 
-/// The profile a trace is priced with: the config's, except that `live` (the daemon's own
-/// measurement on the host) cannot price a trace, so the measured profile stands in.
+/// The profile `--what-if` models CPU with: the config's, except that `live` (the daemon's
+/// own measurement on the host) cannot price a trace, so the measured profile stands in.
+/// The recommendation itself is not priced with a stand-in: under `live` its saving is
+/// unknown, and said so ([`super::daemon_view`]).
 fn trace_profile(
     cfg: &mergetune_logic::config::PolicyConfig,
 ) -> anyhow::Result<(String, mergetune_logic::cost_profile::CostProfile)> {
@@ -53,10 +60,6 @@ fn trace_profile(
     if profile_name == mergetune_logic::cost_profile::LIVE {
         // A trace cannot be sampled for where its CPU went: advise prices it with the
         // profile measured on this project's kernel, and says so; the daemon prices live.
-        eprintln!(
-            "advise: cost_profile \"live\" is the daemon's own measurement on the host; a trace is priced with {} instead",
-            mergetune_logic::cost_profile::MEASURED_NAME
-        );
         profile_name = mergetune_logic::cost_profile::MEASURED_NAME.to_string();
     }
     let profile = mergetune_logic::cost_profile::resolve(&profile_name)
@@ -77,12 +80,8 @@ fn nothing_to_advise(
         analysis.events,
         analysis.bad_lines
     );
-    if !analysis.devices_without_bios.is_empty() {
-        let _ = write!(
-            msg,
-            "; device(s) {} have events but every bio queued has size 0",
-            analysis.devices_without_bios.join(", ")
-        );
+    for why in &analysis.devices_without_bios {
+        let _ = write!(msg, "; {why}");
     }
     if let Some(b) = analysis.bad_examples.first() {
         let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
@@ -100,7 +99,13 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
         None => Config::default(),
     }
     .policy;
+    let live = cfg.cost_profile.trim() == mergetune_logic::cost_profile::LIVE;
     let (profile_name, profile) = trace_profile(&cfg)?;
+    if let Some(s) = &args.scheduler
+        && mergetune_logic::cost_profile::Scheduler::from_name(s).is_none()
+    {
+        bail!("--scheduler {s:?}: not one of none, mq-deadline, bfq, kyber");
+    }
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
@@ -108,10 +113,23 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
     // The daemon's rules and profile decide what is recommended (the trace's own level is
     // kept in the evidence when they disagree).
-    let worth_of = |scheduler: &str| Worth::from_profile(&profile, Some(scheduler));
+    let worth_of = |scheduler: &str| {
+        if live {
+            Worth::unknown(mergetune_logic::policy::worth::UnknownWhy::NotMeasuredYet)
+        } else {
+            Worth::from_profile(&profile, Some(scheduler))
+        }
+    };
+    let priced_with = if live {
+        mergetune_logic::cost_profile::LIVE.to_string()
+    } else {
+        profile_name.clone()
+    };
+    let scheduler = args.scheduler.clone().or(analysis.scheduler.clone());
     let mut views = Vec::new();
     for d in &mut analysis.devices {
-        let (level, recs, view) = recommend_priced(d, &cfg, &profile_name, &worth_of);
+        let (level, recs, view) =
+            recommend_priced(d, &cfg, &priced_with, scheduler.as_deref(), &worth_of);
         d.recommended_level = level;
         d.recommendations = recs;
         views.push(view);

@@ -90,6 +90,16 @@ pub fn daemon_view(
         };
         return view(Level::L0, why);
     };
+    if let mergetune_logic::policy::worth::Basis::Unknown { .. } = worth.basis {
+        // Priced live: by the daemon's sampler on the host, at run time. A trace holds no
+        // CPU samples, so the saving is unknown here: say what decides, not a guess.
+        return view(
+            Level::L0,
+            format!(
+                "priced live (cost_profile \"live\"): the saving is measured by the daemon's sampler on the host, which a trace does not hold, so it is unknown here: the daemon stays at L0 until its measurement's lower bound reaches [pricing] saving_floor_percent_cpu, then goes to {deepest} on {scheduler}; give a profile (`mergetune calibrate`'s, or a built-in) in the config's cost_profile to price the trace"
+            ),
+        );
+    }
     match reachable.iter().rev().find(|&&l| worth.worth(l)) {
         Some(&l) if l == trace => view(
             l,

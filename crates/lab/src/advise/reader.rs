@@ -4,7 +4,9 @@
 //! rules' recommendations. A line that is not a block event is counted and skipped, the
 //! first few quoted with their line numbers; nothing here panics on bad input.
 
-use super::accumulator::{DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES};
+use super::accumulator::{
+    DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES, MIN_RATE_SPAN_NS,
+};
 use super::report::{Analysis, BadLine, DeviceReport};
 use super::rules::recommend;
 use anyhow::Context as _;
@@ -27,6 +29,33 @@ pub fn possible_extent(sector: u64, count: u32) -> bool {
         && sector
             .checked_add(u64::from(count))
             .is_some_and(|end| end <= MAX_DEVICE_SECTORS)
+}
+
+/// A parse error's reason without the pieces of the line it quotes: a file that is no
+/// trace (`advise /etc/shadow`) must not have its content echoed to a terminal or a log,
+/// so a bad line is told by number and reason only.
+pub fn without_quotes(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            out.push(c);
+            continue;
+        }
+        // A quoted piece of the line (Rust's `{:?}`: an inner quote is escaped).
+        let mut escaped = false;
+        for q in chars.by_ref() {
+            match (escaped, q) {
+                (false, '\\') => escaped = true,
+                (false, '"') => break,
+                _ => escaped = false,
+            }
+        }
+    }
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    out.replace(" ,", ",")
+        .trim_end_matches(|c: char| c.is_whitespace() || c == ':')
+        .to_string()
 }
 
 /// The streaming reader: feed lines, then [`Analyzer::finish`].
@@ -52,6 +81,8 @@ pub struct Analyzer {
     pub impossible_extents: u64,
     pub merge_events_seen: bool,
     pub completion_events_seen: bool,
+    /// The traced device's I/O scheduler, from the capture's `# scheduler NAME` header.
+    pub scheduler: Option<String>,
     summary_reached: bool,
 }
 
@@ -67,6 +98,14 @@ impl Analyzer {
     pub fn feed_line(&mut self, line_no: usize, raw: &str) {
         self.lines += 1;
         let line = raw.trim();
+        if let Some(name) = line.strip_prefix("# scheduler ") {
+            // Only a scheduler name: a forged header is not taken as one.
+            let name = name.trim();
+            if mergetune_logic::cost_profile::Scheduler::from_name(name).is_some() {
+                self.scheduler = Some(name.to_string());
+            }
+            return;
+        }
         if self.summary_reached || line.is_empty() || line.starts_with('#') {
             return;
         }
@@ -76,13 +115,7 @@ impl Analyzer {
         }
         match mergetune_kernel::trace::parse_event(line) {
             Ok(ev) => self.feed_event(&ev),
-            Err(e) => {
-                let mut message = e.message;
-                if !message.contains(':') && line.len() <= 120 {
-                    message = format!("{message}: {line:?}");
-                }
-                self.bad_line(line_no, message);
-            }
+            Err(e) => self.bad_line(line_no, without_quotes(&e.message)),
         }
     }
 
@@ -206,16 +239,46 @@ impl Analyzer {
         // no bio to judge merging by: advice from it would be advice from nothing.
         let mut without_bios = Vec::new();
         for d in self.devices.values().filter(|d| d.total_bios() == 0) {
-            without_bios.push(d.dev.to_string());
+            let why = if d.nodata == 0 {
+                // Completions or issues only: no block_bio_queue line at all.
+                format!(
+                    "device {}: no bio queued (no block_bio_queue event; {} request(s) issued, {} completed): advise reads the queue events (`mergetune trace capture` records them): no advice for it",
+                    d.dev, d.issues, d.completes
+                )
+            } else {
+                format!(
+                    "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
+                    d.dev, d.nodata, d.issues
+                )
+            };
+            without_bios.push(why.clone());
+            notes.push(why);
+        }
+        for d in self
+            .devices
+            .values()
+            .filter(|d| d.total_bios() > 0 && d.span_ns() < MIN_RATE_SPAN_NS)
+        {
+            let why = format!(
+                "device {}: its {} bio(s) span {:.6} s, less than {} ms: too little time for a rate (one bio, or timestamps that do not advance): no advice for it",
+                d.dev,
+                d.total_bios(),
+                d.span_ns() as f64 / 1e9,
+                MIN_RATE_SPAN_NS / 1_000_000
+            );
+            without_bios.push(why.clone());
+            notes.push(why);
+        }
+        for d in self.devices.values().filter(|d| d.out_of_order > 0) {
             notes.push(format!(
-                "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
-                d.dev, d.nodata, d.issues
+                "device {}: the clock steps back {} time(s) (an event more than 1 ms earlier than the one before): rates are taken from its earliest to its latest timestamp",
+                d.dev, d.out_of_order
             ));
         }
         let devices: Vec<DeviceReport> = self
             .devices
             .values()
-            .filter(|d| d.total_bios() > 0)
+            .filter(|d| d.total_bios() > 0 && d.span_ns() >= MIN_RATE_SPAN_NS)
             .map(|d| {
                 // No merge events but as many requests as bios: nothing merged, known.
                 let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
@@ -232,6 +295,7 @@ impl Analyzer {
             notes,
             devices,
             devices_without_bios: without_bios,
+            scheduler: self.scheduler,
         }
     }
 }

@@ -226,6 +226,9 @@ pub struct Analysis {
     pub bad_examples: Vec<BadLine>,
     pub notes: Vec<String>,
     pub devices: Vec<DeviceReport>,
-    /// Devices with events but no usable bio (every queue event without a size).
+    /// Why each device with events gives no advice: no bio queued, every queue event
+    /// without a size, or bios spanning too little time for a rate (one sentence each).
     pub devices_without_bios: Vec<String>,
+    /// The traced device's scheduler, from the capture's `# scheduler NAME` header.
+    pub scheduler: Option<String>,
 }

@@ -37,12 +37,20 @@ pub fn recommend_priced(
     r: &DeviceReport,
     cfg: &PolicyConfig,
     profile: &str,
+    device_scheduler: Option<&str>,
     worth_of: &dyn Fn(&str) -> Worth,
 ) -> (Level, Vec<Recommendation>, DaemonView) {
     let (trace, trace_evidence) = trace_level(r, cfg);
-    // The scheduler the trace alone would pick: the device the daemon is asked about runs it.
-    let sched = scheduler_for(r, trace).0;
-    let view = daemon_view(r, cfg, trace, sched, profile, &worth_of(sched));
+    // The daemon acts on the scheduler the device runs (the capture's header, or
+    // --scheduler); only when neither says, the one the trace alone would pick, and the
+    // view says so.
+    let sched = device_scheduler.unwrap_or_else(|| scheduler_for(r, trace).0);
+    let mut view = daemon_view(r, cfg, trace, sched, profile, &worth_of(sched));
+    if device_scheduler.is_none() {
+        view.why.push_str(&format!(
+            " (the device's scheduler is not known: no `# scheduler` line in the trace, no --scheduler; taken as {sched}, the trace's best fit)"
+        ));
+    }
     let evidence = if view.level == trace {
         trace_evidence
     } else {
