@@ -333,6 +333,32 @@ impl PerfError {
     }
 }
 
+/// `kernel.perf_event_paranoid`, where it can be read.
+fn read_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Why `perf_event_open` refused, in words an operator can act on. At
+/// `perf_event_paranoid` 3 (Debian's and Ubuntu's default, a distribution patch: mainline
+/// stops at 2) the Debian 12 and 13 kernels refused the system-wide event to a daemon
+/// holding CAP_PERFMON (the VM lab's `default-pricing-under-systemd`, 2026-12-05), where
+/// mainline lets CAP_PERFMON through.
+pub fn open_refused(e: &std::io::Error, paranoid: Option<i32>) -> String {
+    match (e.raw_os_error(), paranoid) {
+        (Some(13), Some(p)) if p >= 3 => format!(
+            "{e}: kernel.perf_event_paranoid is {p}, a distribution's setting that refuses perf events to anything without CAP_SYS_ADMIN; set it to 2 (sysctl kernel.perf_event_paranoid=2, docs/hardening.md) or price with a profile ([policy] cost_profile)"
+        ),
+        (Some(13), Some(p)) => format!(
+            "{e}: kernel.perf_event_paranoid is {p}: the sampler needs CAP_PERFMON (or root)"
+        ),
+        _ => e.to_string(),
+    }
+}
+
 /// The CPUs that are online, from `/sys/devices/system/cpu/online` ("0-3,6").
 pub fn online_cpus(sysfs_root: &Path) -> Result<Vec<usize>, PerfError> {
     let path = sysfs_root.join("devices/system/cpu/online");
@@ -408,7 +434,7 @@ impl CpuBuffer {
             .map_err(|e| match e {
                 RingError::Open(e) => PerfError::Open {
                     cpu,
-                    message: e.to_string(),
+                    message: open_refused(&e, read_paranoid()),
                 },
                 RingError::Map(e) => PerfError::Map {
                     cpu,
@@ -630,5 +656,16 @@ ffffffff81000000 D some_data
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn a_refusal_at_paranoid_3_says_what_to_do() {
+        let eacces = std::io::Error::from_raw_os_error(13);
+        let m = open_refused(&eacces, Some(3));
+        assert!(m.contains("kernel.perf_event_paranoid is 3"), "{m}");
+        assert!(m.contains("sysctl kernel.perf_event_paranoid=2"), "{m}");
+        assert!(open_refused(&eacces, Some(2)).contains("needs CAP_PERFMON"));
+        let enoent = std::io::Error::from_raw_os_error(2);
+        assert_eq!(open_refused(&enoent, Some(3)), enoent.to_string());
     }
 }
