@@ -71,6 +71,7 @@ default_pricing() {
     price="$(echo "$j" | grep -m1 -o 'merge path on [^:]*: [0-9]* ns per bio \[[0-9]*, [0-9]*\]' || true)"
     writes="$(echo "$j" | grep -c "$FAST: queue/nomerges [0-9] -> [0-9]" || true)"
     figure default_pricing_price "\"$price\""
+    figure default_pricing_price_mq_deadline "\"$(echo "$j" | grep -m1 -o 'merge path on mq-deadline[^:]*: [0-9]* ns per bio \[[0-9]*, [0-9]*\]' || true)\""
     figure default_pricing_writes_90s "$writes"
     echo "$j" | grep -E "merge-path sampler|merge path on|$FAST: (queue/nomerges|not_worth_it)" | head -n 12
     # As the checks before left it: stopped, with the lab config, and its start counter
