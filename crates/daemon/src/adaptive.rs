@@ -414,6 +414,7 @@ impl Daemon {
                     .last_window
                     .filter(|w| managed && level < Level::L3 && w.counters.bios() >= min_bios)
                     .and_then(|w| Shape::of_counters(&w.counters)),
+                busy_bios_per_sec: d.last_window.map_or(0.0, |w| w.bios_per_sec()),
             })
         });
         self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);

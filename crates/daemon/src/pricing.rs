@@ -248,8 +248,9 @@ pub struct TickBios<'a> {
     /// disturbs it.
     pub level_since_ms: Option<u64>,
     /// A managed device below L3 whose last window was busy: its workload's shape, which
-    /// wants a price.
+    /// wants a price, and its bios/s.
     pub busy_shape: Option<Shape>,
+    pub busy_bios_per_sec: f64,
 }
 
 impl LivePricing {
@@ -271,14 +272,14 @@ impl LivePricing {
     ) {
         // The busy devices' (class, shape): few (managed devices below L3 with a busy
         // window), kept to ask again after a span ends and reprices.
-        let mut busy: Vec<(usize, Shape)> = Vec::new();
+        let mut busy: Vec<(usize, Shape, f64)> = Vec::new();
         for b in bios {
             if let Some(shape) = b.busy_shape {
                 let slot = MergeSamples::slot(
                     b.scheduler
                         .and_then(mergetune_kernel::perf::SchedulerClass::of_name),
                 );
-                busy.push((slot, shape));
+                busy.push((slot, shape, b.busy_bios_per_sec));
             }
             if let SamplerState::Sampling {
                 since_ms,
@@ -295,7 +296,7 @@ impl LivePricing {
                 }
             }
         }
-        let mut first_price = self.wants_first_price(&busy);
+        let mut first_price = self.wants_first_price(&busy, cfg.floor_ms_per_sec());
         match &mut self.state {
             SamplerState::Sampling {
                 since_ms,
@@ -326,7 +327,7 @@ impl LivePricing {
                 self.state = SamplerState::Idle {
                     next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
                 };
-                first_price = self.wants_first_price(&busy);
+                first_price = self.wants_first_price(&busy, cfg.floor_ms_per_sec());
                 // While a first price is wanted the next span starts at this very tick
                 // (below), also after a span that was dropped or did not resolve it.
                 if !(first_price && wanted) {
@@ -375,13 +376,21 @@ impl LivePricing {
         };
     }
 
-    /// Whether a busy device's workload (`busy`: its class and shape) has no resolved price
-    /// and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were started at once for it; the count
-    /// starts again once every busy device's workload has one.
-    fn wants_first_price(&mut self, busy: &[(usize, Shape)]) -> bool {
-        let missing = busy.iter().any(|&(slot, shape)| {
+    /// Whether a busy device's workload (`busy`: its class, shape and bios/s) has no price
+    /// that decides (none, not resolved, or one whose saving at the device's rate still
+    /// straddles the floor: a first span of 10 samples priced "42 ns per bio [17, 94]", at
+    /// 285,000 bios/s [4.9, 27] ms/s against 5, and the duty cycle's next span came 60 s
+    /// later), and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were started at once for it;
+    /// the count starts again once every busy device's workload has one that decides.
+    fn wants_first_price(&mut self, busy: &[(usize, Shape, f64)], floor_ms_per_sec: f64) -> bool {
+        let missing = busy.iter().any(|&(slot, shape, bios_per_sec)| {
             !self.prices[slot].is_some_and(|p| {
-                p.shape == shape && p.price.levels[3].is_some_and(|l3| l3.resolved())
+                p.shape == shape
+                    && p.price.levels[3].is_some_and(|l3| {
+                        let lo = l3.lo * bios_per_sec / 1e6;
+                        let hi = l3.hi * bios_per_sec / 1e6;
+                        l3.resolved() && (lo >= floor_ms_per_sec || hi < floor_ms_per_sec)
+                    })
             })
         });
         if !missing {
@@ -598,6 +607,7 @@ mod tests {
                 counters: counters.as_ref(),
                 level_since_ms: Some(level_since_ms),
                 busy_shape: counters.as_ref().and_then(Shape::of_counters),
+                busy_bios_per_sec: counters.map_or(0.0, |c| c.bios() as f64),
             });
             p.tick(now, &cfg, fs, true, bios);
             now += 1000;
