@@ -86,12 +86,12 @@ pub enum Call {
     TapAvailable {
         dev: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RecordedTapError>,
+        error: Option<TapError>,
     },
     TapOpen {
         dev: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RecordedTapError>,
+        error: Option<TapError>,
     },
     TapDrain {
         dev: String,
@@ -103,17 +103,17 @@ pub enum Call {
         #[serde(default)]
         dropped: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RecordedTapError>,
+        error: Option<TapError>,
     },
     TapPause {
         dev: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RecordedTapError>,
+        error: Option<TapError>,
     },
     TapClose {
         dev: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<RecordedTapError>,
+        error: Option<TapError>,
     },
     SamplerOpen {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,49 +129,8 @@ pub enum Call {
     },
 }
 
-/// A [`TapError`] as recorded: the same variants, so a replay fails the same way.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum RecordedTapError {
-    Unsupported { path: String },
-    NoTracefs { path: String },
-    NoAccess { path: String, message: String },
-    NoEvent { path: String },
-    NotWritable { path: String, message: String },
-    NotOpen { path: String },
-    Io { path: String, message: String },
-}
-
-impl From<&TapError> for RecordedTapError {
-    fn from(e: &TapError) -> Self {
-        match e.clone() {
-            TapError::Unsupported { path } => Self::Unsupported { path },
-            TapError::NoTracefs { path } => Self::NoTracefs { path },
-            TapError::NoAccess { path, message } => Self::NoAccess { path, message },
-            TapError::NoEvent { path } => Self::NoEvent { path },
-            TapError::NotWritable { path, message } => Self::NotWritable { path, message },
-            TapError::NotOpen { path } => Self::NotOpen { path },
-            TapError::Io { path, message } => Self::Io { path, message },
-        }
-    }
-}
-
-impl From<RecordedTapError> for TapError {
-    fn from(e: RecordedTapError) -> Self {
-        match e {
-            RecordedTapError::Unsupported { path } => Self::Unsupported { path },
-            RecordedTapError::NoTracefs { path } => Self::NoTracefs { path },
-            RecordedTapError::NoAccess { path, message } => Self::NoAccess { path, message },
-            RecordedTapError::NoEvent { path } => Self::NoEvent { path },
-            RecordedTapError::NotWritable { path, message } => Self::NotWritable { path, message },
-            RecordedTapError::NotOpen { path } => Self::NotOpen { path },
-            RecordedTapError::Io { path, message } => Self::Io { path, message },
-        }
-    }
-}
-
-fn tap_result(r: &Result<(), TapError>) -> Option<RecordedTapError> {
-    r.as_ref().err().map(RecordedTapError::from)
+fn tap_result(r: &Result<(), TapError>) -> Option<TapError> {
+    r.as_ref().err().cloned()
 }
 
 fn samples_call(s: &MergeSamples) -> Call {
@@ -324,7 +283,7 @@ impl BlockFs for RecordingFs<'_> {
                 .collect(),
             lost,
             dropped,
-            error: r.as_ref().err().map(RecordedTapError::from),
+            error: r.as_ref().err().cloned(),
         });
         r
     }
@@ -596,7 +555,7 @@ impl ReplayFs {
                 | Call::TapOpen { error, .. }
                 | Call::TapPause { error, .. }
                 | Call::TapClose { error, .. },
-            ) => error.map_or(Ok(()), |e| Err(e.into())),
+            ) => error.map_or(Ok(()), Err),
             _ => Err(Self::unrecorded_tap(dev)),
         }
     }
@@ -703,7 +662,7 @@ impl BlockFs for ReplayFs {
             return Err(Self::unrecorded_tap(dev));
         };
         if let Some(e) = error {
-            return Err(e.into());
+            return Err(e);
         }
         let kept = bios.len().min(max);
         out.extend(

@@ -81,8 +81,10 @@ pub struct TapDrain {
 }
 
 /// An error of the bio tap. Every variant names the path (or the device, for worlds
-/// without a tap).
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+/// without a tap). Serialisable: a recording keeps the tap's answers, so that a replay
+/// fails the same way (`daemon::record`).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TapError {
     #[error("{path}: this block stack has no bio tap")]
     Unsupported { path: String },
