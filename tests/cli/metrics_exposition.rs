@@ -486,9 +486,9 @@ fn declared_families(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn no_dead_metric_every_family_is_fed_by_some_path() {
-    // A policy that reacts fast, so that a few hundred ticks cover every decision kind.
+/// A policy that reacts fast and probes often, priced in the 2008 figures (where not
+/// merging pays), so that a few hundred ticks cover every decision kind.
+fn fast_policy() -> Config {
     let mut cfg = Config::default();
     cfg.policy.window_ticks = 1;
     cfg.policy.min_window_bios = 100;
@@ -498,7 +498,13 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     cfg.policy.probe_max_backoff_secs = 2;
     cfg.policy.probe_windows = 1;
     cfg.policy.max_changes_per_hour = 100_000;
-    cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays here (2008 figures)
+    cfg.policy.cost_profile = "lkml-2008".into();
+    cfg
+}
+
+#[test]
+fn no_dead_metric_every_family_is_fed_by_some_path() {
+    let cfg = fast_policy();
     cfg.validate("test").unwrap();
 
     let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0"), ("sdc", "1")]);
@@ -605,16 +611,7 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
 /// exactly one outcome: that one in `succeeded`.
 #[test]
 fn a_probe_that_goes_on_as_a_trial_counts_as_succeeded() {
-    let mut cfg = Config::default();
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
-    cfg.policy.probe_initial_backoff_secs = 1;
-    cfg.policy.probe_max_backoff_secs = 2;
-    cfg.policy.probe_windows = 1;
-    cfg.policy.max_changes_per_hour = 100_000;
-    cfg.policy.cost_profile = "lkml-2008".into();
+    let cfg = fast_policy();
     cfg.validate("test").unwrap();
     let mut fs = MemFs::new(&[("sda", "0")]);
     fs.tap_blind = true;
@@ -802,16 +799,7 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
     // A policy that reacts fast and probes often, with the tap blind to merges, so that
     // at L3 only probes find them: random traffic until probes have failed, then mergeable
     // traffic until one has succeeded.
-    let mut cfg = Config::default();
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
-    cfg.policy.probe_initial_backoff_secs = 1;
-    cfg.policy.probe_max_backoff_secs = 2;
-    cfg.policy.probe_windows = 1;
-    cfg.policy.max_changes_per_hour = 100_000;
-    cfg.policy.cost_profile = "lkml-2008".into();
+    let mut cfg = fast_policy();
     // No trial of L2 after a probe that finds merges: the probe's own outcome is reported.
     cfg.policy.trial_max_extra_requests_percent = 0.0;
     cfg.validate("test").unwrap();
