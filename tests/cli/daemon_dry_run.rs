@@ -261,7 +261,7 @@ fn a_dry_run_as_another_user_says_what_it_lacks_and_why() {
         "{err}"
     );
     assert!(
-        err.contains("permission denied") && err.contains("only root may use it"),
+        err.to_lowercase().contains("permission denied") && err.contains("only root may use it"),
         "{err}"
     );
     assert!(!err.contains("not mounted?"), "{err}");

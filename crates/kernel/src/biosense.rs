@@ -92,9 +92,7 @@ pub enum TapError {
     NoTracefs { path: String },
     /// The tracing filesystem is there but this user may not enter it (mounted mode 0700,
     /// root's): a permission, not an absence.
-    #[error(
-        "{path}: permission denied ({message}): the tracing filesystem is mounted but only root may use it"
-    )]
+    #[error("{path}: the tracing filesystem is mounted but only root may use it ({message})")]
     NoAccess { path: String, message: String },
     #[error("{path}: this kernel has no block:block_bio_queue tracepoint")]
     NoEvent { path: String },
