@@ -10,6 +10,11 @@
 //! `state_dir`. A directory other than the first is restored from only when its file was
 //! left by a process that is gone (a running daemon's records are its own).
 //!
+//! No directory a running daemon holds (its lock, see crates/daemon/src/state.rs) is
+//! restored from, the one asked for included, unless `--force`: that exits 1 and says
+//! which process holds it. The unit's `ExecStopPost` runs after the daemon is gone, when
+//! the lock is free.
+//!
 //! A state directory that does not exist is an error (a wrong `--state-dir` must not read
 //! as "nothing to restore"), except the runtime directory (systemd creates it at the
 //! unit's start, so its absence means no daemon ran since boot), and a config's
@@ -22,7 +27,7 @@
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use crate::cli::run::runtime_dir;
 use mergetune_daemon::state::{
-    FileStore, RestoreReport, StatePointer, StateStore as _, restore_from_store,
+    FileStore, RestoreReport, StateError, StatePointer, StateStore as _, restore_from_store,
 };
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::DEFAULT_STATE_DIR;
@@ -37,6 +42,10 @@ pub struct RestoreArgs {
     /// Config file to take state_dir from [default: /etc/mergetune/mergetune.toml if it exists].
     #[arg(short, long)]
     pub config: Option<PathBuf>,
+    /// Restore even from a state directory a running mergetune holds (its lock is taken):
+    /// the daemon then finds its tunables changed and hands them off.
+    #[arg(long)]
+    pub force: bool,
     /// For tests: the root of a fake sysfs tree.
     #[arg(long, default_value = "/sys", hide = true)]
     pub sysfs_root: PathBuf,
@@ -64,6 +73,34 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|p| test_kill_process(p).is_ok())
 }
 
+/// Whether a directory may be restored from as far as a live daemon goes: not while one
+/// holds its lock (its records are its own: restoring under it makes it hand its devices
+/// off), unless `force`. A directory that cannot be checked is not restored from.
+fn live_holder_allows(store: &FileStore, force: bool, code: &mut i32) -> bool {
+    match store.holder() {
+        Ok(None) => true,
+        Ok(Some(pid)) => {
+            let held = StateError::Held {
+                path: store.dir().to_path_buf(),
+                pid,
+            };
+            if force {
+                eprintln!("mergetune: {held}: --force: restoring anyway");
+                true
+            } else {
+                eprintln!("mergetune: {held}: nothing restored from it");
+                *code = EXIT_ERROR;
+                false
+            }
+        }
+        Err(e) => {
+            eprintln!("mergetune: {e}: nothing restored from it");
+            *code = EXIT_ERROR;
+            false
+        }
+    }
+}
+
 /// The directories to restore from, in order: the one asked for (or the config's), the
 /// last daemon's (named by the pointer in the runtime directory), and the runtime
 /// directory itself.
@@ -89,11 +126,20 @@ fn should_restore(
     source: &Source,
     store: &FileStore,
     runtime: Option<&Path>,
+    force: bool,
     missing: &mut Option<PathBuf>,
     code: &mut i32,
 ) -> bool {
     match source {
         Source::Asked => {
+            if dir.exists() && !dir.is_dir() {
+                eprintln!(
+                    "mergetune: {}: not a directory: nothing restored from it",
+                    dir.display()
+                );
+                *code = EXIT_ERROR;
+                return false;
+            }
             if !dir.is_dir() {
                 let unit_dir = runtime == Some(dir) || dir == Path::new(DEFAULT_STATE_DIR);
                 if !unit_dir {
@@ -101,9 +147,12 @@ fn should_restore(
                 }
                 return false;
             }
-            true
+            live_holder_allows(store, force, code)
         }
         Source::Pointer(_) | Source::Runtime => {
+            if !live_holder_allows(store, false, code) {
+                return false;
+            }
             let pid = match store.load() {
                 Ok(Some(l)) => l.state.pid,
                 Ok(None) => return false,
@@ -161,6 +210,7 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
             &source,
             &store,
             runtime.as_deref(),
+            args.force,
             &mut missing,
             &mut code,
         ) {

@@ -12,8 +12,10 @@
 //! put it back a millisecond later changed the machine for nothing).
 //!
 //! A live run needs its state directory before anything else: without a record of the
-//! originals it may write nothing, so it refuses to start (exit 1, saying it needs root)
-//! rather than run as a daemon that can only look. The state directory is fixed for the
+//! originals it may write nothing, so it refuses to start (exit 1, naming the directory and
+//! the error, and root when it is not root) rather than run as a daemon that can only look.
+//! It holds the directory's lock for its life: a second daemon on the same directory
+//! refuses to start, and `mergetune restore` leaves a live daemon's records alone. The state directory is fixed for the
 //! run: a reload that changes it is refused (crates/daemon/src/reload.rs), and a pointer in the
 //! runtime directory names it for `mergetune restore`. At stop the metrics endpoint is
 //! closed first, with all its connections, so the restore has descriptors to work with.
@@ -104,17 +106,23 @@ pub fn runtime_dir(explicit: Option<&Path>, sysfs_root: &Path) -> Option<PathBuf
     }
 }
 
-/// Why a live run cannot start without a writable state directory, for the operator.
-fn needs_root(dir: &Path, e: &dyn std::fmt::Display, euid: u32) -> String {
-    let who = if euid == 0 {
-        String::new()
-    } else {
-        format!(" (this is uid {euid}, not root)")
-    };
-    format!(
-        "a live run needs root{who}: it records every original value in {} before it writes a tunable under /sys/block, and cannot: {e}. Nothing was written. To look without root: `mergetune run --once --dry-run`",
+/// Why a live run cannot start without a writable state directory, for the operator: root
+/// is named only when this is not root; as root the directory itself is at fault (read-only,
+/// immutable, full, owned by another user), and the error says which, with its path.
+fn cannot_record(dir: &Path, e: &dyn std::fmt::Display, euid: u32) -> String {
+    let why = format!(
+        "it records every original value in {} before it writes a tunable under /sys/block, and cannot: {e}. Nothing was written.",
         dir.display()
-    )
+    );
+    if euid == 0 {
+        format!(
+            "cannot record the original values in the state directory: {why} Fix the directory (daemon.state_dir) and start again"
+        )
+    } else {
+        format!(
+            "a live run needs root (this is uid {euid}, not root): {why} To look without root: `mergetune run --once --dry-run`"
+        )
+    }
 }
 
 /// The config with the command line's overrides, logged, and the file it came from.
@@ -217,8 +225,13 @@ fn actuator(args: &RunArgs, cfg: &Config, fs: &mut RealFs) -> Result<Actuator> {
         let mut store = FileStore::new(&cfg.daemon.state_dir);
         if let Err(e) = store.check_writable() {
             let euid = rustix::process::geteuid().as_raw();
-            bail!("{}", needs_root(&cfg.daemon.state_dir, &e, euid));
+            bail!("{}", cannot_record(&cfg.daemon.state_dir, &e, euid));
         }
+        // One live daemon per state directory: a second would take the first's records for
+        // originals, and `mergetune restore` tells a live daemon's records by this lock.
+        store
+            .lock()
+            .context("not starting: the state directory belongs to another daemon")?;
         let pointer =
             runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root).map(StatePointer::new);
         if let Some(p) = &pointer {

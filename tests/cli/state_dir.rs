@@ -120,7 +120,7 @@ fn the_units_restore_after_a_run_that_wrote_nothing_is_a_quiet_success() {
 }
 
 #[test]
-fn a_live_run_that_cannot_record_originals_refuses_to_start_and_says_it_needs_root() {
+fn a_live_run_that_cannot_record_originals_refuses_to_start_and_names_the_directory() {
     let fs = FakeSys::new();
     // A state_dir under a regular file cannot be made, even by root.
     std::fs::write(fs.p("file"), "x").unwrap();
@@ -133,8 +133,21 @@ fn a_live_run_that_cannot_record_originals_refuses_to_start_and_says_it_needs_ro
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("needs root"), "{t}");
-    assert!(t.contains("--dry-run"), "{t}");
+    let err = t.lines().find(|l| l.contains("error:")).unwrap_or_default();
+    assert!(err.contains(&*fs.p("file/state").to_string_lossy()), "{t}");
+    assert!(
+        err.contains("Not a directory (os error 20)"),
+        "the errno: {t}"
+    );
+    if rustix::process::geteuid().is_root() {
+        // Root is not what is missing: the directory is at fault (issue 35.9: an immutable
+        // state dir read as "a live run needs root").
+        assert!(!err.contains("needs root"), "{t}");
+        assert!(err.contains("daemon.state_dir"), "{t}");
+    } else {
+        assert!(err.contains("needs root"), "{t}");
+        assert!(err.contains("--dry-run"), "{t}");
+    }
     assert_eq!(fs.nomerges(), "0", "nothing written");
 }
 
@@ -217,4 +230,66 @@ fn a_reload_that_changes_the_pricing_says_what_prices_now() {
     });
     d.signal(rustix::process::Signal::TERM);
     d.wait();
+}
+
+/// Issue 35.8: `restore` while the daemon runs would put the originals back under it (the
+/// daemon then hands its devices off as "changed by someone else") and delete its live
+/// records. The config's own directory is refused like any other a live daemon holds,
+/// naming the daemon; `--force` restores anyway. After the daemon's stop (the unit's
+/// ExecStopPost) the lock is free.
+#[test]
+fn restore_leaves_a_running_daemons_state_dir_alone_unless_forced() {
+    let fs = FakeSys::new();
+    let dir = fs.p("state");
+    let cfg = fs.config(&dir, "");
+    let log = fs.p("daemon.log");
+    let mut d = fs.daemon(&cfg, &log);
+    fs.wait_nomerges("1", Duration::from_secs(20));
+    assert!(dir.join("state.json").exists());
+    let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        said.contains(&*dir.to_string_lossy())
+            && said.contains(&format!("held by a running mergetune (pid {})", d.0.id()))
+            && said.contains("--force"),
+        "{said}"
+    );
+    assert_eq!(fs.nomerges(), "1", "the live daemon's value stays");
+    assert!(dir.join("state.json").exists(), "its records stay");
+    // A second daemon on the same directory would take the first one's writes for originals.
+    let mut second = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    second.args(["run", "--config"]).arg(&cfg);
+    fs.roots(&mut second);
+    let o2 = second.output().unwrap();
+    assert_eq!(o2.status.code(), Some(1), "{}", text(&o2));
+    assert!(
+        text(&o2).contains("held by a running mergetune"),
+        "{}",
+        text(&o2)
+    );
+
+    let o = restore(
+        &fs,
+        &["--config".as_ref(), cfg.as_os_str(), "--force".as_ref()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(fs.nomerges(), "0", "forced: {}", text(&o));
+    d.signal(rustix::process::Signal::TERM);
+    assert!(d.wait().success());
+    let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
+    assert_eq!(o.status.code(), Some(0), "after the stop: {}", text(&o));
+}
+
+/// Issue 36.12: a state dir that is a file is "not a directory", not "no such directory".
+#[test]
+fn restore_from_a_file_says_it_is_not_a_directory() {
+    let fs = FakeSys::new();
+    let o = restore(&fs, &["--state-dir".as_ref(), "/dev/null".as_ref()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("/dev/null: not a directory"),
+        "{}",
+        text(&o)
+    );
 }

@@ -79,9 +79,144 @@ fn a_missing_state_file_is_no_state_and_an_unreadable_one_is_an_error() {
     std::fs::write(&file, "x").unwrap();
     let store = FileStore::new(file.join("state"));
     match store.load() {
-        Err(StateError::Read { path, .. }) => assert_eq!(path, store.path()),
+        Err(StateError::NotADirectory { path }) => assert_eq!(path, store.dir()),
         other => panic!("{other:?}"),
     }
+}
+
+fn euid_is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Issue 36.2: a link planted at the save's temporary name is removed, never followed: the
+/// file it names is untouched, and the save still lands.
+#[test]
+fn a_save_never_writes_through_a_link_planted_at_its_temporary_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    let victim = tmp.path().join("root-only-file");
+    std::fs::write(&victim, "secret\n").unwrap();
+    chmod(&victim, 0o600);
+    std::os::unix::fs::symlink(&victim, dir.join(".state.json.tmp")).unwrap();
+    let mut store = FileStore::new(&dir);
+    store.save(&one_record()).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret\n");
+    assert_eq!(
+        store.load().unwrap().unwrap().state.devices,
+        one_record().devices
+    );
+    assert!(!dir.join(".state.json.tmp").exists());
+}
+
+/// Issue 36.2: a state file that is a link is refused, named, and never read through.
+#[test]
+fn a_state_file_that_is_a_link_is_refused_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    let real = tmp.path().join("elsewhere.json");
+    std::fs::write(&real, serde_json::to_string(&one_record()).unwrap()).unwrap();
+    std::os::unix::fs::symlink(&real, dir.join("state.json")).unwrap();
+    match FileStore::new(&dir).load() {
+        Err(e @ StateError::Unsafe { .. }) => {
+            let t = e.to_string();
+            assert!(
+                t.contains(&*dir.join("state.json").to_string_lossy()),
+                "{t}"
+            );
+            assert!(t.contains("symbolic link"), "{t}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 36.3: records another user could have written are refused, as sshd refuses keys:
+/// a group- or world-writable directory or file, or one owned by another user.
+#[test]
+fn a_state_dir_or_file_another_user_could_write_is_refused_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    let mut store = FileStore::new(&dir);
+    store.save(&one_record()).unwrap();
+    assert!(store.load().is_ok());
+
+    chmod(&dir, 0o777);
+    for e in [
+        store.load().unwrap_err(),
+        store.save(&one_record()).unwrap_err(),
+        store.check_writable().unwrap_err(),
+    ] {
+        let t = e.to_string();
+        assert!(matches!(e, StateError::Unsafe { .. }), "{e:?}");
+        assert!(
+            t.contains(&*dir.to_string_lossy()) && t.contains("0777"),
+            "{t}"
+        );
+    }
+    chmod(&dir, 0o700);
+
+    chmod(&store.path(), 0o620);
+    let t = store.load().unwrap_err().to_string();
+    assert!(t.contains("state.json") && t.contains("0620"), "{t}");
+    chmod(&store.path(), 0o600);
+    assert!(store.load().is_ok());
+
+    // Another owner: as root, give the file away; as a user, a directory root owns and
+    // nobody else may write is trusted, one another user owns is not (the test can only
+    // make the latter as root).
+    if euid_is_root() {
+        let nobody = rustix::process::Uid::from_raw(65534);
+        rustix::fs::chown(store.path(), Some(nobody), None).unwrap();
+        let t = store.load().unwrap_err().to_string();
+        assert!(t.contains("owned by uid 65534"), "{t}");
+        rustix::fs::chown(store.path(), Some(rustix::process::Uid::ROOT), None).unwrap();
+        rustix::fs::chown(&dir, Some(nobody), None).unwrap();
+        let t = store.load().unwrap_err().to_string();
+        assert!(
+            t.contains("owned by uid 65534") && t.contains(&*dir.to_string_lossy()),
+            "{t}"
+        );
+    } else {
+        assert!(
+            FileStore::new("/").load().unwrap().is_none(),
+            "root's own dir is trusted"
+        );
+    }
+}
+
+/// Issue 35.8: a live daemon's lock tells `restore` whose records these are; a second
+/// daemon cannot take it, and it is free again once its holder is gone.
+#[test]
+fn the_state_dirs_lock_is_one_holders_and_free_once_it_is_gone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut live = FileStore::new(tmp.path());
+    assert_eq!(FileStore::new(tmp.path()).holder().unwrap(), None);
+    live.lock().unwrap();
+    assert_eq!(
+        live.holder().unwrap(),
+        None,
+        "its own lock holds nothing back from itself"
+    );
+    let other = FileStore::new(tmp.path());
+    assert_eq!(
+        other.holder().unwrap(),
+        Some(Some(std::process::id())),
+        "another store sees the holder's pid"
+    );
+    match FileStore::new(tmp.path()).lock() {
+        Err(StateError::Held { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+        other => panic!("{other:?}"),
+    }
+    drop(live);
+    assert_eq!(other.holder().unwrap(), None);
+    assert!(FileStore::new(tmp.path()).lock().is_ok());
 }
 
 #[test]

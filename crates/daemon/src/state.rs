@@ -25,12 +25,17 @@
 //! it, so `mergetune restore` finds its records even when the config file has since been
 //! edited to name another directory.
 
+mod safe_dir;
+
+pub use safe_dir::Unsafe;
+use safe_dir::{DirError, SafeDir};
+
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const STATE_FILE_NAME: &str = "state.json";
 /// The format written; [`FileStore::load`] reads every version from 1 up to this one.
@@ -51,6 +56,33 @@ pub enum StateError {
     TooNew { path: PathBuf, version: u64 },
     #[error("{path}: cannot write state file: {message}")]
     Write { path: PathBuf, message: String },
+    #[error("{path}: refused: {why}")]
+    Unsafe { path: PathBuf, why: Unsafe },
+    #[error("{path}: not a directory")]
+    NotADirectory { path: PathBuf },
+    #[error(
+        "{path}: held by a running mergetune{}: its records are its own (stop it first, or --force)",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    Held { path: PathBuf, pid: Option<u32> },
+}
+
+impl StateError {
+    /// A [`DirError`] met while reading (`reading`) or writing.
+    fn from_dir(e: DirError, reading: bool) -> StateError {
+        match e {
+            DirError::Unsafe { path, why } => StateError::Unsafe { path, why },
+            DirError::NotADirectory { path } => StateError::NotADirectory { path },
+            DirError::Io { path, source } if reading => StateError::Read {
+                path,
+                message: source.to_string(),
+            },
+            DirError::Io { path, source } => StateError::Write {
+                path,
+                message: source.to_string(),
+            },
+        }
+    }
 }
 
 /// One recorded tunable.
@@ -251,15 +283,26 @@ pub trait StateStore {
     }
 }
 
-/// `<dir>/state.json`.
+/// `<dir>/state.json`, reached through the directory opened and checked once per use
+/// (see [`safe_dir`]). A live daemon holds `<dir>/mergetune.lock` for its life
+/// ([`FileStore::lock`]), so that `mergetune restore` can tell its records from a dead
+/// one's.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
+    /// The lock, while this store's process holds it.
+    lock: Option<Arc<rustix::fd::OwnedFd>>,
 }
+
+/// The lock file a live daemon holds in its state directory.
+pub const LOCK_FILE_NAME: &str = "mergetune.lock";
 
 impl FileStore {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileStore { dir: dir.into() }
+        FileStore {
+            dir: dir.into(),
+            lock: None,
+        }
     }
     pub fn path(&self) -> PathBuf {
         self.dir.join(STATE_FILE_NAME)
@@ -268,18 +311,55 @@ impl FileStore {
         &self.dir
     }
 
+    /// The directory, opened and checked; None when it does not exist and `create` is not
+    /// asked.
+    fn open(&self, create: bool) -> Result<Option<SafeDir>, StateError> {
+        match SafeDir::open(&self.dir, create) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if !create && e.is_not_found() => Ok(None),
+            Err(e) => Err(StateError::from_dir(e, !create)),
+        }
+    }
+
     /// Creates the directory if needed and proves a file can be written there (a probe,
     /// removed at once): a live daemon checks it before its first tick, since without it
     /// no tunable may be written.
     pub fn check_writable(&self) -> Result<(), StateError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| write_err(&self.dir, e))?;
-        let probe = self
-            .dir
-            .join(format!(".{STATE_FILE_NAME}.probe.{}", std::process::id()));
-        std::fs::File::create(&probe)
-            .and_then(|mut f| f.write_all(b"probe\n"))
-            .map_err(|e| write_err(&probe, e))?;
-        std::fs::remove_file(&probe).map_err(|e| write_err(&probe, e))
+        let dir = self.open(true)?.expect("created");
+        dir.probe_writable(&format!(".{STATE_FILE_NAME}.probe.{}", std::process::id()))
+            .map_err(|e| StateError::from_dir(e, false))
+    }
+
+    /// Takes the directory's lock for this store's life: a live daemon's claim on its
+    /// records. Refused ([`StateError::Held`]) while another process holds it.
+    pub fn lock(&mut self) -> Result<(), StateError> {
+        let dir = self.open(true)?.expect("created");
+        match dir
+            .lock(LOCK_FILE_NAME)
+            .map_err(|e| StateError::from_dir(e, false))?
+        {
+            Ok(fd) => {
+                self.lock = Some(Arc::new(fd));
+                Ok(())
+            }
+            Err(pid) => Err(StateError::Held {
+                path: self.dir.clone(),
+                pid,
+            }),
+        }
+    }
+
+    /// Whether a live process holds the directory's lock (a running daemon), and its pid
+    /// when it wrote one. A missing directory or lock file is nobody's.
+    pub fn holder(&self) -> Result<Option<Option<u32>>, StateError> {
+        if self.lock.is_some() {
+            return Ok(None);
+        }
+        let Some(dir) = self.open(false)? else {
+            return Ok(None);
+        };
+        dir.lock_holder(LOCK_FILE_NAME)
+            .map_err(|e| StateError::from_dir(e, true))
     }
 }
 
@@ -296,23 +376,21 @@ const MAX_STATE_BYTES: u64 = 16 << 20;
 impl StateStore for FileStore {
     fn load(&self) -> Result<Option<Loaded>, StateError> {
         let path = self.path();
-        let read_err = |e: std::io::Error| StateError::Read {
-            path: path.clone(),
-            message: e.to_string(),
+        let Some(dir) = self.open(false)? else {
+            return Ok(None);
         };
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(read_err(e)),
+        let Some(bytes) = dir
+            .read(STATE_FILE_NAME, MAX_STATE_BYTES)
+            .map_err(|e| StateError::from_dir(e, true))?
+        else {
+            return Ok(None);
         };
-        if meta.len() > MAX_STATE_BYTES {
+        if bytes.len() as u64 > MAX_STATE_BYTES {
             return Err(StateError::Corrupt {
                 path,
-                message: format!("{} bytes: not a state file", meta.len()),
+                message: format!("over {MAX_STATE_BYTES} bytes: not a state file"),
             });
         }
-        let bytes = mergetune_kernel::userfile::read_bytes(&path, MAX_STATE_BYTES)
-            .map_err(|e| read_err(std::io::Error::other(e.reason())))?;
         let text = String::from_utf8(bytes).map_err(|_| StateError::Corrupt {
             path: path.clone(),
             message: "not UTF-8".into(),
@@ -321,31 +399,18 @@ impl StateStore for FileStore {
     }
 
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
-        let path = self.path();
-        std::fs::create_dir_all(&self.dir).map_err(|e| write_err(&self.dir, e))?;
-        let tmp = self.dir.join(format!(".{STATE_FILE_NAME}.tmp"));
-        let text = serde_json::to_string_pretty(state).map_err(|e| write_err(&path, e))?;
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(|e| write_err(&tmp, e))?;
-            f.write_all(text.as_bytes())
-                .map_err(|e| write_err(&tmp, e))?;
-            f.sync_all().map_err(|e| write_err(&tmp, e))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(|e| write_err(&path, e))?;
-        // The rename is durable only once the directory is synced.
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        let text = serde_json::to_string_pretty(state).map_err(|e| write_err(&self.path(), e))?;
+        let dir = self.open(true)?.expect("created");
+        dir.write_atomic(STATE_FILE_NAME, text.as_bytes())
+            .map_err(|e| StateError::from_dir(e, false))
     }
 
     fn remove(&mut self) -> Result<(), StateError> {
-        let path = self.path();
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(write_err(&path, e)),
-        }
+        let Some(dir) = self.open(false)? else {
+            return Ok(());
+        };
+        dir.remove(STATE_FILE_NAME)
+            .map_err(|e| StateError::from_dir(e, false))
     }
 
     fn describe(&self) -> String {
@@ -417,12 +482,10 @@ impl StatePointer {
         if state_dir == self.runtime_dir {
             return self.clear_if(state_dir);
         }
-        let path = self.path();
-        std::fs::create_dir_all(&self.runtime_dir).map_err(|e| write_err(&self.runtime_dir, e))?;
-        let tmp = self.runtime_dir.join(format!(".{POINTER_FILE_NAME}.tmp"));
         let text = format!("{}\n", state_dir.display());
-        std::fs::write(&tmp, text).map_err(|e| write_err(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| write_err(&path, e))
+        SafeDir::open(&self.runtime_dir, true)
+            .and_then(|d| d.write_atomic(POINTER_FILE_NAME, text.as_bytes()))
+            .map_err(|e| StateError::from_dir(e, false))
     }
 
     /// Removes the pointer if it names `state_dir` (another daemon's pointer stays).
