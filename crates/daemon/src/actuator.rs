@@ -8,7 +8,8 @@
 //!
 //! - **record first, write second**: before a write the record, with the value about to be
 //!   written as `pending`, is saved to the state store; if that save fails nothing is
-//!   written. After the write the record stays in memory whatever happens to later saves,
+//!   written, except the recorded original itself (putting it back needs no record: a
+//!   restore from any older file finds the kernel at the original). After the write the record stays in memory whatever happens to later saves,
 //!   which are retried every tick ([`Actuator::retry_persist`]) and reported
 //!   ([`Actuator::persisted`]); exit restores from memory. A save counts only once its
 //!   read-back matches ([`StateStore::verify`]), and its health is reported once per change
@@ -332,6 +333,11 @@ impl Actuator {
             });
         }
         let before = self.entry(dev, t).saved.clone();
+        // Writing the original back needs no new record: whatever the file last held, a
+        // restore after a crash finds the kernel at the original (and leaves it). So a step
+        // toward the original never waits on a save: merging comes back while the state
+        // directory is full or read-only.
+        let back_to_original = before.as_ref().is_some_and(|s| s.original == value);
         {
             let r = self.entry(dev, t);
             let saved = r.saved.get_or_insert_with(|| SavedAttr {
@@ -342,7 +348,9 @@ impl Actuator {
             });
             saved.pending = Some(value.to_string());
         }
-        if let Err(e) = self.save() {
+        if let Err(e) = self.save()
+            && !back_to_original
+        {
             // Never write what could not be recorded.
             self.entry(dev, t).saved = before;
             return Err(e.into());

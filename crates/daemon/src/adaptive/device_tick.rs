@@ -374,7 +374,11 @@ impl DeviceTick<'_> {
         e: ActuatorError,
     ) {
         let from_level = dev.policy.level();
-        self.counters.write_errors += 1;
+        // A state file that cannot be saved is the state directory's failure, counted by the
+        // actuator (mergetune_state_save_errors_total): sysfs was never tried.
+        if !matches!(e, ActuatorError::State(_)) {
+            self.counters.write_errors += 1;
+        }
         let wait_ms = (self.cfg.policy.min_dwell_secs * 1000).max(self.cfg.window_ms());
         dev.retry_after_ms = now_ms + wait_ms;
         let written = if decision.changes.is_empty() {

@@ -5,7 +5,7 @@
 
 use super::device_tick::DeviceTick;
 use super::{Daemon, DeviceRuntime, SLICES};
-use crate::actuator::SetOutcome;
+use crate::actuator::{ActuatorError, SetOutcome};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision};
@@ -134,7 +134,9 @@ impl DeviceTick<'_> {
                     "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Err(e) => {
-                self.counters.write_errors += 1;
+                if !matches!(e, ActuatorError::State(_)) {
+                    self.counters.write_errors += 1;
+                }
                 warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
                 *dev.slices = previous;
                 decision.applied = Applied::Failed(e.to_string());
