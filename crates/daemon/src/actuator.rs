@@ -107,6 +107,8 @@ pub struct Actuator {
     /// The last save reached the store: the file holds every record in memory.
     persisted: bool,
     save_errors: u64,
+    /// The last failed save's error, for the stop's account.
+    last_save_error: Option<String>,
     /// The last save that tried to write records (or any save that failed) failed; a save
     /// of an empty state (removing a file that may not exist) proves nothing either way.
     store_failing: bool,
@@ -126,6 +128,7 @@ impl Actuator {
             records: Records::default(),
             persisted: true,
             save_errors: 0,
+            last_save_error: None,
             store_failing: false,
             persist_change: None,
             clock_origin_unix_secs: 0,
@@ -165,6 +168,13 @@ impl Actuator {
     /// change by the daemon.
     pub fn take_persist_change(&mut self) -> Option<PersistChange> {
         self.persist_change.take()
+    }
+
+    /// Why the store is not up to date, when it is not: the last failed save's error.
+    pub fn unpersisted_because(&self) -> Option<&str> {
+        (!self.persisted && !self.dry_run)
+            .then_some(self.last_save_error.as_deref())
+            .flatten()
     }
 
     /// Saves of the state store that failed since start.
@@ -284,6 +294,7 @@ impl Actuator {
             Err(e) => {
                 self.persisted = false;
                 self.save_errors += 1;
+                self.last_save_error = Some(e.to_string());
                 if !self.store_failing {
                     self.store_failing = true;
                     self.persist_change = Some(PersistChange::Failing(e.to_string()));

@@ -78,7 +78,8 @@ pub trait TickObserver {
 pub struct Stopped {
     /// The daemon's time at the stop.
     pub at_ms: u64,
-    /// Some original could not be restored (the state file keeps it for `mergetune restore`).
+    /// Some original could not be restored (the state file keeps it for `mergetune restore`),
+    /// or the state file could not be brought up to date (it names values put back).
     pub restore_failed: bool,
 }
 
@@ -377,10 +378,21 @@ impl TickLoop {
             .iter()
             .filter(|d| matches!(d.applied, Applied::Failed(_)))
             .count();
-        info!(
-            "stopped; {} value(s) restored",
-            restored.iter().filter(|d| d.was_applied()).count()
-        );
+        let restored_count = restored.iter().filter(|d| d.was_applied()).count();
+        let stale = self
+            .daemon
+            .actuator()
+            .unpersisted_because()
+            .map(str::to_string);
+        match &stale {
+            None => info!("stopped; {restored_count} value(s) restored"),
+            // The file names values this stop has put back: a later `mergetune restore`
+            // would take an operator's value that equals one of them for mergetune's.
+            Some(e) => error!(
+                "stopped; {restored_count} value(s) restored, but the records could not be cleared: {e}. {} still names values that are no longer mergetune's: remove it before anyone runs `mergetune restore`",
+                self.daemon.actuator().store_name()
+            ),
+        }
         // Nothing left to restore: the pointer to this run's state directory goes too.
         let state_dir = &self.daemon.config().daemon.state_dir;
         if let Some(p) = &self.pointer
@@ -390,7 +402,7 @@ impl TickLoop {
         }
         Stopped {
             at_ms,
-            restore_failed: failed > 0,
+            restore_failed: failed > 0 || stale.is_some(),
         }
     }
 }

@@ -405,12 +405,20 @@ impl StateStore for FileStore {
             .map_err(|e| StateError::from_dir(e, false))
     }
 
+    /// Removes the file; where the directory refuses (immutable, read-only entries), the
+    /// file is emptied of records in place instead, so that it can never send a later
+    /// `mergetune restore` over a value an operator set after the stop.
     fn remove(&mut self) -> Result<(), StateError> {
         let Some(dir) = self.open(false)? else {
             return Ok(());
         };
-        dir.remove(STATE_FILE_NAME)
-            .map_err(|e| StateError::from_dir(e, false))
+        let Err(unlink) = dir.remove(STATE_FILE_NAME) else {
+            return Ok(());
+        };
+        let empty = serde_json::to_string_pretty(&SavedState::default())
+            .map_err(|e| write_err(&self.path(), e))?;
+        dir.rewrite_in_place(STATE_FILE_NAME, empty.as_bytes())
+            .map_err(|_| StateError::from_dir(unlink, false))
     }
 
     fn describe(&self) -> String {

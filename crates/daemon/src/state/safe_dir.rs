@@ -217,6 +217,35 @@ impl SafeDir {
         }
     }
 
+    /// Rewrites the existing file `name` in place with `bytes` (never creating one, never
+    /// through a link). Not atomic: only for contents that lose nothing if torn (a file
+    /// emptied of records), where a directory that refuses new entries (immutable, full)
+    /// still lets an existing file be rewritten.
+    pub fn rewrite_in_place(&self, name: &str, bytes: &[u8]) -> Result<(), DirError> {
+        let path = self.child(name);
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(&path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(DirError::Unsafe {
+                path,
+                why: Unsafe::NotRegular {
+                    kind: "a special file",
+                },
+            });
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| io(&path, e))?;
+        let mut f = std::fs::File::from(fd);
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| io(&path, e))
+    }
+
     /// Proves a file can be created in the directory: one is created (exclusively, under a
     /// name of this process's) and removed at once.
     pub fn probe_writable(&self, name: &str) -> Result<(), DirError> {
