@@ -541,6 +541,9 @@ enum Step {
     Foreign(usize, Tunable, u8),
     Vanish(usize),
     Return(usize, bool),
+    /// Another disk takes the name (new diskseq, the kernel's defaults); then, if given,
+    /// its operator writes this nomerges on it.
+    Replace(usize, Option<u8>),
     DiskstatsFails(bool),
     Reload(Reload),
 }
@@ -619,6 +622,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (dev.clone(), tunable(), 0u8..3).prop_map(|(d, t, v)| Step::Foreign(d, t, v)),
         1 => dev.clone().prop_map(Step::Vanish),
         1 => (dev.clone(), any::<bool>()).prop_map(|(d, b)| Step::Return(d, b)),
+        1 => (dev.clone(), proptest::option::of(0u8..3)).prop_map(|(d, v)| Step::Replace(d, v)),
         1 => any::<bool>().prop_map(Step::DiskstatsFails),
         1 => reload().prop_map(Step::Reload),
     ]
@@ -680,9 +684,18 @@ fn apply_reload(d: &mut Daemon, r: Reload) -> Result<(), String> {
 /// it: what it last wrote there, or, once a save has failed (the file may be older than
 /// memory), anything it wrote there. Someone else's write of such a value cannot be told
 /// from mergetune's, so the schedule does not make it.
-fn may_be_ours(k: &MemKernel, dev: &str, t: Tunable, v: &str, saves_failed: bool) -> bool {
-    let mut ours = k
-        .writes
+fn may_be_ours(
+    k: &MemKernel,
+    since: &BTreeMap<String, usize>,
+    dev: &str,
+    t: Tunable,
+    v: &str,
+    saves_failed: bool,
+) -> bool {
+    // Only writes to the disk under the name now: a value mergetune wrote to a disk since
+    // replaced is nobody's on the new one.
+    let from = since.get(dev).copied().unwrap_or(0);
+    let mut ours = k.writes[from..]
         .iter()
         .rev()
         .filter(|(d, tn, _)| d == dev && *tn == t);
@@ -705,7 +718,7 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
     if let Stop::CrashIn(at) = stop {
         k.crash.borrow_mut().at = Some(at);
     }
-    let originals: BTreeMap<(String, Tunable), String> = DEVS
+    let mut originals: BTreeMap<(String, Tunable), String> = DEVS
         .iter()
         .flat_map(|d| WATCHED.iter().map(move |t| (d.to_string(), *t)))
         .map(|(d, t)| {
@@ -719,6 +732,8 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
     let mut d = daemon(&store);
     let mut t = 0u64;
     let mut saves_failed = false;
+    // Where in `k.writes` the disk now under each name began.
+    let mut disk_since: BTreeMap<String, usize> = BTreeMap::new();
     for s in steps {
         match s {
             Step::Load(i, l) => k.devs.get_mut(DEVS[*i]).unwrap().load = *l,
@@ -746,7 +761,7 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
             Step::Foreign(i, tn, v) => {
                 let (dev, v) = (DEVS[*i], foreign_value(*tn, *v));
                 if k.value(dev, *tn).as_deref() != Some(v.as_str())
-                    && !may_be_ours(&k, dev, *tn, &v, saves_failed)
+                    && !may_be_ours(&k, &disk_since, dev, *tn, &v, saves_failed)
                 {
                     k.set_behind_back(dev, *tn, &v);
                     theirs.insert((dev.to_string(), *tn), v);
@@ -762,10 +777,35 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
                             theirs.insert((DEVS[*i].to_string(), tn), def.clone());
                         }
                     }
-                    dev.attrs = defaults.clone();
+                    // Back under the same identity (a kernel without diskseq, where the
+                    // number is all there is to compare).
+                    let mut attrs = defaults.clone();
+                    for id in ["dev", "diskseq"] {
+                        if let Some(v) = dev.attrs.get(id) {
+                            attrs.insert(id.into(), v.clone());
+                        }
+                    }
+                    dev.attrs = attrs;
                     dev.stat = [0; 11];
                 }
                 dev.present = true;
+            }
+            Step::Replace(i, admin) => {
+                let dev = DEVS[*i];
+                k.replace(dev);
+                disk_since.insert(dev.to_string(), k.writes.len());
+                // The new disk's values, the kernel's defaults, are its originals.
+                for tn in WATCHED {
+                    originals.insert((dev.to_string(), tn), defaults[tn.rel_path()].clone());
+                    theirs.remove(&(dev.to_string(), tn));
+                }
+                if let Some(v) = admin {
+                    let v = foreign_value(Tunable::Nomerges, *v);
+                    if k.value(dev, Tunable::Nomerges).as_deref() != Some(v.as_str()) {
+                        k.set_behind_back(dev, Tunable::Nomerges, &v);
+                        theirs.insert((dev.to_string(), Tunable::Nomerges), v);
+                    }
+                }
             }
             Step::DiskstatsFails(on) => k.faults.diskstats_fails = *on,
             Step::Reload(r) => apply_reload(&mut d, *r)?,
@@ -867,4 +907,80 @@ proptest! {
             return Err(TestCaseError::fail(e));
         }
     }
+}
+
+/// Issue 36.1: records name the disk they were made on. A disk that takes the name while
+/// the daemon runs is a new device: not "changed by someone else" (no hand-off, no
+/// admin-owned mark), found afresh, and the old disk's originals are never written to it.
+#[test]
+fn another_disk_under_the_name_is_a_new_device_not_someone_elses_change() {
+    let (store, mut k, mut d, mut t) = random_sda();
+    run(&mut d, &mut k, &mut t, 6);
+    let at = k.value("sda", Tunable::Nomerges).unwrap();
+    assert_ne!(at, "0", "stepped down");
+    let recorded = store.text.borrow().clone().unwrap();
+    assert!(
+        recorded.contains("\"diskseq\": 1") || recorded.contains("\"diskseq\":1"),
+        "{recorded}"
+    );
+    assert!(recorded.contains("\"dev\":\"8:0\""), "{recorded}");
+    k.replace("sda"); // nomerges 0 again, a new diskseq
+    k.devs.get_mut("sda").unwrap().load = Load::Idle;
+    let writes = k.writes.len();
+    run(&mut d, &mut k, &mut t, 2);
+    let dev = &d.devices()["sda"];
+    assert!(dev.management.is_managed(), "{:?}", dev.management);
+    assert_eq!(dev.policy.level(), Level::L0, "found afresh");
+    assert_eq!(
+        k.writes.len(),
+        writes,
+        "nothing written: {:?}",
+        &k.writes[writes..]
+    );
+    assert!(
+        store.text.borrow().is_none(),
+        "the old disk's records are dropped"
+    );
+}
+
+/// Issue 36.1: a disk gone while its records were kept, and another disk under its name
+/// later holding the value mergetune had written to the old one (its operator's), is left
+/// alone: its value stands, and the old records go.
+#[test]
+fn a_vanished_disks_records_are_never_restored_onto_its_successor() {
+    let (store, mut k, mut d, mut t) = random_sda();
+    run(&mut d, &mut k, &mut t, 6);
+    let ours = k.value("sda", Tunable::Nomerges).unwrap();
+    assert_ne!(ours, "0");
+    k.devs.get_mut("sda").unwrap().present = false;
+    run(&mut d, &mut k, &mut t, 3);
+    k.replace("sda");
+    k.set_behind_back("sda", Tunable::Nomerges, &ours); // its operator's, by chance the same
+    let writes = k.writes.len();
+    run(&mut d, &mut k, &mut t, 2);
+    assert_eq!(k.value("sda", Tunable::Nomerges), Some(ours.clone()));
+    assert_eq!(k.writes.len(), writes, "{:?}", &k.writes[writes..]);
+    // And after a crash, from the file: the same answer.
+    let (store2, mut k2, mut d2, mut t2) = random_sda();
+    run(&mut d2, &mut k2, &mut t2, 6);
+    drop(d2);
+    k2.replace("sda");
+    k2.set_behind_back("sda", Tunable::Nomerges, &ours);
+    let mut file = store2.clone();
+    let report = restore_from_store(&mut k2, &mut file, 0).unwrap();
+    assert!(
+        report
+            .results
+            .iter()
+            .all(|r| matches!(r.outcome, RestoreOutcome::Replaced { .. })),
+        "{:?}",
+        report.results
+    );
+    assert_eq!(k2.value("sda", Tunable::Nomerges), Some(ours));
+    assert_eq!(
+        report.kept, 0,
+        "the records of a disk that is gone for good are dropped"
+    );
+    assert!(store2.text.borrow().is_none());
+    let _ = store;
 }

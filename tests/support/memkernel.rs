@@ -109,17 +109,47 @@ pub struct MemKernel {
     pub writes: Vec<(String, Tunable, String)>,
     /// A crash to inject (shared with the [`SharedStore`]).
     pub crash: SharedCrash,
+    /// The last `diskseq` given out: every disk made gets the next.
+    pub last_diskseq: u64,
 }
 
 impl MemKernel {
+    /// Disks at the kernel's defaults, each with its own device number (8:0, 8:16, ...)
+    /// and `diskseq`, as the kernel numbers them.
     pub fn with(names: &[&str]) -> MemKernel {
-        MemKernel {
-            devs: names
-                .iter()
-                .map(|n| (n.to_string(), MemDev::mq_deadline()))
-                .collect(),
-            ..Default::default()
+        let mut k = MemKernel::default();
+        for (i, n) in names.iter().enumerate() {
+            let mut d = MemDev::mq_deadline();
+            d.attrs.insert("dev".into(), format!("8:{}", i * 16));
+            k.devs.insert(n.to_string(), d);
+            k.new_diskseq(n);
         }
+        k
+    }
+
+    fn new_diskseq(&mut self, dev: &str) {
+        self.last_diskseq += 1;
+        let seq = self.last_diskseq.to_string();
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs.insert("diskseq".into(), seq);
+        }
+    }
+
+    /// Another disk takes `dev`'s name (a loop device detached and attached to another
+    /// file; a disk removed and another added): same name and device number, a new
+    /// `diskseq`, the kernel's defaults, counters from zero.
+    pub fn replace(&mut self, dev: &str) {
+        let Some(d) = self.devs.get_mut(dev) else {
+            return;
+        };
+        let number = d.attrs.get("dev").cloned();
+        let load = d.load;
+        *d = MemDev::mq_deadline();
+        d.load = load;
+        if let Some(n) = number {
+            d.attrs.insert("dev".into(), n);
+        }
+        self.new_diskseq(dev);
     }
 
     pub fn value(&self, dev: &str, t: Tunable) -> Option<String> {
@@ -362,5 +392,6 @@ pub fn written_record(original: &str, last_written: &str) -> SavedAttr {
         last_written: Some(last_written.into()),
         pending: None,
         vanished_at_unix_secs: None,
+        device: None,
     }
 }

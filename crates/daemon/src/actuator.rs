@@ -20,6 +20,9 @@
 //!   tunables, which are still mergetune's.
 //! - **vanished devices** keep their records; a device that comes back holding a value
 //!   mergetune wrote gets its original back.
+//! - **one disk per record**: each record names the disk it was made on
+//!   ([`DeviceIdentity`]); another disk that takes the name is a new device
+//!   ([`Actuator::device_replaced`]), never written with the old one's originals.
 //!
 //! In dry-run nothing is written and nothing is recorded; what would have been written is
 //! kept apart, as the value each tunable would hold ([`Actuator::would_be`]), so the dry
@@ -31,6 +34,7 @@ use crate::state::{
     RestoreOutcome, RestoreResult, SavedAttr, SavedState, StateError, StateStore, restore_attr,
 };
 use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::devices::{DeviceIdentity, read_identity};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::sampler::FnvHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -349,6 +353,11 @@ impl Actuator {
         // toward the original never waits on a save: merging comes back while the state
         // directory is full or read-only.
         let back_to_original = before.as_ref().is_some_and(|s| s.original == value);
+        let device = if before.is_none() {
+            self.identity_for(fs, dev)
+        } else {
+            None
+        };
         {
             let r = self.entry(dev, t);
             let saved = r.saved.get_or_insert_with(|| SavedAttr {
@@ -356,6 +365,7 @@ impl Actuator {
                 last_written: None,
                 pending: None,
                 vanished_at_unix_secs: None,
+                device,
             });
             saved.pending = Some(value.to_string());
         }
@@ -389,6 +399,32 @@ impl Actuator {
         let _ = self.save();
         wrote?;
         Ok(SetOutcome::Written { from: current })
+    }
+
+    /// The disk `dev`'s records were made on, if any record names one.
+    pub fn recorded_identity(&self, dev: &str) -> Option<&DeviceIdentity> {
+        self.records
+            .get(dev)?
+            .values()
+            .find_map(|r| r.saved.as_ref().and_then(|s| s.device.as_ref()))
+    }
+
+    /// The disk a new record of `dev` names: the one its other records name (one disk per
+    /// record set), else the one the kernel says is there now.
+    fn identity_for(&mut self, fs: &mut dyn BlockFs, dev: &str) -> Option<DeviceIdentity> {
+        if let Some(id) = self.recorded_identity(dev) {
+            return Some(id.clone());
+        }
+        read_identity(fs, dev).ok().flatten()
+    }
+
+    /// Another disk has taken `dev`'s name: everything known of the old one goes (its
+    /// values went with it; the new disk's are its own, and it starts afresh).
+    pub fn device_replaced(&mut self, dev: &str) {
+        self.forget_would_be(dev);
+        if self.records.remove(dev).is_some() {
+            let _ = self.save();
+        }
     }
 
     /// Someone else changed `dev`'s `changed` to `value`: it is theirs from now on. The
@@ -476,6 +512,10 @@ impl Actuator {
             RestoreOutcome::SchedulerChanged => {
                 r.saved = None;
                 r.expected = None;
+            }
+            RestoreOutcome::Replaced { .. } => {
+                // Another disk: nothing of the old one's applies to it.
+                *r = TunableRecord::default();
             }
             RestoreOutcome::Vanished | RestoreOutcome::Failed { .. } => {}
         }

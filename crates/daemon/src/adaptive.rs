@@ -51,6 +51,11 @@ const READ_WARN_EVERY_MS: u64 = 600_000;
 #[derive(Debug, Clone)]
 pub struct DeviceRuntime {
     pub info: DeviceInfo,
+    /// The disk behind the name when it was found (None where the world does not say):
+    /// another disk under the name is a new device, not a change by someone else.
+    pub identity: Option<mergetune_kernel::devices::DeviceIdentity>,
+    /// A tick found another disk under the name: the next rescan finds it afresh.
+    pub another_disk: bool,
     pub management: Management,
     pub policy: PolicyState,
     pub window: WindowAcc,

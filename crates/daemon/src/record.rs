@@ -310,6 +310,9 @@ impl BlockFs for RecordingFs<'_> {
         });
         r
     }
+    fn boot_id(&mut self) -> Option<String> {
+        self.inner.boot_id()
+    }
     fn kernel_release(&mut self) -> Option<String> {
         let r = self.inner.kernel_release();
         if r.is_some() {

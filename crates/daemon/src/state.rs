@@ -6,7 +6,9 @@
 //! value about to be written as `pending`: a crash at any point leaves a record that names
 //! every value the kernel may hold by mergetune's doing. Restoring puts the original back
 //! only where the tunable still holds one of mergetune's values, so a later change by
-//! someone else is never overwritten.
+//! someone else is never overwritten. Each record names the disk it was made on
+//! (major:minor, and `diskseq` with the boot's id where the kernel has it): a disk that has
+//! since taken the name is never written, and its records are dropped.
 //!
 //! The file is outside input (an operator, or an attacker with write access to the state
 //! directory, may edit it), so loading is strict about what it accepts and lenient about
@@ -31,6 +33,7 @@ pub use safe_dir::Unsafe;
 use safe_dir::{DirError, SafeDir};
 
 use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::devices::{DeviceIdentity, read_identity};
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,8 +41,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const STATE_FILE_NAME: &str = "state.json";
-/// The format written; [`FileStore::load`] reads every version from 1 up to this one.
-pub const STATE_VERSION: u32 = 2;
+/// The format written; [`FileStore::load`] reads every version from 1 up to this one
+/// (3 added each record's `device`).
+pub const STATE_VERSION: u32 = 3;
 /// A vanished device's records are kept this long after it went away (it may come back
 /// with mergetune's value, which must then still be restored), then dropped.
 pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
@@ -98,6 +102,11 @@ pub struct SavedAttr {
     /// When the device was seen to vanish (seconds since the epoch), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vanished_at_unix_secs: Option<u64>,
+    /// The disk the record was made on (major:minor, diskseq, boot), where the world
+    /// tells: nothing is restored to another disk that has since taken the name. Absent
+    /// from records of format 1 and 2, which are restored by value alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceIdentity>,
 }
 
 impl SavedAttr {
@@ -554,6 +563,12 @@ pub enum RestoreOutcome {
     },
     /// The device is gone: nothing to restore now (the record is kept for a while).
     Vanished,
+    /// Another disk has the name now (re-attached, or removed and another added): the
+    /// record is not its, so nothing is written and the record is dropped.
+    Replaced {
+        recorded: DeviceIdentity,
+        now: Option<DeviceIdentity>,
+    },
     /// The device is there but this `queue/iosched/` file is not: its scheduler was
     /// switched, and the file went with the old one. A hand-off of the tunable (the new
     /// scheduler starts from its own value); the record is dropped, not kept as if the
@@ -590,6 +605,12 @@ impl std::fmt::Display for RestoreResult {
                 "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
             ),
             RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
+            RestoreOutcome::Replaced { recorded, now } => write!(
+                f,
+                "{what}: left alone: another disk has the name now ({}; the record is of {recorded}): its values are its own, the record is dropped",
+                now.as_ref()
+                    .map_or_else(|| "no device number".to_string(), |n| n.to_string())
+            ),
             RestoreOutcome::SchedulerChanged => write!(
                 f,
                 "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
@@ -599,13 +620,34 @@ impl std::fmt::Display for RestoreResult {
     }
 }
 
-/// Restores one tunable per the rule in the module doc.
+/// Restores one tunable per the rule in the module doc, to the disk the record was made on
+/// only.
 pub fn restore_attr(
     fs: &mut dyn BlockFs,
     dev: &str,
     t: Tunable,
     saved: &SavedAttr,
 ) -> RestoreOutcome {
+    if let Some(recorded) = &saved.device {
+        let now = match read_identity(fs, dev) {
+            Ok(now) => now,
+            Err(e) => {
+                return RestoreOutcome::Failed {
+                    error: e.to_string(),
+                };
+            }
+        };
+        if !now.as_ref().is_some_and(|n| recorded.same_device(n)) {
+            // No device number at all: gone, if its tunable went too.
+            if now.is_none() && !fs.attr_exists(dev, "queue/nomerges") {
+                return gone(fs, dev, t);
+            }
+            return RestoreOutcome::Replaced {
+                recorded: recorded.clone(),
+                now,
+            };
+        }
+    }
     let current = match fs.read_tunable(dev, t) {
         Ok(v) => v,
         Err(FsError::NotFound { .. }) => return gone(fs, dev, t),

@@ -145,6 +145,11 @@ pub trait BlockFs {
     fn kernel_release(&mut self) -> Option<String> {
         None
     }
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`), where this world has one: a
+    /// device's `diskseq` means something only within one boot.
+    fn boot_id(&mut self) -> Option<String> {
+        None
+    }
     /// Starts or stops sampling (an open sampler).
     fn merge_sampler_enable(&mut self, on: bool) {
         let _ = on;
@@ -167,6 +172,8 @@ pub struct RealFs {
     taps: RealTaps,
     /// The merge-path sampler, once opened (shared by clones: one set of perf events).
     sampler: Option<std::sync::Arc<std::sync::Mutex<MergePathSampler>>>,
+    /// This boot's id, read once (it does not change while the process lives).
+    boot_id: Option<Option<String>>,
 }
 
 impl RealFs {
@@ -176,6 +183,7 @@ impl RealFs {
             procfs_root: procfs_root.into(),
             taps: RealTaps::default(),
             sampler: None,
+            boot_id: None,
         }
     }
 
@@ -386,6 +394,17 @@ impl BlockFs for RealFs {
         )?;
         self.sampler = Some(std::sync::Arc::new(std::sync::Mutex::new(s)));
         Ok(())
+    }
+    fn boot_id(&mut self) -> Option<String> {
+        let procfs_root = &self.procfs_root;
+        self.boot_id
+            .get_or_insert_with(|| {
+                std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty() && s.len() <= 64)
+            })
+            .clone()
     }
     fn kernel_release(&mut self) -> Option<String> {
         let path = self.procfs_root.join("sys/kernel/osrelease");

@@ -24,6 +24,102 @@ pub struct DeviceInfo {
     pub holders: Vec<String>,
 }
 
+/// Which disk a `/sys/block` name stands for now. A name outlives its disk: a loop device
+/// detached and attached to another file, or a disk removed and another added, keeps the
+/// name (and a loop device its major:minor) while being another device. `diskseq` (5.15+)
+/// is new for every disk the kernel makes in a boot, so the three together tell a disk
+/// from its successor; on a kernel without `diskseq`, major:minor alone is compared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceIdentity {
+    /// `/sys/block/X/dev`.
+    pub dev: DevNumber,
+    /// `/sys/block/X/diskseq`, where the kernel has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diskseq: Option<u64>,
+    /// The boot `diskseq` was counted in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+impl DeviceIdentity {
+    /// Whether `now` is this same disk. What one side lacks (an older kernel's `diskseq`,
+    /// a world without a boot id) is not held against it; what both have must agree.
+    pub fn same_device(&self, now: &DeviceIdentity) -> bool {
+        fn agree<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+        }
+        self.dev == now.dev
+            && agree(&self.diskseq, &now.diskseq)
+            && agree(&self.boot_id, &now.boot_id)
+    }
+}
+
+impl std::fmt::Display for DeviceIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dev {}", self.dev)?;
+        if let Some(s) = self.diskseq {
+            write!(f, " diskseq {s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A device number, `major:minor` as `/sys/block/X/dev` and the state file write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DevNumber {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::fmt::Display for DevNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl From<DevNumber> for String {
+    fn from(d: DevNumber) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for DevNumber {
+    type Error = String;
+    fn try_from(s: String) -> Result<DevNumber, String> {
+        crate::biosense::parse_dev_number(&s)
+            .map(|(major, minor)| DevNumber { major, minor })
+            .ok_or_else(|| format!("{s:?} is not a major:minor device number"))
+    }
+}
+
+/// Reads which disk `name` stands for now; None where the world has no `dev` file for it
+/// (a simulated stack, a device gone). An unreadable `diskseq` is left out, not an error.
+pub fn read_identity(fs: &mut dyn BlockFs, name: &str) -> Result<Option<DeviceIdentity>, FsError> {
+    let dev = match fs.read_attr(name, "dev") {
+        Ok(text) => text,
+        Err(FsError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Ok(dev) = DevNumber::try_from(dev) else {
+        return Ok(None);
+    };
+    let diskseq = match fs.read_attr(name, "diskseq") {
+        Ok(text) => text.trim().parse().ok(),
+        Err(FsError::NotFound { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(Some(DeviceIdentity {
+        dev,
+        diskseq,
+        boot_id: fs.boot_id(),
+    }))
+}
+
 /// The bracketed entry of `queue/scheduler` ("none [mq-deadline] kyber" -> "mq-deadline");
 /// a single unbracketed entry (older kernels print "none") is taken as is.
 pub fn active_scheduler(text: &str) -> Option<String> {
@@ -69,6 +165,34 @@ pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_disk_is_its_successor_only_where_every_number_both_sides_have_agrees() {
+        let id = |minor, diskseq, boot: Option<&str>| DeviceIdentity {
+            dev: DevNumber { major: 7, minor },
+            diskseq,
+            boot_id: boot.map(str::to_string),
+        };
+        let recorded = id(20, Some(59), Some("b1"));
+        assert!(recorded.same_device(&id(20, Some(59), Some("b1"))));
+        // A loop device re-attached: same name and number, new diskseq.
+        assert!(!recorded.same_device(&id(20, Some(62), Some("b1"))));
+        // Another disk under the name.
+        assert!(!recorded.same_device(&id(99, Some(59), Some("b1"))));
+        // The same diskseq in another boot is another disk.
+        assert!(!recorded.same_device(&id(20, Some(59), Some("b2"))));
+        // A kernel without diskseq: the number alone.
+        assert!(id(20, None, None).same_device(&id(20, Some(3), Some("b1"))));
+        assert!(!id(20, None, None).same_device(&id(21, None, None)));
+    }
+
+    #[test]
+    fn a_device_number_reads_and_writes_as_major_colon_minor() {
+        let d = DevNumber::try_from("259:3\n".to_string()).unwrap();
+        assert_eq!((d.major, d.minor), (259, 3));
+        assert_eq!(String::from(d), "259:3");
+        assert!(DevNumber::try_from("259".to_string()).is_err());
+    }
 
     #[test]
     fn scheduler_parsing() {

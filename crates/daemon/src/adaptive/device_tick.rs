@@ -27,6 +27,8 @@ use mergetune_logic::policy::{
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 
+use super::membership::another_disk;
+
 /// What one device's tick borrows of the [`Daemon`].
 pub(super) struct DeviceTick<'a> {
     pub cfg: &'a Config,
@@ -294,6 +296,13 @@ impl DeviceTick<'_> {
             };
             if records.expected(t) != Some(current.as_str()) {
                 let was = records.expected(t).unwrap_or_default().to_string();
+                if another_disk(self.actuator, dev.identity.as_ref(), fs, name).is_some() {
+                    // Another disk under the name: a new device for the next rescan, not
+                    // a change by someone else.
+                    dev.another_disk = true;
+                    *self.force_rescan = true;
+                    return None;
+                }
                 warn!(
                     device = %name,
                     "{name}: {t} changed from {was} to {current} by someone else: no longer managed (`systemctl reload mergetune`, SIGHUP, manages it again)"

@@ -8,7 +8,7 @@ use crate::actuator::Actuator;
 use crate::pricing::PricingSource;
 use crate::state::{RestoreOutcome, RestoreResult};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
-use mergetune_kernel::devices::{DeviceInfo, read_device};
+use mergetune_kernel::devices::{DeviceIdentity, DeviceInfo, read_device, read_identity};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind};
 use mergetune_logic::devices::{classify, describe};
@@ -68,14 +68,40 @@ impl Daemon {
             let Some(info) = self.read_info(fs, &name) else {
                 continue;
             };
+            if self.devices.get(&name).is_some_and(|d| d.another_disk)
+                || (self.devices.contains_key(&name)
+                    && self.actuator.recorded_identity(&name).is_some())
+            {
+                // A disk holding mergetune's values is checked at every rescan: a value of
+                // its that another disk under the name happens to hold must not be taken
+                // for mergetune's.
+                self.check_same_disk(fs, &name);
+            }
             let worth = self.profile_worth(fs, &info);
             if self.devices.contains_key(&name) {
                 self.update_known(fs, &name, info, worth, now_ms);
             } else {
-                self.add_new(name, info, worth, now_ms);
+                let identity = read_identity(fs, &name).ok().flatten();
+                self.add_new(name, info, identity, worth, now_ms);
             }
         }
         self.refresh_unmanaged = false;
+    }
+
+    /// Whether `name` is still the disk it was; if another disk has taken the name, the old
+    /// one is forgotten as gone (its values went with it) and false is returned: the new
+    /// one is found afresh.
+    fn check_same_disk(&mut self, fs: &mut dyn BlockFs, name: &str) -> bool {
+        let known = self.devices.get(name).and_then(|d| d.identity.as_ref());
+        let Some((was, now)) = another_disk(&self.actuator, known, fs, name) else {
+            return true;
+        };
+        info!(device = %name, "{name}: another disk has the name now ({now}; was {was}): a new device, found afresh; mergetune's records of the old one are dropped (its values went with it)");
+        let _ = fs.tap_close(name);
+        self.devices.remove(name);
+        self.actuator.device_replaced(name);
+        self.attr_read_errors.remove(name);
+        false
     }
 
     /// Devices no longer listed: their taps closed, their runtime dropped, their records
@@ -173,7 +199,14 @@ impl Daemon {
 
     /// A device seen for the first time: its ladder's values observed (the originals), its
     /// management judged, its state started.
-    fn add_new(&mut self, name: String, info: DeviceInfo, worth: Worth, now_ms: u64) {
+    fn add_new(
+        &mut self,
+        name: String,
+        info: DeviceInfo,
+        identity: Option<DeviceIdentity>,
+        worth: Worth,
+        now_ms: u64,
+    ) {
         observe_ladder(&mut self.actuator, &info);
         let m = classify(&info, &self.cfg.devices);
         info!(device = %name, "{}", describe(&info, &m));
@@ -187,6 +220,8 @@ impl Daemon {
             _ => worth,
         };
         let runtime = DeviceRuntime {
+            identity,
+            another_disk: false,
             caps: caps_of(&info).priced(worth),
             worth: priced,
             info,
@@ -255,6 +290,20 @@ impl Daemon {
             })
             .collect()
     }
+}
+
+/// The disk `name` was (its records', else its first sight's) and the one there now, when
+/// they differ. A device whose number cannot be read now is taken to be the same (a gone
+/// one is found gone by the rescan).
+pub(super) fn another_disk(
+    actuator: &Actuator,
+    first_sight: Option<&DeviceIdentity>,
+    fs: &mut dyn BlockFs,
+    name: &str,
+) -> Option<(DeviceIdentity, DeviceIdentity)> {
+    let known = actuator.recorded_identity(name).or(first_sight)?;
+    let now = read_identity(fs, name).ok().flatten()?;
+    (!known.same_device(&now)).then(|| (known.clone(), now))
 }
 
 /// Notes the ladder's tunables as just read from the device.
