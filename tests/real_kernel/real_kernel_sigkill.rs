@@ -149,3 +149,120 @@ listen = ""
         "only {ours_at_kill} kills found mergetune's values in place: the test did not exercise its case"
     );
 }
+
+/// Issue 36.1, as the issue found it: a loop device at mergetune's nomerges, the daemon
+/// killed, the loop device detached and attached to another file (the same name and
+/// number, a new `diskseq`), its new owner setting nomerges to the value mergetune had
+/// written to the old disk. `mergetune restore` must leave it alone, saying why.
+#[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+fn restore_never_writes_a_loop_device_reattached_to_another_file() {
+    let Some(_k) =
+        kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file")
+    else {
+        return;
+    };
+    let mut dev = LoopDevice::new(600);
+    dev.set_scheduler("mq-deadline");
+    dev.set_nomerges(0);
+    dev.warm_up();
+    let tmp = tempfile::tempdir().unwrap();
+    let state_dir = tmp.path().join("state");
+    let config = tmp.path().join("mergetune.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"# Written by tests/real_kernel/real_kernel_sigkill.rs.
+[daemon]
+interval_ms = 50
+state_dir = "{state}"
+[devices]
+include = ["{name}"]
+[policy]
+cost_profile = "lkml-2008"
+window_ticks = 1
+min_window_bios = 50
+step_down_after_windows = 1
+disable_after_windows = 1
+min_dwell_secs = 0
+probe_initial_backoff_secs = 600
+probe_max_backoff_secs = 600
+l3_watch_interval_ms = 0
+[metrics]
+listen = ""
+"#,
+            state = state_dir.display(),
+            name = dev.name()
+        ),
+    )
+    .unwrap();
+    let mut args = kernel::job_rand(&dev, "randwrite", "32M");
+    args.retain(|a| !a.starts_with("--io_size="));
+    args.extend(["--time_based".to_string(), "--runtime=30".to_string()]);
+    let mut fio = Command::new("fio")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start fio");
+    let bin = env!("CARGO_BIN_EXE_mergetune");
+    let mut d = Command::new(bin)
+        .args(["run", "-q", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start mergetune");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dev.nomerges() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = d.kill();
+    let _ = d.wait();
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&fio),
+        rustix::process::Signal::INT,
+    );
+    let _ = fio.wait();
+    let ours = dev.nomerges();
+    assert_ne!(ours, 0, "the daemon never stepped down: nothing to test");
+    let state = std::fs::read_to_string(state_dir.join("state.json")).unwrap();
+    let seq_before = dev.diskseq();
+    assert!(
+        state.contains(&format!("\"diskseq\": {seq_before}")),
+        "the record names the disk: {state}"
+    );
+    dev.reattach(64);
+    let seq_after = dev.diskseq();
+    assert_ne!(seq_before, seq_after, "a re-attach makes a new disk");
+    dev.set_nomerges(ours); // its new owner's value, the same as mergetune's on the old disk
+    let out = Command::new(bin)
+        .args(["restore", "--state-dir"])
+        .arg(&state_dir)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(dev.nomerges(), ours, "the new disk's value stands: {said}");
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("another disk has the name now")
+            && said.contains(&format!("diskseq {seq_after}"))
+            && said.contains(&format!("diskseq {seq_before}")),
+        "{said}"
+    );
+    assert!(
+        !state_dir.join("state.json").exists(),
+        "the old disk's records are dropped"
+    );
+    eprintln!(
+        "{}: nomerges {ours} recorded on diskseq {seq_before}; re-attached as diskseq {seq_after} and set to {ours} by hand; restore said: {}",
+        dev.name(),
+        said.trim()
+    );
+}

@@ -423,6 +423,52 @@ impl LoopDevice {
         self.wait_idle();
     }
 
+    /// `/sys/block/loopN/diskseq`: new for every disk the kernel makes, and for every file
+    /// attached to a loop device.
+    pub fn diskseq(&self) -> u64 {
+        let t = self.sys("diskseq");
+        t.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{}: diskseq {t:?}", self.name))
+    }
+
+    /// Detaches the device and attaches another fresh file of `size_mib` MiB to the same
+    /// loop device (what an operator does to reuse loopN): the same name and number, a new
+    /// disk. Panics, touching nothing more, when the device was taken in between.
+    pub fn reattach(&mut self, size_mib: u64) {
+        let out = Command::new("losetup")
+            .arg("-d")
+            .arg(&self.dev_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup -d: {out:?}");
+        let next = self.backing.with_file_name("backing-2.img");
+        let file = fs::File::create(&next).unwrap();
+        file.set_len(size_mib * 1024 * 1024).unwrap();
+        drop(file);
+        let out = Command::new("losetup")
+            .arg("--direct-io=on")
+            .arg(&self.dev_path)
+            .arg(&next)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            // Someone else's now, or gone: never touched again.
+            self.detached = true;
+            panic!(
+                "re-attaching {} failed: {}",
+                self.dev_path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let recorded = self.sys("loop/backing_file");
+        if Path::new(recorded.trim()) != fs::canonicalize(&next).unwrap() {
+            self.detached = true;
+            panic!("{} took another file: {recorded:?}", self.name);
+        }
+        self.backing = next;
+    }
+
     /// Detaches now (also done on drop).
     pub fn detach(&mut self) {
         if self.detached {
