@@ -984,3 +984,23 @@ fn a_vanished_disks_records_are_never_restored_onto_its_successor() {
     assert!(store2.text.borrow().is_none());
     let _ = store;
 }
+
+/// Found by the property: another disk under the name, while a read of one of its queue
+/// files fails (so no rescan looks at it) and its operator's value equals mergetune's old
+/// one (so no change shows). A probe then wrote the old disk's original over the
+/// operator's value. The write path itself now checks the disk.
+#[test]
+fn a_replaced_disk_nobody_looked_at_yet_is_never_written_with_the_old_disks_values() {
+    let steps = vec![
+        Step::Foreign(1, Tunable::FrontMerges, 0),
+        Step::Load(1, Load::Random),
+        Step::Tick(2),
+        Step::FailRead(1, Tunable::FrontMerges, true),
+        Step::Replace(1, Some(2)),
+        Step::Load(0, Load::Idle),
+        Step::Tick(5),
+    ];
+    for stop in [Stop::Clean, Stop::CrashAtEnd] {
+        assert_eq!(check(&steps, stop), Ok(()), "{stop:?}");
+    }
+}

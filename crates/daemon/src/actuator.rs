@@ -48,6 +48,14 @@ pub enum ActuatorError {
     State(#[from] StateError),
     #[error("not writing {tunable}: it is someone else's now (changed to {value})")]
     NotOurs { tunable: Tunable, value: String },
+    #[error(
+        "not writing {tunable}: another disk has the name now ({now}; the record is of {recorded})"
+    )]
+    AnotherDisk {
+        tunable: Tunable,
+        recorded: DeviceIdentity,
+        now: DeviceIdentity,
+    },
 }
 
 /// A change of the state file's health, for the log (see the module doc).
@@ -345,6 +353,18 @@ impl Actuator {
             return Err(ActuatorError::NotOurs {
                 tunable: t,
                 value: theirs,
+            });
+        }
+        // The one write path checks the disk itself: a record of another disk is never
+        // written over the one under the name now, whatever the daemon has noticed yet.
+        if let Some(recorded) = self.recorded_identity(dev)
+            && let Ok(Some(now)) = read_identity(fs, dev)
+            && !recorded.same_device(&now)
+        {
+            return Err(ActuatorError::AnotherDisk {
+                tunable: t,
+                recorded: recorded.clone(),
+                now,
             });
         }
         let before = self.entry(dev, t).saved.clone();

@@ -385,8 +385,14 @@ impl DeviceTick<'_> {
         let from_level = dev.policy.level();
         // A state file that cannot be saved is the state directory's failure, counted by the
         // actuator (mergetune_state_save_errors_total): sysfs was never tried.
-        if !matches!(e, ActuatorError::State(_)) {
-            self.counters.write_errors += 1;
+        match e {
+            ActuatorError::State(_) => {}
+            ActuatorError::AnotherDisk { .. } => {
+                // Not a failure of sysfs: a new device, for the next rescan to find.
+                dev.another_disk = true;
+                *self.force_rescan = true;
+            }
+            _ => self.counters.write_errors += 1,
         }
         let wait_ms = (self.cfg.policy.min_dwell_secs * 1000).max(self.cfg.window_ms());
         dev.retry_after_ms = now_ms + wait_ms;

@@ -65,9 +65,6 @@ impl Daemon {
                 let results = self.actuator.device_returned(fs, &name);
                 Self::log_restores(&results, "device back");
             }
-            let Some(info) = self.read_info(fs, &name) else {
-                continue;
-            };
             if self.devices.get(&name).is_some_and(|d| d.another_disk)
                 || (self.devices.contains_key(&name)
                     && self.actuator.recorded_identity(&name).is_some())
@@ -77,6 +74,9 @@ impl Daemon {
                 // for mergetune's.
                 self.check_same_disk(fs, &name);
             }
+            let Some(info) = self.read_info(fs, &name) else {
+                continue;
+            };
             let worth = self.profile_worth(fs, &info);
             if self.devices.contains_key(&name) {
                 self.update_known(fs, &name, info, worth, now_ms);

@@ -134,7 +134,10 @@ impl DeviceTick<'_> {
                     "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Err(e) => {
-                if !matches!(e, ActuatorError::State(_)) {
+                if !matches!(
+                    e,
+                    ActuatorError::State(_) | ActuatorError::AnotherDisk { .. }
+                ) {
                     self.counters.write_errors += 1;
                 }
                 warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
