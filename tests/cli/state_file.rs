@@ -169,3 +169,71 @@ fn check_config_says_when_state_dir_is_outside_what_the_unit_lets_the_service_wr
         "{out}"
     );
 }
+
+/// Issue 36.1: a format 3 record names its disk, and only that disk is written. The
+/// fixture (a real file, see tests/fixtures/README.md) stamped with another boot's id is
+/// left alone and dropped; stamped with this boot's id it restores its original on the
+/// disk it names, and not on a disk with another `diskseq` under the name.
+#[test]
+fn a_format_3_record_restores_only_to_the_disk_it_names() {
+    let fixture = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state_v3.json"),
+    )
+    .unwrap();
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_string();
+    let stamp = |boot: &str| fixture.replace("1253ffa3-1072-4ff7-8d91-f302f01930bd", boot);
+    let stamped = stamp(&this_boot);
+    let other_boot = stamp("00000000-0000-4000-8000-000000000000");
+    // (file, diskseq under the name now, nomerges after restore)
+    let cases = [
+        (other_boot.as_str(), "195", "2"),
+        (stamped.as_str(), "196", "2"),
+        (stamped.as_str(), "195", "0"),
+    ];
+    for (doc, diskseq, want) in cases {
+        let t = Tree::new("0", "1");
+        let q = t.p("sys/block/loop0/queue");
+        std::fs::create_dir_all(&q).unwrap();
+        std::fs::write(q.join("nomerges"), "2\n").unwrap();
+        std::fs::write(t.p("sys/block/loop0/dev"), "7:0\n").unwrap();
+        std::fs::write(t.p("sys/block/loop0/diskseq"), format!("{diskseq}\n")).unwrap();
+        t.state(doc);
+        let o = t.restore();
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        assert_eq!(t.read("sys/block/loop0/queue/nomerges"), want, "{out}");
+        if want == "2" {
+            assert!(out.contains("another disk has the name now"), "{out}");
+        }
+        assert!(!t.p("state/state.json").exists(), "{out}");
+    }
+}
+
+/// Issue 36.3: records anyone could have written are not restored from: a non-root user
+/// who can write the state directory could otherwise have root write any value it likes.
+#[test]
+fn restore_refuses_records_in_a_directory_others_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tree::new("0", "1");
+    t.state(r#"{"version": 2, "pid": 1, "devices": {"sda": {"queue/nomerges": {"original": "2", "last_written": "0"}}}}"#);
+    std::fs::set_permissions(t.p("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = t.restore();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(
+        t.read("sys/block/sda/queue/nomerges"),
+        "0",
+        "nothing written: {out}"
+    );
+    assert!(
+        out.contains(&*t.p("state").to_string_lossy()) && out.contains("mode 0777"),
+        "{out}"
+    );
+    assert!(
+        t.p("state/state.json").exists(),
+        "the file is kept for a look"
+    );
+}
