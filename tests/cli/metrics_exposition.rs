@@ -259,6 +259,9 @@ mergetune_device_changes_last_hour{device="sda"} 0
 # HELP mergetune_device_ladder_level Merge-ladder level of a managed device: 0 all merges ... 3 no merges.
 # TYPE mergetune_device_ladder_level gauge
 mergetune_device_ladder_level{device="sda"} 0
+# HELP mergetune_device_level_changes_total Moves of a managed device between merge-ladder levels that wrote a tunable (what [policy] max_changes_per_hour caps), from 0 when the device is first managed; in dry-run, moves that would have been written.
+# TYPE mergetune_device_level_changes_total counter
+mergetune_device_level_changes_total{device="sda"} 2
 # HELP mergetune_device_management Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned.
 # TYPE mergetune_device_management gauge
 mergetune_device_management{device="loop0",management="excluded"} 1
@@ -845,6 +848,18 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
                 .sum();
             assert_eq!(exported, count(kind), "{label} after {all:?}\n{text}");
         }
+        // Issue 35.5: the moves between levels are counted from 0, exported before the
+        // first one (else `increase()` misses it); a probe that ends where it started
+        // (succeeded, inconclusive) moves nothing.
+        let moves = all.iter().filter(|k| k.moves_the_ladder()).count() as f64;
+        assert_eq!(
+            sample(
+                text,
+                r#"mergetune_device_level_changes_total{device="sda"}"#
+            ),
+            Some(moves),
+            "after {all:?}\n{text}"
+        );
     };
     let mut phase = |fs: &mut MemFs, all: &mut Vec<DecisionKind>, now: &mut u64, until| {
         for _ in 0..600 {
@@ -865,6 +880,54 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
     assert!(!all.contains(&DecisionKind::ProbeSucceeded), "{all:?}");
     fs.set_traffic("sda", (500, 400, 500, 400));
     phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeSucceeded);
+}
+
+/// Issue 22 and 35.5: what writes nothing (a `not_worth_it` a minute), a restore and the
+/// slice tuner's steps are not level changes: only the ladder's writing moves count toward
+/// the cap, as the policy counts them.
+#[test]
+fn only_the_ladders_writing_moves_are_level_changes() {
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(Config::default());
+    d.tick(0, &mut fs);
+    let decision = |kind: DecisionKind, changes: Vec<Change>| Decision {
+        at_ms: 0,
+        device: "sda".into(),
+        kind,
+        changes,
+        reason: "test".into(),
+        applied: Applied::Yes,
+    };
+    let nomerges = |from: &str, to: &str| {
+        vec![Change {
+            tunable: Tunable::Nomerges,
+            from: from.into(),
+            to: to.into(),
+        }]
+    };
+    let starved = vec![Change {
+        tunable: Tunable::WritesStarved,
+        from: "2".into(),
+        to: "4".into(),
+    }];
+    let series = r#"mergetune_device_level_changes_total{device="sda"}"#;
+    m.update(&d, &[], timing(0));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    assert_eq!(sample(&text, series), Some(0.0), "{text}");
+    m.update(
+        &d,
+        &[
+            decision(DecisionKind::NotWorthIt, Vec::new()),
+            decision(DecisionKind::ProbeSucceeded, Vec::new()),
+            decision(DecisionKind::Restore, nomerges("2", "0")),
+            decision(DecisionKind::FavourReads, starved),
+            decision(DecisionKind::Disable, nomerges("0", "2")),
+        ],
+        timing(1000),
+    );
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
 }
 
 #[test]

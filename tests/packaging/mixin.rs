@@ -128,18 +128,27 @@ fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
 }
 
 #[test]
-fn a_decision_that_writes_nothing_is_not_a_change_in_the_flapping_tests() {
-    // The case of issue 22: a not_worth_it a minute (bursty_spikes gives one about every
-    // minute) must not count as a change; promtool runs it in the test above.
-    let alert_tests = std::fs::read_to_string(mixin().join("tests/alerts_test.yaml")).unwrap();
-    let flapping = alert_tests
-        .split("- name: ")
-        .find(|t| t.starts_with("device flapping"))
-        .expect("a device flapping test group");
+fn the_flapping_rule_counts_the_series_the_daemon_exports_from_zero() {
+    // Issue 35.5: decision series first appear at 1, and `increase()` misses that step;
+    // the rule reads the daemon's count of level changes, exported at 0 from a device's
+    // first sight, which leaves out what writes nothing (issue 22's not_worth_it a minute):
+    // tests/cli/metrics_exposition.rs pins the daemon's side.
+    let rules = std::fs::read_to_string(mixin().join("prometheus_rules.yaml")).unwrap();
+    let rule = rules
+        .split("- record: ")
+        .find(|r| r.starts_with("instance_device:mergetune_level_changes:increase1h"))
+        .expect("the level changes rule");
     assert!(
-        flapping.contains(r#"kind="not_worth_it",attr="none""#) && flapping.contains("0+1x"),
-        "{flapping}"
+        rule.contains("increase(mergetune_device_level_changes_total[1h])")
+            && !rule.contains("mergetune_decisions_total"),
+        "{rule}"
     );
+    let alert_tests = std::fs::read_to_string(mixin().join("tests/alerts_test.yaml")).unwrap();
+    let as_exported = alert_tests
+        .split("- name: ")
+        .find(|t| t.starts_with("device flapping, as the daemon exports it"))
+        .expect("a flapping test with the daemon's shape");
+    assert!(as_exported.contains("values: '_x5 0+"), "{as_exported}");
 }
 
 fn free_port() -> u16 {

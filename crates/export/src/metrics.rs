@@ -69,6 +69,7 @@ struct Families {
     merge_ratio: Family<DirectionLabels, GaugeVec>,
     bios_rate: Family<DeviceLabels, GaugeVec>,
     decisions: Family<DecisionLabels, IntCounterVec>,
+    level_changes: Family<DeviceLabels, IntCounterVec>,
     probes: Family<ProbeLabels, IntCounterVec>,
     write_errors: IntCounter,
     diskstats_errors: IntCounter,
@@ -190,6 +191,10 @@ fn families(r: &Registrar) -> Families {
         decisions: r.counters(
             "decisions_total",
             "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+        ),
+        level_changes: r.counters(
+            "device_level_changes_total",
+            "Moves of a managed device between merge-ladder levels that wrote a tunable (what [policy] max_changes_per_hour caps), from 0 when the device is first managed; in dry-run, moves that would have been written",
         ),
         probes: r.counters(
             "probes_total",
@@ -470,6 +475,9 @@ impl Metrics {
         }
         if let Some(level) = dev.level {
             f.level.get_or_create(&labels).set(i64::from(level.index()));
+            // At 0 from the device's first sight: a counter that first appears at 1 hides
+            // its first step from `increase()` (the flapping rule missed a cap hit so).
+            f.level_changes.get_or_create(&labels).get();
             for outcome in PROBE_OUTCOMES {
                 f.probes
                     .get_or_create(&ProbeLabels {
@@ -535,6 +543,9 @@ impl Metrics {
                     to: value_label(&d.changes, |c| &c.to),
                 })
                 .inc();
+            if d.kind.moves_the_ladder() && !d.changes.is_empty() {
+                f.level_changes.get_or_create(&dl(&device)).inc();
+            }
             let outcome = match d.kind {
                 DecisionKind::Probe => {
                     open_probes.insert(device.clone());

@@ -190,6 +190,21 @@ impl DecisionKind {
         DecisionKind::Restore,
     ];
 
+    /// A move between merge-ladder levels (what `max_changes_per_hour` caps), when it
+    /// writes: not the slice tuner's steps, a baseline's pin, or a restore.
+    pub fn moves_the_ladder(self) -> bool {
+        matches!(
+            self,
+            DecisionKind::StepDown
+                | DecisionKind::Disable
+                | DecisionKind::Enable
+                | DecisionKind::Probe
+                | DecisionKind::ProbeFailed
+                | DecisionKind::Trial
+                | DecisionKind::TrialFailed
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DecisionKind::StepDown => "step_down",
