@@ -13,6 +13,7 @@ mod scenarios;
 mod advise_daemon;
 mod advise_fixtures;
 mod advise_large;
+mod calibrate_args;
 mod cli;
 mod compare_output;
 mod daemon_dry_run;

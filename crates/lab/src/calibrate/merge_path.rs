@@ -374,7 +374,7 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
 /// `mergetune calibrate` in its default mode. Long because it is one measurement procedure
 /// in order (guard, scratch device or the operator's, sampler, the alternating blocks, the
 /// profile), whose guard and device must live across every step.
-pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
+pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
     let symbols = perf::load_symbols(&plan.procfs_root)?;
     let params = SamplerParams {
@@ -408,6 +408,7 @@ pub fn run(plan: Plan, kernel_release: String) -> Result<i32> {
         }
         None => {
             let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
+            plan.schedulers = lp.usable_schedulers(&plan.schedulers)?;
             let name = lp.name.clone();
             (Some(lp), name)
         }

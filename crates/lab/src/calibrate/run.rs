@@ -18,6 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+const DEFAULT_SEED: u64 = 1;
+const DEFAULT_TOGGLE_SCHEDULER: &str = "mq-deadline";
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct CalibrateArgs {
     /// A short run for tests: 2 repetitions of 300 ms windows, 2 short toggle pairs.
@@ -83,7 +86,7 @@ pub struct CalibrateArgs {
     #[arg(long, default_value_t = 512)]
     pub size_mib: u64,
     /// Seed of the interleaving order.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
     /// Skip the toggle-freeze measurement.
     #[arg(long)]
@@ -98,7 +101,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub toggle_interval_ms: Option<u64>,
     /// Toggle measurement: the scheduler.
-    #[arg(long, default_value = "mq-deadline")]
+    #[arg(long, default_value = DEFAULT_TOGGLE_SCHEDULER)]
     pub toggle_scheduler: String,
     /// Name written into the profile.
     #[arg(long, default_value = mergetune_logic::cost_profile::MEASURED_NAME)]
@@ -143,6 +146,33 @@ fn parse_schedulers(names: &[String]) -> Result<Vec<Scheduler>> {
     Ok(out)
 }
 
+/// The flags given that only the end-to-end mode reads (the default mode would run
+/// without them and exit 0, as if they had been honoured).
+fn end_to_end_only_flags(args: &CalibrateArgs) -> Vec<&'static str> {
+    [
+        ("--cpu", args.cpu.is_some()),
+        ("--reps", args.reps.is_some()),
+        ("--toggle-reps", args.toggle_reps.is_some()),
+        ("--toggle-runtime-s", args.toggle_runtime_s.is_some()),
+        ("--toggle-interval-ms", args.toggle_interval_ms.is_some()),
+        (
+            "--toggle-scheduler",
+            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER,
+        ),
+        ("--no-toggle", args.no_toggle),
+        ("--seed", args.seed != DEFAULT_SEED),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect()
+}
+
+/// Whether this process may run on CPU `c` (its affinity mask: a CPU that is offline,
+/// or outside a cgroup's cpuset, is not one to pin fio to).
+fn cpu_allowed(c: usize) -> bool {
+    rustix::thread::sched_getaffinity(None).is_ok_and(|set| set.is_set(c))
+}
+
 /// Checks of the end-to-end mode's arguments, before any I/O.
 fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     if args.name.trim().is_empty() || args.name.chars().any(char::is_control) {
@@ -154,9 +184,9 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
         bail!("--toggle-runtime-s: {t} is not in (0, 3600]");
     }
     if let Some(c) = args.cpu
-        && c >= ncpu
+        && (c >= ncpu || !cpu_allowed(c))
     {
-        bail!("--cpu: {c} is not a CPU here (0..{ncpu})");
+        bail!("--cpu: {c} is not a CPU this process may run on here (0..{ncpu})");
     }
     if !(16..=65_536).contains(&args.size_mib) {
         bail!("--size-mib: {} is not in 16..=65536", args.size_mib);
@@ -188,10 +218,14 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         .map(|n| n.get())
         .unwrap_or(1);
     if !args.end_to_end {
+        if let Some(flag) = end_to_end_only_flags(&args).first() {
+            bail!(
+                "{flag} applies to --end-to-end only: the default mode measures the merge path (--windows, --runtime-ms, --submitters set it) and would ignore it"
+            );
+        }
         return run_merge_path(&args);
     }
     check_end_to_end_args(&args, ncpu)?;
-    check_tools()?;
     let all = ["none", "mq-deadline", "bfq", "kyber"].map(String::from);
     let names = if args.schedulers.is_empty() {
         &all[..]
@@ -215,6 +249,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
         bail!("--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50");
     }
+    check_tools()?;
     let cpu = args.cpu.unwrap_or(ncpu - 1);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -226,6 +261,13 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     let measured_at = utc_now_rfc3339();
     let load_start = loadavg_1m();
     let lp = ScratchLoop::create(&args.tmpfs_dir, args.size_mib, &args.sysfs_root)?;
+    let schedulers = lp.usable_schedulers(&schedulers)?;
+    if !args.no_toggle && !schedulers.contains(&toggle_sched) {
+        bail!(
+            "--toggle-scheduler {}: this kernel does not offer it (or pass --no-toggle)",
+            toggle_sched.name()
+        );
+    }
     let json = lp.dir.join("fio.json");
     eprintln!(
         "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {reps} reps of {window_ms} ms windows",

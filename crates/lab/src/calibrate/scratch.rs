@@ -263,6 +263,34 @@ impl ScratchLoop {
         Ok(())
     }
 
+    /// Of `wanted`, the schedulers this kernel can run on the scratch device, tried up
+    /// front (one listed in `queue/scheduler`, or one its module loads for), and those it
+    /// cannot, said on stderr: a kernel without bfq must not cost a run its every other
+    /// cell and then fail. None at all is an error.
+    pub(super) fn usable_schedulers(&self, wanted: &[Scheduler]) -> Result<Vec<Scheduler>> {
+        let mut usable = Vec::new();
+        for &s in wanted {
+            match self.set_scheduler(s) {
+                Ok(()) => usable.push(s),
+                Err(e) => eprintln!(
+                    "calibrate: skipping scheduler {}: this kernel does not offer it ({e:#})",
+                    s.name()
+                ),
+            }
+        }
+        if usable.is_empty() {
+            bail!(
+                "--schedulers: this kernel offers none of {}",
+                wanted
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(usable)
+    }
+
     pub(super) fn set_level(&self, s: Scheduler, l: Level) -> Result<()> {
         if s == Scheduler::MqDeadline {
             self.set("queue/iosched/front_merges", &l.front_merges().to_string())?;
