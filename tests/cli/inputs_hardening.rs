@@ -235,7 +235,8 @@ fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
     use mergetune_logic::devices::Management;
     let mut dev = DeviceStatus::new(&format!("sda{EVIL}"), Management::Managed);
     dev.scheduler = format!("mq-deadline{EVIL}");
-    dev.last_reason = format!("forged\n{EVIL}");
+    // U+2028 breaks the line in many viewers; U+200B hides in a name (issue 36.12).
+    dev.last_reason = format!("forged\n{EVIL}\u{2028}line\u{200b}");
     let doc = StatusSnapshot {
         version: format!("9.9{EVIL}"),
         devices: vec![dev],
@@ -258,6 +259,10 @@ fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
     no_raw_escapes("status's table", &out.stdout);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("sda\\x1b]0;pwned"), "{stdout}");
+    assert!(
+        stdout.contains("\\u{2028}line\\u{200b}") && !stdout.contains('\u{2028}'),
+        "{stdout}"
+    );
     assert_eq!(
         stdout.lines().count(),
         3,

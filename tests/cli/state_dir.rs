@@ -228,6 +228,20 @@ fn a_reload_that_changes_the_pricing_says_what_prices_now() {
     wait_until("the new pricing line", Duration::from_secs(10), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("SIGHUP: pricing: live"))
     });
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !said.contains("SIGHUP: tuners:"),
+        "the tuners did not change:\n{said}"
+    );
+    // Issue 36.12: a reload that turns the slice tuner on said nothing of it.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{text}\n[slices]\nenabled = true\n")).unwrap();
+    d.signal(rustix::process::Signal::HUP);
+    wait_until("the tuners line", Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| {
+            l.contains("SIGHUP: tuners: merge ladder on") && l.contains("slice tuner on (")
+        })
+    });
     d.signal(rustix::process::Signal::TERM);
     d.wait();
 }

@@ -235,6 +235,25 @@ fn check_writable_refuses_a_directory_that_cannot_be_made() {
     assert!(matches!(e, StateError::Write { .. }), "{e:?}");
 }
 
+/// Issue 36.12: `"version": 2.0` said `no "version" number`: a number was there.
+#[test]
+fn a_version_that_is_not_a_whole_number_is_named_as_such() {
+    let p = Path::new("/run/mergetune/state.json");
+    for (v, says) in [
+        ("2.0", "must be a whole number from 1 to"),
+        ("\"2\"", "not \"2\""),
+        ("-1", "not -1"),
+    ] {
+        let doc = format!(r#"{{"version": {v}, "pid": 1, "devices": {{}}}}"#);
+        let e = parse_state(&doc, p).unwrap_err().to_string();
+        assert!(e.contains(says) && e.contains("\"version\""), "{v}: {e}");
+    }
+    let e = parse_state(r#"{"pid": 1, "devices": {}}"#, p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no \"version\""), "{e}");
+}
+
 #[test]
 fn a_state_file_from_a_newer_build_is_refused_not_misread() {
     let p = Path::new("/run/mergetune/state.json");

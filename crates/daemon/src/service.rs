@@ -305,6 +305,10 @@ impl TickLoop {
             } => (cfg, from, listen_from_command_line),
         };
         let summary = new_cfg.summary();
+        // Which tuners run is not in the summary: a reload that turns one on or off says so
+        // in the start's own words.
+        let tuners_now = new_cfg.tuners();
+        let tuners_changed = tuners_now != self.daemon.config().tuners();
         let pricing_changed = new_cfg.policy.cost_profile
             != self.daemon.config().policy.cost_profile
             || new_cfg.pricing != self.daemon.config().pricing;
@@ -321,6 +325,9 @@ impl TickLoop {
             }
             Ok(()) => {
                 info!("SIGHUP: config reloaded from {}: {summary}", from.display());
+                if tuners_changed {
+                    info!("SIGHUP: {tuners_now}");
+                }
                 if pricing_changed {
                     // The same line as at start (src/cli/run.rs), for what prices now.
                     use mergetune_kernel::blockfs::BlockFs as _;

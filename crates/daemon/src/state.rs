@@ -176,10 +176,15 @@ pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
     let obj = value
         .as_object()
         .ok_or_else(|| corrupt("not a JSON object".into()))?;
-    let version = obj
-        .get("version")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| corrupt("no \"version\" number".into()))?;
+    let version = match obj.get("version") {
+        None => return Err(corrupt("no \"version\"".into())),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            corrupt(format!(
+                "\"version\" must be a whole number from 1 to {STATE_VERSION}, not {}",
+                printable_json(v)
+            ))
+        })?,
+    };
     if version == 0 {
         return Err(corrupt("version 0".into()));
     }
@@ -211,6 +216,17 @@ pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
         load_device(&mut out, dev, attrs);
     }
     Ok(out)
+}
+
+/// A JSON value as it may be quoted in an error: short, and a string's control characters
+/// escaped (the file is outside input).
+fn printable_json(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() > 40 {
+        format!("{}...", text.chars().take(40).collect::<String>())
+    } else {
+        text
+    }
 }
 
 /// One device's records, each kept or refused with why: a device name that is not plain,

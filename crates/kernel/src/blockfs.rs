@@ -32,6 +32,17 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// What went wrong, without the path (for a message that names the path itself).
+    pub fn reason(&self) -> String {
+        match self {
+            FsError::NotFound { .. } => "no such file or device".into(),
+            FsError::PermissionDenied { .. } => "permission denied".into(),
+            FsError::InvalidValue { value, .. } => format!("value {value:?} rejected (EINVAL)"),
+            FsError::Io { message, .. } => message.clone(),
+            FsError::Refused { reason, .. } => format!("refused: {reason}"),
+        }
+    }
+
     /// The path the error is about.
     pub fn path(&self) -> &str {
         match self {
@@ -202,7 +213,7 @@ impl RealFs {
     fn dev_number(&mut self, dev: &str) -> Result<(u32, u32), TapError> {
         let text = self.read_attr(dev, "dev").map_err(|e| TapError::Io {
             path: e.path().to_string(),
-            message: e.to_string(),
+            message: e.reason(),
         })?;
         crate::biosense::parse_dev_number(&text).ok_or_else(|| TapError::Io {
             path: self.dev_path(dev, "dev").display().to_string(),
@@ -425,5 +436,45 @@ impl BlockFs for RealFs {
             .as_ref()
             .and_then(|s| s.lock().ok().map(|mut s| s.drain(None)))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_fs_error_is_its_path_then_its_reason_and_the_reason_names_no_path() {
+        let path = "/sys/block/sdz/dev".to_string();
+        for e in [
+            FsError::NotFound { path: path.clone() },
+            FsError::PermissionDenied { path: path.clone() },
+            FsError::InvalidValue {
+                path: path.clone(),
+                value: "9".into(),
+            },
+            FsError::Io {
+                path: path.clone(),
+                message: "Input/output error".into(),
+            },
+            FsError::Refused {
+                path: path.clone(),
+                reason: "outside the queue".into(),
+            },
+        ] {
+            assert_eq!(e.to_string(), format!("{path}: {}", e.reason()));
+            assert!(!e.reason().contains(&path), "{e}");
+        }
+    }
+
+    /// Issue 36.12: the tap's error for a device without a `dev` file named the path twice.
+    #[test]
+    fn the_taps_error_for_an_unreadable_device_number_names_the_path_once() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("block/sdz")).unwrap();
+        let mut fs = RealFs::new(root.path(), root.path());
+        let e = fs.dev_number("sdz").unwrap_err().to_string();
+        let path = root.path().join("block/sdz/dev").display().to_string();
+        assert_eq!(e.matches(&path).count(), 1, "{e}");
     }
 }

@@ -306,6 +306,22 @@ impl Config {
                 "daemon.state_dir",
                 "contains a NUL byte, which no path can hold",
             );
+        } else if d
+            .state_dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .any(u8::is_ascii_control)
+        {
+            // A newline in it would forge a line of every log and of the pointer file that
+            // names it; no operator means one.
+            problems.push(
+                "daemon.state_dir",
+                format!(
+                    "{:?} contains a control character (a newline, a tab...)",
+                    d.state_dir
+                ),
+            );
         } else if d.state_dir.as_os_str().is_empty() || !d.state_dir.is_absolute() {
             problems.push(
                 "daemon.state_dir",
@@ -806,6 +822,16 @@ fn check_key(
 
 /// The validation's errors, each placed at its key's value in the text where the text
 /// has the key (a default that fails a relation has no place: it sorts last).
+/// Whether `reason` names `key` as a key (not as the prefix of a longer one).
+fn mentions_key(reason: &str, key: &str) -> bool {
+    reason.match_indices(key).any(|(i, _)| {
+        let after = reason[i + key.len()..].chars().next();
+        let before = reason[..i].chars().next_back();
+        !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    })
+}
+
 fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin: &str) {
     let list = match e {
         ConfigError::Many { errors, .. } => errors,
@@ -817,8 +843,16 @@ fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin
                 origin: o,
                 key,
                 reason,
-            } => match out.positions.get(&key) {
-                Some(&p) => (
+            } => match out.positions.get(&key).copied().or_else(|| {
+                // A rule between two keys, the file setting only the other one (the one
+                // the error names in its reason): placed there.
+                out.positions
+                    .iter()
+                    .filter(|(k, _)| !k.contains('[') && mentions_key(&reason, k))
+                    .map(|(_, &p)| p)
+                    .min()
+            }) {
+                Some(p) => (
                     p,
                     ConfigError::Invalid {
                         origin: at(origin, text, p),
@@ -965,6 +999,35 @@ mod tests {
             assert!(e.contains(key), "{key} missing from: {e}");
         }
         assert!(e.contains("4 errors"), "{e}");
+    }
+
+    #[test]
+    fn a_rule_between_two_keys_is_placed_where_the_file_sets_one() {
+        // Issue 36.12: only disable_below_percent is in the file; the overlap is reported
+        // on enable_above_percent, which the file leaves at its default.
+        let e = load_str("[policy]\n\ndisable_below_percent = 60\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.toml:3:"), "{e}");
+        assert!(e.contains("policy.enable_above_percent"), "{e}");
+        let e = load_str("[policy]\nprobe_initial_backoff_secs = 99999\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.toml:2:"), "{e}");
+        assert!(mentions_key("less than policy.x (3)", "policy.x"));
+        assert!(!mentions_key("less than policy.x_y (3)", "policy.x"));
+    }
+
+    #[test]
+    fn a_state_dir_with_a_control_character_is_refused() {
+        let e = load_str("[daemon]\nstate_dir = \"/run/a\\nb\"\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("daemon.state_dir") && e.contains("control character"),
+            "{e}"
+        );
+        assert!(!e.contains("\n"), "no raw newline echoed: {e:?}");
     }
 
     #[test]

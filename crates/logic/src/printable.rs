@@ -3,7 +3,8 @@
 //! peers mergetune does not control; printed raw, an ESC or BEL in them drives the
 //! operator's terminal (retitles it, clears it, hides lines) and a newline forges a log
 //! line. Every print site passes such text through [`printable`]: control characters
-//! (C0, DEL, C1) and the bidirectional overrides become visible escapes, everything else
+//! (C0, DEL, C1), the bidirectional overrides, the line and paragraph separators and the
+//! invisible format characters (zero-width space, BOM...) become visible escapes, everything else
 //! is left as it is, so an ordinary name prints unchanged and without a copy.
 
 use std::borrow::Cow;
@@ -14,8 +15,18 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
 }
 
+/// Characters that print as nothing or break a line where the reader sees none: the line
+/// and paragraph separators, the zero-width and other invisible format characters (a name
+/// with U+200B looks like one without it), the byte-order mark and the tag characters.
+fn is_invisible_or_line_break(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200d}' | '\u{2028}' | '\u{2029}'
+        | '\u{2060}'..='\u{2064}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e007f}')
+}
+
 fn needs_escape(c: char) -> bool {
-    c.is_control() || is_bidi_control(c)
+    c.is_control() || is_bidi_control(c) || is_invisible_or_line_break(c)
 }
 
 /// `s` with every control character shown as an escape (`\x1b`, `\n`, `\u{9b}`).
@@ -109,6 +120,18 @@ mod tests {
         for s in ["sda", "nvme0n1p1", "dm-0", "mq-deadline", "été ✓", ""] {
             assert!(matches!(printable(s), Cow::Borrowed(x) if x == s));
         }
+    }
+
+    #[test]
+    fn separators_and_invisible_characters_are_shown() {
+        // Issue 36.12: U+2028 breaks a line in many terminals and viewers, U+200B makes
+        // "sda\u{200b}" look like "sda".
+        assert_eq!(printable("sda\u{2028}sdb"), "sda\\u{2028}sdb");
+        assert_eq!(printable("sda\u{2029}"), "sda\\u{2029}");
+        assert_eq!(printable("sd\u{200b}a"), "sd\\u{200b}a");
+        assert_eq!(printable("\u{feff}sda"), "\\u{feff}sda");
+        assert_eq!(printable("sda\u{ad}"), "sda\\xad");
+        assert_eq!(printable("nvme0n1 é ü 中"), "nvme0n1 é ü 中");
     }
 
     #[test]

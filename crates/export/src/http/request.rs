@@ -138,11 +138,13 @@ impl Reply {
 
 /// The routing table. Pure apart from reading the documents.
 pub fn route(docs: &dyn Documents, method: &str, path: &str, has_body: bool) -> Reply {
-    if !matches!(path, "/metrics" | "/status") {
-        return Reply::plain(404, "not found: try /metrics or /status\n");
-    }
+    // The method first: every method but GET and HEAD is refused alike, whatever the path
+    // (DELETE and TRACE got 404 on a path where POST got 405).
     if method != "GET" && method != "HEAD" {
         return Reply::plain(405, "method not allowed: read-only endpoint (GET, HEAD)\n");
+    }
+    if !matches!(path, "/metrics" | "/status") {
+        return Reply::plain(404, "not found: try /metrics or /status\n");
     }
     if has_body {
         return Reply::plain(413, "a GET request has no body here\n");
