@@ -309,7 +309,7 @@ pub trait StateStore {
 }
 
 /// `<dir>/state.json`, reached through the directory opened and checked once per use
-/// (see [`safe_dir`]). A live daemon holds `<dir>/mergetune.lock` for its life
+/// (crates/daemon/src/state/safe_dir.rs). A live daemon holds `<dir>/mergetune.lock` for its life
 /// ([`FileStore::lock`]), so that `mergetune restore` can tell its records from a dead
 /// one's.
 #[derive(Debug, Clone)]
