@@ -41,7 +41,7 @@ mod labels;
 use labels::{
     BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, Family, LabelSet, ManagementLabels,
     PRICING_BASES, PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels,
-    SavingLabels, attr_label, dl, value_label,
+    SavingLabels, decision_labels, dl,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -481,6 +481,13 @@ impl Metrics {
         } else {
             f.level.remove(&labels);
         }
+        // Every decision the ladder can take here, at 0 until taken: a series first seen
+        // at 1 is a step `increase()` and `rate()` never see.
+        for d in &dev.possible_decisions {
+            f.decisions
+                .get_or_create(&decision_labels(name, d.kind, &d.changes))
+                .get();
+        }
         let w = dev.last_window.as_ref();
         for (direction, bios, ratio) in [
             (
@@ -527,13 +534,7 @@ impl Metrics {
         for d in decisions {
             let device = d.device.clone();
             f.decisions
-                .get_or_create(&DecisionLabels {
-                    device: device.clone(),
-                    kind: d.kind.as_str().to_string(),
-                    attr: attr_label(&d.changes),
-                    from: value_label(&d.changes, |c| &c.from),
-                    to: value_label(&d.changes, |c| &c.to),
-                })
+                .get_or_create(&decision_labels(&device, d.kind, &d.changes))
                 .inc();
             let outcome = match d.kind {
                 DecisionKind::Probe => {
