@@ -25,12 +25,13 @@ use bytes::Bytes;
 use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};
 use mergetune_logic::decision::{Decision, DecisionKind};
+use mergetune_logic::policy::possible::PossibleDecision;
 use prometheus::core::Collector;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use mergetune_daemon::snapshot::TickTiming;
@@ -278,6 +279,9 @@ struct Inner {
     profile: Option<ProfileLabels>,
     /// Devices with a probe started and no outcome counted yet.
     open_probes: BTreeSet<String>,
+    /// Per device, the possible decisions whose series were last started at 0: they are
+    /// created again only when the list changes (a reload, new rungs).
+    zeroed: BTreeMap<String, Vec<PossibleDecision>>,
     /// The `/metrics` body of the last refresh; `None` until first asked for, and from then
     /// on re-encoded by every refresh.
     text: Option<Bytes>,
@@ -359,6 +363,7 @@ impl Metrics {
                 max_lag_seconds: 0.0,
                 profile: None,
                 open_probes: BTreeSet::new(),
+                zeroed: BTreeMap::new(),
                 text: None,
                 encodings: 0,
                 status_json: None,
@@ -394,6 +399,7 @@ impl Metrics {
         for dev in &daemon.devices {
             present.insert(dev.name.clone());
             self.export_device(dev, daemon.max_changes_per_hour);
+            self.zero_decisions(dev, &mut inner.zeroed);
         }
         let gone: Vec<String> = inner.exported.difference(&present).cloned().collect();
         for name in gone {
@@ -481,13 +487,7 @@ impl Metrics {
         } else {
             f.level.remove(&labels);
         }
-        // Every decision the ladder can take here, at 0 until taken: a series first seen
-        // at 1 is a step `increase()` and `rate()` never see.
-        for d in &dev.possible_decisions {
-            f.decisions
-                .get_or_create(&decision_labels(name, d.kind, &d.changes))
-                .get();
-        }
+
         let w = dev.last_window.as_ref();
         for (direction, bios, ratio) in [
             (
@@ -523,6 +523,28 @@ impl Metrics {
                 f.bios_rate.remove(&labels);
             }
         }
+    }
+
+    /// Every decision the ladder can take on the device, at 0 until taken: a series first
+    /// seen at 1 is a step `increase()` and `rate()` never see. Decision series are history
+    /// and stay, so a list already started is not walked again.
+    fn zero_decisions(
+        &self,
+        dev: &DeviceSnapshot,
+        zeroed: &mut BTreeMap<String, Vec<PossibleDecision>>,
+    ) {
+        if dev.possible_decisions.is_empty()
+            || zeroed.get(&dev.name) == Some(&dev.possible_decisions)
+        {
+            return;
+        }
+        for d in &dev.possible_decisions {
+            self.f
+                .decisions
+                .get_or_create(&decision_labels(&dev.name, d.kind, &d.changes))
+                .get();
+        }
+        zeroed.insert(dev.name.clone(), dev.possible_decisions.clone());
     }
 
     /// Each decision under its kind, tunable and values, and each probe under its outcome:
