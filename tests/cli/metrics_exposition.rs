@@ -1198,6 +1198,52 @@ fn a_managed_devices_decision_series_start_at_zero_and_the_first_step_reads_one(
     );
 }
 
+/// The label value of `key` in a series written as `{a="x",b="y"}`.
+fn label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
+    let start = series.find(&format!(r#"{key}=""#))? + key.len() + 2;
+    series[start..].split('"').next()
+}
+
+/// The mixin's promtool tests feed the rules the label sets the daemon exports: every
+/// ladder decision series there is one a freshly managed mq-deadline device already
+/// carries at 0 (restore and the slice tuner's kinds are not known ahead).
+#[test]
+fn the_mixin_tests_decision_series_are_ones_the_daemon_exports() {
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(fast_policy());
+    let decisions = d.tick(0, &mut fs);
+    m.update(&d, &decisions, timing(0));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    let key = |series: &str| -> Option<[String; 4]> {
+        Some(["kind", "attr", "from", "to"].map(|k| label(series, k).unwrap_or("").to_string()))
+    };
+    let exported: BTreeSet<[String; 4]> = family_lines(&text, "mergetune_decisions_total")
+        .into_iter()
+        .filter_map(key)
+        .collect();
+    let mixin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/mixin/tests");
+    let mut checked = 0;
+    for file in ["alerts_test.yaml", "rules_test.yaml"] {
+        let yaml = std::fs::read_to_string(mixin.join(file)).unwrap();
+        for line in yaml
+            .lines()
+            .filter(|l| l.contains("mergetune_decisions_total{"))
+        {
+            let k = key(line).unwrap();
+            if ["restore", "favour_reads", "undo", "relax", "pin"].contains(&k[0].as_str()) {
+                continue;
+            }
+            assert!(
+                exported.contains(&k),
+                "{file}: {line}\nis no series the daemon exports; it exports:\n{text}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 5, "the mixin tests feed decision series");
+}
+
 fn family_lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
     let prefix = format!("{family}{{");
     text.lines().filter(|l| l.starts_with(&prefix)).collect()
