@@ -245,8 +245,26 @@ mergetune_config_reloads_total{result="success"} 1
 mergetune_cost_profile_info{origin="measured on this host",profile="live"} 1
 # HELP mergetune_decisions_total Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken.
 # TYPE mergetune_decisions_total counter
+mergetune_decisions_total{attr="front_merges",device="sda",from="0",kind="enable",to="1"} 0
+mergetune_decisions_total{attr="front_merges",device="sda",from="1",kind="step_down",to="0"} 0
 mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="disable",to="2"} 1
+mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="probe_failed",to="2"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="step_down",to="1"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="0",kind="trial",to="1"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="1",kind="disable",to="2"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="1",kind="enable",to="0"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="1",kind="trial_failed",to="0"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="enable",to="0"} 0
+mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="enable",to="1"} 0
 mergetune_decisions_total{attr="nomerges",device="sda",from="2",kind="probe",to="0"} 1
+mergetune_decisions_total{attr="nomerges+front_merges",device="sda",from="1+0",kind="enable",to="0+1"} 0
+mergetune_decisions_total{attr="nomerges+front_merges",device="sda",from="2+0",kind="enable",to="0+1"} 0
+mergetune_decisions_total{attr="nomerges+front_merges",device="sda",from="2+0",kind="probe",to="0+1"} 0
+mergetune_decisions_total{attr="none",device="sda",from="none",kind="not_worth_it",to="none"} 0
+mergetune_decisions_total{attr="none",device="sda",from="none",kind="probe_failed",to="none"} 0
+mergetune_decisions_total{attr="none",device="sda",from="none",kind="probe_inconclusive",to="none"} 0
+mergetune_decisions_total{attr="none",device="sda",from="none",kind="probe_succeeded",to="none"} 0
+mergetune_decisions_total{attr="none",device="sda",from="none",kind="trial_succeeded",to="none"} 0
 # HELP mergetune_device_bios_per_second Bios submitted per second (completed + merged, both directions) in the device's last closed decision window.
 # TYPE mergetune_device_bios_per_second gauge
 mergetune_device_bios_per_second{device="sda"} 2000
@@ -1187,6 +1205,111 @@ fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
 }
 
 /// The series of a labelled family, as lines of the exposition.
+/// node_exporter's practice: a counter the daemon can increment exists at 0 from the start,
+/// or `increase()` and `rate()` never see its first step (a series first seen at 1 has no
+/// earlier sample to increase from).
+#[test]
+fn a_managed_devices_decision_series_start_at_zero_and_the_first_step_reads_one() {
+    let cfg = fast_policy();
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    // Random reads merge nothing: the device steps down within a few windows.
+    fs.set_traffic("sda", (1000, 0, 0, 0));
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(cfg.clone());
+    let decisions = d.tick(0, &mut fs);
+    assert!(decisions.is_empty(), "{decisions:?}");
+    m.update(&d, &decisions, timing(0));
+    let before = String::from_utf8(m.render().to_vec()).unwrap();
+    let series = |text: &str| -> BTreeMap<String, String> {
+        family_lines(text, "mergetune_decisions_total")
+            .into_iter()
+            .map(|l| {
+                let (name, value) = l.rsplit_once(' ').unwrap();
+                (name.to_string(), value.to_string())
+            })
+            .collect()
+    };
+    let at_start = series(&before);
+    assert!(
+        !at_start.is_empty() && at_start.values().all(|v| v == "0"),
+        "a freshly managed device's decision series, all at 0:\n{before}"
+    );
+    let mut now = 0;
+    let first = loop {
+        now += cfg.daemon.interval_ms;
+        assert!(now < 600_000, "no decision in 10 minutes");
+        let decisions = d.tick(now, &mut fs);
+        m.update(&d, &decisions, timing(now));
+        if let Some(first) = decisions.into_iter().next() {
+            break first;
+        }
+    };
+    let after_text = String::from_utf8(m.render().to_vec()).unwrap();
+    let after = series(&after_text);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        at_start.keys().collect::<Vec<_>>(),
+        "the first decision ({first}) increments a series that was there at 0:\n{after_text}"
+    );
+    let moved: Vec<(&String, &String)> = after.iter().filter(|(_, v)| *v != "0").collect();
+    assert_eq!(moved.len(), 1, "{after_text}");
+    let (name, value) = moved[0];
+    assert_eq!(value, "1", "increase() over the two scrapes is 1");
+    assert!(
+        name.contains(&format!(r#"kind="{}""#, first.kind)),
+        "{name} is the series of {first}"
+    );
+}
+
+/// The label value of `key` in a series written as `{a="x",b="y"}`.
+fn label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
+    let start = series.find(&format!(r#"{key}=""#))? + key.len() + 2;
+    series[start..].split('"').next()
+}
+
+/// The mixin's promtool tests feed the rules the label sets the daemon exports: every
+/// ladder decision series there is one a freshly managed mq-deadline device already
+/// carries at 0 (restore and the slice tuner's kinds are not known ahead).
+#[test]
+fn the_mixin_tests_decision_series_are_ones_the_daemon_exports() {
+    let mut fs = MemFs::new(&[("sda", "0")]);
+    let m = Metrics::new();
+    let mut d = Daemon::simulated(fast_policy());
+    let decisions = d.tick(0, &mut fs);
+    m.update(&d, &decisions, timing(0));
+    let text = String::from_utf8(m.render().to_vec()).unwrap();
+    let key = |series: &str| -> Option<[String; 4]> {
+        Some(["kind", "attr", "from", "to"].map(|k| label(series, k).unwrap_or("").to_string()))
+    };
+    let exported: BTreeSet<[String; 4]> = family_lines(&text, "mergetune_decisions_total")
+        .into_iter()
+        .filter_map(key)
+        .collect();
+    let mixin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/mixin/tests");
+    let mut checked = 0;
+    for file in ["alerts_test.yaml", "rules_test.yaml"] {
+        let yaml = std::fs::read_to_string(mixin.join(file)).unwrap();
+        for line in yaml
+            .lines()
+            .filter(|l| l.contains("mergetune_decisions_total{"))
+        {
+            let k = key(line).unwrap();
+            if ["restore", "favour_reads", "undo", "relax", "pin"].contains(&k[0].as_str()) {
+                continue;
+            }
+            assert!(
+                exported.contains(&k),
+                "{file}: {line}\nis no series the daemon exports; it exports:\n{text}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the mixin tests feed decision series (the rules test does)"
+    );
+}
+
 fn family_lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
     let prefix = format!("{family}{{");
     text.lines().filter(|l| l.starts_with(&prefix)).collect()
@@ -1238,6 +1361,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
             next_probe_at_ms: None,
             worth: Some(worth),
             changes_last_hour: Some(3),
+            possible_decisions: Vec::new(),
         }],
         max_changes_per_hour: 60,
         ..Default::default()

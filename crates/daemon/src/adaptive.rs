@@ -480,6 +480,14 @@ impl Daemon {
                                 .try_into()
                                 .unwrap_or(u32::MAX)
                         }),
+                        possible_decisions: if managed {
+                            mergetune_logic::policy::possible::possible_decisions(
+                                d.caps,
+                                &self.cfg.policy,
+                            )
+                        } else {
+                            Vec::new()
+                        },
                     }
                 })
                 .collect(),

@@ -93,6 +93,9 @@ pub struct DeviceSnapshot {
     /// Level changes in the last hour, counted toward `[policy] max_changes_per_hour`
     /// (managed devices). At the cap, steps down are refused (steps up never are).
     pub changes_last_hour: Option<u32>,
+    /// The decisions the ladder can take on the device (managed devices; empty otherwise):
+    /// the exporter starts their counters at zero.
+    pub possible_decisions: Vec<mergetune_logic::policy::possible::PossibleDecision>,
 }
 
 /// Timing of one tick, measured at the edge (the live loop, `service`, or the simulator's CLI).

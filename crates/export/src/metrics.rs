@@ -25,12 +25,13 @@ use bytes::Bytes;
 use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};
 use mergetune_logic::decision::{Decision, DecisionKind};
+use mergetune_logic::policy::possible::PossibleDecision;
 use prometheus::core::Collector;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use mergetune_daemon::snapshot::TickTiming;
@@ -41,7 +42,7 @@ mod labels;
 use labels::{
     BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, Family, LabelSet, ManagementLabels,
     PRICING_BASES, PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels,
-    SavingLabels, attr_label, dl, value_label,
+    SavingLabels, decision_labels, dl,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -283,6 +284,9 @@ struct Inner {
     profile: Option<ProfileLabels>,
     /// Devices with a probe started and no outcome counted yet.
     open_probes: BTreeSet<String>,
+    /// Per device, the possible decisions whose series were last started at 0: they are
+    /// created again only when the list changes (a reload, new rungs).
+    zeroed: BTreeMap<String, Vec<PossibleDecision>>,
     /// The `/metrics` body of the last refresh; `None` until first asked for, and from then
     /// on re-encoded by every refresh.
     text: Option<Bytes>,
@@ -364,6 +368,7 @@ impl Metrics {
                 max_lag_seconds: 0.0,
                 profile: None,
                 open_probes: BTreeSet::new(),
+                zeroed: BTreeMap::new(),
                 text: None,
                 encodings: 0,
                 status_json: None,
@@ -399,6 +404,7 @@ impl Metrics {
         for dev in &daemon.devices {
             present.insert(dev.name.clone());
             self.export_device(dev, daemon.max_changes_per_hour);
+            self.zero_decisions(dev, &mut inner.zeroed);
         }
         let gone: Vec<String> = inner.exported.difference(&present).cloned().collect();
         for name in gone {
@@ -489,6 +495,7 @@ impl Metrics {
         } else {
             f.level.remove(&labels);
         }
+
         let w = dev.last_window.as_ref();
         for (direction, bios, ratio) in [
             (
@@ -526,6 +533,28 @@ impl Metrics {
         }
     }
 
+    /// Every decision the ladder can take on the device, at 0 until taken: a series first
+    /// seen at 1 is a step `increase()` and `rate()` never see. Decision series are history
+    /// and stay, so a list already started is not walked again.
+    fn zero_decisions(
+        &self,
+        dev: &DeviceSnapshot,
+        zeroed: &mut BTreeMap<String, Vec<PossibleDecision>>,
+    ) {
+        if dev.possible_decisions.is_empty()
+            || zeroed.get(&dev.name) == Some(&dev.possible_decisions)
+        {
+            return;
+        }
+        for d in &dev.possible_decisions {
+            self.f
+                .decisions
+                .get_or_create(&decision_labels(&dev.name, d.kind, &d.changes))
+                .get();
+        }
+        zeroed.insert(dev.name.clone(), dev.possible_decisions.clone());
+    }
+
     /// Each decision under its kind, tunable and values, and each probe under its outcome:
     /// every probe started ends in exactly one. A probe that finds merges worth a trial of
     /// L2 goes on as that trial (decision `trial`, not `probe_succeeded`): it succeeded, and
@@ -535,13 +564,7 @@ impl Metrics {
         for d in decisions {
             let device = d.device.clone();
             f.decisions
-                .get_or_create(&DecisionLabels {
-                    device: device.clone(),
-                    kind: d.kind.as_str().to_string(),
-                    attr: attr_label(&d.changes),
-                    from: value_label(&d.changes, |c| &c.from),
-                    to: value_label(&d.changes, |c| &c.to),
-                })
+                .get_or_create(&decision_labels(&device, d.kind, &d.changes))
                 .inc();
             if d.kind.moves_the_ladder() && !d.changes.is_empty() {
                 f.level_changes.get_or_create(&dl(&device)).inc();

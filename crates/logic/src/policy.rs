@@ -29,6 +29,7 @@ macro_rules! then {
 
 mod merging;
 mod off;
+pub mod possible;
 mod probing;
 pub mod reason;
 pub mod signature;

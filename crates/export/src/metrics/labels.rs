@@ -4,7 +4,7 @@
 //! Each label set is a struct, so a family cannot be given the wrong labels: [`Family`]
 //! takes only its own set, and the set gives the registry its names and values in one order.
 
-use mergetune_logic::decision::Change;
+use mergetune_logic::decision::{Change, DecisionKind};
 use prometheus::core::{MetricVec, MetricVecBuilder};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -202,6 +202,21 @@ pub(super) fn attr_label(changes: &[Change]) -> String {
         .map(|c| c.tunable.file_name())
         .collect::<Vec<_>>()
         .join("+")
+}
+
+/// The series of one decision: its device, kind, and the tunables and values it wrote.
+pub(super) fn decision_labels(
+    device: &str,
+    kind: DecisionKind,
+    changes: &[Change],
+) -> DecisionLabels {
+    DecisionLabels {
+        device: device.to_string(),
+        kind: kind.as_str().to_string(),
+        attr: attr_label(changes),
+        from: value_label(changes, |c| &c.from),
+        to: value_label(changes, |c| &c.to),
+    }
 }
 
 pub(super) fn dl(device: &str) -> DeviceLabels {
