@@ -35,6 +35,23 @@ pub enum LayoutError {
     NoId { file: String },
 }
 
+impl LayoutError {
+    /// What is wrong, without the file: for an error that names the file already (the bio
+    /// tap's, whose every variant carries its path), so that it is said once.
+    pub fn without_file(&self) -> String {
+        match self {
+            LayoutError::MissingField { field, .. } => format!("no field {field:?}"),
+            LayoutError::FieldSize {
+                field,
+                size,
+                expected,
+                ..
+            } => format!("field {field:?} has size {size}, expected {expected}"),
+            LayoutError::NoId { .. } => "no event ID".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Field {
     offset: usize,

@@ -186,9 +186,10 @@ fn read_text(path: &Path) -> Result<String, TapError> {
 
 impl Reader {
     pub(super) fn raw(dir: &Path) -> Result<Reader, TapError> {
+        // The layout error names the file too: said once, by the tap's error.
         let layout_err = |path: &Path, e: crate::rawtrace::LayoutError| TapError::Io {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message: e.without_file(),
         };
         let hp = dir.join("events/header_page");
         let page = PageLayout::parse(&read_text(&hp)?, &hp.display().to_string())
@@ -303,6 +304,21 @@ fn take_line(
 mod tests {
     use super::*;
     use crate::trace::Dir;
+
+    #[test]
+    fn a_bad_layout_file_is_named_once() {
+        // Issue 36.12: "PATH: PATH: no field ..." (the layout error named it too).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("events")).unwrap();
+        let hp = dir.path().join("events/header_page");
+        std::fs::write(&hp, "nothing of a page header\n").unwrap();
+        let Err(e) = Reader::raw(dir.path()) else {
+            panic!("a header_page with no fields was taken")
+        };
+        let text = e.to_string();
+        assert_eq!(text.matches(&hp.display().to_string()).count(), 1, "{text}");
+        assert!(text.contains("no field"), "{text}");
+    }
 
     #[test]
     fn lines_become_bios_lost_events_are_counted_and_max_is_kept() {
