@@ -11,7 +11,7 @@
 use crate::kernel;
 
 use kernel::LoopDevice;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KILLS: u64 = 50;
@@ -28,45 +28,8 @@ fn fifty_sigkills_lose_no_original() {
     dev.set_queue_attr("iosched/front_merges", "1");
     dev.warm_up();
     let tmp = tempfile::tempdir().unwrap();
-    let state_dir = tmp.path().join("state");
-    let config = tmp.path().join("mergetune.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"# Written by tests/real_kernel/real_kernel_sigkill.rs.
-[daemon]
-interval_ms = 50
-state_dir = "{state}"
-[devices]
-include = ["{name}"]
-[policy]
-cost_profile = "lkml-2008"
-window_ticks = 1
-min_window_bios = 50
-step_down_after_windows = 1
-disable_after_windows = 1
-min_dwell_secs = 0
-probe_initial_backoff_secs = 1
-probe_max_backoff_secs = 2
-l3_watch_interval_ms = 0
-[metrics]
-listen = ""
-"#,
-            state = state_dir.display(),
-            name = dev.name()
-        ),
-    )
-    .unwrap();
-    let mut args = kernel::job_rand(&dev, "randwrite", "32M");
-    args.retain(|a| !a.starts_with("--io_size="));
-    args.extend(["--time_based".to_string(), "--runtime=600".to_string()]);
-    let mut fio = Command::new("fio")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start fio");
+    let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (1, 2));
+    let fio = random_writes(&dev, 600);
     let bin = env!("CARGO_BIN_EXE_mergetune");
     let mut ours_at_kill = 0;
     let mut levels_seen = std::collections::BTreeSet::new();
@@ -125,18 +88,7 @@ listen = ""
             break;
         }
     }
-    // SIGINT, which fio passes on to the job process it forked: a SIGKILL of the parent
-    // alone left that job writing to the loop device for the rest of its 600 s.
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_child(&fio),
-        rustix::process::Signal::INT,
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && matches!(fio.try_wait(), Ok(None)) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = fio.kill();
-    let _ = fio.wait();
+    stop_fio(fio);
     if let Some(f) = failure {
         panic!("{f}");
     }
@@ -167,45 +119,9 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
     dev.set_nomerges(0);
     dev.warm_up();
     let tmp = tempfile::tempdir().unwrap();
-    let state_dir = tmp.path().join("state");
-    let config = tmp.path().join("mergetune.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"# Written by tests/real_kernel/real_kernel_sigkill.rs.
-[daemon]
-interval_ms = 50
-state_dir = "{state}"
-[devices]
-include = ["{name}"]
-[policy]
-cost_profile = "lkml-2008"
-window_ticks = 1
-min_window_bios = 50
-step_down_after_windows = 1
-disable_after_windows = 1
-min_dwell_secs = 0
-probe_initial_backoff_secs = 600
-probe_max_backoff_secs = 600
-l3_watch_interval_ms = 0
-[metrics]
-listen = ""
-"#,
-            state = state_dir.display(),
-            name = dev.name()
-        ),
-    )
-    .unwrap();
-    let mut args = kernel::job_rand(&dev, "randwrite", "32M");
-    args.retain(|a| !a.starts_with("--io_size="));
-    args.extend(["--time_based".to_string(), "--runtime=30".to_string()]);
-    let mut fio = Command::new("fio")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start fio");
+    // No probe within the test: the kill finds the device at L3.
+    let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
+    let fio = random_writes(&dev, 30);
     let bin = env!("CARGO_BIN_EXE_mergetune");
     let mut d = Command::new(bin)
         .args(["run", "-q", "--config"])
@@ -221,11 +137,7 @@ listen = ""
     }
     let _ = d.kill();
     let _ = d.wait();
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_child(&fio),
-        rustix::process::Signal::INT,
-    );
-    let _ = fio.wait();
+    stop_fio(fio);
     let ours = dev.nomerges();
     assert_ne!(ours, 0, "the daemon never stepped down: nothing to test");
     let state = std::fs::read_to_string(state_dir.join("state.json")).unwrap();
@@ -265,4 +177,75 @@ listen = ""
         dev.name(),
         said.trim()
     );
+}
+
+/// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
+/// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
+/// (min, max). Returns the state directory and the config file.
+fn fast_ladder_config(
+    dir: &std::path::Path,
+    dev: &LoopDevice,
+    probe_backoff_secs: (u64, u64),
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let state_dir = dir.join("state");
+    let config = dir.join("mergetune.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"# Written by tests/real_kernel/real_kernel_sigkill.rs.
+[daemon]
+interval_ms = 50
+state_dir = "{state}"
+[devices]
+include = ["{name}"]
+[policy]
+cost_profile = "lkml-2008"
+window_ticks = 1
+min_window_bios = 50
+step_down_after_windows = 1
+disable_after_windows = 1
+min_dwell_secs = 0
+probe_initial_backoff_secs = {min}
+probe_max_backoff_secs = {max}
+l3_watch_interval_ms = 0
+[metrics]
+listen = ""
+"#,
+            state = state_dir.display(),
+            name = dev.name(),
+            min = probe_backoff_secs.0,
+            max = probe_backoff_secs.1,
+        ),
+    )
+    .unwrap();
+    (state_dir, config)
+}
+
+/// Random 4 KiB writes on `dev` for `runtime_s`, in the background.
+fn random_writes(dev: &LoopDevice, runtime_s: u64) -> Child {
+    let mut args = kernel::job_rand(dev, "randwrite", "32M");
+    args.retain(|a| !a.starts_with("--io_size="));
+    args.extend(["--time_based".to_string(), format!("--runtime={runtime_s}")]);
+    Command::new("fio")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start fio")
+}
+
+/// Stops fio with SIGINT, which it passes on to the job process it forked (a SIGKILL of
+/// the parent alone left that job writing to the loop device), then makes sure.
+fn stop_fio(mut fio: Child) {
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_child(&fio),
+        rustix::process::Signal::INT,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && matches!(fio.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = fio.kill();
+    let _ = fio.wait();
 }

@@ -218,15 +218,16 @@ pub fn parse_state(text: &str, path: &Path) -> Result<Loaded, StateError> {
     Ok(out)
 }
 
-/// A JSON value as it may be quoted in an error: short, and a string's control characters
-/// escaped (the file is outside input).
+/// A JSON value as it may be quoted in an error: short, and whatever would drive a terminal
+/// or hide escaped (the file is outside input).
 fn printable_json(v: &serde_json::Value) -> String {
     let text = v.to_string();
-    if text.chars().count() > 40 {
+    let short = if text.chars().count() > 40 {
         format!("{}...", text.chars().take(40).collect::<String>())
     } else {
         text
-    }
+    };
+    mergetune_logic::printable::printable(&short).into_owned()
 }
 
 /// One device's records, each kept or refused with why: a device name that is not plain,

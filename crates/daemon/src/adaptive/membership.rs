@@ -72,7 +72,7 @@ impl Daemon {
                 // A disk holding mergetune's values is checked at every rescan: a value of
                 // its that another disk under the name happens to hold must not be taken
                 // for mergetune's.
-                self.check_same_disk(fs, &name);
+                self.forget_if_another_disk(fs, &name);
             }
             let Some(info) = self.read_info(fs, &name) else {
                 continue;
@@ -88,20 +88,18 @@ impl Daemon {
         self.refresh_unmanaged = false;
     }
 
-    /// Whether `name` is still the disk it was; if another disk has taken the name, the old
-    /// one is forgotten as gone (its values went with it) and false is returned: the new
-    /// one is found afresh.
-    fn check_same_disk(&mut self, fs: &mut dyn BlockFs, name: &str) -> bool {
+    /// If another disk has taken `name`, the old one is forgotten as gone (its values went
+    /// with it), so that the rescan finds the new one afresh.
+    fn forget_if_another_disk(&mut self, fs: &mut dyn BlockFs, name: &str) {
         let known = self.devices.get(name).and_then(|d| d.identity.as_ref());
         let Some((was, now)) = another_disk(&self.actuator, known, fs, name) else {
-            return true;
+            return;
         };
         info!(device = %name, "{name}: another disk has the name now ({now}; was {was}): a new device, found afresh; mergetune's records of the old one are dropped (its values went with it)");
         let _ = fs.tap_close(name);
         self.devices.remove(name);
         self.actuator.device_replaced(name);
         self.attr_read_errors.remove(name);
-        false
     }
 
     /// Devices no longer listed: their taps closed, their runtime dropped, their records

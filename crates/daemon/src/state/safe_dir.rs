@@ -75,6 +75,20 @@ pub fn trust(st: &Stat, euid: u32) -> Result<(), Unsafe> {
     Ok(())
 }
 
+/// A regular file, or what else it is.
+fn regular(st: &Stat) -> Result<(), Unsafe> {
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => return Ok(()),
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Directory => "a directory",
+        _ => "a special file",
+    };
+    Err(Unsafe::NotRegular { kind })
+}
+
 fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
@@ -126,46 +140,39 @@ impl SafeDir {
         self.path.join(name)
     }
 
+    /// Opens the existing file `name` with `access` (RDONLY or WRONLY), never through a
+    /// link and never blocking on a FIFO; None when there is no such file.
+    fn open_existing(&self, name: &str, access: OFlags) -> Result<Option<OwnedFd>, DirError> {
+        match rustix::fs::openat(
+            &self.fd,
+            name,
+            access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::LOOP) => Err(DirError::Unsafe {
+                path: self.child(name),
+                why: Unsafe::Symlink,
+            }),
+            Err(e) => Err(io(&self.child(name), e)),
+        }
+    }
+
     /// Reads `name` whole (at most `max_bytes`), or None when it does not exist. A link, a
     /// non-regular file, or one another user could have written is refused.
     pub fn read(&self, name: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, DirError> {
         let path = self.child(name);
-        let fd = match rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(Errno::LOOP) => {
-                return Err(DirError::Unsafe {
-                    path,
-                    why: Unsafe::Symlink,
-                });
-            }
-            Err(e) => return Err(io(&path, e)),
+        let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
+            return Ok(None);
         };
         let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        let kind = match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => None,
-            FileType::Fifo => Some("a FIFO"),
-            FileType::Socket => Some("a socket"),
-            FileType::CharacterDevice => Some("a character device"),
-            FileType::BlockDevice => Some("a block device"),
-            FileType::Directory => Some("a directory"),
-            _ => Some("a special file"),
-        };
-        if let Some(kind) = kind {
-            return Err(DirError::Unsafe {
-                path,
-                why: Unsafe::NotRegular { kind },
-            });
-        }
-        trust(&st, euid()).map_err(|why| DirError::Unsafe {
-            path: path.clone(),
-            why,
-        })?;
+        regular(&st)
+            .and_then(|()| trust(&st, euid()))
+            .map_err(|why| DirError::Unsafe {
+                path: path.clone(),
+                why,
+            })?;
         let mut bytes = Vec::new();
         std::fs::File::from(fd)
             .take(max_bytes.saturating_add(1))
@@ -223,22 +230,14 @@ impl SafeDir {
     /// still lets an existing file be rewritten.
     pub fn rewrite_in_place(&self, name: &str, bytes: &[u8]) -> Result<(), DirError> {
         let path = self.child(name);
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io(&path, e))?;
+        let fd = self
+            .open_existing(name, OFlags::WRONLY)?
+            .ok_or_else(|| io(&path, Errno::NOENT))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(DirError::Unsafe {
-                path,
-                why: Unsafe::NotRegular {
-                    kind: "a special file",
-                },
-            });
-        }
+        regular(&st).map_err(|why| DirError::Unsafe {
+            path: path.clone(),
+            why,
+        })?;
         rustix::fs::ftruncate(&fd, 0).map_err(|e| io(&path, e))?;
         let mut f = std::fs::File::from(fd);
         f.write_all(bytes)
@@ -289,15 +288,8 @@ impl SafeDir {
     /// is no lock file), else the pid it names (when readable).
     pub fn lock_holder(&self, name: &str) -> Result<Option<Option<u32>>, DirError> {
         let path = self.child(name);
-        let fd = match rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(io(&path, e)),
+        let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
+            return Ok(None);
         };
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
             Ok(()) => Ok(None),
