@@ -12,7 +12,6 @@ pub mod calibrate;
 pub mod check_config;
 pub mod common;
 pub mod generate;
-pub mod once;
 pub mod replay;
 pub mod restore;
 pub mod run;

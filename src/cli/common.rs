@@ -2,10 +2,6 @@
 //! The codes are part of the interface (scripts and `systemctl`-style checks read them), so
 //! they are named once here and printed in `--help` and the man page from [`EXIT_STATUS_HELP`].
 
-use anyhow::Result;
-use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
-use std::path::{Path, PathBuf};
-
 /// Success.
 pub const EXIT_OK: i32 = 0;
 /// An error: a bad config, a failed restore, an unreadable file.
@@ -23,28 +19,9 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:
   2  usage error (unknown option, bad argument)
   3  status: the daemon is not running (nothing answers at its address)";
 
-pub fn unix_now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// The config and where it came from (None: built-in defaults, no file at
-/// [`DEFAULT_CONFIG_PATH`]).
-pub fn load_config(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
-    match path {
-        Some(p) => Ok((config::load_file(p)?, Some(p.to_path_buf()))),
-        None => {
-            let p = Path::new(DEFAULT_CONFIG_PATH);
-            if p.exists() {
-                Ok((config::load_file(p)?, Some(p.to_path_buf())))
-            } else {
-                Ok((Config::default(), None))
-            }
-        }
-    }
-}
+/// The wall clock and the config lookup are the daemon entry's, shared with the other
+/// commands.
+pub use mergetune_export::entry::{load_config, unix_now_secs};
 
 /// A controller whose log lines carry the virtual time of the tick they come from
 /// (`[sim 12.5s]`, `[replay 12.5s]`), not the wall clock: a simulated or replayed decision

@@ -25,10 +25,10 @@
 //! every stop: that is a success.
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
-use crate::cli::run::runtime_dir;
 use mergetune_daemon::state::{
     FileStore, RestoreReport, StateError, StatePointer, StateStore as _, restore_from_store,
 };
+use mergetune_export::entry::runtime_dir;
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::DEFAULT_STATE_DIR;
 use rustix::process::{Pid, test_kill_process};

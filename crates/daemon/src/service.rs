@@ -329,7 +329,7 @@ impl TickLoop {
                     info!("SIGHUP: {tuners_now}");
                 }
                 if pricing_changed {
-                    // The same line as at start (src/cli/run.rs), for what prices now.
+                    // The same line as at start (mergetune_export::entry), for what prices now.
                     use mergetune_kernel::blockfs::BlockFs as _;
                     let cfg = self.daemon.config();
                     info!(

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod endpoint;
+pub mod entry;
 pub mod http;
 pub mod live;
 pub mod logging;

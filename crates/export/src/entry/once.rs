@@ -8,7 +8,7 @@
 //! why in the table's last column (idle, merging pays, between the thresholds, ...).
 //! Going on past the first decision would show steps a dry run cannot reach faithfully on a
 //! first look (each step changes what the counters show), so the look ends there. A look
-//! writes nothing, with or without `--dry-run` (src/cli/run.rs).
+//! writes nothing, with or without `--dry-run` ([`super`]).
 
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::snapshot::TickTiming;
@@ -116,7 +116,7 @@ impl Once {
     /// Prints the device table and the decisions (or one JSON document).
     pub fn print(mut self, daemon: &Daemon, now_ms: u64, json: bool) -> anyhow::Result<()> {
         self.before_tick();
-        let status = mergetune_export::status::StatusSnapshot::of(
+        let status = crate::status::StatusSnapshot::of(
             &daemon.snapshot(),
             TickTiming {
                 now_ms,
@@ -129,7 +129,7 @@ impl Once {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&serde_json::json!({
-                    // A look never writes (src/cli/run.rs).
+                    // A look never writes (the entry's `//!`).
                     "dry_run": true,
                     "ticks": self.ticks,
                     "span_ms": self.sampled_ms(),
@@ -139,7 +139,7 @@ impl Once {
             );
             return Ok(());
         }
-        print!("{}", mergetune_export::table::render(&status.devices));
+        print!("{}", crate::table::render(&status.devices));
         println!("{}", self.summary(&status.devices));
         for d in &self.decisions {
             println!("  {d}");
@@ -148,7 +148,7 @@ impl Once {
     }
 
     /// The line under the table: how long it looked, and what it did or would do.
-    fn summary(&self, devices: &[mergetune_export::status::DeviceStatus]) -> String {
+    fn summary(&self, devices: &[crate::status::DeviceStatus]) -> String {
         let managed = devices.iter().filter(|d| d.management.is_managed()).count();
         let looked = format!(
             "sampled {} ({} of {})",
