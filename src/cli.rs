@@ -6,31 +6,38 @@
 //! to the journal or is JSON lines, as one error event of that log (stderr is the journal
 //! then, or a stream a log shipper parses, where a second, plain line would be noise).
 
-pub mod advise;
 pub mod args;
-pub mod calibrate;
 pub mod check_config;
 pub mod common;
 pub mod generate;
+pub mod moved;
 pub mod replay;
 pub mod restore;
 pub mod run;
 pub mod simulate;
 pub mod status;
-pub mod trace;
 
 use crate::cli::args::Command;
 use crate::cli::common::EXIT_ERROR;
 use mergetune_export::logging::{LogFormat, LogTarget};
 
 /// Parses the command line, sets up logging, runs the subcommand: the process exit code.
+/// A lab command (`advise`, `calibrate`, `trace`, `simulate --compare`, `--plot`) is
+/// refused with the `mergetune-lab` command that runs it ([`moved`]).
 pub fn main() -> i32 {
-    let cli = crate::cli::args::parse();
+    let given = moved::given();
+    if let Some(m) = moved::lab_command_called(&given) {
+        return moved::refuse(&m);
+    }
+    let cli: crate::cli::args::Cli = crate::cli::args::parse_not_suggesting(&[]);
+    if let Some(m) = moved::lab_flag_given(&cli.command, &given) {
+        return moved::refuse(&m);
+    }
     let target = mergetune_export::logging::init(cli.verbose, cli.quiet, cli.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            report_fatal(&e, target, cli.log_format);
+            report_fatal("mergetune", &e, target, cli.log_format);
             EXIT_ERROR
         }
     }
@@ -42,22 +49,22 @@ fn dispatch(cmd: Command) -> anyhow::Result<i32> {
         Command::Status(a) => status::run(a),
         Command::Restore(a) => restore::run(a),
         Command::CheckConfig(a) => check_config::run(a),
-        Command::Simulate(a) => simulate::run(a).map(|()| common::EXIT_OK),
-        Command::Replay(a) => replay::run(a),
-        Command::Advise(a) => advise::run(a),
-        Command::Calibrate(a) => calibrate::run(a),
-        Command::Trace { command } => trace::run(command),
-        Command::Generate(a) => generate::run(a),
+        Command::Simulate(a) => simulate::run_watched(&a.run, None).map(|()| common::EXIT_OK),
+        Command::Replay(a) => replay::run_watched(a.run, None),
+        Command::Generate(a) => {
+            use clap::CommandFactory;
+            generate::run(crate::cli::args::Cli::command(), a)
+        }
     }
 }
 
-/// Says a fatal error once, where the operator reads the log.
-fn report_fatal(e: &anyhow::Error, target: LogTarget, format: LogFormat) {
+/// Says a fatal error of `program` once, where the operator reads the log.
+pub fn report_fatal(program: &str, e: &anyhow::Error, target: LogTarget, format: LogFormat) {
     if target == LogTarget::Journal || format == LogFormat::Json {
         tracing::error!("{e:#}");
     } else {
         eprintln!(
-            "mergetune: error: {}",
+            "{program}: error: {}",
             mergetune_logic::printable::printable_lines(&format!("{e:#}"))
         );
     }

@@ -3,10 +3,10 @@
 //! shell completions (`mergetune generate`) are generated from this one definition.
 
 use crate::cli::common::EXIT_STATUS_HELP;
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use std::path::PathBuf;
 
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(
     name = "mergetune",
     version,
@@ -51,21 +51,10 @@ pub enum Command {
     /// Validate a config file: exit 0 with a summary, or 1 naming every bad key and the reason.
     CheckConfig(crate::cli::check_config::CheckConfigArgs),
     /// Run the daemon's policy against an in-process simulated block stack in virtual time.
-    Simulate(crate::cli::simulate::SimulateArgs),
+    Simulate(crate::cli::simulate::SimulateCmd),
     /// Run the policy over a recording (`run --record FILE`) and print the decisions it
     /// would make, with reasons: what-if tuning on production data, offline.
-    Replay(crate::cli::replay::ReplayArgs),
-    /// Read a captured block trace and suggest the merge level, scheduler and slice
-    /// settings, each with its evidence (`--what-if`: their modelled effect).
-    Advise(mergetune_lab::advise::AdviseArgs),
-    /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
-    /// write costs in latency, on a scratch loop device; write a cost profile.
-    Calibrate(mergetune_lab::calibrate::CalibrateArgs),
-    /// Capture block traces for `advise`.
-    Trace {
-        #[command(subcommand)]
-        command: mergetune_lab::capture::TraceCommand,
-    },
+    Replay(crate::cli::replay::ReplayCmd),
     /// Write the man pages or the shell completions (for packaging: `make install` runs it).
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -100,27 +89,23 @@ pub enum What {
     },
 }
 
-/// Subcommands never offered as "a similar subcommand exists" for a typo: `calibrate` needs
-/// root and runs for about 25 minutes on a scratch loop device, not what a mistyped word
-/// should lead to.
-const NOT_SUGGESTED: &[&str] = &["calibrate"];
-
-/// [`Cli::parse`], without suggesting a `NOT_SUGGESTED` subcommand for an unknown one.
-pub fn parse() -> Cli {
+/// The command line of `C` parsed, without suggesting one of `not_suggested` for an
+/// unknown subcommand (`mergetune-lab`'s `calibrate` needs root and runs for about 25
+/// minutes on a scratch loop device, not what a mistyped word should lead to).
+pub fn parse_not_suggesting<C: clap::Parser>(not_suggested: &[&str]) -> C {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
-    use clap::{CommandFactory, Parser};
-    match Cli::try_parse() {
+    match C::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let suggests_unwanted = e.kind() == ErrorKind::InvalidSubcommand
                 && matches!(
                     e.get(ContextKind::SuggestedSubcommand),
-                    Some(ContextValue::Strings(s)) if s.iter().any(|s| NOT_SUGGESTED.contains(&s.as_str()))
+                    Some(ContextValue::Strings(s)) if s.iter().any(|s| not_suggested.contains(&s.as_str()))
                 );
             if !suggests_unwanted {
                 e.exit();
             }
-            let mut cmd = Cli::command();
+            let mut cmd = C::command();
             let mut plain = clap::Error::new(ErrorKind::InvalidSubcommand).with_cmd(&cmd);
             if let Some(v) = e.get(ContextKind::InvalidSubcommand) {
                 plain.insert(ContextKind::InvalidSubcommand, v.clone());

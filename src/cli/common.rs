@@ -59,3 +59,17 @@ impl mergetune_daemon::controller::Controller for VirtualClocked<'_> {
         self.inner.snapshot()
     }
 }
+
+/// What the lab puts around a simulate or replay run to draw it (`mergetune-lab simulate
+/// --plot`, `replay --plot`): `mergetune` itself draws nothing and links no plotting code,
+/// so its runs take this hook instead. `R` is what the run produced (a simulation's report).
+pub trait Watch<R> {
+    /// Runs `drive` over `inner`, or over a wrapper of it that watches every tick.
+    fn around(
+        &mut self,
+        inner: &mut dyn mergetune_daemon::controller::Controller,
+        drive: &mut dyn FnMut(&mut dyn mergetune_daemon::controller::Controller),
+    );
+    /// After the run, before anything is printed: an error ends the command.
+    fn finish(&mut self, outcome: &R) -> anyhow::Result<()>;
+}

@@ -1,31 +1,35 @@
-//! `mergetune generate man|completions DIR` (hidden): the man pages and the shell
-//! completions, generated from the clap definition ([`crate::cli::args::Cli`]) so they
-//! cannot drift from `--help`. `make install` and `packaging/build-deb` run it.
+//! `mergetune generate man|completions DIR` and `mergetune-lab generate ...` (hidden): the
+//! man pages and the shell completions of a binary, generated from its clap definition
+//! ([`crate::cli::args::Cli`], the lab's own) so they cannot drift from `--help`. `make
+//! install` and `packaging/build-deb` run it for both binaries.
 //!
-//! - `man DIR`: `mergetune.1` and one `mergetune-COMMAND.1` per visible subcommand, each
+//! - `man DIR`: `BINARY.1` and one `BINARY-COMMAND.1` per visible subcommand, each
 //!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know.
 //!   FILES and SEE ALSO name the docs where `make install` put them (`--doc-dir`, its DOCDIR).
-//! - `completions DIR`: `mergetune.bash`, `_mergetune` (zsh) and `mergetune.fish`, of the
+//! - `completions DIR`: `BINARY.bash`, `_BINARY` (zsh) and `BINARY.fish`, of the
 //!   visible command line only: clap_complete offers hidden subcommands and flags, so they
 //!   are taken out of the definition first.
 
-use crate::cli::args::{Cli, GenerateArgs, What};
+use crate::cli::args::{GenerateArgs, What};
 use crate::cli::common::{EXIT_OK, EXIT_STATUS_HELP};
 use anyhow::Context as _;
-use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
-/// Writes the man pages into `dir`, naming the docs under `doc_dir`; returns the files
-/// written.
-pub fn man_pages(dir: &Path, doc_dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// Writes the man pages of the binary `cmd` defines into `dir`, naming the docs under
+/// `doc_dir`; returns the files written.
+pub fn man_pages(
+    mut cmd: clap::Command,
+    dir: &Path,
+    doc_dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut cmd = Cli::command();
     cmd.build();
     let version = cmd.get_version().unwrap_or_default().to_string();
-    let mut out = vec![write_page(dir, doc_dir, "mergetune", cmd.clone())?];
+    let binary = cmd.get_name().to_string();
+    let mut out = vec![write_page(dir, doc_dir, &binary, cmd.clone())?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        // `mergetune-COMMAND` is how man(1) finds a subcommand's page.
-        let name = format!("mergetune-{}", sub.get_name());
+        // `BINARY-COMMAND` is how man(1) finds a subcommand's page.
+        let name = format!("{binary}-{}", sub.get_name());
         let sub = sub.clone().name(name.clone()).version(version.clone());
         out.push(write_page(dir, doc_dir, &name, sub)?);
     }
@@ -86,6 +90,10 @@ fn extra_sections(name: &str, doc_dir: &Path) -> String {
     if name != "mergetune" {
         see.insert(0, "mergetune(1)");
     }
+    // The two binaries name each other; a lab command's page names its binary's.
+    if name == "mergetune" || name.starts_with("mergetune-lab-") {
+        see.insert(usize::from(name != "mergetune"), "mergetune-lab(1)");
+    }
     s.push_str(
         &see.iter()
             .map(|p| {
@@ -109,14 +117,16 @@ fn roff_escape(t: &str) -> String {
     }
 }
 
-/// Writes the bash, zsh and fish completions into `dir`; returns the files written.
-pub fn completions(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// Writes the bash, zsh and fish completions of the binary `cmd` defines into `dir`;
+/// returns the files written.
+pub fn completions(cmd: &clap::Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     use clap_complete::Shell;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut cmd = visible(&Cli::command());
+    let mut cmd = visible(cmd);
+    let binary = cmd.get_name().to_string();
     let mut out = Vec::new();
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let p = clap_complete::generate_to(shell, &mut cmd, "mergetune", dir)
+        let p = clap_complete::generate_to(shell, &mut cmd, &binary, dir)
             .with_context(|| format!("writing the {shell} completions into {}", dir.display()))?;
         out.push(p);
     }
@@ -154,10 +164,11 @@ fn visible(cmd: &clap::Command) -> clap::Command {
     fresh
 }
 
-pub fn run(args: GenerateArgs) -> anyhow::Result<i32> {
+/// `generate` of the binary `cmd` defines.
+pub fn run(cmd: clap::Command, args: GenerateArgs) -> anyhow::Result<i32> {
     let files = match &args.what {
-        What::Man { dir, doc_dir } => man_pages(dir, doc_dir)?,
-        What::Completions { dir } => completions(dir)?,
+        What::Man { dir, doc_dir } => man_pages(cmd, dir, doc_dir)?,
+        What::Completions { dir } => completions(&cmd, dir)?,
     };
     for f in files {
         println!("{}", f.display());

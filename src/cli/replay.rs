@@ -7,7 +7,7 @@
 //! a recording gives the recorded decisions; `-c` replays with another config instead (a
 //! what-if). The first line says which config it is.
 
-use crate::cli::common::EXIT_OK;
+use crate::cli::common::{EXIT_OK, Watch};
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::snapshot::TickTiming;
 use mergetune_logic::config::{self, Config};
@@ -25,8 +25,16 @@ pub struct ReplayArgs {
     /// Print the decisions and the devices as one JSON document.
     #[arg(long)]
     pub json: bool,
-    /// Draw merge ratios, ladder level, bios/s and latency per device over time (SVG).
-    #[arg(long, value_name = "FILE.svg")]
+}
+
+/// `mergetune replay`: its arguments, and `--plot` (hidden), which moved to
+/// `mergetune-lab replay --plot` ([`crate::cli::moved`]).
+#[derive(Debug, clap::Args)]
+pub struct ReplayCmd {
+    #[command(flatten)]
+    pub run: ReplayArgs,
+    /// Moved: `mergetune-lab replay --plot`.
+    #[arg(long, hide = true, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
 }
 
@@ -66,7 +74,37 @@ fn replay_config(
     }
 }
 
-pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
+/// The recording's ticks through `daemon` (with `watch` around it), at the recording's
+/// time in the log: the decisions.
+fn replay_ticks(
+    daemon: &mut Daemon,
+    ticks: Vec<mergetune_daemon::record::TickRecord>,
+    watch: Option<&mut dyn Watch<()>>,
+) -> anyhow::Result<Vec<mergetune_logic::decision::Decision>> {
+    let mut ticks = Some(ticks);
+    let mut decisions = Vec::new();
+    let mut drive = |c: &mut dyn mergetune_daemon::controller::Controller| {
+        decisions = mergetune_daemon::record::replay(
+            ticks.take().unwrap_or_default(),
+            &mut crate::cli::common::VirtualClocked {
+                inner: c,
+                stamp: mergetune_export::logging::set_replay_time_ms,
+            },
+        );
+    };
+    match watch {
+        Some(w) => {
+            w.around(daemon, &mut drive);
+            w.finish(&())?;
+        }
+        None => drive(daemon),
+    }
+    Ok(decisions)
+}
+
+/// `mergetune replay`: the decisions and the table. `watch` goes around the daemon and is
+/// done before anything is printed (the lab's plot: `mergetune-lab replay --plot`).
+pub fn run_watched(args: ReplayArgs, watch: Option<&mut dyn Watch<()>>) -> anyhow::Result<i32> {
     let recording = mergetune_daemon::record::load_recording(&args.file)?;
     if let Some(t) = &recording.truncated {
         tracing::warn!("{}: {t}", printable(&args.file.display().to_string()));
@@ -80,29 +118,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
         .map_or(0, |t| t.t_ms.saturating_sub(ticks[0].t_ms));
     let end_ms = ticks.last().map_or(0, |t| t.t_ms);
     let mut daemon = Daemon::simulated(cfg);
-    let decisions = match &args.plot {
-        Some(p) => {
-            let mut sampling = mergetune_lab::plot::Sampling::new(&mut daemon);
-            let d = mergetune_daemon::record::replay(
-                ticks,
-                &mut crate::cli::common::VirtualClocked {
-                    inner: &mut sampling,
-                    stamp: mergetune_export::logging::set_replay_time_ms,
-                },
-            );
-            let mut series = sampling.finish();
-            series.title = format!("replay of {}", args.file.display());
-            mergetune_lab::plot::plot_series(&series, p)?;
-            d
-        }
-        None => mergetune_daemon::record::replay(
-            ticks,
-            &mut crate::cli::common::VirtualClocked {
-                inner: &mut daemon,
-                stamp: mergetune_export::logging::set_replay_time_ms,
-            },
-        ),
-    };
+    let decisions = replay_ticks(&mut daemon, ticks, watch)?;
     mergetune_export::logging::set_replay_time_ms(None);
     let status = mergetune_export::status::StatusSnapshot::of(
         &daemon.snapshot(),

@@ -1,7 +1,9 @@
 //! `mergetune simulate`: the command-line edge of the simulator. This is the only sim module
 //! that reads the wall clock (progress bar, `--bench`).
 
+use crate::cli::common::Watch;
 use anyhow::Context as _;
+use mergetune_daemon::controller::Controller;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::runner::Policy;
 use mergetune_sim::scenario::Scenario;
@@ -11,18 +13,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// Scenario file (TOML); without it, the built-in default scenario runs. With
-    /// --compare, any number of them (none: the shipped comparison suite).
+    /// Scenario file (TOML); without it, the built-in default scenario runs.
     pub scenarios: Vec<PathBuf>,
-    /// Run each scenario under the kernel default, static nomerges=2, a naive toggle, the
-    /// adaptive policy and an oracle, and print the figures that matter side by side.
-    #[arg(long)]
-    pub compare: bool,
-    /// Draw the run as an SVG: per device the merge ratios, ladder level, bios/s and latency
-    /// over time, decisions and probes marked, phases shaded. With --compare, the policies
-    /// side by side, one file per scenario (FILE's stem + scenario name).
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
     /// Serve the simulated devices' Prometheus metrics (and /status) on ADDR while the
     /// scenario runs, e.g. 127.0.0.1:9726 (not 9725, the daemon's own port), to try the
     /// Grafana dashboard without a device.
@@ -31,9 +23,6 @@ pub struct SimulateArgs {
     /// With --metrics-listen: run at this many times real time (default: 1).
     #[arg(long, value_name = "X")]
     pub speed: Option<f64>,
-    /// With --compare: scale every phase's duration by this factor (the tests' short suite).
-    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
-    pub scale: f64,
     /// Print the report as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -50,6 +39,24 @@ pub struct SimulateArgs {
     /// Measure simulated bios per second of wall time on the merge-heavy and random paths.
     #[arg(long)]
     pub bench: bool,
+}
+
+/// `mergetune simulate`: its arguments, and the lab's flags it no longer takes (hidden):
+/// given, they end in a pointer to the `mergetune-lab` command that does it
+/// ([`crate::cli::moved`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateCmd {
+    #[command(flatten)]
+    pub run: SimulateArgs,
+    /// Moved: `mergetune-lab compare`.
+    #[arg(long, hide = true)]
+    pub compare: bool,
+    /// Moved: `mergetune-lab simulate --plot` (or `compare --plot`).
+    #[arg(long, hide = true, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Only with --compare, which moved; ignored without it, as before.
+    #[arg(long, hide = true, value_name = "FACTOR")]
+    pub scale: Option<f64>,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -212,14 +219,15 @@ fn print_report(report: &mergetune_sim::report::Report, json: bool, wall: Instan
 }
 
 /// `mergetune simulate`: one scenario (the embedded default without a file) under the
-/// chosen policy, its report, and optionally its plot and live metrics; `--compare` and
-/// `--bench` are their own runs.
-pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+/// chosen policy, its report, and optionally its live metrics; `--bench` is its own run.
+/// `watch` goes around the controller and sees the report before it is printed (the lab's
+/// plot: `mergetune-lab simulate --plot`).
+pub fn run_watched(
+    args: &SimulateArgs,
+    watch: Option<&mut dyn Watch<mergetune_sim::report::Report>>,
+) -> anyhow::Result<()> {
     if args.bench {
         return run_bench(args.json);
-    }
-    if args.compare {
-        return run_compare(&args);
     }
     if args.scenarios.len() > 1 {
         anyhow::bail!("one scenario at a time (several only with --compare)");
@@ -239,30 +247,36 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let mut controller = args.policy.controller(scenario.daemon_config(&cfg));
     let mut progress = Progress::new();
     let wall = Instant::now();
-    let mut exporter = exporter(&args)?;
+    let mut exporter = exporter(args)?;
     let mut clocked = crate::cli::common::VirtualClocked {
         inner: controller.as_mut(),
         stamp: mergetune_export::logging::set_sim_time_ms,
     };
-    let mut sampling = mergetune_lab::plot::Sampling::new(&mut clocked);
     let mut last_tick = Instant::now();
-    let report = mergetune_sim::runner::run_scenario_observed(
-        &mut sim,
-        &mut sampling,
-        &args.policy.to_string(),
-        &mut |now, end| progress.update(now, end),
-        &mut |c, decisions, now_ms| {
-            if let Some(ex) = exporter.as_mut() {
-                // The wall time since the previous tick stands for this tick's duration
-                // (the simulation between ticks is part of it, so it is an upper bound).
-                let took = last_tick.elapsed().as_secs_f64();
-                ex.on_tick(c, decisions, now_ms, took);
-                last_tick = Instant::now();
-            }
-        },
-    );
-    let series = sampling.finish();
-    let mut report = report;
+    let mut report = None;
+    let mut drive = |c: &mut dyn Controller| {
+        report = Some(mergetune_sim::runner::run_scenario_observed(
+            &mut sim,
+            c,
+            &args.policy.to_string(),
+            &mut |now, end| progress.update(now, end),
+            &mut |c, decisions, now_ms| {
+                if let Some(ex) = exporter.as_mut() {
+                    // The wall time since the previous tick stands for this tick's duration
+                    // (the simulation between ticks is part of it, so it is an upper bound).
+                    let took = last_tick.elapsed().as_secs_f64();
+                    ex.on_tick(c, decisions, now_ms, took);
+                    last_tick = Instant::now();
+                }
+            },
+        ));
+    };
+    let mut watch = watch;
+    match watch.as_deref_mut() {
+        Some(w) => w.around(&mut clocked, &mut drive),
+        None => drive(&mut clocked),
+    }
+    let mut report = report.context("the run produced no report")?;
     // What the daemon priced with (the adaptive policy has a daemon; baselines do not).
     report.daemon_pricing = controller.snapshot().map(|s| s.pricing_name);
     mergetune_export::logging::set_sim_time_ms(None);
@@ -270,72 +284,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if let Some(e) = sim.halted() {
         anyhow::bail!("simulation of {}: {e}", scenario.name);
     }
-    if let Some(p) = &args.plot {
-        mergetune_lab::plot::plot_run(&report, Some(&series), p)
-            .with_context(|| format!("plotting to {}", p.display()))?;
+    if let Some(w) = watch {
+        w.finish(&report)?;
     }
     print_report(&report, args.json, wall);
-    Ok(())
-}
-
-fn run_compare(args: &SimulateArgs) -> anyhow::Result<()> {
-    if !(args.scale.is_finite() && args.scale > 0.0) {
-        anyhow::bail!("--scale {}: must be a positive number", args.scale);
-    }
-    let cfg = match &args.config {
-        Some(p) => mergetune_logic::config::load_file(p)?,
-        None => mergetune_logic::config::Config::default(),
-    };
-    let mut scenarios = if args.scenarios.is_empty() {
-        mergetune_lab::compare::suite(args.scale)?
-    } else {
-        let mut v = Vec::new();
-        for p in &args.scenarios {
-            let mut sc = Scenario::load_file(p)?;
-            mergetune_lab::compare::scale_phases(&mut sc, args.scale);
-            v.push(sc);
-        }
-        v
-    };
-    for sc in &mut scenarios {
-        if let Some(s) = args.seed {
-            sc.seed = s;
-        }
-    }
-    // Progress on a terminal and wall-clock figures go to stderr; stdout gets the report.
-    let out = mergetune_lab::compare::run_suite(&scenarios, &cfg)?;
-    if let Some(p) = &args.plot {
-        for c in &out {
-            let path = if out.len() == 1 {
-                p.clone()
-            } else {
-                let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or("compare");
-                p.with_file_name(format!("{stem}-{}.svg", c.scenario))
-            };
-            let runs: Vec<_> = c
-                .runs
-                .iter()
-                .filter_map(|r| r.report.as_ref().map(|rep| (rep, r.series.as_ref())))
-                .collect();
-            mergetune_lab::plot::plot_compare(&runs, &path)
-                .with_context(|| format!("plotting to {}", path.display()))?;
-            eprintln!(
-                "{}: plotted {}",
-                mergetune_logic::printable::printable(&c.scenario),
-                path.display()
-            );
-        }
-    }
-    let window_ms = cfg.window_ms();
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        print!(
-            "{}",
-            mergetune_logic::printable::printable_lines(&mergetune_lab::compare::render(
-                &out, window_ms
-            ))
-        );
-    }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `mergetune advise` decides with the daemon's own rules and cost profile: it never
+//! `mergetune-lab advise` decides with the daemon's own rules and cost profile: it never
 //! recommends a level the daemon with the same config would refuse, says when the trace
 //! alone would go further and why not, and warns that a value set by hand ends the
 //! daemon's management of the device. (Issue 22, item 4: on `trace_mixed.txt` it
@@ -11,7 +11,6 @@ use mergetune_logic::cost_profile::{builtin, resolve};
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::Worth;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,7 +20,7 @@ fn fixture(name: &str) -> PathBuf {
 
 fn advise_json(name: &str, config: Option<&str>) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    let mut cmd = crate::lab::lab();
     cmd.args(["advise", "--json"]).arg(fixture(name));
     if let Some(text) = config {
         let p = dir.path().join("c.toml");
@@ -38,7 +37,7 @@ fn advise_json(name: &str, config: Option<&str>) -> serde_json::Value {
 }
 
 fn advise_text(name: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let out = crate::lab::lab()
         .args(["advise"])
         .arg(fixture(name))
         .output()
@@ -204,7 +203,7 @@ fn advise_uses_the_devices_own_scheduler() {
     let run = |text: &str, extra: &[&str]| -> serde_json::Value {
         let p = dir.path().join("t.txt");
         std::fs::write(&p, text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        let out = crate::lab::lab()
             .args(["advise", "--json", "-c"])
             .arg(&cfg)
             .args(extra)

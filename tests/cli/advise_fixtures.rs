@@ -1,4 +1,4 @@
-//! `mergetune advise` on the captured fixtures: the numbers match the kernel's stat deltas
+//! `mergetune-lab advise` on the captured fixtures: the numbers match the kernel's stat deltas
 //! (tests/fixtures/*.meta.toml) and the advice fits the workload; and bad input gives a
 //! clear message and a best-effort report, never a panic.
 
@@ -6,7 +6,6 @@ use mergetune_lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,10 +21,6 @@ fn analyze_text(text: &str) -> Analysis {
     let mut a = Analyzer::new(None);
     a.read_from(text.as_bytes()).unwrap();
     a.finish(&PolicyConfig::default())
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mergetune"))
 }
 
 #[test]
@@ -106,7 +101,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
 
 #[test]
 fn cli_text_json_and_what_if() {
-    let out = bin()
+    let out = crate::lab::lab()
         .args(["advise", "--what-if", "--json"])
         .arg(fixture("trace_rand_read.txt"))
         .output()
@@ -122,7 +117,7 @@ fn cli_text_json_and_what_if() {
     assert_eq!(v["analysis"]["devices"][0]["recommended_level"], 0);
     assert_eq!(v["daemon"][0]["trace_level"], 3);
     assert_eq!(v["what_if"][0]["rows"].as_array().unwrap().len(), 6);
-    let out = bin()
+    let out = crate::lab::lab()
         .args(["advise", "--device", "loop0"])
         .arg(fixture("trace_seq_batched_write.txt"))
         .output()
@@ -168,12 +163,12 @@ fn a_file_without_events_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("junk.txt");
     std::fs::write(&p, b"\x00\x01binary\xff\xfe\nnot a trace\n").unwrap();
-    let out = bin().arg("advise").arg(&p).output().unwrap();
+    let out = crate::lab::lab().arg("advise").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no usable bios"), "{err}");
     assert!(err.contains("line 1"), "{err}");
-    let out = bin()
+    let out = crate::lab::lab()
         .arg("advise")
         .arg(dir.path().join("missing.txt"))
         .output()

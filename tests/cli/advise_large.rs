@@ -1,4 +1,4 @@
-//! A 100 MB trace: `mergetune advise` streams it with flat memory. The trace is made in a
+//! A 100 MB trace: `mergetune-lab advise` streams it with flat memory. The trace is made in a
 //! temp file by repeating the mixed fixture's event lines with increasing timestamps; the
 //! peak RSS of the advise process (from wait4's rusage) is compared with the peak on a
 //! 1 MB trace of the same kind. The internal state is bounded by construction too.
@@ -9,7 +9,6 @@ use mergetune_lab::advise::{
 use mergetune_logic::config::PolicyConfig;
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
 /// Writes `target_bytes` of trace: the fixture's events again and again, each copy
 /// shifted by the span of the fixture plus 1 ms, tasks renumbered every copy (so the
@@ -49,13 +48,13 @@ fn make_trace(path: &Path, target_bytes: u64) -> u64 {
     written
 }
 
-/// Runs `mergetune advise FILE`; returns (exit ok, stdout, peak RSS in KiB). The peak is
+/// Runs `mergetune-lab advise FILE`; returns (exit ok, stdout, peak RSS in KiB). The peak is
 /// the process's own VmHWM (/proc/PID/status: its mm after exec, so nothing of the test
 /// process counts), polled until it exits; the high-water mark only grows.
 fn advise_peak_rss(path: &Path) -> (bool, String, u64) {
     let out_path = path.with_extension("out");
     let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let mut child = crate::lab::lab()
         .arg("advise")
         .arg(path)
         .stdout(out)

@@ -1,13 +1,11 @@
-//! `mergetune calibrate` refuses arguments it cannot honour before any work (issue 36.9):
+//! `mergetune-lab calibrate` refuses arguments it cannot honour before any work (issue 36.9):
 //! each error names the flag, and nothing is measured. The default mode (the merge path)
 //! refuses the flags only `--end-to-end` reads, which it used to ignore and then exit 0
 //! with a profile; `--end-to-end` checks each value. Run on the built binary: every refusal
 //! comes before the check for root, fio and a loop device, so it holds as any user.
 
-use std::process::Command;
-
 fn calibrate(args: &[&str]) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let o = crate::lab::lab()
         .arg("calibrate")
         .args(args)
         .output()

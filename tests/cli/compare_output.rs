@@ -1,4 +1,4 @@
-//! What `simulate --compare` prints where: the report on stdout is deterministic (the same
+//! What `mergetune-lab compare` prints where: the report on stdout is deterministic (the same
 //! bytes on every run, no wall-clock figure in it); progress (`[1/2] NAME 42%`) goes to
 //! stderr on a terminal only, never on a pipe; the wall-clock figures go to stderr.
 
@@ -10,9 +10,8 @@ fn root() -> &'static Path {
 }
 
 /// Two shipped scenarios, each phase cut to its 10 s floor: about a second of work each.
-const ARGS: [&str; 6] = [
-    "simulate",
-    "--compare",
+const ARGS: [&str; 5] = [
+    "compare",
     "--scale",
     "0.01",
     "config/scenarios/compare/backup.toml",
@@ -20,7 +19,7 @@ const ARGS: [&str; 6] = [
 ];
 
 fn compare_on_pipes(extra: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let out = crate::lab::lab()
         .args(ARGS)
         .args(extra)
         .current_dir(root())
@@ -80,7 +79,7 @@ fn on_a_terminal_stderr_shows_progress_per_scenario() {
     let report = dir.path().join("report.txt");
     let cmd = format!(
         "{} {} > {}",
-        env!("CARGO_BIN_EXE_mergetune"),
+        crate::lab::lab_bin().display(),
         ARGS.join(" "),
         report.display()
     );

@@ -93,7 +93,7 @@ fn advise_never_quotes_a_file_that_is_not_a_trace() {
     for content in [SECRET, forged] {
         std::fs::write(&secret, content).unwrap();
         for json in [false, true] {
-            let mut c = bin();
+            let mut c = crate::lab::lab();
             c.arg("advise");
             if json {
                 c.arg("--json");
@@ -316,7 +316,12 @@ fn special_files_named_as_inputs_are_refused_at_once() {
         vec!["advise", &fifo_s],
     ];
     for args in cases {
-        let mut c = bin();
+        // advise is the lab's binary's.
+        let mut c = if args[0] == "advise" {
+            crate::lab::lab()
+        } else {
+            bin()
+        };
         c.args(&args);
         let out = run_bounded(c, Duration::from_secs(20));
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -770,7 +775,11 @@ fn advise_gives_no_rate_from_too_little_time_and_reads_a_reversed_clock_right() 
     let advise = |name: &str, text: &str| {
         let p = d.path().join(name);
         std::fs::write(&p, text).unwrap();
-        let out = bin().args(["advise", "--json"]).arg(&p).output().unwrap();
+        let out = crate::lab::lab()
+            .args(["advise", "--json"])
+            .arg(&p)
+            .output()
+            .unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -257,7 +257,7 @@ fn advise_on_a_trace_without_usable_bios_says_so_and_fails() {
         ));
     }
     let p = write_trace(dir.path(), &body);
-    let out = bin().arg("advise").arg(&p).output().unwrap();
+    let out = crate::lab::lab().arg("advise").arg(&p).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "stdout: {stdout}");
@@ -282,7 +282,7 @@ fn a_failed_trace_capture_leaves_an_existing_output_untouched() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let output = out_dir.join("precious.txt");
     std::fs::write(&output, "yesterday's capture\n").unwrap();
-    let out = bin()
+    let out = crate::lab::lab()
         .args(["trace", "capture", "--device", "fake0", "--seconds", "1"])
         .arg("--sysfs-root")
         .arg(&sys)
@@ -369,7 +369,7 @@ fn scenario_values_that_broke_the_simulator_are_refused_naming_the_key() {
 
 /// Peak RSS (VmHWM, KiB) of `mergetune ARGS`, polled while it runs, and its exit status.
 fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> (bool, u64) {
-    let mut child = bin()
+    let mut child = crate::lab::lab()
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

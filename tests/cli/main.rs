@@ -7,6 +7,8 @@
 mod fakesys;
 #[path = "../support/faketap.rs"]
 mod faketap;
+#[path = "../support/lab.rs"]
+mod lab;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 
@@ -24,6 +26,7 @@ mod fd_exhaustion;
 mod http_endpoint;
 mod inputs_hardening;
 mod inputs_regressions;
+mod lab_binary;
 mod metrics_exposition;
 mod metrics_live;
 mod metrics_simulated_run;

@@ -128,7 +128,7 @@ fn completions_offer_only_what_help_shows() {
     // Per subcommand, bash offers exactly the flags of its --help (run and restore hide
     // their test roots, --sysfs-root and --procfs-root).
     let bash = std::fs::read_to_string(d.path().join("mergetune.bash")).unwrap();
-    for sub in ["run", "restore", "advise", "status", "simulate"] {
+    for sub in ["run", "restore", "replay", "status", "simulate"] {
         let case = format!("mergetune__subcmd__{sub})\n");
         let at = bash.find(&case).unwrap_or_else(|| panic!("no {sub} case"));
         let opts = bash[at..]
@@ -273,7 +273,7 @@ fn status_json_without_a_daemon_still_prints_a_document() {
 
 #[test]
 fn a_typo_is_not_pointed_at_the_long_root_only_calibrate() {
-    let o = bin().arg("frobnicate").output().unwrap();
+    let o = crate::lab::lab().arg("frobnicate").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -282,9 +282,9 @@ fn a_typo_is_not_pointed_at_the_long_root_only_calibrate() {
     );
     assert!(!err.contains("calibrate"), "{err}");
     // Other suggestions stay: they are cheap to follow.
-    let o = bin().arg("statu").output().unwrap();
+    let o = crate::lab::lab().arg("advis").output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("'status'"), "{err}");
+    assert!(err.contains("'advise'"), "{err}");
 }
 
 #[test]

@@ -13,7 +13,6 @@ use mergetune_sim::runner::Policy;
 use mergetune_sim::runner::run_scenario;
 use mergetune_sim::scenario::Scenario;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -46,7 +45,7 @@ fn svg(path: &Path) -> String {
 fn advise_plot_has_scatter_and_histogram() {
     let dir = tempfile::tempdir().unwrap();
     let p = out(&dir, "advise_mixed.svg");
-    let status = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let status = crate::lab::lab()
         .args(["advise", "tests/fixtures/trace_mixed.txt", "--plot"])
         .arg(&p)
         .current_dir(root())
@@ -150,7 +149,7 @@ fn replay_plot_from_a_recording() {
         }
     }
     let p = out(&dir, "replay.svg");
-    let o = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let o = crate::lab::lab()
         .args(["replay"])
         .arg(&rec_path)
         .arg("--plot")

@@ -241,7 +241,7 @@ fn advise_labels_the_what_if_cpu_column_by_the_profiles_unit() {
         (&measured, "ns/bio", "ns"),
         (&lkml, "cyc/bio", "model-cycles"),
     ] {
-        let o = bin()
+        let o = crate::lab::lab()
             .args(["advise", "--what-if", trace, "--config"])
             .arg(cfg)
             .output()
@@ -263,7 +263,7 @@ fn advise_labels_the_what_if_cpu_column_by_the_profiles_unit() {
             "ns/bio"
         };
         assert!(!out.contains(other), "{out}");
-        let o = bin()
+        let o = crate::lab::lab()
             .args(["advise", "--what-if", "--json", trace, "--config"])
             .arg(cfg)
             .output()

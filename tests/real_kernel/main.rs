@@ -6,6 +6,8 @@
 
 #[path = "../support/kernel.rs"]
 mod kernel;
+#[path = "../support/lab.rs"]
+mod lab;
 
 mod real_kernel_abtest;
 mod real_kernel_calibrate;

@@ -1,4 +1,4 @@
-//! `mergetune calibrate --quick` on this machine's kernel (real-kernel test:
+//! `mergetune-lab calibrate --quick` on this machine's kernel (real-kernel test:
 //! `MERGETUNE_KERNEL_TESTS=1`, as root): it runs on a scratch loop device it attaches
 //! itself, writes a profile that validates and records this kernel, counts merges from the
 //! device's stat (a batched sequential job merges, nomerges=2 merges nothing), and leaves no
@@ -54,15 +54,15 @@ fn assert_queues_as(before: &BTreeMap<String, (String, String)>) {
     }
 }
 
-/// `mergetune calibrate ARGS`, started with its output thrown away (a run to be killed).
+/// `mergetune-lab calibrate ARGS`, started with its output thrown away (a run to be killed).
 fn spawn_calibrate(args: &[&std::ffi::OsStr]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    crate::lab::lab()
         .arg("calibrate")
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("run mergetune calibrate")
+        .expect("run mergetune-lab calibrate")
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
     let queues_before = loop_queues();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("profile.toml");
-    let run = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let run = crate::lab::lab()
         .args([
             "calibrate",
             "--end-to-end",
@@ -88,7 +88,7 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
         ])
         .arg(&out)
         .output()
-        .expect("run mergetune calibrate");
+        .expect("run mergetune-lab calibrate");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "calibrate failed: {stderr}");
     // Issue 36.9: a scheduler the kernel lacks (bfq is not built on this 6.18) is skipped
@@ -185,14 +185,14 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
     let written = sectors_written(&dev);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("device.toml");
-    let run = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let run = crate::lab::lab()
         .args(["calibrate", "--device", dev.name(), "--windows", "3"])
         .args(["--runtime-ms", "300", "--state-dir"])
         .arg(dir.path().join("state"))
         .arg("--output")
         .arg(&out)
         .output()
-        .expect("run mergetune calibrate --device");
+        .expect("run mergetune-lab calibrate --device");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "calibrate --device failed: {stderr}");
     assert_eq!(
@@ -380,7 +380,7 @@ fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_b
     );
 
     // The next calibrate, in the default mode (the merge path sampled), cleans up first.
-    let next = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    let next = crate::lab::lab()
         .args([
             "calibrate",
             "--quick",
@@ -392,7 +392,7 @@ fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_b
         .arg("--output")
         .arg(out.path().join("merge-path.toml"))
         .output()
-        .expect("run mergetune calibrate");
+        .expect("run mergetune-lab calibrate");
     let stderr = String::from_utf8_lossy(&next.stderr);
     assert!(next.status.success(), "calibrate failed: {stderr}");
     assert!(

@@ -1,4 +1,4 @@
-//! `mergetune trace capture` on a real loop device while fio runs: the file holds the
+//! `mergetune-lab trace capture` on a real loop device while fio runs: the file holds the
 //! device's block events (and only its), `advise` reads it to the kernel's own merge
 //! counts, and afterwards the private tracefs instance is gone and global tracing is as it
 //! was; Ctrl-C (SIGINT) stops a capture early with the same cleanup. Runs only with
@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 const TRACEFS: &str = "/sys/kernel/tracing";
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+    crate::lab::lab()
 }
 
-/// `mergetune trace capture` of `device` for `seconds` into `out`, output piped.
+/// `mergetune-lab trace capture` of `device` for `seconds` into `out`, output piped.
 fn spawn_capture(device: &str, seconds: &str, out: &Path) -> std::process::Child {
     bin()
         .args([
@@ -233,7 +233,7 @@ fn refuses_clearly_when_not_root() {
     // As nobody (setpriv, util-linux): refused before anything is touched.
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_mergetune"))
+        .arg(crate::lab::lab_bin())
         .args([
             "trace",
             "capture",

@@ -1,4 +1,4 @@
-//! The real-kernel counterpart of `simulate --compare` (runs only with
+//! The real-kernel counterpart of `mergetune-lab compare` (runs only with
 //! `MERGETUNE_KERNEL_TESTS=1`, as root; fails when asked for and unable to run).
 //!
 //! One loop device over tmpfs (direct I/O, mq-deadline), and a phase-changing load: random
