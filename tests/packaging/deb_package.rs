@@ -1,5 +1,5 @@
-//! The Debian package (packaging/build-deb): built from the test binary into a temp dir, it
-//! holds the binary in /usr/bin, the unit in /lib/systemd/system with ExecStart and
+//! The Debian package (packaging/build-deb): built from the test binaries into a temp dir, it
+//! holds both binaries (mergetune, mergetune-lab) in /usr/bin, the unit in /lib/systemd/system with ExecStart and
 //! ExecStopPost naming that binary, the config as a conffile, the docs and the dashboard in
 //! /usr/share/doc/mergetune, the generated man pages (gzipped) and shell completions, and
 //! maintainer scripts that enable/start on install and restore
@@ -24,6 +24,8 @@ fn build(out: &Path) -> std::path::PathBuf {
         .arg(out)
         .arg("--bin")
         .arg(env!("CARGO_BIN_EXE_mergetune"))
+        .arg("--lab-bin")
+        .arg(crate::lab::lab_bin())
         .output()
         .unwrap();
     assert!(
@@ -91,6 +93,7 @@ fn package_has_the_debian_layout_and_scripts() {
     let list = dpkg_deb(&["-c"], &deb);
     for f in [
         "./usr/bin/mergetune",
+        "./usr/bin/mergetune-lab",
         "./lib/systemd/system/mergetune.service",
         "./etc/mergetune/mergetune.toml",
         "./usr/share/doc/mergetune/operator.md",
@@ -110,6 +113,12 @@ fn package_has_the_debian_layout_and_scripts() {
         "./usr/share/bash-completion/completions/mergetune",
         "./usr/share/zsh/vendor-completions/_mergetune",
         "./usr/share/fish/vendor_completions.d/mergetune.fish",
+        "./usr/share/man/man1/mergetune-lab.1.gz",
+        "./usr/share/man/man1/mergetune-lab-advise.1.gz",
+        "./usr/share/man/man1/mergetune-lab-compare.1.gz",
+        "./usr/share/bash-completion/completions/mergetune-lab",
+        "./usr/share/zsh/vendor-completions/_mergetune-lab",
+        "./usr/share/fish/vendor_completions.d/mergetune-lab.fish",
     ] {
         assert!(
             list.lines().any(|l| l.ends_with(f)),

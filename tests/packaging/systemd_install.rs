@@ -16,6 +16,7 @@ fn make(dest: &Path, target: &str, extra: &[&str]) -> std::process::Output {
         .arg(target)
         .arg(format!("DESTDIR={}", dest.display()))
         .arg(format!("BIN={}", env!("CARGO_BIN_EXE_mergetune")))
+        .arg(format!("LABBIN={}", crate::lab::lab_bin().display()))
         .args(extra)
         .output()
         .unwrap()
@@ -40,6 +41,7 @@ fn install_then_uninstall_into_a_staging_dir() {
     );
     for f in [
         "usr/local/bin/mergetune",
+        "usr/local/bin/mergetune-lab",
         "etc/systemd/system/mergetune.service",
         "etc/mergetune/mergetune.toml",
         "usr/local/share/doc/mergetune/operator.md",
@@ -53,6 +55,11 @@ fn install_then_uninstall_into_a_staging_dir() {
         "usr/local/share/bash-completion/completions/mergetune",
         "usr/local/share/zsh/vendor-completions/_mergetune",
         "usr/local/share/fish/vendor_completions.d/mergetune.fish",
+        "usr/local/share/man/man1/mergetune-lab.1",
+        "usr/local/share/man/man1/mergetune-lab-calibrate.1",
+        "usr/local/share/bash-completion/completions/mergetune-lab",
+        "usr/local/share/zsh/vendor-completions/_mergetune-lab",
+        "usr/local/share/fish/vendor_completions.d/mergetune-lab.fish",
     ] {
         assert!(dest.join(f).exists(), "{f} not installed");
     }
@@ -106,6 +113,17 @@ fn install_then_uninstall_into_a_staging_dir() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!dest.join("usr/local/bin/mergetune").exists());
+    assert!(!dest.join("usr/local/bin/mergetune-lab").exists());
+    assert!(
+        !dest
+            .join("usr/local/share/man/man1/mergetune-lab.1")
+            .exists()
+    );
+    assert!(
+        !dest
+            .join("usr/local/share/bash-completion/completions/mergetune-lab")
+            .exists()
+    );
     assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
     assert!(!dest.join("usr/local/share/doc/mergetune").exists());
     assert!(!dest.join("usr/local/share/man/man1/mergetune.1").exists());

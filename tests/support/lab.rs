@@ -5,6 +5,9 @@
 //! profile as `mergetune`, and run from beside it: a no-op when `cargo build` or `cargo
 //! test` over the workspace already built it, and never a stale binary when they did not.
 
+// Each test binary uses what it needs of this file.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
