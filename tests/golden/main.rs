@@ -4,9 +4,12 @@
 //! the diff is then read in review).
 //!
 //! Pinned: `simulate` (text and JSON, with its virtual-time log) over every shipped
-//! scenario, `simulate --compare --json` over the shipped comparison suite, `replay` of the
+//! scenario, `mergetune-lab compare --json` (was `simulate --compare --json`) over the shipped comparison suite, `replay` of the
 //! real recordings in tests/fixtures/recordings, every `Reason` rendered, `check-config`'s
 //! errors, and `restore` of the state files of every format.
+
+#[path = "../support/lab.rs"]
+mod lab;
 
 mod config_errors;
 mod help;

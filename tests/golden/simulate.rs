@@ -1,5 +1,6 @@
 //! `simulate` over every shipped scenario, text and JSON, with the virtual-time log, and
-//! `simulate --compare --json` over the shipped comparison suite.
+//! `mergetune-lab compare --json` (`simulate --compare --json` before the lab had a binary of
+//! its own) over the shipped comparison suite.
 
 use crate::{check_golden, mergetune, repo, tomls_in, transcript};
 
@@ -48,8 +49,8 @@ fn the_other_controllers_say_what_they_said() {
 /// The whole shipped comparison suite (about 90 s of wall time in a release build).
 #[test]
 fn the_comparison_suite_gives_the_same_figures() {
-    let out = mergetune()
-        .args(["simulate", "--compare", "--json"])
+    let out = crate::lab::lab()
+        .args(["compare", "--json"])
         .output()
         .unwrap();
     check_golden("compare/suite.json.txt", &transcript(&out));
