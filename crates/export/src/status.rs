@@ -390,7 +390,10 @@ impl StatusSnapshot {
                 let tick = d.last_tick;
                 DeviceStatus {
                     device: d.name.clone(),
-                    scheduler: d.scheduler.clone().unwrap_or_else(|| "-".into()),
+                    scheduler: d
+                        .scheduler
+                        .as_ref()
+                        .map_or_else(|| "-".into(), ToString::to_string),
                     management: d.management.clone(),
                     mode: d.mode,
                     level: d.level,

@@ -239,8 +239,8 @@ pub fn run(
     })?;
     let dev = params.device.as_str();
     let scheduler_text = fs.read_attr(dev, "queue/scheduler")?;
-    let scheduler = mergetune_kernel::devices::active_scheduler(&scheduler_text)
-        .unwrap_or_else(|| scheduler_text.trim().to_string());
+    let scheduler = mergetune_kernel::scheduler::Reported::parse(&scheduler_text)
+        .map_or_else(|| scheduler_text.trim().to_string(), |r| r.to_string());
     let has_front = fs.attr_exists(dev, Tunable::FrontMerges.rel_path());
     let original_nomerges = fs.read_tunable(dev, Tunable::Nomerges)?;
     let original_front = if has_front {

@@ -226,7 +226,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         return run_merge_path(&args);
     }
     check_end_to_end_args(&args, ncpu)?;
-    let all = ["none", "mq-deadline", "bfq", "kyber"].map(String::from);
+    let all = Scheduler::ALL.map(|s| s.name().to_string());
     let names = if args.schedulers.is_empty() {
         &all[..]
     } else {
@@ -285,8 +285,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         order.rotate_left(rep as usize % n);
         for (si, &s) in order.iter().enumerate() {
             lp.set_scheduler(s)?;
-            let mut cells: Vec<(Level, Workload)> = s
-                .levels()
+            let mut cells: Vec<(Level, Workload)> = mergetune_logic::tuners::profile_levels(s)
                 .iter()
                 .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
                 .collect();
@@ -393,10 +392,13 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
                 );
                 let info = mergetune_kernel::devices::read_device(&mut fs, d)
                     .with_context(|| format!("--device {d}"))?;
-                let own = info.scheduler.unwrap_or_default();
-                vec![Scheduler::from_name(&own).with_context(|| {
-                    format!("--device {d}: scheduler {own:?} is not one calibrate knows")
-                })?]
+                match info.scheduler {
+                    Some(mergetune_kernel::scheduler::Reported::Known(s)) => vec![s],
+                    other => bail!(
+                        "--device {d}: scheduler {:?} is not one calibrate knows",
+                        other.as_ref().map_or("", |r| r.name())
+                    ),
+                }
             }
             None => Scheduler::ALL.to_vec(),
         }
