@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 const DEFAULT_SEED: u64 = 1;
-const DEFAULT_TOGGLE_SCHEDULER: &str = "mq-deadline";
+const DEFAULT_TOGGLE_SCHEDULER: Scheduler = Scheduler::MqDeadline;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CalibrateArgs {
@@ -101,7 +101,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub toggle_interval_ms: Option<u64>,
     /// Toggle measurement: the scheduler.
-    #[arg(long, default_value = DEFAULT_TOGGLE_SCHEDULER)]
+    #[arg(long, default_value_t = DEFAULT_TOGGLE_SCHEDULER.to_string())]
     pub toggle_scheduler: String,
     /// Name written into the profile.
     #[arg(long, default_value = mergetune_logic::cost_profile::MEASURED_NAME)]
@@ -157,7 +157,7 @@ fn end_to_end_only_flags(args: &CalibrateArgs) -> Vec<&'static str> {
         ("--toggle-interval-ms", args.toggle_interval_ms.is_some()),
         (
             "--toggle-scheduler",
-            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER,
+            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER.name(),
         ),
         ("--no-toggle", args.no_toggle),
         ("--seed", args.seed != DEFAULT_SEED),
