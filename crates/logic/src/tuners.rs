@@ -135,3 +135,17 @@ fn iosched(t: Tunable) -> &'static str {
     let p = t.rel_path();
     p.strip_prefix("queue/").unwrap_or(p)
 }
+
+/// The slice knobs by scheduler, for `--help`: "mq-deadline writes_starved and read_expire
+/// and bfq timeout_sync".
+pub fn slice_knobs() -> String {
+    TABLES
+        .into_iter()
+        .filter(|t| !t.knobs.is_empty())
+        .map(|t| {
+            let files: Vec<&str> = t.knobs.iter().map(|k| k.tunable.file_name()).collect();
+            format!("{} {}", t.scheduler, files.join(" and "))
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
