@@ -6,12 +6,11 @@ use crate::cli::common::EXIT_STATUS_HELP;
 use clap::Subcommand;
 use std::path::PathBuf;
 
-#[derive(clap::Parser, Debug)]
-#[command(
-    name = "mergetune",
-    version,
-    about = "Adaptive request-merge control for Linux block devices",
-    long_about = "mergetune watches every block device's merge counters and steps request \
+/// The top-level `--help` text; the slice tuner's tunables are its tables'
+/// (`logic::tuners::slice_knobs`).
+fn long_about() -> String {
+    format!(
+        "mergetune watches every block device's merge counters and steps request \
 merging down where it is wasted and back up where it pays, with hysteresis, probing and a \
 reason for every decision. It restores the original values on exit and after a crash.\n\n\
 What it changes, by default: only queue/nomerges and, on mq-deadline, \
@@ -20,8 +19,18 @@ merging saves CPU. By default ([policy] cost_profile = \"live\") that saving is 
 this host, by sampling the merge path's CPU, and a step down needs the lower bound of its \
 interval to reach the floor ([pricing], 0.5% of a CPU): on a slow or lightly loaded \
 device it does not, so there merging stays on and the daemon says why. The slice tuner ([slices], off by \
-default, opt-in) writes mq-deadline writes_starved and read_expire and bfq timeout_sync \
+default, opt-in) writes {} \
 when reads starve behind writes. A value an admin set is never touched.",
+        mergetune_logic::tuners::slice_knobs()
+    )
+}
+
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "mergetune",
+    version,
+    about = "Adaptive request-merge control for Linux block devices",
+    long_about = long_about(),
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {

@@ -7,7 +7,7 @@
 
 use mergetune_lab::advise::{analyze_file, daemon_view, trace_level};
 use mergetune_logic::config::{Config, PolicyConfig};
-use mergetune_logic::cost_profile::{builtin, resolve};
+use mergetune_logic::cost_profile::{Scheduler, builtin, resolve};
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::Worth;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ fn deepest_worth_it(profile: &str, scheduler: &str) -> Level {
     } else {
         profile
     };
-    let w = Worth::from_profile(&resolve(profile).unwrap(), Some(scheduler));
+    let w = Worth::from_profile(&resolve(profile).unwrap(), scheduler.parse().ok());
     Level::ALL
         .into_iter()
         .rfind(|&l| l > Level::L0 && w.worth(l))
@@ -152,9 +152,9 @@ fn the_daemon_view_follows_the_ladder_rules() {
         r,
         &cfg,
         trace,
-        "none",
+        &Scheduler::None.into(),
         "lkml-2008",
-        &Worth::from_profile(&lkml, Some("none")),
+        &Worth::from_profile(&lkml, Some(Scheduler::None)),
     );
     assert_eq!(v.level, Level::L3, "{}", v.why);
     // With disabled_nomerges = 1 the daemon stops at L2, which none does not have: L0.
@@ -166,9 +166,9 @@ fn the_daemon_view_follows_the_ladder_rules() {
         r,
         &shallow,
         trace,
-        "none",
+        &Scheduler::None.into(),
         "lkml-2008",
-        &Worth::from_profile(&lkml, Some("none")),
+        &Worth::from_profile(&lkml, Some(Scheduler::None)),
     );
     assert_eq!(v.level, Level::L0, "{}", v.why);
     // On mq-deadline it stops at L2 there.
@@ -176,13 +176,20 @@ fn the_daemon_view_follows_the_ladder_rules() {
         r,
         &shallow,
         trace,
-        "mq-deadline",
+        &Scheduler::MqDeadline.into(),
         "lkml-2008",
-        &Worth::from_profile(&lkml, Some("mq-deadline")),
+        &Worth::from_profile(&lkml, Some(Scheduler::MqDeadline)),
     );
     assert_eq!(v.level, Level::L2, "{}", v.why);
     // Unpriced (no profile), every rung is worth it: the trace's level.
-    let v = daemon_view(r, &cfg, trace, "none", "none", &Worth::UNPRICED);
+    let v = daemon_view(
+        r,
+        &cfg,
+        trace,
+        &Scheduler::None.into(),
+        "none",
+        &Worth::UNPRICED,
+    );
     assert_eq!(v.level, Level::L3, "{}", v.why);
 }
 

@@ -234,7 +234,9 @@ fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
     use mergetune_export::status::{DeviceStatus, StatusSnapshot};
     use mergetune_logic::devices::Management;
     let mut dev = DeviceStatus::new(&format!("sda{EVIL}"), Management::Managed);
-    dev.scheduler = format!("mq-deadline{EVIL}");
+    dev.scheduler = Some(mergetune_kernel::scheduler::Reported::Other(format!(
+        "mq-deadline{EVIL}"
+    )));
     // U+2028 breaks the line in many viewers; U+200B hides in a name (issue 36.12).
     dev.last_reason = format!("forged\n{EVIL}\u{2028}line\u{200b}");
     let doc = StatusSnapshot {

@@ -1348,7 +1348,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
         floor_ms_per_sec: 5.0,
         devices: vec![mergetune_daemon::snapshot::DeviceSnapshot {
             name: "sda".into(),
-            scheduler: Some("mq-deadline".into()),
+            scheduler: Some(mergetune_kernel::scheduler::Scheduler::MqDeadline.into()),
             management: Management::Managed,
             level: Some(Level::L0),
             mode: Some(Mode::Merging),

@@ -88,7 +88,7 @@ fn the_measured_profile_records_its_provenance() {
         "the freeze of a nomerges write is measured"
     );
     for s in Scheduler::ALL {
-        for &l in s.levels() {
+        for &l in mergetune_logic::tuners::profile_levels(s) {
             for w in Workload::ALL {
                 assert!(p.cell(s, l, w).is_some(), "{s} {l} {w} not measured");
             }

@@ -20,3 +20,4 @@ mod policy;
 mod slices;
 mod state_fuzz;
 mod state_store;
+mod tuner_tables;

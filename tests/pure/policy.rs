@@ -265,7 +265,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
             cell.change_percent = Some(5.0);
         }
     }
-    let caps = FULL.priced(Worth::from_profile(&p, Some("mq-deadline")));
+    let caps = FULL.priced(Worth::from_profile(&p, Some(Scheduler::MqDeadline)));
     assert!(caps.worth.worth(Level::L2) && !caps.worth.worth(Level::L3));
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 10]);
@@ -307,7 +307,7 @@ fn skips_rungs_a_scheduler_does_not_have() {
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, BARE, &c, 100_000, &[few(5000); 20]);
     assert_eq!(changes(&out), vec![(OutcomeKind::Disable, Level::L3)]);
-    let bfq = Caps::for_scheduler(Some("bfq"), false).sensing(true);
+    let bfq = Caps::for_scheduler(Some(Scheduler::Bfq), false).sensing(true);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, bfq, &c, 100_000, &[few(5000); 20]);
     assert_eq!(
@@ -701,14 +701,14 @@ fn a_change_probe_that_finds_nothing_keeps_the_timer_unless_it_is_due() {
 /// from 0 (mq-deadline, bfq); the mode names are what status and /status say.
 #[test]
 fn caps_follow_the_scheduler_and_modes_are_named_as_serialised() {
-    let rungs = |s: Option<&str>, front| {
+    let rungs = |s: Option<Scheduler>, front| {
         let c = Caps::for_scheduler(s, front);
         (c.front_merges, c.simple_merges)
     };
-    assert_eq!(rungs(Some("mq-deadline"), true), (true, true));
-    assert_eq!(rungs(Some("mq-deadline"), false), (false, true));
-    assert_eq!(rungs(Some("bfq"), true), (false, true));
-    assert_eq!(rungs(Some("kyber"), true), (false, false));
+    assert_eq!(rungs(Some(Scheduler::MqDeadline), true), (true, true));
+    assert_eq!(rungs(Some(Scheduler::MqDeadline), false), (false, true));
+    assert_eq!(rungs(Some(Scheduler::Bfq), true), (false, true));
+    assert_eq!(rungs(Some(Scheduler::Kyber), true), (false, false));
     assert_eq!(rungs(None, true), (false, false));
     for m in [Mode::Merging, Mode::AtL3, Mode::Probing, Mode::Trial] {
         assert_eq!(
@@ -826,7 +826,14 @@ fn arb_worth() -> impl Strategy<Value = Worth> {
         profile(cost_profile::MEASURED_NAME),
         profile(cost_profile::LKML_2008_NAME),
     );
-    let sched = || proptest::sample::select(vec!["mq-deadline", "bfq", "none", "kyber"]);
+    let sched = || {
+        proptest::sample::select(vec![
+            Scheduler::MqDeadline,
+            Scheduler::Bfq,
+            Scheduler::None,
+            Scheduler::Kyber,
+        ])
+    };
     prop_oneof![
         Just(Worth::UNPRICED),
         sched().prop_map(move |s| Worth::from_profile(&measured, Some(s))),
@@ -1726,9 +1733,9 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
 /// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
 fn priced(name: &str) -> Caps {
     let p = cost_profile::builtin(name).unwrap();
-    Caps::for_scheduler(Some("mq-deadline"), true)
+    Caps::for_scheduler(Some(Scheduler::MqDeadline), true)
         .sensing(true)
-        .priced(Worth::from_profile(&p, Some("mq-deadline")))
+        .priced(Worth::from_profile(&p, Some(Scheduler::MqDeadline)))
 }
 
 #[test]
@@ -1821,9 +1828,9 @@ fn l3_only_saves() -> CostProfile {
 #[test]
 fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
     let c = cfg();
-    let worth = Worth::from_profile(&l3_only_saves(), Some("mq-deadline"));
+    let worth = Worth::from_profile(&l3_only_saves(), Some(Scheduler::MqDeadline));
     assert!(!worth.worth(Level::L1) && !worth.worth(Level::L2) && worth.worth(Level::L3));
-    let caps = Caps::for_scheduler(Some("mq-deadline"), true)
+    let caps = Caps::for_scheduler(Some(Scheduler::MqDeadline), true)
         .sensing(true)
         .priced(worth);
     let mut s = PolicyState::new(0, &c);

@@ -52,7 +52,15 @@ impl Dev {
             let values: Vec<(Tunable, u64)> =
                 self.values.iter().map(|(n, v)| (tunable(n), *v)).collect();
             let owned: Vec<Tunable> = self.owned.iter().map(|n| tunable(n)).collect();
-            let (s, ch) = decide(&self.state, &w, self.sched, &values, &owned, &cfg, self.t);
+            let (s, ch) = decide(
+                &self.state,
+                &w,
+                self.sched.parse().unwrap(),
+                &values,
+                &owned,
+                &cfg,
+                self.t,
+            );
             self.state = s;
             if let Some(ch) = ch {
                 for v in &mut self.values {

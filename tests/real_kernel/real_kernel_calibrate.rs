@@ -136,7 +136,7 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
     let t = p.toggle.as_ref().expect("toggle measured");
     assert!(t.write_us_median > 0.0);
     for s in [Scheduler::None, Scheduler::MqDeadline] {
-        for &l in s.levels() {
+        for &l in mergetune_logic::tuners::profile_levels(s) {
             for w in Workload::ALL {
                 let c = p
                     .cell(s, l, w)
@@ -310,8 +310,8 @@ impl Drop for Leftovers {
             if let Some((sched, nomerges)) = self.queues.get(&name) {
                 let q = std::path::Path::new("/sys/block").join(&name).join("queue");
                 let _ = std::fs::write(q.join("nomerges"), nomerges);
-                if let Some(active) = mergetune_kernel::devices::active_scheduler(sched) {
-                    let _ = std::fs::write(q.join("scheduler"), active);
+                if let Some(active) = mergetune_kernel::scheduler::Reported::parse(sched) {
+                    let _ = std::fs::write(q.join("scheduler"), active.name());
                 }
             }
             let _ = Command::new("losetup")

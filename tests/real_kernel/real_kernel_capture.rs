@@ -108,7 +108,8 @@ fn capture_records_the_device_and_cleans_up() {
     // The header names the device's scheduler, which advise ladders and prices it for.
     let active = std::fs::read_to_string(format!("/sys/block/{}/queue/scheduler", dev.name()))
         .ok()
-        .and_then(|t| mergetune_kernel::devices::active_scheduler(&t));
+        .and_then(|t| mergetune_kernel::scheduler::Reported::parse(&t))
+        .and_then(|r| r.scheduler());
     assert!(active.is_some());
     assert_eq!(a.scheduler, active, "{}", &text[..text.len().min(400)]);
     let d = &a.devices[0];

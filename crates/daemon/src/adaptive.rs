@@ -33,12 +33,10 @@ use crate::snapshot::DaemonCounters;
 
 /// The merge ladder's tunables.
 pub const LADDER: [Tunable; 2] = [Tunable::Nomerges, Tunable::FrontMerges];
-/// The slice tuner's tunables.
-pub const SLICES: [Tunable; 3] = [
-    Tunable::WritesStarved,
-    Tunable::ReadExpire,
-    Tunable::TimeoutSync,
-];
+/// The slice tuner's tunables: every knob of every scheduler's table.
+pub fn slices() -> &'static [Tunable] {
+    mergetune_logic::tuners::slice_tunables()
+}
 /// A warning about an unreadable tunable is repeated at most this often per device.
 const READ_WARN_EVERY_MS: u64 = 600_000;
 
@@ -200,7 +198,7 @@ impl Daemon {
             .devices
             .keys()
             .filter(|n| {
-                self.actuator.any_theirs(n, &LADDER) || self.actuator.any_theirs(n, &SLICES)
+                self.actuator.any_theirs(n, &LADDER) || self.actuator.any_theirs(n, slices())
             })
             .cloned()
             .collect();
@@ -411,7 +409,7 @@ impl Daemon {
                 )
             };
             Some(TickBios {
-                scheduler: d.info.scheduler.as_deref(),
+                scheduler: d.info.known_scheduler(),
                 level,
                 counters: d.tick_counters.as_ref(),
                 level_since_ms: managed.then_some(d.policy.history.since_ms),

@@ -13,6 +13,7 @@
 
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::perf::MergeSamples;
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile::{self, CostProfile, DeviceKey, kernel_series};
 use mergetune_logic::decision::Level;
@@ -116,7 +117,7 @@ impl PricingSource {
     /// The table a profile gives a device, or unknown where it does not match.
     pub fn profile_worth(
         &self,
-        scheduler: Option<&str>,
+        scheduler: Option<Scheduler>,
         running_release: Option<&str>,
         key: Option<&DeviceKey>,
     ) -> Worth {
@@ -240,7 +241,7 @@ impl Default for LivePricing {
 
 /// One device's share of a tick, for the span's bios.
 pub struct TickBios<'a> {
-    pub scheduler: Option<&'a str>,
+    pub scheduler: Option<Scheduler>,
     pub level: Level,
     /// This tick's bios (`None`: the device's counters gave no delta this tick: first
     /// sight or a reset, so its bios are unknown and the span is disturbed).
@@ -276,10 +277,7 @@ impl LivePricing {
         let mut busy: Vec<(usize, Shape, f64)> = Vec::new();
         for b in bios {
             if let Some(shape) = b.busy_shape {
-                let slot = MergeSamples::slot(
-                    b.scheduler
-                        .and_then(mergetune_kernel::perf::SchedulerClass::of_name),
-                );
+                let slot = MergeSamples::slot(b.scheduler);
                 busy.push((slot, shape, b.busy_bios_per_sec));
             }
             if let SamplerState::Sampling {
@@ -453,7 +451,11 @@ impl LivePricing {
                     .unwrap_or_default();
                 info!(
                     "merge path on {} under {shape}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} span{}{}{other}",
-                    ["none/plug", "mq-deadline", "bfq", "kyber"][k],
+                    if k == 0 {
+                        "none/plug"
+                    } else {
+                        Scheduler::ALL[k].name()
+                    },
                     l3.estimate,
                     l3.lo,
                     l3.hi,
@@ -474,7 +476,7 @@ impl LivePricing {
     /// not known yet, the class's price is taken as it is).
     pub fn worth(
         &self,
-        scheduler: Option<&str>,
+        scheduler: Option<Scheduler>,
         shape: Option<Shape>,
         bios_per_sec: f64,
         cfg: &PricingConfig,
@@ -482,8 +484,7 @@ impl LivePricing {
         if let SamplerState::Failed { .. } = self.state {
             return Worth::unknown(UnknownWhy::NoSampler);
         }
-        let slot =
-            MergeSamples::slot(scheduler.and_then(mergetune_kernel::perf::SchedulerClass::of_name));
+        let slot = MergeSamples::slot(scheduler);
         let Some(p) = self.prices[slot] else {
             return Worth::unknown(UnknownWhy::NotMeasuredYet);
         };
@@ -603,7 +604,7 @@ mod tests {
         let mut now = t0;
         for _ in 0..ticks {
             let bios = std::iter::once(TickBios {
-                scheduler: Some("mq-deadline"),
+                scheduler: Some(Scheduler::MqDeadline),
                 level: Level::L0,
                 counters: counters.as_ref(),
                 level_since_ms: Some(level_since_ms),
@@ -630,7 +631,7 @@ mod tests {
             ..Default::default()
         };
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
         assert_eq!(
             w.basis,
             Basis::Unknown {
@@ -644,7 +645,7 @@ mod tests {
         );
         // The second span started at once, not 60 s later.
         run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
     }
 
@@ -659,11 +660,12 @@ mod tests {
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, true)), 0);
         let seq = Shape::of_counters(&tick_of(1, true));
         assert!(matches!(
-            p.worth(Some("mq-deadline"), seq, 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
+                .basis,
             Basis::Live { .. }
         ));
         // Priced under sequential writes: not the random reads' price.
-        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
         assert_eq!(
             w.basis,
             Basis::Unknown {
@@ -676,10 +678,11 @@ mod tests {
         );
         // A span of random reads replaces it.
         run(&mut p, &mut fs, now, 2, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg);
+        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
         assert_eq!(
-            p.worth(Some("mq-deadline"), seq, 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
+                .basis,
             Basis::Unknown {
                 why: UnknownWhy::OtherWorkload
             }
@@ -699,7 +702,8 @@ mod tests {
         let now = run(&mut p, &mut fs, now, 1, None, 0);
         assert_eq!(p.dropped_spans, 1);
         assert_eq!(
-            p.worth(Some("mq-deadline"), reads(), 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg)
+                .basis,
             Basis::Unknown {
                 why: UnknownWhy::NotMeasuredYet
             }

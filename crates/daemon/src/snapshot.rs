@@ -5,6 +5,7 @@
 //! [`crate::controller::Controller::snapshot`] hands it out; the adaptive daemon
 //! builds it from its per-device runtime, the fixed baselines have none.
 
+use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{Mode, Reason};
@@ -68,7 +69,7 @@ pub struct DaemonSnapshot {
 pub struct DeviceSnapshot {
     pub name: String,
     /// The active I/O scheduler, when the device has one.
-    pub scheduler: Option<String>,
+    pub scheduler: Option<Reported>,
     pub management: Management,
     /// The merge-ladder level: managed devices only. In dry-run the level the daemon would
     /// have set.

@@ -7,6 +7,7 @@
 //! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
 
 use mergetune_daemon::snapshot::{DaemonSnapshot, TickTiming};
+use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::cost_profile::Verdict;
 use mergetune_logic::decision::{Applied, Change, DecisionKind, Level, level_index};
 use mergetune_logic::devices::Management;
@@ -56,8 +57,10 @@ pub struct PricingStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceStatus {
     pub device: String,
-    /// The active I/O scheduler, `-` when the device has none.
-    pub scheduler: String,
+    /// The active I/O scheduler as the kernel names it; `-` in the document when the
+    /// device has none.
+    #[serde(with = "scheduler_or_dash")]
+    pub scheduler: Option<Reported>,
     /// `"status"`: managed, excluded, unsupported or admin-owned; `"why"`: the reason it is
     /// not managed (absent when managed).
     #[serde(flatten)]
@@ -335,13 +338,28 @@ impl DevicePricing {
     }
 }
 
+/// `scheduler` in the document: the name the kernel gave, `-` for a device without one.
+mod scheduler_or_dash {
+    use mergetune_kernel::scheduler::Reported;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &Option<Reported>, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s.as_ref().map_or("-", Reported::name))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Reported>, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok((name != "-").then(|| Reported::from(name)))
+    }
+}
+
 impl DeviceStatus {
     /// A device with nothing known yet but its name and management (tests build rows
     /// from it).
     pub fn new(device: &str, management: Management) -> DeviceStatus {
         DeviceStatus {
             device: device.to_string(),
-            scheduler: "-".into(),
+            scheduler: None,
             management,
             mode: None,
             level: None,
@@ -390,7 +408,7 @@ impl StatusSnapshot {
                 let tick = d.last_tick;
                 DeviceStatus {
                     device: d.name.clone(),
-                    scheduler: d.scheduler.clone().unwrap_or_else(|| "-".into()),
+                    scheduler: d.scheduler.clone(),
                     management: d.management.clone(),
                     mode: d.mode,
                     level: d.level,

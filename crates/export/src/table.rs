@@ -111,7 +111,9 @@ fn last_decision(d: &DeviceStatus) -> String {
 fn cells(d: &DeviceStatus) -> [String; COLUMNS] {
     [
         d.device.clone(),
-        d.scheduler.clone(),
+        d.scheduler
+            .as_ref()
+            .map_or_else(|| "-".to_string(), ToString::to_string),
         d.management.label().to_string(),
         level(d),
         nomerges(d),
@@ -216,6 +218,7 @@ pub fn format_status(s: &StatusSnapshot) -> String {
 mod tests {
     use super::*;
     use crate::status::DecisionStatus;
+    use mergetune_kernel::scheduler::{Reported, Scheduler};
     use mergetune_kernel::tunable::Tunable;
     use mergetune_logic::decision::{Change, DecisionKind, Level};
     use mergetune_logic::devices::Management;
@@ -223,7 +226,7 @@ mod tests {
 
     fn managed(name: &str) -> DeviceStatus {
         DeviceStatus {
-            scheduler: "mq-deadline".into(),
+            scheduler: Some(Scheduler::MqDeadline.into()),
             mode: Some(Mode::Merging),
             level: Some(Level::L0),
             original_nomerges: Some("0".into()),
@@ -252,7 +255,7 @@ mod tests {
             applied: Applied::DryRun,
         });
         let excluded = DeviceStatus {
-            scheduler: "none".into(),
+            scheduler: Some(Scheduler::None.into()),
             ..DeviceStatus::new("loop0", Management::Excluded("loop device".into()))
         };
         let t = render(&[managed("sda"), long, excluded]);
@@ -290,7 +293,7 @@ mod tests {
     fn no_control_character_from_a_peer_reaches_the_terminal() {
         let evil = "\x1b]0;pwned\x07\x1b[2J";
         let mut d = managed(&format!("sda{evil}"));
-        d.scheduler = format!("none{evil}");
+        d.scheduler = Some(Reported::Other(format!("none{evil}")));
         d.last_reason = format!("because\n{evil}");
         let s = StatusSnapshot {
             version: format!("0.1{evil}"),

@@ -3,6 +3,7 @@
 //! (`logic::devices`), a pure function of what was read here.
 
 use crate::blockfs::{BlockFs, FsError};
+use crate::scheduler::{Reported, Scheduler};
 use serde::Serialize;
 
 /// What was read about one device.
@@ -10,7 +11,7 @@ use serde::Serialize;
 pub struct DeviceInfo {
     pub name: String,
     /// The active scheduler (the bracketed entry), or None without a queue/scheduler file.
-    pub scheduler: Option<String>,
+    pub scheduler: Option<Reported>,
     /// The raw queue/nomerges value, or None when the device has no request queue.
     pub nomerges: Option<String>,
     pub rotational: Option<bool>,
@@ -22,6 +23,13 @@ pub struct DeviceInfo {
     pub slaves: Vec<String>,
     /// The devices stacked on this one (holders/).
     pub holders: Vec<String>,
+}
+
+impl DeviceInfo {
+    /// The scheduler the device runs as the layers above see it ([`Reported::known`]).
+    pub fn known_scheduler(&self) -> Option<Scheduler> {
+        Reported::known(self.scheduler.as_ref())
+    }
 }
 
 /// Which disk a `/sys/block` name stands for now. A name outlives its disk: a loop device
@@ -120,21 +128,6 @@ pub fn read_identity(fs: &mut dyn BlockFs, name: &str) -> Result<Option<DeviceId
     }))
 }
 
-/// The bracketed entry of `queue/scheduler` ("none [mq-deadline] kyber" -> "mq-deadline");
-/// a single unbracketed entry (older kernels print "none") is taken as is.
-pub fn active_scheduler(text: &str) -> Option<String> {
-    if let (Some(a), Some(b)) = (text.find('['), text.find(']'))
-        && a < b
-    {
-        return Some(text[a + 1..b].to_string());
-    }
-    let mut it = text.split_whitespace();
-    match (it.next(), it.next()) {
-        (Some(one), None) => Some(one.to_string()),
-        _ => None,
-    }
-}
-
 /// Reads one device's queue facts. A device that vanished mid-read is an error.
 pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsError> {
     let opt = |r: Result<String, FsError>| match r {
@@ -142,7 +135,7 @@ pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsErr
         Err(FsError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
     };
-    let scheduler = opt(fs.read_attr(name, "queue/scheduler"))?.and_then(|s| active_scheduler(&s));
+    let scheduler = opt(fs.read_attr(name, "queue/scheduler"))?.and_then(|s| Reported::parse(&s));
     let nomerges = opt(fs.read_attr(name, "queue/nomerges"))?.map(|s| s.trim().to_string());
     let rotational = opt(fs.read_attr(name, "queue/rotational"))?.map(|s| s.trim() == "1");
     let front_merges =
@@ -192,19 +185,5 @@ mod tests {
         assert_eq!((d.major, d.minor), (259, 3));
         assert_eq!(String::from(d), "259:3");
         assert!(DevNumber::try_from("259".to_string()).is_err());
-    }
-
-    #[test]
-    fn scheduler_parsing() {
-        assert_eq!(
-            active_scheduler("none [mq-deadline] kyber bfq").as_deref(),
-            Some("mq-deadline")
-        );
-        assert_eq!(
-            active_scheduler("[none] mq-deadline").as_deref(),
-            Some("none")
-        );
-        assert_eq!(active_scheduler("none").as_deref(), Some("none"));
-        assert_eq!(active_scheduler("a b"), None);
     }
 }

@@ -15,6 +15,7 @@ pub mod diskstats;
 pub mod lines;
 pub mod perf;
 pub mod rawtrace;
+pub mod scheduler;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod trace;

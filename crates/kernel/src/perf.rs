@@ -19,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::scheduler::Scheduler;
 use crate::sys::perf::{PerfRing, RingError};
 
 /// A sample's merge-path class: which rung of the ladder would not have spent it.
@@ -33,36 +34,16 @@ pub struct SampleClass {
     pub front_lookup: bool,
     /// The scheduler whose merge function is on the stack (None: the plug or a scheduler
     /// without one, e.g. `none`).
-    pub scheduler: Option<SchedulerClass>,
-}
-
-/// The schedulers whose merge functions have names of their own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SchedulerClass {
-    MqDeadline,
-    Bfq,
-    Kyber,
-}
-
-impl SchedulerClass {
-    /// From a `queue/scheduler` name; `none` and unknown schedulers have no class.
-    pub fn of_name(name: &str) -> Option<SchedulerClass> {
-        match name {
-            "mq-deadline" => Some(SchedulerClass::MqDeadline),
-            "bfq" => Some(SchedulerClass::Bfq),
-            "kyber" => Some(SchedulerClass::Kyber),
-            _ => None,
-        }
-    }
+    pub scheduler: Option<Scheduler>,
 }
 
 /// What a function's samples mean (see [`SampleClass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     Merge,
-    MergeOf(SchedulerClass),
+    MergeOf(Scheduler),
     BeyondOneHit,
-    BeyondOneHitOf(SchedulerClass),
+    BeyondOneHitOf(Scheduler),
     FrontLookup,
 }
 
@@ -76,14 +57,11 @@ const FUNCTIONS: [(&str, Role); 12] = [
     ("blk_mq_sched_try_merge", Role::Merge),
     ("blk_mq_sched_try_insert_merge", Role::Merge),
     ("elv_merge", Role::Merge),
-    ("dd_bio_merge", Role::MergeOf(SchedulerClass::MqDeadline)),
-    ("bfq_bio_merge", Role::MergeOf(SchedulerClass::Bfq)),
-    ("kyber_bio_merge", Role::MergeOf(SchedulerClass::Kyber)),
+    ("dd_bio_merge", Role::MergeOf(Scheduler::MqDeadline)),
+    ("bfq_bio_merge", Role::MergeOf(Scheduler::Bfq)),
+    ("kyber_bio_merge", Role::MergeOf(Scheduler::Kyber)),
     ("elv_rqhash_find", Role::BeyondOneHit),
-    (
-        "bfq_request_merge",
-        Role::BeyondOneHitOf(SchedulerClass::Bfq),
-    ),
+    ("bfq_request_merge", Role::BeyondOneHitOf(Scheduler::Bfq)),
     ("dd_request_merge", Role::FrontLookup),
 ];
 
@@ -178,7 +156,7 @@ pub fn classify(symbols: &Symbols, callchain: &[u64]) -> SampleClass {
             Role::FrontLookup => {
                 c.beyond_one_hit = true;
                 c.front_lookup = true;
-                c.scheduler = Some(SchedulerClass::MqDeadline);
+                c.scheduler = Some(Scheduler::MqDeadline);
             }
         }
     }
@@ -192,8 +170,8 @@ pub struct MergeSamples {
     pub period_ns: u64,
     /// Every sample read (kernel mode, any task).
     pub total: u64,
-    /// Merge-path samples per scheduler class: index 0 none/plug only, then
-    /// [`SchedulerClass`] in order.
+    /// Merge-path samples per scheduler, indexed by [`MergeSamples::slot`]: none (the plug
+    /// only) first, then the others in [`Scheduler::ALL`]'s order.
     pub merge_path: [u64; 4],
     pub beyond_one_hit: [u64; 4],
     pub front_lookup: [u64; 4],
@@ -202,14 +180,10 @@ pub struct MergeSamples {
 }
 
 impl MergeSamples {
-    /// The index of a scheduler's class in the arrays.
-    pub fn slot(s: Option<SchedulerClass>) -> usize {
-        match s {
-            None => 0,
-            Some(SchedulerClass::MqDeadline) => 1,
-            Some(SchedulerClass::Bfq) => 2,
-            Some(SchedulerClass::Kyber) => 3,
-        }
+    /// The index of a scheduler in the arrays: its [`Scheduler::index`]; no scheduler
+    /// (the plug, or one mergetune does not know) counts as none.
+    pub fn slot(s: Option<Scheduler>) -> usize {
+        s.unwrap_or(Scheduler::None).index()
     }
 
     pub fn add_sample(&mut self, c: SampleClass) {
@@ -582,7 +556,7 @@ ffffffff81000000 D some_data
         ];
         let c = classify(&s, &chain);
         assert!(c.merge_path);
-        assert_eq!(c.scheduler, Some(SchedulerClass::MqDeadline));
+        assert_eq!(c.scheduler, Some(Scheduler::MqDeadline));
         assert!(!c.beyond_one_hit);
     }
 

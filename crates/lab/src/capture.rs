@@ -293,7 +293,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
             .join("queue/scheduler"),
     )
     .ok()
-    .and_then(|t| mergetune_kernel::devices::active_scheduler(&t))
+    .and_then(|t| mergetune_kernel::scheduler::Reported::parse(&t))
     {
         writeln!(out, "# scheduler {s}")?;
     }

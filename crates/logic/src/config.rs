@@ -50,52 +50,8 @@ pub struct Config {
     pub pricing: crate::merge_cost::PricingConfig,
 }
 
-/// Off by default: the VM lab measured no benefit of the slice tuner beyond its noise
-/// (docs/testing.md, "Slice tuner"), so mergetune changes only nomerges and front_merges unless an
-/// operator turns slices on.
-pub const DEFAULT_SLICES_ENABLED: bool = false;
-
-/// Scheduler slice tuning (`logic::slices`): favour reads when they starve behind writes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SlicesConfig {
-    /// false (the default, [`DEFAULT_SLICES_ENABLED`]): never touch scheduler tunables.
-    pub enabled: bool,
-    /// Reads count as starving when their mean time per request is at least this many
-    /// times the writes'...
-    pub starve_ratio: f64,
-    /// ...and at least this many ms: below it nobody waits noticeably, and the counters'
-    /// millisecond resolution turns ratios of fast requests into noise.
-    pub min_read_ms_per_request: f64,
-    /// Consecutive windows of evidence before a step (and before undoing one).
-    pub windows: u32,
-    /// A window is "mixed" when both directions completed at least this many requests.
-    pub min_requests: u64,
-    /// mq-deadline: the highest writes_starved mergetune sets.
-    pub writes_starved_max: u64,
-    /// mq-deadline: the lowest read_expire mergetune sets, in ms.
-    pub read_expire_min_ms: u64,
-    /// bfq: the highest timeout_sync mergetune sets, in ms.
-    pub timeout_sync_max_ms: u64,
-    /// Cap on slice changes per device in any rolling hour.
-    pub max_changes_per_hour: u32,
-}
-
-impl Default for SlicesConfig {
-    fn default() -> Self {
-        SlicesConfig {
-            enabled: DEFAULT_SLICES_ENABLED,
-            starve_ratio: 1.5,
-            min_read_ms_per_request: 10.0,
-            windows: 3,
-            min_requests: 20,
-            writes_starved_max: 8,
-            read_expire_min_ms: 100,
-            timeout_sync_max_ms: 500,
-            max_changes_per_hour: 12,
-        }
-    }
-}
+mod slices;
+pub use slices::{DEFAULT_SLICES_ENABLED, SlicesConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -489,38 +445,6 @@ impl Config {
         }
     }
 
-    fn check_slices(&self, problems: &mut Problems) {
-        let sl = &self.slices;
-        if !sl.starve_ratio.is_finite() || sl.starve_ratio <= 1.0 {
-            problems.push(
-                "slices.starve_ratio",
-                format!("{} must be a number above 1", sl.starve_ratio),
-            );
-        }
-        problems.finite_within(
-            "slices.min_read_ms_per_request",
-            sl.min_read_ms_per_request,
-            0.0,
-            10_000.0,
-        );
-        problems.at_least_one("slices.windows", sl.windows.into());
-        problems.within("slices.writes_starved_max", sl.writes_starved_max, 2, 64);
-        problems.within("slices.read_expire_min_ms", sl.read_expire_min_ms, 10, 500);
-        problems.within(
-            "slices.timeout_sync_max_ms",
-            sl.timeout_sync_max_ms,
-            125,
-            5000,
-        );
-        problems.at_least_one("slices.min_requests", sl.min_requests);
-        problems.within(
-            "slices.max_changes_per_hour",
-            sl.max_changes_per_hour,
-            1,
-            3600,
-        );
-    }
-
     /// Things that are valid but an operator should know, each naming its key.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
@@ -554,16 +478,19 @@ impl Config {
     /// the slice tuner only when `[slices] enabled`).
     pub fn tuners(&self) -> String {
         let ladder = if self.policy.enabled {
-            "merge ladder on (queue/nomerges, mq-deadline iosched/front_merges)"
+            format!("merge ladder on ({})", crate::tuners::ladder_files())
         } else {
-            "merge ladder observing only ([policy] enabled = false: writes nothing)"
+            "merge ladder observing only ([policy] enabled = false: writes nothing)".into()
         };
         let slices = if !self.slices.enabled {
-            "slice tuner off ([slices] enabled = false: scheduler tunables are not touched)"
+            "slice tuner off ([slices] enabled = false: scheduler tunables are not touched)".into()
         } else if self.policy.enabled {
-            "slice tuner on (mq-deadline iosched/writes_starved and read_expire, bfq iosched/timeout_sync, when reads starve behind writes)"
+            format!(
+                "slice tuner on ({}, when reads starve behind writes)",
+                crate::tuners::slice_files()
+            )
         } else {
-            "slice tuner off ([policy] enabled = false)"
+            "slice tuner off ([policy] enabled = false)".into()
         };
         format!("tuners: {ladder}; {slices}")
     }

@@ -112,7 +112,7 @@ pub fn describe(info: &DeviceInfo, m: &Management) -> String {
     let mut s = format!(
         "{}: scheduler {}, nomerges {}, rotational {}",
         info.name,
-        info.scheduler.as_deref().unwrap_or("-"),
+        info.scheduler.as_ref().map_or("-", |s| s.name()),
         info.nomerges.as_deref().unwrap_or("-"),
         match info.rotational {
             Some(true) => "yes",
@@ -136,11 +136,12 @@ pub fn describe(info: &DeviceInfo, m: &Management) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mergetune_kernel::scheduler::Scheduler;
 
     fn info(name: &str, nomerges: Option<&str>, slaves: &[&str]) -> DeviceInfo {
         DeviceInfo {
             name: name.into(),
-            scheduler: Some("mq-deadline".into()),
+            scheduler: Some(Scheduler::MqDeadline.into()),
             nomerges: nomerges.map(Into::into),
             rotational: Some(false),
             has_front_merges: true,

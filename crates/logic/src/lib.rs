@@ -13,3 +13,4 @@ pub mod printable;
 pub mod sampler;
 pub mod sense;
 pub mod slices;
+pub mod tuners;

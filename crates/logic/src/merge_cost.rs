@@ -23,7 +23,7 @@
 use crate::cost_profile::Scheduler;
 use crate::decision::Level;
 use crate::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
-use mergetune_kernel::perf::{MergeSamples, SchedulerClass};
+use mergetune_kernel::perf::MergeSamples;
 use serde::Serialize;
 
 /// `[pricing]`: the live measurement of the merge path (the default pricing,
@@ -257,12 +257,12 @@ impl SpanBios {
     /// in that tick.
     pub fn add_device(
         &mut self,
-        scheduler: Option<&str>,
+        scheduler: Option<Scheduler>,
         level: Level,
         bios: u64,
         shape: Option<Shape>,
     ) {
-        let i = MergeSamples::slot(scheduler.and_then(SchedulerClass::of_name));
+        let i = MergeSamples::slot(scheduler);
         if level < Level::L3 {
             self.merge_path[i] += bios;
             if let Some(sh) = shape {
@@ -414,7 +414,7 @@ pub fn price(samples: &MergeSamples, bios: &SpanBios) -> [Option<ClassPrice>; 4]
             samples.beyond_one_hit[0],
             all_l2,
         );
-        let l1 = (k == MergeSamples::slot(Some(SchedulerClass::MqDeadline)))
+        let l1 = (k == MergeSamples::slot(Some(Scheduler::MqDeadline)))
             .then(|| {
                 per_bio(
                     samples.period_ns,
@@ -436,7 +436,7 @@ pub fn price(samples: &MergeSamples, bios: &SpanBios) -> [Option<ClassPrice>; 4]
 /// worth it when the interval's lower end reaches `floor_ms_per_sec`.
 pub fn worth_live(
     price: Option<&ClassPrice>,
-    scheduler: Option<&str>,
+    scheduler: Option<Scheduler>,
     bios_per_sec: f64,
     floor_ms_per_sec: f64,
 ) -> Worth {
@@ -470,7 +470,7 @@ pub fn worth_live(
     }
     Worth {
         basis: Basis::Live { floor_ms_per_sec },
-        scheduler: Scheduler::from_name(scheduler.unwrap_or("none")),
+        scheduler,
         levels,
         coverage_percent: COVERAGE_PERCENT,
         untrusted: false,
@@ -502,7 +502,7 @@ mod tests {
         s.total = merge_samples * 30;
         let mut b = SpanBios::default();
         b.add_device(
-            Some("mq-deadline"),
+            Some(Scheduler::MqDeadline),
             Level::L0,
             bios,
             Shape::of(bios, bios, 8 * bios),
@@ -520,12 +520,12 @@ mod tests {
         assert!((l3.estimate - 200.0).abs() < 1e-9);
         assert!(l3.lo < 200.0 && l3.hi > 200.0);
         // at 50,000 bios/s: 10 ms/s, lower end about 8.1 ms/s: clears a 5 ms/s floor
-        let w = worth_live(Some(&p), Some("mq-deadline"), 50_000.0, 5.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 50_000.0, 5.0);
         assert!(w.worth(Level::L3));
         let v = w.saving(Level::L3).unwrap();
         assert!((v.value - 10.0).abs() < 1e-9, "{v:?}");
         // at 10,000 bios/s: 2 ms/s, under the floor
-        let w = worth_live(Some(&p), Some("mq-deadline"), 10_000.0, 5.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 10_000.0, 5.0);
         assert!(!w.worth(Level::L3));
         assert!(w.describe([Level::L3]).contains("floor 5.00 ms/s"));
     }
@@ -534,18 +534,18 @@ mod tests {
     fn too_few_samples_leave_the_saving_unknown() {
         let (s, b) = mq_deadline_span(MIN_SAMPLES - 1, 1_000);
         let p = price(&s, &b)[1].expect("priced");
-        let w = worth_live(Some(&p), Some("mq-deadline"), 1e9, 0.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 1e9, 0.0);
         assert!(matches!(w.basis, Basis::Unknown { .. }), "{w:?}");
         let (s, b) = mq_deadline_span(MIN_SAMPLES, 1_000);
         let p = price(&s, &b)[1].expect("priced");
-        let w = worth_live(Some(&p), Some("mq-deadline"), 1e9, 0.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 1e9, 0.0);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
     }
 
     #[test]
     fn bios_at_l3_do_not_dilute_the_price() {
         let (s, mut b) = mq_deadline_span(100, 500_000);
-        b.add_device(Some("mq-deadline"), Level::L3, 5_000_000, None);
+        b.add_device(Some(Scheduler::MqDeadline), Level::L3, 5_000_000, None);
         let p = price(&s, &b)[1].unwrap();
         assert!((p.levels[3].unwrap().estimate - 200.0).abs() < 1e-9);
     }
@@ -558,8 +558,18 @@ mod tests {
         };
         s.merge_path[0] = 100;
         let mut b = SpanBios::default();
-        b.add_device(Some("none"), Level::L0, 250_000, Shape::of(1, 1, 8));
-        b.add_device(Some("mq-deadline"), Level::L0, 250_000, Shape::of(1, 1, 8));
+        b.add_device(
+            Some(Scheduler::None),
+            Level::L0,
+            250_000,
+            Shape::of(1, 1, 8),
+        );
+        b.add_device(
+            Some(Scheduler::MqDeadline),
+            Level::L0,
+            250_000,
+            Shape::of(1, 1, 8),
+        );
         let prices = price(&s, &b);
         let none = prices[0].unwrap().levels[3].unwrap().estimate;
         let dd = prices[1].unwrap().levels[3].unwrap().estimate;
@@ -577,7 +587,12 @@ mod tests {
         let random_reads = Shape::of(1000, 1000, 8000).unwrap();
         assert_eq!(random_reads.reads, ReadMix::Reads);
         assert_eq!(random_reads.size, SizeClass::UpTo4k);
-        b.add_device(Some("mq-deadline"), Level::L0, 100_000, Some(random_reads));
+        b.add_device(
+            Some(Scheduler::MqDeadline),
+            Level::L0,
+            100_000,
+            Some(random_reads),
+        );
         assert_eq!(b.shape(1), Some(random_reads));
         // the same scheduler's bios at L3 do not count toward its shape, and a few bios of
         // another device do not change it (a root disk beside a busy loop device)
@@ -586,11 +601,26 @@ mod tests {
             (seq_writes.reads, seq_writes.size),
             (ReadMix::Writes, SizeClass::Over64k)
         );
-        b.add_device(Some("mq-deadline"), Level::L3, 1_000_000, Some(seq_writes));
-        b.add_device(Some("mq-deadline"), Level::L0, 300, Some(seq_writes));
+        b.add_device(
+            Some(Scheduler::MqDeadline),
+            Level::L3,
+            1_000_000,
+            Some(seq_writes),
+        );
+        b.add_device(
+            Some(Scheduler::MqDeadline),
+            Level::L0,
+            300,
+            Some(seq_writes),
+        );
         assert_eq!(b.shape(1), Some(random_reads));
         // two shapes of comparable weight: no shape, no keyed price
-        b.add_device(Some("mq-deadline"), Level::L0, 100_000, Some(seq_writes));
+        b.add_device(
+            Some(Scheduler::MqDeadline),
+            Level::L0,
+            100_000,
+            Some(seq_writes),
+        );
         assert_eq!(b.shape(1), None);
         assert_eq!(SpanBios::default().shape(1), None);
         for i in 0..SHAPES {

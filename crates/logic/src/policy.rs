@@ -43,6 +43,7 @@ pub use worth::Worth;
 use crate::config::PolicyConfig;
 use crate::decision::{DecisionKind, Level};
 use crate::sampler::{Counters, Window};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use serde::{Deserialize, Serialize};
 
@@ -120,11 +121,13 @@ impl Caps {
         worth: Worth::UNPRICED,
     };
 
-    pub fn for_scheduler(scheduler: Option<&str>, has_front_merges: bool) -> Caps {
-        let sched = scheduler.unwrap_or("none");
+    /// The rungs of a device running `scheduler` (None: one mergetune does not know), from
+    /// its table ([`crate::tuners`]); L1 only where front_merges exists.
+    pub fn for_scheduler(scheduler: Option<Scheduler>, has_front_merges: bool) -> Caps {
+        let rungs = crate::tuners::rungs(scheduler);
         Caps {
-            front_merges: has_front_merges && sched == "mq-deadline",
-            simple_merges: matches!(sched, "mq-deadline" | "bfq"),
+            front_merges: has_front_merges && rungs.contains(&Level::L1),
+            simple_merges: rungs.contains(&Level::L2),
             sense_at_l3: false,
             worth: Worth::UNPRICED,
         }

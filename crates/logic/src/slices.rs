@@ -5,10 +5,10 @@
 //! the counters give per window: the mean time per completed request in each direction
 //! (ms reading / reads, ms writing / writes). When reads take `starve_ratio` times longer
 //! than writes, and at least `min_read_ms_per_request`, for `windows` consecutive busy
-//! mixed windows, reads are favoured one step:
-//! - mq-deadline: `writes_starved` + 1 (up to `writes_starved_max`), then `read_expire`
-//!   halved (down to `read_expire_min_ms`);
-//! - bfq: `timeout_sync` x1.5 (up to `timeout_sync_max_ms`), the sync queues' slice.
+//! mixed windows, reads are favoured one step: the first knob of the scheduler's table
+//! ([`crate::tuners`]) not at its bound moves one step (mq-deadline: `writes_starved` + 1
+//! up to `writes_starved_max`, then `read_expire` halved down to `read_expire_min_ms`; bfq:
+//! `timeout_sync` x1.5 up to `timeout_sync_max_ms`, the sync queues' slice).
 //!
 //! A step is judged on the `windows` mixed windows after it: it stays when the reads' own
 //! mean time per request fell by at least a tenth, and by more than the writes' throughput
@@ -26,13 +26,9 @@ use crate::config::SlicesConfig;
 use crate::decision::DecisionKind;
 use crate::policy::HOUR_MS;
 use crate::sampler::{Counters, Window};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use serde::Serialize;
-
-/// Kernel defaults: a value that differs was set by the operator.
-pub const MQ_DEADLINE_DEFAULTS: &[(Tunable, u64)] =
-    &[(Tunable::WritesStarved, 2), (Tunable::ReadExpire, 500)];
-pub const BFQ_DEFAULTS: &[(Tunable, u64)] = &[(Tunable::TimeoutSync, 125)];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SliceState {
@@ -137,7 +133,7 @@ impl Seen<'_> {
 pub fn decide(
     prev: &SliceState,
     window: &Window,
-    scheduler: &str,
+    scheduler: Scheduler,
     values: &[(Tunable, u64)],
     owned: &[Tunable],
     cfg: &SlicesConfig,
@@ -277,44 +273,21 @@ fn judge_the_last_step(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<S
     })
 }
 
-/// The next step toward the reads for this scheduler, bounded by the config: mq-deadline
-/// lets writes be starved one batch longer, then halves the read deadline; bfq lengthens
-/// the sync time slice by half.
-fn next_step(seen: &Seen, scheduler: &str) -> Option<(Tunable, u64, u64)> {
-    let cfg = seen.cfg;
-    match scheduler {
-        "mq-deadline" => {
-            let ws = seen.usable(Tunable::WritesStarved);
-            let re = seen.usable(Tunable::ReadExpire);
-            match (ws, re) {
-                (Some(v), _) if v < cfg.writes_starved_max => {
-                    Some((Tunable::WritesStarved, v, v + 1))
-                }
-                (_, Some(v)) if v > cfg.read_expire_min_ms => {
-                    Some((Tunable::ReadExpire, v, (v / 2).max(cfg.read_expire_min_ms)))
-                }
-                _ => None,
-            }
-        }
-        "bfq" => seen
-            .usable(Tunable::TimeoutSync)
-            .filter(|&v| v < cfg.timeout_sync_max_ms)
-            .map(|v| {
-                (
-                    Tunable::TimeoutSync,
-                    v,
-                    (v * 3 / 2).clamp(v + 1, cfg.timeout_sync_max_ms),
-                )
-            }),
-        _ => None,
-    }
+/// The next step toward the reads for this scheduler: the first knob of its table
+/// ([`crate::tuners`]) the operator does not own that is not at its configured bound.
+fn next_step(seen: &Seen, scheduler: Scheduler) -> Option<(Tunable, u64, u64)> {
+    crate::tuners::table(scheduler).knobs.iter().find_map(|k| {
+        let v = seen.usable(k.tunable)?;
+        let to = (k.step)(v, seen.cfg.bound(k.tunable))?;
+        Some((k.tunable, v, to))
+    })
 }
 
 /// A step toward the reads, its evidence kept to judge it by.
 fn favour_reads(
     s: &mut SliceState,
     seen: &Seen,
-    scheduler: &str,
+    scheduler: Scheduler,
     now_ms: u64,
 ) -> Option<SliceChange> {
     let (t, from, to) = next_step(seen, scheduler)?;
@@ -365,13 +338,4 @@ fn relax_after_the_mix(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<S
         kind: DecisionKind::Relax,
         reason,
     })
-}
-
-/// The tunables this module reads for a scheduler, with their kernel defaults.
-pub fn tunables_for(scheduler: &str) -> &'static [(Tunable, u64)] {
-    match scheduler {
-        "mq-deadline" => MQ_DEADLINE_DEFAULTS,
-        "bfq" => BFQ_DEFAULTS,
-        _ => &[],
-    }
 }

@@ -211,8 +211,8 @@ impl CostModel {
     }
 }
 
-/// The step prices of one currency for each scheduler (indexed like the engine's
-/// `SchedKind`: none, mq-deadline, kyber, bfq), plus the minimum time a `queue/nomerges`
+/// The step prices of one currency for each scheduler (indexed by [`Scheduler::index`]),
+/// plus the minimum time a `queue/nomerges`
 /// write freezes the queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pricing {
@@ -222,18 +222,10 @@ pub struct Pricing {
 }
 
 impl Pricing {
-    /// Scheduler order of `by_sched`.
-    pub const ORDER: [Scheduler; 4] = [
-        Scheduler::None,
-        Scheduler::MqDeadline,
-        Scheduler::Kyber,
-        Scheduler::Bfq,
-    ];
-
     pub fn from_profile(p: &CostProfile) -> Pricing {
         Pricing {
             name: p.name.clone(),
-            by_sched: Self::ORDER.map(|s| CostModel::from_profile(p, s)),
+            by_sched: Scheduler::ALL.map(|s| CostModel::from_profile(p, s)),
             freeze_min_ns: p
                 .toggle
                 .as_ref()

@@ -50,7 +50,7 @@ pub use dm::{DmTable, Piece};
 use jobs::Job;
 use mergetune_kernel::trace::Dir;
 use queue::{EvKind, EventQueue};
-pub use sched::{SchedKind, Tunables};
+pub use sched::Tunables;
 use slab::{BioSlab, ReqSlab};
 pub use stats::{NomergesChange, PhaseAcc, PhaseInfo};
 

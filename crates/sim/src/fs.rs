@@ -2,10 +2,11 @@
 //! it does `/proc/diskstats` and `/sys/block/<dev>/...`, as strings in the kernel's format.
 //! Paths in errors read like `sim:/sys/block/sda/queue/nomerges`.
 
-use super::engine::{SchedKind, Simulation};
-use super::scenario::{DeviceKind, SCHEDULERS, iosched_keys};
+use super::engine::Simulation;
+use super::scenario::{DeviceKind, LISTED, iosched_keys};
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 
 fn path(dev: &str, rel: &str) -> String {
@@ -46,12 +47,12 @@ impl Simulation {
     fn scheduler_line(&self, d: usize) -> String {
         let dev = &self.devs[d];
         if dev.kind.is_dm() {
-            return "none".into();
+            return Scheduler::None.name().into();
         }
-        SCHEDULERS
+        LISTED
             .iter()
             .map(|s| {
-                if *s == dev.sched.name() {
+                if *s == dev.sched {
                     format!("[{s}]")
                 } else {
                     s.to_string()
@@ -64,8 +65,7 @@ impl Simulation {
     fn read_dev_attr(&mut self, d: usize, dev: &str, rel: &str) -> Result<String, FsError> {
         let dm = self.devs[d].kind.is_dm();
         if let Some(key) = rel.strip_prefix("queue/iosched/") {
-            let sched = self.devs[d].sched.name();
-            if dm || !iosched_keys(sched).contains(&key) {
+            if dm || !iosched_keys(self.devs[d].sched).contains(&key) {
                 return Err(not_found(dev, rel));
             }
             return self.devs[d]
@@ -125,13 +125,13 @@ impl Simulation {
             }
             "queue/scheduler" => {
                 if dm {
-                    return if v == "none" {
+                    return if v == Scheduler::None.name() {
                         Ok(())
                     } else {
                         Err(invalid(dev, rel, value))
                     };
                 }
-                let s = SchedKind::from_name(v).ok_or_else(|| invalid(dev, rel, value))?;
+                let s = v.parse().map_err(|_| invalid(dev, rel, value))?;
                 self.set_scheduler(d, s);
                 Ok(())
             }
@@ -145,8 +145,7 @@ impl Simulation {
             }
             _ => {
                 if let Some(key) = rel.strip_prefix("queue/iosched/") {
-                    let sched = self.devs[d].sched.name();
-                    if dm || !iosched_keys(sched).contains(&key) {
+                    if dm || !iosched_keys(self.devs[d].sched).contains(&key) {
                         return Err(not_found(dev, rel));
                     }
                     let n: u64 = v.parse().map_err(|_| invalid(dev, rel, value))?;
@@ -228,14 +227,14 @@ impl BlockFs for Simulation {
             "holders" => names(&x.holders),
             "queue" => {
                 let mut v: Vec<String> = QUEUE_FILES.iter().map(|s| s.to_string()).collect();
-                if !x.kind.is_dm() && x.sched != SchedKind::None {
+                if !x.kind.is_dm() && x.sched != Scheduler::None {
                     v.push("iosched".into());
                     v.sort();
                 }
                 v
             }
             "queue/iosched" if !x.kind.is_dm() => {
-                let mut v: Vec<String> = iosched_keys(x.sched.name())
+                let mut v: Vec<String> = iosched_keys(x.sched)
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
@@ -253,7 +252,7 @@ impl BlockFs for Simulation {
         let dm = self.devs[d].kind.is_dm();
         match rel.trim_end_matches('/') {
             "" | "queue" | "slaves" | "holders" => true,
-            "queue/iosched" => !dm && self.devs[d].sched != SchedKind::None,
+            "queue/iosched" => !dm && self.devs[d].sched != Scheduler::None,
             "dm" => dm,
             r => self.read_dev_attr(d, dev, r).is_ok(),
         }

@@ -6,8 +6,8 @@
 //! `blk_attempt_plug_merge` is in the kernel's callchains).
 
 use super::cost::Step;
-use super::engine::sched::SchedKind;
-use mergetune_kernel::perf::{MergeSamples, SchedulerClass};
+use mergetune_kernel::perf::MergeSamples;
+use mergetune_kernel::scheduler::Scheduler;
 
 #[derive(Debug, Clone, Default)]
 pub struct MergeMeter {
@@ -23,14 +23,8 @@ impl MergeMeter {
         self.period_ns = period_ns.max(1);
     }
 
-    pub(crate) fn charge(&mut self, sched: SchedKind, step: Step, ns: u64) {
-        let class = match sched {
-            SchedKind::None => None,
-            SchedKind::MqDeadline => Some(SchedulerClass::MqDeadline),
-            SchedKind::Slice => Some(SchedulerClass::Bfq),
-            SchedKind::Kyber => Some(SchedulerClass::Kyber),
-        };
-        let own = MergeSamples::slot(class);
+    pub(crate) fn charge(&mut self, sched: Scheduler, step: Step, ns: u64) {
+        let own = MergeSamples::slot(Some(sched));
         let (slot, parts) = match step {
             Step::PlugCheck => (0, 1),
             Step::OneHit => (own, 1),

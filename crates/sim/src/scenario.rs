@@ -12,11 +12,13 @@ mod validate;
 pub use validate::limits;
 
 use super::cost::CostModel;
+use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_kernel::trace::{TraceBio, parse_trace};
+use mergetune_logic::tuners;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// Bios alive at once (submitted, not completed; dm pieces included) at most. Scenario
 /// validation keeps iodepth x numjobs under it; a trace replayed faster than the device
@@ -70,9 +72,10 @@ pub struct DeviceSpec {
     /// Hardware tags: requests in service at once (NCQ / NVMe queue depth).
     #[serde(default)]
     pub queue_depth: Option<u32>,
-    /// `none`, `mq-deadline`, `kyber` or `bfq` (dm devices: `none` only).
+    /// `none`, `mq-deadline`, `kyber` or `bfq` (dm devices: `none` only); another name
+    /// is refused by validation.
     #[serde(default)]
-    pub scheduler: Option<String>,
+    pub scheduler: Option<Reported>,
     #[serde(default)]
     pub nomerges: u8,
     #[serde(default = "default_max_sectors_kb")]
@@ -259,29 +262,59 @@ fn default_seed() -> u64 {
     1
 }
 
-pub const SCHEDULERS: [&str; 4] = ["none", "mq-deadline", "kyber", "bfq"];
+/// The order the simulated kernel lists its schedulers in `queue/scheduler` (the order a
+/// kernel registers them), and names them in a scenario's error. Presentation only:
+/// tables indexed by scheduler follow [`Scheduler::ALL`].
+pub const LISTED: [Scheduler; 4] = [
+    Scheduler::None,
+    Scheduler::MqDeadline,
+    Scheduler::Kyber,
+    Scheduler::Bfq,
+];
 
-/// Tunables each scheduler exposes under `queue/iosched/`.
-pub fn iosched_keys(scheduler: &str) -> &'static [&'static str] {
-    match scheduler {
-        "mq-deadline" => &[
-            "fifo_batch",
-            "front_merges",
-            "read_expire",
-            "write_expire",
-            "writes_starved",
-        ],
-        "bfq" => &[
+/// The files each scheduler's model has under `queue/iosched/` beyond the slice knobs of
+/// its table ([`mergetune_logic::tuners`]), which every simulated scheduler offers too.
+fn model_keys(s: Scheduler) -> &'static [&'static str] {
+    match s {
+        Scheduler::MqDeadline => &["fifo_batch", "front_merges", "write_expire"],
+        Scheduler::Bfq => &[
             "fifo_expire_async",
             "fifo_expire_sync",
             "low_latency",
             "slice_async",
             "slice_idle",
             "slice_sync",
-            "timeout_sync",
         ],
-        "kyber" => &["read_lat_nsec", "write_lat_nsec"],
-        _ => &[],
+        Scheduler::Kyber => &["read_lat_nsec", "write_lat_nsec"],
+        Scheduler::None => &[],
+    }
+}
+
+/// Tunables each scheduler exposes under `queue/iosched/`, sorted: its model's files and
+/// its table's slice knobs.
+pub fn iosched_keys(s: Scheduler) -> &'static [&'static str] {
+    static KEYS: LazyLock<[Vec<&'static str>; 4]> = LazyLock::new(|| {
+        Scheduler::ALL.map(|s| {
+            let knobs = tuners::table(s).knobs.iter().map(|k| k.tunable.file_name());
+            let mut v: Vec<&'static str> = model_keys(s).iter().copied().chain(knobs).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+    });
+    &KEYS[s.index()]
+}
+
+impl DeviceSpec {
+    /// The scheduler the device runs: the one named, else none on a dm device and
+    /// mq-deadline on the others; Err with the name of one the simulator does not have.
+    pub fn scheduler(&self) -> Result<Scheduler, &str> {
+        match &self.scheduler {
+            Some(Reported::Known(s)) => Ok(*s),
+            Some(Reported::Other(name)) => Err(name),
+            None if self.kind.is_dm() => Ok(Scheduler::None),
+            None => Ok(Scheduler::MqDeadline),
+        }
     }
 }
 

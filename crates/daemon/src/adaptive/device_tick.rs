@@ -185,12 +185,7 @@ impl DeviceTick<'_> {
                     .l3_rate_bios_per_sec()
                     .unwrap_or_else(|| w.map_or(0.0, Window::bios_per_sec));
                 let shape = w.and_then(|w| Shape::of_counters(&w.counters));
-                live.worth(
-                    dev.info.scheduler.as_deref(),
-                    shape,
-                    rate,
-                    &self.cfg.pricing,
-                )
+                live.worth(dev.info.known_scheduler(), shape, rate, &self.cfg.pricing)
             }
             None => dev.caps.worth,
         };

@@ -25,7 +25,7 @@ impl Daemon {
         }
         let key = device_key(fs, info);
         self.pricing.profile_worth(
-            info.scheduler.as_deref(),
+            info.known_scheduler(),
             self.kernel_release.as_deref(),
             key.as_ref(),
         )
@@ -184,7 +184,7 @@ impl Daemon {
             observe_ladder(&mut self.actuator, &info);
         }
         let caps = Caps::for_scheduler(
-            info.scheduler.as_deref(),
+            info.known_scheduler(),
             info.has_front_merges
                 && self.actuator.first_seen(name, Tunable::FrontMerges) == Some("1"),
         )
@@ -213,7 +213,7 @@ impl Daemon {
         let priced = match self.pricing {
             PricingSource::Live => {
                 self.live
-                    .worth(info.scheduler.as_deref(), None, 0.0, &self.cfg.pricing)
+                    .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
             }
             _ => worth,
         };
@@ -316,7 +316,7 @@ fn observe_ladder(actuator: &mut Actuator, info: &DeviceInfo) {
 
 fn caps_of(info: &DeviceInfo) -> Caps {
     Caps::for_scheduler(
-        info.scheduler.as_deref(),
+        info.known_scheduler(),
         info.front_merges.as_deref() == Some("1"),
     )
 }
@@ -352,8 +352,8 @@ fn caps_change(old_info: &DeviceInfo, old: &Caps, info: &DeviceInfo, new: &Caps)
     if old_info.scheduler != info.scheduler {
         parts.push(format!(
             "scheduler {} -> {}",
-            old_info.scheduler.as_deref().unwrap_or("-"),
-            info.scheduler.as_deref().unwrap_or("-")
+            old_info.scheduler.as_ref().map_or("-", |s| s.name()),
+            info.scheduler.as_ref().map_or("-", |s| s.name())
         ));
     }
     let rungs = |c: &Caps| -> Vec<Level> { Level::ALL.into_iter().filter(|&l| c.has(l)).collect() };

@@ -4,12 +4,13 @@
 //! like the ladder's.
 
 use super::device_tick::DeviceTick;
-use super::{Daemon, DeviceRuntime, SLICES};
+use super::{Daemon, DeviceRuntime, slices};
 use crate::actuator::{ActuatorError, SetOutcome};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision};
 use mergetune_logic::slices::{SliceChange, SliceState};
+use mergetune_logic::tuners::{self, Knob};
 use tracing::{info, warn};
 
 impl DeviceTick<'_> {
@@ -28,30 +29,30 @@ impl DeviceTick<'_> {
             return None;
         }
         if !dev.management.is_managed()
-            || self.actuator.any_theirs(name, &SLICES)
+            || self.actuator.any_theirs(name, slices())
             || dev.last_window_ms != now_ms
         {
             return None;
         }
         let w = dev.last_window?;
-        let sched = dev.info.scheduler.clone()?;
-        let defaults = mergetune_logic::slices::tunables_for(&sched);
-        if defaults.is_empty() {
+        let sched = dev.info.known_scheduler()?;
+        let knobs = tuners::table(sched).knobs;
+        if knobs.is_empty() {
             return None;
         }
-        let values = self.slice_values(name, defaults, fs)?;
+        let values = self.slice_values(name, knobs, fs)?;
         // A tunable that was not at the kernel's default when first seen is the operator's.
-        let owned: Vec<Tunable> = defaults
+        let owned: Vec<Tunable> = knobs
             .iter()
-            .filter(|(t, d)| {
+            .filter(|k| {
                 self.actuator
-                    .first_seen(name, *t)
-                    .is_some_and(|v| v != d.to_string())
+                    .first_seen(name, k.tunable)
+                    .is_some_and(|v| v != k.default.to_string())
             })
-            .map(|(t, _)| *t)
+            .map(|k| k.tunable)
             .collect();
         let (state, change) =
-            mergetune_logic::slices::decide(&dev.slices, &w, &sched, &values, &owned, cfg, now_ms);
+            mergetune_logic::slices::decide(&dev.slices, &w, sched, &values, &owned, cfg, now_ms);
         let previous = std::mem::replace(&mut *dev.slices, state);
         if let Some(kept) = dev.slices.kept.take() {
             info!(device = %name, "{name}: slices: {kept}");
@@ -68,15 +69,15 @@ impl DeviceTick<'_> {
     fn slice_values(
         &mut self,
         name: &str,
-        defaults: &[(Tunable, u64)],
+        knobs: &[Knob],
         fs: &mut dyn BlockFs,
     ) -> Option<Vec<(Tunable, u64)>> {
-        let mut values = Vec::with_capacity(defaults.len());
-        for (t, _) in defaults {
-            if let Ok(v) = fs.read_tunable(name, *t)
-                && let Ok(x) = self.actuator.as_seen(name, *t, &v).parse::<u64>()
+        let mut values = Vec::with_capacity(knobs.len());
+        for t in knobs.iter().map(|k| k.tunable) {
+            if let Ok(v) = fs.read_tunable(name, t)
+                && let Ok(x) = self.actuator.as_seen(name, t, &v).parse::<u64>()
             {
-                values.push((*t, x));
+                values.push((t, x));
             }
         }
         for (t, cur) in &values {
@@ -86,7 +87,7 @@ impl DeviceTick<'_> {
                 warn!(device = %name, "{name}: {t} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here");
                 let results = self
                     .actuator
-                    .hand_off(fs, name, *t, &cur.to_string(), &SLICES);
+                    .hand_off(fs, name, *t, &cur.to_string(), slices());
                 Daemon::log_restores(&results, "hand-off");
                 return None;
             }

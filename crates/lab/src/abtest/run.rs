@@ -16,6 +16,7 @@ use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::cputime::{self, CpuTimeError, TaskTime};
 use mergetune_kernel::diskstats::parse_stat_fields;
 use mergetune_kernel::perf::{self, MergePathSampler, PerfError, SamplerParams};
+use mergetune_kernel::scheduler::Reported;
 use mergetune_kernel::sys::session;
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use mergetune_logic::decision::Level;
@@ -156,7 +157,7 @@ pub enum AbError {
 #[derive(Debug, Clone)]
 pub struct AbReport {
     pub params: AbParams,
-    pub scheduler: String,
+    pub scheduler: Reported,
     pub fio_command: String,
     pub submitter_tid: u32,
     pub duration: Duration,
@@ -239,8 +240,9 @@ pub fn run(
     })?;
     let dev = params.device.as_str();
     let scheduler_text = fs.read_attr(dev, "queue/scheduler")?;
-    let scheduler = mergetune_kernel::devices::active_scheduler(&scheduler_text)
-        .unwrap_or_else(|| scheduler_text.trim().to_string());
+    // A line with no active entry is shown as the kernel wrote it.
+    let scheduler = Reported::parse(&scheduler_text)
+        .unwrap_or_else(|| Reported::Other(scheduler_text.trim().to_string()));
     let has_front = fs.attr_exists(dev, Tunable::FrontMerges.rel_path());
     let original_nomerges = fs.read_tunable(dev, Tunable::Nomerges)?;
     let original_front = if has_front {

@@ -8,6 +8,7 @@ use super::rules::recommend_priced;
 use super::svg::plot_advise;
 use super::whatif::{read_bios, what_if};
 use anyhow::{Context as _, bail};
+use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::config::Config;
 use mergetune_logic::policy::Worth;
 use std::fmt::Write as _;
@@ -113,11 +114,11 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
     // The daemon's rules and profile decide what is recommended (the trace's own level is
     // kept in the evidence when they disagree).
-    let worth_of = |scheduler: &str| {
+    let worth_of = |scheduler: &Reported| {
         if live {
             Worth::unknown(mergetune_logic::policy::worth::UnknownWhy::NotMeasuredYet)
         } else {
-            Worth::from_profile(&profile, Some(scheduler))
+            Worth::from_profile(&profile, scheduler.scheduler())
         }
     };
     let priced_with = if live {
@@ -125,11 +126,16 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     } else {
         profile_name.clone()
     };
-    let scheduler = args.scheduler.clone().or(analysis.scheduler.clone());
+    // --scheduler is the operator's word for the device's (any name the kernel may give).
+    let scheduler = args
+        .scheduler
+        .clone()
+        .map(Reported::from)
+        .or(analysis.scheduler.map(Reported::Known));
     let mut views = Vec::new();
     for d in &mut analysis.devices {
         let (level, recs, view) =
-            recommend_priced(d, &cfg, &priced_with, scheduler.as_deref(), &worth_of);
+            recommend_priced(d, &cfg, &priced_with, scheduler.as_ref(), &worth_of);
         d.recommended_level = level;
         d.recommendations = recs;
         views.push(view);

@@ -7,6 +7,7 @@
 //! go further. Pure.
 
 use super::report::DeviceReport;
+use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::{Caps, Worth, deepest_level};
@@ -18,7 +19,7 @@ pub struct DaemonView {
     /// The cost profile that priced the levels (`[policy] cost_profile`).
     pub profile: String,
     /// The scheduler the device was priced and laddered for.
-    pub scheduler: String,
+    pub scheduler: Reported,
     /// What the trace alone supports.
     #[serde(with = "mergetune_logic::decision::level_index")]
     pub trace_level: Level,
@@ -41,18 +42,19 @@ pub fn daemon_view(
     r: &DeviceReport,
     cfg: &PolicyConfig,
     trace: Level,
-    scheduler: &str,
+    scheduler: &Reported,
     profile: &str,
     worth: &Worth,
 ) -> DaemonView {
-    let caps = Caps::for_scheduler(Some(scheduler), scheduler == "mq-deadline")
+    // Where the scheduler has front_merges, the daemon finds it at 1 (the default).
+    let caps = Caps::for_scheduler(scheduler.scheduler(), true)
         .sensing(true)
         .priced(*worth);
     let floor = deepest_level(cfg, caps);
     let ratio = r.merge_percent;
     let view = |level: Level, why: String| DaemonView {
         profile: profile.to_string(),
-        scheduler: scheduler.to_string(),
+        scheduler: scheduler.clone(),
         trace_level: trace,
         level,
         why,

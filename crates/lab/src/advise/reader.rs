@@ -82,7 +82,7 @@ pub struct Analyzer {
     pub merge_events_seen: bool,
     pub completion_events_seen: bool,
     /// The traced device's I/O scheduler, from the capture's `# scheduler NAME` header.
-    pub scheduler: Option<String>,
+    pub scheduler: Option<mergetune_kernel::scheduler::Scheduler>,
     summary_reached: bool,
 }
 
@@ -101,8 +101,8 @@ impl Analyzer {
         if let Some(name) = line.strip_prefix("# scheduler ") {
             // Only a scheduler name: a forged header is not taken as one.
             let name = name.trim();
-            if mergetune_logic::cost_profile::Scheduler::from_name(name).is_some() {
-                self.scheduler = Some(name.to_string());
+            if let Ok(s) = name.parse() {
+                self.scheduler = Some(s);
             }
             return;
         }

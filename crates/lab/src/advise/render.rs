@@ -3,6 +3,7 @@
 
 use super::report::{Analysis, pct};
 use super::whatif::WhatIf;
+use mergetune_kernel::scheduler::Scheduler;
 use std::fmt::Write as _;
 
 /// Renders the analysis as text. Long because it writes one report top to bottom, a
@@ -149,7 +150,8 @@ pub fn render_text(a: &Analysis, what_ifs: &[WhatIf]) -> String {
             );
             let base = w.rows.first().map(|r| r.cycles_per_bio).unwrap_or(0.0);
             for r in &w.rows {
-                let mark = if r.scheduler == "mq-deadline" && r.level == d.recommended_level {
+                let mark = if r.scheduler == Scheduler::MqDeadline && r.level == d.recommended_level
+                {
                     " <- recommended (the daemon's level)"
                 } else {
                     ""

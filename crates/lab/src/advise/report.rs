@@ -230,5 +230,5 @@ pub struct Analysis {
     /// without a size, or bios spanning too little time for a rate (one sentence each).
     pub devices_without_bios: Vec<String>,
     /// The traced device's scheduler, from the capture's `# scheduler NAME` header.
-    pub scheduler: Option<String>,
+    pub scheduler: Option<mergetune_kernel::scheduler::Scheduler>,
 }

@@ -10,6 +10,7 @@
 
 use super::daemon_view::{DaemonView, daemon_view};
 use super::report::{DeviceReport, Recommendation, level_tunables, pct};
+use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::Worth;
@@ -37,15 +38,17 @@ pub fn recommend_priced(
     r: &DeviceReport,
     cfg: &PolicyConfig,
     profile: &str,
-    device_scheduler: Option<&str>,
-    worth_of: &dyn Fn(&str) -> Worth,
+    device_scheduler: Option<&Reported>,
+    worth_of: &dyn Fn(&Reported) -> Worth,
 ) -> (Level, Vec<Recommendation>, DaemonView) {
     let (trace, trace_evidence) = trace_level(r, cfg);
     // The daemon acts on the scheduler the device runs (the capture's header, or
     // --scheduler); only when neither says, the one the trace alone would pick, and the
     // view says so.
-    let sched = device_scheduler.unwrap_or_else(|| scheduler_for(r, trace).0);
-    let mut view = daemon_view(r, cfg, trace, sched, profile, &worth_of(sched));
+    let sched = device_scheduler
+        .cloned()
+        .unwrap_or_else(|| scheduler_for(r, trace).0.into());
+    let mut view = daemon_view(r, cfg, trace, &sched, profile, &worth_of(&sched));
     if device_scheduler.is_none() {
         view.why.push_str(&format!(
             " (the device's scheduler is not known: no `# scheduler` line in the trace, no --scheduler; taken as {sched}, the trace's best fit)"
@@ -149,17 +152,17 @@ pub fn trace_level(r: &DeviceReport, cfg: &PolicyConfig) -> (Level, String) {
 }
 
 /// The scheduler for a device at `level`, with its evidence.
-fn scheduler_for(r: &DeviceReport, level: Level) -> (&'static str, String) {
+fn scheduler_for(r: &DeviceReport, level: Level) -> (Scheduler, String) {
     let read = r.read_percent;
     let one_dir = !(10.0..=90.0).contains(&read);
     let depth = r.queue_depth_max;
     match level {
         Level::L1 => (
-            "mq-deadline",
+            Scheduler::MqDeadline,
             "L1 is mq-deadline's iosched/front_merges=0; no other scheduler has it".to_string(),
         ),
         Level::L2 => (
-            "mq-deadline",
+            Scheduler::MqDeadline,
             format!(
                 "nomerges=1 differs from 0 only under mq-deadline and bfq; {:.0}% reads{}",
                 read,
@@ -171,7 +174,7 @@ fn scheduler_for(r: &DeviceReport, level: Level) -> (&'static str, String) {
             ),
         ),
         Level::L3 if one_dir => (
-            "none",
+            Scheduler::None,
             format!(
                 "{:.0}% {} at queue depth up to {depth}, nothing merges: a scheduler's sorting and merging buy nothing, none is the cheapest",
                 read.max(100.0 - read),
@@ -179,20 +182,20 @@ fn scheduler_for(r: &DeviceReport, level: Level) -> (&'static str, String) {
             ),
         ),
         Level::L3 => (
-            "mq-deadline",
+            Scheduler::MqDeadline,
             format!(
                 "nothing merges, but reads ({read:.0}%) share the queue with writes: keep mq-deadline so read_expire bounds read latency"
             ),
         ),
         Level::L0 if r.merge_percent >= MIN_MERGE_PERCENT_THAT_PAYS => (
-            "mq-deadline",
+            Scheduler::MqDeadline,
             format!(
                 "merges pay ({:.1}% of bios); mq-deadline merges and sorts at little cost (kernel default for single-queue devices)",
                 r.merge_percent
             ),
         ),
         Level::L0 => (
-            "mq-deadline",
+            Scheduler::MqDeadline,
             format!(
                 "merging keeps all its lookups here ({:.1}% of bios merge), and no scheduler change is advised for it: the kernel default for single-queue devices",
                 r.merge_percent
@@ -222,7 +225,7 @@ fn recommendations(
     let (sched, sev) = scheduler_for(r, level);
     let scheduler = Recommendation {
         topic: "scheduler".into(),
-        setting: sched.into(),
+        setting: sched.to_string(),
         evidence: sev,
     };
     vec![merge_level, scheduler, slices_for(r, sched)]
@@ -231,11 +234,11 @@ fn recommendations(
 /// The slice settings under scheduler `sched`. CFQ's slice_sync is gone since 5.0; its
 /// jobs live in mq-deadline's expiries and bfq's idling. The first case that fits: no
 /// scheduler; slow reads mixed with writes; one sequential sync stream; else the defaults.
-fn slices_for(r: &DeviceReport, sched: &str) -> Recommendation {
+fn slices_for(r: &DeviceReport, sched: Scheduler) -> Recommendation {
     let read = r.read_percent;
     let one_dir = !(10.0..=90.0).contains(&read);
     let depth = r.queue_depth_max;
-    if sched == "none" {
+    if sched == Scheduler::None {
         Recommendation {
             topic: "slices".into(),
             setting: "none has no slices; with bfq use slice_idle=0".into(),

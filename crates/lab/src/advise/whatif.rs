@@ -5,6 +5,7 @@
 use super::accumulator::{DevNum, MAX_LINE_BYTES};
 use super::report::{DeviceReport, LatencyReport, pct};
 use anyhow::{Context as _, bail};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::trace::{BioStream, TraceBio, is_blkparse_summary};
 use mergetune_logic::decision::{Level, level_index};
 use serde::Serialize;
@@ -66,7 +67,7 @@ pub fn read_bios(
 #[derive(Debug, Clone, Serialize)]
 pub struct WhatIfRow {
     pub label: String,
-    pub scheduler: String,
+    pub scheduler: Scheduler,
     #[serde(with = "level_index")]
     pub level: Level,
     pub merge_percent: f64,
@@ -134,19 +135,19 @@ pub fn what_if(
         mergetune_sim::report::unit_words(unit)
     );
     let dur_s = span_ns as f64 / 1e9 * 1.1 + 0.05;
-    let candidates: [(&str, &str, Level); 6] = [
-        ("L0", "mq-deadline", Level::L0),
-        ("L1", "mq-deadline", Level::L1),
-        ("L2", "mq-deadline", Level::L2),
-        ("L3", "mq-deadline", Level::L3),
-        ("none, nomerges=0", "none", Level::L0),
-        ("none, nomerges=2", "none", Level::L3),
+    let candidates: [(&str, Scheduler, Level); 6] = [
+        ("L0", Scheduler::MqDeadline, Level::L0),
+        ("L1", Scheduler::MqDeadline, Level::L1),
+        ("L2", Scheduler::MqDeadline, Level::L2),
+        ("L3", Scheduler::MqDeadline, Level::L3),
+        ("none, nomerges=0", Scheduler::None, Level::L0),
+        ("none, nomerges=2", Scheduler::None, Level::L3),
     ];
     let bios = Arc::new(bios);
     let mut rows = Vec::new();
     for (label, sched, level) in candidates {
         let nomerges = level.nomerges();
-        let iosched = if sched == "mq-deadline" {
+        let iosched = if sched == Scheduler::MqDeadline {
             format!(
                 "[device.iosched]\nfront_merges = {}\n",
                 // Off from L1 down: the replay's scenario states the whole queue.
@@ -180,7 +181,7 @@ pub fn what_if(
         let requests = d.read.requests + d.write.requests;
         rows.push(WhatIfRow {
             label: label.into(),
-            scheduler: sched.into(),
+            scheduler: sched,
             level,
             merge_percent: pct(merged, merged + requests),
             requests,

@@ -396,12 +396,12 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
                     "--device {d}: not a whole disk with a request queue (no queue/scheduler or queue/nomerges)"
                 );
             }
-            let own = info.scheduler.as_deref().and_then(Scheduler::from_name);
+            let own = mergetune_kernel::scheduler::Reported::known(info.scheduler.as_ref());
             if plan.schedulers.len() != 1 || own != Some(plan.schedulers[0]) {
                 bail!(
                     "--device {d}: measures the device's own scheduler ({}) only; pass --schedulers {} (switching a device's scheduler drains its queue and is the operator's choice)",
-                    info.scheduler.as_deref().unwrap_or("?"),
-                    info.scheduler.as_deref().unwrap_or("?")
+                    info.scheduler.as_ref().map_or("?", |s| s.name()),
+                    info.scheduler.as_ref().map_or("?", |s| s.name())
                 );
             }
             (None, d.clone())

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 const DEFAULT_SEED: u64 = 1;
-const DEFAULT_TOGGLE_SCHEDULER: &str = "mq-deadline";
+const DEFAULT_TOGGLE_SCHEDULER: Scheduler = Scheduler::MqDeadline;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CalibrateArgs {
@@ -101,7 +101,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub toggle_interval_ms: Option<u64>,
     /// Toggle measurement: the scheduler.
-    #[arg(long, default_value = DEFAULT_TOGGLE_SCHEDULER)]
+    #[arg(long, default_value_t = DEFAULT_TOGGLE_SCHEDULER.to_string())]
     pub toggle_scheduler: String,
     /// Name written into the profile.
     #[arg(long, default_value = mergetune_logic::cost_profile::MEASURED_NAME)]
@@ -157,7 +157,7 @@ fn end_to_end_only_flags(args: &CalibrateArgs) -> Vec<&'static str> {
         ("--toggle-interval-ms", args.toggle_interval_ms.is_some()),
         (
             "--toggle-scheduler",
-            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER,
+            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER.name(),
         ),
         ("--no-toggle", args.no_toggle),
         ("--seed", args.seed != DEFAULT_SEED),
@@ -226,7 +226,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         return run_merge_path(&args);
     }
     check_end_to_end_args(&args, ncpu)?;
-    let all = ["none", "mq-deadline", "bfq", "kyber"].map(String::from);
+    let all = Scheduler::ALL.map(|s| s.name().to_string());
     let names = if args.schedulers.is_empty() {
         &all[..]
     } else {
@@ -285,8 +285,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         order.rotate_left(rep as usize % n);
         for (si, &s) in order.iter().enumerate() {
             lp.set_scheduler(s)?;
-            let mut cells: Vec<(Level, Workload)> = s
-                .levels()
+            let mut cells: Vec<(Level, Workload)> = mergetune_logic::tuners::profile_levels(s)
                 .iter()
                 .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
                 .collect();
@@ -393,10 +392,13 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
                 );
                 let info = mergetune_kernel::devices::read_device(&mut fs, d)
                     .with_context(|| format!("--device {d}"))?;
-                let own = info.scheduler.unwrap_or_default();
-                vec![Scheduler::from_name(&own).with_context(|| {
-                    format!("--device {d}: scheduler {own:?} is not one calibrate knows")
-                })?]
+                match info.scheduler {
+                    Some(mergetune_kernel::scheduler::Reported::Known(s)) => vec![s],
+                    other => bail!(
+                        "--device {d}: scheduler {:?} is not one calibrate knows",
+                        other.as_ref().map_or("", |r| r.name())
+                    ),
+                }
             }
             None => Scheduler::ALL.to_vec(),
         }

@@ -8,6 +8,7 @@
 //! device is detached.
 
 use anyhow::{Context, Result, bail};
+use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::cost_profile::Scheduler;
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ pub(super) struct ScratchLoop {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct QueueOriginal {
-    scheduler: String,
+    scheduler: Reported,
     nomerges: u8,
 }
 
@@ -50,7 +51,7 @@ impl QueueOriginal {
             std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))
         };
         let sched_text = read("scheduler")?;
-        let scheduler = mergetune_kernel::devices::active_scheduler(&sched_text)
+        let scheduler = Reported::parse(&sched_text)
             .with_context(|| format!("{}: no active scheduler in {sched_text:?}", q.display()))?;
         let nomerges_text = read("nomerges")?;
         let nomerges = nomerges_text.trim().parse().with_context(|| {
@@ -71,7 +72,7 @@ impl QueueOriginal {
         let q = sysfs_root.join("block").join(name).join("queue");
         for (f, v) in [
             ("nomerges", self.nomerges.to_string()),
-            ("scheduler", self.scheduler.clone()),
+            ("scheduler", self.scheduler.to_string()),
         ] {
             let p = q.join(f);
             std::fs::write(&p, &v).with_context(|| format!("write {v} to {}", p.display()))?;
@@ -373,7 +374,7 @@ mod tests {
         assert_eq!(
             orig,
             QueueOriginal {
-                scheduler: "mq-deadline".into(),
+                scheduler: Scheduler::MqDeadline.into(),
                 nomerges: 1
             }
         );

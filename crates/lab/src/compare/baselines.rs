@@ -17,8 +17,8 @@ use super::figures::PolicyRun;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::{Controller, KernelDefault};
 use mergetune_kernel::blockfs::BlockFs;
-use mergetune_kernel::devices::active_scheduler;
 use mergetune_kernel::diskstats::parse_diskstats;
+use mergetune_kernel::scheduler::Reported;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
@@ -155,9 +155,10 @@ impl LevelSchedule {
             let sched = fs
                 .read_attr(&dev, "queue/scheduler")
                 .ok()
-                .and_then(|s| active_scheduler(&s));
+                .and_then(|s| Reported::parse(&s));
             let fm = fs.read_attr(&dev, "queue/iosched/front_merges").ok();
-            let caps = Caps::for_scheduler(sched.as_deref(), fm.as_deref() == Some("1"));
+            let caps =
+                Caps::for_scheduler(Reported::known(sched.as_ref()), fm.as_deref() == Some("1"));
             self.applied.insert(dev.clone(), Level::L0);
             self.caps.insert(dev, caps);
         }

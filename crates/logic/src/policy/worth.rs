@@ -164,12 +164,11 @@ impl Worth {
         }
     }
 
-    /// The table for a device running `scheduler` (its `queue/scheduler` name). A
+    /// The table for a device running `scheduler` (None: one mergetune does not know). A
     /// scheduler the profile did not measure is read like the profile's first one, as the
     /// simulator prices it (the 2008 thread measured deadline only).
-    pub fn from_profile(p: &CostProfile, scheduler: Option<&str>) -> Worth {
-        let wanted = Scheduler::from_name(scheduler.unwrap_or("none"));
-        let s = match wanted {
+    pub fn from_profile(p: &CostProfile, scheduler: Option<Scheduler>) -> Worth {
+        let s = match scheduler {
             Some(s) if p.schedulers.contains(&s) => s,
             _ => p.schedulers[0],
         };

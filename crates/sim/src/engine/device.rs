@@ -11,12 +11,13 @@ use super::deadline::Deadline;
 use super::elevator::Elevator;
 use super::media::{Media, Servers};
 use super::queue::EvKind;
-use super::sched::{SchedKind, Tunables};
+use super::sched::Tunables;
 use super::slab::NIL;
 use super::slice::SliceSched;
 use super::stats::{Counters, NomergesChange};
 use super::{SimError, Simulation};
 use crate::scenario::{DeviceKind, DeviceSpec, Scenario};
+use mergetune_kernel::scheduler::Scheduler;
 
 pub(crate) struct Device {
     pub(crate) name: String,
@@ -24,7 +25,7 @@ pub(crate) struct Device {
     pub(crate) minor: u32,
     pub(crate) kind: DeviceKind,
     pub(super) media: Media,
-    pub(crate) sched: SchedKind,
+    pub(crate) sched: Scheduler,
     pub(crate) tun: Tunables,
     pub(crate) nomerges: u8,
     pub(crate) max_sectors_kb: u32,
@@ -61,7 +62,7 @@ impl Device {
     /// (docs/design.md).
     #[inline]
     pub(super) fn eff_nomerges(&self) -> u8 {
-        if self.nomerges == 1 && matches!(self.sched, SchedKind::None | SchedKind::Kyber) {
+        if self.nomerges == 1 && matches!(self.sched, Scheduler::None | Scheduler::Kyber) {
             0
         } else {
             self.nomerges
@@ -69,15 +70,9 @@ impl Device {
     }
 
     fn from_spec(spec: &DeviceSpec, major: u32, minor: u32) -> Result<Device, SimError> {
-        let sched_name = spec.scheduler.clone().unwrap_or_else(|| {
-            if spec.kind.is_dm() {
-                "none".into()
-            } else {
-                "mq-deadline".into()
-            }
-        });
-        let sched = SchedKind::from_name(&sched_name)
-            .ok_or_else(|| SimError::Invalid(format!("bad scheduler {sched_name}")))?;
+        let sched = spec
+            .scheduler()
+            .map_err(|name| SimError::Invalid(format!("bad scheduler {name}")))?;
         let mut tun = Tunables::default();
         for (k, v) in &spec.iosched {
             if !tun.set(k, *v) {
@@ -225,7 +220,7 @@ impl Simulation {
 
     /// Switches the scheduler: the queue freezes until the requests in flight complete, and
     /// queued requests move to the new scheduler in FIFO order.
-    pub(crate) fn set_scheduler(&mut self, d: usize, s: SchedKind) {
+    pub(crate) fn set_scheduler(&mut self, d: usize, s: Scheduler) {
         if self.devs[d].sched == s {
             return;
         }

@@ -9,9 +9,9 @@
 
 use super::Simulation;
 use super::queue::EvKind;
-use super::sched::SchedKind;
 use super::slab::{NIL, ReqState};
 use crate::cost::Step;
+use mergetune_kernel::scheduler::Scheduler;
 
 impl Simulation {
     /// A request leaves the plug (or was never plugged).
@@ -23,7 +23,7 @@ impl Simulation {
         if dev.elv.queued == 0
             && dev.busy_tags < dev.queue_depth
             && !dev.frozen
-            && dev.sched != SchedKind::Slice
+            && dev.sched != Scheduler::Bfq
         {
             // Nothing waiting and a tag free: straight through, no chance to merge.
             self.reqs[r as usize].state = ReqState::Queued;
@@ -32,7 +32,7 @@ impl Simulation {
             return;
         }
         self.enqueue(r);
-        if self.devs[d].sched == SchedKind::Slice && rq.sync {
+        if self.devs[d].sched == Scheduler::Bfq && rq.sync {
             self.devs[d].slice.sync_arrived();
         }
         self.run_dispatch(d);
@@ -45,7 +45,7 @@ impl Simulation {
         rq.insert_ns = self.now_ns;
         let rq = *rq;
         let dev = &mut self.devs[rq.dev as usize];
-        let q = dev.sched.fifo_of(&rq);
+        let q = super::sched::fifo_of(dev.sched, &rq);
         let cache_ok = dev.eff_nomerges() < 2;
         dev.elv.add(r, &rq, q, cache_ok);
     }
@@ -65,9 +65,9 @@ impl Simulation {
                 return;
             }
             let r = match dev.sched {
-                SchedKind::None | SchedKind::Kyber => dev.elv.fifo_pop(0, &self.reqs),
-                SchedKind::MqDeadline => dev.dd.select(&mut dev.elv, &self.reqs, &dev.tun, now),
-                SchedKind::Slice => dev.slice.select(
+                Scheduler::None | Scheduler::Kyber => dev.elv.fifo_pop(0, &self.reqs),
+                Scheduler::MqDeadline => dev.dd.select(&mut dev.elv, &self.reqs, &dev.tun, now),
+                Scheduler::Bfq => dev.slice.select(
                     d as u32,
                     &mut dev.elv,
                     &self.reqs,
@@ -104,9 +104,9 @@ impl Simulation {
         let dev = &mut self.devs[d];
         dev.busy_tags += 1;
         match dev.sched {
-            SchedKind::MqDeadline => dev.dd.dispatched(&rq),
-            SchedKind::Slice => dev.slice.dispatched(rq.sync),
-            SchedKind::None | SchedKind::Kyber => {}
+            Scheduler::MqDeadline => dev.dd.dispatched(&rq),
+            Scheduler::Bfq => dev.slice.dispatched(rq.sync),
+            Scheduler::None | Scheduler::Kyber => {}
         }
         let end = dev.media.service_end_ns(
             &mut dev.servers,
@@ -126,7 +126,7 @@ impl Simulation {
         let ph = self.cur_phase;
         let dev = &mut self.devs[d];
         dev.busy_tags -= 1;
-        if dev.sched == SchedKind::Slice {
+        if dev.sched == Scheduler::Bfq {
             dev.slice.completed(rq.sync, now);
         }
         dev.cnt

@@ -12,9 +12,9 @@
 //! counts the merge.
 
 use super::Simulation;
-use super::sched::SchedKind;
 use super::slab::{NIL, ReqSlab, ReqState, Request};
 use crate::cost::Step;
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::trace::Dir;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -45,7 +45,7 @@ pub(super) struct Elevator {
     hash: FastMap<u32>,
     /// Per direction, (start sector, request): front merges and sector order.
     sorted: [BTreeSet<(u64, u32)>; 2],
-    /// The scheduler's FIFOs (which one a request joins is [`SchedKind::fifo_of`]).
+    /// The scheduler's FIFOs (which one a request joins is [`super::sched::fifo_of`]).
     fifo: [VecDeque<(u32, u32)>; 2],
     /// Requests waiting in the scheduler.
     pub(super) queued: u32,
@@ -208,7 +208,7 @@ impl Simulation {
             return true;
         }
         let dev = &self.devs[d];
-        let front_ok = dev.sched != SchedKind::MqDeadline || dev.tun.front_merges == 1;
+        let front_ok = dev.sched != Scheduler::MqDeadline || dev.tun.front_merges == 1;
         if front_ok {
             self.charge(ph, d, Step::FrontLookup, 1);
             let end = bio.sector + bio.nr_sectors as u64;
@@ -242,7 +242,7 @@ impl Simulation {
         }
         let d = rq.dev as usize;
         let dev = &self.devs[d];
-        if dev.sched == SchedKind::Slice && rq.sync != bio.sync {
+        if dev.sched == Scheduler::Bfq && rq.sync != bio.sync {
             return false;
         }
         let max_sectors = dev.max_sectors_kb as u64 * 2;

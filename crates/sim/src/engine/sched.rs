@@ -6,51 +6,22 @@
 //! running scheduler's is used) so a switch back and forth keeps what it kept before.
 
 use super::slab::Request;
+use mergetune_kernel::scheduler::Scheduler;
+use mergetune_kernel::tunable::Tunable;
+use mergetune_logic::tuners;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchedKind {
-    None,
-    MqDeadline,
-    Kyber,
-    Slice,
-}
-
-impl SchedKind {
-    pub fn from_name(s: &str) -> Option<SchedKind> {
-        match s {
-            "none" => Some(SchedKind::None),
-            "mq-deadline" => Some(SchedKind::MqDeadline),
-            "kyber" => Some(SchedKind::Kyber),
-            "bfq" => Some(SchedKind::Slice),
-            _ => None,
-        }
-    }
-    /// Index into `Pricing::by_sched` (none, mq-deadline, kyber, bfq).
-    #[inline]
-    pub(super) fn idx(self) -> usize {
-        self as usize
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            SchedKind::None => "none",
-            SchedKind::MqDeadline => "mq-deadline",
-            SchedKind::Kyber => "kyber",
-            SchedKind::Slice => "bfq",
-        }
-    }
-    /// Which of the elevator's two FIFOs a request waits in: one for none and kyber, one
-    /// per direction for mq-deadline, sync and async classes for the slice scheduler.
-    #[inline]
-    pub(super) fn fifo_of(self, rq: &Request) -> usize {
-        match self {
-            SchedKind::None | SchedKind::Kyber => 0,
-            SchedKind::MqDeadline => rq.dir.idx(),
-            SchedKind::Slice => {
-                if rq.sync {
-                    0
-                } else {
-                    1
-                }
+/// Which of the elevator's two FIFOs a request waits in: one for none and kyber, one per
+/// direction for mq-deadline, sync and async classes for the slice model that runs bfq.
+#[inline]
+pub(super) fn fifo_of(s: Scheduler, rq: &Request) -> usize {
+    match s {
+        Scheduler::None | Scheduler::Kyber => 0,
+        Scheduler::MqDeadline => rq.dir.idx(),
+        Scheduler::Bfq => {
+            if rq.sync {
+                0
+            } else {
+                1
             }
         }
     }
@@ -72,6 +43,16 @@ pub struct Tunables {
     pub low_latency: u64,
     pub read_lat_nsec: u64,
     pub write_lat_nsec: u64,
+    /// A slice knob of a scheduler's table that the models above do not read, by its place
+    /// in [`Tunable::ALL`]: kept, so the daemon can read and write every knob it tunes.
+    pub other_knobs: [u64; Tunable::ALL.len()],
+}
+
+/// The place in [`Tunable::ALL`] of the table knob whose file is `key`.
+fn other_knob(key: &str) -> Option<usize> {
+    Tunable::ALL
+        .iter()
+        .position(|&t| tuners::knob(t).is_some() && t.file_name() == key)
 }
 
 impl Default for Tunables {
@@ -90,6 +71,7 @@ impl Default for Tunables {
             low_latency: 1,
             read_lat_nsec: 2_000_000,
             write_lat_nsec: 10_000_000,
+            other_knobs: Tunable::ALL.map(|t| tuners::knob(t).map_or(0, |k| k.default)),
         }
     }
 }
@@ -110,7 +92,7 @@ impl Tunables {
             "low_latency" => self.low_latency,
             "read_lat_nsec" => self.read_lat_nsec,
             "write_lat_nsec" => self.write_lat_nsec,
-            _ => return None,
+            _ => self.other_knobs[other_knob(key)?],
         })
     }
 
@@ -130,7 +112,10 @@ impl Tunables {
             "low_latency" if v <= 1 => &mut self.low_latency,
             "read_lat_nsec" => &mut self.read_lat_nsec,
             "write_lat_nsec" => &mut self.write_lat_nsec,
-            _ => return false,
+            _ => match other_knob(key) {
+                Some(i) => &mut self.other_knobs[i],
+                None => return false,
+            },
         };
         *slot = v;
         true

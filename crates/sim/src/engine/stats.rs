@@ -128,7 +128,7 @@ impl Simulation {
     #[inline]
     pub(super) fn charge(&mut self, ph: usize, d: usize, step: Step, n: u64) {
         let sched = self.devs[d].sched;
-        let k = sched.idx();
+        let k = sched.index();
         let acc = &mut self.acc[ph][d];
         let spent = self.costs.primary.by_sched[k].step(step) * n;
         acc.cycles += spent;

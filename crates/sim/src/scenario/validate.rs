@@ -9,8 +9,9 @@
 //! the first error.
 
 use super::{
-    DeviceSpec, JobSpec, MAX_IN_FLIGHT_BIOS, SCHEDULERS, Scenario, ScenarioError, iosched_keys,
+    DeviceSpec, JobSpec, LISTED, MAX_IN_FLIGHT_BIOS, Scenario, ScenarioError, iosched_keys,
 };
+use mergetune_kernel::scheduler::Scheduler;
 use std::collections::HashSet;
 
 /// Bounds of the scenario's numbers (see the module doc for why they exist).
@@ -232,18 +233,14 @@ fn check_device(
     if d.size_gib == 0 || d.size_gib > 1 << 20 {
         return Err(bad("size_gib", "must be in 1..=1048576"));
     }
-    let sched = d.scheduler.as_deref().unwrap_or(if d.kind.is_dm() {
-        "none"
-    } else {
-        "mq-deadline"
-    });
-    if !SCHEDULERS.contains(&sched) {
+    let Ok(sched) = d.scheduler() else {
+        let names: Vec<&str> = LISTED.iter().map(|s| s.name()).collect();
         return Err(bad(
             "scheduler",
-            "must be one of none, mq-deadline, kyber, bfq",
+            &format!("must be one of {}", names.join(", ")),
         ));
-    }
-    if d.kind.is_dm() && sched != "none" {
+    };
+    if d.kind.is_dm() && sched != Scheduler::None {
         return Err(bad("scheduler", "dm devices are bio-based: only none"));
     }
     for key in d.iosched.keys() {
