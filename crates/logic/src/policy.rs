@@ -34,11 +34,10 @@ mod probing;
 pub mod reason;
 pub mod signature;
 mod trial;
-pub mod worth;
 
+use crate::pricing::worth::Worth;
 pub use reason::Reason;
 pub use signature::Signature;
-pub use worth::Worth;
 
 use crate::config::PolicyConfig;
 use crate::decision::{DecisionKind, Level};

@@ -9,7 +9,8 @@
 use super::report::DeviceReport;
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
-use mergetune_logic::policy::{Caps, Worth, deepest_level};
+use mergetune_logic::policy::{Caps, deepest_level};
+use mergetune_logic::pricing::worth::Worth;
 use serde::Serialize;
 
 /// The daemon's view of one traced device.
@@ -90,7 +91,7 @@ pub fn daemon_view(
         };
         return view(Level::L0, why);
     };
-    if let mergetune_logic::policy::worth::Basis::Unknown { .. } = worth.basis {
+    if let mergetune_logic::pricing::worth::Basis::Unknown { .. } = worth.basis {
         // Priced live: by the daemon's sampler on the host, at run time. A trace holds no
         // CPU samples, so the saving is unknown here: say what decides, not a guess.
         return view(

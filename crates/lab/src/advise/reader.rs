@@ -101,7 +101,7 @@ impl Analyzer {
         if let Some(name) = line.strip_prefix("# scheduler ") {
             // Only a scheduler name: a forged header is not taken as one.
             let name = name.trim();
-            if mergetune_logic::cost_profile::Scheduler::from_name(name).is_some() {
+            if mergetune_logic::pricing::profile::Scheduler::from_name(name).is_some() {
                 self.scheduler = Some(name.to_string());
             }
             return;

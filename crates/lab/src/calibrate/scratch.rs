@@ -8,8 +8,8 @@
 //! device is detached.
 
 use anyhow::{Context, Result, bail};
-use mergetune_logic::cost_profile::Scheduler;
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::Scheduler;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -209,7 +209,7 @@ fn low_window(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<(InMode<Mer
         // An unknown saving is said once, and the known one once more when it comes.
         let unknown = matches!(
             cx.caps.worth.basis,
-            crate::policy::worth::Basis::Unknown { .. }
+            crate::pricing::worth::Basis::Unknown { .. }
         );
         let said = s.m.not_worth_noted || (unknown && s.m.unknown_noted);
         if !said && s.m.low_windows >= windows_before(next, cx) {

@@ -78,7 +78,7 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
 
 /// Blind here (no tap, or it went away), no longer allowed (a reload raised the config's
 /// floor), or no longer worth keeping: to L2 where it is worth keeping, else L0. Worth is
-/// the band's upper side ([`super::Worth::keeps`]: live, the upper end of the saving's
+/// the band's upper side ([`crate::pricing::worth::Worth::keeps`]: live, the upper end of the saving's
 /// interval under the floor), judged only on a busy window after the first
 /// [`RATE_BASELINE_AFTER_WINDOWS`] at L3: the first holds the queue freeze of the write,
 /// and a saving priced at that depressed rate is no measure of L3 (seen on a loop device:
@@ -100,7 +100,7 @@ fn leave_where_blind_or_not_worth_it(
     // A live saving under the floor must last; a profile (fixed between reloads) or no
     // pricing at all leaves at once.
     let lasted = match cx.caps.worth.basis {
-        super::worth::Basis::Live { .. } if not_kept => {
+        crate::pricing::worth::Basis::Live { .. } if not_kept => {
             let since = *s.m.not_kept_since_ms.get_or_insert(cx.now_ms);
             cx.now_ms.saturating_sub(since) >= super::LEAVE_L3_NOT_WORTH_AFTER_MS
         }
