@@ -2577,7 +2577,7 @@ fn a_reload_that_no_longer_allows_l3_says_the_config_did_it() {
     assert!(
         matches!(
             ev.reason,
-            Reason::FloorRaised {
+            Reason::L3NoLongerAllowed {
                 disabled_nomerges: 1,
                 to: Level::L2
             }

@@ -284,3 +284,19 @@ impl Costs {
         Costs { primary, second }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sched::SchedKind;
+
+    /// The engine charges a device's steps to `by_sched[kind as usize]`: that slot is the
+    /// model of the scheduler of the same name.
+    #[test]
+    fn the_engine_s_slot_of_a_scheduler_holds_that_scheduler_s_model() {
+        for s in Scheduler::ALL {
+            let kind = SchedKind::from_name(s.name()).expect("every scheduler is simulated");
+            assert_eq!(Pricing::ORDER[kind as usize], s, "{s}");
+        }
+    }
+}

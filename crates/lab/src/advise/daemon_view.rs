@@ -49,7 +49,7 @@ pub fn daemon_view(
     let caps = Caps::for_scheduler(Some(scheduler), scheduler == "mq-deadline")
         .sensing(true)
         .priced(*worth);
-    let floor = deepest_level(cfg, caps);
+    let allowed = deepest_level(cfg, caps);
     let ratio = r.merge_percent;
     let view = |level: Level, why: String| DaemonView {
         profile: profile.to_string(),
@@ -78,13 +78,13 @@ pub fn daemon_view(
     // low one it walks the whole ladder down to the deepest level allowed.
     let reachable: Vec<Level> = Level::ALL
         .into_iter()
-        .filter(|&l| l > Level::L0 && l <= trace && l <= floor && caps.has(l))
+        .filter(|&l| l > Level::L0 && l <= trace && l <= allowed && caps.has(l))
         .filter(|&l| ratio < cfg.disable_below_percent || l == Level::L2)
         .collect();
     let Some(&deepest) = reachable.last() else {
-        let why = if trace > floor {
+        let why = if trace > allowed {
             format!(
-                "{trace} is deeper than the daemon goes on {scheduler} with this config (deepest {floor}: disabled_nomerges, or L3 needs the bio tap)"
+                "{trace} is deeper than the daemon goes on {scheduler} with this config (deepest {allowed}: disabled_nomerges, or L3 needs the bio tap)"
             )
         } else {
             format!("{scheduler} has no rung between L0 and {trace} the daemon can use")
