@@ -7,8 +7,9 @@
 //! edge, and handed to [`check`].
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK};
-use mergetune_daemon::pricing::{PricingSource, profile_match};
 use mergetune_logic::config::{self, ConfigError};
+use mergetune_logic::pricing::profile::profile_match;
+use mergetune_logic::pricing::source::PricingSource;
 use mergetune_logic::printable::printable_lines;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -46,7 +47,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
             // load_file has resolved the profile once already: it loads. The daemon's own
             // rule decides whether it matches (the same kernel series; stated figures
             // anywhere), so check-config never says otherwise than the daemon will do.
-            let source = PricingSource::from_config(&cfg);
+            let source = mergetune_daemon::pricing::source(&cfg);
             if let (Some(running), PricingSource::Profile { profile, .. }) =
                 (running_release, &source)
                 && let Err(e) = profile_match(profile, Some(running.trim()), None)
@@ -56,10 +57,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
                     profile.name,
                 ));
             }
-            let pricing = source.summary(
-                running_release.map(str::trim),
-                cfg.pricing.floor_ms_per_sec(),
-            );
+            let pricing = source.summary(running_release.map(str::trim), cfg.pricing.floor());
             CheckReport {
                 path: path_s,
                 ok: true,

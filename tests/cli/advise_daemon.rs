@@ -7,9 +7,10 @@
 
 use mergetune_lab::advise::{analyze_file, daemon_view, trace_level};
 use mergetune_logic::config::{Config, PolicyConfig};
-use mergetune_logic::cost_profile::{Scheduler, builtin, resolve};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::policy::Worth;
+use mergetune_logic::pricing::profile::{builtin, resolve};
+use mergetune_logic::pricing::worth::Worth;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
@@ -51,8 +52,8 @@ fn advise_text(name: &str) -> String {
 fn deepest_worth_it(profile: &str, scheduler: &str) -> Level {
     // The daemon's default, "live", has no figures for a trace: advise prices it with the
     // measured profile (and says so), so that is what it must agree with.
-    let profile = if profile == mergetune_logic::cost_profile::LIVE {
-        mergetune_logic::cost_profile::MEASURED_NAME
+    let profile = if profile == mergetune_logic::pricing::profile::LIVE {
+        mergetune_logic::pricing::profile::MEASURED_NAME
     } else {
         profile
     };
@@ -66,8 +67,8 @@ fn deepest_worth_it(profile: &str, scheduler: &str) -> Level {
 #[test]
 fn under_the_default_profile_advise_recommends_what_the_daemon_does() {
     let profile = match Config::default().policy.cost_profile.as_str() {
-        mergetune_logic::cost_profile::LIVE => {
-            mergetune_logic::cost_profile::MEASURED_NAME.to_string()
+        mergetune_logic::pricing::profile::LIVE => {
+            mergetune_logic::pricing::profile::MEASURED_NAME.to_string()
         }
         other => other.to_string(),
     };

@@ -445,7 +445,7 @@ fn a_relative_cost_profile_is_found_next_to_the_config() {
     std::fs::create_dir_all(&sub).unwrap();
     std::fs::write(
         sub.join("mine.toml"),
-        mergetune_logic::cost_profile::LKML_2008,
+        mergetune_logic::pricing::profile::LKML_2008,
     )
     .unwrap();
     let cfg = sub.join("m.toml");
@@ -477,7 +477,7 @@ fn check_config_says_when_the_profile_is_of_another_kernel() {
     let d = tempfile::tempdir().unwrap();
     let cfg = d.path().join("m.toml");
     std::fs::write(&cfg, "[policy]\ncost_profile = \"measured-6.18\"\n").unwrap();
-    let measured_on = mergetune_logic::cost_profile::builtin("measured-6.18")
+    let measured_on = mergetune_logic::pricing::profile::builtin("measured-6.18")
         .unwrap()
         .kernel_release;
     let r = mergetune::cli::check_config::check(&cfg, Some("9.9.9-other"));

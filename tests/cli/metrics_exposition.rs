@@ -1319,9 +1319,10 @@ fn family_lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
 /// measured its scheduler: L2 saves 12 ms/s [8, 16], L3 20 ms/s with no interval, and L1
 /// carries a profile's cell (percent per I/O), which is no CPU rate and is not exported.
 fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
-    use mergetune_logic::cost_profile::Verdict;
-    use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit};
-    use mergetune_logic::policy::{Mode, Reason, Worth};
+    use mergetune_logic::policy::{Mode, Reason};
+    use mergetune_logic::pricing::profile::Verdict;
+    use mergetune_logic::pricing::worth::Worth;
+    use mergetune_logic::pricing::worth::{Basis, Saving, SavingUnit};
     let saving = |value: f64, ci: Option<[f64; 2]>, unit: SavingUnit| Saving {
         value,
         ci,
@@ -1330,7 +1331,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
     };
     let worth = Worth {
         basis: Basis::Live {
-            floor_ms_per_sec: 5.0,
+            floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
         },
         scheduler: None,
         levels: [
@@ -1345,7 +1346,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
     mergetune_daemon::snapshot::DaemonSnapshot {
         pricing_name: "live".into(),
         pricing_origin: "measured on this host".into(),
-        floor_ms_per_sec: 5.0,
+        saving_floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
         devices: vec![mergetune_daemon::snapshot::DeviceSnapshot {
             name: "sda".into(),
             scheduler: Some(mergetune_kernel::scheduler::Scheduler::MqDeadline.into()),

@@ -17,23 +17,27 @@
 //! variant breaks the build until it is named there, and naming it fails
 //! `every_reason_variant_has_a_case` until a case of it is added to [`cases`].
 
-use mergetune_logic::cost_profile::{Scheduler, Verdict};
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::reason::{ChangeAnsweredByTap, KnownHostileToL3};
 use mergetune_logic::policy::signature::SignatureChange;
-use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
-use mergetune_logic::policy::{Mode, Reason, Signature, Worth};
+use mergetune_logic::policy::{Mode, Reason, Signature};
+use mergetune_logic::pricing::floor::SavingFloor;
+use mergetune_logic::pricing::profile::{Scheduler, Verdict};
+use mergetune_logic::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use std::borrow::Cow;
 
 /// `VARIANTS`, every variant's name, and `variant`, an exhaustive match naming the variant
-/// of a reason. `Reason::X { .. }` matches unit, tuple and struct variants alike.
+/// of a reason. `Reason::X { .. }` matches unit, tuple and struct variants alike. `X as
+/// "Y"` names a renamed variant by the name the pinned outputs know it by.
 macro_rules! every_variant {
-    ($($v:ident),* $(,)?) => {
-        const VARIANTS: &[&str] = &[$(stringify!($v)),*];
+    (@name $v:ident) => { stringify!($v) };
+    (@name $v:ident $label:literal) => { $label };
+    ($($v:ident $(as $label:literal)?),* $(,)?) => {
+        const VARIANTS: &[&str] = &[$(every_variant!(@name $v $($label)?)),*];
 
         fn variant(r: &Reason) -> &'static str {
             match r {
-                $(Reason::$v { .. } => stringify!($v),)*
+                $(Reason::$v { .. } => every_variant!(@name $v $($label)?),)*
             }
         }
     };
@@ -49,7 +53,9 @@ every_variant!(
     StillMerging,
     LeaveNotWorth,
     BlindAtL3,
-    FloorRaised,
+    // Pinned as FloorRaised, before the deepest allowed level had a name apart from the
+    // saving floor.
+    L3NoLongerAllowed as "FloorRaised",
     DeepestAllowed,
     SensedMergeable,
     AnsweredByTap,
@@ -110,7 +116,7 @@ fn saving(value: f64, ci: Option<[f64; 2]>, unit: SavingUnit, verdict: Verdict) 
 fn live(scheduler: Option<Scheduler>) -> Worth {
     Worth {
         basis: Basis::Live {
-            floor_ms_per_sec: 4.25,
+            floor: SavingFloor::from_percent_cpu(0.425),
         },
         scheduler,
         levels: [
@@ -367,7 +373,7 @@ fn ladder_cases() -> Vec<(&'static str, Reason)> {
         ("blind_at_l3", Reason::BlindAtL3 { to: Level::L2 }),
         (
             "floor_raised",
-            Reason::FloorRaised {
+            Reason::L3NoLongerAllowed {
                 disabled_nomerges: 1,
                 to: Level::L2,
             },

@@ -1,10 +1,10 @@
 //! Cost profiles: the shipped ones parse and validate, bad ones are refused naming the key,
 //! and the simulator's step prices derive from them as documented in `sim::cost`.
 
-use mergetune_logic::cost_profile::{
+use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::{
     self, BUILTIN_NAMES, CostProfile, Method, ProfileError, Scheduler, Verdict, Workload,
 };
-use mergetune_logic::decision::Level;
 use mergetune_sim::cost::CostModel;
 use mergetune_sim::cost::Pricing;
 
@@ -60,7 +60,7 @@ change_ci = [{cl}, {ch}]
 #[test]
 fn the_shipped_profiles_parse_and_validate() {
     for name in BUILTIN_NAMES {
-        let p = cost_profile::builtin(name).unwrap_or_else(|| panic!("{name} is not shipped"));
+        let p = profile::builtin(name).unwrap_or_else(|| panic!("{name} is not shipped"));
         assert_eq!(p.name, name);
         p.validate().unwrap();
         assert!(!p.render().is_empty());
@@ -69,7 +69,7 @@ fn the_shipped_profiles_parse_and_validate() {
 
 #[test]
 fn the_measured_profile_records_its_provenance() {
-    let p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
+    let p = profile::builtin(profile::MEASURED_NAME).unwrap();
     assert_eq!(p.method, Method::CpuBoundLoop);
     assert!(p.kernel_release.starts_with("6.18"), "{}", p.kernel_release);
     assert!(
@@ -98,7 +98,7 @@ fn the_measured_profile_records_its_provenance() {
 
 #[test]
 fn the_2008_profile_prices_the_steps_as_the_old_defaults() {
-    let p = cost_profile::builtin(cost_profile::LKML_2008_NAME).unwrap();
+    let p = profile::builtin(profile::LKML_2008_NAME).unwrap();
     for s in Scheduler::ALL {
         assert_eq!(
             CostModel::from_profile(&p, s),
@@ -165,7 +165,7 @@ fn a_quick_profile_with_short_intervals_shows_no_saving() {
 
 #[test]
 fn pricing_takes_the_freeze_from_the_toggle_measurement() {
-    let p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
+    let p = profile::builtin(profile::MEASURED_NAME).unwrap();
     let t = p.toggle.as_ref().unwrap();
     let pr = Pricing::from_profile(&p);
     assert_eq!(
@@ -173,7 +173,7 @@ fn pricing_takes_the_freeze_from_the_toggle_measurement() {
         (t.write_us_median * 1000.0).round() as u64
     );
     assert_eq!(
-        Pricing::builtin(cost_profile::LKML_2008_NAME)
+        Pricing::builtin(profile::LKML_2008_NAME)
             .unwrap()
             .freeze_min_ns,
         0
@@ -266,7 +266,7 @@ fn validation_names_the_key() {
 
 #[test]
 fn a_profile_round_trips_through_toml() {
-    let p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
+    let p = profile::builtin(profile::MEASURED_NAME).unwrap();
     let again = CostProfile::from_toml_str(&p.to_toml_string()).unwrap();
     assert_eq!(p, again);
 }

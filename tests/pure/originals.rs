@@ -662,7 +662,7 @@ fn apply_reload(d: &mut Daemon, r: Reload) -> Result<(), String> {
         }
         Reload::CostProfile => {
             cfg.policy.cost_profile = if cfg.policy.cost_profile == "lkml-2008" {
-                mergetune_logic::cost_profile::MEASURED_NAME.into()
+                mergetune_logic::pricing::profile::MEASURED_NAME.into()
             } else {
                 "lkml-2008".into()
             };

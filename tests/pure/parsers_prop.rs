@@ -422,17 +422,17 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("prof.toml");
-        let base = mergetune_logic::cost_profile::LKML_2008;
+        let base = mergetune_logic::pricing::profile::LKML_2008;
         let bytes = apply(base.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
         let spec = p.display().to_string();
-        match mergetune_logic::cost_profile::resolve(&spec) {
+        match mergetune_logic::pricing::profile::resolve(&spec) {
             Ok(prof) => prop_assert!(prof.validate().is_ok()),
             Err(e) => {
                 let msg = e.to_string();
                 prop_assert!(msg.contains("prof.toml"), "{}", msg);
                 prop_assert!(!raw_controls(&msg), "{:?}", msg);
-                if let mergetune_logic::cost_profile::ProfileError::Syntax { line, column, .. } = e {
+                if let mergetune_logic::pricing::profile::ProfileError::Syntax { line, column, .. } = e {
                     let text = String::from_utf8_lossy(&bytes);
                     prop_assert!(line >= 1 && line <= text.lines().count() + 1, "line {}", line);
                     prop_assert!(column >= 1);
@@ -568,7 +568,7 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
         refused(
             "profile",
             bounded("profile", move || {
-                mergetune_logic::cost_profile::resolve(&q)
+                mergetune_logic::pricing::profile::resolve(&q)
                     .unwrap_err()
                     .to_string()
             }),

@@ -3,18 +3,18 @@
 
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::PolicyConfig;
-use mergetune_logic::cost_profile::{self, CostProfile};
-use mergetune_logic::cost_profile::{Scheduler, Verdict};
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::LEAVE_L3_NOT_WORTH_AFTER_MS;
 use mergetune_logic::policy::signature::{
     RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
 };
-use mergetune_logic::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy};
 use mergetune_logic::policy::{
-    Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature, Worth,
-    decide, hold_without_deciding, sensed_min_bios, tunables,
+    Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature, decide,
+    hold_without_deciding, sensed_min_bios, tunables,
 };
+use mergetune_logic::pricing::profile::{self, CostProfile};
+use mergetune_logic::pricing::profile::{Scheduler, Verdict};
+use mergetune_logic::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sampler::{Counters, Window};
 use proptest::prelude::*;
@@ -259,7 +259,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
     let out = run(&mut s, FULL, &c1, 100_000, &[win(5000, 0); 10]);
     assert_eq!(s.level(), Level::L2, "{out:?}");
     // L3 saves nothing measurable, L1 and L2 do (the 2008 profile with L3 made costly).
-    let mut p = cost_profile::builtin(cost_profile::LKML_2008_NAME).unwrap();
+    let mut p = profile::builtin(profile::LKML_2008_NAME).unwrap();
     for cell in &mut p.cells {
         if cell.level == Level::L3 {
             cell.change_percent = Some(5.0);
@@ -821,10 +821,10 @@ fn arb_saving() -> impl Strategy<Value = Option<Saving>> {
 /// What the levels save: no profile (every level worth it), each shipped profile for each
 /// scheduler, and arbitrary tables (any level saving or not, trusted or not).
 fn arb_worth() -> impl Strategy<Value = Worth> {
-    let profile = |name: &str| cost_profile::builtin(name).unwrap();
+    let profile = |name: &str| profile::builtin(name).unwrap();
     let (measured, lkml) = (
-        profile(cost_profile::MEASURED_NAME),
-        profile(cost_profile::LKML_2008_NAME),
+        profile(profile::MEASURED_NAME),
+        profile(profile::LKML_2008_NAME),
     );
     let sched = || {
         proptest::sample::select(vec![
@@ -863,7 +863,7 @@ fn arb_worth() -> impl Strategy<Value = Worth> {
             };
             Worth {
                 basis: Basis::Live {
-                    floor_ms_per_sec: 5.0,
+                    floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
                 },
                 scheduler: Some(Scheduler::MqDeadline),
                 levels: [None, live(l1), live(l2), live(l3)],
@@ -1732,7 +1732,7 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
 
 /// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
 fn priced(name: &str) -> Caps {
-    let p = cost_profile::builtin(name).unwrap();
+    let p = profile::builtin(name).unwrap();
     Caps::for_scheduler(Some(Scheduler::MqDeadline), true)
         .sensing(true)
         .priced(Worth::from_profile(&p, Some(Scheduler::MqDeadline)))
@@ -1741,7 +1741,7 @@ fn priced(name: &str) -> Caps {
 #[test]
 fn on_the_measured_profile_merging_stays_on_and_says_why_once() {
     let c = cfg();
-    let caps = priced(cost_profile::MEASURED_NAME);
+    let caps = priced(profile::MEASURED_NAME);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 40]);
     assert!(changes(&out).is_empty(), "no write: {out:?}");
@@ -1793,7 +1793,7 @@ fn on_the_2008_profile_the_ladder_is_walked_as_without_a_profile() {
     let mut a = PolicyState::new(0, &c);
     let with = run(
         &mut a,
-        priced(cost_profile::LKML_2008_NAME),
+        priced(profile::LKML_2008_NAME),
         &c,
         100_000,
         &windows,
@@ -1804,14 +1804,14 @@ fn on_the_2008_profile_the_ladder_is_walked_as_without_a_profile() {
     assert_eq!(a.level(), Level::L3);
     // And the trial of L2 (-16.25% there) is tried.
     let mut s = PolicyState::new(0, &c);
-    let caps = priced(cost_profile::LKML_2008_NAME);
+    let caps = priced(profile::LKML_2008_NAME);
     let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
     assert_eq!(changes(&out), vec![(OutcomeKind::TrialStart, Level::L2)]);
 }
 
 /// The measured profile with mq-deadline's L3 random cell made a clear saving.
 fn l3_only_saves() -> CostProfile {
-    let mut p = cost_profile::builtin(cost_profile::MEASURED_NAME).unwrap();
+    let mut p = profile::builtin(profile::MEASURED_NAME).unwrap();
     for cell in &mut p.cells {
         if cell.scheduler.name() == "mq-deadline"
             && cell.level == Level::L3
@@ -1879,7 +1879,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
     let mut s = PolicyState::new(0, &c);
     run(
         &mut s,
-        priced(cost_profile::LKML_2008_NAME),
+        priced(profile::LKML_2008_NAME),
         &c,
         100_000,
         &[few(5000); 4],
@@ -1889,7 +1889,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
     let first = decide(
         &s,
         Some(&win(5000, 0)),
-        priced(cost_profile::MEASURED_NAME),
+        priced(profile::MEASURED_NAME),
         &c,
         105_000,
     );
@@ -1898,7 +1898,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
     let mut s = first.state;
     run(
         &mut s,
-        priced(cost_profile::LKML_2008_NAME),
+        priced(profile::LKML_2008_NAME),
         &c,
         105_000,
         &[few(5000); 3],
@@ -1907,7 +1907,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
     let ev = decide(
         &s,
         Some(&win(5000, 0)),
-        priced(cost_profile::MEASURED_NAME),
+        priced(profile::MEASURED_NAME),
         &c,
         109_000,
     );
@@ -2296,7 +2296,7 @@ fn the_deepest_level_says_blind_only_where_the_config_allows_l3() {
 fn not_worth_it_is_said_once_unknown_and_once_more_known() {
     let c = cfg();
     let unknown = FULL.priced(Worth::unknown(UnknownWhy::NotMeasuredYet));
-    let measured = priced(cost_profile::MEASURED_NAME);
+    let measured = priced(profile::MEASURED_NAME);
     let mut s = PolicyState::new(0, &c);
     let said = |out: &[(u64, OutcomeKind, Option<Level>, Reason)]| {
         out.iter()
@@ -2467,7 +2467,7 @@ fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
 fn live_l3(lo: f64, hi: f64) -> Caps {
     let mut worth = Worth {
         basis: Basis::Live {
-            floor_ms_per_sec: 5.0,
+            floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
         },
         scheduler: Some(Scheduler::None),
         levels: [None; 4],
@@ -2584,7 +2584,7 @@ fn a_reload_that_no_longer_allows_l3_says_the_config_did_it() {
     assert!(
         matches!(
             ev.reason,
-            Reason::FloorRaised {
+            Reason::L3NoLongerAllowed {
                 disabled_nomerges: 1,
                 to: Level::L2
             }

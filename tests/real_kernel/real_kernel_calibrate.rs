@@ -7,8 +7,8 @@
 
 use crate::kernel;
 
-use mergetune_logic::cost_profile::{CostProfile, Method, Scheduler, Workload};
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::{CostProfile, Method, Scheduler, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
@@ -206,7 +206,7 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
         "0",
         "{stderr}"
     );
-    let p = mergetune_logic::cost_profile::CostProfile::from_toml_str(
+    let p = mergetune_logic::pricing::profile::CostProfile::from_toml_str(
         &std::fs::read_to_string(&out).unwrap(),
     )
     .expect("the profile parses");

@@ -28,8 +28,8 @@
 
 use mergetune_lab::compare::{PolicySummary, ScenarioComparison, compare, suite_scenario};
 use mergetune_logic::config::Config;
-use mergetune_logic::cost_profile;
 use mergetune_logic::decision::{DecisionKind, Level};
+use mergetune_logic::pricing::profile;
 use mergetune_sim::scenario::Scenario;
 
 /// Share of a significant oracle saving adaptive must capture, in percent (docs/testing.md).
@@ -185,7 +185,7 @@ fn assert_known_miss(name: &str, met: Targets) -> ScenarioComparison {
 fn assert_targets_met(name: &str, t: Targets) -> ScenarioComparison {
     let cfg = Config::default();
     let window_ms = cfg.window_ms();
-    let c = compare(&scenario(name, cost_profile::LKML_2008_NAME), &cfg).unwrap();
+    let c = compare(&scenario(name, profile::LKML_2008_NAME), &cfg).unwrap();
     eprintln!("{}", figures(&c));
     // The oracle itself stays within the throughput it is allowed to lose.
     assert!(
@@ -216,7 +216,7 @@ fn assert_targets_met(name: &str, t: Targets) -> ScenarioComparison {
 /// Static nomerges=2 (one write) must fail the same check, so that it can fail.
 fn assert_measured(name: &str) -> ScenarioComparison {
     let cfg = Config::default();
-    let c = compare(&scenario(name, cost_profile::MEASURED_NAME), &cfg).unwrap();
+    let c = compare(&scenario(name, profile::MEASURED_NAME), &cfg).unwrap();
     eprintln!("{}", figures(&c));
     let writes_nothing = |policy: &str| {
         let r = row(&c, policy);
@@ -361,7 +361,7 @@ fn without_the_l3_watch_the_spikes_cost_throughput() {
     // counters once a second only, and each spike runs a whole second unmerged.
     let mut cfg = Config::default();
     cfg.policy.l3_watch_interval_ms = 0;
-    let sc = scenario("bursty_spikes", cost_profile::LKML_2008_NAME);
+    let sc = scenario("bursty_spikes", profile::LKML_2008_NAME);
     let c = compare(&sc, &cfg).unwrap();
     let a = row(&c, "adaptive");
     assert!(

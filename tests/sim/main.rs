@@ -5,6 +5,7 @@
 
 mod compare_targets;
 mod l3_watch;
+mod pricing_match;
 mod record_replay;
 #[path = "../support/scenarios.rs"]
 mod scenarios;

@@ -4,7 +4,7 @@
 //! value or not; and the steps of every run are priced in two currencies.
 
 use mergetune_kernel::trace::Dir;
-use mergetune_logic::cost_profile;
+use mergetune_logic::pricing::profile;
 use mergetune_sim::cost::Pricing;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::scenario::Scenario;
@@ -51,9 +51,9 @@ fn run(kind: &str, profile: &str, every_ms: u64, value: &str) -> (u64, (u64, u64
 
 #[test]
 fn every_nomerges_write_freezes_the_queue_and_costs_throughput() {
-    let (steady, (w0, f0)) = run("hdd", cost_profile::MEASURED_NAME, 0, "2");
+    let (steady, (w0, f0)) = run("hdd", profile::MEASURED_NAME, 0, "2");
     assert_eq!((w0, f0), (0, 0));
-    let (toggled, (writes, frozen_ns)) = run("hdd", cost_profile::MEASURED_NAME, 10, "2");
+    let (toggled, (writes, frozen_ns)) = run("hdd", profile::MEASURED_NAME, 10, "2");
     assert_eq!(writes, 99);
     // A rotational disk with 32 tags drains in milliseconds, not microseconds.
     assert!(
@@ -66,32 +66,32 @@ fn every_nomerges_write_freezes_the_queue_and_costs_throughput() {
 #[test]
 fn a_write_of_the_same_value_freezes_too() {
     // The kernel freezes on every write (measured: the write takes as long either way).
-    let (_, (writes, frozen_ns)) = run("ssd", cost_profile::MEASURED_NAME, 10, "0");
+    let (_, (writes, frozen_ns)) = run("ssd", profile::MEASURED_NAME, 10, "0");
     assert_eq!(writes, 99);
     assert!(frozen_ns > 0);
 }
 
 #[test]
 fn the_freeze_lasts_at_least_the_measured_write() {
-    let min_ns = Pricing::builtin(cost_profile::MEASURED_NAME)
+    let min_ns = Pricing::builtin(profile::MEASURED_NAME)
         .unwrap()
         .freeze_min_ns;
     assert!(min_ns > 0, "the measured profile has a toggle measurement");
-    let (_, (writes, frozen_ns)) = run("ssd", cost_profile::MEASURED_NAME, 10, "2");
+    let (_, (writes, frozen_ns)) = run("ssd", profile::MEASURED_NAME, 10, "2");
     assert!(
         frozen_ns >= writes * min_ns,
         "{frozen_ns} < {writes} x {min_ns}"
     );
     // The 2008 figures say nothing of freezes: only the drain is modelled.
-    let (_, (_, drain_only_ns)) = run("ssd", cost_profile::LKML_2008_NAME, 10, "2");
+    let (_, (_, drain_only_ns)) = run("ssd", profile::LKML_2008_NAME, 10, "2");
     assert!(drain_only_ns < frozen_ns, "{drain_only_ns} vs {frozen_ns}");
 }
 
 #[test]
 fn a_run_is_priced_in_its_profile_and_in_the_other_one() {
     for (profile, other) in [
-        (cost_profile::MEASURED_NAME, cost_profile::LKML_2008_NAME),
-        (cost_profile::LKML_2008_NAME, cost_profile::MEASURED_NAME),
+        (profile::MEASURED_NAME, profile::LKML_2008_NAME),
+        (profile::LKML_2008_NAME, profile::MEASURED_NAME),
     ] {
         let mut s = Simulation::new(&scenario("ssd", profile)).unwrap();
         s.run_to_end();

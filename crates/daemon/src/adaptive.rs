@@ -5,7 +5,6 @@
 
 use crate::actuator::{Actuator, PersistChange};
 use crate::controller::Controller;
-use crate::pricing::{LivePricing, PricingSource, TickBios};
 use crate::snapshot::{DaemonSnapshot, DeviceSnapshot};
 use crate::state::MemoryStore;
 use mergetune_kernel::blockfs::BlockFs;
@@ -17,8 +16,10 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
-use mergetune_logic::merge_cost::Shape;
 use mergetune_logic::policy::{Caps, PolicyState};
+use mergetune_logic::pricing::live::{LivePricing, TickBios};
+use mergetune_logic::pricing::price::Shape;
+use mergetune_logic::pricing::source::PricingSource;
 use mergetune_logic::sampler::{Counters, Delta, SampleSet, Sampler, Window, WindowAcc};
 use std::collections::{BTreeMap, HashMap};
 use tracing::{info, warn};
@@ -76,7 +77,7 @@ pub struct DeviceRuntime {
     /// sense: the bio tap's duty cycle and samples at L3 (crates/daemon/src/sense.rs).
     pub sense: crate::sense::DeviceSense,
     /// What a step down would save here, as last priced (shown by status and /metrics).
-    pub worth: mergetune_logic::policy::Worth,
+    pub worth: mergetune_logic::pricing::worth::Worth,
     /// This tick's counters (`None` when the tick gave no delta: first sight, a reset, or
     /// no line in diskstats). Kept on the device, not in a map by name: a tick then
     /// allocates nothing per device for them.
@@ -129,7 +130,7 @@ pub struct Daemon {
 impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
-        let pricing = PricingSource::from_config(&cfg);
+        let pricing = crate::pricing::source(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -190,7 +191,7 @@ impl Daemon {
     /// someone else changed its tunables: it is forgotten and rediscovered from scratch,
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
-        self.pricing = PricingSource::from_config(&cfg);
+        self.pricing = crate::pricing::source(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         self.refresh_unmanaged = true;
@@ -420,7 +421,7 @@ impl Daemon {
                 busy_bios_per_sec: d.last_window.map_or(0.0, |w| w.bios_per_sec()),
             })
         });
-        self.live.tick(now_ms, &self.cfg.pricing, fs, wanted, bios);
+        crate::pricing::tick(&mut self.live, now_ms, &self.cfg.pricing, fs, wanted, bios);
     }
 
     /// Logs what [`DiskstatsHealth`] says of this read, and counts a read with a problem.
@@ -445,7 +446,7 @@ impl Daemon {
             counters: self.counters.clone(),
             pricing_name: self.pricing.name().to_string(),
             pricing_origin: self.pricing.origin(),
-            floor_ms_per_sec: self.cfg.pricing.floor_ms_per_sec(),
+            saving_floor: self.cfg.pricing.floor(),
             devices: self
                 .devices
                 .values()

@@ -334,10 +334,8 @@ impl TickLoop {
                     let cfg = self.daemon.config();
                     info!(
                         "SIGHUP: {}",
-                        crate::pricing::PricingSource::from_config(cfg).summary(
-                            self.fs.kernel_release().as_deref(),
-                            cfg.pricing.floor_ms_per_sec()
-                        )
+                        crate::pricing::source(cfg)
+                            .summary(self.fs.kernel_release().as_deref(), cfg.pricing.floor())
                     );
                 }
                 if let Some(listen) = listen_changed {

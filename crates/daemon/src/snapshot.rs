@@ -58,8 +58,8 @@ pub struct DaemonSnapshot {
     /// What prices a step down: "live", or a profile's name, and where it came from.
     pub pricing_name: String,
     pub pricing_origin: String,
-    /// The live pricing's floor, CPU ms per second.
-    pub floor_ms_per_sec: f64,
+    /// The live pricing's floor.
+    pub saving_floor: mergetune_logic::pricing::floor::SavingFloor,
     /// Every device with a request queue, by name.
     pub devices: Vec<DeviceSnapshot>,
 }
@@ -90,7 +90,7 @@ pub struct DeviceSnapshot {
     /// When the next probe starts (managed, at L3).
     pub next_probe_at_ms: Option<u64>,
     /// What a step down would save here, as last priced (managed devices).
-    pub worth: Option<mergetune_logic::policy::Worth>,
+    pub worth: Option<mergetune_logic::pricing::worth::Worth>,
     /// Level changes in the last hour, counted toward `[policy] max_changes_per_hour`
     /// (managed devices). At the cap, steps down are refused (steps up never are).
     pub changes_last_hour: Option<u32>,

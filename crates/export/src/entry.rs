@@ -169,13 +169,10 @@ fn configure(args: &RunOptions) -> Result<(Config, Option<PathBuf>)> {
 /// whether a profile matches the running kernel.
 fn log_pricing(cfg: &Config, fs: &mut RealFs) {
     use mergetune_kernel::blockfs::BlockFs as _;
-    let source = mergetune_daemon::pricing::PricingSource::from_config(cfg);
+    let source = mergetune_daemon::pricing::source(cfg);
     info!(
         "{}",
-        source.summary(
-            fs.kernel_release().as_deref(),
-            cfg.pricing.floor_ms_per_sec()
-        )
+        source.summary(fs.kernel_release().as_deref(), cfg.pricing.floor())
     );
 }
 
@@ -191,7 +188,7 @@ fn log_device_pricing(daemon: &Daemon) {
             worth,
             level,
             &snap.pricing_name,
-            snap.floor_ms_per_sec,
+            snap.saving_floor,
         );
         info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
     }
@@ -213,7 +210,7 @@ fn preview_limits(cfg: &Config, fs: &RealFs, euid: u32) -> Option<String> {
             "the bio tap ({e}): at L3 the preview counts the kernel's merges in its place"
         ));
     }
-    if cfg.policy.cost_profile.trim() == mergetune_logic::cost_profile::LIVE {
+    if cfg.policy.cost_profile.trim() == mergetune_logic::pricing::profile::LIVE {
         lacks.push(
             "the merge-path sampler (perf_event_open of cpu-clock on every CPU needs root or CAP_PERFMON, and the kernel's symbol addresses CAP_SYSLOG): under cost_profile \"live\" no device gets a price here, so none steps down in this preview where the live daemon may".to_string(),
         );

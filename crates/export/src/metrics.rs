@@ -414,7 +414,7 @@ impl Metrics {
 
         self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
-        f.saving_floor.set(daemon.floor_ms_per_sec / 1000.0);
+        f.saving_floor.set(daemon.saving_floor.ratio());
         let profile = ProfileLabels {
             profile: daemon.pricing_name.clone(),
             origin: daemon.pricing_origin.clone(),
@@ -645,8 +645,8 @@ impl Metrics {
     }
 
     /// A managed device's pricing basis and, where live, its savings per level.
-    fn export_saving(&self, name: &str, worth: Option<&mergetune_logic::policy::Worth>) {
-        use mergetune_logic::policy::worth::{Basis, SavingUnit};
+    fn export_saving(&self, name: &str, worth: Option<&mergetune_logic::pricing::worth::Worth>) {
+        use mergetune_logic::pricing::worth::{Basis, SavingUnit};
         let f = &self.f;
         let basis = worth.map(|w| match w.basis {
             Basis::Live { .. } => "live",

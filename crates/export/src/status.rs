@@ -8,11 +8,12 @@
 
 use mergetune_daemon::snapshot::{DaemonSnapshot, TickTiming};
 use mergetune_kernel::scheduler::Reported;
-use mergetune_logic::cost_profile::Verdict;
 use mergetune_logic::decision::{Applied, Change, DecisionKind, Level, level_index};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::Mode;
-use mergetune_logic::policy::worth::{Basis, SavingUnit, UnknownWhy, Worth};
+use mergetune_logic::pricing::floor::SavingFloor;
+use mergetune_logic::pricing::profile::Verdict;
+use mergetune_logic::pricing::worth::{Basis, SavingUnit, UnknownWhy, Worth};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -205,16 +206,21 @@ pub fn coverage(percent: f64) -> String {
 
 impl DevicePricing {
     /// The pricing of a managed device at `level`, priced by `profile` (the daemon's
-    /// pricing name) with the live `floor_ms_per_sec`.
-    pub fn of(worth: &Worth, level: Level, profile: &str, floor_ms_per_sec: f64) -> DevicePricing {
+    /// pricing name) with the live `saving_floor`.
+    pub fn of(
+        worth: &Worth,
+        level: Level,
+        profile: &str,
+        saving_floor: SavingFloor,
+    ) -> DevicePricing {
         let step = level.below().unwrap_or(level);
-        let live = profile == mergetune_logic::cost_profile::LIVE;
+        let live = profile == mergetune_logic::pricing::profile::LIVE;
         let (basis, floor, why) = match worth.basis {
-            Basis::Live { floor_ms_per_sec } => (PricingBasis::Live, Some(floor_ms_per_sec), None),
+            Basis::Live { floor } => (PricingBasis::Live, Some(floor.ms_per_sec()), None),
             Basis::Profile => (PricingBasis::Profile, None, None),
             Basis::Unknown { why } => (
                 PricingBasis::Unknown,
-                live.then_some(floor_ms_per_sec),
+                live.then_some(saving_floor.ms_per_sec()),
                 Some(UnknownReason::of(why)),
             ),
             Basis::Unpriced => (PricingBasis::Unpriced, None, None),
@@ -434,7 +440,7 @@ impl StatusSnapshot {
                         .next_probe_at_ms
                         .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
                     pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
-                        DevicePricing::of(w, l, &daemon.pricing_name, daemon.floor_ms_per_sec)
+                        DevicePricing::of(w, l, &daemon.pricing_name, daemon.saving_floor)
                     }),
                     changes_last_hour: d.changes_last_hour,
                     change_cap_reached: d
@@ -457,7 +463,7 @@ impl StatusSnapshot {
             pricing: (!daemon.pricing_name.is_empty()).then(|| PricingStatus {
                 profile: daemon.pricing_name.clone(),
                 origin: daemon.pricing_origin.clone(),
-                floor_ms_per_sec: daemon.floor_ms_per_sec,
+                floor_ms_per_sec: daemon.saving_floor.ms_per_sec(),
             }),
             devices,
         }
@@ -574,13 +580,13 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mergetune_logic::cost_profile::Scheduler;
-    use mergetune_logic::policy::worth::Saving;
+    use mergetune_logic::pricing::profile::Scheduler;
+    use mergetune_logic::pricing::worth::Saving;
 
     fn live_worth() -> Worth {
         let mut w = Worth {
             basis: Basis::Live {
-                floor_ms_per_sec: 5.0,
+                floor: SavingFloor::from_percent_cpu(0.5),
             },
             scheduler: Some(Scheduler::MqDeadline),
             levels: [None; 4],
@@ -598,7 +604,12 @@ mod tests {
 
     #[test]
     fn a_live_saving_shows_its_interval_coverage_and_floor() {
-        let p = DevicePricing::of(&live_worth(), Level::L0, "live", 5.0);
+        let p = DevicePricing::of(
+            &live_worth(),
+            Level::L0,
+            "live",
+            SavingFloor::from_percent_cpu(0.5),
+        );
         assert_eq!(p.basis, PricingBasis::Live);
         assert_eq!(p.step, Some(Level::L1));
         assert_eq!(p.cell(), "live: L1 12.70 [9.80, 15.60] (95%) / 5.00 ms/s");
@@ -607,7 +618,12 @@ mod tests {
             "measured live, floor 5.00 ms/s; L1 12.70 [9.80, 15.60] (95%)"
         );
         // At L1 the next step is L2, which is not priced here: said, with the floor.
-        let p = DevicePricing::of(&live_worth(), Level::L1, "live", 5.0);
+        let p = DevicePricing::of(
+            &live_worth(),
+            Level::L1,
+            "live",
+            SavingFloor::from_percent_cpu(0.5),
+        );
         assert_eq!(p.cell(), "live: L2 not measured / 5.00 ms/s");
     }
 

@@ -197,7 +197,7 @@ pub fn format_status(s: &StatusSnapshot) -> String {
         s.max_tick_lag_ms,
         s.write_errors,
         match &s.pricing {
-            Some(p) if p.profile == mergetune_logic::cost_profile::LIVE => format!(
+            Some(p) if p.profile == mergetune_logic::pricing::profile::LIVE => format!(
                 ", priced live ({}), floor {:.2} ms/s",
                 printable(&p.origin),
                 p.floor_ms_per_sec

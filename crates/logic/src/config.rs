@@ -46,8 +46,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The bio tap that keeps L3 from being blind (crates/logic/src/sense.rs).
     pub sense: crate::sense::SenseConfig,
-    /// The live measurement of what merging costs (crates/logic/src/merge_cost.rs).
-    pub pricing: crate::merge_cost::PricingConfig,
+    /// The live measurement of what merging costs (`pricing`).
+    pub pricing: crate::pricing::config::PricingConfig,
 }
 
 mod slices;
@@ -153,7 +153,7 @@ pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
 pub const MAX_POLICY_SECS: u64 = 365 * 24 * 3600;
 /// The most probe windows: the policy gives up a probe after four times as many idle ones.
 pub const MAX_PROBE_WINDOWS: u32 = 1000;
-pub const DEFAULT_COST_PROFILE: &str = crate::cost_profile::LIVE;
+pub const DEFAULT_COST_PROFILE: &str = crate::pricing::profile::LIVE;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -431,15 +431,15 @@ impl Config {
                 "contains a NUL byte, which no path can hold",
             );
         } else if cp.is_empty()
-            || (cp != crate::cost_profile::LIVE
-                && !crate::cost_profile::BUILTIN_NAMES.contains(&cp)
-                && !crate::cost_profile::is_path(cp))
+            || (cp != crate::pricing::profile::LIVE
+                && !crate::pricing::profile::BUILTIN_NAMES.contains(&cp)
+                && !crate::pricing::profile::is_path(cp))
         {
             problems.push(
                 "policy.cost_profile",
                 format!(
                     "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
-                    crate::cost_profile::BUILTIN_NAMES.join(", ")
+                    crate::pricing::profile::BUILTIN_NAMES.join(", ")
                 ),
             );
         }
@@ -822,8 +822,8 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             |(_, e)| matches!(e, ConfigError::Invalid { key, .. } if key == "policy.cost_profile"),
         );
         if named_ok
-            && spec != crate::cost_profile::LIVE
-            && let Err(e) = crate::cost_profile::resolve(spec)
+            && spec != crate::pricing::profile::LIVE
+            && let Err(e) = crate::pricing::profile::resolve(spec)
         {
             let (p, o) = match checked.positions.get("policy.cost_profile") {
                 Some(&p) => (p, at(&origin, &text, p)),
@@ -841,8 +841,8 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// absolute path as it is.
 pub fn resolve_profile_path(spec: &str, config_path: &Path) -> String {
     let p = Path::new(spec);
-    if crate::cost_profile::BUILTIN_NAMES.contains(&spec)
-        || !crate::cost_profile::is_path(spec)
+    if crate::pricing::profile::BUILTIN_NAMES.contains(&spec)
+        || !crate::pricing::profile::is_path(spec)
         || p.is_absolute()
     {
         return spec.to_string();
@@ -1019,7 +1019,7 @@ mod tests {
 
     #[test]
     fn the_cost_profile_is_a_builtin_name_or_a_file_that_loads() {
-        for name in crate::cost_profile::BUILTIN_NAMES {
+        for name in crate::pricing::profile::BUILTIN_NAMES {
             let c = load_str(&format!("[policy]\ncost_profile = {name:?}\n"), "t").unwrap();
             assert_eq!(c.policy.cost_profile, name);
         }
@@ -1038,7 +1038,7 @@ mod tests {
             e.contains("policy.cost_profile") && e.contains("mine.toml"),
             "{e}"
         );
-        std::fs::write(&prof, crate::cost_profile::LKML_2008).unwrap();
+        std::fs::write(&prof, crate::pricing::profile::LKML_2008).unwrap();
         assert!(load_file(&cfg_path).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -34,11 +34,10 @@ mod probing;
 pub mod reason;
 pub mod signature;
 mod trial;
-pub mod worth;
 
+use crate::pricing::worth::Worth;
 pub use reason::Reason;
 pub use signature::Signature;
-pub use worth::Worth;
 
 use crate::config::PolicyConfig;
 use crate::decision::{DecisionKind, Level};
@@ -156,8 +155,8 @@ impl Caps {
     }
 }
 
-/// The deepest level the config allows.
-pub fn floor_level(cfg: &PolicyConfig) -> Level {
+/// The deepest level the config allows (`[policy] disabled_nomerges`): L3 or L2.
+pub fn deepest_allowed(cfg: &PolicyConfig) -> Level {
     if cfg.disabled_nomerges >= 2 {
         Level::L3
     } else {
@@ -165,31 +164,31 @@ pub fn floor_level(cfg: &PolicyConfig) -> Level {
     }
 }
 
-/// The deepest level the policy may rest at on this device: the config's floor, but L2
-/// where the daemon cannot see at L3 (no bio tap: the merge counters read zero there).
+/// The deepest level the policy may rest at on this device: the config's deepest allowed,
+/// but L2 where the daemon cannot see at L3 (no bio tap: the merge counters read zero there).
 pub fn deepest_level(cfg: &PolicyConfig, caps: Caps) -> Level {
-    let floor = floor_level(cfg);
+    let allowed = deepest_allowed(cfg);
     if caps.sense_at_l3 {
-        floor
+        allowed
     } else {
-        floor.min(Level::L2)
+        allowed.min(Level::L2)
     }
 }
 
 /// The next level down that exists on this device, within the deepest level allowed.
 pub fn next_down(level: Level, caps: Caps, cfg: &PolicyConfig) -> Option<Level> {
-    let floor = deepest_level(cfg, caps);
+    let deepest = deepest_level(cfg, caps);
     Level::ALL
         .into_iter()
-        .find(|&l| l > level && l <= floor && caps.has(l))
+        .find(|&l| l > level && l <= deepest && caps.has(l))
 }
 
 /// The levels below `level` this device can reach (the candidates of a step down).
 fn levels_below(level: Level, caps: Caps, cfg: &PolicyConfig) -> impl Iterator<Item = Level> {
-    let floor = deepest_level(cfg, caps);
+    let deepest = deepest_level(cfg, caps);
     Level::ALL
         .into_iter()
-        .filter(move |&l| l > level && l <= floor && caps.has(l))
+        .filter(move |&l| l > level && l <= deepest && caps.has(l))
 }
 
 /// Sampled bios a sensed window needs to be judged: a tap samples a short slice of a
@@ -706,7 +705,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// A trial of L2 is possible on this device and config at all.
     fn trial_allowed(&self) -> bool {
-        // Every config allows L2 (the floor is L2 or L3).
+        // Every config allows L2 (the deepest allowed is L2 or L3).
         self.caps.simple_merges
             && self.cfg.trial_max_extra_requests_percent > 0.0
             && self.caps.worth.worth(Level::L2)

@@ -23,8 +23,8 @@
 //! nomerges=2 for random 4 KiB QD32, from which the old defaults derive exactly), or
 //! override every step in its `[cost]` table.
 
-use mergetune_logic::cost_profile::{self, CostProfile, Method, Scheduler, Workload};
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::{self, CostProfile, Method, Scheduler, Workload};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -111,21 +111,19 @@ impl CostModel {
         }
     }
 
-    /// Step costs for `sched` from a profile; a scheduler the profile did not measure is
-    /// priced like its first one (the 2008 thread measured deadline only).
+    /// Step costs for `sched` from a profile, from the cells the daemon's table reads
+    /// (`CostProfile::priced_scheduler`, `CostProfile::priced_cell`): a scheduler the
+    /// profile did not measure is priced like its first one (the 2008 thread measured
+    /// deadline only).
     pub fn from_profile(p: &CostProfile, sched: Scheduler) -> CostModel {
-        let s = if p.schedulers.contains(&sched) {
-            sched
-        } else {
-            p.schedulers[0]
-        };
+        let s = p.priced_scheduler(Some(sched));
         // A measured profile whose intervals fall short of 95% (a --quick run) shows no
         // measurable difference anywhere.
         let trusted = p.method != Method::CpuBoundLoop || p.ci_coverage_percent >= 95.0;
-        let w = Workload::RandomUnbatched;
-        let u0 = p.cell(s, Level::L0, w).map(|c| c.cpu_per_io).unwrap_or(0.0);
+        let cell = |l: Level| p.priced_cell(Some(sched), l);
+        let u0 = cell(Level::L0).map(|c| c.cpu_per_io).unwrap_or(0.0);
         let at = |l: Level| {
-            let ch = match p.cell(s, l, w) {
+            let ch = match cell(l) {
                 Some(c) if trusted => c.significant_change(),
                 _ => 0.0,
             };
@@ -245,7 +243,7 @@ impl Pricing {
 
     /// A shipped profile by name.
     pub fn builtin(name: &str) -> Option<Pricing> {
-        cost_profile::builtin(name).map(|p| Pricing::from_profile(&p))
+        profile::builtin(name).map(|p| Pricing::from_profile(&p))
     }
 }
 
@@ -260,15 +258,15 @@ pub struct Costs {
 
 impl Costs {
     pub fn for_scenario(profile: Option<&str>, table: Option<CostModel>) -> Costs {
-        let name = profile.unwrap_or(cost_profile::MEASURED_NAME);
-        let other = if name == cost_profile::MEASURED_NAME {
-            cost_profile::LKML_2008_NAME
+        let name = profile.unwrap_or(profile::MEASURED_NAME);
+        let other = if name == profile::MEASURED_NAME {
+            profile::LKML_2008_NAME
         } else {
-            cost_profile::MEASURED_NAME
+            profile::MEASURED_NAME
         };
         // Names are checked by Scenario::validate; an unknown one falls back to measured.
         let named = Pricing::builtin(name)
-            .or_else(|| Pricing::builtin(cost_profile::MEASURED_NAME))
+            .or_else(|| Pricing::builtin(profile::MEASURED_NAME))
             .expect("shipped cost profiles are valid");
         let primary = match table {
             Some(m) => Pricing::uniform("[cost]", m),
@@ -276,5 +274,21 @@ impl Costs {
         };
         let second = Pricing::builtin(other).expect("shipped cost profiles are valid");
         Costs { primary, second }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine charges a device's steps to `by_sched[scheduler.index()]`: that slot is
+    /// the model of that scheduler, for a profile that prices each scheduler differently.
+    #[test]
+    fn the_engine_s_slot_of_a_scheduler_holds_that_scheduler_s_model() {
+        let p = mergetune_logic::pricing::profile::builtin("measured-6.18").expect("shipped");
+        let pricing = Pricing::from_profile(&p);
+        for s in Scheduler::ALL {
+            assert_eq!(pricing.by_sched[s.index()], CostModel::from_profile(&p, s), "{s}");
+        }
     }
 }

@@ -10,8 +10,8 @@
 
 use super::engine::{NomergesChange, PhaseAcc, Simulation};
 use mergetune_kernel::trace::Dir;
-use mergetune_logic::cost_profile::{self, Unit};
 use mergetune_logic::decision::Decision;
+use mergetune_logic::pricing::profile::{self, Unit};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -63,7 +63,7 @@ pub fn unit_words(unit: Unit) -> &'static str {
 /// The unit of a run priced by `pricing`: a shipped profile's own; a scenario's `[cost]`
 /// table is in the model cycles its defaults are.
 pub fn pricing_unit(pricing_name: &str) -> Unit {
-    cost_profile::builtin(pricing_name)
+    profile::builtin(pricing_name)
         .map(|p| p.unit)
         .unwrap_or(Unit::ModelCycles)
 }
@@ -174,8 +174,8 @@ impl Report {
 
     /// Where the run's profile came from, in words.
     fn cost_origin(&self) -> String {
-        match cost_profile::builtin(&self.cost_profile) {
-            Some(p) => mergetune_daemon::pricing::PricingSource::Profile {
+        match profile::builtin(&self.cost_profile) {
+            Some(p) => mergetune_logic::pricing::source::PricingSource::Profile {
                 spec: self.cost_profile.clone(),
                 profile: Box::new(p),
             }
@@ -212,7 +212,7 @@ impl Report {
                 Some(p) if *p == self.cost_profile => {
                     "; the daemon priced its steps with the same profile".to_string()
                 }
-                Some(p) if p == cost_profile::LIVE => {
+                Some(p) if p == profile::LIVE => {
                     "; the daemon priced its steps live (the simulator's merge-path accounting)"
                         .to_string()
                 }

@@ -324,7 +324,7 @@ impl Scenario {
     pub fn cost_profile_name(&self) -> &str {
         self.cost_profile
             .as_deref()
-            .unwrap_or(mergetune_logic::cost_profile::MEASURED_NAME)
+            .unwrap_or(mergetune_logic::pricing::profile::MEASURED_NAME)
     }
 
     /// The daemon's config for a run of this scenario: `cfg` with `[policy] cost_profile`
@@ -340,9 +340,9 @@ impl Scenario {
         // A scenario priced in measured ns runs the daemon as shipped: it measures the
         // simulated merge path live (`sim::meter`), as it would on the host. One in another
         // currency (the 2008 model cycles) is told its profile.
-        let measured = mergetune_logic::cost_profile::builtin(name)
-            .is_some_and(|p| p.unit == mergetune_logic::cost_profile::Unit::Ns);
-        if !(measured && cfg.policy.cost_profile == mergetune_logic::cost_profile::LIVE) {
+        let measured = mergetune_logic::pricing::profile::builtin(name)
+            .is_some_and(|p| p.unit == mergetune_logic::pricing::profile::Unit::Ns);
+        if !(measured && cfg.policy.cost_profile == mergetune_logic::pricing::profile::LIVE) {
             c.policy.cost_profile = name.to_string();
         }
         c

@@ -12,18 +12,18 @@
 use super::{Daemon, DeviceRuntime, LADDER, READ_WARN_EVERY_MS};
 use crate::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::dryrun::as_counted_at;
-use crate::pricing::LivePricing;
 use crate::snapshot::DaemonCounters;
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
-use mergetune_logic::merge_cost::Shape;
 use mergetune_logic::policy::{
     Caps, DEEPEST_LEVEL, Evaluation, HOUR_MS, Mode, OutcomeKind, Reason, decide,
     hold_without_deciding, tunables,
 };
+use mergetune_logic::pricing::live::LivePricing;
+use mergetune_logic::pricing::price::Shape;
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 

@@ -5,14 +5,15 @@
 
 use super::{Daemon, DeviceRuntime, LADDER};
 use crate::actuator::Actuator;
-use crate::pricing::PricingSource;
 use crate::state::{RestoreOutcome, RestoreResult};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::devices::{DeviceIdentity, DeviceInfo, read_device, read_identity};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind};
 use mergetune_logic::devices::{classify, describe};
-use mergetune_logic::policy::{Caps, PolicyState, Worth};
+use mergetune_logic::policy::{Caps, PolicyState};
+use mergetune_logic::pricing::source::PricingSource;
+use mergetune_logic::pricing::worth::Worth;
 use mergetune_logic::sampler::WindowAcc;
 use tracing::{info, warn};
 
@@ -326,9 +327,9 @@ fn caps_of(info: &DeviceInfo) -> Caps {
 fn device_key(
     fs: &mut dyn BlockFs,
     info: &DeviceInfo,
-) -> Option<mergetune_logic::cost_profile::DeviceKey> {
+) -> Option<mergetune_logic::pricing::profile::DeviceKey> {
     let rotational = info.rotational?;
-    Some(mergetune_logic::cost_profile::DeviceKey {
+    Some(mergetune_logic::pricing::profile::DeviceKey {
         rotational,
         nr_hw_queues: fs.list_dir(&info.name, "mq").map_or(0, |v| v.len() as u32),
         driver: info

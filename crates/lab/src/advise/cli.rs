@@ -10,7 +10,7 @@ use super::whatif::{read_bios, what_if};
 use anyhow::{Context as _, bail};
 use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::config::Config;
-use mergetune_logic::policy::Worth;
+use mergetune_logic::pricing::worth::Worth;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -56,14 +56,14 @@ pub struct AdviseArgs {
 /// unknown, and said so ([`super::daemon_view`]).
 fn trace_profile(
     cfg: &mergetune_logic::config::PolicyConfig,
-) -> anyhow::Result<(String, mergetune_logic::cost_profile::CostProfile)> {
+) -> anyhow::Result<(String, mergetune_logic::pricing::profile::CostProfile)> {
     let mut profile_name = cfg.cost_profile.trim().to_string();
-    if profile_name == mergetune_logic::cost_profile::LIVE {
+    if profile_name == mergetune_logic::pricing::profile::LIVE {
         // A trace cannot be sampled for where its CPU went: advise prices it with the
         // profile measured on this project's kernel, and says so; the daemon prices live.
-        profile_name = mergetune_logic::cost_profile::MEASURED_NAME.to_string();
+        profile_name = mergetune_logic::pricing::profile::MEASURED_NAME.to_string();
     }
-    let profile = mergetune_logic::cost_profile::resolve(&profile_name)
+    let profile = mergetune_logic::pricing::profile::resolve(&profile_name)
         .with_context(|| format!("cost profile {profile_name}"))?;
     Ok((profile_name, profile))
 }
@@ -100,10 +100,10 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
         None => Config::default(),
     }
     .policy;
-    let live = cfg.cost_profile.trim() == mergetune_logic::cost_profile::LIVE;
+    let live = cfg.cost_profile.trim() == mergetune_logic::pricing::profile::LIVE;
     let (profile_name, profile) = trace_profile(&cfg)?;
     if let Some(s) = &args.scheduler
-        && mergetune_logic::cost_profile::Scheduler::from_name(s).is_none()
+        && mergetune_logic::pricing::profile::Scheduler::from_name(s).is_none()
     {
         bail!("--scheduler {s:?}: not one of none, mq-deadline, bfq, kyber");
     }
@@ -116,13 +116,13 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     // kept in the evidence when they disagree).
     let worth_of = |scheduler: &Reported| {
         if live {
-            Worth::unknown(mergetune_logic::policy::worth::UnknownWhy::NotMeasuredYet)
+            Worth::unknown(mergetune_logic::pricing::worth::UnknownWhy::NotMeasuredYet)
         } else {
             Worth::from_profile(&profile, scheduler.scheduler())
         }
     };
     let priced_with = if live {
-        mergetune_logic::cost_profile::LIVE.to_string()
+        mergetune_logic::pricing::profile::LIVE.to_string()
     } else {
         profile_name.clone()
     };

@@ -10,7 +10,8 @@ use super::report::DeviceReport;
 use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
-use mergetune_logic::policy::{Caps, Worth, deepest_level};
+use mergetune_logic::policy::{Caps, deepest_level};
+use mergetune_logic::pricing::worth::Worth;
 use serde::Serialize;
 
 /// The daemon's view of one traced device.
@@ -50,7 +51,7 @@ pub fn daemon_view(
     let caps = Caps::for_scheduler(scheduler.scheduler(), true)
         .sensing(true)
         .priced(*worth);
-    let floor = deepest_level(cfg, caps);
+    let allowed = deepest_level(cfg, caps);
     let ratio = r.merge_percent;
     let view = |level: Level, why: String| DaemonView {
         profile: profile.to_string(),
@@ -79,20 +80,20 @@ pub fn daemon_view(
     // low one it walks the whole ladder down to the deepest level allowed.
     let reachable: Vec<Level> = Level::ALL
         .into_iter()
-        .filter(|&l| l > Level::L0 && l <= trace && l <= floor && caps.has(l))
+        .filter(|&l| l > Level::L0 && l <= trace && l <= allowed && caps.has(l))
         .filter(|&l| ratio < cfg.disable_below_percent || l == Level::L2)
         .collect();
     let Some(&deepest) = reachable.last() else {
-        let why = if trace > floor {
+        let why = if trace > allowed {
             format!(
-                "{trace} is deeper than the daemon goes on {scheduler} with this config (deepest {floor}: disabled_nomerges, or L3 needs the bio tap)"
+                "{trace} is deeper than the daemon goes on {scheduler} with this config (deepest {allowed}: disabled_nomerges, or L3 needs the bio tap)"
             )
         } else {
             format!("{scheduler} has no rung between L0 and {trace} the daemon can use")
         };
         return view(Level::L0, why);
     };
-    if let mergetune_logic::policy::worth::Basis::Unknown { .. } = worth.basis {
+    if let mergetune_logic::pricing::worth::Basis::Unknown { .. } = worth.basis {
         // Priced live: by the daemon's sampler on the host, at run time. A trace holds no
         // CPU samples, so the saving is unknown here: say what decides, not a guess.
         return view(

@@ -13,7 +13,7 @@ use super::report::{DeviceReport, Recommendation, level_tunables, pct};
 use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
-use mergetune_logic::policy::Worth;
+use mergetune_logic::pricing::worth::Worth;
 
 /// Unmerged bios below this share: the lookups a deeper level would skip cost too
 /// little to matter, and L0 keeps every merge (Axboe: not merging can cost 5x).

@@ -76,7 +76,7 @@ pub struct WhatIfRow {
     /// name for the scripts that read it).
     pub cycles_per_bio: f64,
     /// `ns` under a measured profile, `model-cycles` under `lkml-2008`.
-    pub cycles_per_bio_unit: mergetune_logic::cost_profile::Unit,
+    pub cycles_per_bio_unit: mergetune_logic::pricing::profile::Unit,
     pub mb_per_s: f64,
     pub read_mean_us: f64,
     pub read_p99_us: f64,
@@ -92,7 +92,7 @@ pub struct WhatIf {
     pub span_s: f64,
     pub model: String,
     /// The unit of every row's `cycles_per_bio` (the profile's).
-    pub unit: mergetune_logic::cost_profile::Unit,
+    pub unit: mergetune_logic::pricing::profile::Unit,
     pub rows: Vec<WhatIfRow>,
 }
 

@@ -6,7 +6,7 @@
 use super::cpu::{Snapshot, snapshot};
 use super::scratch::ScratchLoop;
 use anyhow::{Context, Result, bail};
-use mergetune_logic::cost_profile::Workload;
+use mergetune_logic::pricing::profile::Workload;
 use rustix::process::{Pid, Signal, kill_process};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

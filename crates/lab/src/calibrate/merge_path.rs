@@ -23,7 +23,7 @@ use mergetune_kernel::cputime;
 use mergetune_kernel::devices::read_device;
 use mergetune_kernel::perf::{self, MergePathSampler, MergeSamples, SamplerParams};
 use mergetune_kernel::tunable::Tunable;
-use mergetune_logic::cost_profile::{
+use mergetune_logic::pricing::profile::{
     CostProfile, DeviceKey, MergePathCell, Method, Scheduler, Unit,
 };
 use rustix::process::{Pid, Signal, kill_process};
@@ -564,7 +564,7 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
 pub fn overhead(
     plan: &Plan,
     pairs: u32,
-    pricing: &mergetune_logic::merge_cost::PricingConfig,
+    pricing: &mergetune_logic::pricing::config::PricingConfig,
 ) -> Result<i32> {
     const AMPLIFIED_PERIOD_NS: u64 = 100_000;
     let symbols = perf::load_symbols(&plan.procfs_root)?;

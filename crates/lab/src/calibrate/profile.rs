@@ -6,10 +6,10 @@
 use super::fio::{IODEPTH, RunSample, ToggleSample};
 use super::stats;
 use anyhow::{Context, Result};
-use mergetune_logic::cost_profile::{
+use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::{
     Cell, CostProfile, Method, Scheduler, ToggleCost, Unit, Workload,
 };
-use mergetune_logic::decision::Level;
 use std::path::Path;
 
 pub(super) fn utc_now_rfc3339() -> String {

@@ -10,8 +10,8 @@ use super::profile::{
 use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
 use super::stats;
 use anyhow::{Context, Result, bail};
-use mergetune_logic::cost_profile::{Scheduler, Workload};
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::profile::{Scheduler, Workload};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ pub struct CalibrateArgs {
     #[arg(long, default_value_t = DEFAULT_TOGGLE_SCHEDULER.to_string())]
     pub toggle_scheduler: String,
     /// Name written into the profile.
-    #[arg(long, default_value = mergetune_logic::cost_profile::MEASURED_NAME)]
+    #[arg(long, default_value = mergetune_logic::pricing::profile::MEASURED_NAME)]
     pub name: String,
 }
 
@@ -418,7 +418,7 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
         state_dir: args.state_dir.clone(),
         tmpfs_dir: args.tmpfs_dir.clone(),
         size_mib: args.size_mib,
-        name: if args.name == mergetune_logic::cost_profile::MEASURED_NAME {
+        name: if args.name == mergetune_logic::pricing::profile::MEASURED_NAME {
             format!(
                 "merge-path-{}",
                 run_cmd("uname", &["-r"]).unwrap_or_default()
@@ -440,7 +440,7 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
         return super::merge_path::overhead(
             &plan,
             pairs,
-            &mergetune_logic::merge_cost::PricingConfig::default(),
+            &mergetune_logic::pricing::config::PricingConfig::default(),
         );
     }
     run(plan, run_cmd("uname", &["-r"]).unwrap_or_default())

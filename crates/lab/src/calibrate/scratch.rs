@@ -8,8 +8,7 @@
 //! device is detached.
 
 use anyhow::{Context, Result, bail};
-use mergetune_kernel::scheduler::Reported;
-use mergetune_logic::cost_profile::Scheduler;
+use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -196,7 +196,7 @@ fn low_window(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<(InMode<Mer
     let (cfg, level, ratio, low) = (cx.cfg, s.m.level, seen.ratio, cx.low);
     s.m.low_windows = s.m.low_windows.saturating_add(1);
     let Some(next) = next_down(level, cx.caps, cfg) else {
-        let l3_blind = !cx.caps.sense_at_l3 && super::floor_level(cfg) == DEEPEST_LEVEL;
+        let l3_blind = !cx.caps.sense_at_l3 && super::deepest_allowed(cfg) == DEEPEST_LEVEL;
         let reason = Reason::DeepestAllowed {
             level,
             ratio,
@@ -209,7 +209,7 @@ fn low_window(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<(InMode<Mer
         // An unknown saving is said once, and the known one once more when it comes.
         let unknown = matches!(
             cx.caps.worth.basis,
-            crate::policy::worth::Basis::Unknown { .. }
+            crate::pricing::worth::Basis::Unknown { .. }
         );
         let said = s.m.not_worth_noted || (unknown && s.m.unknown_noted);
         if !said && s.m.low_windows >= windows_before(next, cx) {

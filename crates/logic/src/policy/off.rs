@@ -76,9 +76,9 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     probe(s, changed, cx)
 }
 
-/// Blind here (no tap, or it went away), no longer allowed (a reload raised the config's
-/// floor), or no longer worth keeping: to L2 where it is worth keeping, else L0. Worth is
-/// the band's upper side ([`super::Worth::keeps`]: live, the upper end of the saving's
+/// Blind here (no tap, or it went away), no longer allowed (a reload made the config's
+/// deepest allowed level L2), or no longer worth keeping: to L2 where it is worth keeping, else L0. Worth is
+/// the band's upper side ([`crate::pricing::worth::Worth::keeps`]: live, the upper end of the saving's
 /// interval under the floor), judged only on a busy window after the first
 /// [`RATE_BASELINE_AFTER_WINDOWS`] at L3: the first holds the queue freeze of the write,
 /// and a saving priced at that depressed rate is no measure of L3 (seen on a loop device:
@@ -90,7 +90,7 @@ fn leave_where_blind_or_not_worth_it(
     cx: &Ctx,
 ) -> Step<InMode<AtL3>> {
     let blind = !cx.caps.sense_at_l3;
-    let floor_raised = super::floor_level(cx.cfg) < Level::L3;
+    let l3_disallowed = super::deepest_allowed(cx.cfg) < Level::L3;
     let settled_window = window.is_some_and(|w| w.counters.bios() >= cx.cfg.min_window_bios)
         && s.m.busy_windows >= RATE_BASELINE_AFTER_WINDOWS;
     let not_kept = settled_window && !cx.caps.worth.keeps(Level::L3);
@@ -100,16 +100,16 @@ fn leave_where_blind_or_not_worth_it(
     // A live saving under the floor must last; a profile (fixed between reloads) or no
     // pricing at all leaves at once.
     let lasted = match cx.caps.worth.basis {
-        super::worth::Basis::Live { .. } if not_kept => {
+        crate::pricing::worth::Basis::Live { .. } if not_kept => {
             let since = *s.m.not_kept_since_ms.get_or_insert(cx.now_ms);
             cx.now_ms.saturating_sub(since) >= super::LEAVE_L3_NOT_WORTH_AFTER_MS
         }
         _ => not_kept,
     };
-    if !(blind || floor_raised || lasted) {
+    if !(blind || l3_disallowed || lasted) {
         return ControlFlow::Continue(s);
     }
-    // Every config allows L2 (the floor is L2 or L3).
+    // Every config allows L2 (the deepest allowed is L2 or L3).
     let to = if cx.caps.has(Level::L2) && cx.caps.worth.keeps(Level::L2) {
         Level::L2
     } else {
@@ -117,8 +117,8 @@ fn leave_where_blind_or_not_worth_it(
     };
     let reason = if blind {
         Reason::BlindAtL3 { to }
-    } else if floor_raised {
-        Reason::FloorRaised {
+    } else if l3_disallowed {
+        Reason::L3NoLongerAllowed {
             disabled_nomerges: cx.cfg.disabled_nomerges,
             to,
         }

@@ -3,12 +3,12 @@
 //! at zero when the device is first managed, so `increase()` sees the first decision.
 //!
 //! Derived from the same pieces the policy and the daemon use: the levels a device has
-//! ([`Caps::has`], [`floor_level`]), each level's values ([`tunables`]) and the moves the
+//! ([`Caps::has`], [`deepest_allowed`]), each level's values ([`tunables`]) and the moves the
 //! modes make (merging: step down, disable, enable, trial; at L3: enable, probe; probing:
 //! failed back to L3; trial: failed back to where it started). A write leaves out a
 //! tunable that already holds its value, as the daemon's does.
 
-use super::{Caps, floor_level, tunables};
+use super::{Caps, deepest_allowed, tunables};
 use crate::config::PolicyConfig;
 use crate::decision::{Change, DecisionKind, Level};
 use mergetune_kernel::tunable::Tunable;
@@ -31,7 +31,7 @@ const SETTLING: [DecisionKind; 5] = [
 ];
 
 /// Every decision of the ladder a device with `caps` can take under `cfg`, each once. The
-/// levels are those within the config's floor (a superset where the device cannot see at
+/// levels are those the config allows (a superset where the device cannot see at
 /// L3: a zero that never moves costs nothing, a missing zero hides the first step).
 pub fn possible_decisions(caps: Caps, cfg: &PolicyConfig) -> Vec<PossibleDecision> {
     let mut out: Vec<PossibleDecision> = Vec::new();
@@ -64,10 +64,10 @@ fn push(out: &mut Vec<PossibleDecision>, kind: DecisionKind, changes: Vec<Change
 
 /// The level moves of each writing kind on this device.
 fn moves(caps: Caps, cfg: &PolicyConfig) -> Vec<(DecisionKind, Level, Level)> {
-    let floor = floor_level(cfg);
+    let deepest = deepest_allowed(cfg);
     let levels: Vec<Level> = Level::ALL
         .into_iter()
-        .filter(|&l| caps.has(l) && l <= floor)
+        .filter(|&l| caps.has(l) && l <= deepest)
         .collect();
     let has = |l: Level| levels.contains(&l);
     let merging: Vec<Level> = levels.iter().copied().filter(|&l| l < Level::L3).collect();
@@ -221,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn a_floor_at_l2_never_writes_nomerges_2() {
+    fn l2_as_the_deepest_allowed_never_writes_nomerges_2() {
         let cfg = PolicyConfig {
             disabled_nomerges: 1,
             ..PolicyConfig::default()

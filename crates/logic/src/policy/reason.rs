@@ -62,7 +62,7 @@ pub enum Reason {
     },
     /// At L3 after a reload set `[policy] disabled_nomerges` under 2: the config no longer
     /// allows L3: back to `to`.
-    FloorRaised {
+    L3NoLongerAllowed {
         disabled_nomerges: u8,
         to: Level,
     },
@@ -349,7 +349,7 @@ impl std::fmt::Display for Reason {
             Reason::LeaveNotWorth { from, why, to } => {
                 write!(f, "{from} not worth it here: {why}; back to {to}")
             }
-            Reason::FloorRaised {
+            Reason::L3NoLongerAllowed {
                 disabled_nomerges,
                 to,
             } => write!(

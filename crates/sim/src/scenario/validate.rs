@@ -43,13 +43,13 @@ impl Scenario {
             reason: reason.to_string(),
         };
         if let Some(p) = &self.cost_profile
-            && !mergetune_logic::cost_profile::BUILTIN_NAMES.contains(&p.as_str())
+            && !mergetune_logic::pricing::profile::BUILTIN_NAMES.contains(&p.as_str())
         {
             return Err(bad(
                 "cost_profile".into(),
                 &format!(
                     "must be one of {}",
-                    mergetune_logic::cost_profile::BUILTIN_NAMES.join(", ")
+                    mergetune_logic::pricing::profile::BUILTIN_NAMES.join(", ")
                 ),
             ));
         }

@@ -9,20 +9,26 @@
 //! interleaved for: an interval that contains 0 is "no measurable difference" and the
 //! simulator then charges nothing for it ([`Cell::significant_change`]).
 //!
-//! One file of about 650 lines on purpose: it is one concern, the profile format. Most of
+//! Matching is here too, once: whether a profile applies to a device ([`profile_match`])
+//! and which of its cells prices a device's scheduler ([`CostProfile::priced_scheduler`],
+//! [`CostProfile::priced_cell`]), read alike by the daemon's table and the simulator.
+//!
+//! One file of about 900 lines on purpose: it is one concern, the profile format. Most of
 //! it is the schema's field documentation and the checks that name each bad key; the
 //! queries the policy and the simulator ask of a profile sit next to the fields they read,
 //! and splitting schema from checks would put every key in two places.
 
+pub use mergetune_kernel::scheduler::Scheduler;
+use crate::decision::Level;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The profile measured on this machine's kernel: the simulator's default currency.
-pub const MEASURED: &str = include_str!("../../../config/cost-profiles/measured-6.18.toml");
+pub const MEASURED: &str = include_str!("../../../../config/cost-profiles/measured-6.18.toml");
 /// The 2008 linux-kernel "nomerges" thread's figures, as `sim::cost` stated them.
-pub const LKML_2008: &str = include_str!("../../../config/cost-profiles/lkml-2008.toml");
+pub const LKML_2008: &str = include_str!("../../../../config/cost-profiles/lkml-2008.toml");
 /// `[policy] cost_profile = "live"`: no profile, the daemon measures the merge path on the
-/// host it runs on (`logic::merge_cost`). The default.
+/// host it runs on (`pricing::live`). The default.
 pub const LIVE: &str = "live";
 /// Name of the measured profile (a scenario's `cost_profile`).
 pub const MEASURED_NAME: &str = "measured-6.18";
@@ -95,12 +101,6 @@ pub fn resolve(spec: &str) -> Result<CostProfile, ProfileError> {
     })?;
     Ok(p)
 }
-
-/// The scheduler a cell was measured on (the kernel layer's one scheduler type).
-pub use mergetune_kernel::scheduler::Scheduler;
-
-/// The merge ladder's levels, as everywhere else in mergetune.
-use crate::decision::Level;
 
 /// What the measured job does: 4 KiB reads at queue depth 32, random or sequential, one
 /// I/O per submission or 32 under one plug.
@@ -252,6 +252,10 @@ impl Cell {
         }
     }
 }
+
+/// The workload whose cells price the ladder's levels: random 4 KiB reads, one per
+/// submission, where a merge lookup finds nothing (what a step down saves).
+pub const PRICED_WORKLOAD: Workload = Workload::RandomUnbatched;
 
 /// The queue-freeze cost of one `queue/nomerges` write under load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -424,6 +428,47 @@ impl CostProfile {
     }
 }
 
+/// Whether a profile applies to a device: the same kernel series (`major.minor`) and, if
+/// the profile names one, the same kind of device. Unknown values (a simulated world, a
+/// fake tree) do not refuse. The error says what differs.
+pub fn profile_match(
+    p: &CostProfile,
+    running_release: Option<&str>,
+    key: Option<&DeviceKey>,
+) -> Result<(), String> {
+    // Stated figures (the 2008 thread's) are a model an operator names on purpose, not a
+    // measurement of a kernel: they apply anywhere, and their origin says what they are.
+    if p.method == Method::Stated {
+        return Ok(());
+    }
+    if let Some(run) = running_release
+        && kernel_series(run) != kernel_series(&p.kernel_release)
+    {
+        return Err(format!(
+            "measured on kernel {}, running {run}",
+            p.kernel_release
+        ));
+    }
+    if let (Some(want), Some(have)) = (&p.device, key) {
+        let same = want.rotational == have.rotational
+            && want.driver == have.driver
+            && (want.nr_hw_queues == 0 || want.nr_hw_queues == have.nr_hw_queues)
+            && (want.model.is_empty() || want.model == have.model);
+        if !same {
+            return Err(format!(
+                "measured on a {} device ({} hw queues{}), this one is {} ({} hw queues{})",
+                want.driver,
+                want.nr_hw_queues,
+                if want.rotational { ", rotational" } else { "" },
+                have.driver,
+                have.nr_hw_queues,
+                if have.rotational { ", rotational" } else { "" },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `major.minor` of a kernel release ("6.18.44-fc-v857" -> "6.18").
 pub fn kernel_series(release: &str) -> &str {
     let mut dots = release.match_indices('.').map(|(i, _)| i);
@@ -494,6 +539,23 @@ impl CostProfile {
         self.cells
             .iter()
             .find(|c| c.scheduler == s && c.level == l && c.workload == w)
+    }
+
+    /// The scheduler whose cells price a device running `scheduler`: itself where the
+    /// profile measured it, else the profile's first (the 2008 thread measured deadline
+    /// only; an unknown scheduler is None). The one matching rule of the daemon's table
+    /// (`Worth::from_profile`) and the simulator's step costs (`sim::cost`).
+    pub fn priced_scheduler(&self, scheduler: Option<Scheduler>) -> Scheduler {
+        match scheduler {
+            Some(s) if self.schedulers.contains(&s) => s,
+            _ => self.schedulers[0],
+        }
+    }
+
+    /// The cell that prices `level` on a device running `scheduler`: the matched
+    /// scheduler's ([`CostProfile::priced_scheduler`]) under [`PRICED_WORKLOAD`].
+    pub fn priced_cell(&self, scheduler: Option<Scheduler>, level: Level) -> Option<&Cell> {
+        self.cell(self.priced_scheduler(scheduler), level, PRICED_WORKLOAD)
     }
 
     /// Checks what the simulator and the reports rely on; the error names the key.
@@ -710,8 +772,7 @@ impl CostProfile {
         Ok(())
     }
 
-    /// A table of the cells for humans: per scheduler, workload and level. Long because it
-    /// writes one table, header to footnotes, in reading order.
+    /// A table of the cells for humans: per scheduler, workload and level.
     pub fn render(&self) -> String {
         if self.method == Method::MergePathSampling {
             return self.render_merge_path();
@@ -752,69 +813,83 @@ impl CostProfile {
         let mut cells: Vec<&Cell> = self.cells.iter().collect();
         cells.sort_by_key(|c| (c.scheduler, c.workload, c.level));
         for c in cells {
-            let ci = c
-                .cpu_per_io_ci
-                .map(|[a, b]| format!("[{a:.0}, {b:.0}]"))
-                .unwrap_or_else(|| "-".into());
-            let ch = c
-                .change_percent
-                .map(|x| format!("{x:+.1}"))
-                .unwrap_or_else(|| "-".into());
-            let chci = c
-                .change_ci
-                .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
-                .unwrap_or_else(|| "-".into());
-            let sub = c
-                .submitter_change_percent
-                .map(|x| format!("{x:+.1}"))
-                .unwrap_or_else(|| "-".into());
-            let subci = c
-                .submitter_change_ci
-                .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
-                .unwrap_or_else(|| "-".into());
-            s.push_str(&format!(
-                "  {:<12} {:<21} {:<3} {:>11.0} {:>21} {:>9} {:>8} {:>7.1} {:>8} {:>17}  {:<24} {:>9} {:>17}\n",
-                c.scheduler.name(),
-                c.workload.name(),
-                c.level.to_string(),
-                c.cpu_per_io,
-                ci,
-                c.iops.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
-                c.p99_us.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
-                c.merged_percent,
-                ch,
-                chci,
-                c.verdict().map(|v| v.to_string()).unwrap_or_default(),
-                sub,
-                subci
-            ));
+            s.push_str(&cell_row(c));
         }
         if let Some(t) = &self.toggle {
-            s.push_str(&format!(
-                "  toggle ({}, a nomerges write every {} ms, {:.0} s runs, {} pairs): write {:.0} us median, {:.0} us max; \
-                 p99 {:.0} -> {:.0} us ({:+.1}% [{:+.1}, {:+.1}]); max {:.0} -> {:.0} us ({:+.1}% [{:+.1}, {:+.1}]); \
-                 IOPS {:+.1}% [{:+.1}, {:+.1}]\n",
-                t.scheduler,
-                t.interval_ms,
-                t.runtime_s,
-                t.reps,
-                t.write_us_median,
-                t.write_us_max,
-                t.p99_us_without,
-                t.p99_us_with,
-                t.p99_change_percent,
-                t.p99_change_ci[0],
-                t.p99_change_ci[1],
-                t.max_us_without,
-                t.max_us_with,
-                t.max_change_percent,
-                t.max_change_ci[0],
-                t.max_change_ci[1],
-                t.iops_change_percent,
-                t.iops_change_ci[0],
-                t.iops_change_ci[1],
-            ));
+            s.push_str(&toggle_line(t));
         }
         s
     }
+}
+
+/// One cell's row of [`CostProfile::render`]'s table.
+fn cell_row(c: &Cell) -> String {
+    let ci = c
+        .cpu_per_io_ci
+        .map(|[a, b]| format!("[{a:.0}, {b:.0}]"))
+        .unwrap_or_else(|| "-".into());
+    let ch = c
+        .change_percent
+        .map(|x| format!("{x:+.1}"))
+        .unwrap_or_else(|| "-".into());
+    let chci = c
+        .change_ci
+        .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
+        .unwrap_or_else(|| "-".into());
+    let sub = c
+        .submitter_change_percent
+        .map(|x| format!("{x:+.1}"))
+        .unwrap_or_else(|| "-".into());
+    let subci = c
+        .submitter_change_ci
+        .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
+        .unwrap_or_else(|| "-".into());
+    format!(
+        "  {:<12} {:<21} {:<3} {:>11.0} {:>21} {:>9} {:>8} {:>7.1} {:>8} {:>17}  {:<24} {:>9} {:>17}\n",
+        c.scheduler.name(),
+        c.workload.name(),
+        c.level.to_string(),
+        c.cpu_per_io,
+        ci,
+        c.iops
+            .map(|x| format!("{x:.0}"))
+            .unwrap_or_else(|| "-".into()),
+        c.p99_us
+            .map(|x| format!("{x:.0}"))
+            .unwrap_or_else(|| "-".into()),
+        c.merged_percent,
+        ch,
+        chci,
+        c.verdict().map(|v| v.to_string()).unwrap_or_default(),
+        sub,
+        subci
+    )
+}
+
+/// The toggle measurement's line of [`CostProfile::render`].
+fn toggle_line(t: &ToggleCost) -> String {
+    format!(
+        "  toggle ({}, a nomerges write every {} ms, {:.0} s runs, {} pairs): write {:.0} us median, {:.0} us max; \
+         p99 {:.0} -> {:.0} us ({:+.1}% [{:+.1}, {:+.1}]); max {:.0} -> {:.0} us ({:+.1}% [{:+.1}, {:+.1}]); \
+         IOPS {:+.1}% [{:+.1}, {:+.1}]\n",
+        t.scheduler,
+        t.interval_ms,
+        t.runtime_s,
+        t.reps,
+        t.write_us_median,
+        t.write_us_max,
+        t.p99_us_without,
+        t.p99_us_with,
+        t.p99_change_percent,
+        t.p99_change_ci[0],
+        t.p99_change_ci[1],
+        t.max_us_without,
+        t.max_us_with,
+        t.max_change_percent,
+        t.max_change_ci[0],
+        t.max_change_ci[1],
+        t.iops_change_percent,
+        t.iops_change_ci[0],
+        t.iops_change_ci[1],
+    )
 }

@@ -5,10 +5,10 @@
 //! merging is small while the loss of wrongly not merging is large. So a step down is taken
 //! only toward a level whose saving is shown, with its interval, to clear a bar:
 //! - **live** (the default, [`Basis::Live`]): the daemon samples where CPU goes
-//!   (`logic::merge_cost`) and prices each level in CPU ms per second on this device, the
+//!   (`pricing::price`) and prices each level in CPU ms per second on this device, the
 //!   merge path's ns per bio times the device's bios/s. A level is worth it when the lower
 //!   end of its 95% (Poisson) interval reaches the floor (`[pricing] saving_floor_percent_cpu`);
-//! - **profile** ([`Basis::Profile`]): a cost profile (`logic::cost_profile`) that matches
+//! - **profile** ([`Basis::Profile`]): a cost profile (`pricing::profile`) that matches
 //!   the device states per scheduler and level how CPU per I/O changes against L0 when
 //!   merging finds nothing; a level is worth it when its interval lies wholly below 0;
 //! - **unknown** ([`Basis::Unknown`]): nothing measured yet, or no profile matches: nothing
@@ -19,10 +19,12 @@
 //! for lack of worth only where its upper bound falls under the floor
 //! ([`Worth::keeps`]). Between the two the device stays where it is.
 //!
-//! [`Worth`] is a small `Copy` table the daemon puts in [`super::Caps`] before each
-//! decision; [`super::decide`] reads it there and stays pure.
+//! [`Worth`] is a small `Copy` table the daemon puts in the policy's `Caps` before each
+//! decision; the policy reads it there and stays pure.
 
-use crate::cost_profile::{CostProfile, Method, Scheduler, Verdict, Workload};
+use super::floor::SavingFloor;
+use super::profile::{CostProfile, Method, Verdict};
+use mergetune_kernel::scheduler::Scheduler;
 use crate::decision::Level;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -59,8 +61,12 @@ pub enum Basis {
     Profile,
     /// Measured on this host: the merge path's CPU, sampled.
     Live {
-        /// The bar, CPU ms per second (0.5% of one CPU is 5 ms/s).
-        floor_ms_per_sec: f64,
+        /// The bar (0.5% of one CPU is 5 ms/s), written in CPU ms per second.
+        #[serde(
+            rename = "floor_ms_per_sec",
+            serialize_with = "SavingFloor::serialize_ms_per_sec"
+        )]
+        floor: SavingFloor,
     },
     /// Nothing to price with yet.
     Unknown { why: UnknownWhy },
@@ -168,22 +174,18 @@ impl Worth {
     /// scheduler the profile did not measure is read like the profile's first one, as the
     /// simulator prices it (the 2008 thread measured deadline only).
     pub fn from_profile(p: &CostProfile, scheduler: Option<Scheduler>) -> Worth {
-        let s = match scheduler {
-            Some(s) if p.schedulers.contains(&s) => s,
-            _ => p.schedulers[0],
-        };
+        let s = p.priced_scheduler(scheduler);
         let untrusted = p.method == Method::CpuBoundLoop && p.ci_coverage_percent < 95.0;
         let mut levels = [None; 4];
         for l in [Level::L1, Level::L2, Level::L3] {
-            levels[usize::from(l.index())] =
-                p.cell(s, l, Workload::RandomUnbatched).and_then(|c| {
-                    Some(Saving {
-                        value: c.change_percent?,
-                        ci: c.change_ci,
-                        unit: SavingUnit::PercentPerIo,
-                        verdict: c.verdict()?,
-                    })
-                });
+            levels[usize::from(l.index())] = p.priced_cell(scheduler, l).and_then(|c| {
+                Some(Saving {
+                    value: c.change_percent?,
+                    ci: c.change_ci,
+                    unit: SavingUnit::PercentPerIo,
+                    verdict: c.verdict()?,
+                })
+            });
         }
         Worth {
             basis: Basis::Profile,
@@ -219,9 +221,9 @@ impl Worth {
         match self.basis {
             Basis::Unpriced => true,
             Basis::Profile => self.worth(level),
-            Basis::Live { floor_ms_per_sec } => self.saving(level).is_some_and(|s| {
+            Basis::Live { floor } => self.saving(level).is_some_and(|s| {
                 let upper = s.ci.map_or(s.value, |[_, hi]| hi);
-                upper >= floor_ms_per_sec
+                upper >= floor.ms_per_sec()
             }),
             Basis::Unknown { why } => why.pending(),
         }
@@ -265,11 +267,12 @@ impl Worth {
             }
         }
         match self.basis {
-            Basis::Live { floor_ms_per_sec } => {
+            Basis::Live { floor } => {
                 let _ = write!(
                     s,
-                    " of CPU, measured here ({:.0}% intervals); floor {floor_ms_per_sec:.2} ms/s",
-                    self.coverage_percent
+                    " of CPU, measured here ({:.0}% intervals); floor {:.2} ms/s",
+                    self.coverage_percent,
+                    floor.ms_per_sec()
                 );
                 if let Some(sch) = self.scheduler {
                     let _ = write!(s, " on {sch}");
@@ -299,7 +302,7 @@ mod tests {
     fn live(value: f64, ci: [f64; 2], verdict: Verdict) -> Worth {
         let mut w = Worth {
             basis: Basis::Live {
-                floor_ms_per_sec: 5.0,
+                floor: SavingFloor::from_percent_cpu(0.5),
             },
             scheduler: Some(Scheduler::MqDeadline),
             levels: [None; 4],

@@ -20,104 +20,13 @@
 //! sequential phase priced at 263 ns per bio where random reads cost 28 on the same loop
 //! device), so a price is only applied to a device running the shape it was measured on.
 
-use crate::cost_profile::Scheduler;
+use super::floor::SavingFloor;
+use super::profile::Verdict;
+use mergetune_kernel::scheduler::Scheduler;
 use crate::decision::Level;
-use crate::policy::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
+use crate::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use mergetune_kernel::perf::MergeSamples;
 use serde::Serialize;
-
-/// `[pricing]`: the live measurement of the merge path (the default pricing,
-/// `[policy] cost_profile = "live"`).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PricingConfig {
-    /// A step down is taken only where the level's saving, at the lower end of its 95%
-    /// interval, reaches this share of one CPU, percent (0.5: 5 ms of CPU per second).
-    pub saving_floor_percent_cpu: f64,
-    /// The sampler runs for sample_ms every every_ms while a managed device below L3 is
-    /// busy (its duty cycle: sample_ms / every_ms, at most 50%).
-    pub sample_ms: u64,
-    pub every_ms: u64,
-    /// CPU time between two samples on one CPU, µs.
-    pub period_us: u64,
-    /// Spans of sampling pooled into one price (the newest), and the age past which a
-    /// span no longer counts.
-    pub keep_spans: u32,
-    pub max_age_secs: u64,
-}
-
-pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
-pub const DEFAULT_SAMPLE_MS: u64 = 1000;
-pub const DEFAULT_EVERY_MS: u64 = 60_000;
-pub const DEFAULT_PERIOD_US: u64 = 1000;
-pub const DEFAULT_KEEP_SPANS: u32 = 30;
-pub const DEFAULT_MAX_AGE_SECS: u64 = 900;
-
-impl Default for PricingConfig {
-    fn default() -> Self {
-        PricingConfig {
-            saving_floor_percent_cpu: DEFAULT_SAVING_FLOOR_PERCENT_CPU,
-            sample_ms: DEFAULT_SAMPLE_MS,
-            every_ms: DEFAULT_EVERY_MS,
-            period_us: DEFAULT_PERIOD_US,
-            keep_spans: DEFAULT_KEEP_SPANS,
-            max_age_secs: DEFAULT_MAX_AGE_SECS,
-        }
-    }
-}
-
-impl PricingConfig {
-    /// The floor in CPU ms per second.
-    pub fn floor_ms_per_sec(&self) -> f64 {
-        self.saving_floor_percent_cpu * 10.0
-    }
-
-    /// (key, reason) of every bad value. Pure.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        let f = self.saving_floor_percent_cpu;
-        if !(f.is_finite() && f > 0.0 && f <= 100.0) {
-            out.push((
-                "pricing.saving_floor_percent_cpu",
-                format!("{f} is not in (0, 100]: a floor of 0 would step down for nothing"),
-            ));
-        }
-        if !(100..=60_000).contains(&self.sample_ms) {
-            out.push((
-                "pricing.sample_ms",
-                format!("{} is outside 100..=60000", self.sample_ms),
-            ));
-        }
-        if self.every_ms < self.sample_ms.saturating_mul(2) || self.every_ms > 86_400_000 {
-            out.push((
-                "pricing.every_ms",
-                format!(
-                    "{} must be at least twice sample_ms ({}) and at most 86400000",
-                    self.every_ms, self.sample_ms
-                ),
-            ));
-        }
-        if !(100..=100_000).contains(&self.period_us) {
-            out.push((
-                "pricing.period_us",
-                format!("{} is outside 100..=100000", self.period_us),
-            ));
-        }
-        if !(1..=1000).contains(&self.keep_spans) {
-            out.push((
-                "pricing.keep_spans",
-                format!("{} is outside 1..=1000", self.keep_spans),
-            ));
-        }
-        if !(10..=604_800).contains(&self.max_age_secs) {
-            out.push((
-                "pricing.max_age_secs",
-                format!("{} is outside 10..=604800", self.max_age_secs),
-            ));
-        }
-        out
-    }
-}
 
 /// Fewer merge-path samples than this leave a price unresolved.
 pub const MIN_SAMPLES: u64 = 10;
@@ -433,12 +342,12 @@ pub fn price(samples: &MergeSamples, bios: &SpanBios) -> [Option<ClassPrice>; 4]
 }
 
 /// A device's table: each priced level's saving in CPU ms per second at `bios_per_sec`,
-/// worth it when the interval's lower end reaches `floor_ms_per_sec`.
+/// worth it when the interval's lower end reaches the `floor`.
 pub fn worth_live(
     price: Option<&ClassPrice>,
     scheduler: Option<Scheduler>,
     bios_per_sec: f64,
-    floor_ms_per_sec: f64,
+    floor: SavingFloor,
 ) -> Worth {
     let Some(price) = price else {
         return Worth::unknown(UnknownWhy::NotMeasuredYet);
@@ -453,10 +362,10 @@ pub fn worth_live(
         any = true;
         let to_ms = |ns_per_bio: f64| ns_per_bio * bios_per_sec / 1e6;
         let (value, lo, hi) = (to_ms(ns.estimate), to_ms(ns.lo), to_ms(ns.hi));
-        let verdict = if lo >= floor_ms_per_sec {
-            crate::cost_profile::Verdict::Saves
+        let verdict = if lo >= floor.ms_per_sec() {
+            Verdict::Saves
         } else {
-            crate::cost_profile::Verdict::NoMeasurableDifference
+            Verdict::NoMeasurableDifference
         };
         levels[i] = Some(Saving {
             value,
@@ -469,7 +378,7 @@ pub fn worth_live(
         return Worth::unknown(UnknownWhy::NotMeasuredYet);
     }
     Worth {
-        basis: Basis::Live { floor_ms_per_sec },
+        basis: Basis::Live { floor },
         scheduler,
         levels,
         coverage_percent: COVERAGE_PERCENT,
@@ -480,6 +389,8 @@ pub fn worth_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FLOOR_5_MS: SavingFloor = SavingFloor::from_percent_cpu(0.5);
 
     #[test]
     fn poisson_bounds_hold_the_count_and_are_those_of_the_tables() {
@@ -520,12 +431,12 @@ mod tests {
         assert!((l3.estimate - 200.0).abs() < 1e-9);
         assert!(l3.lo < 200.0 && l3.hi > 200.0);
         // at 50,000 bios/s: 10 ms/s, lower end about 8.1 ms/s: clears a 5 ms/s floor
-        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 50_000.0, 5.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 50_000.0, FLOOR_5_MS);
         assert!(w.worth(Level::L3));
         let v = w.saving(Level::L3).unwrap();
         assert!((v.value - 10.0).abs() < 1e-9, "{v:?}");
         // at 10,000 bios/s: 2 ms/s, under the floor
-        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 10_000.0, 5.0);
+        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 10_000.0, FLOOR_5_MS);
         assert!(!w.worth(Level::L3));
         assert!(w.describe([Level::L3]).contains("floor 5.00 ms/s"));
     }
@@ -534,11 +445,21 @@ mod tests {
     fn too_few_samples_leave_the_saving_unknown() {
         let (s, b) = mq_deadline_span(MIN_SAMPLES - 1, 1_000);
         let p = price(&s, &b)[1].expect("priced");
-        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 1e9, 0.0);
+        let w = worth_live(
+            Some(&p),
+            Some(Scheduler::MqDeadline),
+            1e9,
+            SavingFloor::from_percent_cpu(0.0),
+        );
         assert!(matches!(w.basis, Basis::Unknown { .. }), "{w:?}");
         let (s, b) = mq_deadline_span(MIN_SAMPLES, 1_000);
         let p = price(&s, &b)[1].expect("priced");
-        let w = worth_live(Some(&p), Some(Scheduler::MqDeadline), 1e9, 0.0);
+        let w = worth_live(
+            Some(&p),
+            Some(Scheduler::MqDeadline),
+            1e9,
+            SavingFloor::from_percent_cpu(0.0),
+        );
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
     }
 

@@ -1,0 +1,99 @@
+//! `[pricing]`: the live measurement's settings and their checks.
+
+use super::floor::SavingFloor;
+use serde::Serialize;
+
+/// `[pricing]`: the live measurement of the merge path (the default pricing,
+/// `[policy] cost_profile = "live"`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PricingConfig {
+    /// A step down is taken only where the level's saving, at the lower end of its 95%
+    /// interval, reaches this share of one CPU, percent (0.5: 5 ms of CPU per second).
+    pub saving_floor_percent_cpu: SavingFloor,
+    /// The sampler runs for sample_ms every every_ms while a managed device below L3 is
+    /// busy (its duty cycle: sample_ms / every_ms, at most 50%).
+    pub sample_ms: u64,
+    pub every_ms: u64,
+    /// CPU time between two samples on one CPU, µs.
+    pub period_us: u64,
+    /// Spans of sampling pooled into one price (the newest), and the age past which a
+    /// span no longer counts.
+    pub keep_spans: u32,
+    pub max_age_secs: u64,
+}
+
+pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
+pub const DEFAULT_SAMPLE_MS: u64 = 1000;
+pub const DEFAULT_EVERY_MS: u64 = 60_000;
+pub const DEFAULT_PERIOD_US: u64 = 1000;
+pub const DEFAULT_KEEP_SPANS: u32 = 30;
+pub const DEFAULT_MAX_AGE_SECS: u64 = 900;
+
+impl Default for PricingConfig {
+    fn default() -> Self {
+        PricingConfig {
+            saving_floor_percent_cpu: SavingFloor::from_percent_cpu(
+                DEFAULT_SAVING_FLOOR_PERCENT_CPU,
+            ),
+            sample_ms: DEFAULT_SAMPLE_MS,
+            every_ms: DEFAULT_EVERY_MS,
+            period_us: DEFAULT_PERIOD_US,
+            keep_spans: DEFAULT_KEEP_SPANS,
+            max_age_secs: DEFAULT_MAX_AGE_SECS,
+        }
+    }
+}
+
+impl PricingConfig {
+    /// The saving floor.
+    pub fn floor(&self) -> SavingFloor {
+        self.saving_floor_percent_cpu
+    }
+
+    /// (key, reason) of every bad value. Pure.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let f = self.saving_floor_percent_cpu.percent_cpu();
+        if !(f.is_finite() && f > 0.0 && f <= 100.0) {
+            out.push((
+                "pricing.saving_floor_percent_cpu",
+                format!("{f} is not in (0, 100]: a floor of 0 would step down for nothing"),
+            ));
+        }
+        if !(100..=60_000).contains(&self.sample_ms) {
+            out.push((
+                "pricing.sample_ms",
+                format!("{} is outside 100..=60000", self.sample_ms),
+            ));
+        }
+        if self.every_ms < self.sample_ms.saturating_mul(2) || self.every_ms > 86_400_000 {
+            out.push((
+                "pricing.every_ms",
+                format!(
+                    "{} must be at least twice sample_ms ({}) and at most 86400000",
+                    self.every_ms, self.sample_ms
+                ),
+            ));
+        }
+        if !(100..=100_000).contains(&self.period_us) {
+            out.push((
+                "pricing.period_us",
+                format!("{} is outside 100..=100000", self.period_us),
+            ));
+        }
+        if !(1..=1000).contains(&self.keep_spans) {
+            out.push((
+                "pricing.keep_spans",
+                format!("{} is outside 1..=1000", self.keep_spans),
+            ));
+        }
+        if !(10..=604_800).contains(&self.max_age_secs) {
+            out.push((
+                "pricing.max_age_secs",
+                format!("{} is outside 10..=604800", self.max_age_secs),
+            ));
+        }
+        out
+    }
+}
