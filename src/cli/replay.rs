@@ -66,6 +66,7 @@ fn replay_config(
     }
 }
 
+#[allow(clippy::too_many_lines)] // shortened by the pricing/cli/traits move
 pub fn run(args: ReplayArgs) -> anyhow::Result<i32> {
     let recording = mergetune_daemon::record::load_recording(&args.file)?;
     if let Some(t) = &recording.truncated {

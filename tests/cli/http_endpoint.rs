@@ -293,6 +293,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
 /// are asserted; the latencies and tick lags are printed (`--nocapture`), not bounded: on a
 /// shared 2-core machine any bound is the scheduler's, not the endpoint's.
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn a_thousand_idle_slow_or_busy_connections_do_not_lock_out_a_scraper_or_the_ticks() {
     raise_nofile(4096);
     let d = Daemon::start();

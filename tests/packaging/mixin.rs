@@ -174,6 +174,7 @@ fn get(addr: &str, path: &str) -> Option<String> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn promtool_finds_nothing_to_say_about_the_live_metrics() {
     let Some(p) = promtool() else { return };
     let t = tempfile::tempdir().unwrap();

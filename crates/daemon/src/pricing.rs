@@ -263,6 +263,7 @@ impl LivePricing {
     /// One tick: count the bios of a span in progress, end it when due, start the next
     /// when `wanted` (a managed device below L3 is busy) and due: at once while a busy
     /// device's workload has no resolved price ([`FIRST_PRICE_MAX_SPANS`]).
+    #[allow(clippy::too_many_lines)] // shortened by the pricing/cli/traits move
     pub fn tick<'a>(
         &mut self,
         now_ms: u64,

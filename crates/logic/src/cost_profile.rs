@@ -756,6 +756,7 @@ impl CostProfile {
 
     /// A table of the cells for humans: per scheduler, workload and level. Long because it
     /// writes one table, header to footnotes, in reading order.
+    #[allow(clippy::too_many_lines)] // shortened by the pricing/cli/traits move
     pub fn render(&self) -> String {
         if self.method == Method::MergePathSampling {
             return self.render_merge_path();
