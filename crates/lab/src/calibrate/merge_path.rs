@@ -31,7 +31,6 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -382,10 +381,7 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
         buffer_pages: BUFFER_PAGES,
     };
     let mut sampler = MergePathSampler::open(&plan.sysfs_root, symbols, params)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
-    }
+    let stop = super::run::stop_on_signals()?;
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
     let (scratch, dev) = open_device(&mut plan, &mut fs)?;
     let dev_path = PathBuf::from("/dev").join(&dev);
