@@ -28,12 +28,7 @@ fn advise_json(name: &str, config: Option<&str>) -> serde_json::Value {
         std::fs::write(&p, text).unwrap();
         cmd.arg("--config").arg(&p);
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::command::succeeded(&mut cmd);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -204,17 +199,12 @@ fn advise_uses_the_devices_own_scheduler() {
     let run = |text: &str, extra: &[&str]| -> serde_json::Value {
         let p = dir.path().join("t.txt");
         std::fs::write(&p, text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
-            .args(["advise", "--json", "-c"])
-            .arg(&cfg)
-            .args(extra)
-            .arg(&p)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::command::succeeded(
+            std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
+                .args(["advise", "--json", "-c"])
+                .arg(&cfg)
+                .args(extra)
+                .arg(&p),
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };

@@ -20,19 +20,13 @@ const ARGS: [&str; 6] = [
 ];
 
 fn compare_on_pipes(extra: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(ARGS)
-        .args(extra)
-        .current_dir(root())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    crate::command::succeeded(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(ARGS)
+            .args(extra)
+            .current_dir(root())
+            .stdin(Stdio::null()),
+    )
 }
 
 #[test]

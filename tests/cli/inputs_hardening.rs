@@ -452,17 +452,7 @@ fn a_relative_cost_profile_is_found_next_to_the_config() {
         "held resolved, for the daemon and the reload"
     );
     // And from another working directory, through the binary (systemd runs it from /).
-    let out = bin()
-        .current_dir("/")
-        .arg("check-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::command::succeeded(bin().current_dir("/").arg("check-config").arg(&cfg));
 }
 
 #[test]
