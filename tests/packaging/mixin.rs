@@ -204,18 +204,15 @@ fn promtool_finds_nothing_to_say_about_the_live_metrics() {
     };
     write(1);
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
-        .args(["--config", "/dev/null", "--metrics-listen", &addr])
-        .arg("--sysfs-root")
-        .arg(t.path().join("sys"))
-        .arg("--procfs-root")
-        .arg(t.path().join("proc"))
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = crate::command::on_tree(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
+            .args(["--config", "/dev/null", "--metrics-listen", &addr]),
+        t.path(),
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
     // Traffic for a few windows, so that the per-device families have samples.
     let start = Instant::now();
     let mut i = 1;

@@ -1,5 +1,7 @@
-//! Running the built binary, or a tool, in a test: what it printed once it has exited 0,
-//! and its stderr in the failure message when it has not.
+//! Running the built binary, or a tool, in a test: what it printed once it has exited 0
+//! (its stderr in the failure message when it has not), and the fake host it runs on.
+//! Each test binary uses a part of it.
+#![allow(dead_code)]
 
 use std::process::{Command, Output};
 
@@ -12,4 +14,32 @@ pub fn succeeded(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// `cmd` (the binary's `run`, say) pointed at the fake host under `root`: its sysfs,
+/// procfs and state directory there.
+pub fn on_tree<'c>(cmd: &'c mut Command, root: &std::path::Path) -> &'c mut Command {
+    cmd.arg("--sysfs-root")
+        .arg(root.join("sys"))
+        .arg("--procfs-root")
+        .arg(root.join("proc"))
+        .arg("--state-dir")
+        .arg(root.join("state"))
+}
+
+/// A fake host with one disk, `sda`: all merges on under mq-deadline, and one line of
+/// diskstats.
+pub fn one_disk_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("sys/block/sda/queue");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
+    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    std::fs::write(
+        t.path().join("proc/diskstats"),
+        "   8 0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
+    )
+    .unwrap();
+    t
 }
