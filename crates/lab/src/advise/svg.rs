@@ -9,6 +9,12 @@ use std::path::Path;
 
 /// One panel of the figure.
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+/// A panel's chart, over f64 by f64.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
 
 /// `advise --plot`: per device, sector over time (sampled bios), the size histogram,
 /// bios/s and merges/s, and requests in flight over time.
@@ -49,20 +55,17 @@ fn draw_scatter(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .map(|p| gib(p.sector))
         .fold(1e-6f64, f64::max)
         * 1.05;
-    let mut c = ChartBuilder::on(area)
-        .caption(
-            format!(
-                "device {}: where bios land ({} of {} bios sampled)",
-                d.device,
-                d.scatter.len(),
-                d.bios
-            ),
-            font(15),
-        )
-        .margin(8)
-        .x_label_area_size(34)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..t_max * 1.02, 0f64..s_max)?;
+    let mut c = panel(
+        area,
+        format!(
+            "device {}: where bios land ({} of {} bios sampled)",
+            d.device,
+            d.scatter.len(),
+            d.bios
+        ),
+        0f64..t_max * 1.02,
+        0f64..s_max,
+    )?;
     c.configure_mesh()
         .x_desc("time (s)")
         .y_desc("offset (GiB)")
@@ -101,12 +104,12 @@ fn draw_sizes(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .unwrap_or(SIZE_BUCKETS - 1);
     let (lo, hi) = (first.saturating_sub(1), (last + 2).min(SIZE_BUCKETS));
     let y_max = d.size_counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.1;
-    let mut c = ChartBuilder::on(area)
-        .caption(format!("device {}: bio sizes", d.device), font(15))
-        .margin(8)
-        .x_label_area_size(34)
-        .y_label_area_size(64)
-        .build_cartesian_2d(lo as f64..hi as f64, 0f64..y_max)?;
+    let mut c = panel(
+        area,
+        format!("device {}: bio sizes", d.device),
+        lo as f64..hi as f64,
+        0f64..y_max,
+    )?;
     c.configure_mesh()
         .x_desc("bio size (bucket from)")
         .y_desc("bios")
@@ -144,22 +147,13 @@ fn draw_rates(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .map(|i| (tl.bios[i][0] + tl.bios[i][1]) as f64 / bsec)
         .fold(1e-6f64, f64::max)
         * 1.1;
-    let mut c = ChartBuilder::on(area)
-        .caption(
-            format!("device {}: bios and merges per second", d.device),
-            font(15),
-        )
-        .margin(8)
-        .x_label_area_size(34)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..(tl.used.max(1) as f64 * bsec), 0f64..rate_max)?;
-    c.configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("per second")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style(font(11))
-        .axis_desc_style(font(12))
-        .draw()?;
+    let mut c = panel(
+        area,
+        format!("device {}: bios and merges per second", d.device),
+        0f64..(tl.used.max(1) as f64 * bsec),
+        0f64..rate_max,
+    )?;
+    time_mesh(&mut c, "per second")?;
     for (label, color, f) in [
         ("read bios/s", READ, 0usize),
         ("write bios/s", WRITE, 1),
@@ -199,22 +193,13 @@ fn draw_in_flight(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .unwrap_or(0)
         .max(1) as f64
         * 1.1;
-    let mut c = ChartBuilder::on(area)
-        .caption(
-            format!("device {}: requests in flight (peak per bucket)", d.device),
-            font(15),
-        )
-        .margin(8)
-        .x_label_area_size(34)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..(tl.used.max(1) as f64 * bsec), 0f64..dmax)?;
-    c.configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("requests")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style(font(11))
-        .axis_desc_style(font(12))
-        .draw()?;
+    let mut c = panel(
+        area,
+        format!("device {}: requests in flight (peak per bucket)", d.device),
+        0f64..(tl.used.max(1) as f64 * bsec),
+        0f64..dmax,
+    )?;
+    time_mesh(&mut c, "requests")?;
     if d.issues > 0 {
         c.draw_series(LineSeries::new(
             (0..tl.used).map(|i| (xs(i), tl.depth_max[i] as f64)),
@@ -227,5 +212,33 @@ fn draw_in_flight(area: &Area, d: &DeviceReport) -> DrawResult<()> {
             font(13),
         )))?;
     }
+    Ok(())
+}
+
+/// A panel's chart over `x` by `y`, with `caption` above and the label areas every panel
+/// has.
+fn panel<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: String,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> DrawResult<Chart<'a, 'b>> {
+    Ok(ChartBuilder::on(area)
+        .caption(caption, font(15))
+        .margin(8)
+        .x_label_area_size(34)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x, y)?)
+}
+
+/// The mesh of a panel over time: seconds across, whole numbers of `y_desc` up.
+fn time_mesh(c: &mut Chart<'_, '_>, y_desc: &str) -> DrawResult<()> {
+    c.configure_mesh()
+        .x_desc("time (s)")
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(font(11))
+        .axis_desc_style(font(12))
+        .draw()?;
     Ok(())
 }
