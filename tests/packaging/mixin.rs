@@ -6,7 +6,7 @@
 //! promtool is Debian's `prometheus` package; `.ci/run` installs it. Without it these tests
 //! say SKIP, except under CI (`CI` set), where a missing promtool is a failure.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -151,24 +151,11 @@ fn the_flapping_rule_counts_the_series_the_daemon_exports_from_zero() {
     assert!(as_exported.contains("values: '_x5 0+"), "{as_exported}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::command::free_port;
 
+/// The body of a 200 answer to `GET path` from `addr`.
 fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
+    let buf = crate::command::http_get(addr, path)?;
     let (head, body) = buf.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }

@@ -43,3 +43,28 @@ pub fn one_disk_tree() -> tempfile::TempDir {
     .unwrap();
     t
 }
+
+/// A free loopback port (bound, then released: nothing listens on it afterwards).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The whole HTTP/1.1 response to `GET path` from `addr` (None: no answer in 5 s).
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
