@@ -99,11 +99,7 @@ fn advise_never_quotes_a_file_that_is_not_a_trace() {
                 c.arg("--json");
             }
             let out = c.arg(&secret).output().unwrap();
-            let all = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let all = crate::command::text(&out);
             assert_eq!(out.status.code(), Some(1), "{all}");
             assert!(
                 all.contains(&secret.display().to_string()) && all.contains("line 1"),

@@ -295,11 +295,7 @@ fn one_window_is_said_in_the_singular_in_reasons() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let all = crate::command::text(&o);
     assert!(!all.contains(" 1 windows"), "{all}");
     assert!(!all.contains(" 1 busy windows"), "{all}");
 }

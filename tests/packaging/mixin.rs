@@ -33,11 +33,7 @@ fn mixin() -> PathBuf {
 
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::command::text(&out);
     (out.status.success(), text)
 }
 
@@ -242,11 +238,7 @@ fn promtool_finds_nothing_to_say_about_the_live_metrics() {
         .write_all(text.as_bytes())
         .unwrap();
     let out = lint.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = crate::command::text(&out);
     assert!(
         out.status.success() && said.trim().is_empty(),
         "promtool check metrics:\n{said}\non\n{text}"

@@ -68,3 +68,12 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
     s.read_to_string(&mut out).ok()?;
     Some(out)
 }
+
+/// Everything a command printed: its stdout, then its stderr.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
