@@ -615,25 +615,7 @@ fn a_syntax_error_is_placed_without_a_snippet() {
 // ---------------------------------------------------------------------------------------
 // 23.13: a reload that changes only the cost profile says so in words.
 
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
+use crate::logs::Logs;
 
 #[test]
 fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
@@ -646,18 +628,14 @@ fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg.clone());
     let logs = Logs::default();
-    let sub = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(sub, || {
+    logs.capture(|| {
         let mut t = 0;
         while t <= 3000 {
             sim.advance_to(t * 1_000_000);
             d.tick(t, &mut sim);
             t += 1000;
         }
-        logs.0.lock().unwrap().clear();
+        logs.clear();
         let mut new = cfg.clone();
         new.policy.cost_profile = "lkml-2008".into();
         d.reload(new);
@@ -667,7 +645,7 @@ fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
             t += 1000;
         }
     });
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("sda:") && l.contains("cost profile"))

@@ -9,6 +9,8 @@ mod command;
 mod fakesys;
 #[path = "../support/faketap.rs"]
 mod faketap;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 
