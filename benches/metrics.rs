@@ -37,21 +37,7 @@ use std::time::{Duration, Instant};
 const DEVICES: usize = 64;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        let r = 1000 + tick * (997 + i as u64);
-        let w = 2000 + tick * 1013;
-        s.push_str(&format!(
-            "   8 {:>7} sd{} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
-            i * 16,
-            i,
-            r / 10,
-            r * 8,
-            w / 5,
-            w * 8
-        ));
-    }
-    s
+    fake_host::busy_diskstats(n, tick, |i| format!("sd{i}"))
 }
 
 struct MemFs {

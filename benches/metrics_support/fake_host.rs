@@ -97,3 +97,23 @@ pub fn release_bin() -> String {
             .to_string()
     })
 }
+
+/// The diskstats of `n` busy disks at `tick`, the `i`th named `name(i)`: reads and writes
+/// moving at their own rates, with some merges.
+pub fn busy_diskstats(n: usize, tick: u64, name: impl Fn(usize) -> String) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        let r = 1000 + tick * (997 + i as u64);
+        let w = 2000 + tick * 1013;
+        s.push_str(&format!(
+            "   8 {:>7} {} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
+            i * 16,
+            name(i),
+            r / 10,
+            r * 8,
+            w / 5,
+            w * 8
+        ));
+    }
+    s
+}

@@ -47,24 +47,6 @@ fn dev_name(i: usize) -> String {
     format!("sd{s}")
 }
 
-fn diskstats(n: usize, tick: u64) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        let r = 1000 + tick * (997 + i as u64);
-        let w = 2000 + tick * 1013;
-        s.push_str(&format!(
-            "   8 {:>7} {} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
-            i * 16,
-            dev_name(i),
-            r / 10,
-            r * 8,
-            w / 5,
-            w * 8
-        ));
-    }
-    s
-}
-
 /// Whole-process CPU: (utime + stime in clock ticks, sum of the threads' ns on CPU).
 fn cpu(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -391,7 +373,7 @@ pub fn run() {
         (0..devices).map(dev_name),
         super::fake_host::QUEUE,
         Duration::from_secs(1),
-        move |tick| diskstats(devices, tick),
+        move |tick| super::fake_host::busy_diskstats(devices, tick, dev_name),
     );
 
     let m = spawn_mergetune(&bin, t.path());

@@ -146,27 +146,11 @@ fn no_raw_escapes(what: &str, bytes: &[u8]) {
 
 /// A recording of the default scenario whose device is renamed to `name`.
 fn recording_with_device_named(dir: &Path, name: &str) -> PathBuf {
-    use mergetune_daemon::adaptive::Daemon;
-    use mergetune_daemon::record::{Recorder, RecordingFs};
-    use mergetune_kernel::blockfs::BlockFs;
-    use mergetune_sim::engine::Simulation;
     use mergetune_sim::scenario::Scenario;
     let sc = Scenario::default_scenario();
     let cfg = sc.daemon_config(&Default::default());
-    let mut sim = Simulation::new(&sc).unwrap();
-    let mut d = Daemon::simulated(cfg);
     let path = dir.join("rec.jsonl");
-    let mut rec = Recorder::create(&path).unwrap();
-    let mut t = 0;
-    while t <= 60_000 {
-        sim.advance_to(t * 1_000_000);
-        let fs: &mut dyn BlockFs = &mut sim;
-        let mut rfs = RecordingFs::new(fs, t);
-        d.tick(t, &mut rfs);
-        rec.write(&rfs.finish()).unwrap();
-        t += d.next_tick_in_ms();
-    }
-    drop(rec);
+    crate::scenarios::record(&sc, cfg, &path, 60_000);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("sda"), "the default scenario's device is sda");
     let json_name = serde_json::to_string(name).unwrap();

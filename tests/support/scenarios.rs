@@ -110,3 +110,28 @@ batch = 16
         (d, decisions)
     }
 }
+
+/// Records a simulated daemon with `cfg` on `sc` into `path`, for `ms` of it (the ticks at
+/// 0 and `ms` included), as `run --record` would on a host.
+#[allow(dead_code)] // the command line's tests replay it; the simulator's do not
+pub fn record(
+    sc: &Scenario,
+    cfg: mergetune_logic::config::Config,
+    path: &std::path::Path,
+    ms: u64,
+) {
+    use mergetune_daemon::record::{Recorder, RecordingFs};
+    use mergetune_kernel::blockfs::BlockFs;
+    let mut sim = mergetune_sim::engine::Simulation::new(sc).unwrap();
+    let mut d = mergetune_daemon::adaptive::Daemon::simulated(cfg);
+    let mut rec = Recorder::create(path).unwrap();
+    let mut t = 0;
+    while t <= ms {
+        sim.advance_to(t * 1_000_000);
+        let fs: &mut dyn BlockFs = &mut sim;
+        let mut rfs = RecordingFs::new(fs, t);
+        d.tick(t, &mut rfs);
+        rec.write(&rfs.finish()).unwrap();
+        t += d.next_tick_in_ms();
+    }
+}

@@ -86,12 +86,7 @@ fn draw_scatter(area: &Area, d: &DeviceReport) -> DrawResult<()> {
             .label(label)
             .legend(move |(x, y)| Circle::new((x + 6, y), 3, color.filled()));
     }
-    c.configure_series_labels()
-        .label_font(font(11))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()?;
-    Ok(())
+    draw_legend(&mut c)
 }
 
 /// The histogram of bio sizes, over the buckets that hold any.
@@ -174,12 +169,7 @@ fn draw_rates(area: &Area, d: &DeviceReport) -> DrawResult<()> {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
     }
-    c.configure_series_labels()
-        .label_font(font(11))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()?;
-    Ok(())
+    draw_legend(&mut c)
 }
 
 /// Requests in flight over time: the peak of each bucket.
@@ -239,6 +229,16 @@ fn time_mesh(c: &mut Chart<'_, '_>, y_desc: &str) -> DrawResult<()> {
         .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style(font(11))
         .axis_desc_style(font(12))
+        .draw()?;
+    Ok(())
+}
+
+/// The legend of a panel's series, in its corner.
+fn draw_legend<'a, 'b: 'a>(c: &mut Chart<'a, 'b>) -> DrawResult<()> {
+    c.configure_series_labels()
+        .label_font(font(11))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
         .draw()?;
     Ok(())
 }
