@@ -381,7 +381,7 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
         buffer_pages: BUFFER_PAGES,
     };
     let mut sampler = MergePathSampler::open(&plan.sysfs_root, symbols, params)?;
-    let stop = super::run::stop_on_signals()?;
+    let stop = super::signals::stop_on_signals()?;
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
     let (scratch, dev) = open_device(&mut plan, &mut fs)?;
     let dev_path = PathBuf::from("/dev").join(&dev);

@@ -14,7 +14,6 @@ use mergetune_logic::cost_profile::{Scheduler, ToggleCost, Workload};
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -231,7 +230,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     check_tools()?;
     let cpu = args.cpu.unwrap_or(ncpu - 1);
 
-    let stop = stop_on_signals()?;
+    let stop = super::signals::stop_on_signals()?;
     clean_leftovers(&args);
     let started = Instant::now();
     let measured_at = utc_now_rfc3339();
@@ -305,16 +304,6 @@ fn end_to_end_schedulers(args: &CalibrateArgs) -> Result<(Vec<Scheduler>, Schedu
     let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
         .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
     Ok((schedulers, toggle_sched))
-}
-
-/// A flag that SIGINT and SIGTERM raise: a measurement stops at its next step and puts
-/// the device back.
-pub(super) fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
-    }
-    Ok(stop)
 }
 
 /// The end-to-end mode's counts and lengths: each its flag's, or the mode's default

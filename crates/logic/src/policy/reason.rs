@@ -2,7 +2,8 @@
 //! someone reads it (a tick for 64 devices stays cheap), and a test asks which reason it
 //! is, not how it reads. The rarer holds are still text built where they are decided.
 //! The enum and the wordings the modes share are here; each mode words its own reasons in
-//! its file, beside the rules that give them.
+//! its file, beside the rules that give them, and the dispatcher (`policy.rs`) implements
+//! `Display` by sending each reason to its wording.
 
 use super::signature::SignatureChange;
 use super::{Mode, Signature, Worth};
@@ -291,70 +292,38 @@ impl From<String> for Reason {
     }
 }
 
-impl std::fmt::Display for Reason {
-    /// The wordings shared by the modes are here; each mode's own are written beside its
-    /// rules (`merging`, `off`, `probing`, `trial`), and this sends a reason to them.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Reason::Text(t) => f.write_str(t),
-            Reason::Idle { bios, min_bios } => {
-                write!(f, "idle window: {bios} bios < {min_bios} (no decision)")
-            }
-            Reason::NotWorth { at, below, worth } => {
-                let levels = Level::ALL
-                    .into_iter()
-                    .filter(|l| below[usize::from(l.index())]);
-                write!(
-                    f,
-                    "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
-                    worth.describe(levels)
-                )
-            }
-            Reason::LeaveNotWorth { from, why, to } => {
-                write!(f, "{from} not worth it here: {why}; back to {to}")
-            }
-            Reason::WindowOpen(mode) => f.write_str(match mode {
-                Mode::Probing => "probing; window still open",
-                Mode::Trial => "trial of L2; window still open",
-                Mode::Merging | Mode::AtL3 => "window still open",
-            }),
-            Reason::IdleDoesNotCount(mode) => f.write_str(match mode {
-                Mode::Trial => "trial of L2; idle window does not count",
-                _ => "probing; idle window does not count",
-            }),
-            Reason::Pays { .. }
-            | Reason::LowWindow { .. }
-            | Reason::StillMerging { .. }
-            | Reason::DeepestAllowed { .. }
-            | Reason::TrialStart { .. } => super::merging::holds(self, f),
-            Reason::Dwell { .. } | Reason::CapReached { .. } | Reason::L3HeldOff { .. } => {
-                super::merging::held_back(self, f)
-            }
-            Reason::StepDown { .. }
-            | Reason::StepToL3 { .. }
-            | Reason::KnownHostileToL3(_)
-            | Reason::NothingMergesToL3 { .. } => super::merging::steps(self, f),
-            Reason::BlindAtL3 { .. }
-            | Reason::FloorRaised { .. }
-            | Reason::SensedMergeable { .. }
-            | Reason::ProbeOnChange { .. }
-            | Reason::TimedProbe { .. } => super::off::leaves(self, f),
-            Reason::AtL3 { .. }
-            | Reason::AnsweredByTap { .. }
-            | Reason::KnownHostileChange { .. }
-            | Reason::FallAwaitsTap { .. }
-            | Reason::RateFell { .. }
-            | Reason::ChangeAnsweredByTap(_) => super::off::stays(self, f),
-            Reason::ProbeWindow { .. }
-            | Reason::ProbeInconclusive { .. }
-            | Reason::ProbeLowNoL3 { .. }
-            | Reason::ProbeFoundNone { .. }
-            | Reason::ProbeFoundMerges { .. } => super::probing::wording(self, f),
-            Reason::TrialInconclusive { .. }
-            | Reason::TrialMeasuring
-            | Reason::TrialKeptMerges { .. }
-            | Reason::TrialLostMerges { .. } => super::trial::wording(self, f),
+/// The wording of the reasons every mode may give (the daemon's notes, an idle window, a
+/// window still open, a level not worth it); each mode words its own beside its rules, and
+/// `Reason`'s `Display` (in the policy's dispatcher) sends each reason to its wording.
+pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::Text(t) => f.write_str(t),
+        Reason::Idle { bios, min_bios } => {
+            write!(f, "idle window: {bios} bios < {min_bios} (no decision)")
         }
+        Reason::NotWorth { at, below, worth } => {
+            let levels = Level::ALL
+                .into_iter()
+                .filter(|l| below[usize::from(l.index())]);
+            write!(
+                f,
+                "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
+                worth.describe(levels)
+            )
+        }
+        Reason::LeaveNotWorth { from, why, to } => {
+            write!(f, "{from} not worth it here: {why}; back to {to}")
+        }
+        Reason::WindowOpen(mode) => f.write_str(match mode {
+            Mode::Probing => "probing; window still open",
+            Mode::Trial => "trial of L2; window still open",
+            Mode::Merging | Mode::AtL3 => "window still open",
+        }),
+        Reason::IdleDoesNotCount(mode) => f.write_str(match mode {
+            Mode::Trial => "trial of L2; idle window does not count",
+            _ => "probing; idle window does not count",
+        }),
+        _ => unreachable!("{reason:?} is worded by its mode"),
     }
 }
 
