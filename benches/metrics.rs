@@ -31,27 +31,13 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const DEVICES: usize = 64;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        let r = 1000 + tick * (997 + i as u64);
-        let w = 2000 + tick * 1013;
-        s.push_str(&format!(
-            "   8 {:>7} sd{} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
-            i * 16,
-            i,
-            r / 10,
-            r * 8,
-            w / 5,
-            w * 8
-        ));
-    }
-    s
+    fake_host::busy_diskstats(n, tick, |i| format!("sd{i}"))
 }
 
 struct MemFs {
@@ -178,16 +164,12 @@ fn bench(c: &mut Criterion) {
 
 criterion_group!(benches, bench);
 
+#[path = "metrics_support/fake_host.rs"]
+mod fake_host;
 #[path = "metrics_support/scrape_cost.rs"]
 mod scrape_cost;
 #[path = "metrics_support/watch_cpu.rs"]
 mod watch_cpu;
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
 
 /// (VmRSS kB, VmHWM kB, utime+stime in clock ticks) of a process.
 fn proc_usage(pid: u32) -> (u64, u64, u64) {
@@ -231,47 +213,50 @@ fn status_lag(addr: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn load_run() {
-    let scrapers: usize = std::env::var("MERGETUNE_LOAD_SCRAPERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let secs: u64 = std::env::var("MERGETUNE_LOAD_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
-    let bin = std::env::var("MERGETUNE_BIN").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/release/mergetune")
-            .display()
-            .to_string()
-    });
-    let t = tempfile::tempdir().unwrap();
-    let sys = t.path().join("sys");
-    let proc_ = t.path().join("proc");
-    std::fs::create_dir_all(&proc_).unwrap();
-    for i in 0..DEVICES {
-        let q = sys.join(format!("block/sd{i}/queue"));
-        std::fs::create_dir_all(&q).unwrap();
-        std::fs::write(q.join("nomerges"), "0\n").unwrap();
-        std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
-        std::fs::write(q.join("rotational"), "0\n").unwrap();
-    }
-    write_atomic(&proc_.join("diskstats"), &diskstats_text(DEVICES, 0));
-    // The fake kernel: counters move every 100 ms.
-    let stop = Arc::new(AtomicBool::new(false));
-    let kernel = {
-        let stop = stop.clone();
-        let p = proc_.join("diskstats");
-        std::thread::spawn(move || {
-            let mut tick = 1;
-            while !stop.load(Ordering::Relaxed) {
-                write_atomic(&p, &diskstats_text(DEVICES, tick));
-                tick += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
+/// `scrapers` threads scraping `/metrics` back to back until `deadline`: the scrapes,
+/// the errors and the slowest scrape in ms.
+fn scrape_until(sock: std::net::SocketAddr, scrapers: usize, deadline: Instant) -> (u64, u64, u64) {
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let worst_ms = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..scrapers)
+        .map(|_| {
+            let (scrapes, errors, worst_ms) = (scrapes.clone(), errors.clone(), worst_ms.clone());
+            std::thread::spawn(move || {
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    match http_get(sock, "/metrics") {
+                        Ok(_) => scrapes.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                    worst_ms.fetch_max(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
+            })
         })
-    };
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    (
+        scrapes.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed),
+        worst_ms.load(Ordering::Relaxed),
+    )
+}
+
+fn load_run() {
+    let scrapers: usize = fake_host::env_or("MERGETUNE_LOAD_SCRAPERS", 200);
+    let secs: u64 = fake_host::env_or("MERGETUNE_LOAD_SECS", 10);
+    let bin = fake_host::release_bin();
+    let t = tempfile::tempdir().unwrap();
+    // The fake kernel: counters move every 100 ms.
+    let host = fake_host::FakeHost::start(
+        t.path(),
+        (0..DEVICES).map(|i| format!("sd{i}")),
+        fake_host::QUEUE,
+        Duration::from_millis(100),
+        |tick| diskstats_text(DEVICES, tick),
+    );
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -291,35 +276,14 @@ fn load_run() {
     }
     let lag_before = status_lag(&addr);
     let (rss0, _, cpu0) = proc_usage(pid);
-    let scrapes = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let worst_ms = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let sock: std::net::SocketAddr = addr.parse().unwrap();
-    let threads: Vec<_> = (0..scrapers)
-        .map(|_| {
-            let (scrapes, errors, worst_ms) = (scrapes.clone(), errors.clone(), worst_ms.clone());
-            std::thread::spawn(move || {
-                while Instant::now() < deadline {
-                    let t0 = Instant::now();
-                    match http_get(sock, "/metrics") {
-                        Ok(_) => scrapes.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => errors.fetch_add(1, Ordering::Relaxed),
-                    };
-                    worst_ms.fetch_max(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for th in threads {
-        th.join().unwrap();
-    }
+    let (scrapes, errors, worst_ms) = scrape_until(addr.parse().unwrap(), scrapers, deadline);
     let (rss1, hwm1, cpu1) = proc_usage(pid);
     let lag_after = status_lag(&addr);
     // Memory after the load has gone: flat means back where it was.
     std::thread::sleep(Duration::from_secs(3));
     let (rss2, _, _) = proc_usage(pid);
-    let n = scrapes.load(Ordering::Relaxed);
+    let n = scrapes;
     let clk = 100.0; // USER_HZ
     let cpu_s = (cpu1 - cpu0) as f64 / clk;
     println!(
@@ -328,8 +292,8 @@ fn load_run() {
     println!(
         "scrapes: {n} ({:.0}/s), errors: {}, slowest scrape {} ms",
         n as f64 / secs as f64,
-        errors.load(Ordering::Relaxed),
-        worst_ms.load(Ordering::Relaxed)
+        errors,
+        worst_ms
     );
     println!(
         "daemon CPU: {cpu_s:.2} s over the run = {:.1} us per scrape (ticks included)",
@@ -344,8 +308,7 @@ fn load_run() {
         .arg(pid.to_string())
         .status();
     let _ = child.wait();
-    stop.store(true, Ordering::Relaxed);
-    kernel.join().unwrap();
+    drop(host);
 }
 
 fn main() {

@@ -1,4 +1,4 @@
-//! `replay` of a recording whose first tick lists many devices (issue 36.11): the
+//! `replay` of a recording whose first tick lists many devices: the
 //! recording's first tick lists `n` managed devices, the next ticks list nothing new, and
 //! the config rescans every other tick, so each rescan compares the known devices with
 //! the listed ones. A rescan once scanned the whole list per known device (quadratic:

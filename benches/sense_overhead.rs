@@ -229,18 +229,9 @@ fn fmt(e: &stats::Estimate) -> String {
     format!("{:+.0} [{:+.0}, {:+.0}]", e.median, e.low, e.high)
 }
 
-fn main() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("sense_overhead: needs root (a loop device and a tracefs instance)");
-        std::process::exit(1);
-    }
-    let reps = env_u64("SENSE_BENCH_REPS", 8) as usize;
-    let rate = env_u64("SENSE_BENCH_RATE_IOPS", 20_000);
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(600);
-    dev.warm_up();
-    dev.set_nomerges(2);
-    // SENSE_BENCH_MODES=off,duty (say) runs only those, e.g. to profile one under perf.
+/// The modes to run: all, or those `SENSE_BENCH_MODES` names (`off,duty`, say: e.g. to
+/// profile one under perf).
+fn selected_modes() -> Vec<Mode> {
     let modes: Vec<Mode> = match std::env::var("SENSE_BENCH_MODES") {
         Ok(list) => MODES
             .into_iter()
@@ -255,8 +246,12 @@ fn main() {
         !modes.is_empty(),
         "SENSE_BENCH_MODES names no mode of {MODES:?}"
     );
-    let total_s = reps as u64 * modes.len() as u64 * SEGMENT_MS / 1000 + 30;
-    let args: Vec<String> = vec![
+    modes
+}
+
+/// fio's arguments: random 4 KiB direct writes at `rate` IOPS for `total_s` on `dev`.
+fn fio_args(dev: &kernel::LoopDevice, rate: u64, total_s: u64) -> Vec<String> {
+    vec![
         "--name=rand".into(),
         format!("--filename={}", dev.dev_str()),
         "--direct=1".into(),
@@ -270,7 +265,109 @@ fn main() {
         format!("--rate_iops={rate}"),
         "--time_based".into(),
         format!("--runtime={total_s}"),
-    ];
+    ]
+}
+
+/// One segment's line as it is measured.
+fn print_segment(r: usize, s: &Segment) {
+    println!(
+        "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU (user {} sys {} ticks): {:.0} ns/bio, {:.1} ms CPU/s",
+        s.mode,
+        s.bios,
+        s.wall_ms,
+        s.samples,
+        s.fio_ns as f64 / 1e6,
+        s.own_ns as f64 / 1e6,
+        s.own_user_ticks,
+        s.own_sys_ticks,
+        s.ns_per_bio(),
+        s.cpu_ms_per_s()
+    );
+}
+
+/// Per mode: CPU per bio and per second, and the rate, each a median over the repetitions.
+fn report_modes(modes: &[(&str, &Vec<&Segment>)]) {
+    for (name, v) in modes {
+        let ns: Vec<f64> = v.iter().map(|s| s.ns_per_bio()).collect();
+        let cpu: Vec<f64> = v.iter().map(|s| s.cpu_ms_per_s()).collect();
+        let rate: Vec<f64> = v
+            .iter()
+            .map(|s| s.bios as f64 / (s.wall_ms as f64 / 1000.0))
+            .collect();
+        let (e, c) = (stats::estimate(&ns), stats::estimate(&cpu));
+        println!(
+            "  {name:>4}: {:.0} ns CPU per bio [{:.0}, {:.0}], {:.1} ms CPU/s [{:.1}, {:.1}], {:.0} bios/s",
+            e.median,
+            e.low,
+            e.high,
+            c.median,
+            c.low,
+            c.high,
+            stats::median(&rate)
+        );
+    }
+}
+
+/// Each mode against `off` (and `duty` against the others) in the same repetition: the
+/// tap process's own CPU, then all of it.
+fn report_paired(off: &[&Segment], duty: &[&Segment], modes: &[(&str, &Vec<&Segment>)]) {
+    // The tap process's own CPU: measured cleanly (fio's share is lost in the noise).
+    let own_ms_per_s = |s: &Segment| s.own_ns as f64 / 1e6 / (s.wall_ms as f64 / 1000.0);
+    for (name, v) in modes {
+        let d: Vec<f64> = off
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| (own_ms_per_s(b) - own_ms_per_s(a)) * 1000.0)
+            .collect();
+        let e = stats::estimate(&d);
+        println!("  {name} - off, tap process only: {} us CPU per s", fmt(&e));
+    }
+    for (name, v) in modes.iter().filter(|(n, _)| ["reopen", "text"].contains(n)) {
+        let d: Vec<f64> = duty
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| (own_ms_per_s(a) - own_ms_per_s(b)) * 1000.0)
+            .collect();
+        println!(
+            "  duty - {name}, tap process only: {} us CPU per s",
+            fmt(&stats::estimate(&d))
+        );
+    }
+    for (name, v) in modes {
+        let d_ns: Vec<f64> = off
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| b.ns_per_bio() - a.ns_per_bio())
+            .collect();
+        let d_cpu: Vec<f64> = off
+            .iter()
+            .zip(v.iter())
+            .map(|(a, b)| (b.cpu_ms_per_s() - a.cpu_ms_per_s()) * 1000.0)
+            .collect();
+        let (e, c) = (stats::estimate(&d_ns), stats::estimate(&d_cpu));
+        println!(
+            "  {name} - off: {} ns CPU per bio, {} us CPU per s (interval coverage {:.1}%)",
+            fmt(&e),
+            fmt(&c),
+            e.coverage * 100.0
+        );
+    }
+}
+
+fn main() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("sense_overhead: needs root (a loop device and a tracefs instance)");
+        std::process::exit(1);
+    }
+    let reps = env_u64("SENSE_BENCH_REPS", 8) as usize;
+    let rate = env_u64("SENSE_BENCH_RATE_IOPS", 20_000);
+    kernel::ensure_tracefs();
+    let dev = kernel::LoopDevice::new(600);
+    dev.warm_up();
+    dev.set_nomerges(2);
+    let modes = selected_modes();
+    let total_s = reps as u64 * modes.len() as u64 * SEGMENT_MS / 1000 + 30;
+    let args = fio_args(&dev, rate, total_s);
     println!("load: {}", kernel::fio_command_line(&args));
     println!(
         "kernel {}, loop over {}, {} CPUs, load average {}",
@@ -295,19 +392,7 @@ fn main() {
         for k in 0..modes.len() {
             let mode = modes[(r + k) % modes.len()];
             let s = segment(mode, &dev, &mut fs, fio_pid);
-            println!(
-                "rep {r} {:>4?}: {:>7} bios in {} ms, {} samples, fio {:.1} ms + tap process {:.1} ms CPU (user {} sys {} ticks): {:.0} ns/bio, {:.1} ms CPU/s",
-                s.mode,
-                s.bios,
-                s.wall_ms,
-                s.samples,
-                s.fio_ns as f64 / 1e6,
-                s.own_ns as f64 / 1e6,
-                s.own_user_ticks,
-                s.own_sys_ticks,
-                s.ns_per_bio(),
-                s.cpu_ms_per_s()
-            );
+            print_segment(r, &s);
             segs.push(s);
         }
     }
@@ -327,80 +412,21 @@ fn main() {
     println!(
         "\n{reps} repetitions of {SEGMENT_MS} ms per mode, paired against `off` in the same repetition"
     );
-    for (name, v) in [
+    report_modes(&[
         ("off", &off),
         ("duty", &duty),
         ("reopen", &reopen),
         ("text", &text),
         ("open", &open),
-    ] {
-        let ns: Vec<f64> = v.iter().map(|s| s.ns_per_bio()).collect();
-        let cpu: Vec<f64> = v.iter().map(|s| s.cpu_ms_per_s()).collect();
-        let rate: Vec<f64> = v
-            .iter()
-            .map(|s| s.bios as f64 / (s.wall_ms as f64 / 1000.0))
-            .collect();
-        let (e, c) = (stats::estimate(&ns), stats::estimate(&cpu));
-        println!(
-            "  {name:>4}: {:.0} ns CPU per bio [{:.0}, {:.0}], {:.1} ms CPU/s [{:.1}, {:.1}], {:.0} bios/s",
-            e.median,
-            e.low,
-            e.high,
-            c.median,
-            c.low,
-            c.high,
-            stats::median(&rate)
-        );
-    }
-    // The tap process's own CPU: measured cleanly (fio's share is lost in the noise).
-    let own_ms_per_s = |s: &Segment| s.own_ns as f64 / 1e6 / (s.wall_ms as f64 / 1000.0);
-    for (name, v) in [
-        ("duty", &duty),
-        ("reopen", &reopen),
-        ("text", &text),
-        ("open", &open),
-    ] {
-        let d: Vec<f64> = off
-            .iter()
-            .zip(v.iter())
-            .map(|(a, b)| (own_ms_per_s(b) - own_ms_per_s(a)) * 1000.0)
-            .collect();
-        let e = stats::estimate(&d);
-        println!("  {name} - off, tap process only: {} us CPU per s", fmt(&e));
-    }
-    for (name, v) in [("reopen", &reopen), ("text", &text)] {
-        let d: Vec<f64> = duty
-            .iter()
-            .zip(v.iter())
-            .map(|(a, b)| (own_ms_per_s(a) - own_ms_per_s(b)) * 1000.0)
-            .collect();
-        println!(
-            "  duty - {name}, tap process only: {} us CPU per s",
-            fmt(&stats::estimate(&d))
-        );
-    }
-    for (name, v) in [
-        ("duty", &duty),
-        ("reopen", &reopen),
-        ("text", &text),
-        ("open", &open),
-    ] {
-        let d_ns: Vec<f64> = off
-            .iter()
-            .zip(v.iter())
-            .map(|(a, b)| b.ns_per_bio() - a.ns_per_bio())
-            .collect();
-        let d_cpu: Vec<f64> = off
-            .iter()
-            .zip(v.iter())
-            .map(|(a, b)| (b.cpu_ms_per_s() - a.cpu_ms_per_s()) * 1000.0)
-            .collect();
-        let (e, c) = (stats::estimate(&d_ns), stats::estimate(&d_cpu));
-        println!(
-            "  {name} - off: {} ns CPU per bio, {} us CPU per s (interval coverage {:.1}%)",
-            fmt(&e),
-            fmt(&c),
-            e.coverage * 100.0
-        );
-    }
+    ]);
+    report_paired(
+        &off,
+        &duty,
+        &[
+            ("duty", &duty),
+            ("reopen", &reopen),
+            ("text", &text),
+            ("open", &open),
+        ],
+    );
 }

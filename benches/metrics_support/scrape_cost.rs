@@ -24,19 +24,14 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+
+use super::fake_host::FakeHost;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use super::fake_host::env_or;
 
 /// sda, sdb, ..., sdz, sdaa, ...: names node_exporter's default device filter keeps.
 fn dev_name(i: usize) -> String {
@@ -50,30 +45,6 @@ fn dev_name(i: usize) -> String {
         n = n / 26 - 1;
     }
     format!("sd{s}")
-}
-
-fn diskstats(n: usize, tick: u64) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        let r = 1000 + tick * (997 + i as u64);
-        let w = 2000 + tick * 1013;
-        s.push_str(&format!(
-            "   8 {:>7} {} {r} {} {} 4000 {w} {} {} 9000 0 3000 13000 10 0 80 1 50 2\n",
-            i * 16,
-            dev_name(i),
-            r / 10,
-            r * 8,
-            w / 5,
-            w * 8
-        ));
-    }
-    s
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// Whole-process CPU: (utime + stime in clock ticks, sum of the threads' ns on CPU).
@@ -289,75 +260,34 @@ fn rounds(
     out
 }
 
-pub fn run() {
-    let devices: usize = env_or("MERGETUNE_COST_DEVICES", 16);
-    let count: usize = env_or("MERGETUNE_COST_SCRAPES", 500);
-    let reps: usize = env_or("MERGETUNE_COST_ROUNDS", 7);
-    let gzip = std::env::var_os("MERGETUNE_COST_GZIP").is_some_and(|v| v == "1");
-    let bin = std::env::var("MERGETUNE_BIN").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/release/mergetune")
-            .display()
-            .to_string()
-    });
-    let node_bin =
-        std::env::var("NODE_EXPORTER").unwrap_or_else(|_| "prometheus-node-exporter".into());
-
-    let t = tempfile::tempdir().unwrap();
-    let sys = t.path().join("sys");
-    let proc_ = t.path().join("proc");
-    std::fs::create_dir_all(&proc_).unwrap();
-    std::fs::create_dir_all(t.path().join("udev")).unwrap();
-    for i in 0..devices {
-        let q = sys.join(format!("block/{}/queue", dev_name(i)));
-        std::fs::create_dir_all(&q).unwrap();
-        std::fs::write(q.join("nomerges"), "0\n").unwrap();
-        std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
-        std::fs::write(q.join("rotational"), "0\n").unwrap();
-    }
-    write_atomic(&proc_.join("diskstats"), &diskstats(devices, 0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let kernel = {
-        let (stop, p) = (stop.clone(), proc_.join("diskstats"));
-        std::thread::spawn(move || {
-            let mut tick = 1;
-            while !stop.load(Ordering::Relaxed) {
-                write_atomic(&p, &diskstats(devices, tick));
-                tick += 1;
-                std::thread::sleep(Duration::from_secs(1));
-            }
-        })
-    };
-
+/// The release binary as a dry-run daemon on the fake host under `root`.
+fn spawn_mergetune(bin: &str, root: &Path) -> Exporter {
     let maddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let mchild = Command::new(&bin)
-        .args(["-q", "run", "--dry-run", "--config", "/dev/null"])
-        .arg("--metrics-listen")
-        .arg(maddr.to_string())
-        .arg("--sysfs-root")
-        .arg(&sys)
-        .arg("--procfs-root")
-        .arg(&proc_)
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{bin}: {e} (cargo build --release first)"));
-    let m = Exporter {
+    let mchild = super::dry_run_daemon(
+        Path::new(bin),
+        Path::new("/dev/null"),
+        &maddr.to_string(),
+        root,
+    )
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap_or_else(|e| panic!("{bin}: {e} (cargo build --release first)"));
+    Exporter {
         name: "mergetune",
         child: mchild,
         addr: maddr,
-    };
+    }
+}
+
+/// node_exporter with only its diskstats collector, on the fake host.
+fn spawn_node_exporter(node_bin: &str, host: &FakeHost, udev: &Path) -> Exporter {
     let naddr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let nchild = Command::new(&node_bin)
+    let nchild = Command::new(node_bin)
         .args(["--collector.disable-defaults", "--collector.diskstats"])
         .arg(format!("--web.listen-address={naddr}"))
-        .arg(format!("--path.procfs={}", proc_.display()))
-        .arg(format!("--path.sysfs={}", sys.display()))
-        .arg(format!(
-            "--path.udev.data={}",
-            t.path().join("udev").display()
-        ))
+        .arg(format!("--path.procfs={}", host.proc_.display()))
+        .arg(format!("--path.sysfs={}", host.sys.display()))
+        .arg(format!("--path.udev.data={}", udev.display()))
         .arg("--log.level=error")
         .stdin(Stdio::null())
         .stderr(Stdio::null())
@@ -367,11 +297,87 @@ pub fn run() {
                 "{node_bin}: {e} (apt-get install prometheus-node-exporter, or set NODE_EXPORTER)"
             )
         });
-    let n = Exporter {
+    Exporter {
         name: "node_exporter",
         child: nchild,
         addr: naddr,
+    }
+}
+
+/// One connection mode's rounds (CPU of each exporter per round: stat ticks, then
+/// schedstat ns), their ratios and the median, over `scrapes` scrapes per exporter.
+fn report_rounds(label: &str, rows: &[[u64; 4]], clk: f64, scrapes: usize) {
+    let mut by_stat = Vec::new();
+    let mut by_ns = Vec::new();
+    println!("\n{label}:");
+    println!(
+        "round  mergetune CPU (stat ms / schedstat ms)  node_exporter CPU (stat ms / schedstat ms)  ratio (stat / schedstat)"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let ms = |ticks: u64| ticks as f64 * 1000.0 / clk;
+        let rs = if r[1] > 0 {
+            r[0] as f64 / r[1] as f64
+        } else {
+            f64::NAN
+        };
+        let rn = if r[3] > 0 {
+            r[2] as f64 / r[3] as f64
+        } else {
+            f64::NAN
+        };
+        by_stat.push(rs);
+        by_ns.push(rn);
+        println!(
+            "{:>5}  {:>10.0} / {:>8.1}                     {:>10.0} / {:>8.1}                          {rs:.3} / {rn:.3}",
+            i + 1,
+            ms(r[0]),
+            r[2] as f64 / 1e6,
+            ms(r[1]),
+            r[3] as f64 / 1e6
+        );
+    }
+    let tot = |k: usize| rows.iter().map(|r| r[k]).sum::<u64>() as f64;
+    let lo_hi = |v: &[f64]| {
+        let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
     };
+    let (slo, shi) = lo_hi(&by_stat);
+    let (nlo, nhi) = lo_hi(&by_ns);
+    println!(
+        "ratio mergetune / node_exporter CPU: /proc/PID/stat median {:.3} (range {slo:.3}..{shi:.3}, all rounds together {:.3}); schedstat median {:.3} (range {nlo:.3}..{nhi:.3})",
+        median(&mut by_stat),
+        tot(0) / tot(1),
+        median(&mut by_ns),
+    );
+    println!(
+        "per scrape: mergetune {:.1} us, node_exporter {:.1} us (schedstat, all rounds)",
+        tot(2) / 1e3 / scrapes as f64,
+        tot(3) / 1e3 / scrapes as f64
+    );
+}
+
+pub fn run() {
+    let devices: usize = env_or("MERGETUNE_COST_DEVICES", 16);
+    let count: usize = env_or("MERGETUNE_COST_SCRAPES", 500);
+    let reps: usize = env_or("MERGETUNE_COST_ROUNDS", 7);
+    let gzip = std::env::var_os("MERGETUNE_COST_GZIP").is_some_and(|v| v == "1");
+    let bin = super::fake_host::release_bin();
+    let node_bin =
+        std::env::var("NODE_EXPORTER").unwrap_or_else(|_| "prometheus-node-exporter".into());
+
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("udev")).unwrap();
+    let host = FakeHost::start(
+        t.path(),
+        (0..devices).map(dev_name),
+        super::fake_host::QUEUE,
+        Duration::from_secs(1),
+        move |tick| super::fake_host::busy_diskstats(devices, tick, dev_name),
+    );
+
+    let m = spawn_mergetune(&bin, t.path());
+    let n = spawn_node_exporter(&node_bin, &host, &t.path().join("udev"));
     wait_up(m.addr, m.name);
     wait_up(n.addr, n.name);
     // Warm up both (allocators, Go's runtime, the first encode), then settle.
@@ -404,54 +410,7 @@ pub fn run() {
         ("one kept-alive connection", true),
     ] {
         let rows = rounds(&m, &n, keep_alive, gzip, count, reps);
-        let mut by_stat = Vec::new();
-        let mut by_ns = Vec::new();
-        println!("\n{label}:");
-        println!(
-            "round  mergetune CPU (stat ms / schedstat ms)  node_exporter CPU (stat ms / schedstat ms)  ratio (stat / schedstat)"
-        );
-        for (i, r) in rows.iter().enumerate() {
-            let ms = |ticks: u64| ticks as f64 * 1000.0 / clk;
-            let rs = if r[1] > 0 {
-                r[0] as f64 / r[1] as f64
-            } else {
-                f64::NAN
-            };
-            let rn = if r[3] > 0 {
-                r[2] as f64 / r[3] as f64
-            } else {
-                f64::NAN
-            };
-            by_stat.push(rs);
-            by_ns.push(rn);
-            println!(
-                "{:>5}  {:>10.0} / {:>8.1}                     {:>10.0} / {:>8.1}                          {rs:.3} / {rn:.3}",
-                i + 1,
-                ms(r[0]),
-                r[2] as f64 / 1e6,
-                ms(r[1]),
-                r[3] as f64 / 1e6
-            );
-        }
-        let tot = |k: usize| rows.iter().map(|r| r[k]).sum::<u64>() as f64;
-        let lo_hi = |v: &[f64]| {
-            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            (lo, hi)
-        };
-        let (slo, shi) = lo_hi(&by_stat);
-        let (nlo, nhi) = lo_hi(&by_ns);
-        println!(
-            "ratio mergetune / node_exporter CPU: /proc/PID/stat median {:.3} (range {slo:.3}..{shi:.3}, all rounds together {:.3}); schedstat median {:.3} (range {nlo:.3}..{nhi:.3})",
-            median(&mut by_stat),
-            tot(0) / tot(1),
-            median(&mut by_ns),
-        );
-        println!(
-            "per scrape: mergetune {:.1} us, node_exporter {:.1} us (schedstat, all rounds)",
-            tot(2) / 1e3 / (count * reps) as f64,
-            tot(3) / 1e3 / (count * reps) as f64
-        );
+        report_rounds(label, &rows, clk, count * reps);
     }
     let (mr, mh) = rss_kb(m.child.id());
     let (nr, nh) = rss_kb(n.child.id());
@@ -461,7 +420,6 @@ pub fn run() {
     );
     drop(m);
     drop(n);
-    stop.store(true, Ordering::Relaxed);
-    kernel.join().unwrap();
+    drop(host);
     let _: PathBuf = t.path().to_path_buf();
 }

@@ -17,16 +17,9 @@ use mergetune_lab::calibrate::stats::median;
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-fn env_or(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use super::fake_host::env_or;
 
 fn diskstats(n: usize, tick: u64) -> String {
     let mut s = String::new();
@@ -51,37 +44,14 @@ fn levels(addr: &str) -> Option<Vec<Option<Level>>> {
 /// One run of `bin`: its CPU in ms per second at L3, and whether every device was at L3.
 fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
     let t = tempfile::tempdir().unwrap();
-    let sys = t.path().join("sys");
-    let proc_ = t.path().join("proc");
-    std::fs::create_dir_all(&proc_).unwrap();
-    for i in 0..devices {
-        let q = sys.join(format!("block/sd{i}/queue"));
-        std::fs::create_dir_all(q.join("iosched")).unwrap();
-        for (k, v) in [
-            ("nomerges", "0"),
-            ("scheduler", "none [mq-deadline] kyber"),
-            ("rotational", "0"),
-            ("iosched/front_merges", "1"),
-        ] {
-            std::fs::write(q.join(k), format!("{v}\n")).unwrap();
-        }
-    }
-    let ds = proc_.join("diskstats");
-    std::fs::write(&ds, diskstats(devices, 0)).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let kernel = {
-        let (stop, ds) = (stop.clone(), ds.clone());
-        std::thread::spawn(move || {
-            let mut tick = 1;
-            while !stop.load(Ordering::Relaxed) {
-                let tmp = ds.with_extension("tmp");
-                std::fs::write(&tmp, diskstats(devices, tick)).unwrap();
-                std::fs::rename(&tmp, &ds).unwrap();
-                tick += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let queue = [super::fake_host::QUEUE, &[("iosched/front_merges", "1")]].concat();
+    let host = super::fake_host::FakeHost::start(
+        t.path(),
+        (0..devices).map(|i| format!("sd{i}")),
+        &queue,
+        Duration::from_millis(100),
+        move |tick| diskstats(devices, tick),
+    );
     let cfg = t.path().join("mergetune.toml");
     std::fs::write(&cfg, "[policy]\ncost_profile = \"lkml-2008\"\n").unwrap();
     let addr = format!("127.0.0.1:{port}");
@@ -101,8 +71,7 @@ fn run_once(bin: &Path, devices: usize, port: u16) -> (f64, bool) {
     let at_l3_after = all_l3(levels(&addr));
     let _ = child.kill();
     let _ = child.wait();
-    stop.store(true, Ordering::Relaxed);
-    kernel.join().unwrap();
+    drop(host);
     let clk = 100.0; // USER_HZ
     (
         (c1 - c0) as f64 / clk / secs * 1000.0,

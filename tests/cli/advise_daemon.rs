@@ -5,9 +5,9 @@
 //! recommended `L2: nomerges=1`, and on `trace_rand_read.txt` L3 and `none`, both refused
 //! by the default daemon.)
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_lab::advise::{analyze_file, daemon_view, trace_level};
 use mergetune_logic::config::{Config, PolicyConfig};
-use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
 use mergetune_logic::pricing::profile::{builtin, resolve};
 use mergetune_logic::pricing::worth::Worth;
@@ -28,12 +28,7 @@ fn advise_json(name: &str, config: Option<&str>) -> serde_json::Value {
         std::fs::write(&p, text).unwrap();
         cmd.arg("--config").arg(&p);
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = crate::command::succeeded(&mut cmd);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -211,17 +206,12 @@ fn advise_uses_the_devices_own_scheduler() {
     let run = |text: &str, extra: &[&str]| -> serde_json::Value {
         let p = dir.path().join("t.txt");
         std::fs::write(&p, text).unwrap();
-        let out = crate::lab::lab()
-            .args(["advise", "--json", "-c"])
-            .arg(&cfg)
-            .args(extra)
-            .arg(&p)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::command::succeeded(
+            crate::lab::lab()
+                .args(["advise", "--json", "-c"])
+                .arg(&cfg)
+                .args(extra)
+                .arg(&p),
         );
         serde_json::from_slice(&out.stdout).unwrap()
     };

@@ -101,15 +101,10 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
 
 #[test]
 fn cli_text_json_and_what_if() {
-    let out = crate::lab::lab()
-        .args(["advise", "--what-if", "--json"])
-        .arg(fixture("trace_rand_read.txt"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::command::succeeded(
+        crate::lab::lab()
+            .args(["advise", "--what-if", "--json"])
+            .arg(fixture("trace_rand_read.txt")),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // The command recommends what the default daemon would do (no measurable saving under

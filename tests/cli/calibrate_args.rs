@@ -10,14 +10,7 @@ fn calibrate(args: &[&str]) -> (Option<i32>, String) {
         .args(args)
         .output()
         .unwrap();
-    (
-        o.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
+    (o.status.code(), crate::command::text(&o))
 }
 
 #[test]

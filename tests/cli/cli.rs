@@ -27,14 +27,7 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-/// A free loopback port (bound, then released: nothing listens on it afterwards).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::command::free_port;
 
 /// A tree with one managed disk, `sda` (mq-deadline, front merges on, so L0), and a loop
 /// device that is not managed; random writes on sda while [`Traffic`] runs.

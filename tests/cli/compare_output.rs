@@ -19,19 +19,13 @@ const ARGS: [&str; 5] = [
 ];
 
 fn compare_on_pipes(extra: &[&str]) -> Output {
-    let out = crate::lab::lab()
-        .args(ARGS)
-        .args(extra)
-        .current_dir(root())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    crate::command::succeeded(
+        crate::lab::lab()
+            .args(ARGS)
+            .args(extra)
+            .current_dir(root())
+            .stdin(Stdio::null()),
+    )
 }
 
 #[test]

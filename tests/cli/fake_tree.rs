@@ -390,16 +390,11 @@ fn a_recorded_run_replays_to_the_same_decisions() {
     random_until_deepest(&fk);
     d.signal("TERM");
     assert!(d.wait().success());
-    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["replay", "--json", "--config"])
-        .arg(config(&fk))
-        .arg(&rec)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::command::succeeded(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["replay", "--json", "--config"])
+            .arg(config(&fk))
+            .arg(&rec),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let kinds: Vec<&str> = v["decisions"]
@@ -412,15 +407,10 @@ fn a_recorded_run_replays_to_the_same_decisions() {
     assert_eq!(kinds, ["step_down", "step_down"], "{v}");
     // Without -c the replay takes the config the recording carries, and says so (issue
     // 35.2): the same decisions again, where built-in defaults once decided otherwise.
-    let out = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["replay", "--json"])
-        .arg(&rec)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = crate::command::succeeded(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["replay", "--json"])
+            .arg(&rec),
     );
     let own: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(

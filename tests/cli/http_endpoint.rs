@@ -178,40 +178,27 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
-        let t = tempfile::tempdir().unwrap();
-        let q = t.path().join("sys/block/sda/queue");
-        std::fs::create_dir_all(&q).unwrap();
-        std::fs::write(q.join("nomerges"), "0\n").unwrap();
-        std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
-        std::fs::create_dir_all(t.path().join("proc")).unwrap();
-        std::fs::write(
-            t.path().join("proc/diskstats"),
-            "   8 0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
-        )
-        .unwrap();
+        let t = crate::command::one_disk_tree();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
-            .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
-            .args([
-                "--config",
-                "/dev/null",
-                "--metrics-listen",
-                &addr.to_string(),
-            ])
-            .arg("--sysfs-root")
-            .arg(t.path().join("sys"))
-            .arg("--procfs-root")
-            .arg(t.path().join("proc"))
-            .arg("--state-dir")
-            .arg(t.path().join("state"))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = crate::command::on_tree(
+            std::process::Command::new(env!("CARGO_BIN_EXE_mergetune"))
+                .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
+                .args([
+                    "--config",
+                    "/dev/null",
+                    "--metrics-listen",
+                    &addr.to_string(),
+                ]),
+            t.path(),
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
         let d = Daemon {
             child,
             addr,
@@ -293,6 +280,7 @@ fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
 /// are asserted; the latencies and tick lags are printed (`--nocapture`), not bounded: on a
 /// shared 2-core machine any bound is the scheduler's, not the endpoint's.
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn a_thousand_idle_slow_or_busy_connections_do_not_lock_out_a_scraper_or_the_ticks() {
     raise_nofile(4096);
     let d = Daemon::start();

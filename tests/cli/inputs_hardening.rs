@@ -99,11 +99,7 @@ fn advise_never_quotes_a_file_that_is_not_a_trace() {
                 c.arg("--json");
             }
             let out = c.arg(&secret).output().unwrap();
-            let all = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let all = crate::command::text(&out);
             assert_eq!(out.status.code(), Some(1), "{all}");
             assert!(
                 all.contains(&secret.display().to_string()) && all.contains("line 1"),
@@ -150,27 +146,11 @@ fn no_raw_escapes(what: &str, bytes: &[u8]) {
 
 /// A recording of the default scenario whose device is renamed to `name`.
 fn recording_with_device_named(dir: &Path, name: &str) -> PathBuf {
-    use mergetune_daemon::adaptive::Daemon;
-    use mergetune_daemon::record::{Recorder, RecordingFs};
-    use mergetune_kernel::blockfs::BlockFs;
-    use mergetune_sim::engine::Simulation;
     use mergetune_sim::scenario::Scenario;
     let sc = Scenario::default_scenario();
     let cfg = sc.daemon_config(&Default::default());
-    let mut sim = Simulation::new(&sc).unwrap();
-    let mut d = Daemon::simulated(cfg);
     let path = dir.join("rec.jsonl");
-    let mut rec = Recorder::create(&path).unwrap();
-    let mut t = 0;
-    while t <= 60_000 {
-        sim.advance_to(t * 1_000_000);
-        let fs: &mut dyn BlockFs = &mut sim;
-        let mut rfs = RecordingFs::new(fs, t);
-        d.tick(t, &mut rfs);
-        rec.write(&rfs.finish()).unwrap();
-        t += d.next_tick_in_ms();
-    }
-    drop(rec);
+    crate::scenarios::record(&sc, cfg, &path, 60_000);
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("sda"), "the default scenario's device is sda");
     let json_name = serde_json::to_string(name).unwrap();
@@ -459,17 +439,7 @@ fn a_relative_cost_profile_is_found_next_to_the_config() {
         "held resolved, for the daemon and the reload"
     );
     // And from another working directory, through the binary (systemd runs it from /).
-    let out = bin()
-        .current_dir("/")
-        .arg("check-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::command::succeeded(bin().current_dir("/").arg("check-config").arg(&cfg));
 }
 
 #[test]
@@ -636,25 +606,7 @@ fn a_syntax_error_is_placed_without_a_snippet() {
 // ---------------------------------------------------------------------------------------
 // 23.13: a reload that changes only the cost profile says so in words.
 
-#[derive(Clone, Default)]
-struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
+use crate::logs::Logs;
 
 #[test]
 fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
@@ -667,18 +619,14 @@ fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
     let mut sim = Simulation::new(&sc).unwrap();
     let mut d = Daemon::simulated(cfg.clone());
     let logs = Logs::default();
-    let sub = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    tracing::subscriber::with_default(sub, || {
+    logs.capture(|| {
         let mut t = 0;
         while t <= 3000 {
             sim.advance_to(t * 1_000_000);
             d.tick(t, &mut sim);
             t += 1000;
         }
-        logs.0.lock().unwrap().clear();
+        logs.clear();
         let mut new = cfg.clone();
         new.policy.cost_profile = "lkml-2008".into();
         d.reload(new);
@@ -688,7 +636,7 @@ fn a_reload_of_the_cost_profile_alone_logs_the_new_prices_in_words() {
             t += 1000;
         }
     });
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("sda:") && l.contains("cost profile"))

@@ -10,54 +10,12 @@ use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::Config;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mergetune"))
 }
 
-/// Log lines written through `tracing` while a closure runs.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-impl Logs {
-    fn capture<T>(&self, f: impl FnOnce() -> T) -> T {
-        let sub = tracing_subscriber::fmt()
-            .with_writer(self.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(sub, f)
-    }
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-    fn warnings_about(&self, what: &str) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|l| l.contains("WARN") && l.contains(what))
-            .collect()
-    }
-}
+use crate::logs::Logs;
 
 /// A fake tree with whole disks `names`, each with the queue files the daemon reads.
 struct Tree {

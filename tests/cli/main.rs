@@ -3,12 +3,16 @@
 //! One test binary per kind of test (docs/testing.md, "Layout"): each file here is a module,
 //! the shared harness is `tests/support/`.
 
+#[path = "../support/command.rs"]
+mod command;
 #[path = "../support/fakesys.rs"]
 mod fakesys;
 #[path = "../support/faketap.rs"]
 mod faketap;
 #[path = "../support/lab.rs"]
 mod lab;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 

@@ -524,6 +524,7 @@ fn fast_policy() -> Config {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn no_dead_metric_every_family_is_fed_by_some_path() {
     let cfg = fast_policy();
     cfg.validate("test").unwrap();

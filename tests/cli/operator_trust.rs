@@ -4,13 +4,9 @@
 //! on, `--help` says what is changed by default, and machine-readable modes stay
 //! machine-readable.
 
-use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::record::{Recorder, RecordingFs};
 use mergetune_export::status::StatusSnapshot;
 use mergetune_export::table::format_status;
-use mergetune_kernel::blockfs::BlockFs;
 use mergetune_logic::config::Config;
-use mergetune_sim::engine::Simulation;
 use mergetune_sim::scenario::Scenario;
 use std::process::Command;
 
@@ -23,20 +19,8 @@ fn bin() -> Command {
 fn recording(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let sc = Scenario::default_scenario();
     let cfg = sc.daemon_config(&Config::default());
-    let mut sim = Simulation::new(&sc).unwrap();
-    let mut d = Daemon::simulated(cfg.clone());
     let path = dir.join("rec.jsonl");
-    let mut rec = Recorder::create(&path).unwrap();
-    let mut t = 0;
-    while t <= 60_000 {
-        sim.advance_to(t * 1_000_000);
-        let fs: &mut dyn BlockFs = &mut sim;
-        let mut rfs = RecordingFs::new(fs, t);
-        d.tick(t, &mut rfs);
-        rec.write(&rfs.finish()).unwrap();
-        t += d.next_tick_in_ms();
-    }
-    drop(rec);
+    crate::scenarios::record(&sc, cfg.clone(), &path, 60_000);
     let conf = dir.join("c.toml");
     std::fs::write(
         &conf,
@@ -295,11 +279,7 @@ fn one_window_is_said_in_the_singular_in_reasons() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let all = crate::command::text(&o);
     assert!(!all.contains(" 1 windows"), "{all}");
     assert!(!all.contains(" 1 busy windows"), "{all}");
 }

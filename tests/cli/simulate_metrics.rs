@@ -1,30 +1,10 @@
 //! `simulate --metrics-listen ADDR --speed X` serves the simulated devices' metrics while
 //! the scenario runs, through the same exporter as the daemon.
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
+use crate::command::{free_port, http_get as get};
 
 #[test]
 fn simulate_serves_metrics_while_running() {

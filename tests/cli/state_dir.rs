@@ -19,13 +19,7 @@ fn restore(fs: &FakeSys, args: &[&std::ffi::OsStr]) -> Output {
     c.output().unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::command::text;
 
 #[test]
 fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_originals() {

@@ -53,13 +53,7 @@ impl Tree {
     }
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::command::text;
 
 #[test]
 fn restore_never_writes_a_path_the_state_file_names_outside_the_queue_tunables() {

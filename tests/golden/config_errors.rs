@@ -67,6 +67,7 @@ fn profile_files() -> Vec<(&'static str, String)> {
 }
 
 /// The bad configs: at least one per key of every section, and the file-level failures.
+#[allow(clippy::too_many_lines)] // a table of cases, read one after another
 fn bad_cases() -> Vec<Case> {
     vec![
         // The file and its syntax.
@@ -590,6 +591,7 @@ fn render(r: &Record, tmp: &str) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn check_config_errors() {
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().to_str().unwrap().to_string();

@@ -254,6 +254,7 @@ fn cases() -> Vec<(&'static str, Reason)> {
 }
 
 /// `NotWorth`, one per kind of `Worth` and branch of `Worth::describe`.
+#[allow(clippy::too_many_lines)] // a table of cases, read one after another
 fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str, Reason)> {
     let measuring = |samples, spans| {
         Worth::unknown(UnknownWhy::Measuring {
@@ -351,6 +352,7 @@ fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str
 }
 
 /// The walk down and back up the ladder, below L3.
+#[allow(clippy::too_many_lines)] // a table of cases, read one after another
 fn ladder_cases() -> Vec<(&'static str, Reason)> {
     vec![
         (
@@ -522,6 +524,7 @@ fn ladder_cases() -> Vec<(&'static str, Reason)> {
 }
 
 /// At L3: what the tap and the workload's signature say.
+#[allow(clippy::too_many_lines)] // a table of cases, read one after another
 fn l3_cases() -> Vec<(&'static str, Reason)> {
     vec![
         (
@@ -618,6 +621,7 @@ fn l3_cases() -> Vec<(&'static str, Reason)> {
 }
 
 /// Probes out of L3 and trials of L2.
+#[allow(clippy::too_many_lines)] // a table of cases, read one after another
 fn probe_and_trial_cases() -> Vec<(&'static str, Reason)> {
     vec![
         (

@@ -76,6 +76,7 @@ fn file_in(deb: &Path, path: &str) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn package_has_the_debian_layout_and_scripts() {
     if !have("dpkg-deb") || !have("dpkg-shlibdeps") {
         eprintln!("SKIP: dpkg-deb/dpkg-shlibdeps not installed (apt-get install dpkg-dev)");

@@ -23,12 +23,8 @@ fn dashboard() -> Value {
 /// A scrape of a daemon with one busy managed device and one decision: every family has
 /// a sample (the registry leaves empty families out).
 fn scrape() -> String {
-    let t = tempfile::tempdir().unwrap();
-    let q = t.path().join("sys/block/sda/queue");
-    std::fs::create_dir_all(&q).unwrap();
-    std::fs::write(q.join("nomerges"), "0\n").unwrap();
-    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
-    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    // Its diskstats line is replaced before each tick below.
+    let t = crate::command::one_disk_tree();
     let mut fs = RealFs::new(t.path().join("sys"), t.path().join("proc"));
     let mut cfg = Config::default();
     cfg.policy.window_ticks = 1;

@@ -6,7 +6,7 @@
 //! promtool is Debian's `prometheus` package; `.ci/run` installs it. Without it these tests
 //! say SKIP, except under CI (`CI` set), where a missing promtool is a failure.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,11 +33,7 @@ fn mixin() -> PathBuf {
 
 fn run(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::command::text(&out);
     (out.status.success(), text)
 }
 
@@ -151,29 +147,17 @@ fn the_flapping_rule_counts_the_series_the_daemon_exports_from_zero() {
     assert!(as_exported.contains("values: '_x5 0+"), "{as_exported}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::command::free_port;
 
+/// The body of a 200 answer to `GET path` from `addr`.
 fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
+    let buf = crate::command::http_get(addr, path)?;
     let (head, body) = buf.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn promtool_finds_nothing_to_say_about_the_live_metrics() {
     let Some(p) = promtool() else { return };
     let t = tempfile::tempdir().unwrap();
@@ -203,18 +187,15 @@ fn promtool_finds_nothing_to_say_about_the_live_metrics() {
     };
     write(1);
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
-        .args(["--config", "/dev/null", "--metrics-listen", &addr])
-        .arg("--sysfs-root")
-        .arg(t.path().join("sys"))
-        .arg("--procfs-root")
-        .arg(t.path().join("proc"))
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = crate::command::on_tree(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .args(["-q", "run", "--dry-run", "--interval-ms", "100"])
+            .args(["--config", "/dev/null", "--metrics-listen", &addr]),
+        t.path(),
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
     // Traffic for a few windows, so that the per-device families have samples.
     let start = Instant::now();
     let mut i = 1;
@@ -257,11 +238,7 @@ fn promtool_finds_nothing_to_say_about_the_live_metrics() {
         .write_all(text.as_bytes())
         .unwrap();
     let out = lint.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = crate::command::text(&out);
     assert!(
         out.status.success() && said.trim().is_empty(),
         "promtool check metrics:\n{said}\non\n{text}"

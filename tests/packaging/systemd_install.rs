@@ -24,6 +24,7 @@ fn make(dest: &Path, target: &str, extra: &[&str]) -> std::process::Output {
 
 #[test]
 #[ignore = "needs make (apt-get install make): cargo test --release --test packaging -- systemd_install:: --include-ignored"]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn install_then_uninstall_into_a_staging_dir() {
     needs::require_command(
         "install_then_uninstall_into_a_staging_dir",

@@ -23,20 +23,7 @@ enum Journal {
     StandIn(PathBuf),
 }
 
-fn tree() -> tempfile::TempDir {
-    let t = tempfile::tempdir().unwrap();
-    let q = t.path().join("sys/block/sda/queue");
-    std::fs::create_dir_all(&q).unwrap();
-    std::fs::write(q.join("nomerges"), "0\n").unwrap();
-    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
-    std::fs::create_dir_all(t.path().join("proc")).unwrap();
-    std::fs::write(
-        t.path().join("proc/diskstats"),
-        "   8 0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
-    )
-    .unwrap();
-    t
-}
+use crate::command::one_disk_tree as tree;
 
 /// Runs `mergetune [flags] run --once --dry-run` on the tree with stderr to a file.
 fn run(t: &Path, flags: &[&str], env: &[(&str, String)], journal_stream_is_stderr: bool) -> String {
@@ -75,22 +62,16 @@ fn run_with(
             c
         }
     };
-    cmd.args(flags)
-        .args([
-            "run",
-            "--once",
-            "--dry-run",
-            "--interval-ms",
-            "10",
-            "--config",
-            "/dev/null",
-        ])
-        .arg("--sysfs-root")
-        .arg(t.join("sys"))
-        .arg("--procfs-root")
-        .arg(t.join("proc"))
-        .arg("--state-dir")
-        .arg(t.join("state"))
+    cmd.args(flags).args([
+        "run",
+        "--once",
+        "--dry-run",
+        "--interval-ms",
+        "10",
+        "--config",
+        "/dev/null",
+    ]);
+    crate::command::on_tree(&mut cmd, t)
         .env_remove("RUST_LOG")
         .env_remove("JOURNAL_STREAM")
         .stdout(Stdio::null())

@@ -252,24 +252,26 @@ fn daemon_notifies_ready_watchdog_status_and_stopping() {
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-        .args(["run", "--interval-ms", "100", "--metrics-listen", ""])
-        .arg("--sysfs-root")
-        .arg(t.path().join("sys"))
-        .arg("--procfs-root")
-        .arg(t.path().join("proc"))
-        .arg("--state-dir")
-        .arg(t.path().join("state"))
-        .arg("--config")
-        .arg("/dev/null")
-        .env("NOTIFY_SOCKET", &sock_path)
-        .env("WATCHDOG_USEC", "2000000")
-        .env_remove("WATCHDOG_PID")
-        .env_remove("JOURNAL_STREAM")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = crate::command::on_tree(
+        Command::new(env!("CARGO_BIN_EXE_mergetune")).args([
+            "run",
+            "--interval-ms",
+            "100",
+            "--metrics-listen",
+            "",
+        ]),
+        t.path(),
+    )
+    .arg("--config")
+    .arg("/dev/null")
+    .env("NOTIFY_SOCKET", &sock_path)
+    .env("WATCHDOG_USEC", "2000000")
+    .env_remove("WATCHDOG_PID")
+    .env_remove("JOURNAL_STREAM")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut got: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut buf = [0u8; 4096];

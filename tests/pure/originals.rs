@@ -711,6 +711,7 @@ fn may_be_ours(
 /// last value someone else set on it (a reset device's kernel defaults count as that). A
 /// foreign write of the value already there changes nothing, and one of the value
 /// mergetune's record may name as its own cannot be told from its own: neither is made.
+#[allow(clippy::too_many_lines)] // the test's checker: one walk of the steps, read as one
 fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
     let store = SharedStore::default();
     let mut k = kernel();

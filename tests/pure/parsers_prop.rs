@@ -543,6 +543,7 @@ fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo");

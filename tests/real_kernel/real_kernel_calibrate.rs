@@ -67,6 +67,7 @@ fn spawn_calibrate(args: &[&std::ffi::OsStr]) -> std::process::Child {
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
     let Some(_k) = kernel::require_kernel("calibrate_quick") else {
         return;

@@ -489,6 +489,7 @@ fn the_sequential_claims_fail_on_a_run_that_does_not_show_them() {
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+#[allow(clippy::too_many_lines)] // a test reads best as one story
 fn adaptive_against_kernel_default_and_static_nomerges_2_on_a_phase_changing_load() {
     let Some(_k) = kernel::require_kernel("real_kernel_compare") else {
         return;

@@ -4,12 +4,9 @@
 //! interval again. Driven on the simulator with the daemon's own loop.
 
 use crate::scenarios::RandomThenSequential;
-use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{DecisionKind, Level};
-use mergetune_sim::engine::Simulation;
 
 /// Random reads take the device to L3; a sequential scan then starts, which only the watch
 /// sees in time.
@@ -29,19 +26,11 @@ const SCENARIO: RandomThenSequential = RandomThenSequential {
 /// Runs the scenario; returns (tick time ms, step to the next tick ms, level) per tick and
 /// the decisions.
 fn drive(cfg: Config) -> (Vec<(u64, u64, Level)>, Vec<Decision>) {
-    let sc = SCENARIO.scenario();
-    let mut sim = Simulation::new(&sc).unwrap();
-    let mut d = Daemon::simulated(cfg);
     let mut ticks = Vec::new();
-    let mut decisions = d.tick(0, &mut sim);
-    let mut t_ms = 0;
-    while t_ms * 1_000_000 < sim.duration_ns() {
-        t_ms += d.next_tick_in_ms();
-        sim.advance_to(t_ms * 1_000_000);
-        decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
+    let (_, decisions) = SCENARIO.drive(cfg, |d, t_ms| {
         let level = d.devices()["sda"].policy.level();
         ticks.push((t_ms, d.next_tick_in_ms(), level));
-    }
+    });
     (ticks, decisions)
 }
 

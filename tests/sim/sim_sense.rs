@@ -5,15 +5,12 @@
 //! batched. The tap's samples tell the two apart within one duty cycle.
 
 use crate::scenarios::RandomThenSequential;
-use mergetune_daemon::adaptive::Daemon;
-use mergetune_daemon::controller::Controller;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::DecisionKind;
 use mergetune_logic::decision::Level;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::contiguous_percent;
-use mergetune_sim::engine::Simulation;
 
 const SWITCH_MS: u64 = 40_000;
 
@@ -49,16 +46,8 @@ fn lkml() -> Config {
 }
 
 fn drive(cfg: Config) -> Run {
-    let sc = SCENARIO.scenario();
-    let mut sim = Simulation::new(&sc).unwrap();
-    let mut d = Daemon::simulated(cfg);
     let mut ticks = Vec::new();
-    let mut decisions = d.tick(0, &mut sim);
-    let mut t_ms = 0;
-    while t_ms * 1_000_000 < sim.duration_ns() {
-        t_ms += d.next_tick_in_ms();
-        sim.advance_to(t_ms * 1_000_000);
-        decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
+    let (d, decisions) = SCENARIO.drive(cfg, |d, t_ms| {
         let dev = &d.devices()["sda"];
         let sensed = if dev.last_window_ms == t_ms {
             dev.last_window.and_then(|w| w.sensed)
@@ -66,7 +55,7 @@ fn drive(cfg: Config) -> Run {
             None
         };
         ticks.push((t_ms, dev.policy.level(), sensed));
-    }
+    });
     let dev = &d.devices()["sda"];
     Run {
         ticks,

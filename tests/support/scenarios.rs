@@ -82,4 +82,56 @@ batch = 16
     pub fn scenario(&self) -> Scenario {
         Scenario::from_toml_str(&self.toml(), self.name, None).unwrap()
     }
+
+    /// Runs the scenario under a simulated daemon with `cfg`, from the first tick to the
+    /// end, calling `each` after every tick with the daemon and the tick's time: the
+    /// daemon as it ended, and every decision.
+    #[allow(dead_code)] // the simulator's tests drive it; the command line's do not
+    pub fn drive(
+        &self,
+        cfg: mergetune_logic::config::Config,
+        mut each: impl FnMut(&mergetune_daemon::adaptive::Daemon, u64),
+    ) -> (
+        mergetune_daemon::adaptive::Daemon,
+        Vec<mergetune_logic::decision::Decision>,
+    ) {
+        use mergetune_daemon::controller::Controller;
+        let sc = self.scenario();
+        let mut sim = mergetune_sim::engine::Simulation::new(&sc).unwrap();
+        let mut d = mergetune_daemon::adaptive::Daemon::simulated(cfg);
+        let mut decisions = d.tick(0, &mut sim);
+        let mut t_ms = 0;
+        while t_ms * 1_000_000 < sim.duration_ns() {
+            t_ms += d.next_tick_in_ms();
+            sim.advance_to(t_ms * 1_000_000);
+            decisions.extend(Controller::tick(&mut d, t_ms, &mut sim));
+            each(&d, t_ms);
+        }
+        (d, decisions)
+    }
+}
+
+/// Records a simulated daemon with `cfg` on `sc` into `path`, for `ms` of it (the ticks at
+/// 0 and `ms` included), as `run --record` would on a host.
+#[allow(dead_code)] // the command line's tests replay it; the simulator's do not
+pub fn record(
+    sc: &Scenario,
+    cfg: mergetune_logic::config::Config,
+    path: &std::path::Path,
+    ms: u64,
+) {
+    use mergetune_daemon::record::{Recorder, RecordingFs};
+    use mergetune_kernel::blockfs::BlockFs;
+    let mut sim = mergetune_sim::engine::Simulation::new(sc).unwrap();
+    let mut d = mergetune_daemon::adaptive::Daemon::simulated(cfg);
+    let mut rec = Recorder::create(path).unwrap();
+    let mut t = 0;
+    while t <= ms {
+        sim.advance_to(t * 1_000_000);
+        let fs: &mut dyn BlockFs = &mut sim;
+        let mut rfs = RecordingFs::new(fs, t);
+        d.tick(t, &mut rfs);
+        rec.write(&rfs.finish()).unwrap();
+        t += d.next_tick_in_ms();
+    }
 }

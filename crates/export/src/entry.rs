@@ -184,12 +184,8 @@ fn log_device_pricing(daemon: &Daemon) {
         let (Some(worth), Some(level)) = (d.worth.as_ref(), d.level) else {
             continue;
         };
-        let p = crate::status::DevicePricing::of(
-            worth,
-            level,
-            &snap.pricing_name,
-            snap.saving_floor,
-        );
+        let p =
+            crate::status::DevicePricing::of(worth, level, &snap.pricing_name, snap.saving_floor);
         info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
     }
 }

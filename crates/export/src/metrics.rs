@@ -26,6 +26,7 @@ use mergetune_daemon::controller::Controller;
 use mergetune_daemon::snapshot::{DaemonCounters, DaemonSnapshot, DeviceSnapshot};
 use mergetune_logic::decision::{Decision, DecisionKind};
 use mergetune_logic::policy::possible::PossibleDecision;
+use mergetune_logic::sampler::Window;
 use prometheus::core::Collector;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
@@ -60,18 +61,18 @@ fn lag_buckets() -> Vec<f64> {
     ]
 }
 
+/// Every family the endpoint exports, by what it is about.
 struct Families {
+    daemon: DaemonFamilies,
+    device: DeviceFamilies,
+    pricing: PricingFamilies,
+}
+
+/// The daemon's own families: what it runs as, its ticks and its error counters.
+struct DaemonFamilies {
     build_info: Family<BuildLabels, IntGaugeVec>,
     dry_run: IntGauge,
     policy_enabled: IntGauge,
-    nomerges: Family<DeviceLabels, IntGaugeVec>,
-    level: Family<DeviceLabels, IntGaugeVec>,
-    management: Family<ManagementLabels, IntGaugeVec>,
-    merge_ratio: Family<DirectionLabels, GaugeVec>,
-    bios_rate: Family<DeviceLabels, GaugeVec>,
-    decisions: Family<DecisionLabels, IntCounterVec>,
-    level_changes: Family<DeviceLabels, IntCounterVec>,
-    probes: Family<ProbeLabels, IntCounterVec>,
     write_errors: IntCounter,
     diskstats_errors: IntCounter,
     diskstats_resets: IntCounter,
@@ -83,12 +84,28 @@ struct Families {
     reloads: Family<ResultLabels, IntCounterVec>,
     tick_duration: Histogram,
     tick_lag: Histogram,
+}
+
+/// The per-device families: the ladder, the tunables and the last window.
+struct DeviceFamilies {
+    nomerges: Family<DeviceLabels, IntGaugeVec>,
+    level: Family<DeviceLabels, IntGaugeVec>,
+    management: Family<ManagementLabels, IntGaugeVec>,
+    merge_ratio: Family<DirectionLabels, GaugeVec>,
+    bios_rate: Family<DeviceLabels, GaugeVec>,
+    decisions: Family<DecisionLabels, IntCounterVec>,
+    level_changes: Family<DeviceLabels, IntCounterVec>,
+    probes: Family<ProbeLabels, IntCounterVec>,
+    changes_last_hour: Family<DeviceLabels, IntGaugeVec>,
+    change_cap_reached: Family<DeviceLabels, IntGaugeVec>,
+}
+
+/// How step downs are priced: the profile, each device's basis and saving, the floor.
+struct PricingFamilies {
     cost_profile_info: Family<ProfileLabels, IntGaugeVec>,
     pricing: Family<PricingLabels, IntGaugeVec>,
     saving: Family<SavingLabels, GaugeVec>,
     saving_floor: Gauge,
-    changes_last_hour: Family<DeviceLabels, IntGaugeVec>,
-    change_cap_reached: Family<DeviceLabels, IntGaugeVec>,
 }
 
 /// The registry's prefix of every family name.
@@ -153,10 +170,18 @@ impl Registrar {
 }
 
 /// Every family the endpoint exports, registered under the `mergetune_` prefix. Counters
-/// are named with their `_total`; each HELP as docs/metrics.md has it. Long because it is
-/// the list of the metrics, one declaration each.
+/// are named with their `_total`; each HELP as docs/metrics.md has it.
 fn families(r: &Registrar) -> Families {
     Families {
+        daemon: daemon_families(r),
+        device: device_families(r),
+        pricing: pricing_families(r),
+    }
+}
+
+/// The families of [`Families::daemon`], registered.
+fn daemon_families(r: &Registrar) -> DaemonFamilies {
+    DaemonFamilies {
         build_info: r.int_gauges(
             "build_info",
             "Always 1; the version of the running mergetune in the version label",
@@ -168,38 +193,6 @@ fn families(r: &Registrar) -> Families {
         policy_enabled: r.int_gauge(
             "policy_enabled",
             "1 when [policy] enabled is true (decisions are written), else 0",
-        ),
-        nomerges: r.int_gauges(
-            "device_nomerges",
-            "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
-        ),
-        level: r.int_gauges(
-            "device_ladder_level",
-            "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
-        ),
-        management: r.int_gauges(
-            "device_management",
-            "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
-        ),
-        merge_ratio: r.gauges(
-            "device_merge_ratio",
-            "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
-        ),
-        bios_rate: r.gauges(
-            "device_bios_per_second",
-            "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
-        ),
-        decisions: r.counters(
-            "decisions_total",
-            "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
-        ),
-        level_changes: r.counters(
-            "device_level_changes_total",
-            "Moves of a managed device between merge-ladder levels that wrote a tunable (what [policy] max_changes_per_hour caps), from 0 when the device is first managed; in dry-run, moves that would have been written",
-        ),
-        probes: r.counters(
-            "probes_total",
-            "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on)",
         ),
         write_errors: r.counter(
             "sysfs_write_errors_total",
@@ -245,6 +238,58 @@ fn families(r: &Registrar) -> Families {
             "tick_lag_seconds",
             "How late a tick started against its schedule", lag_buckets(),
         ),
+    }
+}
+
+/// The families of [`Families::device`], registered.
+fn device_families(r: &Registrar) -> DeviceFamilies {
+    DeviceFamilies {
+        nomerges: r.int_gauges(
+            "device_nomerges",
+            "queue/nomerges of the device as mergetune last read or wrote it (0 all merges, 1 simple merges only, 2 none)",
+        ),
+        level: r.int_gauges(
+            "device_ladder_level",
+            "Merge-ladder level of a managed device: 0 all merges ... 3 no merges",
+        ),
+        management: r.int_gauges(
+            "device_management",
+            "Always 1, for the device's current management state: managed, excluded, unsupported or admin-owned",
+        ),
+        merge_ratio: r.gauges(
+            "device_merge_ratio",
+            "Bios merged / bios submitted in the device's last closed decision window, per direction (0..1)",
+        ),
+        bios_rate: r.gauges(
+            "device_bios_per_second",
+            "Bios submitted per second (completed + merged, both directions) in the device's last closed decision window",
+        ),
+        decisions: r.counters(
+            "decisions_total",
+            "Decisions taken, by device, kind (step_down, disable, enable, probe, probe_succeeded, probe_failed, probe_inconclusive, restore, ...), tunable(s) written (attr) and their values from/to; in dry-run, decisions that would have been taken",
+        ),
+        level_changes: r.counters(
+            "device_level_changes_total",
+            "Moves of a managed device between merge-ladder levels that wrote a tunable (what [policy] max_changes_per_hour caps), from 0 when the device is first managed; in dry-run, moves that would have been written",
+        ),
+        probes: r.counters(
+            "probes_total",
+            "Probes (merging turned back on to measure) by device and outcome: started, succeeded (merging stays on), failed (merging off again), inconclusive (only idle windows: merging stays on)",
+        ),
+        changes_last_hour: r.int_gauges(
+            "device_changes_last_hour",
+            "Level changes of a managed device in the last hour, counted toward [policy] max_changes_per_hour",
+        ),
+        change_cap_reached: r.int_gauges(
+            "device_change_cap_reached",
+            "1 while a managed device's level changes in the last hour reach [policy] max_changes_per_hour (steps down are refused; merging stays on), else 0",
+        ),
+    }
+}
+
+/// The families of [`Families::pricing`], registered.
+fn pricing_families(r: &Registrar) -> PricingFamilies {
+    PricingFamilies {
         cost_profile_info: r.int_gauges(
             "cost_profile_info",
             "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
@@ -256,14 +301,6 @@ fn families(r: &Registrar) -> Families {
         saving: r.gauges(
             "device_merge_saving_cpu_ratio",
             "CPU seconds per second a step down to a level would save on the device (live pricing): the estimate and the bounds of its 95% interval",
-        ),
-        changes_last_hour: r.int_gauges(
-            "device_changes_last_hour",
-            "Level changes of a managed device in the last hour, counted toward [policy] max_changes_per_hour",
-        ),
-        change_cap_reached: r.int_gauges(
-            "device_change_cap_reached",
-            "1 while a managed device's level changes in the last hour reach [policy] max_changes_per_hour (steps down are refused; merging stays on), else 0",
         ),
         saving_floor: r.gauge(
             "merge_saving_floor_cpu_ratio",
@@ -339,15 +376,17 @@ impl Metrics {
             )
             .set(1);
         }
-        f.build_info
+        f.daemon
+            .build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             })
             .set(1);
         // Nothing recorded yet is nothing unsaved.
-        f.state_persisted.set(1);
+        f.daemon.state_persisted.set(1);
         for result in ["success", "failure"] {
-            f.reloads
+            f.daemon
+                .reloads
                 .get_or_create(&ResultLabels {
                     result: result.to_string(),
                 })
@@ -395,9 +434,12 @@ impl Metrics {
     pub fn update_from(&self, daemon: &DaemonSnapshot, decisions: &[Decision], t: TickTiming) {
         let mut inner = self.lock();
         let f = &self.f;
-        f.dry_run.set(i64::from(daemon.dry_run));
-        f.policy_enabled.set(i64::from(daemon.policy_enabled));
-        f.max_changes_per_hour
+        f.daemon.dry_run.set(i64::from(daemon.dry_run));
+        f.daemon
+            .policy_enabled
+            .set(i64::from(daemon.policy_enabled));
+        f.daemon
+            .max_changes_per_hour
             .set(i64::from(daemon.max_changes_per_hour));
 
         let mut present = BTreeSet::new();
@@ -414,14 +456,14 @@ impl Metrics {
 
         self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
-        f.saving_floor.set(daemon.saving_floor.ratio());
+        f.pricing.saving_floor.set(daemon.saving_floor.ratio());
         let profile = ProfileLabels {
             profile: daemon.pricing_name.clone(),
             origin: daemon.pricing_origin.clone(),
         };
         if !daemon.pricing_name.is_empty() && inner.profile.as_ref() != Some(&profile) {
-            f.cost_profile_info.clear();
-            f.cost_profile_info.get_or_create(&profile).set(1);
+            f.pricing.cost_profile_info.clear();
+            f.pricing.cost_profile_info.get_or_create(&profile).set(1);
             inner.profile = Some(profile);
         }
         inner.last = daemon.counters.clone();
@@ -448,10 +490,10 @@ impl Metrics {
             .and_then(|v| v.trim().parse::<i64>().ok())
         {
             Some(v) => {
-                f.nomerges.get_or_create(&labels).set(v);
+                f.device.nomerges.get_or_create(&labels).set(v);
             }
             None => {
-                f.nomerges.remove(&labels);
+                f.device.nomerges.remove(&labels);
             }
         }
         // One series per device, for its current state (a change drops the old one).
@@ -462,30 +504,38 @@ impl Metrics {
                 management: state.to_string(),
             };
             if state == label {
-                f.management.get_or_create(&l).set(1);
+                f.device.management.get_or_create(&l).set(1);
             } else {
-                f.management.remove(&l);
+                f.device.management.remove(&l);
             }
         }
         match dev.changes_last_hour {
             Some(n) => {
-                f.changes_last_hour.get_or_create(&labels).set(i64::from(n));
-                f.change_cap_reached
+                f.device
+                    .changes_last_hour
+                    .get_or_create(&labels)
+                    .set(i64::from(n));
+                f.device
+                    .change_cap_reached
                     .get_or_create(&labels)
                     .set(i64::from(n >= max_changes_per_hour));
             }
             None => {
-                f.changes_last_hour.remove(&labels);
-                f.change_cap_reached.remove(&labels);
+                f.device.changes_last_hour.remove(&labels);
+                f.device.change_cap_reached.remove(&labels);
             }
         }
         if let Some(level) = dev.level {
-            f.level.get_or_create(&labels).set(i64::from(level.index()));
+            f.device
+                .level
+                .get_or_create(&labels)
+                .set(i64::from(level.index()));
             // At 0 from the device's first sight: a counter that first appears at 1 hides
             // its first step from `increase()` (the flapping rule missed a cap hit so).
-            f.level_changes.get_or_create(&labels).get();
+            f.device.level_changes.get_or_create(&labels).get();
             for outcome in PROBE_OUTCOMES {
-                f.probes
+                f.device
+                    .probes
                     .get_or_create(&ProbeLabels {
                         device: name.clone(),
                         outcome: outcome.to_string(),
@@ -493,10 +543,17 @@ impl Metrics {
                     .get();
             }
         } else {
-            f.level.remove(&labels);
+            f.device.level.remove(&labels);
         }
 
-        let w = dev.last_window.as_ref();
+        self.export_window(name, dev.last_window.as_ref());
+        self.export_saving(name, dev.worth.as_ref());
+    }
+
+    /// The device's last closed window: merge ratio per direction and bio rate.
+    fn export_window(&self, name: &str, w: Option<&Window>) {
+        let f = &self.f;
+        let labels = dl(name);
         for (direction, bios, ratio) in [
             (
                 "read",
@@ -510,25 +567,24 @@ impl Metrics {
             ),
         ] {
             let l = DirectionLabels {
-                device: name.clone(),
+                device: name.to_string(),
                 direction: direction.to_string(),
             };
             match (bios, ratio) {
                 (Some(b), Some(r)) if b > 0 && r.is_finite() => {
-                    f.merge_ratio.get_or_create(&l).set(r);
+                    f.device.merge_ratio.get_or_create(&l).set(r);
                 }
                 _ => {
-                    f.merge_ratio.remove(&l);
+                    f.device.merge_ratio.remove(&l);
                 }
             }
         }
-        self.export_saving(name, dev.worth.as_ref());
         match w.map(|w| w.bios_per_sec()).filter(|r| r.is_finite()) {
             Some(r) => {
-                f.bios_rate.get_or_create(&labels).set(r);
+                f.device.bios_rate.get_or_create(&labels).set(r);
             }
             None => {
-                f.bios_rate.remove(&labels);
+                f.device.bios_rate.remove(&labels);
             }
         }
     }
@@ -548,6 +604,7 @@ impl Metrics {
         }
         for d in &dev.possible_decisions {
             self.f
+                .device
                 .decisions
                 .get_or_create(&decision_labels(&dev.name, d.kind, &d.changes))
                 .get();
@@ -563,11 +620,12 @@ impl Metrics {
         let f = &self.f;
         for d in decisions {
             let device = d.device.clone();
-            f.decisions
+            f.device
+                .decisions
                 .get_or_create(&decision_labels(&device, d.kind, &d.changes))
                 .inc();
             if d.kind.moves_the_ladder() && !d.changes.is_empty() {
-                f.level_changes.get_or_create(&dl(&device)).inc();
+                f.device.level_changes.get_or_create(&dl(&device)).inc();
             }
             let outcome = match d.kind {
                 DecisionKind::Probe => {
@@ -583,7 +641,8 @@ impl Metrics {
             if outcome != "started" {
                 open_probes.remove(&device);
             }
-            f.probes
+            f.device
+                .probes
                 .get_or_create(&ProbeLabels {
                     device,
                     outcome: outcome.to_string(),
@@ -599,25 +658,29 @@ impl Metrics {
             // A smaller value means a new daemon behind the same exporter: count it whole.
             counter.inc_by(if now >= before { now - before } else { now });
         };
-        add(&f.write_errors, c.write_errors, last.write_errors);
+        add(&f.daemon.write_errors, c.write_errors, last.write_errors);
         add(
-            &f.diskstats_errors,
+            &f.daemon.diskstats_errors,
             c.diskstats_errors,
             last.diskstats_errors,
         );
-        add(&f.diskstats_resets, c.counter_resets, last.counter_resets);
         add(
-            &f.state_save_errors,
+            &f.daemon.diskstats_resets,
+            c.counter_resets,
+            last.counter_resets,
+        );
+        add(
+            &f.daemon.state_save_errors,
             c.state_save_errors,
             last.state_save_errors,
         );
         add(
-            &f.tunable_read_errors,
+            &f.daemon.tunable_read_errors,
             c.tunable_read_errors,
             last.tunable_read_errors,
         );
-        f.state_persisted.set(i64::from(c.state_persisted));
-        add(&f.ticks, c.ticks, last.ticks);
+        f.daemon.state_persisted.set(i64::from(c.state_persisted));
+        add(&f.daemon.ticks, c.ticks, last.ticks);
     }
 
     /// Counts a tick that refreshes nothing else: its duration and lag go into the
@@ -633,14 +696,14 @@ impl Metrics {
     fn observe_timing(&self, inner: &mut Inner, t: TickTiming) {
         let f = &self.f;
         if t.duration_seconds.is_finite() && t.duration_seconds >= 0.0 {
-            f.tick_duration.observe(t.duration_seconds);
+            f.daemon.tick_duration.observe(t.duration_seconds);
         }
         let lag = if t.lag_seconds.is_finite() {
             t.lag_seconds.max(0.0)
         } else {
             0.0
         };
-        f.tick_lag.observe(lag);
+        f.daemon.tick_lag.observe(lag);
         inner.max_lag_seconds = inner.max_lag_seconds.max(lag);
     }
 
@@ -660,9 +723,9 @@ impl Metrics {
                 basis: b.to_string(),
             };
             if Some(b) == basis {
-                f.pricing.get_or_create(&l).set(1);
+                f.pricing.pricing.get_or_create(&l).set(1);
             } else {
-                f.pricing.remove(&l);
+                f.pricing.pricing.remove(&l);
             }
         }
         for level in mergetune_logic::decision::Level::ALL {
@@ -681,10 +744,10 @@ impl Metrics {
                 };
                 match v.filter(|v| v.is_finite()) {
                     Some(v) => {
-                        f.saving.get_or_create(&l).set(v / 1000.0);
+                        f.pricing.saving.get_or_create(&l).set(v / 1000.0);
                     }
                     None => {
-                        f.saving.remove(&l);
+                        f.pricing.saving.remove(&l);
                     }
                 }
             }
@@ -695,19 +758,19 @@ impl Metrics {
         let f = &self.f;
         self.export_saving(name, None);
         let labels = dl(name);
-        f.nomerges.remove(&labels);
-        f.level.remove(&labels);
-        f.bios_rate.remove(&labels);
-        f.changes_last_hour.remove(&labels);
-        f.change_cap_reached.remove(&labels);
+        f.device.nomerges.remove(&labels);
+        f.device.level.remove(&labels);
+        f.device.bios_rate.remove(&labels);
+        f.device.changes_last_hour.remove(&labels);
+        f.device.change_cap_reached.remove(&labels);
         for state in MANAGEMENT_STATES {
-            f.management.remove(&ManagementLabels {
+            f.device.management.remove(&ManagementLabels {
                 device: name.to_string(),
                 management: state.to_string(),
             });
         }
         for direction in ["read", "write"] {
-            f.merge_ratio.remove(&DirectionLabels {
+            f.device.merge_ratio.remove(&DirectionLabels {
                 device: name.to_string(),
                 direction: direction.to_string(),
             });
@@ -720,6 +783,7 @@ impl Metrics {
     pub fn config_reload(&self, ok: bool) {
         let mut inner = self.lock();
         self.f
+            .daemon
             .reloads
             .get_or_create(&ResultLabels {
                 result: if ok { "success" } else { "failure" }.to_string(),

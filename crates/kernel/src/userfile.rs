@@ -103,23 +103,13 @@ pub fn open_regular_append(path: &Path) -> Result<std::fs::File, UserFileError> 
         path: path.to_path_buf(),
         what: what(t),
     };
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| match std::fs::metadata(path) {
+    let f = open_nonblocking(std::fs::OpenOptions::new().create(true).append(true), path).map_err(
+        |e| match std::fs::metadata(path) {
             Ok(m) if !m.file_type().is_file() => not_regular(m.file_type()),
-            _ => UserFileError::Open {
-                path: path.to_path_buf(),
-                kind: e.kind(),
-                message: e.to_string(),
-            },
-        })?;
-    let meta = f.metadata().map_err(|e| UserFileError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+            _ => e,
+        },
+    )?;
+    let meta = metadata(&f, path)?;
     if !meta.file_type().is_file() {
         return Err(not_regular(meta.file_type()));
     }
@@ -129,19 +119,8 @@ pub fn open_regular_append(path: &Path) -> Result<std::fs::File, UserFileError> 
 /// Opens `path` for reading if, and only if, it is a regular file (symlinks followed), or
 /// `/dev/null`.
 pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| UserFileError::Open {
-            path: path.to_path_buf(),
-            kind: e.kind(),
-            message: e.to_string(),
-        })?;
-    let meta = f.metadata().map_err(|e| UserFileError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let f = open_nonblocking(std::fs::OpenOptions::new().read(true), path)?;
+    let meta = metadata(&f, path)?;
     if !meta.file_type().is_file() && !is_dev_null(&meta) {
         return Err(UserFileError::NotRegular {
             path: path.to_path_buf(),
@@ -149,6 +128,29 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File, UserFileError> {
         });
     }
     Ok(f)
+}
+
+/// Opens `path` with `opts`, never blocking in the open (a FIFO without a peer) and never
+/// taking a controlling terminal.
+fn open_nonblocking(
+    opts: &mut std::fs::OpenOptions,
+    path: &Path,
+) -> Result<std::fs::File, UserFileError> {
+    opts.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| UserFileError::Open {
+            path: path.to_path_buf(),
+            kind: e.kind(),
+            message: e.to_string(),
+        })
+}
+
+/// The metadata of the open `f`, named `path` in the error.
+fn metadata(f: &std::fs::File, path: &Path) -> Result<std::fs::Metadata, UserFileError> {
+    f.metadata().map_err(|e| UserFileError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
 }
 
 /// The whole of a regular file of at most `max_bytes` bytes.

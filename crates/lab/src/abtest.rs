@@ -2,7 +2,7 @@
 //! another, measured inside ONE fio run on a real device (a scratch loop device in the
 //! tests), with a paired design that a shared machine's drift cannot fake.
 //!
-//! Method, and why (issue 20, "Fix the end-to-end experiment"):
+//! Method, and why (each rule closes a way an earlier, per-run design was fooled):
 //! - One fio process runs the whole time; only the level changes, in short blocks
 //!   (0.5-1 s), two per pair, the order of each pair shuffled from a seed and balanced (as
 //!   many pairs start with one level as with the other). Blocks of a pair are a second

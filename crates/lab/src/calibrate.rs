@@ -32,6 +32,7 @@ pub mod merge_path;
 pub mod profile;
 pub mod run;
 pub mod scratch;
+mod signals;
 pub mod stats;
 
 pub use run::{CalibrateArgs, run};

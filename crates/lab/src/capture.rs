@@ -251,10 +251,64 @@ fn join_within<T>(reader: std::thread::JoinHandle<T>, wait: Duration) -> Option<
     }
 }
 
+/// The file's header: the device, what was asked and enabled, the kernel, and the device's
+/// scheduler (`advise` prices and ladders the device for it).
+fn write_header(
+    out: &mut std::fs::File,
+    a: &CaptureArgs,
+    name: &str,
+    (major, minor): (u32, u32),
+    inst: &Instance,
+    skipped: &[&str],
+) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "# mergetune trace capture: device {name} ({major},{minor}), {} s requested, events {}{}\n# kernel {}",
+        a.seconds,
+        inst.enabled().join(" "),
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!(" (absent here: {})", skipped.join(" "))
+        },
+        kernel_release(&a.procfs_root).unwrap_or_default()
+    )?;
+    if let Some(s) = std::fs::read_to_string(
+        a.sysfs_root
+            .join("block")
+            .join(name)
+            .join("queue/scheduler"),
+    )
+    .ok()
+    .and_then(|t| mergetune_kernel::scheduler::Reported::parse(&t))
+    {
+        writeln!(out, "# scheduler {s}")?;
+    }
+    Ok(())
+}
+
+/// The file's last line: the events written, how long, and what was interrupted or lost.
+fn end_line(stats: &CaptureStats, took: Duration, interrupted: bool) -> String {
+    format!(
+        "# end of capture: {} events in {:.2} s{}{}",
+        stats.events,
+        took.as_secs_f64(),
+        if interrupted { ", interrupted" } else { "" },
+        if stats.lost > 0 {
+            format!(
+                ", {} events LOST (ring buffer overran: raise --buffer-kb)",
+                stats.lost
+            )
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// The capture, in order: refusals before anything is touched, the signal handlers, the
 /// pending output, the instance, the reader, the recording until time is up or a signal,
-/// then the end marker through the ring buffer, the footer and the rename. Long because
-/// the instance, the reader and the pending output each must live across all of it.
+/// then the end marker through the ring buffer, the footer and the rename. The instance,
+/// the reader and the pending output each live across all of it.
 fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     // Refusals first, before anything is touched.
     let deadline = a.checked_duration()?;
@@ -273,30 +327,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
     let (pending, mut out) = PendingOutput::create(&a.output)?;
     let tracefs = a.sysfs_root.join(TRACEFS_IN_SYSFS);
     let (mut inst, skipped) = open_instance(&tracefs, &a.procfs_root, a.buffer_kb, major, minor)?;
-    writeln!(
-        out,
-        "# mergetune trace capture: device {name} ({major},{minor}), {} s requested, events {}{}\n# kernel {}",
-        a.seconds,
-        inst.enabled().join(" "),
-        if skipped.is_empty() {
-            String::new()
-        } else {
-            format!(" (absent here: {})", skipped.join(" "))
-        },
-        kernel_release(&a.procfs_root).unwrap_or_default()
-    )?;
-    // The device's scheduler: `advise` prices and ladders the device for it.
-    if let Some(s) = std::fs::read_to_string(
-        a.sysfs_root
-            .join("block")
-            .join(&name)
-            .join("queue/scheduler"),
-    )
-    .ok()
-    .and_then(|t| mergetune_kernel::scheduler::Reported::parse(&t))
-    {
-        writeln!(out, "# scheduler {s}")?;
-    }
+    write_header(&mut out, a, &name, (major, minor), &inst, &skipped)?;
     // The reader streams trace_pipe into the file until it sees the end marker.
     let pipe = std::fs::File::open(inst.dir().join("trace_pipe"))
         .with_context(|| format!("cannot open {}/trace_pipe", inst.dir().display()))?;
@@ -331,21 +362,7 @@ fn capture(a: &CaptureArgs) -> anyhow::Result<i32> {
             a.output.display()
         ),
     };
-    writeln!(
-        file,
-        "# end of capture: {} events in {:.2} s{}{}",
-        stats.events,
-        took.as_secs_f64(),
-        if interrupted { ", interrupted" } else { "" },
-        if stats.lost > 0 {
-            format!(
-                ", {} events LOST (ring buffer overran: raise --buffer-kb)",
-                stats.lost
-            )
-        } else {
-            String::new()
-        }
-    )?;
+    writeln!(file, "{}", end_line(&stats, took, interrupted))?;
     file.sync_all()
         .with_context(|| format!("writing {}", pending.tmp.display()))?;
     drop(file);
@@ -385,7 +402,7 @@ mod tests {
         for s in [1e300, f64::MAX, f64::INFINITY, f64::NAN, 0.0, -5.0, 1e9] {
             let e = args(s, 8192).checked_duration().unwrap_err().to_string();
             assert!(e.contains("--seconds"), "{s}: {e}");
-            // Said short (issue 36.12: 1e300 was printed as its 301 digits).
+            // Said short: a value such as 1e300 is not printed as its 301 digits.
             assert!(e.len() < 120, "{s}: {e}");
         }
         let e = args(1e300, 8192)

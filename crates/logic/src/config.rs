@@ -573,12 +573,10 @@ fn at(origin: &str, text: &str, offset: usize) -> String {
 /// nothing more can be said), every unknown key (serde's `deny_unknown_fields` stops at the
 /// first, so the document is walked against the schema, which is the default config's own
 /// keys), every value of the wrong type (each key deserialised alone), and what
-/// [`Config::validate`] finds in the rest. Messages never quote the file's text. Long
-/// because it is one walk of the document, section by section, with one key's check and the
-/// placing of the validation's errors in functions of their own.
+/// [`Config::validate`] finds in the rest. Messages never quote the file's text.
 fn check_str(text: &str, origin: &str) -> Checked {
     use crate::printable::without_quotes;
-    use toml::de::{DeTable, DeValue};
+    use toml::de::DeTable;
     let mut out = Checked {
         config: None,
         errors: Vec::new(),
@@ -605,10 +603,42 @@ fn check_str(text: &str, origin: &str) -> Checked {
             return out;
         }
     };
+    check_sections(&mut out, doc.get_ref(), &mut plain, text, origin);
+    let cfg: Config = match plain.try_into() {
+        Ok(c) => c,
+        Err(e) => {
+            out.errors.push((
+                usize::MAX,
+                ConfigError::Parse {
+                    origin: origin.to_string(),
+                    message: without_quotes(e.message()),
+                },
+            ));
+            return out;
+        }
+    };
+    if let Err(e) = cfg.validate(origin) {
+        place_validation_errors(&mut out, e, text, origin);
+    }
+    out.config = Some(cfg);
+    out
+}
+
+/// Walks the document's sections against the schema, the default config's own keys: a
+/// section it does not know, or one that is not a table, is an error and is dropped from
+/// `plain`, as is every key [`check_key`] refuses.
+fn check_sections(
+    out: &mut Checked,
+    doc: &toml::de::DeTable<'_>,
+    plain: &mut toml::Table,
+    text: &str,
+    origin: &str,
+) {
+    use toml::de::DeValue;
     // Every field is plain data with a default: the schema serialises.
     let schema = toml::Table::try_from(Config::default()).expect("the default config serialises");
     let sections: Vec<&str> = schema.keys().map(String::as_str).collect();
-    for (k, v) in doc.get_ref().iter() {
+    for (k, v) in doc.iter() {
         let section = k.get_ref().as_ref();
         let Some(toml::Value::Table(known)) = schema.get(section) else {
             out.errors.push((
@@ -645,31 +675,13 @@ fn check_str(text: &str, origin: &str) -> Checked {
                 key_at: k2.span().start,
                 value: v2,
             };
-            if !check_key(&mut out, &plain, known, &key, text, origin)
+            if !check_key(out, plain, known, &key, text, origin)
                 && let Some(toml::Value::Table(s)) = plain.get_mut(section)
             {
                 s.remove(name);
             }
         }
     }
-    let cfg: Config = match plain.try_into() {
-        Ok(c) => c,
-        Err(e) => {
-            out.errors.push((
-                usize::MAX,
-                ConfigError::Parse {
-                    origin: origin.to_string(),
-                    message: without_quotes(e.message()),
-                },
-            ));
-            return out;
-        }
-    };
-    if let Err(e) = cfg.validate(origin) {
-        place_validation_errors(&mut out, e, text, origin);
-    }
-    out.config = Some(cfg);
-    out
 }
 
 /// One `[section] name = value` of the text, where it stands.

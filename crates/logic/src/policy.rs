@@ -813,3 +813,51 @@ pub fn decide(
         Phase::Probing(p) => probing::decide(history, p, window, &cx),
     }
 }
+
+/// A reason in words. Each mode words the reasons it gives beside its rules (`merging`,
+/// `off`, `probing`, `trial`), the wordings they share are in `reason`: this sends each
+/// reason to its wording, as [`decide`] sends each state to its mode.
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Text(_)
+            | Reason::Idle { .. }
+            | Reason::NotWorth { .. }
+            | Reason::LeaveNotWorth { .. }
+            | Reason::WindowOpen(_)
+            | Reason::IdleDoesNotCount(_) => reason::wording(self, f),
+            Reason::Pays { .. }
+            | Reason::LowWindow { .. }
+            | Reason::StillMerging { .. }
+            | Reason::DeepestAllowed { .. }
+            | Reason::TrialStart { .. } => merging::holds(self, f),
+            Reason::Dwell { .. } | Reason::CapReached { .. } | Reason::L3HeldOff { .. } => {
+                merging::held_back(self, f)
+            }
+            Reason::StepDown { .. }
+            | Reason::StepToL3 { .. }
+            | Reason::KnownHostileToL3(_)
+            | Reason::NothingMergesToL3 { .. } => merging::steps(self, f),
+            Reason::BlindAtL3 { .. }
+            | Reason::L3NoLongerAllowed { .. }
+            | Reason::SensedMergeable { .. }
+            | Reason::ProbeOnChange { .. }
+            | Reason::TimedProbe { .. } => off::leaves(self, f),
+            Reason::AtL3 { .. }
+            | Reason::AnsweredByTap { .. }
+            | Reason::KnownHostileChange { .. }
+            | Reason::FallAwaitsTap { .. }
+            | Reason::RateFell { .. }
+            | Reason::ChangeAnsweredByTap(_) => off::stays(self, f),
+            Reason::ProbeWindow { .. }
+            | Reason::ProbeInconclusive { .. }
+            | Reason::ProbeLowNoL3 { .. }
+            | Reason::ProbeFoundNone { .. }
+            | Reason::ProbeFoundMerges { .. } => probing::wording(self, f),
+            Reason::TrialInconclusive { .. }
+            | Reason::TrialMeasuring
+            | Reason::TrialKeptMerges { .. }
+            | Reason::TrialLostMerges { .. } => trial::wording(self, f),
+        }
+    }
+}

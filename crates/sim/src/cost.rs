@@ -288,7 +288,11 @@ mod tests {
         let p = mergetune_logic::pricing::profile::builtin("measured-6.18").expect("shipped");
         let pricing = Pricing::from_profile(&p);
         for s in Scheduler::ALL {
-            assert_eq!(pricing.by_sched[s.index()], CostModel::from_profile(&p, s), "{s}");
+            assert_eq!(
+                pricing.by_sched[s.index()],
+                CostModel::from_profile(&p, s),
+                "{s}"
+            );
         }
     }
 }

@@ -188,10 +188,18 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
-    /// The report as text. Long because it writes one report top to bottom, a section after
-    /// another, in reading order.
+    /// The report as text: the run and its pricing, each phase's table per device and
+    /// direction, then what the daemon did.
     pub fn render_text(&self) -> String {
         let mut s = String::new();
+        self.write_header(&mut s);
+        self.write_phases(&mut s);
+        self.write_decisions(&mut s);
+        s
+    }
+
+    /// The run (scenario, seed, policy, length) and what priced it.
+    fn write_header(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "scenario {}  seed {}  policy {}  {:.1} s simulated, {} bios",
@@ -220,6 +228,10 @@ impl Report {
                 None => String::new(),
             }
         );
+    }
+
+    /// Per phase, a row per device and direction that saw bios.
+    fn write_phases(&self, s: &mut String) {
         let cpu_label = per_unit_label(self.cost_unit, "IO");
         for p in &self.phases {
             let _ = writeln!(
@@ -258,6 +270,10 @@ impl Report {
                 }
             }
         }
+    }
+
+    /// nomerges over time, then every decision.
+    fn write_decisions(&self, s: &mut String) {
         let _ = writeln!(s, "\nnomerges over time:");
         for c in &self.nomerges_timeline {
             let _ = writeln!(
@@ -275,6 +291,5 @@ impl Report {
         for d in &self.decisions {
             let _ = writeln!(s, "  {:>9.1} s  {d}", d.at_ms as f64 / 1000.0);
         }
-        s
     }
 }

@@ -72,9 +72,15 @@ impl<L: LabelSet, B: MetricVecBuilder> Family<L, MetricVec<B>> {
     }
 }
 
-/// A struct's label set: its field names are the label names, in order.
+/// A label set, declared once: a struct of one `String` per label, whose field names are
+/// the label names, in order.
 macro_rules! label_set {
     ($name:ident { $($field:ident),+ }) => {
+        #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+        pub(super) struct $name {
+            $(pub(super) $field: String),+
+        }
+
         impl LabelSet for $name {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
             fn values(&self) -> Vec<&str> {
@@ -104,67 +110,6 @@ label_set!(SavingLabels {
     level,
     bound
 });
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct DeviceLabels {
-    pub(super) device: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct ManagementLabels {
-    pub(super) device: String,
-    pub(super) management: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct DirectionLabels {
-    pub(super) device: String,
-    pub(super) direction: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct DecisionLabels {
-    pub(super) device: String,
-    pub(super) kind: String,
-    pub(super) attr: String,
-    pub(super) from: String,
-    pub(super) to: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct ProbeLabels {
-    pub(super) device: String,
-    pub(super) outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct ResultLabels {
-    pub(super) result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct BuildLabels {
-    pub(super) version: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct ProfileLabels {
-    pub(super) profile: String,
-    pub(super) origin: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct PricingLabels {
-    pub(super) device: String,
-    pub(super) basis: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub(super) struct SavingLabels {
-    pub(super) device: String,
-    pub(super) level: String,
-    pub(super) bound: String,
-}
 
 /// How a device's saving is known (the `basis` label).
 pub(super) const PRICING_BASES: [&str; 4] = ["live", "profile", "unknown", "unpriced"];

@@ -348,12 +348,10 @@ pub fn analyse(pairs: &[PairMeasure], base: Level, test: Level, min_busy: f64) -
 }
 
 impl fmt::Display for Analysis {
-    /// Long because it is the A/B report, written top to bottom in the order it is read,
-    /// one figure with its interval a line.
+    /// The A/B report, written top to bottom in the order it is read, one figure with its
+    /// interval a line; the sampled merge path last, where the run sampled.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let e = |x: &Estimate, d: usize| {
-            format!("{:.d$} [{:.d$}, {:.d$}]", x.median, x.low, x.high, d = d)
-        };
+        let e = interval;
         let dropped: Vec<String> = self
             .blocks_dropped
             .iter()
@@ -410,9 +408,17 @@ impl fmt::Display for Analysis {
             self.merged.1,
             self.test
         )?;
-        let Some(sm) = &self.sampled else {
-            return Ok(());
-        };
+        match &self.sampled {
+            Some(sm) => self.fmt_sampled(sm, f),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Analysis {
+    /// The second method's lines: the merge path sampled, against the saving measured.
+    fn fmt_sampled(&self, sm: &Sampled, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = interval;
         let against = |x: Option<SampledAgainst>| match x {
             Some(SampledAgainst::Within) => "within it",
             Some(SampledAgainst::Under) => "under it (the sampler errs low)",
@@ -438,6 +444,11 @@ impl fmt::Display for Analysis {
             against(self.sampler_against_total()),
         )
     }
+}
+
+/// An estimate with its interval, `d` decimals: `median [low, high]`.
+fn interval(x: &Estimate, d: usize) -> String {
+    format!("{:.d$} [{:.d$}, {:.d$}]", x.median, x.low, x.high, d = d)
 }
 
 fn scale(x: &Estimate, k: f64) -> Estimate {

@@ -37,8 +37,8 @@ pub struct DaemonView {
 /// a merge ratio below `disable_below_percent` (or tries L2 from one at or above
 /// `enable_above_percent`), never between the two; only to a rung the scheduler has and
 /// the config allows (L3 only with the bio tap, as the daemon assumes here when `[sense]`
-/// could run); and only to a level the profile says saves measurably. Long because it
-/// takes those rules one step each in the daemon's order, so that the two read side by side.
+/// could run); and only to a level the profile says saves measurably. It takes those rules
+/// one step each in the daemon's order, so that the two read side by side.
 pub fn daemon_view(
     r: &DeviceReport,
     cfg: &PolicyConfig,
@@ -122,17 +122,18 @@ pub fn daemon_view(
             Level::L0,
             format!(
                 "not worth it: profile {profile} measured no saving at {} ({}), so the daemon keeps merging on",
-                if reachable.len() == 1 {
-                    format!("{deepest}")
-                } else {
-                    reachable
-                        .iter()
-                        .map(|l| l.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                },
+                one_of(&reachable),
                 worth.describe(reachable.iter().copied())
             ),
         ),
     }
+}
+
+/// `L2`, or `L1 or L2 or L3`: the levels named as alternatives.
+fn one_of(levels: &[Level]) -> String {
+    levels
+        .iter()
+        .map(|l| l.to_string())
+        .collect::<Vec<_>>()
+        .join(" or ")
 }

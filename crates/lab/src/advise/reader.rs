@@ -198,6 +198,35 @@ impl Analyzer {
     }
 
     pub fn finish(self, cfg: &PolicyConfig) -> Analysis {
+        let mut notes = self.skipped_notes();
+        let without_bios = self.devices_without_advice(&mut notes);
+        let devices: Vec<DeviceReport> = self
+            .devices
+            .values()
+            .filter(|d| d.total_bios() > 0 && d.span_ns() >= MIN_RATE_SPAN_NS)
+            .map(|d| {
+                // No merge events but as many requests as bios: nothing merged, known.
+                let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
+                let mut r = DeviceReport::build(d, known);
+                (r.recommended_level, r.recommendations) = recommend(&r, cfg);
+                r
+            })
+            .collect();
+        Analysis {
+            lines: self.lines,
+            events: self.events,
+            bad_lines: self.bad_lines,
+            bad_examples: self.bad_examples,
+            notes,
+            devices,
+            devices_without_bios: without_bios,
+            scheduler: self.scheduler,
+        }
+    }
+
+    /// What the trace held that was skipped or dropped, and whether merges were seen or
+    /// only estimated.
+    fn skipped_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         if self.bad_lines > 0 {
             notes.push(format!(
@@ -235,6 +264,12 @@ impl Analyzer {
                     .into(),
             );
         }
+        notes
+    }
+
+    /// A note for each device the trace cannot advise on (no usable bio, or too short a
+    /// span for a rate) and each whose clock steps back; the first kind also returned.
+    fn devices_without_advice(&self, notes: &mut Vec<String>) -> Vec<String> {
         // A device whose queue events all lack a size (size 0: corrupt, or flushes only) has
         // no bio to judge merging by: advice from it would be advice from nothing.
         let mut without_bios = Vec::new();
@@ -275,28 +310,7 @@ impl Analyzer {
                 d.dev, d.out_of_order
             ));
         }
-        let devices: Vec<DeviceReport> = self
-            .devices
-            .values()
-            .filter(|d| d.total_bios() > 0 && d.span_ns() >= MIN_RATE_SPAN_NS)
-            .map(|d| {
-                // No merge events but as many requests as bios: nothing merged, known.
-                let known = self.merge_events_seen || (d.issues > 0 && d.issues >= d.total_bios());
-                let mut r = DeviceReport::build(d, known);
-                (r.recommended_level, r.recommendations) = recommend(&r, cfg);
-                r
-            })
-            .collect();
-        Analysis {
-            lines: self.lines,
-            events: self.events,
-            bad_lines: self.bad_lines,
-            bad_examples: self.bad_examples,
-            notes,
-            devices,
-            devices_without_bios: without_bios,
-            scheduler: self.scheduler,
-        }
+        without_bios
     }
 }
 

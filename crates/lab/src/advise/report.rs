@@ -113,10 +113,8 @@ pub(super) fn level_tunables(level: Level) -> &'static str {
 }
 
 impl DeviceReport {
-    /// The figures of one device; its recommendations are left empty for the rules. Long
-    /// because the report has 37 fields, one line each in the literal at the end; what is
-    /// worked out above it (the merges, observed or estimated, and what each level loses)
-    /// is one computation read top to bottom.
+    /// The figures of one device; its recommendations are left empty for the rules. The
+    /// report has 37 fields, one line each in the literal at the end.
     pub(super) fn build(d: &DeviceAcc, merges_seen: bool) -> DeviceReport {
         let bios = d.total_bios();
         let bytes = d.bytes[0] + d.bytes[1];
@@ -128,38 +126,9 @@ impl DeviceReport {
                 .map(|(i, &n)| (DIST_LABELS[i].to_string(), n))
                 .collect()
         };
-        // Merges: observed, or estimated from contiguity when the trace has no merge events.
-        let (back, front, simple) = if merges_seen {
-            (
-                d.back_merges[0] + d.back_merges[1],
-                d.front_merges[0] + d.front_merges[1],
-                d.simple_merges,
-            )
-        } else {
-            (
-                d.dist_task[0],
-                d.dist_task[1],
-                d.dist_task[0] + d.dist_task[1],
-            )
-        };
+        let (back, front, simple) = merges(d, merges_seen);
         let merged = back + front;
-        let simple = simple.min(merged);
-        // Merges each level loses: none; the front merges; all but the simple ones; all.
-        let lost = [0, front, merged - simple, merged];
-        let ladder = Level::ALL
-            .into_iter()
-            .zip(lost)
-            .map(|(level, lost)| LevelShare {
-                level,
-                tunables: level_tunables(level).into(),
-                kept_percent: if merged == 0 {
-                    100.0
-                } else {
-                    pct(merged - lost, merged)
-                },
-                lost_percent_of_bios: pct(lost, bios),
-            })
-            .collect::<Vec<_>>();
+        let ladder = ladder(front, merged, simple, bios);
         let seq = pct(d.dist_task[0], bios);
         let samples = d.timeline.depth_max[..d.timeline.used].to_vec();
         let depth_mean = if samples.is_empty() {
@@ -208,6 +177,45 @@ impl DeviceReport {
             size_counts: d.size_hist,
         }
     }
+}
+
+/// A device's back, front and simple merges: observed, or estimated from contiguity when
+/// the trace has no merge events; never more simple merges than merges.
+fn merges(d: &DeviceAcc, merges_seen: bool) -> (u64, u64, u64) {
+    let (back, front, simple) = if merges_seen {
+        (
+            d.back_merges[0] + d.back_merges[1],
+            d.front_merges[0] + d.front_merges[1],
+            d.simple_merges,
+        )
+    } else {
+        (
+            d.dist_task[0],
+            d.dist_task[1],
+            d.dist_task[0] + d.dist_task[1],
+        )
+    };
+    (back, front, simple.min(back + front))
+}
+
+/// What each ladder level keeps of the `merged` merges and loses of the `bios`: none; the
+/// front merges; all but the simple ones; all.
+fn ladder(front: u64, merged: u64, simple: u64, bios: u64) -> Vec<LevelShare> {
+    let lost = [0, front, merged - simple, merged];
+    Level::ALL
+        .into_iter()
+        .zip(lost)
+        .map(|(level, lost)| LevelShare {
+            level,
+            tunables: level_tunables(level).into(),
+            kept_percent: if merged == 0 {
+                100.0
+            } else {
+                pct(merged - lost, merged)
+            },
+            lost_percent_of_bios: pct(lost, bios),
+        })
+        .collect()
 }
 
 /// A bad line, quoted.

@@ -98,8 +98,8 @@ pub struct WhatIf {
 
 /// Replays `bios` in the simulator under each ladder level (mq-deadline) and under `none`
 /// at nomerges 0 and 2, with nothing changing the tunables during the run, priced in the
-/// cost profile `profile` (the one the recommendation was decided with). Long because it
-/// builds one scenario, runs it per level and tabulates the rows in the same pass.
+/// cost profile `profile` (the one the recommendation was decided with): one scenario per
+/// candidate, run, and tabulated in the same pass.
 pub fn what_if(
     device: &str,
     bios: Vec<TraceBio>,
@@ -146,25 +146,7 @@ pub fn what_if(
     let bios = Arc::new(bios);
     let mut rows = Vec::new();
     for (label, sched, level) in candidates {
-        let nomerges = level.nomerges();
-        let iosched = if sched == Scheduler::MqDeadline {
-            format!(
-                "[device.iosched]\nfront_merges = {}\n",
-                // Off from L1 down: the replay's scenario states the whole queue.
-                u8::from(level == Level::L0)
-            )
-        } else {
-            String::new()
-        };
-        let text = format!(
-            "name = \"advise-what-if\"\nseed = 1\ncost_profile = {profile:?}\n\
-             [[device]]\nname = \"trace\"\nkind = \"ssd\"\nscheduler = \"{sched}\"\n\
-             nomerges = {nomerges}\nqueue_depth = 128\nparallelism = 8\n\
-             bandwidth_mb_s = 2000.0\nread_overhead_us = {r_us}\nwrite_overhead_us = {w_us}\n\
-             {iosched}\
-             [[phase]]\nname = \"replay\"\nduration_s = {dur_s}\n\
-             [[phase.job]]\nname = \"trace\"\ndevice = \"trace\"\n"
-        );
+        let text = scenario_text(profile, sched, level, (r_us, w_us), dur_s);
         let mut sc = Scenario::from_toml_str(&text, "<advise what-if>", None)
             .map_err(|e| anyhow::anyhow!("what-if scenario: {e}"))?;
         sc.phases[0].jobs[0].trace_bios = Some(bios.clone());
@@ -203,4 +185,35 @@ pub fn what_if(
         unit,
         rows,
     })
+}
+
+/// The scenario of one candidate: the modelled SSD under `sched` with `level`'s tunables
+/// and the per-request overheads `(read, write)` in µs, one job replaying the trace for
+/// `dur_s`.
+fn scenario_text(
+    profile: &str,
+    sched: Scheduler,
+    level: Level,
+    (r_us, w_us): (f64, f64),
+    dur_s: f64,
+) -> String {
+    let nomerges = level.nomerges();
+    let iosched = if sched == Scheduler::MqDeadline {
+        format!(
+            "[device.iosched]\nfront_merges = {}\n",
+            // Off from L1 down: the replay's scenario states the whole queue.
+            u8::from(level == Level::L0)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "name = \"advise-what-if\"\nseed = 1\ncost_profile = {profile:?}\n\
+         [[device]]\nname = \"trace\"\nkind = \"ssd\"\nscheduler = \"{sched}\"\n\
+         nomerges = {nomerges}\nqueue_depth = 128\nparallelism = 8\n\
+         bandwidth_mb_s = 2000.0\nread_overhead_us = {r_us}\nwrite_overhead_us = {w_us}\n\
+         {iosched}\
+         [[phase]]\nname = \"replay\"\nduration_s = {dur_s}\n\
+         [[phase.job]]\nname = \"trace\"\ndevice = \"trace\"\n"
+    )
 }

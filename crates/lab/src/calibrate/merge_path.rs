@@ -31,7 +31,6 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -371,9 +370,9 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
         .context("spawn the calibrate guard")
 }
 
-/// `mergetune calibrate` in its default mode. Long because it is one measurement procedure
-/// in order (guard, scratch device or the operator's, sampler, the alternating blocks, the
-/// profile), whose guard and device must live across every step.
+/// `mergetune calibrate` in its default mode: one measurement procedure in order (guard,
+/// scratch device or the operator's, sampler, the alternating blocks, the profile), whose
+/// guard and device live across every step.
 pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
     let symbols = perf::load_symbols(&plan.procfs_root)?;
@@ -382,15 +381,123 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
         buffer_pages: BUFFER_PAGES,
     };
     let mut sampler = MergePathSampler::open(&plan.sysfs_root, symbols, params)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
-    }
+    let stop = super::signals::stop_on_signals()?;
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
-    // The device: the operator's (checked), or a scratch loop device of our own.
-    let (scratch, dev) = match &plan.device {
+    let (scratch, dev) = open_device(&mut plan, &mut fs)?;
+    let dev_path = PathBuf::from("/dev").join(&dev);
+    restore_earlier(&plan)?;
+    let mut guard = spawn_guard(&plan.state_dir, &plan.sysfs_root)?;
+    let mut act = Actuator::new(false, Box::new(FileStore::new(&plan.state_dir)));
+    let key = device_key(&mut fs, &dev);
+    let started = Instant::now();
+    let measured_at = super::profile::utc_now_rfc3339();
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = ncpu - 1;
+    announce(&plan, &dev, scratch.is_some());
+    let result = (|| -> Result<Vec<MergePathCell>> {
+        let mut cells = Vec::new();
+        for &s in &plan.schedulers {
+            // A scratch device switches schedulers; the operator's keeps its own (a switch
+            // drains the queue and is the operator's choice): run() checked it is `s`.
+            if let Some(lp) = &scratch {
+                lp.set_scheduler(s)?;
+            }
+            all_merges_on(&mut act, &mut fs, &dev, s)?;
+            for plugged in [false, true] {
+                for jobs in [1, plan.submitters] {
+                    if over_budget(&plan, started, s, plugged, jobs) {
+                        return Ok(cells);
+                    }
+                    let ws = measure_cell(
+                        &plan,
+                        &mut fs,
+                        &mut sampler,
+                        &dev,
+                        &dev_path,
+                        plugged,
+                        jobs,
+                        cpu,
+                        &stop,
+                    )
+                    .with_context(|| format!("{s} plugged={plugged} submitters={jobs}"))?;
+                    let c = summarize(s, plugged, jobs, &ws);
+                    report_cell(&c, plan.windows);
+                    cells.push(c);
+                }
+            }
+        }
+        Ok(cells)
+    })();
+    // Put the device back ourselves, then let the guard go (it finds nothing left).
+    let restored = act.restore_all(&mut fs, 0);
+    for r in &restored {
+        eprintln!("calibrate: {r}");
+    }
+    drop(guard.stdin.take());
+    let _ = guard.wait();
+    let loop_direct_io = scratch_dio(&mut fs, &dev);
+    drop(scratch);
+    let cells = result?;
+    if cells.is_empty() {
+        bail!("no cell measured");
+    }
+    let measured = Measured {
+        measured_at,
+        duration_s: started.elapsed().as_secs_f64().round(),
+        loop_direct_io,
+        device: key,
+        cells,
+    };
+    let profile = merge_path_profile(&plan, &dev, kernel_release, measured);
+    super::profile::write_profile(&profile, plan.output.as_deref())?;
+    Ok(0)
+}
+
+/// What the run measures, said before it starts.
+fn announce(plan: &Plan, dev: &str, scratch: bool) {
+    eprintln!(
+        "calibrate: merge path on {dev} ({}), {} windows of {} ms per cell, cpu-clock sampling every {} µs",
+        if scratch {
+            "a scratch loop device over tmpfs"
+        } else {
+            "read-only"
+        },
+        plan.windows,
+        plan.window_ms,
+        PERIOD_NS / 1000
+    );
+}
+
+/// Every merge on, as at L0: nomerges 0 and, on mq-deadline, front merges.
+fn all_merges_on(act: &mut Actuator, fs: &mut RealFs, dev: &str, s: Scheduler) -> Result<()> {
+    act.set(fs, dev, Tunable::Nomerges, "0")?;
+    if s == Scheduler::MqDeadline {
+        act.set(fs, dev, Tunable::FrontMerges, "1")?;
+    }
+    Ok(())
+}
+
+/// Whether the next cell would overrun `--max-seconds`, said when it would.
+fn over_budget(plan: &Plan, started: Instant, s: Scheduler, plugged: bool, jobs: u32) -> bool {
+    let budget = Duration::from_secs(plan.max_seconds);
+    if started.elapsed() + Duration::from_secs_f64(plan.cell_seconds() + 3.0) <= budget {
+        return false;
+    }
+    eprintln!(
+        "calibrate: --max-seconds {} reached: {s} {} x{jobs} and later cells not measured",
+        plan.max_seconds,
+        if plugged { "plugged" } else { "unplugged" }
+    );
+    true
+}
+
+/// The device to measure: the operator's `--device` (a whole disk with a request queue,
+/// measured under its own scheduler only), or a scratch loop device of our own, whose
+/// usable schedulers narrow the plan's.
+fn open_device(plan: &mut Plan, fs: &mut RealFs) -> Result<(Option<ScratchLoop>, String)> {
+    Ok(match &plan.device {
         Some(d) => {
-            let info = read_device(&mut fs, d).with_context(|| format!("--device {d}"))?;
+            let info = read_device(fs, d).with_context(|| format!("--device {d}"))?;
             if info.scheduler.is_none() || info.nomerges.is_none() {
                 bail!(
                     "--device {d}: not a whole disk with a request queue (no queue/scheduler or queue/nomerges)"
@@ -412,9 +519,12 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
             let name = lp.name.clone();
             (Some(lp), name)
         }
-    };
-    let dev_path = PathBuf::from("/dev").join(&dev);
-    // Originals first, in a state file; the guard restores them if we are killed.
+    })
+}
+
+/// Originals first, in a state file (the guard restores them if calibrate is killed): what
+/// an earlier calibrate that was killed left is put back before anything is written.
+fn restore_earlier(plan: &Plan) -> Result<()> {
     std::fs::create_dir_all(&plan.state_dir)
         .with_context(|| format!("--state-dir {}", plan.state_dir.display()))?;
     let mut store = FileStore::new(&plan.state_dir);
@@ -425,100 +535,46 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
             eprintln!("calibrate: left by an earlier calibrate that was killed: {r}");
         }
     }
-    let mut guard = spawn_guard(&plan.state_dir, &plan.sysfs_root)?;
-    let mut act = Actuator::new(false, Box::new(FileStore::new(&plan.state_dir)));
-    let key = device_key(&mut fs, &dev);
-    let started = Instant::now();
-    let measured_at = super::profile::utc_now_rfc3339();
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpu = ncpu - 1;
+    Ok(())
+}
+
+/// One measured cell, said as it is measured: the saving of L3 and L2 per bio with their
+/// intervals, against the CPU per bio.
+fn report_cell(c: &MergePathCell, windows: u32) {
     eprintln!(
-        "calibrate: merge path on {dev} ({}), {} windows of {} ms per cell, cpu-clock sampling every {} µs",
-        if scratch.is_some() {
-            "a scratch loop device over tmpfs"
-        } else {
-            "read-only"
-        },
-        plan.windows,
-        plan.window_ms,
-        PERIOD_NS / 1000
+        "calibrate: {:<11} {:<9} x{}: L3 {:>6.1} ns/bio [{:.1}, {:.1}], L2 {:>5.1} [{:.1}, {:.1}] ({:.1}% intervals) of {:>6.0} ns/bio CPU; {} merge samples of {}; {:.0} bios/s",
+        c.scheduler.name(),
+        if c.plugged { "plugged" } else { "unplugged" },
+        c.submitters,
+        c.l3_ns_per_bio,
+        c.l3_ci[0],
+        c.l3_ci[1],
+        c.l2_ns_per_bio,
+        c.l2_ci[0],
+        c.l2_ci[1],
+        // The windows' count fixes the order statistics' coverage.
+        stats::median_ci(&vec![0.0; windows as usize], 0.95).2 * 100.0,
+        c.cpu_ns_per_bio,
+        c.merge_samples,
+        c.samples,
+        c.bios_per_sec
     );
-    let budget = Duration::from_secs(plan.max_seconds);
-    let result = (|| -> Result<Vec<MergePathCell>> {
-        let mut cells = Vec::new();
-        for &s in &plan.schedulers {
-            // A scratch device switches schedulers; the operator's keeps its own (a switch
-            // drains the queue and is the operator's choice): run() checked it is `s`.
-            if let Some(lp) = &scratch {
-                lp.set_scheduler(s)?;
-            }
-            act.set(&mut fs, &dev, Tunable::Nomerges, "0")?;
-            if s == Scheduler::MqDeadline {
-                act.set(&mut fs, &dev, Tunable::FrontMerges, "1")?;
-            }
-            for plugged in [false, true] {
-                for jobs in [1, plan.submitters] {
-                    if started.elapsed() + Duration::from_secs_f64(plan.cell_seconds() + 3.0)
-                        > budget
-                    {
-                        eprintln!(
-                            "calibrate: --max-seconds {} reached: {s} {} x{jobs} and later cells not measured",
-                            plan.max_seconds,
-                            if plugged { "plugged" } else { "unplugged" }
-                        );
-                        return Ok(cells);
-                    }
-                    let ws = measure_cell(
-                        &plan,
-                        &mut fs,
-                        &mut sampler,
-                        &dev,
-                        &dev_path,
-                        plugged,
-                        jobs,
-                        cpu,
-                        &stop,
-                    )
-                    .with_context(|| format!("{s} plugged={plugged} submitters={jobs}"))?;
-                    let c = summarize(s, plugged, jobs, &ws);
-                    eprintln!(
-                        "calibrate: {:<11} {:<9} x{jobs}: L3 {:>6.1} ns/bio [{:.1}, {:.1}], L2 {:>5.1} [{:.1}, {:.1}] ({:.1}% intervals) of {:>6.0} ns/bio CPU; {} merge samples of {}; {:.0} bios/s",
-                        s.name(),
-                        if plugged { "plugged" } else { "unplugged" },
-                        c.l3_ns_per_bio,
-                        c.l3_ci[0],
-                        c.l3_ci[1],
-                        c.l2_ns_per_bio,
-                        c.l2_ci[0],
-                        c.l2_ci[1],
-                        // The windows' count fixes the order statistics' coverage.
-                        stats::median_ci(&vec![0.0; plan.windows as usize], 0.95).2 * 100.0,
-                        c.cpu_ns_per_bio,
-                        c.merge_samples,
-                        c.samples,
-                        c.bios_per_sec
-                    );
-                    cells.push(c);
-                }
-            }
-        }
-        Ok(cells)
-    })();
-    // Put the device back ourselves, then let the guard go (it finds nothing left).
-    let restored = act.restore_all(&mut fs, 0);
-    for r in &restored {
-        eprintln!("calibrate: {r}");
-    }
-    drop(guard.stdin.take());
-    let _ = guard.wait();
-    let loop_direct_io = scratch_dio(&mut fs, &dev);
-    drop(scratch);
-    let cells = result?;
-    if cells.is_empty() {
-        bail!("no cell measured");
-    }
+}
+
+/// What a calibrate run measured, for its profile.
+struct Measured {
+    /// When the run started (RFC 3339, UTC).
+    measured_at: String,
+    duration_s: f64,
+    loop_direct_io: bool,
+    device: DeviceKey,
+    cells: Vec<MergePathCell>,
+}
+
+/// The cost profile of a merge-path run on `dev`.
+fn merge_path_profile(plan: &Plan, dev: &str, kernel_release: String, m: Measured) -> CostProfile {
     let coverage = stats::median_ci(&vec![0.0; plan.windows as usize], 0.95).2;
-    let profile = CostProfile {
+    CostProfile {
         name: plan.name.clone(),
         description: format!(
             "The merge path's CPU per bio, sampled by mergetune calibrate with cpu-clock callchains under fio random 4 KiB O_DIRECT reads on {dev}"
@@ -535,21 +591,19 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
             .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()
             .join(" "),
-        measured_at,
-        duration_s: started.elapsed().as_secs_f64().round(),
+        measured_at: m.measured_at,
+        duration_s: m.duration_s,
         reps: plan.windows,
         runtime_ms: plan.window_ms,
         ci_coverage_percent: (coverage * 1000.0).round() / 10.0,
         noise_percent: 0.0,
         loadavg: Vec::new(),
-        loop_direct_io,
+        loop_direct_io: m.loop_direct_io,
         cells: Vec::new(),
         toggle: None,
-        device: Some(key),
-        merge_path: cells,
-    };
-    super::profile::write_profile(&profile, plan.output.as_deref())?;
-    Ok(0)
+        device: Some(m.device),
+        merge_path: m.cells,
+    }
 }
 
 /// What the sampler costs the tasks it interrupts, measured: fio at full rate on a scratch
@@ -559,23 +613,14 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
 /// enough to resolve. Per pair, fio's CPU per second with the sampler on minus off, over
 /// the samples per second taken on fio's CPU, is the cost of one sample. Printed with its
 /// interval and scaled to the daemon's settings (`[pricing]`) against the saving at this rate.
-/// Long because it is one measurement procedure in order over one fio run, whose device,
-/// sampler and fio process must live across every block.
+/// One measurement procedure in order over one fio run, whose device, sampler and fio
+/// process live across every block.
 pub fn overhead(
     plan: &Plan,
     pairs: u32,
     pricing: &mergetune_logic::pricing::config::PricingConfig,
 ) -> Result<i32> {
-    const AMPLIFIED_PERIOD_NS: u64 = 100_000;
-    let symbols = perf::load_symbols(&plan.procfs_root)?;
-    let mut sampler = MergePathSampler::open(
-        &plan.sysfs_root,
-        symbols,
-        SamplerParams {
-            period_ns: AMPLIFIED_PERIOD_NS,
-            buffer_pages: BUFFER_PAGES,
-        },
-    )?;
+    let mut sampler = amplified_sampler(plan)?;
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
     let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
     lp.set_scheduler(Scheduler::MqDeadline)?;
@@ -592,14 +637,7 @@ pub fn overhead(
         cpu,
     )?;
     let result = (|| -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
-        let t0 = Instant::now();
-        let start = device_bios(&mut fs, &dev)?;
-        while device_bios(&mut fs, &dev)? == start {
-            if t0.elapsed() > Duration::from_secs(10) {
-                bail!("fio did no I/O on {dev} in 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_io(&mut fs, &dev)?;
         std::thread::sleep(Duration::from_millis(500));
         let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
             .into_iter()
@@ -607,15 +645,7 @@ pub fn overhead(
         let mut per_sample = Vec::new();
         let mut merge_ns = Vec::new();
         let (mut bios_sum, mut secs_sum) = (0u64, 0f64);
-        let mut order = vec![false; pairs as usize];
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = (i as u64)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .rotate_left(17)
-                & 1
-                == 1;
-        }
-        for on_first in order {
+        for on_first in pair_order(pairs) {
             let mut cpu_per_s = [0f64; 2];
             let mut samples_per_s = 0f64;
             for on in [on_first, !on_first] {
@@ -663,8 +693,56 @@ pub fn overhead(
     stop_fio(&plan.procfs_root, &mut child);
     drop(lp);
     let (per_sample, merge_ns, bios_per_s, _) = result?;
-    let e = stats::estimate(&per_sample);
-    let m = stats::estimate(&merge_ns);
+    report_overhead(plan, pricing, ncpu, &per_sample, &merge_ns, bios_per_s);
+    Ok(0)
+}
+
+/// The period of `overhead`'s sampler: 10 times shorter than the daemon's, so that its cost
+/// is large enough to resolve.
+const AMPLIFIED_PERIOD_NS: u64 = 100_000;
+
+/// The merge-path sampler at [`AMPLIFIED_PERIOD_NS`].
+fn amplified_sampler(plan: &Plan) -> Result<MergePathSampler> {
+    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let params = SamplerParams {
+        period_ns: AMPLIFIED_PERIOD_NS,
+        buffer_pages: BUFFER_PAGES,
+    };
+    Ok(MergePathSampler::open(&plan.sysfs_root, symbols, params)?)
+}
+
+/// Waits until fio's first I/O reaches `dev` (10 s at the most).
+fn wait_for_io(fs: &mut RealFs, dev: &str) -> Result<()> {
+    let t0 = Instant::now();
+    let start = device_bios(fs, dev)?;
+    while device_bios(fs, dev)? == start {
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("fio did no I/O on {dev} in 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Per pair, whether the sampler is on in its first block: a fixed pseudo-random order.
+fn pair_order(pairs: u32) -> Vec<bool> {
+    (0..u64::from(pairs))
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) & 1 == 1)
+        .collect()
+}
+
+/// `overhead`'s figures: the cost of one sample, the merge path's saving at fio's rate, and
+/// the daemon's sampler at its settings against that saving.
+fn report_overhead(
+    plan: &Plan,
+    pricing: &mergetune_logic::pricing::config::PricingConfig,
+    ncpu: usize,
+    per_sample: &[f64],
+    merge_ns: &[f64],
+    bios_per_s: f64,
+) {
+    let e = stats::estimate(per_sample);
+    let m = stats::estimate(merge_ns);
     // The daemon's sampler: one sample per period_us of CPU on each busy CPU, on for
     // sample_ms of every every_ms; here fio's CPU alone is counted (its CPU is where the
     // merge path runs), the other CPU's share is the same per sample.
@@ -710,7 +788,6 @@ pub fn overhead(
         cost(e.high) / saving(m.median) * 100.0,
         e.coverage * 100.0
     );
-    Ok(0)
 }
 
 fn scratch_dio(fs: &mut RealFs, dev: &str) -> bool {

@@ -3,18 +3,18 @@
 //! runs, then the profile.
 
 use super::cpu::loadavg_1m;
-use super::fio::{measure_run, toggle_run};
+use super::fio::{RunSample, measure_run, toggle_run};
 use super::profile::{
     Measured, Samples, build_profile, summarize_toggle, utc_now_rfc3339, write_profile,
 };
 use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
 use super::stats;
 use anyhow::{Context, Result, bail};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::pricing::profile::{Scheduler, Workload};
+use mergetune_logic::pricing::profile::{ToggleCost, Workload};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -207,9 +207,9 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     Ok(())
 }
 
-/// `mergetune calibrate`. Long because it is one measurement procedure in order (refusals,
-/// signals, leftovers, the scratch device, the interleaved runs, the profile), whose scratch
-/// device and signal flag must live across every step.
+/// `mergetune calibrate`: one measurement procedure in order (refusals, signals, leftovers,
+/// the scratch device, the interleaved runs, the profile), whose scratch device and signal
+/// flag live across every step.
 pub fn run(args: CalibrateArgs) -> Result<i32> {
     if let Some(dir) = &args.guard {
         return super::merge_path::guard(dir, &args.sysfs_root);
@@ -226,36 +226,12 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         return run_merge_path(&args);
     }
     check_end_to_end_args(&args, ncpu)?;
-    let all = Scheduler::ALL.map(|s| s.name().to_string());
-    let names = if args.schedulers.is_empty() {
-        &all[..]
-    } else {
-        &args.schedulers[..]
-    };
-    let schedulers = parse_schedulers(names)?;
-    let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
-        .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
-    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
-    let window_ms = args
-        .runtime_ms
-        .unwrap_or(if args.quick { 300 } else { 1000 });
-    let toggle_reps = args.toggle_reps.unwrap_or(if args.quick { 2 } else { 5 });
-    let toggle_runtime_s = args
-        .toggle_runtime_s
-        .unwrap_or(if args.quick { 2.0 } else { 20.0 });
-    let toggle_interval_ms = args
-        .toggle_interval_ms
-        .unwrap_or(if args.quick { 250 } else { 1000 });
-    if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
-        bail!("--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50");
-    }
+    let (schedulers, toggle_sched) = end_to_end_schedulers(&args)?;
+    let set = Settings::of(&args)?;
     check_tools()?;
     let cpu = args.cpu.unwrap_or(ncpu - 1);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("signal handler")?;
-    }
+    let stop = super::signals::stop_on_signals()?;
     clean_leftovers(&args);
     let started = Instant::now();
     let measured_at = utc_now_rfc3339();
@@ -268,85 +244,34 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
             toggle_sched.name()
         );
     }
-    let json = lp.dir.join("fio.json");
+    let bench = Bench {
+        lp: &lp,
+        cpu,
+        json: lp.dir.join("fio.json"),
+        stop: &stop,
+        started,
+    };
     eprintln!(
-        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {reps} reps of {window_ms} ms windows",
+        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {} reps of {} ms windows",
         lp.dev.display(),
         args.size_mib,
-        if lp.direct_io { "on" } else { "off: buffered" }
+        if lp.direct_io { "on" } else { "off: buffered" },
+        set.reps,
+        set.window_ms
     );
     // The first heavy run on a new loop device can be a cold outlier.
-    measure_run(&lp, Workload::RandomUnbatched, cpu, window_ms, &json)?;
-
-    let mut samples: Samples = Samples::new();
-    for rep in 0..reps {
-        let mut order = schedulers.clone();
-        let n = order.len();
-        order.rotate_left(rep as usize % n);
-        for (si, &s) in order.iter().enumerate() {
-            lp.set_scheduler(s)?;
-            let mut cells: Vec<(Level, Workload)> = mergetune_logic::tuners::profile_levels(s)
-                .iter()
-                .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
-                .collect();
-            stats::shuffle(&mut cells, args.seed ^ ((rep as u64) << 32) ^ si as u64);
-            for (l, w) in cells {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
-                lp.set_level(s, l)?;
-                // A run starved past its deadline by other tenants is tried again, twice.
-                let mut r = measure_run(&lp, w, cpu, window_ms, &json);
-                for _ in 0..2 {
-                    if let Err(e) = &r {
-                        eprintln!("calibrate: {s} {l} {w}: {e:#}; again");
-                        r = measure_run(&lp, w, cpu, window_ms, &json);
-                    }
-                }
-                let r = r.with_context(|| format!("{s} {l} {w}"))?;
-                samples.entry((s, l, w)).or_default().push(r);
-            }
-            lp.set_level(s, Level::L0)?;
-        }
-        eprintln!(
-            "calibrate: rep {}/{reps} done ({:.0} s)",
-            rep + 1,
-            started.elapsed().as_secs_f64()
-        );
-    }
-
+    measure_run(
+        &lp,
+        Workload::RandomUnbatched,
+        cpu,
+        set.window_ms,
+        &bench.json,
+    )?;
+    let samples = bench.interleaved(&schedulers, &set, args.seed)?;
     let toggle = if args.no_toggle {
         None
     } else {
-        lp.set_scheduler(toggle_sched)?;
-        lp.set_level(toggle_sched, Level::L0)?;
-        let (mut with, mut without) = (Vec::new(), Vec::new());
-        for rep in 0..toggle_reps {
-            // ABBA order: neither arm always runs first.
-            let arms = if rep % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for t in arms {
-                if stop.load(Ordering::Relaxed) {
-                    bail!("interrupted");
-                }
-                let r = toggle_run(&lp, cpu, toggle_runtime_s, toggle_interval_ms, t, &json)?;
-                if t { with.push(r) } else { without.push(r) }
-            }
-        }
-        eprintln!(
-            "calibrate: toggle runs done ({:.0} s)",
-            started.elapsed().as_secs_f64()
-        );
-        Some(summarize_toggle(
-            toggle_sched,
-            toggle_interval_ms,
-            toggle_runtime_s,
-            &with,
-            &without,
-        ))
+        Some(bench.toggle(toggle_sched, &set)?)
     };
 
     let profile = build_profile(Measured {
@@ -356,8 +281,8 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         schedulers: schedulers.clone(),
         measured_at,
         duration_s: started.elapsed().as_secs_f64().round(),
-        reps,
-        window_ms,
+        reps: set.reps,
+        window_ms: set.window_ms,
         loadavg: vec![load_start, loadavg_1m()],
         samples,
         toggle,
@@ -365,6 +290,169 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
     drop(lp);
     write_profile(&profile, args.output.as_deref())?;
     Ok(0)
+}
+
+/// The schedulers `--schedulers` names (all four when it names none) and the
+/// `--toggle-scheduler`.
+fn end_to_end_schedulers(args: &CalibrateArgs) -> Result<(Vec<Scheduler>, Scheduler)> {
+    let all = Scheduler::ALL.map(|s| s.name().to_string());
+    let names = if args.schedulers.is_empty() {
+        &all[..]
+    } else {
+        &args.schedulers[..]
+    };
+    let schedulers = parse_schedulers(names)?;
+    let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
+        .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
+    Ok((schedulers, toggle_sched))
+}
+
+/// The end-to-end mode's counts and lengths: each its flag's, or the mode's default
+/// (shorter with `--quick`).
+struct Settings {
+    reps: u32,
+    window_ms: u64,
+    toggle_reps: u32,
+    toggle_runtime_s: f64,
+    toggle_interval_ms: u64,
+}
+
+impl Settings {
+    fn of(args: &CalibrateArgs) -> Result<Settings> {
+        let reps = args.reps.unwrap_or(if args.quick { 2 } else { 10 });
+        let window_ms = args
+            .runtime_ms
+            .unwrap_or(if args.quick { 300 } else { 1000 });
+        let toggle_reps = args.toggle_reps.unwrap_or(if args.quick { 2 } else { 5 });
+        let toggle_runtime_s = args
+            .toggle_runtime_s
+            .unwrap_or(if args.quick { 2.0 } else { 20.0 });
+        let toggle_interval_ms =
+            args.toggle_interval_ms
+                .unwrap_or(if args.quick { 250 } else { 1000 });
+        if reps == 0 || window_ms < 50 || toggle_reps == 0 || toggle_interval_ms == 0 {
+            bail!(
+                "--reps, --toggle-reps and --toggle-interval-ms must be >= 1, --runtime-ms >= 50"
+            );
+        }
+        Ok(Settings {
+            reps,
+            window_ms,
+            toggle_reps,
+            toggle_runtime_s,
+            toggle_interval_ms,
+        })
+    }
+}
+
+/// What every fio run of the end-to-end mode shares: the scratch device, fio's CPU and
+/// output file, the signal flag and the start, for the progress lines.
+struct Bench<'a> {
+    lp: &'a ScratchLoop,
+    cpu: usize,
+    json: PathBuf,
+    stop: &'a AtomicBool,
+    started: Instant,
+}
+
+impl Bench<'_> {
+    fn check_stop(&self) -> Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        Ok(())
+    }
+
+    /// The reps: per rep, each scheduler in a rotated order, and in it each level and
+    /// workload in a shuffled order.
+    fn interleaved(&self, schedulers: &[Scheduler], set: &Settings, seed: u64) -> Result<Samples> {
+        let (lp, reps) = (self.lp, set.reps);
+        let mut samples: Samples = Samples::new();
+        for rep in 0..reps {
+            let mut order = schedulers.to_vec();
+            let n = order.len();
+            order.rotate_left(rep as usize % n);
+            for (si, &s) in order.iter().enumerate() {
+                lp.set_scheduler(s)?;
+                let mut cells: Vec<(Level, Workload)> = mergetune_logic::tuners::profile_levels(s)
+                    .iter()
+                    .flat_map(|&l| Workload::ALL.into_iter().map(move |w| (l, w)))
+                    .collect();
+                stats::shuffle(&mut cells, seed ^ ((rep as u64) << 32) ^ si as u64);
+                for (l, w) in cells {
+                    self.check_stop()?;
+                    lp.set_level(s, l)?;
+                    let r = self.measure_retried(s, l, w, set.window_ms)?;
+                    samples.entry((s, l, w)).or_default().push(r);
+                }
+                lp.set_level(s, Level::L0)?;
+            }
+            eprintln!(
+                "calibrate: rep {}/{reps} done ({:.0} s)",
+                rep + 1,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+        Ok(samples)
+    }
+
+    /// One run of workload `w` at level `l` of `s`; a run starved past its deadline by
+    /// other tenants is tried again, twice.
+    fn measure_retried(
+        &self,
+        s: Scheduler,
+        l: Level,
+        w: Workload,
+        window_ms: u64,
+    ) -> Result<RunSample> {
+        let run = || measure_run(self.lp, w, self.cpu, window_ms, &self.json);
+        let mut r = run();
+        for _ in 0..2 {
+            if let Err(e) = &r {
+                eprintln!("calibrate: {s} {l} {w}: {e:#}; again");
+                r = run();
+            }
+        }
+        r.with_context(|| format!("{s} {l} {w}"))
+    }
+
+    /// The toggle runs on `sched` at L0, with and without the toggling in ABBA order.
+    fn toggle(&self, sched: Scheduler, set: &Settings) -> Result<ToggleCost> {
+        self.lp.set_scheduler(sched)?;
+        self.lp.set_level(sched, Level::L0)?;
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for rep in 0..set.toggle_reps {
+            // ABBA order: neither arm always runs first.
+            let arms = if rep % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for t in arms {
+                self.check_stop()?;
+                let r = toggle_run(
+                    self.lp,
+                    self.cpu,
+                    set.toggle_runtime_s,
+                    set.toggle_interval_ms,
+                    t,
+                    &self.json,
+                )?;
+                if t { with.push(r) } else { without.push(r) }
+            }
+        }
+        eprintln!(
+            "calibrate: toggle runs done ({:.0} s)",
+            self.started.elapsed().as_secs_f64()
+        );
+        Ok(summarize_toggle(
+            sched,
+            set.toggle_interval_ms,
+            set.toggle_runtime_s,
+            &with,
+            &without,
+        ))
+    }
 }
 
 /// The default mode: the merge path sampled (`merge_path`).

@@ -64,8 +64,8 @@ fn draw_runs(path: &Path, runs: &[&Series]) -> DrawResult<()> {
     Ok(())
 }
 
-/// One panel of the runs figure. Long because it draws axes, series, markers and legend in
-/// drawing order on one area.
+/// One panel of the runs figure: axes, series, markers and legend in drawing order on one
+/// area.
 fn draw_panel(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     kind: usize,
@@ -81,14 +81,7 @@ fn draw_panel(
         2 => (format!("{dev}: bios per second"), "bios/s"),
         _ => (format!("{dev}: mean latency per request"), "latency (ms)"),
     };
-    let val = |s: &Sample, d: usize| -> Option<f64> {
-        match kind {
-            0 => s.merge_percent[d],
-            1 => Some(f64::from(s.level.index())),
-            2 => Some(s.bios_per_s[d]),
-            _ => s.await_ms[d],
-        }
-    };
+    let val = |s: &Sample, d: usize| panel_value(kind, s, d);
     let y_max = match kind {
         0 => 100.0,
         1 => 3.3,
@@ -119,84 +112,14 @@ fn draw_panel(
             .y_label_formatter(&|v| format!("L{}", v.round() as i64));
     }
     mesh.draw()?;
-    // Phase boundaries: every other phase shaded, names on the first panel.
-    for (i, (name, a, b)) in phases.iter().enumerate() {
-        if i % 2 == 1 {
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(*a, y_min), (*b, y_max)],
-                SHADE.mix(0.6).filled(),
-            )))?;
-        }
-        if kind == 0 {
-            chart.draw_series(std::iter::once(Text::new(
-                name.clone(),
-                (*a + (b - a) * 0.02, y_max * 0.97),
-                font(11),
-            )))?;
-        }
-    }
-    // Decisions and probes as vertical lines.
+    draw_phases(&mut chart, phases, kind == 0, (y_min, y_max))?;
     if kind <= 1 {
-        for d in decs {
-            let x = d.at_ms as f64 / 1000.0;
-            let c = if matches!(
-                d.kind,
-                DecisionKind::Probe
-                    | DecisionKind::ProbeSucceeded
-                    | DecisionKind::ProbeFailed
-                    | DecisionKind::ProbeInconclusive
-            ) {
-                PROBE
-            } else {
-                DECISION
-            };
-            chart.draw_series(std::iter::once(PathElement::new(
-                vec![(x, y_min), (x, y_max)],
-                c.stroke_width(1),
-            )))?;
-        }
+        draw_decisions(&mut chart, decs, (y_min, y_max))?;
     }
     if kind == 1 {
-        chart
-            .draw_series(LineSeries::new(
-                step(smp.iter().map(|s| (s.t_s, f64::from(s.level.index())))),
-                BLACK.stroke_width(2),
-            ))?
-            .label("level")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
-        chart
-            .draw_series(std::iter::once(PathElement::new(vec![], DECISION)))?
-            .label("decision")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], DECISION));
-        chart
-            .draw_series(std::iter::once(PathElement::new(vec![], PROBE)))?
-            .label("probe")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], PROBE));
+        draw_level(&mut chart, smp)?;
     } else {
-        for (d, (label, color)) in [("reads", READ), ("writes", WRITE)].into_iter().enumerate() {
-            // A window without I/O of a direction leaves a gap, not a line across it.
-            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-            for s in smp {
-                match val(s, d) {
-                    Some(v) => runs.last_mut().unwrap_or(&mut Vec::new()).push((s.t_s, v)),
-                    None if runs.last().is_some_and(|r| !r.is_empty()) => runs.push(Vec::new()),
-                    None => {}
-                }
-            }
-            runs.retain(|r| !r.is_empty());
-            if runs.is_empty() {
-                continue;
-            }
-            for r in runs.iter().skip(1) {
-                chart.draw_series(LineSeries::new(r.clone(), color.stroke_width(2)))?;
-            }
-            chart
-                .draw_series(LineSeries::new(runs[0].clone(), color.stroke_width(2)))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-        }
+        draw_directions(&mut chart, smp, kind)?;
     }
     chart
         .configure_series_labels()
@@ -209,6 +132,124 @@ fn draw_panel(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .draw()?;
+    Ok(())
+}
+
+/// A panel's chart: time against the panel's value.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// What panel `kind` shows of sample `s` in direction `d` (0 reads, 1 writes).
+fn panel_value(kind: usize, s: &Sample, d: usize) -> Option<f64> {
+    match kind {
+        0 => s.merge_percent[d],
+        1 => Some(f64::from(s.level.index())),
+        2 => Some(s.bios_per_s[d]),
+        _ => s.await_ms[d],
+    }
+}
+
+/// Phase boundaries: every other phase shaded, and with `names`, each phase's name.
+fn draw_phases(
+    chart: &mut Chart<'_, '_>,
+    phases: &[(String, f64, f64)],
+    names: bool,
+    (y_min, y_max): (f64, f64),
+) -> DrawResult<()> {
+    for (i, (name, a, b)) in phases.iter().enumerate() {
+        if i % 2 == 1 {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(*a, y_min), (*b, y_max)],
+                SHADE.mix(0.6).filled(),
+            )))?;
+        }
+        if names {
+            chart.draw_series(std::iter::once(Text::new(
+                name.clone(),
+                (*a + (b - a) * 0.02, y_max * 0.97),
+                font(11),
+            )))?;
+        }
+    }
+    Ok(())
+}
+
+/// Decisions and probes as vertical lines.
+fn draw_decisions(
+    chart: &mut Chart<'_, '_>,
+    decs: &[&Decision],
+    (y_min, y_max): (f64, f64),
+) -> DrawResult<()> {
+    for d in decs {
+        let x = d.at_ms as f64 / 1000.0;
+        let c = if matches!(
+            d.kind,
+            DecisionKind::Probe
+                | DecisionKind::ProbeSucceeded
+                | DecisionKind::ProbeFailed
+                | DecisionKind::ProbeInconclusive
+        ) {
+            PROBE
+        } else {
+            DECISION
+        };
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(x, y_min), (x, y_max)],
+            c.stroke_width(1),
+        )))?;
+    }
+    Ok(())
+}
+
+/// The ladder level as a step line, and the legend of the decision and probe lines.
+fn draw_level(chart: &mut Chart<'_, '_>, smp: &[Sample]) -> DrawResult<()> {
+    chart
+        .draw_series(LineSeries::new(
+            step(smp.iter().map(|s| (s.t_s, f64::from(s.level.index())))),
+            BLACK.stroke_width(2),
+        ))?
+        .label("level")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    chart
+        .draw_series(std::iter::once(PathElement::new(vec![], DECISION)))?
+        .label("decision")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], DECISION));
+    chart
+        .draw_series(std::iter::once(PathElement::new(vec![], PROBE)))?
+        .label("probe")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], PROBE));
+    Ok(())
+}
+
+/// Panel `kind`'s value per direction; a window without I/O of a direction leaves a gap.
+fn draw_directions(chart: &mut Chart<'_, '_>, smp: &[Sample], kind: usize) -> DrawResult<()> {
+    for (d, (label, color)) in [("reads", READ), ("writes", WRITE)].into_iter().enumerate() {
+        // A window without I/O of a direction leaves a gap, not a line across it.
+        let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+        for s in smp {
+            match panel_value(kind, s, d) {
+                Some(v) => runs.last_mut().unwrap_or(&mut Vec::new()).push((s.t_s, v)),
+                None if runs.last().is_some_and(|r| !r.is_empty()) => runs.push(Vec::new()),
+                None => {}
+            }
+        }
+        runs.retain(|r| !r.is_empty());
+        if runs.is_empty() {
+            continue;
+        }
+        for r in runs.iter().skip(1) {
+            chart.draw_series(LineSeries::new(r.clone(), color.stroke_width(2)))?;
+        }
+        chart
+            .draw_series(LineSeries::new(runs[0].clone(), color.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+    }
     Ok(())
 }
 

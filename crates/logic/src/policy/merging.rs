@@ -5,10 +5,10 @@
 //! merge-hostile, and from L0 to L3 where not one bio merged with every kind of merge
 //! tried and a bio tap watches L3 (the rungs between have nothing to show).
 
-use super::reason::KnownHostileToL3;
+use super::reason::{KnownHostileToL3, pct, secs};
 use super::{Ctx, DEEPEST_LEVEL, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason};
 use super::{Signature, Step, TAP_HOLDOFF_INITIAL_MS, change, hold, next_down, settle};
-use crate::decision::Level;
+use crate::decision::{Level, count};
 use crate::sampler::Window;
 use std::ops::ControlFlow;
 
@@ -387,5 +387,179 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
             next,
         };
         change(s.h.move_to(next, now_ms), OutcomeKind::StepDown, reason)
+    }
+}
+
+/// The merging mode's wording where it holds its level or steps up ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn holds(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::Pays {
+            level,
+            ratio,
+            low,
+            bios_per_sec,
+        } => write!(
+            f,
+            "merging pays at {level}: merge ratio {} >= {} at {bios_per_sec:.0} bios/s",
+            pct(*ratio),
+            pct(*low)
+        ),
+        Reason::LowWindow {
+            ratio,
+            low,
+            bios_per_sec,
+            n,
+            k,
+            next,
+        } => write!(
+            f,
+            "merge ratio {} < {} at {bios_per_sec:.0} bios/s: low window {n} of {k} before {next}",
+            pct(*ratio),
+            pct(*low)
+        ),
+        Reason::StillMerging {
+            level,
+            ratio,
+            high,
+            bios_per_sec,
+        } => write!(
+            f,
+            "merges still counted at {level}: ratio {} >= {} at {bios_per_sec:.0} bios/s; back to L0",
+            pct(*ratio),
+            pct(*high)
+        ),
+        Reason::DeepestAllowed {
+            level,
+            ratio,
+            low,
+            l3_blind,
+        } => write!(
+            f,
+            "merge ratio {} < {} at {level}, the deepest level allowed here{}",
+            pct(*ratio),
+            pct(*low),
+            if *l3_blind {
+                " (L3 would be blind: no bio tap)"
+            } else {
+                ""
+            }
+        ),
+        Reason::TrialStart {
+            level,
+            ratio,
+            bios_per_sec,
+            windows,
+        } => write!(
+            f,
+            "merging pays at {level} ({} at {bios_per_sec:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
+            pct(*ratio),
+            count(u64::from(*windows), "window")
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
+}
+
+/// The merging mode's wording where a step down is due but held back ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn held_back(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::Dwell {
+            ratio,
+            low,
+            windows,
+            level,
+            at_level_ms,
+            dwell_ms,
+        } => write!(
+            f,
+            "merge ratio {} < {} for {windows} windows, but at {level} only for {} (dwell {})",
+            pct(*ratio),
+            pct(*low),
+            secs(*at_level_ms),
+            secs(*dwell_ms)
+        ),
+        Reason::CapReached {
+            ratio,
+            low,
+            windows,
+            cap,
+            level,
+        } => {
+            write!(f, "merge ratio {} < {}", pct(*ratio), pct(*low))?;
+            if let Some(k) = windows {
+                write!(f, " for {k} windows")?;
+            }
+            write!(
+                f,
+                ", but {cap} changes in the last hour reach the cap; staying at {level}"
+            )
+        }
+        Reason::L3HeldOff {
+            level,
+            remaining_ms,
+        } => write!(
+            f,
+            "at {level}, no step to L3 for another {}: the bio tap's last call for merging at L3 was not borne out by the counters at L0 (the hold-off doubles at each such call in a row)",
+            secs(*remaining_ms)
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
+}
+
+/// The merging mode's wording where it steps down ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn steps(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::StepDown {
+            ratio,
+            low,
+            windows,
+            bios_per_sec,
+            level,
+            next,
+        } => write!(
+            f,
+            "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> {next}",
+            pct(*ratio),
+            pct(*low)
+        ),
+        Reason::StepToL3 {
+            ratio,
+            low,
+            windows,
+            bios_per_sec,
+            level,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
+            pct(*ratio),
+            pct(*low),
+            secs(*next_probe_in_ms)
+        ),
+        Reason::NothingMergesToL3 {
+            windows,
+            bios_per_sec,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "no bio merged in {windows} windows at L0 at {bios_per_sec:.0} bios/s, with every kind of merge tried, and the bio tap watches L3: L0 -> L3 (the rungs between would count zero again), next probe in {}",
+            secs(*next_probe_in_ms)
+        ),
+        Reason::KnownHostileToL3(k) => write!(
+            f,
+            "merge ratio {} < {} for {} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {} -> L3, next probe in {}",
+            pct(k.ratio),
+            pct(k.low),
+            k.windows,
+            k.bios_per_sec,
+            k.known.bios_per_sec,
+            k.known.read_share * 100.0,
+            k.known.sectors_per_bio / 2.0,
+            k.level,
+            secs(k.next_probe_in_ms)
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
     }
 }

@@ -8,13 +8,13 @@
 //!   already found merge-hostile, goes to L0 to measure, unless a sensed sample clearly
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
-use super::reason::ChangeAnsweredByTap;
+use super::reason::{ChangeAnsweredByTap, pct, secs};
 use super::signature::{
     RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
 };
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, change, hold, sensed_min_bios};
-use crate::decision::Level;
+use crate::decision::{Level, count};
 use crate::sampler::Window;
 use std::ops::ControlFlow;
 
@@ -319,4 +319,118 @@ fn probe(s: InMode<AtL3>, changed: Option<SignatureChange>, cx: &Ctx) -> Evaluat
         windows: cfg.probe_windows,
     };
     change(s, OutcomeKind::ProbeStart, reason)
+}
+
+/// The off mode's wording where L3 is left ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn leaves(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::L3NoLongerAllowed {
+            disabled_nomerges,
+            to,
+        } => write!(
+            f,
+            "the config no longer allows L3 ([policy] disabled_nomerges = {disabled_nomerges}); back to {to}"
+        ),
+        Reason::BlindAtL3 { to } => write!(
+            f,
+            "no bio tap at L3: the merge counters are blind there; back to {to}"
+        ),
+        Reason::SensedMergeable {
+            share,
+            sampled,
+            high,
+        } => write!(
+            f,
+            "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
+            pct(*share),
+            pct(*high)
+        ),
+        Reason::ProbeOnChange { change, windows } => write!(
+            f,
+            "workload changed at L3 ({change}): probing at once, L0 for {}",
+            count(u64::from(*windows), "busy window")
+        ),
+        Reason::TimedProbe {
+            off_for_ms,
+            windows,
+        } => write!(
+            f,
+            "probe after {} at L3: L0 for {} to measure",
+            secs(*off_for_ms),
+            count(u64::from(*windows), "busy window")
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
+}
+
+/// The off mode's wording where L3 stays ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::AtL3 { next_probe_in_ms } => {
+            write!(f, "at L3; next probe in {}", secs(*next_probe_in_ms))
+        }
+        Reason::AnsweredByTap {
+            share,
+            sampled,
+            low,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
+            pct(*share),
+            pct(*low),
+            secs(*next_probe_in_ms)
+        ),
+        Reason::KnownHostileChange {
+            change,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "workload changed at L3 ({change}) to one already found merge-hostile: no probe; next probe in {}",
+            secs(*next_probe_in_ms)
+        ),
+        Reason::FallAwaitsTap {
+            from_per_sec,
+            to_per_sec,
+            lasted_ms,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "at L3 the rate fell ({}) for {}, the same shape: the bio tap's next sample says whether merging would find anything (a fall alone is no sign of merges; CPU contention also slows a workload); next probe in {}",
+            SignatureChange::Rate {
+                from_per_sec: *from_per_sec,
+                to_per_sec: *to_per_sec
+            },
+            secs(*lasted_ms),
+            secs(*next_probe_in_ms)
+        ),
+        Reason::RateFell {
+            from_per_sec,
+            to_per_sec,
+            lasted_ms,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "at L3 the rate fell ({}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
+            SignatureChange::Rate {
+                from_per_sec: *from_per_sec,
+                to_per_sec: *to_per_sec
+            },
+            secs(*lasted_ms),
+            secs(RATE_CHANGE_CONFIRM_MS),
+            secs(*next_probe_in_ms)
+        ),
+        Reason::ChangeAnsweredByTap(c) => write!(
+            f,
+            "workload changed at L3 ({}), but the tap sees {} of {} sampled bios contiguous (< {}): no probe needed; next probe in {}",
+            c.change,
+            pct(c.share),
+            c.sampled,
+            pct(c.low),
+            secs(c.next_probe_in_ms)
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
 }

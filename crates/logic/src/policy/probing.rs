@@ -2,9 +2,10 @@
 //! merge on. A clearly low probe goes back to L3 (a timed probe doubles the backoff); any
 //! other stays at L0, and one where merging clearly pays tries L2 at once.
 
+use super::reason::{pct, secs};
 use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Probe, Reason};
 use super::{ProbeCause, Signature, change, hold, settle};
-use crate::decision::Level;
+use crate::decision::{Level, count};
 use crate::sampler::Window;
 
 /// The steps in order: an idle window counts toward giving up (at L0, the safe level); a
@@ -119,4 +120,70 @@ fn merging_pays(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
     }
     let s = s.h.settle_merging(Merging::at(Level::L0), now_ms);
     settle(s, OutcomeKind::ProbeSucceeded, found(None))
+}
+
+/// The probing mode's wording ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::ProbeWindow { window, of, ratio } => write!(
+            f,
+            "probing: window {window} of {of}, merge ratio so far {}",
+            pct(*ratio)
+        ),
+        Reason::ProbeInconclusive { idle_windows } => write!(
+            f,
+            "probe inconclusive after {idle_windows} idle windows; staying at L0"
+        ),
+        Reason::ProbeLowNoL3 {
+            ratio,
+            low,
+            bios,
+            l3_blind,
+        } => write!(
+            f,
+            "probe found merge ratio {} < {} over {bios} bios, but {}: staying at L0",
+            pct(*ratio),
+            pct(*low),
+            if *l3_blind {
+                "L3 would be blind (no bio tap)"
+            } else {
+                "L3 is not worth it here"
+            }
+        ),
+        Reason::ProbeFoundNone {
+            ratio,
+            low,
+            bios,
+            next_probe_in_ms,
+        } => write!(
+            f,
+            "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
+            pct(*ratio),
+            pct(*low),
+            secs(*next_probe_in_ms)
+        ),
+        Reason::ProbeFoundMerges {
+            ratio,
+            low,
+            bios,
+            trial_windows,
+        } => {
+            write!(
+                f,
+                "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
+                pct(*ratio),
+                pct(*low)
+            )?;
+            match trial_windows {
+                Some(n) => write!(
+                    f,
+                    "; merging pays, so trying L2 (plug and one-hit merges only) for {}",
+                    count(u64::from(*n), "window")
+                ),
+                None => Ok(()),
+            }
+        }
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
 }

@@ -1,10 +1,13 @@
 //! Why the policy did what it did. A reason keeps its numbers and is formatted only when
 //! someone reads it (a tick for 64 devices stays cheap), and a test asks which reason it
 //! is, not how it reads. The rarer holds are still text built where they are decided.
+//! The enum and the wordings the modes share are here; each mode words its own reasons in
+//! its file, beside the rules that give them, and the dispatcher (`policy.rs`) implements
+//! `Display` by sending each reason to its wording.
 
-use super::signature::{RATE_CHANGE_CONFIRM_MS, SignatureChange};
+use super::signature::SignatureChange;
 use super::{Mode, Signature, Worth};
-use crate::decision::{Level, count};
+use crate::decision::Level;
 use serde::Serialize;
 use std::borrow::Cow;
 
@@ -163,7 +166,7 @@ pub enum Reason {
         next_probe_in_ms: u64,
     },
     /// At L3 the rate alone fell, for `lasted_ms` so far: a probe once it has lasted
-    /// [`RATE_CHANGE_CONFIRM_MS`].
+    /// [`RATE_CHANGE_CONFIRM_MS`](super::signature::RATE_CHANGE_CONFIRM_MS).
     RateFell {
         from_per_sec: f64,
         to_per_sec: f64,
@@ -289,374 +292,38 @@ impl From<String> for Reason {
     }
 }
 
-impl std::fmt::Display for Reason {
-    /// Long because it is the policy's wordings, one arm per variant in the enum's order,
-    /// each a format string over that variant's numbers: read as a table, not followed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Reason::Text(t) => f.write_str(t),
-            Reason::Idle { bios, min_bios } => {
-                write!(f, "idle window: {bios} bios < {min_bios} (no decision)")
-            }
-            Reason::Pays {
-                level,
-                ratio,
-                low,
-                bios_per_sec,
-            } => write!(
-                f,
-                "merging pays at {level}: merge ratio {} >= {} at {bios_per_sec:.0} bios/s",
-                pct(*ratio),
-                pct(*low)
-            ),
-            Reason::LowWindow {
-                ratio,
-                low,
-                bios_per_sec,
-                n,
-                k,
-                next,
-            } => write!(
-                f,
-                "merge ratio {} < {} at {bios_per_sec:.0} bios/s: low window {n} of {k} before {next}",
-                pct(*ratio),
-                pct(*low)
-            ),
-            Reason::AtL3 { next_probe_in_ms } => {
-                write!(f, "at L3; next probe in {}", secs(*next_probe_in_ms))
-            }
-            Reason::NotWorth { at, below, worth } => {
-                let levels = Level::ALL
-                    .into_iter()
-                    .filter(|l| below[usize::from(l.index())]);
-                write!(
-                    f,
-                    "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
-                    worth.describe(levels)
-                )
-            }
-            Reason::StillMerging {
-                level,
-                ratio,
-                high,
-                bios_per_sec,
-            } => write!(
-                f,
-                "merges still counted at {level}: ratio {} >= {} at {bios_per_sec:.0} bios/s; back to L0",
-                pct(*ratio),
-                pct(*high)
-            ),
-            Reason::LeaveNotWorth { from, why, to } => {
-                write!(f, "{from} not worth it here: {why}; back to {to}")
-            }
-            Reason::L3NoLongerAllowed {
-                disabled_nomerges,
-                to,
-            } => write!(
-                f,
-                "the config no longer allows L3 ([policy] disabled_nomerges = {disabled_nomerges}); back to {to}"
-            ),
-            Reason::BlindAtL3 { to } => write!(
-                f,
-                "no bio tap at L3: the merge counters are blind there; back to {to}"
-            ),
-            Reason::DeepestAllowed {
-                level,
-                ratio,
-                low,
-                l3_blind,
-            } => write!(
-                f,
-                "merge ratio {} < {} at {level}, the deepest level allowed here{}",
-                pct(*ratio),
-                pct(*low),
-                if *l3_blind {
-                    " (L3 would be blind: no bio tap)"
-                } else {
-                    ""
-                }
-            ),
-            Reason::SensedMergeable {
-                share,
-                sampled,
-                high,
-            } => write!(
-                f,
-                "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
-                pct(*share),
-                pct(*high)
-            ),
-            Reason::AnsweredByTap {
-                share,
-                sampled,
-                low,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
-                pct(*share),
-                pct(*low),
-                secs(*next_probe_in_ms)
-            ),
-            Reason::ProbeOnChange { change, windows } => write!(
-                f,
-                "workload changed at L3 ({change}): probing at once, L0 for {}",
-                count(u64::from(*windows), "busy window")
-            ),
-            Reason::WindowOpen(mode) => f.write_str(match mode {
-                Mode::Probing => "probing; window still open",
-                Mode::Trial => "trial of L2; window still open",
-                Mode::Merging | Mode::AtL3 => "window still open",
-            }),
-            Reason::IdleDoesNotCount(mode) => f.write_str(match mode {
-                Mode::Trial => "trial of L2; idle window does not count",
-                _ => "probing; idle window does not count",
-            }),
-            Reason::TrialStart {
-                level,
-                ratio,
-                bios_per_sec,
-                windows,
-            } => write!(
-                f,
-                "merging pays at {level} ({} at {bios_per_sec:.0} bios/s): trying L2 (plug and one-hit merges only) for {}",
-                pct(*ratio),
-                count(u64::from(*windows), "window")
-            ),
-            Reason::Dwell {
-                ratio,
-                low,
-                windows,
-                level,
-                at_level_ms,
-                dwell_ms,
-            } => write!(
-                f,
-                "merge ratio {} < {} for {windows} windows, but at {level} only for {} (dwell {})",
-                pct(*ratio),
-                pct(*low),
-                secs(*at_level_ms),
-                secs(*dwell_ms)
-            ),
-            Reason::CapReached {
-                ratio,
-                low,
-                windows,
-                cap,
-                level,
-            } => {
-                write!(f, "merge ratio {} < {}", pct(*ratio), pct(*low))?;
-                if let Some(k) = windows {
-                    write!(f, " for {k} windows")?;
-                }
-                write!(
-                    f,
-                    ", but {cap} changes in the last hour reach the cap; staying at {level}"
-                )
-            }
-            Reason::StepDown {
-                ratio,
-                low,
-                windows,
-                bios_per_sec,
-                level,
-                next,
-            } => write!(
-                f,
-                "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> {next}",
-                pct(*ratio),
-                pct(*low)
-            ),
-            Reason::StepToL3 {
-                ratio,
-                low,
-                windows,
-                bios_per_sec,
-                level,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "merge ratio {} < {} for {windows} windows at {bios_per_sec:.0} bios/s; {level} -> L3 (no merges), next probe in {}",
-                pct(*ratio),
-                pct(*low),
-                secs(*next_probe_in_ms)
-            ),
-            Reason::L3HeldOff {
-                level,
-                remaining_ms,
-            } => write!(
-                f,
-                "at {level}, no step to L3 for another {}: the bio tap's last call for merging at L3 was not borne out by the counters at L0 (the hold-off doubles at each such call in a row)",
-                secs(*remaining_ms)
-            ),
-            Reason::NothingMergesToL3 {
-                windows,
-                bios_per_sec,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "no bio merged in {windows} windows at L0 at {bios_per_sec:.0} bios/s, with every kind of merge tried, and the bio tap watches L3: L0 -> L3 (the rungs between would count zero again), next probe in {}",
-                secs(*next_probe_in_ms)
-            ),
-            Reason::KnownHostileToL3(k) => write!(
-                f,
-                "merge ratio {} < {} for {} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {} -> L3, next probe in {}",
-                pct(k.ratio),
-                pct(k.low),
-                k.windows,
-                k.bios_per_sec,
-                k.known.bios_per_sec,
-                k.known.read_share * 100.0,
-                k.known.sectors_per_bio / 2.0,
-                k.level,
-                secs(k.next_probe_in_ms)
-            ),
-            Reason::KnownHostileChange {
-                change,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "workload changed at L3 ({change}) to one already found merge-hostile: no probe; next probe in {}",
-                secs(*next_probe_in_ms)
-            ),
-            Reason::FallAwaitsTap {
-                from_per_sec,
-                to_per_sec,
-                lasted_ms,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "at L3 the rate fell ({}) for {}, the same shape: the bio tap's next sample says whether merging would find anything (a fall alone is no sign of merges; CPU contention also slows a workload); next probe in {}",
-                SignatureChange::Rate {
-                    from_per_sec: *from_per_sec,
-                    to_per_sec: *to_per_sec
-                },
-                secs(*lasted_ms),
-                secs(*next_probe_in_ms)
-            ),
-            Reason::RateFell {
-                from_per_sec,
-                to_per_sec,
-                lasted_ms,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "at L3 the rate fell ({}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
-                SignatureChange::Rate {
-                    from_per_sec: *from_per_sec,
-                    to_per_sec: *to_per_sec
-                },
-                secs(*lasted_ms),
-                secs(RATE_CHANGE_CONFIRM_MS),
-                secs(*next_probe_in_ms)
-            ),
-            Reason::ChangeAnsweredByTap(c) => write!(
-                f,
-                "workload changed at L3 ({}), but the tap sees {} of {} sampled bios contiguous (< {}): no probe needed; next probe in {}",
-                c.change,
-                pct(c.share),
-                c.sampled,
-                pct(c.low),
-                secs(c.next_probe_in_ms)
-            ),
-            Reason::TimedProbe {
-                off_for_ms,
-                windows,
-            } => write!(
-                f,
-                "probe after {} at L3: L0 for {} to measure",
-                secs(*off_for_ms),
-                count(u64::from(*windows), "busy window")
-            ),
-            Reason::ProbeWindow { window, of, ratio } => write!(
-                f,
-                "probing: window {window} of {of}, merge ratio so far {}",
-                pct(*ratio)
-            ),
-            Reason::ProbeInconclusive { idle_windows } => write!(
-                f,
-                "probe inconclusive after {idle_windows} idle windows; staying at L0"
-            ),
-            Reason::ProbeLowNoL3 {
-                ratio,
-                low,
-                bios,
-                l3_blind,
-            } => write!(
-                f,
-                "probe found merge ratio {} < {} over {bios} bios, but {}: staying at L0",
-                pct(*ratio),
-                pct(*low),
-                if *l3_blind {
-                    "L3 would be blind (no bio tap)"
-                } else {
-                    "L3 is not worth it here"
-                }
-            ),
-            Reason::ProbeFoundNone {
-                ratio,
-                low,
-                bios,
-                next_probe_in_ms,
-            } => write!(
-                f,
-                "probe found merge ratio {} < {} over {bios} bios; back to L3, next probe in {}",
-                pct(*ratio),
-                pct(*low),
-                secs(*next_probe_in_ms)
-            ),
-            Reason::ProbeFoundMerges {
-                ratio,
-                low,
-                bios,
-                trial_windows,
-            } => {
-                write!(
-                    f,
-                    "probe found merge ratio {} >= {} over {bios} bios; staying at L0",
-                    pct(*ratio),
-                    pct(*low)
-                )?;
-                match trial_windows {
-                    Some(n) => write!(
-                        f,
-                        "; merging pays, so trying L2 (plug and one-hit merges only) for {}",
-                        count(u64::from(*n), "window")
-                    ),
-                    None => Ok(()),
-                }
-            }
-            Reason::TrialInconclusive { back } => {
-                write!(f, "trial of L2 inconclusive (idle); back to {back}")
-            }
-            Reason::TrialMeasuring => f.write_str("trial of L2: measuring"),
-            Reason::TrialKeptMerges {
-                requests_per_bio,
-                baseline_per_bio,
-                limit_per_bio,
-                back,
-            } => write!(
-                f,
-                "L2 kept the merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); staying at L2",
-                requests_per_bio * 100.0,
-                baseline_per_bio * 100.0,
-                limit_per_bio * 100.0
-            ),
-            Reason::TrialLostMerges {
-                requests_per_bio,
-                baseline_per_bio,
-                limit_per_bio,
-                back,
-                next_trial_in_ms,
-            } => write!(
-                f,
-                "L2 lost merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); back to {back}, next trial in {}",
-                requests_per_bio * 100.0,
-                baseline_per_bio * 100.0,
-                limit_per_bio * 100.0,
-                secs(*next_trial_in_ms)
-            ),
+/// The wording of the reasons every mode may give (the daemon's notes, an idle window, a
+/// window still open, a level not worth it); each mode words its own beside its rules, and
+/// `Reason`'s `Display` (in the policy's dispatcher) sends each reason to its wording.
+pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::Text(t) => f.write_str(t),
+        Reason::Idle { bios, min_bios } => {
+            write!(f, "idle window: {bios} bios < {min_bios} (no decision)")
         }
+        Reason::NotWorth { at, below, worth } => {
+            let levels = Level::ALL
+                .into_iter()
+                .filter(|l| below[usize::from(l.index())]);
+            write!(
+                f,
+                "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
+                worth.describe(levels)
+            )
+        }
+        Reason::LeaveNotWorth { from, why, to } => {
+            write!(f, "{from} not worth it here: {why}; back to {to}")
+        }
+        Reason::WindowOpen(mode) => f.write_str(match mode {
+            Mode::Probing => "probing; window still open",
+            Mode::Trial => "trial of L2; window still open",
+            Mode::Merging | Mode::AtL3 => "window still open",
+        }),
+        Reason::IdleDoesNotCount(mode) => f.write_str(match mode {
+            Mode::Trial => "trial of L2; idle window does not count",
+            _ => "probing; idle window does not count",
+        }),
+        _ => unreachable!("{reason:?} is worded by its mode"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! Requests per bio over `probe_windows` busy windows against the window the trial started
 //! from; L2 stays when it completed at most `trial_max_extra_requests_percent` more.
 
+use super::reason::secs;
 use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Reason, Trial};
 use super::{change, hold, settle};
 use crate::sampler::{Counters, Window};
@@ -72,4 +73,42 @@ pub(super) fn decide(h: History, t: Trial, window: Option<&Window>, cx: &Ctx) ->
         next_trial_in_ms: backoff_ms,
     };
     change(s, OutcomeKind::TrialFailed, reason)
+}
+
+/// The trial mode's wording ([`Reason`]'s `Display` sends
+/// these reasons here, and only these).
+pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match reason {
+        Reason::TrialInconclusive { back } => {
+            write!(f, "trial of L2 inconclusive (idle); back to {back}")
+        }
+        Reason::TrialMeasuring => f.write_str("trial of L2: measuring"),
+        Reason::TrialKeptMerges {
+            requests_per_bio,
+            baseline_per_bio,
+            limit_per_bio,
+            back,
+        } => write!(
+            f,
+            "L2 kept the merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); staying at L2",
+            requests_per_bio * 100.0,
+            baseline_per_bio * 100.0,
+            limit_per_bio * 100.0
+        ),
+        Reason::TrialLostMerges {
+            requests_per_bio,
+            baseline_per_bio,
+            limit_per_bio,
+            back,
+            next_trial_in_ms,
+        } => write!(
+            f,
+            "L2 lost merges: {:.1} requests per 100 bios vs {:.1} at {back} (limit {:.1}); back to {back}, next trial in {}",
+            requests_per_bio * 100.0,
+            baseline_per_bio * 100.0,
+            limit_per_bio * 100.0,
+            secs(*next_trial_in_ms)
+        ),
+        _ => unreachable!("{reason:?} is worded by another mode"),
+    }
 }

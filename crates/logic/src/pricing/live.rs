@@ -596,7 +596,8 @@ mod tests {
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, true)), 0);
         let seq = Shape::of_counters(&tick_of(1, true));
         assert!(matches!(
-            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
+                .basis,
             Basis::Live { .. }
         ));
         // Priced under sequential writes: not the random reads' price.
@@ -616,7 +617,8 @@ mod tests {
         let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
         assert_eq!(
-            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
+                .basis,
             Basis::Unknown {
                 why: UnknownWhy::OtherWorkload
             }
@@ -636,7 +638,8 @@ mod tests {
         let now = run(&mut p, &mut fs, now, 1, None, 0);
         assert_eq!(p.dropped_spans, 1);
         assert_eq!(
-            p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg).basis,
+            p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg)
+                .basis,
             Basis::Unknown {
                 why: UnknownWhy::NotMeasuredYet
             }

@@ -22,10 +22,10 @@
 
 use super::floor::SavingFloor;
 use super::profile::Verdict;
-use mergetune_kernel::scheduler::Scheduler;
 use crate::decision::Level;
 use crate::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use mergetune_kernel::perf::MergeSamples;
+use mergetune_kernel::scheduler::Scheduler;
 use serde::Serialize;
 
 /// Fewer merge-path samples than this leave a price unresolved.

@@ -18,8 +18,8 @@
 //! queries the policy and the simulator ask of a profile sit next to the fields they read,
 //! and splitting schema from checks would put every key in two places.
 
-pub use mergetune_kernel::scheduler::Scheduler;
 use crate::decision::Level;
+pub use mergetune_kernel::scheduler::Scheduler;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

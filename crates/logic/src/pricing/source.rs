@@ -1,11 +1,11 @@
 //! Where a device's prices come from (`[policy] cost_profile`): measured live on this
 //! host (the default), or a cost profile that matches the device's kernel and kind.
 
-use mergetune_kernel::scheduler::Scheduler;
 use super::floor::SavingFloor;
 use super::profile::{self, CostProfile, DeviceKey, Method, ProfileError, profile_match};
 use crate::config::Config;
 use crate::pricing::worth::{UnknownWhy, Worth};
+use mergetune_kernel::scheduler::Scheduler;
 
 /// Where prices come from.
 #[derive(Debug, Clone)]

@@ -24,8 +24,8 @@
 
 use super::floor::SavingFloor;
 use super::profile::{CostProfile, Method, Verdict};
-use mergetune_kernel::scheduler::Scheduler;
 use crate::decision::Level;
+use mergetune_kernel::scheduler::Scheduler;
 use serde::Serialize;
 use std::fmt::Write as _;
 

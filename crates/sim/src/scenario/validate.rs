@@ -207,8 +207,8 @@ fn is_plain_name(name: &str) -> bool {
 }
 
 /// One device's own fields: its name, queue and media figures, scheduler and iosched
-/// tunables in range. Long because it is a flat list of one check per field, in the order
-/// of `DeviceSpec`, each with its own message: read against the spec, not followed.
+/// tunables in range: one check per field, in the order of `DeviceSpec`, each with its own
+/// message.
 fn check_device(
     d: &DeviceSpec,
     bad: &dyn Fn(&str, &str) -> ScenarioError,
@@ -233,6 +233,16 @@ fn check_device(
     if d.size_gib == 0 || d.size_gib > 1 << 20 {
         return Err(bad("size_gib", "must be in 1..=1048576"));
     }
+    check_scheduler(d, bad)?;
+    check_media(d, bad)
+}
+
+/// The device's scheduler (none for a dm device, else mq-deadline when unset) and its
+/// iosched tunables: each one the scheduler has, in range.
+fn check_scheduler(
+    d: &DeviceSpec,
+    bad: &dyn Fn(&str, &str) -> ScenarioError,
+) -> Result<(), ScenarioError> {
     let Ok(sched) = d.scheduler() else {
         let names: Vec<&str> = LISTED.iter().map(|s| s.name()).collect();
         return Err(bad(
@@ -259,6 +269,14 @@ fn check_device(
             return Err(bad(&format!("iosched.{key}"), "must be at least 1"));
         }
     }
+    Ok(())
+}
+
+/// The device's media figures: service times, bandwidth, parallelism and rpm in range.
+fn check_media(
+    d: &DeviceSpec,
+    bad: &dyn Fn(&str, &str) -> ScenarioError,
+) -> Result<(), ScenarioError> {
     let service = |v: Option<f64>, f: &str| -> Result<(), ScenarioError> {
         match v {
             Some(x) if !(0.0..=limits::SERVICE_US_MAX).contains(&x) => Err(bad(

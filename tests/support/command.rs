@@ -1,0 +1,79 @@
+//! Running the built binary, or a tool, in a test: what it printed once it has exited 0
+//! (its stderr in the failure message when it has not), and the fake host it runs on.
+//! Each test binary uses a part of it.
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+/// `cmd`'s output, asserting first that it exited 0 (the assertion shows its stderr).
+pub fn succeeded(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `cmd` (the binary's `run`, say) pointed at the fake host under `root`: its sysfs,
+/// procfs and state directory there.
+pub fn on_tree<'c>(cmd: &'c mut Command, root: &std::path::Path) -> &'c mut Command {
+    cmd.arg("--sysfs-root")
+        .arg(root.join("sys"))
+        .arg("--procfs-root")
+        .arg(root.join("proc"))
+        .arg("--state-dir")
+        .arg(root.join("state"))
+}
+
+/// A fake host with one disk, `sda`: all merges on under mq-deadline, and one line of
+/// diskstats.
+pub fn one_disk_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let q = t.path().join("sys/block/sda/queue");
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(q.join("nomerges"), "0\n").unwrap();
+    std::fs::write(q.join("scheduler"), "none [mq-deadline]\n").unwrap();
+    std::fs::create_dir_all(t.path().join("proc")).unwrap();
+    std::fs::write(
+        t.path().join("proc/diskstats"),
+        "   8 0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
+    )
+    .unwrap();
+    t
+}
+
+/// A free loopback port (bound, then released: nothing listens on it afterwards).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The whole HTTP/1.1 response to `GET path` from `addr` (None: no answer in 5 s).
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Everything a command printed: its stdout, then its stderr.
+pub fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
