@@ -5,8 +5,8 @@
 
 #[path = "../support/fakesys.rs"]
 mod fakesys;
-#[path = "../support/faketap.rs"]
-mod faketap;
+#[path = "../support/memkernel.rs"]
+mod memkernel;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 

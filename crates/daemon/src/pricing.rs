@@ -1,7 +1,7 @@
 //! What a step down would save, per device, as the daemon knows it: measured live on this
 //! host (the default) or read from a cost profile that matches the device.
 //!
-//! Live: the merge-path sampler (`BlockFs::merge_sampler_*`, `kernel::perf` on a real
+//! Live: the merge-path sampler (`MergeSampler`, `kernel::perf` on a real
 //! machine, the simulator's own accounting in virtual time) runs for `sample_ms` every
 //! `every_ms` while a managed device below L3 is busy, and only then: its cost is paid only
 //! where there is something to price. Each span's samples and the bios that went through
@@ -11,7 +11,7 @@
 //! own bios/s, against the floor. At L3 nothing is sampled for that device (its merge path
 //! is skipped), so the price from its last time below L3 stands.
 
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::MergeSampler;
 use mergetune_kernel::perf::MergeSamples;
 use mergetune_logic::config::Config;
 use mergetune_logic::cost_profile::{self, CostProfile, DeviceKey, kernel_series};
@@ -267,7 +267,7 @@ impl LivePricing {
         &mut self,
         now_ms: u64,
         cfg: &PricingConfig,
-        fs: &mut dyn BlockFs,
+        fs: &mut dyn MergeSampler,
         wanted: bool,
         bios: impl Iterator<Item = TickBios<'a>>,
     ) {
@@ -509,9 +509,7 @@ impl LivePricing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mergetune_kernel::blockfs::FsError;
     use mergetune_kernel::perf::PerfError;
-    use mergetune_kernel::tunable::Tunable;
     use mergetune_logic::policy::worth::Basis;
     use mergetune_logic::sampler::Counters;
 
@@ -524,29 +522,7 @@ mod tests {
         ran: bool,
     }
 
-    impl BlockFs for Sampler {
-        fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-            Ok(Vec::new())
-        }
-        fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-            Ok(Vec::new())
-        }
-        fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-            Err(FsError::NotFound {
-                path: format!("{dev}/{rel}"),
-            })
-        }
-        fn write_tunable(&mut self, dev: &str, t: Tunable, _: &str) -> Result<(), FsError> {
-            Err(FsError::NotFound {
-                path: format!("{dev}/{t}"),
-            })
-        }
-        fn list_dir(&mut self, _: &str, _: &str) -> Result<Vec<String>, FsError> {
-            Ok(Vec::new())
-        }
-        fn attr_exists(&mut self, _: &str, _: &str) -> bool {
-            false
-        }
+    impl MergeSampler for Sampler {
         fn merge_sampler_open(&mut self, _: u64) -> Result<(), PerfError> {
             Ok(())
         }
