@@ -21,7 +21,6 @@ use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::snapshot::TickTiming;
 use mergetune_export::http::{Limits, serve};
 use mergetune_export::metrics::Metrics;
-use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
@@ -34,55 +33,39 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/memkernel.rs"]
+mod memkernel;
+use memkernel::{MemDev, MemKernel};
+
 const DEVICES: usize = 64;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
     fake_host::busy_diskstats(n, tick, |i| format!("sd{i}"))
 }
 
-struct MemFs {
-    tick: u64,
-    names: Vec<String>,
-}
-
-impl BlockFs for MemFs {
-    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        self.tick += 1;
-        Ok(diskstats_text(self.names.len(), self.tick).into_bytes())
+/// `DEVICES` mq-deadline disks whose every other attribute reads "0", whose writes do not
+/// stick, and whose counters grow at each diskstats read for `ticks` reads.
+fn mem_kernel(ticks: u64) -> MemKernel {
+    let mut k = MemKernel::default();
+    for i in 0..DEVICES {
+        let d = k.add(
+            &format!("sd{i}"),
+            MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
+        );
+        d.fallback = Some("0".into());
     }
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        Ok(self.names.clone())
-    }
-    fn read_attr(&mut self, _dev: &str, rel: &str) -> Result<String, FsError> {
-        Ok(match rel {
-            "queue/scheduler" => "none [mq-deadline] kyber".into(),
-            _ => "0".into(),
-        })
-    }
-    fn write_tunable(
-        &mut self,
-        _dev: &str,
-        _tunable: Tunable,
-        _value: &str,
-    ) -> Result<(), FsError> {
-        Ok(())
-    }
-    fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
-        Ok(Vec::new())
-    }
-    fn attr_exists(&mut self, _dev: &str, _rel: &str) -> bool {
-        true
-    }
+    k.faults.writes_lost = true;
+    k.diskstats_script = (1..=ticks)
+        .map(|t| diskstats_text(DEVICES, t).into_bytes())
+        .collect();
+    k
 }
 
 /// A daemon with 64 devices, every one with a closed window, and one decision each in the
 /// metrics (so every family has its full set of series).
-fn loaded() -> (Daemon, MemFs, Metrics) {
-    let mut fs = MemFs {
-        tick: 0,
-        names: (0..DEVICES).map(|i| format!("sd{i}")).collect(),
-    };
+fn loaded() -> (Daemon, MemKernel, Metrics) {
     let cfg = Config::default();
+    let mut fs = mem_kernel(u64::from(cfg.policy.window_ticks) + 1);
     let mut d = Daemon::simulated(cfg.clone());
     let m = Metrics::new();
     for t in 0..=u64::from(cfg.policy.window_ticks) {
@@ -90,8 +73,8 @@ fn loaded() -> (Daemon, MemFs, Metrics) {
         m.update(&d, &decisions, timing(t * 1000));
     }
     let decisions: Vec<Decision> = fs
-        .names
-        .iter()
+        .devs
+        .keys()
         .map(|n| Decision {
             at_ms: 6000,
             device: n.clone(),

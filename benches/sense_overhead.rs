@@ -25,9 +25,8 @@ mod kernel;
 
 use mergetune_daemon::sense::DeviceSense;
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams, TapRead};
-use mergetune_kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::cputime;
-use mergetune_kernel::tunable::Tunable;
 use mergetune_lab::calibrate::stats;
 use mergetune_logic::sense::SenseConfig;
 use std::path::Path;
@@ -59,25 +58,7 @@ struct Earlier<'a> {
     read: TapRead,
 }
 
-impl BlockFs for Earlier<'_> {
-    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        self.fs.read_diskstats()
-    }
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        self.fs.list_block_devices()
-    }
-    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-        self.fs.read_attr(dev, rel)
-    }
-    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
-        self.fs.write_tunable(dev, tunable, value)
-    }
-    fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError> {
-        self.fs.list_dir(dev, rel)
-    }
-    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
-        self.fs.attr_exists(dev, rel)
-    }
+impl BioTap for Earlier<'_> {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         self.fs.tap_available(dev)
     }
@@ -191,7 +172,7 @@ fn segment(mode: Mode, dev: &kernel::LoopDevice, fs: &mut RealFs, fio: u32) -> S
             TapRead::Pages
         },
     };
-    let fs: &mut dyn BlockFs = &mut fs;
+    let fs: &mut dyn BioTap = &mut fs;
     while now_ms < SEGMENT_MS {
         sense.tick(dev.name(), now_ms, mode != Mode::Off, &cfg, 5.0, fs);
         now_ms += TICK_MS;

@@ -1,6 +1,6 @@
 //! One tick's work for 8, 64 and 1024 devices: (a) the pure pipeline (parse
-//! /proc/diskstats, deltas, windows, policy) and (b) `Daemon::tick` over an in-memory
-//! BlockFs (the same plus device bookkeeping and the per-device nomerges read-back).
+//! /proc/diskstats, deltas, windows, policy) and (b) `Daemon::tick` over the in-memory
+//! kernel of the tests (the same plus device bookkeeping and the per-device nomerges read-back).
 //! Every device is busy in those (each line changes at each tick); (c) `daemon_64_busy` is
 //! the daemon's tick on a host of 1024 devices of which 64 are busy and the rest idle (their
 //! lines the same at every tick), as on a host whose diskstats lists many partitions,
@@ -8,13 +8,15 @@
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use mergetune_daemon::adaptive::Daemon;
-use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::diskstats::parse_diskstats;
-use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::policy::{Caps, PolicyState, decide};
 use mergetune_logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
+
+#[path = "../tests/support/memkernel.rs"]
+mod memkernel;
+use memkernel::{MemDev, MemKernel};
 
 fn diskstats_text(n: usize, tick: u64) -> String {
     diskstats_text_busy(n, n, tick)
@@ -42,42 +44,20 @@ fn diskstats_text_busy(n: usize, busy: usize, tick: u64) -> String {
     s
 }
 
-struct MemFs {
-    texts: Vec<String>,
-    next: usize,
-    names: Vec<String>,
-}
-
-impl BlockFs for MemFs {
-    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        let t = self.texts[self.next % self.texts.len()].clone();
-        self.next += 1;
-        Ok(t.into_bytes())
+/// `n` mq-deadline disks whose every other attribute reads "0", whose writes do not stick
+/// (the read-back always says "0"), and whose diskstats cycles through `texts`.
+fn mem_kernel(texts: &[String], n: usize) -> MemKernel {
+    let mut k = MemKernel::default();
+    for i in 0..n {
+        let d = k.add(
+            &format!("sd{i}"),
+            MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
+        );
+        d.fallback = Some("0".into());
     }
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        Ok(self.names.clone())
-    }
-    fn read_attr(&mut self, _dev: &str, rel: &str) -> Result<String, FsError> {
-        Ok(match rel {
-            "queue/scheduler" => "none [mq-deadline] kyber".into(),
-            "queue/rotational" => "0".into(),
-            _ => "0".into(),
-        })
-    }
-    fn write_tunable(
-        &mut self,
-        _dev: &str,
-        _tunable: Tunable,
-        _value: &str,
-    ) -> Result<(), FsError> {
-        Ok(())
-    }
-    fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
-        Ok(Vec::new())
-    }
-    fn attr_exists(&mut self, _dev: &str, _rel: &str) -> bool {
-        true
-    }
+    k.faults.writes_lost = true;
+    k.diskstats_script = texts.iter().map(|t| t.clone().into_bytes()).collect();
+    k
 }
 
 fn bench(c: &mut Criterion) {
@@ -129,11 +109,7 @@ fn bench(c: &mut Criterion) {
 
 /// `Daemon::tick` over `n` devices whose diskstats cycles through `texts`, one second apart.
 fn daemon_ticks(b: &mut criterion::Bencher, texts: &[String], n: usize, cfg: &Config) {
-    let mut fs = MemFs {
-        texts: texts.to_vec(),
-        next: 0,
-        names: (0..n).map(|i| format!("sd{i}")).collect(),
-    };
+    let mut fs = mem_kernel(texts, n);
     let mut cfg = cfg.clone();
     // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
     cfg.daemon.rescan_every_ticks = u32::MAX;

@@ -10,7 +10,7 @@ use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::controller::Controller;
 use mergetune_daemon::state::MemoryStore;
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::Sysfs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;

@@ -7,12 +7,12 @@
 mod command;
 #[path = "../support/fakesys.rs"]
 mod fakesys;
-#[path = "../support/faketap.rs"]
-mod faketap;
 #[path = "../support/lab.rs"]
 mod lab;
 #[path = "../support/logs.rs"]
 mod logs;
+#[path = "../support/memkernel.rs"]
+mod memkernel;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 

@@ -2,7 +2,7 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
-use crate::faketap;
+use crate::memkernel::{Load, MemDev, MemKernel, Tap, WriteFault};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::snapshot::TickTiming;
@@ -10,173 +10,36 @@ use mergetune_daemon::state::{Loaded, MemoryStore, SavedState, StateError, State
 use mergetune_export::metrics::Metrics;
 use mergetune_logic::decision::Decision;
 
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, DecisionKind, Level};
 use mergetune_logic::devices::Management;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Per-tick traffic of one device: (reads, read merges, writes, write merges) at nomerges 0.
-type Traffic = (u64, u64, u64, u64);
-
-/// An in-memory kernel: devices with attributes, cumulative counters that grow by each
-/// device's traffic every tick, merges hidden at nomerges=2 as the kernel does.
-struct MemFs {
-    devices: Vec<String>,
-    attrs: HashMap<(String, String), String>,
-    counters: BTreeMap<String, [u64; 4]>,
-    traffic: BTreeMap<String, Traffic>,
-    fail_writes: BTreeSet<String>,
-    /// Devices whose `queue/nomerges` reads fail with an I/O error (not "not found").
-    fail_reads: BTreeSet<String>,
-    /// Reads failed because of `fail_reads`.
-    failed_reads: u64,
-    /// The tap reports every bio as non-contiguous, whatever the traffic (so that only a
-    /// probe can find merges at L3).
-    tap_blind: bool,
-    /// Next diskstats read: a garbage line appended.
-    garbage_once: bool,
-    /// Next diskstats read: this device's counters restart from zero.
-    reset_once: Option<String>,
-}
-
-impl MemFs {
-    fn new(devs: &[(&str, &str)]) -> MemFs {
-        let mut fs = MemFs {
-            devices: Vec::new(),
-            attrs: HashMap::new(),
-            counters: BTreeMap::new(),
-            traffic: BTreeMap::new(),
-            fail_writes: BTreeSet::new(),
-            fail_reads: BTreeSet::new(),
-            failed_reads: 0,
-            tap_blind: false,
-            garbage_once: false,
-            reset_once: None,
-        };
-        for (name, nomerges) in devs {
-            fs.devices.push(name.to_string());
-            for (rel, v) in [
-                ("queue/nomerges", *nomerges),
+/// The in-memory kernel with these devices (name, nomerges) under mq-deadline, with a tap,
+/// their counters growing by each device's traffic at every diskstats read (none until
+/// set), merges hidden at nomerges=2 as the kernel does.
+fn mem(devs: &[(&str, &str)]) -> MemKernel {
+    let mut k = MemKernel {
+        tap: Tap::ByLoad,
+        advance_on_read: Some(0),
+        ..MemKernel::default()
+    };
+    for (name, nomerges) in devs {
+        k.add(
+            name,
+            MemDev::with_attrs(&[
+                ("queue/nomerges", nomerges),
                 ("queue/scheduler", "none [mq-deadline] kyber"),
                 ("queue/rotational", "0"),
                 ("queue/iosched/front_merges", "1"),
-            ] {
-                fs.attrs
-                    .insert((name.to_string(), rel.to_string()), v.to_string());
-            }
-            fs.counters.insert(name.to_string(), [0; 4]);
-        }
-        fs
+            ]),
+        )
+        .load = Load::Traffic((0, 0, 0, 0));
     }
-
-    fn set_traffic(&mut self, dev: &str, t: Traffic) {
-        self.traffic.insert(dev.to_string(), t);
-    }
-}
-
-impl BlockFs for MemFs {
-    // The tap reports the traffic's mergeable share, whatever nomerges is (it sees bios
-    // as they are queued, before any merge).
-    fn tap_available(&mut self, _dev: &str) -> Result<(), TapError> {
-        Ok(())
-    }
-    fn tap_open(&mut self, _dev: &str, _p: &TapParams) -> Result<(), TapError> {
-        Ok(())
-    }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<QueuedBio>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        let (r, rm, w, wm) = self.traffic.get(dev).copied().unwrap_or_default();
-        let total = (r + rm + w + wm).max(1);
-        let n = 200usize;
-        let mergeable = if self.tap_blind {
-            0
-        } else {
-            (n as u64 * (rm + wm) / total) as usize
-        };
-        faketap::bios(out, n, mergeable, max);
-        Ok(TapDrain::default())
-    }
-
-    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        let mut s = String::new();
-        for (i, name) in self.devices.iter().enumerate() {
-            let nomerges = self
-                .attrs
-                .get(&(name.clone(), "queue/nomerges".into()))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_default();
-            let (r, rm, w, wm) = self.traffic.get(name).copied().unwrap_or_default();
-            let c = self.counters.get_mut(name).unwrap();
-            if self.reset_once.as_deref() == Some(name.as_str()) {
-                *c = [0; 4];
-            } else if nomerges == "2" {
-                // No merges: every bio is its own request.
-                *c = [c[0] + r + rm, c[1], c[2] + w + wm, c[3]];
-            } else {
-                *c = [c[0] + r, c[1] + rm, c[2] + w, c[3] + wm];
-            }
-            s.push_str(&format!(
-                "   8 {:>7} {name} {} {} {} 10 {} {} {} 20 0 30 30 0 0 0 0 0 0\n",
-                i * 16,
-                c[0],
-                c[1],
-                c[0] * 8,
-                c[2],
-                c[3],
-                c[2] * 8
-            ));
-        }
-        self.reset_once = None;
-        if std::mem::take(&mut self.garbage_once) {
-            s.push_str("this is not a diskstats line\n");
-        }
-        Ok(s.into_bytes())
-    }
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        Ok(self.devices.clone())
-    }
-    fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-        if rel == "queue/nomerges" && self.fail_reads.contains(dev) {
-            self.failed_reads += 1;
-            return Err(FsError::Io {
-                path: format!("{dev}/{rel}"),
-                message: "Input/output error".into(),
-            });
-        }
-        self.attrs
-            .get(&(dev.to_string(), rel.to_string()))
-            .cloned()
-            .ok_or_else(|| FsError::NotFound {
-                path: format!("{dev}/{rel}"),
-            })
-    }
-    fn write_tunable(&mut self, dev: &str, tunable: Tunable, value: &str) -> Result<(), FsError> {
-        let rel = tunable.rel_path();
-        if self.fail_writes.contains(dev) {
-            return Err(FsError::Io {
-                path: format!("{dev}/{rel}"),
-                message: "Device or resource busy".into(),
-            });
-        }
-        self.attrs
-            .insert((dev.to_string(), rel.to_string()), value.trim().to_string());
-        Ok(())
-    }
-    fn list_dir(&mut self, _dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
-        Ok(Vec::new())
-    }
-    fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
-        self.attrs.contains_key(&(dev.to_string(), rel.to_string()))
-    }
+    k
 }
 
 fn timing(now_ms: u64) -> TickTiming {
@@ -190,9 +53,9 @@ fn timing(now_ms: u64) -> TickTiming {
 /// Two devices and a loop device, five ticks of steady traffic (one closed window), and two
 /// decisions handed in as a tick would return them.
 fn fixed_state() -> Metrics {
-    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "1"), ("loop0", "0")]);
-    fs.set_traffic("sda", (900, 100, 400, 600));
-    fs.set_traffic("sdb", (50, 0, 50, 0));
+    let mut fs = mem(&[("sda", "0"), ("sdb", "1"), ("loop0", "0")]);
+    fs.set_load("sda", Load::Traffic((900, 100, 400, 600)));
+    fs.set_load("sdb", Load::Traffic((50, 0, 50, 0)));
     // Pinned, so that a change of the defaults does not change the golden text.
     let mut cfg = Config::default();
     cfg.daemon.interval_ms = 1000;
@@ -529,7 +392,7 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     let cfg = fast_policy();
     cfg.validate("test").unwrap();
 
-    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0"), ("sdc", "1")]);
+    let mut fs = mem(&[("sda", "0"), ("sdb", "0"), ("sdc", "1")]);
     let m = Metrics::new();
     let mut d = Daemon::simulated(cfg.clone());
     let hostile = (1000, 0, 0, 0);
@@ -538,26 +401,27 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     let mut now = 0;
     // Gauges go up and down: a family is live when some scrape during the run shows it.
     let mut live = BTreeSet::new();
-    let mut tick = |d: &mut Daemon, fs: &mut MemFs, kinds: &mut BTreeSet<String>, now: &mut u64| {
-        let decisions = d.tick(*now, fs);
-        for x in &decisions {
-            kinds.insert(x.kind.as_str().to_string());
-        }
-        m.update(d, &decisions, timing(*now));
-        live.extend(live_families(std::str::from_utf8(&m.render()).unwrap()));
-        *now += cfg.daemon.interval_ms;
-    };
+    let mut tick =
+        |d: &mut Daemon, fs: &mut MemKernel, kinds: &mut BTreeSet<String>, now: &mut u64| {
+            let decisions = d.tick(*now, fs);
+            for x in &decisions {
+                kinds.insert(x.kind.as_str().to_string());
+            }
+            m.update(d, &decisions, timing(*now));
+            live.extend(live_families(std::str::from_utf8(&m.render()).unwrap()));
+            *now += cfg.daemon.interval_ms;
+        };
     // Random I/O until merging is off and probes have failed, then sequential until merging
     // is back on: every outcome the policy has.
-    fs.set_traffic("sda", hostile);
-    fs.set_traffic("sdb", friendly);
+    fs.set_load("sda", Load::Traffic(hostile));
+    fs.set_load("sdb", Load::Traffic(friendly));
     for _ in 0..400 {
         tick(&mut d, &mut fs, &mut kinds, &mut now);
         if kinds.contains("probe_failed") {
             break;
         }
     }
-    fs.set_traffic("sda", friendly);
+    fs.set_load("sda", Load::Traffic(friendly));
     for _ in 0..400 {
         tick(&mut d, &mut fs, &mut kinds, &mut now);
         if kinds.contains("probe_succeeded") || kinds.contains("enable") {
@@ -565,17 +429,19 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
         }
     }
     // A failing write, an unreadable diskstats line, a counter reset.
-    fs.set_traffic("sda", hostile);
-    fs.fail_writes.insert("sda".into());
+    fs.set_load("sda", Load::Traffic(hostile));
+    fs.faults
+        .failing_devices
+        .insert("sda".into(), WriteFault::Busy);
     for _ in 0..400 {
         tick(&mut d, &mut fs, &mut kinds, &mut now);
         if d.counters.write_errors > 0 {
             break;
         }
     }
-    fs.garbage_once = true;
+    fs.faults.garbage_once = true;
     tick(&mut d, &mut fs, &mut kinds, &mut now);
-    fs.reset_once = Some("sdb".into());
+    fs.faults.reset_once = Some("sdb".into());
     tick(&mut d, &mut fs, &mut kinds, &mut now);
     tick(&mut d, &mut fs, &mut kinds, &mut now);
     m.config_reload(true);
@@ -610,8 +476,8 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     cfg4.policy.max_changes_per_hour = 1;
     let m4 = Metrics::new();
     let mut capped = Daemon::simulated(cfg4);
-    let mut fs4 = MemFs::new(&[("sda", "0")]);
-    fs4.set_traffic("sda", hostile);
+    let mut fs4 = mem(&[("sda", "0")]);
+    fs4.set_load("sda", Load::Traffic(hostile));
     for t in 0..400 {
         let decisions = capped.tick(t * cfg.daemon.interval_ms, &mut fs4);
         m4.update(&capped, &decisions, timing(t * cfg.daemon.interval_ms));
@@ -635,30 +501,31 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
 fn a_probe_that_goes_on_as_a_trial_counts_as_succeeded() {
     let cfg = fast_policy();
     cfg.validate("test").unwrap();
-    let mut fs = MemFs::new(&[("sda", "0")]);
-    fs.tap_blind = true;
+    let mut fs = mem(&[("sda", "0")]);
+    fs.tap = Tap::Blind;
     let m = Metrics::new();
     let mut d = Daemon::simulated(cfg.clone());
     let mut all: Vec<DecisionKind> = Vec::new();
     let mut now = 0;
-    let mut run =
-        |fs: &mut MemFs, all: &mut Vec<DecisionKind>, until: &dyn Fn(&[DecisionKind]) -> bool| {
-            for _ in 0..600 {
-                let decisions = d.tick(now, fs);
-                all.extend(decisions.iter().map(|x| x.kind));
-                m.update(&d, &decisions, timing(now));
-                now += cfg.daemon.interval_ms;
-                if until(all) {
-                    return String::from_utf8(m.render().to_vec()).unwrap();
-                }
+    let mut run = |fs: &mut MemKernel,
+                   all: &mut Vec<DecisionKind>,
+                   until: &dyn Fn(&[DecisionKind]) -> bool| {
+        for _ in 0..600 {
+            let decisions = d.tick(now, fs);
+            all.extend(decisions.iter().map(|x| x.kind));
+            m.update(&d, &decisions, timing(now));
+            now += cfg.daemon.interval_ms;
+            if until(all) {
+                return String::from_utf8(m.render().to_vec()).unwrap();
             }
-            panic!("never reached in {all:?}");
-        };
-    fs.set_traffic("sda", (1000, 0, 0, 0));
+        }
+        panic!("never reached in {all:?}");
+    };
+    fs.set_load("sda", Load::Traffic((1000, 0, 0, 0)));
     run(&mut fs, &mut all, &|a| {
         a.contains(&DecisionKind::ProbeFailed)
     });
-    fs.set_traffic("sda", (500, 400, 500, 400));
+    fs.set_load("sda", Load::Traffic((500, 400, 500, 400)));
     // The probe after this one finds merges and goes on as a trial.
     let text = run(&mut fs, &mut all, &|a| {
         a.windows(2)
@@ -761,21 +628,23 @@ fn daemon_with_failing_store_and_reads(cfg: &Config) -> (Metrics, u64, u64) {
     let mut cfg = cfg.clone();
     cfg.daemon.rescan_every_ticks = 1000;
     let mut d = Daemon::new(cfg.clone(), Actuator::new(false, Box::new(store)));
-    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0")]);
-    fs.set_traffic("sda", (1000, 0, 0, 0));
-    fs.set_traffic("sdb", (500, 400, 500, 400));
+    let mut fs = mem(&[("sda", "0"), ("sdb", "0")]);
+    fs.set_load("sda", Load::Traffic((1000, 0, 0, 0)));
+    fs.set_load("sdb", Load::Traffic((500, 400, 500, 400)));
     let m = Metrics::new();
     let mut now = 0;
     for i in 0..40 {
         if i == 5 {
-            fs.fail_reads.insert("sdb".into());
+            fs.faults
+                .failing_reads
+                .insert(("sdb".into(), "queue/nomerges".into()));
         }
         let decisions = d.tick(now, &mut fs);
         m.update(&d, &decisions, timing(now));
         now += cfg.daemon.interval_ms;
     }
     let refused = refused.load(Ordering::Relaxed);
-    (m, refused, fs.failed_reads)
+    (m, refused, fs.faults.failed_reads)
 }
 
 #[test]
@@ -825,8 +694,8 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
     // No trial of L2 after a probe that finds merges: the probe's own outcome is reported.
     cfg.policy.trial_max_extra_requests_percent = 0.0;
     cfg.validate("test").unwrap();
-    let mut fs = MemFs::new(&[("sda", "0")]);
-    fs.tap_blind = true;
+    let mut fs = mem(&[("sda", "0")]);
+    fs.tap = Tap::Blind;
     let m = Metrics::new();
     let mut d = Daemon::simulated(cfg.clone());
     let mut all: Vec<DecisionKind> = Vec::new();
@@ -880,7 +749,7 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
             "after {all:?}\n{text}"
         );
     };
-    let mut phase = |fs: &mut MemFs, all: &mut Vec<DecisionKind>, now: &mut u64, until| {
+    let mut phase = |fs: &mut MemKernel, all: &mut Vec<DecisionKind>, now: &mut u64, until| {
         for _ in 0..600 {
             let decisions = d.tick(*now, fs);
             all.extend(decisions.iter().map(|x| x.kind));
@@ -893,11 +762,11 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
         }
         panic!("no {until:?} in {all:?}");
     };
-    fs.set_traffic("sda", (1000, 0, 0, 0));
+    fs.set_load("sda", Load::Traffic((1000, 0, 0, 0)));
     phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeFailed);
     // Failed probes and no succeeded one: a swap of the two outcomes shows here.
     assert!(!all.contains(&DecisionKind::ProbeSucceeded), "{all:?}");
-    fs.set_traffic("sda", (500, 400, 500, 400));
+    fs.set_load("sda", Load::Traffic((500, 400, 500, 400)));
     phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeSucceeded);
 }
 
@@ -906,7 +775,7 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
 /// the cap, as the policy counts them.
 #[test]
 fn only_the_ladders_writing_moves_are_level_changes() {
-    let mut fs = MemFs::new(&[("sda", "0")]);
+    let mut fs = mem(&[("sda", "0")]);
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
@@ -951,7 +820,7 @@ fn only_the_ladders_writing_moves_are_level_changes() {
 
 #[test]
 fn a_removed_device_drops_its_series_but_keeps_its_history() {
-    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "0")]);
+    let mut fs = mem(&[("sda", "0"), ("sdb", "0")]);
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
@@ -968,7 +837,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
         applied: Applied::Yes,
     };
     m.update(&d, std::slice::from_ref(&gone), timing(0));
-    fs.devices.retain(|n| n != "sdb");
+    fs.devs.get_mut("sdb").unwrap().present = false;
     let mut cfg = Config::default();
     cfg.daemon.rescan_every_ticks = 1;
     d.reload(cfg);
@@ -998,8 +867,8 @@ fn status_snapshot_has_rows_last_decision_and_next_probe() {
     cfg.policy.probe_max_backoff_secs = 600;
     cfg.policy.max_changes_per_hour = 1000;
     cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays here (2008 figures)
-    let mut fs = MemFs::new(&[("sda", "0"), ("sdb", "1")]);
-    fs.set_traffic("sda", (1000, 0, 0, 0));
+    let mut fs = mem(&[("sda", "0"), ("sdb", "1")]);
+    fs.set_load("sda", Load::Traffic((1000, 0, 0, 0)));
     let m = Metrics::new();
     let mut d = Daemon::simulated(cfg.clone());
     let mut now = 0;
@@ -1179,8 +1048,8 @@ fn before_the_first_update_the_status_already_names_the_version() {
 #[test]
 fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
     // Writes only: the read ratio is 0 of 0, not a number to show.
-    let mut fs = MemFs::new(&[("sda", "0")]);
-    fs.set_traffic("sda", (0, 0, 900, 100));
+    let mut fs = mem(&[("sda", "0")]);
+    fs.set_load("sda", Load::Traffic((0, 0, 900, 100)));
     let mut cfg = Config::default();
     cfg.policy.window_ticks = 1;
     let mut d = Daemon::simulated(cfg.clone());
@@ -1212,9 +1081,9 @@ fn a_direction_without_bios_in_the_window_has_no_merge_ratio() {
 #[test]
 fn a_managed_devices_decision_series_start_at_zero_and_the_first_step_reads_one() {
     let cfg = fast_policy();
-    let mut fs = MemFs::new(&[("sda", "0")]);
+    let mut fs = mem(&[("sda", "0")]);
     // Random reads merge nothing: the device steps down within a few windows.
-    fs.set_traffic("sda", (1000, 0, 0, 0));
+    fs.set_load("sda", Load::Traffic((1000, 0, 0, 0)));
     let m = Metrics::new();
     let mut d = Daemon::simulated(cfg.clone());
     let decisions = d.tick(0, &mut fs);
@@ -1273,7 +1142,7 @@ fn label<'a>(series: &'a str, key: &str) -> Option<&'a str> {
 /// carries at 0 (restore and the slice tuner's kinds are not known ahead).
 #[test]
 fn the_mixin_tests_decision_series_are_ones_the_daemon_exports() {
-    let mut fs = MemFs::new(&[("sda", "0")]);
+    let mut fs = mem(&[("sda", "0")]);
     let m = Metrics::new();
     let mut d = Daemon::simulated(fast_policy());
     let decisions = d.tick(0, &mut fs);

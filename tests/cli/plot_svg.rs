@@ -3,11 +3,14 @@
 //! `replay --plot`. With MERGETUNE_WRITE_DOC_IMAGES=1 the pictures of docs/advise.md are
 //! (re)written under docs/img/.
 
+use crate::memkernel::{MemDev, MemKernel};
 use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::controller::Controller;
 use mergetune_daemon::record::{Recorder, RecordingFs};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_lab::plot::{self, Sampling};
 use mergetune_logic::config::Config;
+use mergetune_logic::decision::Level;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::runner::Policy;
 use mergetune_sim::runner::run_scenario;
@@ -181,4 +184,26 @@ fn plotting_nothing_is_an_error_not_a_panic() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("/nonexistent-dir/x.svg"));
+}
+
+#[test]
+fn a_counter_going_backwards_costs_one_sample_not_a_spike() {
+    // A loop device at nomerges 2 (every other attribute reads "1") whose read count is
+    // set at each tick.
+    let mut fs = MemKernel::default();
+    fs.add("loop0", MemDev::with_attrs(&[("queue/nomerges", "2")]))
+        .fallback = Some("1".into());
+    let mut ctl = mergetune_daemon::controller::KernelDefault { interval_ms: 1000 };
+    let mut s = Sampling::new(&mut ctl);
+    for (t, reads) in [(1000, 1000), (2000, 1100), (3000, 5), (4000, 105)] {
+        fs.devs.get_mut("loop0").unwrap().stat[0] = reads;
+        s.tick(t, &mut fs);
+    }
+    let v = &s.finish().devices["loop0"];
+    // The first tick only sees the device; the reset at 3 s gives no sample.
+    let got: Vec<(f64, f64, Level)> = v
+        .iter()
+        .map(|x| (x.t_s, x.bios_per_s[0], x.level))
+        .collect();
+    assert_eq!(got, vec![(2.0, 100.0, Level::L3), (4.0, 100.0, Level::L3)]);
 }

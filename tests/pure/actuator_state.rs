@@ -1,11 +1,12 @@
 //! Read-before-write, original recording, dry-run, restore rules and write failures.
 
+use crate::memkernel::{Load, MemDev, MemKernel, WriteFault};
 use mergetune_daemon::actuator::{Actuator, SetOutcome};
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::state::{
     FileStore, MemoryStore, RestoreOutcome, StateStore, restore_from_store,
 };
-use mergetune_kernel::blockfs::{BlockFs, FsError, RealFs};
+use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use std::path::Path;
@@ -120,42 +121,23 @@ fn corrupt_state_file_is_an_error_naming_the_path() {
     assert!(e.contains("state.json") && e.contains("corrupt"), "{e}");
 }
 
-/// A block stack whose nomerges writes always fail with EINVAL.
-struct Refusing {
-    ticks: u64,
-    writes_tried: u64,
-}
-
-impl BlockFs for Refusing {
-    fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        self.ticks += 1;
-        // Random traffic: 10,000 writes per tick, none merged.
-        let w = self.ticks * 10_000;
-        Ok(format!("8 0 sda 0 0 0 0 {w} 0 {} 0 0 0 0 0 0 0 0 0 0\n", w * 8).into_bytes())
-    }
-    fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-        Ok(vec!["sda".into()])
-    }
-    fn read_attr(&mut self, _d: &str, rel: &str) -> Result<String, FsError> {
-        match rel {
-            "queue/nomerges" => Ok("0".into()),
-            "queue/scheduler" => Ok("[mq-deadline] none".into()),
-            _ => Err(FsError::NotFound { path: rel.into() }),
-        }
-    }
-    fn write_tunable(&mut self, _d: &str, t: Tunable, value: &str) -> Result<(), FsError> {
-        self.writes_tried += 1;
-        Err(FsError::InvalidValue {
-            path: t.rel_path().into(),
-            value: value.into(),
-        })
-    }
-    fn list_dir(&mut self, _d: &str, _r: &str) -> Result<Vec<String>, FsError> {
-        Ok(vec![])
-    }
-    fn attr_exists(&mut self, _d: &str, _r: &str) -> bool {
-        false
-    }
+/// A block stack whose tunable writes always fail with EINVAL, under random traffic (10,000
+/// writes per tick, none merged).
+fn refusing() -> MemKernel {
+    let mut k = MemKernel::default();
+    k.add(
+        "sda",
+        MemDev::with_attrs(&[
+            ("queue/nomerges", "0"),
+            ("queue/scheduler", "[mq-deadline] none"),
+        ]),
+    )
+    .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    k.advance_on_read = Some(0);
+    k.faults
+        .failing_devices
+        .insert("sda".into(), WriteFault::Refused);
+    k
 }
 
 #[test]
@@ -167,20 +149,17 @@ fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
     cfg.policy.min_dwell_secs = 30;
     cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays here (2008 figures)
     let mut d = Daemon::simulated(cfg);
-    let mut fs = Refusing {
-        ticks: 0,
-        writes_tried: 0,
-    };
+    let mut fs = refusing();
     for t in 0..120u64 {
         d.tick(t * 1000, &mut fs);
     }
     // One try, then one per dwell period (30 s): 120 s gives at most 4-5 tries, not 118.
     assert!(
-        fs.writes_tried >= 2 && fs.writes_tried <= 5,
+        fs.write_attempts >= 2 && fs.write_attempts <= 5,
         "{}",
-        fs.writes_tried
+        fs.write_attempts
     );
-    assert_eq!(d.counters.write_errors, fs.writes_tried);
+    assert_eq!(d.counters.write_errors, fs.write_attempts);
     assert!(
         d.devices()["sda"].management.is_managed(),
         "a failed write is not fatal"

@@ -787,7 +787,7 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
                         }
                     }
                     dev.attrs = attrs;
-                    dev.stat = [0; 11];
+                    dev.stat = [0; 17];
                 }
                 dev.present = true;
             }

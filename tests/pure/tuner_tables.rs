@@ -2,7 +2,7 @@
 //! are written: every slice tunable sits in exactly one table, and what the tables say is
 //! what the simulator's sysfs offers and the config accepts.
 
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::Sysfs;
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::{Config, load_str};

@@ -8,7 +8,7 @@
 use crate::kernel;
 
 use mergetune_kernel::biosense::{QueuedBio, SENSE_INSTANCE_PREFIX, TapParams, TapRead};
-use mergetune_kernel::blockfs::{BlockFs, RealFs};
+use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{Contiguity, contiguous_percent};
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! The simulation seen through `BlockFs`: the kernel's formats and error behaviour, so the
 //! daemon cannot tell a simulated device from a real one. Also scenario validation.
 
-use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::blockfs::{FsError, Sysfs};
 use mergetune_kernel::trace::Dir;
 use mergetune_sim::engine::BioSpec;
 use mergetune_sim::engine::Simulation;

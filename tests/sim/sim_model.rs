@@ -2,7 +2,7 @@
 //! measurements and the seeds. Every test is quick in a debug build.
 
 use mergetune_daemon::controller::{Controller, KernelDefault};
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::{BlockFs, Sysfs};
 use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::Decision;

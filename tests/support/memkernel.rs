@@ -1,26 +1,36 @@
-//! An in-memory block stack for fault injection: devices with the queue files the daemon
-//! reads and writes, counters that move with a chosen workload and honour nomerges the way
-//! the kernel does (no merges counted at 2), and faults at chosen points: a read or write
-//! that fails, a device that vanishes and comes back (with its values or the kernel's
-//! defaults), a value changed behind mergetune's back, and a crash in the middle of a
-//! write ([`Crash`]: the process dies just before or just after its n-th tunable write, so
-//! nothing it does afterwards reaches the kernel or the state file). A state store that
-//! goes through the real JSON format and can refuse saves. Included with
+//! The one in-memory kernel of the tests and benches: devices with the queue files the
+//! daemon reads and writes, counters that move with a chosen workload and honour nomerges
+//! the way the kernel does (no merges counted at 2), a bio tap that reports each load's
+//! mergeable share, and faults at chosen points: a read or write that fails, a device that
+//! vanishes and comes back (with its values or the kernel's defaults), a value changed
+//! behind mergetune's back, counters that restart, a garbage diskstats line, and a crash
+//! in the middle of a write ([`Crash`]: the process dies just before or just after its n-th
+//! tunable write, so nothing it does afterwards reaches the kernel or the state file). A
+//! state store that goes through the real JSON format and can refuse saves.
+//!
+//! The options a test or bench sets are plain fields: which attributes a device has
+//! ([`MemDev::with_attrs`], a `fallback` value for any other), how its counters move
+//! ([`Load`], at each diskstats read with `advance_on_read` or at each [`MemKernel::advance`]),
+//! how many stat fields a line prints, the tap ([`Tap`]), a scripted diskstats text, and the
+//! [`Faults`]. It implements the sysfs and the bio tap; the merge-path sampler and the host
+//! facts keep the traits' defaults (none here). Included with
 //! `#[path = "support/memkernel.rs"] mod memkernel;`.
 
 #![allow(dead_code)]
 
 use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
-#[path = "faketap.rs"]
-mod faketap;
-
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
+use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::rc::Rc;
+
+/// Per-tick traffic of one device for [`Load::Traffic`]: (reads, read merges, writes, write
+/// merges) at nomerges 0.
+pub type Traffic = (u64, u64, u64, u64);
 
 /// What a device's traffic looks like this tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +46,23 @@ pub enum Load {
     Sequential,
     /// Random reads starving behind writes: reads take 40 ms each, writes 2 ms.
     StarvingReads,
+    /// These bios and merges each tick (at nomerges 2 every bio is its own request), 8
+    /// sectors a request, and times that never move (10 ms reading, 20 ms writing, 30 ms
+    /// busy).
+    Traffic(Traffic),
+    /// These stat fields grow by these amounts each tick, whatever nomerges is.
+    Fixed([u64; 17]),
 }
 
 #[derive(Debug, Clone)]
 pub struct MemDev {
     pub attrs: BTreeMap<String, String>,
-    /// stat fields 1..=11.
-    pub stat: [u64; 11],
+    /// The value of every attribute not in `attrs` (None: such an attribute is absent).
+    pub fallback: Option<String>,
+    /// stat fields 1..=17.
+    pub stat: [u64; 17],
+    /// How many stat fields its diskstats line prints: 11 (an old kernel) or 17.
+    pub stat_fields: usize,
     pub present: bool,
     pub load: Load,
 }
@@ -50,23 +70,117 @@ pub struct MemDev {
 impl MemDev {
     /// A disk under mq-deadline at the kernel's defaults.
     pub fn mq_deadline() -> MemDev {
-        let mut attrs = BTreeMap::new();
-        for (k, v) in [
+        let mut d = MemDev::with_attrs(&[
             ("queue/scheduler", "none [mq-deadline] kyber"),
             ("queue/nomerges", "0"),
             ("queue/rotational", "0"),
             ("queue/iosched/front_merges", "1"),
             ("queue/iosched/writes_starved", "2"),
             ("queue/iosched/read_expire", "500"),
-        ] {
-            attrs.insert(k.to_string(), v.to_string());
-        }
+        ]);
+        d.stat_fields = 11;
+        d.load = Load::Idle;
+        d
+    }
+
+    /// A disk with exactly these attributes (relative paths and values), 17 stat fields, and
+    /// counters that do not move.
+    pub fn with_attrs(attrs: &[(&str, &str)]) -> MemDev {
         MemDev {
-            attrs,
-            stat: [0; 11],
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            fallback: None,
+            stat: [0; 17],
+            stat_fields: 17,
             present: true,
-            load: Load::Idle,
+            load: Load::Fixed([0; 17]),
         }
+    }
+
+    /// One tick of its load: `bios` bios for the loads that take a count.
+    fn advance(&mut self, bios: u64) {
+        let nomerges = self.attrs.get("queue/nomerges").map(|v| v.trim());
+        let at_2 = nomerges == Some("2");
+        let d = &mut self.stat;
+        let merged = match self.load {
+            Load::Idle => {
+                d[4] += 1;
+                return;
+            }
+            Load::StarvingReads => {
+                let reads = bios / 4;
+                d[0] += reads;
+                d[2] += reads * 8;
+                d[3] += reads * 40;
+                d[4] += bios - reads;
+                d[6] += (bios - reads) * 8;
+                d[7] += (bios - reads) * 2;
+                return;
+            }
+            Load::Traffic((r, rm, w, wm)) => {
+                if at_2 {
+                    // No merges: every bio is its own request.
+                    d[0] += r + rm;
+                    d[4] += w + wm;
+                } else {
+                    d[0] += r;
+                    d[1] += rm;
+                    d[4] += w;
+                    d[5] += wm;
+                }
+                Self::traffic_fixed_fields(d);
+                return;
+            }
+            Load::Fixed(by) => {
+                for (f, b) in d.iter_mut().zip(by) {
+                    *f += b;
+                }
+                return;
+            }
+            Load::Random => 0,
+            Load::RandomRareMerges if at_2 => 0,
+            Load::RandomRareMerges => bios / 500,
+            Load::Sequential if at_2 => 0,
+            Load::Sequential => bios / 64 * 63,
+        };
+        d[4] += bios - merged; // writes completed
+        d[5] += merged; // writes merged
+        d[6] += bios * 8; // sectors written
+        d[7] += bios / 10; // ms writing
+    }
+
+    /// The fields of [`Load::Traffic`] that follow from the counts.
+    fn traffic_fixed_fields(d: &mut [u64; 17]) {
+        d[2] = d[0] * 8;
+        d[3] = 10;
+        d[6] = d[4] * 8;
+        d[7] = 20;
+        d[9] = 30;
+        d[10] = 30;
+    }
+
+    /// Its counters restart from zero (a driver reloaded, a counter wrapped).
+    fn reset(&mut self) {
+        self.stat = [0; 17];
+        if matches!(self.load, Load::Traffic(_)) {
+            Self::traffic_fixed_fields(&mut self.stat);
+        }
+    }
+
+    /// The bios its tap sees in one drain: how many, and how many of them contiguous.
+    fn tap_share(&self, blind: bool) -> (usize, usize) {
+        let (n, mergeable) = match self.load {
+            Load::Idle | Load::Fixed(_) => (0, 0),
+            Load::Sequential => (128, 128 / 64 * 63),
+            Load::Random | Load::RandomRareMerges | Load::StarvingReads => (128, 0),
+            Load::Traffic((r, rm, w, wm)) => {
+                let total = (r + rm + w + wm).max(1);
+                (200, (200 * (rm + wm) / total) as usize)
+            }
+        };
+        (n, if blind { 0 } else { mergeable })
     }
 }
 
@@ -90,21 +204,65 @@ pub struct Crash {
 
 pub type SharedCrash = Rc<RefCell<Crash>>;
 
+/// How a device's every tunable write fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// EBUSY, as a device in use answers.
+    Busy,
+    /// EINVAL, as a kernel that refuses the value answers.
+    Refused,
+}
+
 /// Faults armed for the next operations.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     /// Reads of these (device, relative path) fail with EIO.
     pub failing_reads: BTreeSet<(String, String)>,
+    /// Reads failed because of `failing_reads`.
+    pub failed_reads: u64,
     /// Writes of these tunables fail with EIO.
     pub failing_writes: BTreeSet<(String, Tunable)>,
+    /// Every tunable write of these devices fails so.
+    pub failing_devices: BTreeMap<String, WriteFault>,
     /// /proc/diskstats cannot be read.
     pub diskstats_fails: bool,
+    /// Next diskstats read: a garbage line appended.
+    pub garbage_once: bool,
+    /// Next diskstats read: this device's counters restart from zero.
+    pub reset_once: Option<String>,
+    /// Every tunable write is acknowledged and lost: the value read back stays as it was
+    /// (a driver that ignores the file).
+    pub writes_lost: bool,
+}
+
+/// The bio tap of the in-memory kernel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tap {
+    /// None: the trait's defaults ("unsupported"), so L3 is blind.
+    #[default]
+    Absent,
+    /// On present devices, each load's mergeable share as queued bios, whatever nomerges is
+    /// (the tap sees bios as they are queued, before any merge).
+    ByLoad,
+    /// As `ByLoad`, but every bio reported as non-contiguous (so that only a probe can find
+    /// merges at L3).
+    Blind,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct MemKernel {
     pub devs: BTreeMap<String, MemDev>,
     pub faults: Faults,
+    pub tap: Tap,
+    /// Each diskstats read first moves every device's counters by one tick of its load with
+    /// this many bios (None: only [`MemKernel::advance`] moves them).
+    pub advance_on_read: Option<u64>,
+    /// Diskstats texts served in turn, one a read, instead of the devices' counters.
+    pub diskstats_script: Vec<Vec<u8>>,
+    /// The script's next text.
+    pub script_next: usize,
+    /// Tunable writes tried, failed or not.
+    pub write_attempts: u64,
     /// Writes mergetune made, in order.
     pub writes: Vec<(String, Tunable, String)>,
     /// A crash to inject (shared with the [`SharedStore`]).
@@ -115,9 +273,12 @@ pub struct MemKernel {
 
 impl MemKernel {
     /// Disks at the kernel's defaults, each with its own device number (8:0, 8:16, ...)
-    /// and `diskseq`, as the kernel numbers them.
+    /// and `diskseq`, as the kernel numbers them, with a tap.
     pub fn with(names: &[&str]) -> MemKernel {
-        let mut k = MemKernel::default();
+        let mut k = MemKernel {
+            tap: Tap::ByLoad,
+            ..MemKernel::default()
+        };
         for (i, n) in names.iter().enumerate() {
             let mut d = MemDev::mq_deadline();
             d.attrs.insert("dev".into(), format!("8:{}", i * 16));
@@ -125,6 +286,12 @@ impl MemKernel {
             k.new_diskseq(n);
         }
         k
+    }
+
+    /// Adds (or replaces) a device.
+    pub fn add(&mut self, name: &str, dev: MemDev) -> &mut MemDev {
+        self.devs.insert(name.to_string(), dev);
+        self.devs.get_mut(name).unwrap()
     }
 
     fn new_diskseq(&mut self, dev: &str) {
@@ -163,36 +330,27 @@ impl MemKernel {
         }
     }
 
+    /// The device's load from now on.
+    pub fn set_load(&mut self, dev: &str, load: Load) {
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.load = load;
+        }
+    }
+
+    /// How many writes of this tunable mergetune made.
+    pub fn writes_of(&self, t: Tunable) -> usize {
+        self.writes.iter().filter(|w| w.1 == t).count()
+    }
+
     /// One tick of traffic: `bios` bios per device of its load.
     pub fn advance(&mut self, bios: u64) {
         for d in self.devs.values_mut().filter(|d| d.present) {
-            let nomerges = d.attrs.get("queue/nomerges").map(String::as_str);
-            let merged = match d.load {
-                Load::Idle => {
-                    d.stat[4] += 1;
-                    continue;
-                }
-                Load::StarvingReads => {
-                    let reads = bios / 4;
-                    d.stat[0] += reads;
-                    d.stat[2] += reads * 8;
-                    d.stat[3] += reads * 40;
-                    d.stat[4] += bios - reads;
-                    d.stat[6] += (bios - reads) * 8;
-                    d.stat[7] += (bios - reads) * 2;
-                    continue;
-                }
-                Load::Random => 0,
-                Load::RandomRareMerges if nomerges == Some("2") => 0,
-                Load::RandomRareMerges => bios / 500,
-                Load::Sequential if nomerges == Some("2") => 0,
-                Load::Sequential => bios / 64 * 63,
-            };
-            d.stat[4] += bios - merged; // writes completed
-            d.stat[5] += merged; // writes merged
-            d.stat[6] += bios * 8; // sectors written
-            d.stat[7] += bios / 10; // ms writing
+            d.advance(bios);
         }
+    }
+
+    fn present(&self, dev: &str) -> Option<&MemDev> {
+        self.devs.get(dev).filter(|d| d.present)
     }
 }
 
@@ -203,58 +361,41 @@ fn eio(path: String) -> FsError {
     }
 }
 
-impl BlockFs for MemKernel {
-    // A bio tap that reports each load's mergeable share as queued, whatever nomerges is.
-    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
-        match self.devs.get(dev) {
-            Some(d) if d.present => Ok(()),
-            _ => Err(TapError::Unsupported {
-                path: dev.to_string(),
-            }),
-        }
-    }
-    fn tap_open(&mut self, dev: &str, _p: &TapParams) -> Result<(), TapError> {
-        self.tap_available(dev)
-    }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<QueuedBio>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        self.tap_available(dev)?;
-        let n = 128;
-        match self.devs[dev].load {
-            Load::Idle => {}
-            Load::Sequential => faketap::bios(out, n, n / 64 * 63, max),
-            Load::Random | Load::RandomRareMerges | Load::StarvingReads => {
-                faketap::bios(out, n, 0, max)
-            }
-        }
-        Ok(TapDrain::default())
-    }
+fn attr_path(dev: &str, rel: &str) -> String {
+    format!("mem:/sys/block/{dev}/{rel}")
+}
 
+impl Sysfs for MemKernel {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         if self.faults.diskstats_fails {
             return Err(eio("mem:/proc/diskstats".into()));
         }
+        if !self.diskstats_script.is_empty() {
+            let t = self.diskstats_script[self.script_next % self.diskstats_script.len()].clone();
+            self.script_next += 1;
+            return Ok(t);
+        }
+        let reset = self.faults.reset_once.take();
+        if let Some(bios) = self.advance_on_read {
+            for (name, d) in self.devs.iter_mut().filter(|(_, d)| d.present) {
+                if reset.as_deref() != Some(name.as_str()) {
+                    d.advance(bios);
+                }
+            }
+        }
+        if let Some(d) = reset.and_then(|r| self.devs.get_mut(&r)) {
+            d.reset();
+        }
         let mut s = String::new();
         for (i, (name, d)) in self.devs.iter().enumerate().filter(|(_, (_, d))| d.present) {
-            let f = d.stat;
-            s.push_str(&format!(
-                "   8 {} {name} {} {} {} {} {} {} {} {} 0 {} {}\n",
-                i * 16,
-                f[0],
-                f[1],
-                f[2],
-                f[3],
-                f[4],
-                f[5],
-                f[6],
-                f[7],
-                f[9],
-                f[10]
-            ));
+            s.push_str(&format!("   8 {:>7} {name}", i * 16));
+            for f in &d.stat[..d.stat_fields] {
+                s.push_str(&format!(" {f}"));
+            }
+            s.push('\n');
+        }
+        if std::mem::take(&mut self.faults.garbage_once) {
+            s.push_str("this is not a diskstats line\n");
         }
         Ok(s.into_bytes())
     }
@@ -269,22 +410,25 @@ impl BlockFs for MemKernel {
     }
 
     fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
-        let path = format!("mem:/sys/block/{dev}/{rel}");
-        if self
-            .faults
-            .failing_reads
-            .contains(&(dev.to_string(), rel.to_string()))
+        if !self.faults.failing_reads.is_empty()
+            && self
+                .faults
+                .failing_reads
+                .contains(&(dev.to_string(), rel.to_string()))
         {
-            return Err(eio(path));
+            self.faults.failed_reads += 1;
+            return Err(eio(attr_path(dev, rel)));
         }
-        match self.devs.get(dev).filter(|d| d.present) {
-            Some(d) => d.attrs.get(rel).cloned().ok_or(FsError::NotFound { path }),
-            None => Err(FsError::NotFound { path }),
-        }
+        self.present(dev)
+            .and_then(|d| d.attrs.get(rel).or(d.fallback.as_ref()).cloned())
+            .ok_or_else(|| FsError::NotFound {
+                path: attr_path(dev, rel),
+            })
     }
 
     fn write_tunable(&mut self, dev: &str, t: Tunable, value: &str) -> Result<(), FsError> {
-        let path = format!("mem:/sys/block/{dev}/{}", t.rel_path());
+        self.write_attempts += 1;
+        let path = attr_path(dev, t.rel_path());
         let after = {
             let mut c = self.crash.borrow_mut();
             if c.dead {
@@ -297,13 +441,31 @@ impl BlockFs for MemKernel {
             }
             c.at == Some(CrashAt::AfterWrite(c.writes))
         };
+        if self.faults.writes_lost {
+            return Ok(());
+        }
+        match self.faults.failing_devices.get(dev) {
+            Some(WriteFault::Busy) => {
+                return Err(FsError::Io {
+                    path,
+                    message: "Device or resource busy".into(),
+                });
+            }
+            Some(WriteFault::Refused) => {
+                return Err(FsError::InvalidValue {
+                    path,
+                    value: value.into(),
+                });
+            }
+            None => {}
+        }
         if self.faults.failing_writes.contains(&(dev.to_string(), t)) {
             return Err(eio(path));
         }
         let Some(d) = self.devs.get_mut(dev).filter(|d| d.present) else {
             return Err(FsError::NotFound { path });
         };
-        if !d.attrs.contains_key(t.rel_path()) {
+        if !d.attrs.contains_key(t.rel_path()) && d.fallback.is_none() {
             return Err(FsError::NotFound { path });
         }
         if !t.accepts(value) {
@@ -321,7 +483,7 @@ impl BlockFs for MemKernel {
     }
 
     fn list_dir(&mut self, dev: &str, _rel: &str) -> Result<Vec<String>, FsError> {
-        if self.devs.get(dev).is_some_and(|d| d.present) {
+        if self.present(dev).is_some() {
             Ok(Vec::new())
         } else {
             Err(FsError::NotFound {
@@ -331,9 +493,61 @@ impl BlockFs for MemKernel {
     }
 
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
-        self.devs
-            .get(dev)
-            .is_some_and(|d| d.present && (rel.is_empty() || d.attrs.contains_key(rel)))
+        self.present(dev)
+            .is_some_and(|d| rel.is_empty() || d.fallback.is_some() || d.attrs.contains_key(rel))
+    }
+}
+
+impl BioTap for MemKernel {
+    fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
+        match self.present(dev) {
+            Some(_) if self.tap != Tap::Absent => Ok(()),
+            // The trait's default words.
+            _ => Err(TapError::Unsupported {
+                path: dev.to_string(),
+            }),
+        }
+    }
+    fn tap_open(&mut self, dev: &str, _p: &TapParams) -> Result<(), TapError> {
+        self.tap_available(dev)
+    }
+    fn tap_drain(
+        &mut self,
+        dev: &str,
+        out: &mut Vec<QueuedBio>,
+        max: usize,
+    ) -> Result<TapDrain, TapError> {
+        self.tap_available(dev)?;
+        let (n, contiguous) = self.devs[dev].tap_share(self.tap == Tap::Blind);
+        tap_bios(out, n, contiguous, max);
+        Ok(TapDrain::default())
+    }
+}
+
+impl MergeSampler for MemKernel {}
+
+impl HostFacts for MemKernel {}
+
+/// What tracefs `block_bio_queue` would report for a load whose share of mergeable bios is
+/// known: appends `n` write bios of 8 sectors (at most `max` in all), the first
+/// `contiguous` of them each starting where the previous one ended, the rest scattered far
+/// apart.
+pub fn tap_bios(out: &mut Vec<QueuedBio>, n: usize, contiguous: usize, max: usize) {
+    let mut end = 0u64;
+    for i in 0..n.min(max.saturating_sub(out.len())) {
+        let sector = if i > 0 && i <= contiguous {
+            end
+        } else {
+            // Scattered: no earlier bio ends here.
+            (i as u64 + 1) * 1_000_003 * 8
+        };
+        out.push(QueuedBio {
+            t_ns: i as u64 * 1000,
+            dir: Dir::Write,
+            sector,
+            nr_sectors: 8,
+        });
+        end = sector + 8;
     }
 }
 

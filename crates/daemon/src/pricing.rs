@@ -1,10 +1,10 @@
 //! The driver of live pricing: it opens, enables and drains the merge-path sampler
-//! (`BlockFs::merge_sampler_*`, `kernel::perf` on a real machine, the simulator's own
+//! (`MergeSampler`, `kernel::perf` on a real machine, the simulator's own
 //! accounting in virtual time) and feeds the pure state machine
 //! (`logic::pricing::live::LivePricing`) the drained samples and the time, and logs what
 //! it did. Which prices a device gets, and from what, is `logic::pricing`.
 
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::MergeSampler;
 use mergetune_logic::config::Config;
 use mergetune_logic::pricing::config::PricingConfig;
 use mergetune_logic::pricing::live::{
@@ -28,7 +28,7 @@ pub fn tick<'a>(
     live: &mut LivePricing,
     now_ms: u64,
     cfg: &PricingConfig,
-    fs: &mut dyn BlockFs,
+    fs: &mut dyn MergeSampler,
     wanted: bool,
     bios: impl Iterator<Item = TickBios<'a>>,
 ) {

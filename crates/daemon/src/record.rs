@@ -17,7 +17,7 @@
 
 use crate::controller::Controller;
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::blockfs::{BioTap, BlockFs, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::{MergeSamples, PerfError};
 use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
@@ -198,7 +198,7 @@ fn key(dev: &str, rel: &str) -> String {
     format!("{dev}/{rel}")
 }
 
-impl BlockFs for RecordingFs<'_> {
+impl Sysfs for RecordingFs<'_> {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let r = self.inner.read_diskstats();
         if let Ok(t) = &r {
@@ -250,6 +250,9 @@ impl BlockFs for RecordingFs<'_> {
             Err(_) => self.inner.attr_exists(dev, rel),
         }
     }
+}
+
+impl BioTap for RecordingFs<'_> {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         let r = self.inner.tap_available(dev);
         self.current.calls.push(Call::TapAvailable {
@@ -303,21 +306,14 @@ impl BlockFs for RecordingFs<'_> {
         });
         r
     }
+}
+
+impl MergeSampler for RecordingFs<'_> {
     fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
         let r = self.inner.merge_sampler_open(period_ns);
         self.current.calls.push(Call::SamplerOpen {
             error: r.as_ref().err().map(|e| e.to_string()),
         });
-        r
-    }
-    fn boot_id(&mut self) -> Option<String> {
-        self.inner.boot_id()
-    }
-    fn kernel_release(&mut self) -> Option<String> {
-        let r = self.inner.kernel_release();
-        if r.is_some() {
-            self.current.kernel_release.clone_from(&r);
-        }
         r
     }
     fn merge_sampler_enable(&mut self, on: bool) {
@@ -327,6 +323,19 @@ impl BlockFs for RecordingFs<'_> {
         let s = self.inner.merge_sampler_drain();
         self.current.calls.push(samples_call(&s));
         s
+    }
+}
+
+impl HostFacts for RecordingFs<'_> {
+    fn boot_id(&mut self) -> Option<String> {
+        self.inner.boot_id()
+    }
+    fn kernel_release(&mut self) -> Option<String> {
+        let r = self.inner.kernel_release();
+        if r.is_some() {
+            self.current.kernel_release.clone_from(&r);
+        }
+        r
     }
 }
 
@@ -595,7 +604,7 @@ impl ReplayFs {
     }
 }
 
-impl BlockFs for ReplayFs {
+impl Sysfs for ReplayFs {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         self.ticks[self.index]
             .diskstats
@@ -632,6 +641,9 @@ impl BlockFs for ReplayFs {
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
         matches!(self.attrs.get(&key(dev, rel)), Some(Some(_)))
     }
+}
+
+impl BioTap for ReplayFs {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         self.tap_answer(dev, |c| match c {
             Call::TapAvailable { dev, .. } => Some(dev),
@@ -697,6 +709,9 @@ impl BlockFs for ReplayFs {
         });
         Ok(())
     }
+}
+
+impl MergeSampler for ReplayFs {
     fn merge_sampler_open(&mut self, _period_ns: u64) -> Result<(), PerfError> {
         match self.take_call(|c| matches!(c, Call::SamplerOpen { .. })) {
             Some(Call::SamplerOpen { error: None }) => Ok(()),
@@ -710,9 +725,6 @@ impl BlockFs for ReplayFs {
                 path: "replay (the recording holds no sampler answer for this call)".into(),
             }),
         }
-    }
-    fn kernel_release(&mut self) -> Option<String> {
-        self.kernel_release.clone()
     }
     fn merge_sampler_drain(&mut self) -> MergeSamples {
         let mut s = MergeSamples::default();
@@ -733,6 +745,12 @@ impl BlockFs for ReplayFs {
             s.lost = lost;
         }
         s
+    }
+}
+
+impl HostFacts for ReplayFs {
+    fn kernel_release(&mut self) -> Option<String> {
+        self.kernel_release.clone()
     }
 }
 

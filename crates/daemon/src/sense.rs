@@ -6,16 +6,16 @@
 //! drain, close or nothing. The tap is open only at L3, for `open_ms`, then shut for as long
 //! as keeps the duty cycle at `open_ms / every_ms` even when the tick that closes it comes
 //! late (the off time scales with the time it was really open). [`DeviceSense`] carries it
-//! out on one device through [`BlockFs`] at each tick: every tick while open it drains the
+//! out on one device through its [`BioTap`] at each tick: every tick while open it drains the
 //! tap into a [`Contiguity`] (so the kernel ring buffer never has to hold a whole sample),
 //! and when the sample ends it keeps the [`Sensed`] for the next closed window. Between
-//! samples the tap is paused, not closed (`BlockFs::tap_pause`: on the real kernel the
+//! samples the tap is paused, not closed (`BioTap::tap_pause`: on the real kernel the
 //! tracefs instance stays, its event off), and it is closed when the device leaves L3. A tap that
 //! cannot open (no tracefs, read-only under a unit without access) marks the device blind
 //! (`Caps.sense_at_l3 = false`) and is tried again after `retry_after_secs`.
 
 use mergetune_kernel::biosense::{QueuedBio, TapError, TapParams};
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::BioTap;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{Contiguity, SenseConfig, contiguous_percent};
 use tracing::{debug, info, warn};
@@ -146,7 +146,7 @@ impl DeviceSense {
         self.pending.take()
     }
 
-    fn fail(&mut self, dev: &str, now_ms: u64, error: TapError, fs: &mut dyn BlockFs) {
+    fn fail(&mut self, dev: &str, now_ms: u64, error: TapError, fs: &mut dyn BioTap) {
         self.failures += 1;
         if self.duty.is_open() || self.parked {
             let _ = fs.tap_close(dev);
@@ -177,7 +177,7 @@ impl DeviceSense {
     }
 
     /// Closes an open tap (device no longer managed, sensing turned off, exit).
-    pub fn stop(&mut self, dev: &str, fs: &mut dyn BlockFs) {
+    pub fn stop(&mut self, dev: &str, fs: &mut dyn BioTap) {
         if self.duty.is_open() || self.parked {
             self.duty.reset();
             self.parked = false;
@@ -197,7 +197,7 @@ impl DeviceSense {
         at_l3: bool,
         cfg: &SenseConfig,
         mergeable_percent: f64,
-        fs: &mut dyn BlockFs,
+        fs: &mut dyn BioTap,
     ) {
         if !cfg.enabled {
             self.stop(dev, fs);
@@ -249,7 +249,7 @@ impl DeviceSense {
         dev: &str,
         now_ms: u64,
         cfg: &SenseConfig,
-        fs: &mut dyn BlockFs,
+        fs: &mut dyn BioTap,
     ) -> bool {
         let due = match &self.availability {
             Availability::Unknown => true,
@@ -285,7 +285,7 @@ impl DeviceSense {
         sampled_ms: u64,
         cfg: &SenseConfig,
         mergeable_percent: f64,
-        fs: &mut dyn BlockFs,
+        fs: &mut dyn BioTap,
     ) {
         let drained = self.drain(dev, cfg, fs);
         let paused = fs.tap_pause(dev);
@@ -309,12 +309,7 @@ impl DeviceSense {
         self.forget();
     }
 
-    fn drain(
-        &mut self,
-        dev: &str,
-        cfg: &SenseConfig,
-        fs: &mut dyn BlockFs,
-    ) -> Result<(), TapError> {
+    fn drain(&mut self, dev: &str, cfg: &SenseConfig, fs: &mut dyn BioTap) -> Result<(), TapError> {
         self.buf.clear();
         let room = cfg.max_sample_bios.saturating_sub(self.taken);
         let d = fs.tap_drain(dev, &mut self.buf, room)?;
@@ -372,42 +367,7 @@ mod tests {
     #[derive(Default)]
     struct CallLog(Vec<&'static str>);
 
-    impl BlockFs for CallLog {
-        fn read_diskstats(&mut self) -> Result<Vec<u8>, mergetune_kernel::blockfs::FsError> {
-            Ok(Vec::new())
-        }
-        fn list_block_devices(
-            &mut self,
-        ) -> Result<Vec<String>, mergetune_kernel::blockfs::FsError> {
-            Ok(Vec::new())
-        }
-        fn read_attr(
-            &mut self,
-            dev: &str,
-            rel: &str,
-        ) -> Result<String, mergetune_kernel::blockfs::FsError> {
-            Err(mergetune_kernel::blockfs::FsError::NotFound {
-                path: format!("{dev}/{rel}"),
-            })
-        }
-        fn write_tunable(
-            &mut self,
-            _: &str,
-            _: mergetune_kernel::tunable::Tunable,
-            _: &str,
-        ) -> Result<(), mergetune_kernel::blockfs::FsError> {
-            Ok(())
-        }
-        fn list_dir(
-            &mut self,
-            _: &str,
-            _: &str,
-        ) -> Result<Vec<String>, mergetune_kernel::blockfs::FsError> {
-            Ok(Vec::new())
-        }
-        fn attr_exists(&mut self, _: &str, _: &str) -> bool {
-            false
-        }
+    impl BioTap for CallLog {
         fn tap_available(&mut self, _: &str) -> Result<(), TapError> {
             Ok(())
         }

@@ -330,7 +330,7 @@ impl TickLoop {
                 }
                 if pricing_changed {
                     // The same line as at start (mergetune_export::entry), for what prices now.
-                    use mergetune_kernel::blockfs::BlockFs as _;
+                    use mergetune_kernel::blockfs::HostFacts as _;
                     let cfg = self.daemon.config();
                     info!(
                         "SIGHUP: {}",

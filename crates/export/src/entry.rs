@@ -168,7 +168,7 @@ fn configure(args: &RunOptions) -> Result<(Config, Option<PathBuf>)> {
 /// The startup log's pricing line: what prices a step down, where it came from and
 /// whether a profile matches the running kernel.
 fn log_pricing(cfg: &Config, fs: &mut RealFs) {
-    use mergetune_kernel::blockfs::BlockFs as _;
+    use mergetune_kernel::blockfs::HostFacts as _;
     let source = mergetune_daemon::pricing::source(cfg);
     info!(
         "{}",

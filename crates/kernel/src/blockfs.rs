@@ -1,12 +1,17 @@
 //! The one seam between mergetune and a block stack.
 //!
-//! Everything the daemon knows about devices comes through [`BlockFs`]: the text of
-//! `/proc/diskstats`, the names under `/sys/block`, and `/sys/block/<dev>/<attr>` files read
-//! and written as strings. The real world ([`RealFs`]) maps these onto a sysfs root and a
-//! procfs root given as parameters (so tests run on a fake tree in a temp dir); the simulator
-//! implements the same trait over its in-process devices, so the daemon loop cannot tell the
-//! difference. Values are exchanged as the kernel prints them (`"0"`, `"none [mq-deadline]"`),
-//! which keeps every parser in one place and exercised by both worlds.
+//! Everything the daemon knows about devices comes through four small traits, one per part
+//! of the kernel it reaches: [`Sysfs`] (the text of `/proc/diskstats`, the names under
+//! `/sys/block`, and `/sys/block/<dev>/<attr>` files read and written as strings),
+//! [`BioTap`] (the bios queued on a device), [`MergeSampler`] (where CPU goes on the merge
+//! path) and [`HostFacts`] (kernel release, boot id). [`BlockFs`] is the four together, what
+//! the daemon's loop takes; a function that needs one part takes that part alone, and a
+//! world implements the parts it has (the others' defaults say "not here"). The real world
+//! ([`RealFs`]) maps these onto a sysfs root and a procfs root given as parameters (so tests
+//! run on a fake tree in a temp dir); the simulator implements the same traits over its
+//! in-process devices, so the daemon loop cannot tell the difference. Values are exchanged
+//! as the kernel prints them (`"0"`, `"none [mq-deadline]"`), which keeps every parser in
+//! one place and exercised by both worlds.
 
 use crate::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
@@ -71,11 +76,12 @@ impl FsError {
     }
 }
 
-/// Access to a block stack: counters, device names, and per-device attribute files.
+/// The sysfs and procfs files of a block stack: counters, device names, and per-device
+/// attribute files.
 ///
 /// `rel` paths are relative to the device directory, e.g. `"queue/nomerges"`,
 /// `"queue/iosched/front_merges"`, `"stat"`, `"slaves"`.
-pub trait BlockFs {
+pub trait Sysfs {
     /// The whole content of `/proc/diskstats`, as bytes: the parser takes it line by line,
     /// so one non-UTF-8 byte costs only its own line.
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError>;
@@ -97,12 +103,13 @@ pub trait BlockFs {
     fn list_dir(&mut self, dev: &str, rel: &str) -> Result<Vec<String>, FsError>;
     /// Whether `/sys/block/<dev>/<rel>` exists.
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
+}
 
-    // The bio tap (crates/kernel/src/biosense.rs): a sample of the bios queued on a device, the
-    // only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the
-    // in-memory kernels of tests) keeps these defaults: "unsupported", and the policy then
-    // knows that L3 is blind there.
-
+/// The bio tap (crates/kernel/src/biosense.rs): a sample of the bios queued on a device, the
+/// only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the in-memory
+/// kernel of the tests without a tap) keeps these defaults: "unsupported", and the policy
+/// then knows that L3 is blind there.
+pub trait BioTap {
     /// Whether a tap could be opened on `dev` (creates nothing).
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         Err(TapError::Unsupported {
@@ -130,7 +137,7 @@ pub trait BlockFs {
         })
     }
     /// Stops recording on `dev` between two samples: a world that can keeps what the tap
-    /// set up, so that the next [`BlockFs::tap_open`] is cheap (and starts afresh all the
+    /// set up, so that the next [`BioTap::tap_open`] is cheap (and starts afresh all the
     /// same); the others close it.
     fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
         self.tap_close(dev)
@@ -140,26 +147,18 @@ pub trait BlockFs {
         let _ = dev;
         Ok(())
     }
+}
 
-    // The merge-path sampler (crates/kernel/src/perf.rs): where CPU goes, so that a step down is
-    // priced in CPU on this host. A world without one keeps these defaults, and the
-    // daemon's saving is then "unknown".
-
+/// The merge-path sampler (crates/kernel/src/perf.rs): where CPU goes, so that a step down
+/// is priced in CPU on this host. A world without one keeps these defaults, and the daemon's
+/// saving is then "unknown".
+pub trait MergeSampler {
     /// Sets the sampler up (disabled), one sample every `period_ns` of CPU per CPU.
     fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
         let _ = period_ns;
         Err(PerfError::Unsupported {
             path: "merge-path sampler".into(),
         })
-    }
-    /// The running kernel's release (`uname -r`), where this world has one.
-    fn kernel_release(&mut self) -> Option<String> {
-        None
-    }
-    /// This boot's id (`/proc/sys/kernel/random/boot_id`), where this world has one: a
-    /// device's `diskseq` means something only within one boot.
-    fn boot_id(&mut self) -> Option<String> {
-        None
     }
     /// Starts or stops sampling (an open sampler).
     fn merge_sampler_enable(&mut self, on: bool) {
@@ -170,6 +169,28 @@ pub trait BlockFs {
         MergeSamples::default()
     }
 }
+
+/// Facts about the running host. A world without them (a simulation, a fake) keeps these
+/// defaults: none.
+pub trait HostFacts {
+    /// The running kernel's release (`uname -r`), where this world has one.
+    fn kernel_release(&mut self) -> Option<String> {
+        None
+    }
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`), where this world has one: a
+    /// device's `diskseq` means something only within one boot.
+    fn boot_id(&mut self) -> Option<String> {
+        None
+    }
+}
+
+/// Everything the daemon's loop sees of a block stack: its files, its bio tap, its
+/// merge-path sampler and the host's facts. Implemented by every world that has the four
+/// parts (each part's defaults say "not here"); a function that needs one part takes that
+/// part alone.
+pub trait BlockFs: Sysfs + BioTap + MergeSampler + HostFacts {}
+
+impl<T: Sysfs + BioTap + MergeSampler + HostFacts + ?Sized> BlockFs for T {}
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
 pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
@@ -275,7 +296,7 @@ impl RealFs {
     }
 }
 
-impl BlockFs for RealFs {
+impl Sysfs for RealFs {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         use std::io::Read;
         let path = self.procfs_root.join("diskstats");
@@ -357,7 +378,9 @@ impl BlockFs for RealFs {
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
         valid_dev_name(dev) && self.dev_path(dev, rel).exists()
     }
+}
 
+impl BioTap for RealFs {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         self.dev_number(dev)?;
         crate::biosense::check_available(&self.tracefs_dir())
@@ -386,7 +409,9 @@ impl BlockFs for RealFs {
     fn tap_close(&mut self, dev: &str) -> Result<(), TapError> {
         self.taps.close(dev)
     }
+}
 
+impl MergeSampler for RealFs {
     fn merge_sampler_open(&mut self, period_ns: u64) -> Result<(), PerfError> {
         if self.sampler.is_some() {
             return Ok(());
@@ -406,6 +431,22 @@ impl BlockFs for RealFs {
         self.sampler = Some(std::sync::Arc::new(std::sync::Mutex::new(s)));
         Ok(())
     }
+    fn merge_sampler_enable(&mut self, on: bool) {
+        if let Some(s) = &self.sampler
+            && let Ok(mut s) = s.lock()
+        {
+            if on { s.enable() } else { s.disable() }
+        }
+    }
+    fn merge_sampler_drain(&mut self) -> MergeSamples {
+        self.sampler
+            .as_ref()
+            .and_then(|s| s.lock().ok().map(|mut s| s.drain(None)))
+            .unwrap_or_default()
+    }
+}
+
+impl HostFacts for RealFs {
     fn boot_id(&mut self) -> Option<String> {
         let procfs_root = &self.procfs_root;
         self.boot_id
@@ -423,19 +464,6 @@ impl BlockFs for RealFs {
             .ok()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
-    }
-    fn merge_sampler_enable(&mut self, on: bool) {
-        if let Some(s) = &self.sampler
-            && let Ok(mut s) = s.lock()
-        {
-            if on { s.enable() } else { s.disable() }
-        }
-    }
-    fn merge_sampler_drain(&mut self) -> MergeSamples {
-        self.sampler
-            .as_ref()
-            .and_then(|s| s.lock().ok().map(|mut s| s.drain(None)))
-            .unwrap_or_default()
     }
 }
 

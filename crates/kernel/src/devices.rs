@@ -1,8 +1,9 @@
 //! Device discovery: which block devices exist and what their queues look like. All reads
-//! go through [`BlockFs`]; whether mergetune may manage a device is the logic's
+//! go through [`Sysfs`] (the boot id of an identity through
+//! [`crate::blockfs::HostFacts`]); whether mergetune may manage a device is the logic's
 //! (`logic::devices`), a pure function of what was read here.
 
-use crate::blockfs::{BlockFs, FsError};
+use crate::blockfs::{BlockFs, FsError, Sysfs};
 use crate::scheduler::{Reported, Scheduler};
 use serde::Serialize;
 
@@ -129,7 +130,7 @@ pub fn read_identity(fs: &mut dyn BlockFs, name: &str) -> Result<Option<DeviceId
 }
 
 /// Reads one device's queue facts. A device that vanished mid-read is an error.
-pub fn read_device(fs: &mut dyn BlockFs, name: &str) -> Result<DeviceInfo, FsError> {
+pub fn read_device(fs: &mut dyn Sysfs, name: &str) -> Result<DeviceInfo, FsError> {
     let opt = |r: Result<String, FsError>| match r {
         Ok(v) => Ok(Some(v)),
         Err(FsError::NotFound { .. }) => Ok(None),

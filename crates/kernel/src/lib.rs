@@ -1,7 +1,8 @@
 //! The kernel layer: the only code that names `/sys`, `/proc` or tracefs, and the parsers
 //! of what the kernel writes there (diskstats lines, tracefs block events). Everything above
-//! reaches the kernel through [`blockfs::BlockFs`], so the real machine, a fake tree and the
-//! simulator are interchangeable.
+//! reaches the kernel through the small traits of [`blockfs`] (sysfs, the bio tap, the
+//! merge-path sampler, host facts), so the real machine, a fake tree and the simulator are
+//! interchangeable.
 //!
 //! Raw system calls are denied here but in [`sys`], the one audited module (docs/design.md,
 //! "Unsafe").

@@ -5,7 +5,7 @@
 use super::engine::Simulation;
 use super::scenario::{DeviceKind, LISTED, iosched_keys};
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
-use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 
@@ -175,7 +175,7 @@ impl Simulation {
     }
 }
 
-impl BlockFs for Simulation {
+impl Sysfs for Simulation {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
         let mut out = String::new();
         for d in 0..self.devs.len() {
@@ -257,10 +257,11 @@ impl BlockFs for Simulation {
             r => self.read_dev_attr(d, dev, r).is_ok(),
         }
     }
+}
 
-    // The bio tap: the engine records every bio submitted to a tapped device
-    // (crates/sim/src/tap.rs), as the kernel's block_bio_queue tracepoint does.
-
+// The bio tap: the engine records every bio submitted to a tapped device
+// (crates/sim/src/tap.rs), as the kernel's block_bio_queue tracepoint does.
+impl BioTap for Simulation {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         self.tap_dev(dev).map(|_| ())
     }
@@ -290,7 +291,9 @@ impl BlockFs for Simulation {
         }
         Ok(())
     }
+}
 
+impl MergeSampler for Simulation {
     fn merge_sampler_open(
         &mut self,
         period_ns: u64,
@@ -307,3 +310,6 @@ impl BlockFs for Simulation {
         self.merge_meter.drain()
     }
 }
+
+/// A simulation has no kernel release nor boot id: the defaults' none.
+impl HostFacts for Simulation {}

@@ -18,7 +18,7 @@ use super::stats;
 use anyhow::{Context, Result, bail};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::state::{FileStore, StateStore, restore_from_store};
-use mergetune_kernel::blockfs::{BlockFs, RealFs};
+use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::cputime;
 use mergetune_kernel::devices::read_device;
 use mergetune_kernel::perf::{self, MergePathSampler, MergeSamples, SamplerParams};

@@ -4,7 +4,7 @@
 //! kernel default and the oracle ([`PolicySummary`]); per scenario all of them
 //! ([`ScenarioComparison`]).
 
-use mergetune_kernel::blockfs::BlockFs;
+use mergetune_kernel::blockfs::Sysfs;
 use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::{Level, level_index};
 use mergetune_sim::engine::Simulation;

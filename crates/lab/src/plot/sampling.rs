@@ -124,7 +124,6 @@ impl Controller for Sampling<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mergetune_logic::decision::Level;
 
     #[test]
     fn a_window_gives_rates_merge_ratios_and_mean_latency_per_direction() {
@@ -141,51 +140,5 @@ mod tests {
         assert_eq!(s.bios_per_s, [80.0, 0.0]);
         assert_eq!(s.merge_percent, [Some(25.0), None]);
         assert_eq!(s.await_ms, [Some(2.0), None]);
-    }
-
-    #[test]
-    fn a_counter_going_backwards_costs_one_sample_not_a_spike() {
-        use mergetune_kernel::blockfs::FsError;
-        struct Fake {
-            reads: u64,
-        }
-        impl BlockFs for Fake {
-            fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-                Ok(format!(
-                    "   7       0 loop0 {} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
-                    self.reads
-                )
-                .into_bytes())
-            }
-            fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
-                Ok(vec!["loop0".into()])
-            }
-            fn read_attr(&mut self, _: &str, rel: &str) -> Result<String, FsError> {
-                Ok(if rel == "queue/nomerges" { "2" } else { "1" }.into())
-            }
-            fn write_tunable(&mut self, _: &str, _: Tunable, _: &str) -> Result<(), FsError> {
-                Ok(())
-            }
-            fn list_dir(&mut self, _: &str, _: &str) -> Result<Vec<String>, FsError> {
-                Ok(Vec::new())
-            }
-            fn attr_exists(&mut self, _: &str, _: &str) -> bool {
-                true
-            }
-        }
-        let mut ctl = mergetune_daemon::controller::KernelDefault { interval_ms: 1000 };
-        let mut s = Sampling::new(&mut ctl);
-        let mut fs = Fake { reads: 1000 };
-        for (t, reads) in [(1000, 1000), (2000, 1100), (3000, 5), (4000, 105)] {
-            fs.reads = reads;
-            s.tick(t, &mut fs);
-        }
-        let v = &s.finish().devices["loop0"];
-        // The first tick only sees the device; the reset at 3 s gives no sample.
-        let got: Vec<(f64, f64, Level)> = v
-            .iter()
-            .map(|x| (x.t_s, x.bios_per_s[0], x.level))
-            .collect();
-        assert_eq!(got, vec![(2.0, 100.0, Level::L3), (4.0, 100.0, Level::L3)]);
     }
 }
