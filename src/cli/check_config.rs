@@ -53,7 +53,7 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
                 && let Err(e) = profile_match(profile, Some(running.trim()), None)
             {
                 warnings.push(format!(
-                    "key `policy.cost_profile`: profile {} {e}: it will not match here, every device stays unknown and merging stays on (run `mergetune calibrate` on this kernel for its own, or use \"live\")",
+                    "key `policy.cost_profile`: profile {} {e}: it will not match here, every device stays unknown and merging stays on (run `mergetune-lab calibrate` on this kernel for its own, or use \"live\")",
                     profile.name,
                 ));
             }

@@ -17,12 +17,13 @@
 //! variant breaks the build until it is named there, and naming it fails
 //! `every_reason_variant_has_a_case` until a case of it is added to [`cases`].
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::reason::{ChangeAnsweredByTap, KnownHostileToL3};
 use mergetune_logic::policy::signature::SignatureChange;
 use mergetune_logic::policy::{Mode, Reason, Signature};
 use mergetune_logic::pricing::floor::SavingFloor;
-use mergetune_logic::pricing::profile::{Scheduler, Verdict};
+use mergetune_logic::pricing::profile::Verdict;
 use mergetune_logic::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use std::borrow::Cow;
 

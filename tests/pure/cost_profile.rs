@@ -1,9 +1,10 @@
 //! Cost profiles: the shipped ones parse and validate, bad ones are refused naming the key,
 //! and the simulator's step prices derive from them as documented in `sim::cost`.
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
 use mergetune_logic::pricing::profile::{
-    self, BUILTIN_NAMES, CostProfile, Method, ProfileError, Scheduler, Verdict, Workload,
+    self, BUILTIN_NAMES, CostProfile, Method, ProfileError, Verdict, Workload,
 };
 use mergetune_sim::cost::CostModel;
 use mergetune_sim::cost::Pricing;

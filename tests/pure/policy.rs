@@ -1,6 +1,7 @@
 //! Policy behaviour: the merge ladder, thresholds, hysteresis, dwell, cap, probes, and
 //! invariants (proptest).
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
@@ -12,8 +13,8 @@ use mergetune_logic::policy::{
     Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature, decide,
     hold_without_deciding, sensed_min_bios, tunables,
 };
+use mergetune_logic::pricing::profile::Verdict;
 use mergetune_logic::pricing::profile::{self, CostProfile};
-use mergetune_logic::pricing::profile::{Scheduler, Verdict};
 use mergetune_logic::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sampler::{Counters, Window};

@@ -6,9 +6,10 @@
 //! attachment: the next user would find calibrate's scheduler and nomerges).
 
 use crate::kernel;
+use mergetune_kernel::scheduler::Scheduler;
 
 use mergetune_logic::decision::Level;
-use mergetune_logic::pricing::profile::{CostProfile, Method, Scheduler, Workload};
+use mergetune_logic::pricing::profile::{CostProfile, Method, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 

@@ -7,8 +7,9 @@
 //! (scheduler, level, workload) cell, and the simulator's model of a scheduler is the one
 //! built from that scheduler's cells alone.
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::pricing::profile::{self, CostProfile, PRICED_WORKLOAD, Scheduler};
+use mergetune_logic::pricing::profile::{self, CostProfile, PRICED_WORKLOAD};
 use mergetune_logic::pricing::source::PricingSource;
 use mergetune_logic::pricing::worth::{Basis, SavingUnit};
 use mergetune_sim::cost::{CostModel, Pricing};

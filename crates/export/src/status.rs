@@ -580,7 +580,7 @@ pub fn fetch(addr: &str, timeout: Duration) -> Result<StatusSnapshot, StatusErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mergetune_logic::pricing::profile::Scheduler;
+    use mergetune_kernel::scheduler::Scheduler;
     use mergetune_logic::pricing::worth::Saving;
 
     fn live_worth() -> Worth {

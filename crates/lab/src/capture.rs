@@ -41,7 +41,7 @@ pub struct CaptureArgs {
     /// How long to record, in seconds (Ctrl-C stops earlier and keeps what was recorded).
     #[arg(long)]
     pub seconds: f64,
-    /// Output file (tracefs text, readable by `mergetune advise`).
+    /// Output file (tracefs text, readable by `mergetune-lab advise`).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Ring buffer per CPU, KiB.

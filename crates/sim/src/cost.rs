@@ -23,8 +23,9 @@
 //! nomerges=2 for random 4 KiB QD32, from which the old defaults derive exactly), or
 //! override every step in its `[cost]` table.
 
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::pricing::profile::{self, CostProfile, Method, Scheduler, Workload};
+use mergetune_logic::pricing::profile::{self, CostProfile, Method, Workload};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

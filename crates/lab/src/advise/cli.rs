@@ -8,16 +8,16 @@ use super::rules::recommend_priced;
 use super::svg::plot_advise;
 use super::whatif::{read_bios, what_if};
 use anyhow::{Context as _, bail};
-use mergetune_kernel::scheduler::Reported;
+use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::config::Config;
 use mergetune_logic::pricing::worth::Worth;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// `mergetune advise` arguments.
+/// `mergetune-lab advise` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AdviseArgs {
-    /// The trace: tracing-filesystem text of block events (`mergetune trace capture`) or
+    /// The trace: tracing-filesystem text of block events (`mergetune-lab trace capture`) or
     /// blkparse's default output.
     pub trace: PathBuf,
     /// Only this device: MAJOR,MINOR as the trace prints it (7,0) or a name (loop0).
@@ -44,10 +44,10 @@ pub struct AdviseArgs {
     #[arg(long)]
     pub json: bool,
     /// The traced device's I/O scheduler (none, mq-deadline, bfq, kyber), for a trace
-    /// without the `# scheduler` line `mergetune trace capture` writes: the daemon's
+    /// without the `# scheduler` line `mergetune-lab trace capture` writes: the daemon's
     /// ladder and price are the device's scheduler's.
     #[arg(long, value_name = "NAME")]
-    pub scheduler: Option<String>,
+    pub scheduler: Option<Scheduler>,
 }
 
 /// The profile `--what-if` models CPU with: the config's, except that `live` (the daemon's
@@ -93,7 +93,7 @@ fn nothing_to_advise(
     msg
 }
 
-/// Runs `mergetune advise`; returns the exit code.
+/// Runs `mergetune-lab advise`; returns the exit code.
 pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let cfg = match &args.config {
         Some(p) => mergetune_logic::config::load_file(p)?,
@@ -102,11 +102,6 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     .policy;
     let live = cfg.cost_profile.trim() == mergetune_logic::pricing::profile::LIVE;
     let (profile_name, profile) = trace_profile(&cfg)?;
-    if let Some(s) = &args.scheduler
-        && mergetune_logic::pricing::profile::Scheduler::from_name(s).is_none()
-    {
-        bail!("--scheduler {s:?}: not one of none, mq-deadline, bfq, kyber");
-    }
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
@@ -126,12 +121,8 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     } else {
         profile_name.clone()
     };
-    // --scheduler is the operator's word for the device's (any name the kernel may give).
-    let scheduler = args
-        .scheduler
-        .clone()
-        .map(Reported::from)
-        .or(analysis.scheduler.map(Reported::Known));
+    // --scheduler is the operator's word for the device's scheduler, over the trace's.
+    let scheduler = args.scheduler.or(analysis.scheduler).map(Reported::Known);
     let mut views = Vec::new();
     for d in &mut analysis.devices {
         let (level, recs, view) =

@@ -99,7 +99,7 @@ pub fn daemon_view(
         return view(
             Level::L0,
             format!(
-                "priced live (cost_profile \"live\"): the saving is measured by the daemon's sampler on the host, which a trace does not hold, so it is unknown here: the daemon stays at L0 until its measurement's lower bound reaches [pricing] saving_floor_percent_cpu, then goes to {deepest} on {scheduler}; give a profile (`mergetune calibrate`'s, or a built-in) in the config's cost_profile to price the trace"
+                "priced live (cost_profile \"live\"): the saving is measured by the daemon's sampler on the host, which a trace does not hold, so it is unknown here: the daemon stays at L0 until its measurement's lower bound reaches [pricing] saving_floor_percent_cpu, then goes to {deepest} on {scheduler}; give a profile (`mergetune-lab calibrate`'s, or a built-in) in the config's cost_profile to price the trace"
             ),
         );
     }

@@ -277,7 +277,7 @@ impl Analyzer {
             let why = if d.nodata == 0 {
                 // Completions or issues only: no block_bio_queue line at all.
                 format!(
-                    "device {}: no bio queued (no block_bio_queue event; {} request(s) issued, {} completed): advise reads the queue events (`mergetune trace capture` records them): no advice for it",
+                    "device {}: no bio queued (no block_bio_queue event; {} request(s) issued, {} completed): advise reads the queue events (`mergetune-lab trace capture` records them): no advice for it",
                     d.dev, d.issues, d.completes
                 )
             } else {

@@ -22,10 +22,9 @@ use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::cputime;
 use mergetune_kernel::devices::read_device;
 use mergetune_kernel::perf::{self, MergePathSampler, MergeSamples, SamplerParams};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
-use mergetune_logic::pricing::profile::{
-    CostProfile, DeviceKey, MergePathCell, Method, Scheduler, Unit,
-};
+use mergetune_logic::pricing::profile::{CostProfile, DeviceKey, MergePathCell, Method, Unit};
 use rustix::process::{Pid, Signal, kill_process};
 use std::collections::BTreeSet;
 use std::io::Read;

@@ -6,10 +6,9 @@
 use super::fio::{IODEPTH, RunSample, ToggleSample};
 use super::stats;
 use anyhow::{Context, Result};
+use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::pricing::profile::{
-    Cell, CostProfile, Method, Scheduler, ToggleCost, Unit, Workload,
-};
+use mergetune_logic::pricing::profile::{Cell, CostProfile, Method, ToggleCost, Unit, Workload};
 use std::path::Path;
 
 pub(super) fn utc_now_rfc3339() -> String {

@@ -38,7 +38,7 @@ pub struct CalibrateArgs {
     /// Schedulers to measure (comma-separated) [default: none,mq-deadline,bfq,kyber; with
     /// --device: the device's own].
     #[arg(long, value_delimiter = ',')]
-    pub schedulers: Vec<String>,
+    pub schedulers: Vec<Scheduler>,
     /// The old end-to-end mode: CPU per I/O of fio and the kworkers at each level,
     /// levels interleaved (about 25 minutes), instead of the merge path sampled.
     #[arg(long)]
@@ -101,8 +101,8 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub toggle_interval_ms: Option<u64>,
     /// Toggle measurement: the scheduler.
-    #[arg(long, default_value_t = DEFAULT_TOGGLE_SCHEDULER.to_string())]
-    pub toggle_scheduler: String,
+    #[arg(long, default_value_t = DEFAULT_TOGGLE_SCHEDULER)]
+    pub toggle_scheduler: Scheduler,
     /// Name written into the profile.
     #[arg(long, default_value = mergetune_logic::pricing::profile::MEASURED_NAME)]
     pub name: String,
@@ -131,11 +131,10 @@ fn check_tools() -> Result<()> {
     Ok(())
 }
 
-fn parse_schedulers(names: &[String]) -> Result<Vec<Scheduler>> {
+/// The schedulers `--schedulers` named, each once, in the order given.
+fn parse_schedulers(named: &[Scheduler]) -> Result<Vec<Scheduler>> {
     let mut out = Vec::new();
-    for n in names {
-        let s = Scheduler::from_name(n.trim())
-            .with_context(|| format!("--schedulers: unknown scheduler {n:?}"))?;
+    for &s in named {
         if !out.contains(&s) {
             out.push(s);
         }
@@ -157,7 +156,7 @@ fn end_to_end_only_flags(args: &CalibrateArgs) -> Vec<&'static str> {
         ("--toggle-interval-ms", args.toggle_interval_ms.is_some()),
         (
             "--toggle-scheduler",
-            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER.name(),
+            args.toggle_scheduler != DEFAULT_TOGGLE_SCHEDULER,
         ),
         ("--no-toggle", args.no_toggle),
         ("--seed", args.seed != DEFAULT_SEED),
@@ -295,16 +294,12 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
 /// The schedulers `--schedulers` names (all four when it names none) and the
 /// `--toggle-scheduler`.
 fn end_to_end_schedulers(args: &CalibrateArgs) -> Result<(Vec<Scheduler>, Scheduler)> {
-    let all = Scheduler::ALL.map(|s| s.name().to_string());
-    let names = if args.schedulers.is_empty() {
-        &all[..]
+    let named = if args.schedulers.is_empty() {
+        &Scheduler::ALL[..]
     } else {
         &args.schedulers[..]
     };
-    let schedulers = parse_schedulers(names)?;
-    let toggle_sched = Scheduler::from_name(&args.toggle_scheduler)
-        .with_context(|| format!("--toggle-scheduler {:?}", args.toggle_scheduler))?;
-    Ok((schedulers, toggle_sched))
+    Ok((parse_schedulers(named)?, args.toggle_scheduler))
 }
 
 /// The end-to-end mode's counts and lengths: each its flag's, or the mode's default

@@ -159,7 +159,7 @@ pub(super) fn detach_leftovers(
         if let Some(orig) = QueueOriginal::load(parent)
             && let Err(e) = orig.put_back(sysfs_root, &name)
         {
-            eprintln!("mergetune calibrate: {name}: cannot put its queue back: {e:#}");
+            eprintln!("mergetune-lab calibrate: {name}: cannot put its queue back: {e:#}");
         }
         let dev = format!("/dev/{name}");
         if run_cmd("losetup", &["-d", &dev]).is_ok() {
@@ -322,13 +322,13 @@ impl Drop for ScratchLoop {
             && let Err(e) = orig.put_back(&self.sysfs_root, &self.name)
         {
             eprintln!(
-                "mergetune calibrate: {}: cannot put its queue back: {e:#}",
+                "mergetune-lab calibrate: {}: cannot put its queue back: {e:#}",
                 self.name
             );
         }
         let dev = self.dev.to_string_lossy().into_owned();
         if let Err(e) = run_cmd("losetup", &["-d", &dev]) {
-            eprintln!("mergetune calibrate: cannot detach {dev}: {e:#}");
+            eprintln!("mergetune-lab calibrate: cannot detach {dev}: {e:#}");
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -19,7 +19,7 @@
 //! and splitting schema from checks would put every key in two places.
 
 use crate::decision::Level;
-pub use mergetune_kernel::scheduler::Scheduler;
+use mergetune_kernel::scheduler::Scheduler;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
