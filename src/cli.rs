@@ -33,11 +33,12 @@ pub fn main() -> i32 {
     if let Some(m) = moved::lab_flag_given(&cli.command, &given) {
         return moved::refuse(&m);
     }
-    let target = mergetune_export::logging::init(cli.verbose, cli.quiet, cli.log_format);
+    let target =
+        mergetune_export::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            report_fatal("mergetune", &e, target, cli.log_format);
+            report_fatal("mergetune", &e, target, cli.log.log_format);
             EXIT_ERROR
         }
     }

@@ -17,16 +17,8 @@ simulator, and the SVG plots of a simulation or a replay. The daemon itself is m
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
-    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
-    /// Less log output (warnings and errors only).
-    #[arg(short, long, global = true)]
-    pub quiet: bool,
-    /// Log format: auto (journal under systemd, else text), text, json (one object per
-    /// line, for log shippers) or journal.
-    #[arg(long, global = true, value_enum, default_value_t)]
-    pub log_format: mergetune_export::logging::LogFormat,
+    #[command(flatten)]
+    pub log: mergetune::cli::args::LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -19,11 +19,12 @@ fn main() {
 /// Parses the command line, sets up logging, runs the subcommand: the process exit code.
 fn run() -> i32 {
     let cli = args::parse();
-    let target = mergetune_export::logging::init(cli.verbose, cli.quiet, cli.log_format);
+    let target =
+        mergetune_export::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            mergetune::cli::report_fatal("mergetune-lab", &e, target, cli.log_format);
+            mergetune::cli::report_fatal("mergetune-lab", &e, target, cli.log.log_format);
             EXIT_ERROR
         }
     }

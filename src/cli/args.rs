@@ -34,6 +34,15 @@ when reads starve behind writes. A value an admin set is never touched.",
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The logging flags, the same on `mergetune` and `mergetune-lab`.
+#[derive(clap::Args, Debug)]
+pub struct LogArgs {
     /// More log output (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -44,8 +53,6 @@ pub struct Cli {
     /// line, for log shippers) or journal.
     #[arg(long, global = true, value_enum, default_value_t)]
     pub log_format: mergetune_export::logging::LogFormat,
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Subcommand, Debug)]

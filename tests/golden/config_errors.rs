@@ -552,16 +552,6 @@ fn mergetune(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// `2026-12-06T04:44:19.731543Z ...`: a log line stamped with the wall clock.
-fn stamped(line: &str) -> bool {
-    let b = line.as_bytes();
-    b.len() > 20
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b[10] == b'T'
-        && b[..4].iter().all(u8::is_ascii_digit)
-}
-
 struct Record<'a> {
     name: &'a str,
     command: String,
@@ -575,7 +565,7 @@ fn render(r: &Record, tmp: &str) -> String {
     let stderr = String::from_utf8_lossy(&r.out.stderr);
     let stderr: String = stderr
         .lines()
-        .filter(|l| !(r.drop_stamped && stamped(l)))
+        .filter(|l| !(r.drop_stamped && crate::starts_with_wall_clock(l)))
         .map(|l| format!("{l}\n"))
         .collect();
     let text = format!(

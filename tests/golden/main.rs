@@ -84,7 +84,7 @@ pub fn transcript(out: &Output) -> String {
 }
 
 /// `2026-12-06T04:44:19.731543Z ...`: a line of the text log, stamped with the wall clock.
-fn starts_with_wall_clock(line: &str) -> bool {
+pub fn starts_with_wall_clock(line: &str) -> bool {
     let b = line.as_bytes();
     b.len() > 20
         && b[4] == b'-'
