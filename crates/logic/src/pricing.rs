@@ -7,7 +7,7 @@
 //! - [`live`]: live pricing as a pure state machine, fed the sampler's drained samples and
 //!   the time by the daemon's driver (`daemon::pricing`);
 //! - [`profile`]: cost profiles, their checks, and which cell prices which device (the one
-//!   matching rule of the daemon and the simulator), [`scheduler`] naming the schedulers;
+//!   matching rule of the daemon and the simulator), keyed by `mergetune_kernel::scheduler::Scheduler`;
 //! - [`worth`]: the table the policy reads ([`worth::Worth`]), from either;
 //! - [`source`]: which of the two the config asks for; [`config`]: `[pricing]`.
 //!

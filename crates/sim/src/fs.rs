@@ -109,7 +109,7 @@ impl Simulation {
 impl Simulation {
     /// Writes any simulated sysfs file a real one could be written through (`nomerges`,
     /// `scheduler`, `max_sectors_kb`, `iosched/*`): the scenario set-up and tests use it;
-    /// the daemon goes through [`BlockFs::write_tunable`].
+    /// the daemon goes through [`Sysfs::write_tunable`].
     pub fn write_attr(&mut self, dev: &str, rel: &str, value: &str) -> Result<(), FsError> {
         let d = self.dev_index(dev).ok_or_else(|| not_found(dev, rel))?;
         let v = value.trim();
