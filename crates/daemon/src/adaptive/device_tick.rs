@@ -86,19 +86,7 @@ impl DeviceTick<'_> {
         };
         let mut decision = self.decision_of(name, now_ms, kind, &ev);
         let Some(to_level) = ev.to_level else {
-            // A probe that ends at L0, a trial that stays, not worth it: nothing changes in
-            // the kernel, and the decision says so (a dry run's stays marked dry-run).
-            if !self.actuator.dry_run() {
-                decision.applied = Applied::NothingToWrite;
-            }
-            let seen = self
-                .actuator
-                .as_seen(name, Tunable::Nomerges, &current_nomerges)
-                .to_string();
-            log_decision(name, &decision, &seen, &seen, None);
-            dev.last_decision = Some(Box::new(decision.clone()));
-            settle(dev, ev);
-            return Some(decision);
+            return Some(self.nothing_to_write(name, dev, decision, ev, &current_nomerges));
         };
         if !self.cfg.policy.enabled {
             dev.last_reason =
@@ -124,6 +112,30 @@ impl DeviceTick<'_> {
         dev.window.restart(now_ms);
         dev.last_decision = Some(Box::new(decision.clone()));
         Some(decision)
+    }
+
+    /// A decision that changes nothing in the kernel (a probe that ends at L0, a trial that
+    /// stays, not worth it): logged and kept as the device's last, and it says so (a dry
+    /// run's stays marked dry-run).
+    fn nothing_to_write(
+        &mut self,
+        name: &str,
+        dev: &mut DeviceRuntime,
+        mut decision: Decision,
+        ev: Evaluation,
+        current_nomerges: &str,
+    ) -> Decision {
+        if !self.actuator.dry_run() {
+            decision.applied = Applied::NothingToWrite;
+        }
+        let seen = self
+            .actuator
+            .as_seen(name, Tunable::Nomerges, current_nomerges)
+            .to_string();
+        log_decision(name, &decision, &seen, &seen, None);
+        dev.last_decision = Some(Box::new(decision.clone()));
+        settle(dev, ev);
+        decision
     }
 
     /// Closes the device's window if this tick completes it, with the bio tap's sample at

@@ -103,26 +103,39 @@ pub fn daemon_view(
             ),
         );
     }
+    let (level, why) = priced_choice(&reachable, trace, worth, profile, scheduler);
+    view(level, why)
+}
+
+/// Among the rungs the daemon can reach, the deepest one the profile says saves
+/// measurably, and why (L0 where none does).
+fn priced_choice(
+    reachable: &[Level],
+    trace: Level,
+    worth: &Worth,
+    profile: &str,
+    scheduler: &Reported,
+) -> (Level, String) {
     match reachable.iter().rev().find(|&&l| worth.worth(l)) {
-        Some(&l) if l == trace => view(
+        Some(&l) if l == trace => (
             l,
             format!(
                 "profile {profile}, for a device on {scheduler}: {}, a measurable saving",
                 worth.describe([l])
             ),
         ),
-        Some(&l) => view(
+        Some(&l) => (
             l,
             format!(
                 "profile {profile}, for a device on {scheduler}: only {l} saves measurably ({})",
                 worth.describe(reachable.iter().copied())
             ),
         ),
-        None => view(
+        None => (
             Level::L0,
             format!(
                 "not worth it: profile {profile} measured no saving at {} ({}), so the daemon keeps merging on",
-                one_of(&reachable),
+                one_of(reachable),
                 worth.describe(reachable.iter().copied())
             ),
         ),

@@ -107,9 +107,6 @@ pub fn what_if(
     report: &DeviceReport,
     profile: &str,
 ) -> anyhow::Result<WhatIf> {
-    use mergetune_sim::engine::Simulation;
-    use mergetune_sim::runner::run_scenario;
-    use mergetune_sim::scenario::Scenario;
     use std::sync::Arc;
     if bios.is_empty() {
         bail!("no bios of device {device} to replay");
@@ -146,35 +143,13 @@ pub fn what_if(
     let bios = Arc::new(bios);
     let mut rows = Vec::new();
     for (label, sched, level) in candidates {
-        let text = scenario_text(profile, sched, level, (r_us, w_us), dur_s);
-        let mut sc = Scenario::from_toml_str(&text, "<advise what-if>", None)
-            .map_err(|e| anyhow::anyhow!("what-if scenario: {e}"))?;
-        sc.phases[0].jobs[0].trace_bios = Some(bios.clone());
-        let mut sim = Simulation::new(&sc).context("building the what-if simulation")?;
-        let mut ctl = mergetune_daemon::controller::KernelDefault { interval_ms: 1000 };
-        let rep = run_scenario(&mut sim, &mut ctl, "static", &mut |_, _| {});
-        if let Some(e) = sim.halted() {
-            bail!("what-if {label}: {e}");
-        }
-        let Some(d) = rep.phases.first().and_then(|p| p.devices.first()) else {
-            bail!("what-if: the simulation reported no device");
-        };
-        let merged = d.read.merged + d.write.merged;
-        let requests = d.read.requests + d.write.requests;
-        rows.push(WhatIfRow {
-            label: label.into(),
-            scheduler: sched,
-            level,
-            merge_percent: pct(merged, merged + requests),
-            requests,
-            cycles_per_bio: d.cycles_per_io,
-            cycles_per_bio_unit: d.cycles_per_io_unit,
-            mb_per_s: d.read.mb_per_s + d.write.mb_per_s,
-            read_mean_us: d.read.lat_mean_us,
-            read_p99_us: d.read.lat_p99_us,
-            write_mean_us: d.write.lat_mean_us,
-            write_p99_us: d.write.lat_p99_us,
-        });
+        rows.push(run_candidate(
+            profile,
+            (label, sched, level),
+            (r_us, w_us),
+            dur_s,
+            &bios,
+        )?);
     }
     Ok(WhatIf {
         device: device.into(),
@@ -184,6 +159,48 @@ pub fn what_if(
         model,
         unit,
         rows,
+    })
+}
+
+/// One candidate of [`what_if`]: its scenario run over the traced bios, as a row.
+fn run_candidate(
+    profile: &str,
+    (label, sched, level): (&str, Scheduler, Level),
+    service_us: (f64, f64),
+    dur_s: f64,
+    bios: &std::sync::Arc<Vec<TraceBio>>,
+) -> anyhow::Result<WhatIfRow> {
+    use mergetune_sim::engine::Simulation;
+    use mergetune_sim::runner::run_scenario;
+    use mergetune_sim::scenario::Scenario;
+    let text = scenario_text(profile, sched, level, service_us, dur_s);
+    let mut sc = Scenario::from_toml_str(&text, "<advise what-if>", None)
+        .map_err(|e| anyhow::anyhow!("what-if scenario: {e}"))?;
+    sc.phases[0].jobs[0].trace_bios = Some(bios.clone());
+    let mut sim = Simulation::new(&sc).context("building the what-if simulation")?;
+    let mut ctl = mergetune_daemon::controller::KernelDefault { interval_ms: 1000 };
+    let rep = run_scenario(&mut sim, &mut ctl, "static", &mut |_, _| {});
+    if let Some(e) = sim.halted() {
+        bail!("what-if {label}: {e}");
+    }
+    let Some(d) = rep.phases.first().and_then(|p| p.devices.first()) else {
+        bail!("what-if: the simulation reported no device");
+    };
+    let merged = d.read.merged + d.write.merged;
+    let requests = d.read.requests + d.write.requests;
+    Ok(WhatIfRow {
+        label: label.into(),
+        scheduler: sched,
+        level,
+        merge_percent: pct(merged, merged + requests),
+        requests,
+        cycles_per_bio: d.cycles_per_io,
+        cycles_per_bio_unit: d.cycles_per_io_unit,
+        mb_per_s: d.read.mb_per_s + d.write.mb_per_s,
+        read_mean_us: d.read.lat_mean_us,
+        read_p99_us: d.read.lat_p99_us,
+        write_mean_us: d.write.lat_mean_us,
+        write_p99_us: d.write.lat_p99_us,
     })
 }
 
