@@ -173,17 +173,15 @@ fn assert_resolution(r: &AbReport) {
         );
     }
     // The sampler reads fio's stacks for the merge functions by name: pair by pair, it never
-    // prices more than fio's tasks saved, nor more than the whole saving. It may price
-    // less: fio's tasks also save the checks inlined into blk_mq_submit_bio and part of the
-    // loop driver's hand-off to its kworker, which no merge function's samples hold (CI,
-    // 2026-12-04: 176 [171, 180] ns sampled against 331 [307, 367] in fio's tasks). The
-    // paired intervals are at 99.9%, so that a sampler pricing exactly what was saved fails
-    // a CI run by chance about once in 300 (abtest::AGREEMENT_COVERAGE).
-    assert_ne!(
-        a.sampler_against_submitter(),
-        Some(SampledAgainst::Over),
-        "{a}"
-    );
+    // prices more than the whole saving (fio's tasks and the loop kworkers), the CPU the
+    // daemon's decision is about. It may price less: the checks inlined into
+    // blk_mq_submit_bio carry no merge function's name. Against fio's tasks alone it is
+    // reported, not asserted: how the saving splits between fio and the kworkers moves from
+    // run to run by more than one run's interval (CI, 2026-12-04: 331 [307, 367] ns in fio's
+    // tasks; CI, 2026-12-06: 147 [132, 174] in fio's, 36 [19, 57] in the kworkers, 188
+    // [143, 232] in all, against 189 sampled). The paired intervals are at 99.9%, so that a
+    // sampler pricing exactly what was saved fails a CI run by chance about once in 300
+    // (abtest::AGREEMENT_COVERAGE).
     assert_ne!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
 }
 
