@@ -626,15 +626,7 @@ pub fn overhead(
     let dev = lp.name.clone();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = ncpu - 1;
-    let block_s = plan.window_ms as f64 / 1000.0;
-    let mut child = spawn_fio(
-        &lp.dev,
-        false,
-        1,
-        2.0 * block_s * f64::from(pairs) + 2.0,
-        None,
-        cpu,
-    )?;
+    let mut child = spawn_overhead_fio(&lp.dev, plan.window_ms, pairs, cpu)?;
     let result = (|| -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
         wait_for_io(&mut fs, &dev)?;
         std::thread::sleep(Duration::from_millis(500));
@@ -694,6 +686,20 @@ pub fn overhead(
     let (per_sample, merge_ns, bios_per_s, _) = result?;
     report_overhead(plan, pricing, ncpu, &per_sample, &merge_ns, bios_per_s);
     Ok(0)
+}
+
+/// `overhead`'s one fio run: long enough for `pairs` pairs of `window_ms` blocks and the
+/// start-up before them.
+fn spawn_overhead_fio(dev: &Path, window_ms: u64, pairs: u32, cpu: usize) -> Result<Child> {
+    let block_s = window_ms as f64 / 1000.0;
+    spawn_fio(
+        dev,
+        false,
+        1,
+        2.0 * block_s * f64::from(pairs) + 2.0,
+        None,
+        cpu,
+    )
 }
 
 /// The period of `overhead`'s sampler: 10 times shorter than the daemon's, so that its cost

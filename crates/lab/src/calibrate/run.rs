@@ -206,6 +206,18 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     Ok(())
 }
 
+/// The end-to-end run's first line: the device, the fio CPU and the blocks.
+fn announce_end_to_end(lp: &ScratchLoop, size_mib: u64, cpu: usize, set: &Settings) {
+    eprintln!(
+        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {} reps of {} ms windows",
+        lp.dev.display(),
+        size_mib,
+        if lp.direct_io { "on" } else { "off: buffered" },
+        set.reps,
+        set.window_ms
+    );
+}
+
 /// `mergetune calibrate`: one measurement procedure in order (refusals, signals, leftovers,
 /// the scratch device, the interleaved runs, the profile), whose scratch device and signal
 /// flag live across every step.
@@ -250,14 +262,7 @@ pub fn run(args: CalibrateArgs) -> Result<i32> {
         stop: &stop,
         started,
     };
-    eprintln!(
-        "calibrate: {} over a {} MiB tmpfs file (loop direct I/O {}), fio on CPU {cpu}, {} reps of {} ms windows",
-        lp.dev.display(),
-        args.size_mib,
-        if lp.direct_io { "on" } else { "off: buffered" },
-        set.reps,
-        set.window_ms
-    );
+    announce_end_to_end(&lp, args.size_mib, cpu, &set);
     // The first heavy run on a new loop device can be a cold outlier.
     measure_run(
         &lp,
