@@ -41,7 +41,11 @@ fn dispatch(cmd: Command) -> anyhow::Result<i32> {
         Command::Replay(a) => plot::replay(a),
         Command::Generate(a) => {
             use clap::CommandFactory;
-            mergetune::cli::generate::run(args::Cli::command(), a)
+            mergetune::cli::generate::run(
+                args::Cli::command(),
+                mergetune::cli::generate::Binary::Lab,
+                a,
+            )
         }
     }
 }

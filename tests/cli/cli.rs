@@ -446,20 +446,20 @@ fn man_pages_and_completions_come_from_the_command_line_definition() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{:?}", text(&o));
-    let top = std::fs::read_to_string(d.path().join("man/mergetune.1")).unwrap();
-    assert!(
-        top.starts_with(".ie") || top.contains(".TH mergetune 1"),
-        "{top}"
-    );
+    // A daemon's pages are system administration, section 8 (man-pages(7)).
+    let top = std::fs::read_to_string(d.path().join("man/mergetune.8")).unwrap();
+    assert!(top.contains(".TH mergetune 8"), "{top}");
+    assert!(top.contains(".BR mergetune\\-lab (1)"), "{top}");
+    assert!(!d.path().join("man/mergetune.1").exists());
     assert!(top.contains(".SH \"EXIT STATUS\""), "{top}");
-    let run = std::fs::read_to_string(d.path().join("man/mergetune-run.1")).unwrap();
+    let run = std::fs::read_to_string(d.path().join("man/mergetune-run.8")).unwrap();
     assert!(run.contains("dry\\-run"), "{run}");
     assert!(
         !run.contains("sysfs\\-root"),
         "a hidden flag in the man page"
     );
     assert!(
-        !d.path().join("man/mergetune-generate.1").exists(),
+        !d.path().join("man/mergetune-generate.8").exists(),
         "the hidden generate command has no page"
     );
     let o = bin()
