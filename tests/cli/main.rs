@@ -28,6 +28,7 @@ mod endpoint_priority;
 mod fake_tree;
 mod fd_exhaustion;
 mod http_endpoint;
+mod inert_host;
 mod inputs_hardening;
 mod inputs_regressions;
 mod lab_binary;

@@ -21,6 +21,7 @@
 use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
 use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
+use mergetune_kernel::perf::PerfError;
 use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
 use std::cell::RefCell;
@@ -269,6 +270,9 @@ pub struct MemKernel {
     pub crash: SharedCrash,
     /// The last `diskseq` given out: every disk made gets the next.
     pub last_diskseq: u64,
+    /// What `perf_event_open` answers the merge-path sampler (None: the trait's default,
+    /// "not here"): a host whose kernel refuses it (`kernel::perf::open_refused`).
+    pub perf_refusal: Option<String>,
 }
 
 impl MemKernel {
@@ -524,7 +528,19 @@ impl BioTap for MemKernel {
     }
 }
 
-impl MergeSampler for MemKernel {}
+impl MergeSampler for MemKernel {
+    fn merge_sampler_open(&mut self, _period_ns: u64) -> Result<(), PerfError> {
+        Err(match &self.perf_refusal {
+            Some(message) => PerfError::Open {
+                cpu: 0,
+                message: message.clone(),
+            },
+            None => PerfError::Unsupported {
+                path: "merge-path sampler".into(),
+            },
+        })
+    }
+}
 
 impl HostFacts for MemKernel {}
 

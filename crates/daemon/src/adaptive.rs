@@ -123,6 +123,9 @@ pub struct Daemon {
     pricing: PricingSource,
     /// The live measurement (idle unless `pricing` is live).
     live: LivePricing,
+    /// `[pricing] fallback_profile`: prices the devices while live pricing's sampler
+    /// cannot run here.
+    fallback: Option<PricingSource>,
     /// `uname -r`, read at the first rescan, for matching a profile.
     kernel_release: Option<String>,
 }
@@ -131,6 +134,7 @@ impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
         let pricing = crate::pricing::source(&cfg);
+        let fallback = crate::pricing::fallback(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -148,8 +152,44 @@ impl Daemon {
             counters: DaemonCounters::default(),
             pricing,
             live: LivePricing::default(),
+            fallback,
             kernel_release: None,
         }
+    }
+
+    /// Under live pricing, opens the merge-path sampler once before the first tick, so
+    /// that a host where it cannot run says so at start (one warning naming the fix) and in
+    /// `status` and /metrics from the first tick.
+    pub fn check_sampler(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn mergetune_kernel::blockfs::MergeSampler,
+    ) {
+        if matches!(self.pricing, PricingSource::Live) {
+            crate::pricing::check_at_start(&mut self.live, now_ms, &self.cfg.pricing, fs);
+            if let Some(f) = self.fallback_pricing() {
+                warn!(
+                    "pricing: the devices are priced by [pricing] fallback_profile {} ({}) until the sampler opens",
+                    f.name(),
+                    f.origin()
+                );
+            }
+        }
+    }
+
+    /// Whether the live sampler's prices are the devices' now: live pricing, and the
+    /// sampler can run or no fallback profile stands in for it.
+    fn live_prices(&self) -> bool {
+        matches!(self.pricing, PricingSource::Live)
+            && !(self.live.unavailable() && self.fallback.is_some())
+    }
+
+    /// The fallback profile's name while it prices the devices in the sampler's place.
+    fn fallback_pricing(&self) -> Option<&PricingSource> {
+        let live = matches!(self.pricing, PricingSource::Live);
+        self.fallback
+            .as_ref()
+            .filter(|_| live && self.live.unavailable())
     }
 
     /// The adaptive daemon for the simulator: originals kept in memory, no real clock.
@@ -192,6 +232,7 @@ impl Daemon {
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
         self.pricing = crate::pricing::source(&cfg);
+        self.fallback = crate::pricing::fallback(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         self.refresh_unmanaged = true;
@@ -277,10 +318,11 @@ impl Daemon {
             self.tick_pricing(now_ms, fs);
         }
         let mut decisions = Vec::new();
+        let live_prices = self.live_prices();
         let mut step = DeviceTick {
             cfg: &self.cfg,
             actuator: &mut self.actuator,
-            live: matches!(self.pricing, PricingSource::Live).then_some(&self.live),
+            live: live_prices.then_some(&self.live),
             slack_ms: self.slack_ms,
             counters: &mut self.counters,
             force_rescan: &mut self.force_rescan,
@@ -446,6 +488,10 @@ impl Daemon {
             counters: self.counters.clone(),
             pricing_name: self.pricing.name().to_string(),
             pricing_origin: self.pricing.origin(),
+            sampler_unavailable: matches!(self.pricing, PricingSource::Live)
+                .then(|| self.live.unavailable_why().map(str::to_string))
+                .flatten(),
+            pricing_fallback: self.fallback_pricing().map(|f| f.name().to_string()),
             saving_floor: self.cfg.pricing.floor(),
             devices: self
                 .devices

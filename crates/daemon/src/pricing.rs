@@ -22,6 +22,15 @@ pub fn source(cfg: &Config) -> PricingSource {
     })
 }
 
+/// `[pricing] fallback_profile`, under live pricing; a profile file that cannot be read
+/// any more (it was checked when the config was loaded) leaves none, and says so.
+pub fn fallback(cfg: &Config) -> Option<PricingSource> {
+    PricingSource::fallback_from_config(cfg).unwrap_or_else(|e| {
+        warn!("[pricing] fallback_profile: {e}: no fallback while the sampler cannot run");
+        None
+    })
+}
+
 /// One tick of live pricing: count the bios of a span in progress, end it when due, start
 /// the next when `wanted` (a managed device below L3 is busy) and due.
 pub fn tick<'a>(
@@ -51,13 +60,7 @@ pub fn tick<'a>(
         SamplerStep::Wait => return,
         SamplerStep::Open => {
             if let Err(e) = fs.merge_sampler_open(cfg.period_us * 1000) {
-                let why = e.to_string();
-                if live.open_failed(now_ms, why.clone()) {
-                    warn!(
-                        "merge-path sampler unavailable: {why}; no device steps down on a live price (retried every {} min)",
-                        RETRY_OPEN_MS / 60_000
-                    );
-                }
+                note_unavailable(live, now_ms, e.to_string());
                 return;
             }
             info!(
@@ -70,4 +73,31 @@ pub fn tick<'a>(
     let _ = fs.merge_sampler_drain();
     fs.merge_sampler_enable(true);
     live.started(now_ms);
+}
+
+/// Opens the merge-path sampler once at start (it stays disabled until a span), so that a
+/// host where it cannot run says so at start, in one warning with the fix, and in
+/// `status` and /metrics from the first tick, not at the first busy device.
+pub fn check_at_start(
+    live: &mut LivePricing,
+    now_ms: u64,
+    cfg: &PricingConfig,
+    fs: &mut dyn MergeSampler,
+) {
+    match fs.merge_sampler_open(cfg.period_us * 1000) {
+        Ok(()) => {
+            info!("merge-path sampler: available (idle until a managed device below L3 is busy)")
+        }
+        Err(e) => note_unavailable(live, now_ms, e.to_string()),
+    }
+}
+
+/// The sampler did not open: the state remembers why, and a new reason is one warning.
+fn note_unavailable(live: &mut LivePricing, now_ms: u64, why: String) {
+    if live.open_failed(now_ms, why.clone()) {
+        warn!(
+            "merge-path sampler unavailable: {why}; no device steps down on a live price (retried every {} min while a device is busy)",
+            RETRY_OPEN_MS / 60_000
+        );
+    }
 }

@@ -58,10 +58,27 @@ pub struct DaemonSnapshot {
     /// What prices a step down: "live", or a profile's name, and where it came from.
     pub pricing_name: String,
     pub pricing_origin: String,
+    /// Under live pricing, why the merge-path sampler cannot run here, with the fix (None
+    /// while it can, before it was tried, or under a profile).
+    pub sampler_unavailable: Option<String>,
+    /// The `[pricing] fallback_profile` pricing the devices while the sampler cannot run.
+    pub pricing_fallback: Option<String>,
     /// The live pricing's floor.
     pub saving_floor: mergetune_logic::pricing::floor::SavingFloor,
     /// Every device with a request queue, by name.
     pub devices: Vec<DeviceSnapshot>,
+}
+
+impl DaemonSnapshot {
+    /// The name of what priced `worth`: the fallback profile's for a profile's table while
+    /// it stands in for the sampler, else the daemon's pricing name.
+    pub fn pricing_name_of(&self, worth: &mergetune_logic::pricing::worth::Worth) -> &str {
+        use mergetune_logic::pricing::worth::Basis;
+        match (&self.pricing_fallback, worth.basis) {
+            (Some(f), Basis::Profile) => f,
+            _ => &self.pricing_name,
+        }
+    }
 }
 
 /// One device after a tick.

@@ -184,8 +184,12 @@ fn log_device_pricing(daemon: &Daemon) {
         let (Some(worth), Some(level)) = (d.worth.as_ref(), d.level) else {
             continue;
         };
-        let p =
-            crate::status::DevicePricing::of(worth, level, &snap.pricing_name, snap.saving_floor);
+        let p = crate::status::DevicePricing::of(
+            worth,
+            level,
+            snap.pricing_name_of(worth),
+            snap.saving_floor,
+        );
         info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
     }
 }
@@ -455,8 +459,10 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
         .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
         .flatten()
         .map(StatePointer::new);
+    let mut daemon = Daemon::new(cfg, actuator);
+    daemon.check_sampler(0, &mut fs);
     let mut lp = TickLoop::new(
-        Daemon::new(cfg, actuator),
+        daemon,
         fs,
         exporter,
         Box::new(Notifier::from_env()),

@@ -103,6 +103,7 @@ struct DeviceFamilies {
 /// How step downs are priced: the profile, each device's basis and saving, the floor.
 struct PricingFamilies {
     cost_profile_info: Family<ProfileLabels, IntGaugeVec>,
+    sampler_unavailable: IntGauge,
     pricing: Family<PricingLabels, IntGaugeVec>,
     saving: Family<SavingLabels, GaugeVec>,
     saving_floor: Gauge,
@@ -294,6 +295,10 @@ fn pricing_families(r: &Registrar) -> PricingFamilies {
             "cost_profile_info",
             "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
         ),
+        sampler_unavailable: r.int_gauge(
+            "merge_sampler_unavailable",
+            "1 while live pricing's merge-path sampler cannot run on this host (perf_event_open refused: kernel.perf_event_paranoid above 2, or no CAP_PERFMON; the startup log and status say why and the fix), else 0; devices are then priced by [pricing] fallback_profile where it applies (mergetune_device_pricing basis profile), else unknown",
+        ),
         pricing: r.int_gauges(
             "device_pricing",
             "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
@@ -457,6 +462,9 @@ impl Metrics {
         self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
         f.pricing.saving_floor.set(daemon.saving_floor.ratio());
+        f.pricing
+            .sampler_unavailable
+            .set(i64::from(daemon.sampler_unavailable.is_some()));
         let profile = ProfileLabels {
             profile: daemon.pricing_name.clone(),
             origin: daemon.pricing_origin.clone(),

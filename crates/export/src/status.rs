@@ -51,6 +51,14 @@ pub struct PricingStatus {
     pub origin: String,
     /// The bar a live saving's lower bound must reach, CPU ms per second.
     pub floor_ms_per_sec: f64,
+    /// Under live pricing, why the merge-path sampler cannot run here, with the fix
+    /// (absent while it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_unavailable: Option<String>,
+    /// The `[pricing] fallback_profile` that prices the devices meanwhile (absent when
+    /// none does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_profile: Option<String>,
 }
 
 /// One device of the `/status` document. Typed as the daemon holds it, so the client's
@@ -440,7 +448,7 @@ impl StatusSnapshot {
                         .next_probe_at_ms
                         .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
                     pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
-                        DevicePricing::of(w, l, &daemon.pricing_name, daemon.saving_floor)
+                        DevicePricing::of(w, l, daemon.pricing_name_of(w), daemon.saving_floor)
                     }),
                     changes_last_hour: d.changes_last_hour,
                     change_cap_reached: d
@@ -464,6 +472,8 @@ impl StatusSnapshot {
                 profile: daemon.pricing_name.clone(),
                 origin: daemon.pricing_origin.clone(),
                 floor_ms_per_sec: daemon.saving_floor.ms_per_sec(),
+                sampler_unavailable: daemon.sampler_unavailable.clone(),
+                fallback_profile: daemon.pricing_fallback.clone(),
             }),
             devices,
         }

@@ -316,18 +316,22 @@ fn read_paranoid() -> Option<i32> {
         .ok()
 }
 
-/// Why `perf_event_open` refused, in words an operator can act on. At
-/// `perf_event_paranoid` 3 (Debian's and Ubuntu's default, a distribution patch: mainline
-/// stops at 2) the Debian 12 and 13 kernels refused the system-wide event to a daemon
+/// The sysctl drop-in that lowers `kernel.perf_event_paranoid` to 2 for the sampler, at
+/// boot and with `sysctl --system` (docs/hardening.md): the one file the fix names.
+pub const PARANOID_SYSCTL_DROP_IN: &str = "/etc/sysctl.d/60-mergetune-perf.conf";
+
+/// Why `perf_event_open` refused, in words an operator can act on, with the exact fix. At
+/// `perf_event_paranoid` 3 (Debian's default, a distribution patch: mainline stops at 2;
+/// Ubuntu's is 4) the Debian 12 and 13 kernels refused the system-wide event to a daemon
 /// holding CAP_PERFMON (the VM lab's `default-pricing-under-systemd`, 2026-12-05), where
 /// mainline lets CAP_PERFMON through.
 pub fn open_refused(e: &std::io::Error, paranoid: Option<i32>) -> String {
     match (e.raw_os_error(), paranoid) {
         (Some(13), Some(p)) if p >= 3 => format!(
-            "{e}: kernel.perf_event_paranoid is {p}, a distribution's setting that refuses perf events to anything without CAP_SYS_ADMIN; set it to 2 (sysctl kernel.perf_event_paranoid=2, docs/hardening.md) or price with a profile ([policy] cost_profile)"
+            "{e}: kernel.perf_event_paranoid is {p}, a distribution's setting that refuses perf events to anything without CAP_SYS_ADMIN. Fix: `echo kernel.perf_event_paranoid=2 > {PARANOID_SYSCTL_DROP_IN} && sysctl --system` (docs/hardening.md), or price without the sampler: a profile measured once here (`mergetune-lab calibrate`) as [pricing] fallback_profile"
         ),
         (Some(13), Some(p)) => format!(
-            "{e}: kernel.perf_event_paranoid is {p}: the sampler needs CAP_PERFMON (or root)"
+            "{e}: kernel.perf_event_paranoid is {p}: the sampler needs CAP_PERFMON (or root); the shipped unit keeps it in CapabilityBoundingSet= (docs/hardening.md): a drop-in that narrows the set drops it"
         ),
         _ => e.to_string(),
     }
@@ -637,7 +641,13 @@ ffffffff81000000 D some_data
         let eacces = std::io::Error::from_raw_os_error(13);
         let m = open_refused(&eacces, Some(3));
         assert!(m.contains("kernel.perf_event_paranoid is 3"), "{m}");
-        assert!(m.contains("sysctl kernel.perf_event_paranoid=2"), "{m}");
+        assert!(
+            m.contains(&format!(
+                "echo kernel.perf_event_paranoid=2 > {PARANOID_SYSCTL_DROP_IN} && sysctl --system"
+            )),
+            "{m}"
+        );
+        assert!(!m.contains('\n'), "one line: {m}");
         assert!(open_refused(&eacces, Some(2)).contains("needs CAP_PERFMON"));
         let enoent = std::io::Error::from_raw_os_error(2);
         assert_eq!(open_refused(&enoent, Some(3)), enoent.to_string());

@@ -423,23 +423,21 @@ impl Config {
     }
 
     fn check_cost_profile(&self, problems: &mut Problems) {
-        let raw = &self.policy.cost_profile;
-        let cp = raw.trim();
-        if cp.contains('\0') {
+        if let Some(why) = profile_spec_problem(&self.policy.cost_profile, true) {
+            problems.push("policy.cost_profile", why);
+        }
+        let fallback = &self.pricing.fallback_profile;
+        if fallback.is_empty() {
+            return;
+        }
+        if let Some(why) = profile_spec_problem(fallback, false) {
+            problems.push("pricing.fallback_profile", why);
+        } else if self.policy.cost_profile.trim() != crate::pricing::profile::LIVE {
             problems.push(
-                "policy.cost_profile",
-                "contains a NUL byte, which no path can hold",
-            );
-        } else if cp.is_empty()
-            || (cp != crate::pricing::profile::LIVE
-                && !crate::pricing::profile::BUILTIN_NAMES.contains(&cp)
-                && !crate::pricing::profile::is_path(cp))
-        {
-            problems.push(
-                "policy.cost_profile",
+                "pricing.fallback_profile",
                 format!(
-                    "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
-                    crate::pricing::profile::BUILTIN_NAMES.join(", ")
+                    "{fallback:?} stands in for the live sampler, but [policy] cost_profile is {:?}, not \"live\": remove one",
+                    self.policy.cost_profile
                 ),
             );
         }
@@ -813,6 +811,27 @@ fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin
     }
 }
 
+/// What is wrong with a profile's name in the config (`live` allowed where `allow_live`):
+/// a built-in name or a path (containing / or ending in .toml).
+fn profile_spec_problem(raw: &str, allow_live: bool) -> Option<String> {
+    let cp = raw.trim();
+    if cp.contains('\0') {
+        return Some("contains a NUL byte, which no path can hold".into());
+    }
+    let live_ok = allow_live && cp == crate::pricing::profile::LIVE;
+    if cp.is_empty()
+        || (!live_ok
+            && !crate::pricing::profile::BUILTIN_NAMES.contains(&cp)
+            && !crate::pricing::profile::is_path(cp))
+    {
+        return Some(format!(
+            "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
+            crate::pricing::profile::BUILTIN_NAMES.join(", ")
+        ));
+    }
+    None
+}
+
 /// Reads, parses and validates a config file, and the cost profile file it names (a
 /// built-in name needs no reading), so that a bad profile stops the start or the reload.
 /// Every problem is reported at once, the profile's too. A relative `cost_profile` is
@@ -829,21 +848,29 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     let mut checked = check_str(&text, &origin);
     if let Some(cfg) = checked.config.as_mut() {
         cfg.policy.cost_profile = resolve_profile_path(&cfg.policy.cost_profile, path);
-        let spec = &cfg.policy.cost_profile;
-        let named_ok = !checked.errors.iter().any(
-            |(_, e)| matches!(e, ConfigError::Invalid { key, .. } if key == "policy.cost_profile"),
-        );
-        if named_ok
-            && spec != crate::pricing::profile::LIVE
-            && let Err(e) = crate::pricing::profile::resolve(spec)
-        {
-            let (p, o) = match checked.positions.get("policy.cost_profile") {
-                Some(&p) => (p, at(&origin, &text, p)),
-                None => (usize::MAX, origin.clone()),
-            };
-            checked
+        cfg.pricing.fallback_profile = resolve_profile_path(&cfg.pricing.fallback_profile, path);
+        for (key, spec) in [
+            ("policy.cost_profile", cfg.policy.cost_profile.clone()),
+            (
+                "pricing.fallback_profile",
+                cfg.pricing.fallback_profile.clone(),
+            ),
+        ] {
+            let named_ok = !checked
                 .errors
-                .push((p, invalid(&o, "policy.cost_profile", e.to_string())));
+                .iter()
+                .any(|(_, e)| matches!(e, ConfigError::Invalid { key: k, .. } if k == key));
+            if named_ok
+                && !spec.is_empty()
+                && spec != crate::pricing::profile::LIVE
+                && let Err(e) = crate::pricing::profile::resolve(&spec)
+            {
+                let (p, o) = match checked.positions.get(key) {
+                    Some(&p) => (p, at(&origin, &text, p)),
+                    None => (usize::MAX, origin.clone()),
+                };
+                checked.errors.push((p, invalid(&o, key, e.to_string())));
+            }
         }
     }
     finish(checked.config, checked.errors, &origin)

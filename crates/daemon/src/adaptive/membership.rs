@@ -25,7 +25,13 @@ impl Daemon {
             self.kernel_release = fs.kernel_release();
         }
         let key = device_key(fs, info);
-        self.pricing.profile_worth(
+        // Under live pricing, the fallback profile's table: the device's while the sampler
+        // cannot run (`live_prices`).
+        let source = match (&self.pricing, &self.fallback) {
+            (PricingSource::Live, Some(f)) => f,
+            (p, _) => p,
+        };
+        source.profile_worth(
             info.known_scheduler(),
             self.kernel_release.as_deref(),
             key.as_ref(),
@@ -211,12 +217,11 @@ impl Daemon {
         info!(device = %name, "{}", describe(&info, &m));
         // Priced when found (live: at no rate yet), so that the startup log, status and
         // /metrics show a price before its first window closes and the tick prices it.
-        let priced = match self.pricing {
-            PricingSource::Live => {
-                self.live
-                    .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
-            }
-            _ => worth,
+        let priced = if self.live_prices() {
+            self.live
+                .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
+        } else {
+            worth
         };
         let runtime = DeviceRuntime {
             identity,

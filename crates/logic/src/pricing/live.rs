@@ -195,6 +195,14 @@ impl LivePricing {
         matches!(self.state, SamplerState::Failed { .. })
     }
 
+    /// Why the sampler cannot run here, while it cannot.
+    pub fn unavailable_why(&self) -> Option<&str> {
+        match &self.state {
+            SamplerState::Failed { why, .. } => Some(why),
+            _ => None,
+        }
+    }
+
     /// Spans dropped so far (a reset, a new device or a level change overlapped them).
     pub fn dropped_spans(&self) -> u64 {
         self.dropped_spans
