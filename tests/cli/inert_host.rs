@@ -186,3 +186,33 @@ fn the_daemon_says_at_start_that_the_sampler_cannot_run() {
         .unwrap();
     assert!(warned < first_device_line, "said at start:\n{stderr}");
 }
+
+#[test]
+fn a_fallback_profile_path_is_taken_from_the_configs_directory_and_read_at_load() {
+    use mergetune_logic::config::load_file;
+    let d = tempfile::tempdir().unwrap();
+    let stated = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("config/cost-profiles/lkml-2008.toml"),
+    )
+    .unwrap();
+    std::fs::write(d.path().join("measured-here.toml"), stated).unwrap();
+    let cfg_path = d.path().join("mergetune.toml");
+    std::fs::write(
+        &cfg_path,
+        "[pricing]\nfallback_profile = \"measured-here.toml\"\n",
+    )
+    .unwrap();
+    let cfg = load_file(&cfg_path).unwrap();
+    assert_eq!(
+        std::path::PathBuf::from(&cfg.pricing.fallback_profile),
+        d.path().join("measured-here.toml")
+    );
+    // A profile that cannot be read stops the start (and a reload), naming the key.
+    std::fs::write(&cfg_path, "[pricing]\nfallback_profile = \"gone.toml\"\n").unwrap();
+    let e = load_file(&cfg_path).unwrap_err().to_string();
+    assert!(
+        e.contains("pricing.fallback_profile") && e.contains("gone.toml"),
+        "{e}"
+    );
+}
