@@ -169,6 +169,9 @@ mergetune_diskstats_resets_total 0
 # HELP mergetune_dry_run 1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0.
 # TYPE mergetune_dry_run gauge
 mergetune_dry_run 0
+# HELP mergetune_merge_sampler_unavailable 1 while live pricing's merge-path sampler cannot run on this host (perf_event_open refused: kernel.perf_event_paranoid above 2, or no CAP_PERFMON; the startup log and status say why and the fix), else 0; devices are then priced by [pricing] fallback_profile where it applies (mergetune_device_pricing basis profile), else unknown.
+# TYPE mergetune_merge_sampler_unavailable gauge
+mergetune_merge_sampler_unavailable 0
 # HELP mergetune_merge_saving_floor_cpu_ratio The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100).
 # TYPE mergetune_merge_saving_floor_cpu_ratio gauge
 mergetune_merge_saving_floor_cpu_ratio 0.005
@@ -486,6 +489,18 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
         }
     }
     live.extend(live_families(std::str::from_utf8(&m4.render()).unwrap()));
+
+    // The sampler's refusal, from a daemon under live pricing on a host without one,
+    // checked at start as `mergetune run` does.
+    let mut cfg5 = cfg.clone();
+    cfg5.policy.cost_profile = "live".into();
+    let m5 = Metrics::new();
+    let mut inert = Daemon::simulated(cfg5);
+    let mut fs5 = mem(&[("sda", "0")]);
+    inert.check_sampler(0, &mut fs5);
+    let decisions = inert.tick(0, &mut fs5);
+    m5.update(&inert, &decisions, timing(0));
+    live.extend(live_families(std::str::from_utf8(&m5.render()).unwrap()));
 
     let dead: Vec<_> = declared.difference(&live).collect();
     assert!(

@@ -180,11 +180,11 @@ impl Daemon {
     /// Whether the live sampler's prices are the devices' now: live pricing, and the
     /// sampler can run or no fallback profile stands in for it.
     fn live_prices(&self) -> bool {
-        matches!(self.pricing, PricingSource::Live)
-            && !(self.live.unavailable() && self.fallback.is_some())
+        matches!(self.pricing, PricingSource::Live) && self.fallback_pricing().is_none()
     }
 
-    /// The fallback profile's name while it prices the devices in the sampler's place.
+    /// `[pricing] fallback_profile` while it prices the devices in the sampler's place
+    /// (live pricing, and the sampler cannot run).
     fn fallback_pricing(&self) -> Option<&PricingSource> {
         let live = matches!(self.pricing, PricingSource::Live);
         self.fallback

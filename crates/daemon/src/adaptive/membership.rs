@@ -12,7 +12,6 @@ use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind};
 use mergetune_logic::devices::{classify, describe};
 use mergetune_logic::policy::{Caps, PolicyState};
-use mergetune_logic::pricing::source::PricingSource;
 use mergetune_logic::pricing::worth::Worth;
 use mergetune_logic::sampler::WindowAcc;
 use tracing::{info, warn};
@@ -25,12 +24,9 @@ impl Daemon {
             self.kernel_release = fs.kernel_release();
         }
         let key = device_key(fs, info);
-        // Under live pricing, the fallback profile's table: the device's while the sampler
-        // cannot run (`live_prices`).
-        let source = match (&self.pricing, &self.fallback) {
-            (PricingSource::Live, Some(f)) => f,
-            (p, _) => p,
-        };
+        // While the sampler cannot run, the fallback profile's table is the device's
+        // (`live_prices`).
+        let source = self.fallback_pricing().unwrap_or(&self.pricing);
         source.profile_worth(
             info.known_scheduler(),
             self.kernel_release.as_deref(),
