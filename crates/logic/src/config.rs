@@ -447,7 +447,7 @@ impl Config {
 
     /// Things that are valid but an operator should know, each naming its key.
     pub fn warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.sense.warnings();
         if self.daemon.state_dir != Path::new(DEFAULT_STATE_DIR) {
             w.push(format!(
                 "key `daemon.state_dir`: {} is not {DEFAULT_STATE_DIR}, the only directory the shipped systemd unit lets the service write (RuntimeDirectory=, ProtectSystem=strict): add a drop-in with ReadWritePaths={} or mergetune cannot record originals and so writes nothing; `mergetune restore --config` (the unit's ExecStopPost) reads the same key",
