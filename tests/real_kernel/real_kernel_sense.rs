@@ -209,7 +209,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     std::thread::sleep(Duration::from_millis(100));
     let mut first = Vec::new();
     fs.tap_drain(dev.name(), &mut first, 8).unwrap();
-    let made = |evs: &[TapEvent]| evs.iter().filter(|e| e.is_request()).count();
+    let made = |evs: &[TapEvent]| evs.iter().filter(|e| e.counts_as_bio()).count();
     assert!(
         (1..=8).contains(&made(&first)),
         "the first sample saw {first:?}"

@@ -541,7 +541,7 @@ pub fn tap_bios(out: &mut Vec<TapEvent>, n: usize, mergeable: usize, max: usize)
         sector,
         nr_sectors: 8,
     };
-    let made = out.iter().filter(|e| e.is_request()).count();
+    let made = out.iter().filter(|e| e.counts_as_bio()).count();
     let mut waiting: Vec<u64> = Vec::new();
     let mut end = 0u64;
     for i in 0..n.min(max.saturating_sub(made)) {

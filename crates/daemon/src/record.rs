@@ -95,8 +95,8 @@ pub enum Call {
     },
     TapDrain {
         dev: String,
-        /// `[t_ns, kind (0 request made, 1 request issued), dir (0 read, 1 write), sector,
-        /// nr_sectors]` per event.
+        /// `[t_ns, kind (0 request made, 1 request issued, 2 bio back-merged, 3 bio
+        /// front-merged), dir (0 read, 1 write), sector, nr_sectors]` per event.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         events: Vec<(u64, u8, u8, u64, u32)>,
         /// A recording of an older tap, which saw only the bios queued:
@@ -289,7 +289,13 @@ impl BioTap for RecordingFs<'_> {
             events: out[before.min(out.len())..]
                 .iter()
                 .map(|e| {
-                    let kind = u8::from(e.kind == EventKind::Issue);
+                    let kind = match e.kind {
+                        EventKind::Issue => 1,
+                        EventKind::BackMerge => 2,
+                        EventKind::FrontMerge => 3,
+                        // The tap records no other kind: a request made.
+                        _ => 0,
+                    };
                     (e.t_ns, kind, e.dir.idx() as u8, e.sector, e.nr_sectors)
                 })
                 .collect(),
@@ -704,10 +710,11 @@ impl BioTap for ReplayFs {
             .iter()
             .map(|&(t_ns, k, d, sector, nr_sectors)| TapEvent {
                 t_ns,
-                kind: if k == 0 {
-                    EventKind::GetRq
-                } else {
-                    EventKind::Issue
+                kind: match k {
+                    1 => EventKind::Issue,
+                    2 => EventKind::BackMerge,
+                    3 => EventKind::FrontMerge,
+                    _ => EventKind::GetRq,
                 },
                 dir: dir(d),
                 sector,
@@ -716,7 +723,7 @@ impl BioTap for ReplayFs {
         let mut made = 0usize;
         let mut over = 0u64;
         for e in old.chain(new) {
-            if e.is_request() {
+            if e.counts_as_bio() {
                 if made >= max {
                     over += 1;
                     continue;

@@ -314,7 +314,7 @@ impl DeviceSense {
         let room = cfg.max_sample_bios.saturating_sub(self.taken);
         let d = fs.tap_drain(dev, &mut self.buf, room)?;
         self.lost += d.lost + d.dropped;
-        self.taken += self.buf.iter().filter(|e| e.is_request()).count();
+        self.taken += self.buf.iter().filter(|e| e.counts_as_bio()).count();
         self.acc.extend(&self.buf);
         self.buf.clear();
         Ok(())

@@ -14,8 +14,10 @@
 //! One private tracefs instance per tapped device (`instances/mergetune-sense-PID-MAJ_MIN`
 //! under `<sysfs_root>/kernel/tracing`): its own ring buffer (`buffer_size_kb` per CPU, so
 //! memory is bounded whatever the rate) and its own event switches, so the global buffer
-//! and other tools' tracing are untouched. Only `block/block_getrq` and
-//! `block/block_rq_issue` are enabled, each with the filter `dev == MAJOR<<20|MINOR`
+//! and other tools' tracing are untouched. Only `block/block_getrq`,
+//! `block/block_rq_issue` and the two bio merge events (which never fire at nomerges=2; below
+//! it, as in a dry run, they are the bios that merged and so made no request) are enabled,
+//! each with the filter `dev == MAJOR<<20|MINOR`
 //! evaluated in the kernel, so other devices' I/O costs nothing beyond the tracepoints'
 //! test. The instance's per-CPU `trace_pipe_raw` files are read non-blocking (a drain never
 //! waits), a page at a time from each CPU in turn, parsed by [`crate::rawtrace`] from the
@@ -41,18 +43,28 @@ use crate::tracefs::sweep_dead_instances;
 /// Instances of the tap are named `mergetune-sense-PID-MAJ_MIN` (the capture's are
 /// `mergetune-PID`: neither cleanup takes the other's).
 pub const SENSE_INSTANCE_PREFIX: &str = "mergetune-sense-";
-/// The tap's events, under the instance: a request made for a bio, a request issued.
-const EVENTS: [&str; 2] = ["events/block/block_getrq", "events/block/block_rq_issue"];
+/// The tap's events, under the instance: a request made for a bio, a request issued, a bio
+/// merged into a request (back or front: none at nomerges=2, so at L3 they cost nothing;
+/// below L3, as in a dry run, they are the bios that merged and made no request).
+pub(crate) const EVENTS: [&str; 4] = [
+    "events/block/block_getrq",
+    "events/block/block_rq_issue",
+    "events/block/block_bio_backmerge",
+    "events/block/block_bio_frontmerge",
+];
 /// Instances of an older tap enabled this one: switched off before a stale one is removed.
 const OLD_EVENT: &str = "events/block/block_bio_queue";
 
 /// One event of the tap: a request made for a bio ([`EventKind::GetRq`]; at nomerges=2
-/// one per bio, after the split) or a request issued to the driver ([`EventKind::Issue`]).
+/// one per bio, after the split), a request issued to the driver ([`EventKind::Issue`]),
+/// or a bio merged into a waiting request ([`EventKind::BackMerge`],
+/// [`EventKind::FrontMerge`]; never at nomerges=2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TapEvent {
     /// The event's timestamp (trace clock, or virtual time in the simulator), ns.
     pub t_ns: u64,
-    /// [`EventKind::GetRq`] or [`EventKind::Issue`]; no other kind is recorded.
+    /// [`EventKind::GetRq`], [`EventKind::Issue`], [`EventKind::BackMerge`] or
+    /// [`EventKind::FrontMerge`]; no other kind is recorded.
     pub kind: EventKind,
     pub dir: Dir,
     pub sector: u64,
@@ -60,9 +72,10 @@ pub struct TapEvent {
 }
 
 impl TapEvent {
-    /// Whether this is a request made (what a sample's size counts).
-    pub fn is_request(&self) -> bool {
-        self.kind == EventKind::GetRq
+    /// Whether this is a bio seen (a request made for it, or its merge): what a sample's
+    /// size counts.
+    pub fn counts_as_bio(&self) -> bool {
+        counts_as_bio(self.kind)
     }
 }
 
@@ -224,7 +237,8 @@ pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
 /// Removes tap instances whose process is gone (their ring buffers stay allocated until
 /// someone does). An instance whose pid is alive is left alone. Returns what was removed.
 pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf> {
-    let events = [EVENTS[0], EVENTS[1], OLD_EVENT].map(|e| e.trim_start_matches("events/"));
+    let events = [EVENTS[0], EVENTS[1], EVENTS[2], EVENTS[3], OLD_EVENT]
+        .map(|e| e.trim_start_matches("events/"));
     let mut removed = Vec::new();
     for s in sweep_dead_instances(tracefs, procfs_root, sense_instance_pid, &events) {
         match s.removed {
@@ -236,6 +250,14 @@ pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf
         }
     }
     removed
+}
+
+/// Whether an event of `kind` is a bio seen (see [`TapEvent::counts_as_bio`]).
+pub fn counts_as_bio(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::GetRq | EventKind::BackMerge | EventKind::FrontMerge
+    )
 }
 
 /// One open tap: the instance, its events switched on, its readers open non-blocking.
@@ -564,7 +586,9 @@ mod tests {
             check_available(&tracefs),
             Err(TapError::NoEvent { path }) if path.ends_with("block_rq_issue")
         ));
-        std::fs::create_dir_all(tracefs.join(EVENTS[1])).unwrap();
+        for ev in &EVENTS[1..] {
+            std::fs::create_dir_all(tracefs.join(ev)).unwrap();
+        }
         assert_eq!(check_available(&tracefs), Ok(()));
     }
 }

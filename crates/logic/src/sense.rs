@@ -16,7 +16,9 @@
 //! (`max_sectors_kb`, segments) that end a chain of merges, and requests made before the tap
 //! opened. Measured against the kernel's own merge counters at L0 in
 //! `tests/real_kernel/real_kernel_tap_agreement.rs` (docs/policy.md "Sensing at L3").
-//! Pure: events in, counts out; memory is bounded by `pending_requests` whatever the rate,
+//! Below nomerges=2 (a dry run, whose tap sees the real level) a bio the kernel merged makes
+//! no request: its merge event counts it, mergeable, so the share does not depend on the
+//! level. Pure: events in, counts out; memory is bounded by `pending_requests` whatever the rate,
 //! and a request whose issue the tap never saw (a lost event) ages out.
 
 use crate::sampler::Sensed;
@@ -73,6 +75,16 @@ impl Mergeable {
         match ev.kind {
             EventKind::GetRq => self.made(ev),
             EventKind::Issue => self.issued(ev.dir, ev.sector),
+            // Below nomerges=2 (a dry run taps the real level) a bio that merged made no
+            // request: the kernel's own call.
+            EventKind::BackMerge | EventKind::FrontMerge if ev.nr_sectors > 0 => {
+                self.bios += 1;
+                if ev.kind == EventKind::BackMerge {
+                    self.back += 1;
+                } else {
+                    self.front += 1;
+                }
+            }
             _ => {}
         }
     }
@@ -423,6 +435,18 @@ mod tests {
         }
         let s = sense(&evs, CAP, 1);
         assert!(mergeable_percent(&s) < 0.5, "{s:?}");
+    }
+
+    #[test]
+    fn below_l3_the_kernels_own_merges_count_as_mergeable_bios() {
+        let evs = [
+            made(0, Dir::Write, 0, 8),
+            ev(EventKind::BackMerge, 1, Dir::Write, 8, 8),
+            ev(EventKind::FrontMerge, 2, Dir::Write, 1000, 8),
+            issued(3, Dir::Write, 0, 16),
+        ];
+        let s = sense(&evs, CAP, 1);
+        assert_eq!((s.bios, s.mergeable, s.front_mergeable), (3, 2, 1));
     }
 
     #[test]

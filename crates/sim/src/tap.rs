@@ -1,11 +1,11 @@
-//! The simulator's bio tap: the same events the kernel's `block_getrq` and `block_rq_issue`
-//! tracepoints give, through the same [`mergetune_kernel::blockfs::BlockFs`] seam, so the
+//! The simulator's bio tap: the same events the kernel's `block_getrq`, `block_rq_issue`
+//! and bio merge tracepoints give, through the same [`mergetune_kernel::blockfs::BlockFs`] seam, so the
 //! daemon's sensing at L3 is tested in virtual time exactly as it runs on a real machine.
 //!
 //! The engine calls [`Taps::record`] when it makes a request for a bio on a request-based
 //! device (after the plug and elevator merges; at nomerges=2, for every bio) and when it
-//! dispatches one to the media (a dm device makes no requests: its members' are recorded,
-//! as the kernel traces them). A device records only while its tap is open, into a bounded
+//! dispatches one to the media, and when a bio merges into a request (never at nomerges=2;
+//! a dm device makes no requests: its members' are recorded, as the kernel traces them). A device records only while its tap is open, into a bounded
 //! queue (the ring buffer of a real tap): when it is full the oldest events are overwritten
 //! and counted as lost, like tracefs' `[LOST N EVENTS]`. With no tap open a record is one
 //! branch.
@@ -87,12 +87,12 @@ impl Taps {
             .events
             .iter()
             .position(|e| {
-                made += usize::from(e.is_request());
+                made += usize::from(e.counts_as_bio());
                 made > max
             })
             .unwrap_or(tap.events.len());
         out.extend(tap.events.drain(..take));
-        let dropped = tap.events.iter().filter(|e| e.is_request()).count() as u64;
+        let dropped = tap.events.iter().filter(|e| e.counts_as_bio()).count() as u64;
         tap.events.clear();
         let lost = std::mem::take(&mut tap.lost);
         Some(TapDrain { lost, dropped })

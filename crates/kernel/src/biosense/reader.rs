@@ -10,7 +10,7 @@
 //! only the events up to the time every CPU it stopped reading had reached, and the reader
 //! is then full: it reads nothing more until the tap resumes (the sample is complete).
 
-use super::{EVENTS, TapDrain, TapError, TapEvent};
+use super::{EVENTS, TapDrain, TapError, TapEvent, counts_as_bio};
 use crate::rawtrace::{BioLayout, PageLayout, parse_page};
 use crate::trace::{EventKind, lost_events, parse_event};
 use std::io::{ErrorKind, Read};
@@ -28,7 +28,7 @@ const EVENT_SLACK: usize = 1024;
 
 /// The tap's events: what the readers keep.
 fn tapped(kind: EventKind) -> bool {
-    matches!(kind, EventKind::GetRq | EventKind::Issue)
+    kind == EventKind::Issue || counts_as_bio(kind)
 }
 
 /// How a drain counts what it keeps against `max`.
@@ -42,7 +42,7 @@ impl Budget {
     /// Whether an event of `kind` may be kept; counts it if so (and a request made that
     /// may not as dropped).
     fn take(&mut self, kind: EventKind, max: usize, stats: &mut TapDrain) -> bool {
-        let request = kind == EventKind::GetRq;
+        let request = counts_as_bio(kind);
         if self.full(max) {
             if request {
                 stats.dropped += 1;
@@ -163,7 +163,7 @@ impl RawReader {
                 .min();
             if let Some(upto) = upto {
                 let keep = start + out[start..].partition_point(|b| b.t_ns <= upto);
-                stats.dropped += out[keep..].iter().filter(|b| b.is_request()).count() as u64;
+                stats.dropped += out[keep..].iter().filter(|b| b.counts_as_bio()).count() as u64;
                 out.truncate(keep);
             }
             *full = true;
