@@ -708,7 +708,11 @@ fn check_key(
     use toml::de::DeValue;
     let (section, name) = (key.section, key.name);
     let full = format!("{section}.{name}");
-    if !known.contains_key(name) {
+    // A deprecated key is read (and warned of) but not part of the schema, which is what a
+    // config names.
+    let deprecated =
+        section == "sense" && crate::sense::SenseConfig::DEPRECATED_KEYS.contains(&name);
+    if !known.contains_key(name) && !deprecated {
         out.errors.push((
             key.key_at,
             ConfigError::Parse {

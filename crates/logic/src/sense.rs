@@ -267,6 +267,9 @@ impl Default for SenseConfig {
 }
 
 impl SenseConfig {
+    /// Keys still read and ignored (check-config warns, the schema does not list them).
+    pub const DEPRECATED_KEYS: &'static [&'static str] = &["recent_bios"];
+
     /// The fraction of the time the tap is open at L3.
     pub fn duty(&self) -> f64 {
         self.open_ms as f64 / self.every_ms.max(1) as f64
