@@ -23,7 +23,9 @@ fn tapped(
     args: &[String],
 ) -> (Sensed, kernel::StatDelta, u64) {
     let before = dev.stat();
-    fs.tap_open(dev.name(), &TapParams::new(512))
+    // Two events per bio (a request made, one issued): a ring buffer that holds 50 ms of
+    // the batched job at this machine's rate.
+    fs.tap_open(dev.name(), &TapParams::new(4096))
         .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
     // On this kernel the layouts are readable: the binary pages, not the 10x dearer text.
     assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
