@@ -356,7 +356,10 @@ fn bad_cases() -> Vec<Case> {
             "sense_duty_cycle_over_25pct",
             "[sense]\nopen_ms = 1000\nevery_ms = 2000\n",
         ),
-        case("sense_recent_bios_zero", "[sense]\nrecent_bios = 0\n"),
+        case(
+            "sense_pending_requests_zero",
+            "[sense]\npending_requests = 0\n",
+        ),
         case(
             "sense_min_sample_bios_zero",
             "[sense]\nmin_sample_bios = 0\n",
@@ -440,6 +443,10 @@ fn good_cases() -> Vec<Case> {
         ),
         case("valid_every_key", VALID_EVERY_KEY),
         case(
+            "valid_deprecated_sense_recent_bios",
+            "# an older config: loads, the key ignored, a warning\n[sense]\nrecent_bios = 16\n",
+        ),
+        case(
             "valid_profile_file_relative",
             "[policy]\nenabled = false\ncost_profile = \"profile-stated.toml\"\n\n[metrics]\nlisten = \"\"\n",
         ),
@@ -500,7 +507,7 @@ listen = "[::1]:9726"
 enabled = false
 open_ms = 200
 every_ms = 4000
-recent_bios = 32
+pending_requests = 8192
 min_sample_bios = 128
 max_sample_bios = 1024
 buffer_kb = 128

@@ -789,8 +789,9 @@ fn arb_window() -> impl Strategy<Value = Option<Window>> {
                 duration_ms: 1000,
                 sensed: Some(Sensed {
                     bios: sampled,
-                    contiguous: sampled * pct / 100,
+                    mergeable: sampled * pct / 100,
                     sampled_ms: 250,
+                    ..Default::default()
                 }),
             })
         }),
@@ -952,7 +953,7 @@ proptest! {
                 );
             }
             if ev.kind == OutcomeKind::NotWorthIt { prop_assert_eq!(ev.to_level, None); }
-            // At L3, a tap sample of at least the minimum size that is mostly contiguous
+            // At L3, a tap sample of at least the minimum size that is mostly mergeable
             // brings merging back at once; a smaller one is not judged.
             if s.mode() == Mode::AtL3
                 && let Some(sn) = w.as_ref().and_then(|w| w.sensed)
@@ -961,7 +962,7 @@ proptest! {
                 && caps.worth.worth(Level::L3)
                 && c.disabled_nomerges >= 2
             {
-                let share = sn.contiguous as f64 / sn.bios as f64;
+                let share = sn.mergeable as f64 / sn.bios as f64;
                 let judged = sn.bios >= sensed_min_bios(&c);
                 if judged && share >= c.enable_above_percent / 100.0 {
                     prop_assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Enable, Some(Level::L0)), "{}", ev.reason);
@@ -1265,7 +1266,7 @@ fn settling(w: Window) -> Vec<Window> {
 /// two busy loops beside fio, falls of 0.55-0.65x lasting over a second). It never probes
 /// on its own: until it has lasted `RATE_CHANGE_CONFIRM_MS` (1 s) it is no change at all,
 /// and after that the bio tap's next sample answers it: a low one makes the slower rate
-/// the baseline, with no excursion; a contiguous one brings merging back.
+/// the baseline, with no excursion; a mergeable one brings merging back.
 #[test]
 fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     let c = cfg();
@@ -1314,20 +1315,22 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
         out[n - 1].3
     );
     let t = out.last().unwrap().0;
-    // A contiguous sample brings merging back; a random one answers the fall at L3.
-    let mut contiguous = dip;
-    contiguous.sensed = Some(Sensed {
+    // A mergeable sample brings merging back; a random one answers the fall at L3.
+    let mut mergeable = dip;
+    mergeable.sensed = Some(Sensed {
         bios: 1000,
-        contiguous: 900,
+        mergeable: 900,
         sampled_ms: 100,
+        ..Default::default()
     });
-    let ev = decide(&s, Some(&contiguous), BARE, &c, t + 100);
+    let ev = decide(&s, Some(&mergeable), BARE, &c, t + 100);
     assert_eq!(ev.to_level, Some(Level::L0), "{}", ev.reason);
     let mut random = dip;
     random.sensed = Some(Sensed {
         bios: 1000,
-        contiguous: 1,
+        mergeable: 1,
         sampled_ms: 100,
+        ..Default::default()
     });
     let ev = decide(&s, Some(&random), BARE, &c, t + 100);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
@@ -1988,8 +1991,8 @@ fn at_l3_a_device_without_l2_that_loses_its_tap_goes_back_to_l0() {
 }
 
 /// A window of random 4 KiB writes at 5000 bios/s whose tap sampled `bios` bios, of which
-/// `contiguous` were contiguous with a recent one.
-fn sensed(bios: u64, contiguous: u64) -> Window {
+/// `mergeable` could have merged into a request not yet issued.
+fn sensed(bios: u64, mergeable: u64) -> Window {
     Window {
         counters: Counters {
             writes_completed: 5000,
@@ -1999,14 +2002,15 @@ fn sensed(bios: u64, contiguous: u64) -> Window {
         duration_ms: 1000,
         sensed: Some(Sensed {
             bios,
-            contiguous,
+            mergeable,
             sampled_ms: 250,
+            ..Default::default()
         }),
     }
 }
 
 #[test]
-fn at_l3_a_sensed_contiguous_share_steps_up_at_once() {
+fn at_l3_a_sensed_mergeable_share_steps_up_at_once() {
     let c = cfg();
     let mut s = PolicyState::new(0, &c);
     run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
@@ -2050,7 +2054,7 @@ fn at_l3_a_sample_of_exactly_the_minimum_is_judged_and_one_fewer_is_not() {
     assert_eq!(
         (ev.kind, ev.to_level),
         (OutcomeKind::Enable, Some(Level::L0)),
-        "25 of 25 contiguous, the minimum: {}",
+        "25 of 25 mergeable, the minimum: {}",
         ev.reason
     );
     let ev = decide(&s, Some(&sensed(24, 24)), FULL, &c, 141_000);
@@ -2063,7 +2067,7 @@ fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
     let mut s = PolicyState::new(0, &c);
     run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
     let due = s.next_probe_at_ms().unwrap();
-    // The timed probe with a sample showing 0.5% contiguous: no excursion to L0.
+    // The timed probe with a sample showing 0.5% mergeable: no excursion to L0.
     let ev = decide(&s, Some(&sensed(1000, 5)), FULL, &c, due);
     assert_eq!(ev.kind, OutcomeKind::Hold, "{}", ev.reason);
     assert!(

@@ -19,10 +19,11 @@
 #![allow(dead_code)]
 
 use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::PerfError;
-use mergetune_kernel::trace::Dir;
+
+use mergetune_kernel::trace::{Dir, EventKind};
 use mergetune_kernel::tunable::Tunable;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -170,7 +171,7 @@ impl MemDev {
         }
     }
 
-    /// The bios its tap sees in one drain: how many, and how many of them contiguous.
+    /// The bios its tap sees in one drain: how many, and how many of them mergeable.
     fn tap_share(&self, blind: bool) -> (usize, usize) {
         let (n, mergeable) = match self.load {
             Load::Idle | Load::Fixed(_) => (0, 0),
@@ -245,8 +246,8 @@ pub enum Tap {
     /// On present devices, each load's mergeable share as queued bios, whatever nomerges is
     /// (the tap sees bios as they are queued, before any merge).
     ByLoad,
-    /// As `ByLoad`, but every bio reported as non-contiguous (so that only a probe can find
-    /// merges at L3).
+    /// As `ByLoad`, but no bio reported as mergeable (so that only a probe can find merges
+    /// at L3).
     Blind,
 }
 
@@ -518,12 +519,12 @@ impl BioTap for MemKernel {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.tap_available(dev)?;
-        let (n, contiguous) = self.devs[dev].tap_share(self.tap == Tap::Blind);
-        tap_bios(out, n, contiguous, max);
+        let (n, mergeable) = self.devs[dev].tap_share(self.tap == Tap::Blind);
+        tap_bios(out, n, mergeable, max);
         Ok(TapDrain::default())
     }
 }
@@ -544,27 +545,38 @@ impl MergeSampler for MemKernel {
 
 impl HostFacts for MemKernel {}
 
-/// What tracefs `block_bio_queue` would report for a load whose share of mergeable bios is
-/// known: appends `n` write bios of 8 sectors (at most `max` in all), the first
-/// `contiguous` of them each starting where the previous one ended, the rest scattered far
-/// apart.
-pub fn tap_bios(out: &mut Vec<QueuedBio>, n: usize, contiguous: usize, max: usize) {
+/// What tracefs `block_getrq` and `block_rq_issue` would report for a load whose share of
+/// mergeable bios is known: appends `n` write requests of 8 sectors (at most `max` requests
+/// in `out` in all), the first `mergeable` after the first each starting where the previous
+/// one ended while it still waits (issued together after the last of them), the rest
+/// scattered far apart and each issued at once.
+pub fn tap_bios(out: &mut Vec<TapEvent>, n: usize, mergeable: usize, max: usize) {
+    let ev = |i: usize, kind, sector| TapEvent {
+        t_ns: i as u64 * 1000,
+        kind,
+        dir: Dir::Write,
+        sector,
+        nr_sectors: 8,
+    };
+    let made = out.iter().filter(|e| e.counts_as_bio()).count();
+    let mut waiting: Vec<u64> = Vec::new();
     let mut end = 0u64;
-    for i in 0..n.min(max.saturating_sub(out.len())) {
-        let sector = if i > 0 && i <= contiguous {
+    for i in 0..n.min(max.saturating_sub(made)) {
+        let chained = i > 0 && i <= mergeable;
+        if !chained {
+            out.extend(waiting.drain(..).map(|s| ev(i, EventKind::Issue, s)));
+        }
+        // Scattered: no earlier request ends here.
+        let sector = if chained {
             end
         } else {
-            // Scattered: no earlier bio ends here.
             (i as u64 + 1) * 1_000_003 * 8
         };
-        out.push(QueuedBio {
-            t_ns: i as u64 * 1000,
-            dir: Dir::Write,
-            sector,
-            nr_sectors: 8,
-        });
+        out.push(ev(i, EventKind::GetRq, sector));
+        waiting.push(sector);
         end = sector + 8;
     }
+    out.extend(waiting.drain(..).map(|s| ev(n, EventKind::Issue, s)));
 }
 
 /// A state store kept as the JSON text a file would hold, shared with the test (which

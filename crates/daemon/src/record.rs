@@ -16,10 +16,10 @@
 //! config sees the same prices and the same tap samples, and decides the same.
 
 use crate::controller::Controller;
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, BlockFs, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::{MergeSamples, PerfError};
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::trace::{Dir, EventKind};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
@@ -95,7 +95,13 @@ pub enum Call {
     },
     TapDrain {
         dev: String,
-        /// `[t_ns, dir (0 read, 1 write), sector, nr_sectors]` per bio.
+        /// `[t_ns, kind (0 request made, 1 request issued, 2 bio back-merged, 3 bio
+        /// front-merged), dir (0 read, 1 write), sector, nr_sectors]` per event.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        events: Vec<(u64, u8, u8, u64, u32)>,
+        /// A recording of an older tap, which saw only the bios queued:
+        /// `[t_ns, dir, sector, nr_sectors]` per bio. Replayed as requests made and issued
+        /// at once (that tap saw nothing waiting), so none of them is mergeable.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         bios: Vec<(u64, u8, u64, u32)>,
         #[serde(default)]
@@ -272,7 +278,7 @@ impl BioTap for RecordingFs<'_> {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let before = out.len();
@@ -280,10 +286,20 @@ impl BioTap for RecordingFs<'_> {
         let (lost, dropped) = r.as_ref().map_or((0, 0), |d| (d.lost, d.dropped));
         self.current.calls.push(Call::TapDrain {
             dev: dev.to_string(),
-            bios: out[before.min(out.len())..]
+            events: out[before.min(out.len())..]
                 .iter()
-                .map(|b| (b.t_ns, b.dir.idx() as u8, b.sector, b.nr_sectors))
+                .map(|e| {
+                    let kind = match e.kind {
+                        EventKind::Issue => 1,
+                        EventKind::BackMerge => 2,
+                        EventKind::FrontMerge => 3,
+                        // The tap records no other kind: a request made.
+                        _ => 0,
+                    };
+                    (e.t_ns, kind, e.dir.idx() as u8, e.sector, e.nr_sectors)
+                })
                 .collect(),
+            bios: Vec::new(),
             lost,
             dropped,
             error: r.as_ref().err().cloned(),
@@ -659,7 +675,7 @@ impl BioTap for ReplayFs {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let call = self.take_tap(dev, |c| match c {
@@ -667,6 +683,7 @@ impl BioTap for ReplayFs {
             _ => None,
         });
         let Some(Call::TapDrain {
+            events,
             bios,
             lost,
             dropped,
@@ -679,20 +696,45 @@ impl BioTap for ReplayFs {
         if let Some(e) = error {
             return Err(e);
         }
-        let kept = bios.len().min(max);
-        out.extend(
-            bios[..kept]
-                .iter()
-                .map(|&(t_ns, dir, sector, nr_sectors)| QueuedBio {
-                    t_ns,
-                    dir: if dir == 0 { Dir::Read } else { Dir::Write },
-                    sector,
-                    nr_sectors,
-                }),
-        );
+        let dir = |d: u8| if d == 0 { Dir::Read } else { Dir::Write };
+        let old = bios.iter().flat_map(|&(t_ns, d, sector, nr_sectors)| {
+            [EventKind::GetRq, EventKind::Issue].map(|kind| TapEvent {
+                t_ns,
+                kind,
+                dir: dir(d),
+                sector,
+                nr_sectors,
+            })
+        });
+        let new = events
+            .iter()
+            .map(|&(t_ns, k, d, sector, nr_sectors)| TapEvent {
+                t_ns,
+                kind: match k {
+                    1 => EventKind::Issue,
+                    2 => EventKind::BackMerge,
+                    3 => EventKind::FrontMerge,
+                    _ => EventKind::GetRq,
+                },
+                dir: dir(d),
+                sector,
+                nr_sectors,
+            });
+        let mut made = 0usize;
+        let mut over = 0u64;
+        for e in old.chain(new) {
+            if e.counts_as_bio() {
+                if made >= max {
+                    over += 1;
+                    continue;
+                }
+                made += 1;
+            }
+            out.push(e);
+        }
         Ok(TapDrain {
             lost,
-            dropped: dropped + (bios.len() - kept) as u64,
+            dropped: dropped + over,
         })
     }
     fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {

@@ -3,7 +3,7 @@
 //! Everything the daemon knows about devices comes through four small traits, one per part
 //! of the kernel it reaches: [`Sysfs`] (the text of `/proc/diskstats`, the names under
 //! `/sys/block`, and `/sys/block/<dev>/<attr>` files read and written as strings),
-//! [`BioTap`] (the bios queued on a device), [`MergeSampler`] (where CPU goes on the merge
+//! [`BioTap`] (the requests made and issued on a device), [`MergeSampler`] (where CPU goes on the merge
 //! path) and [`HostFacts`] (kernel release, boot id). [`BlockFs`] is the four together, what
 //! the daemon's loop takes; a function that needs one part takes that part alone, and a
 //! world implements the parts it has (the others' defaults say "not here"). The real world
@@ -13,7 +13,7 @@
 //! as the kernel prints them (`"0"`, `"none [mq-deadline]"`), which keeps every parser in
 //! one place and exercised by both worlds.
 
-use crate::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
+use crate::biosense::{RealTaps, TapDrain, TapError, TapEvent, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
 use crate::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
@@ -105,8 +105,8 @@ pub trait Sysfs {
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
 }
 
-/// The bio tap (crates/kernel/src/biosense.rs): a sample of the bios queued on a device, the
-/// only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the in-memory
+/// The bio tap (crates/kernel/src/biosense.rs): a sample of the requests made and issued on
+/// a device, the only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the in-memory
 /// kernel of the tests without a tap) keeps these defaults: "unsupported", and the policy
 /// then knows that L3 is blind there.
 pub trait BioTap {
@@ -116,19 +116,19 @@ pub trait BioTap {
             path: dev.to_string(),
         })
     }
-    /// Starts recording the bios queued on `dev` (a reopen starts afresh).
+    /// Starts recording the requests made and issued on `dev` (a reopen starts afresh).
     fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
         let _ = params;
         Err(TapError::Unsupported {
             path: dev.to_string(),
         })
     }
-    /// Appends the bios queued on `dev` since the open or the last drain to `out`, at most
-    /// `max`; never blocks.
+    /// Appends the events of `dev` since the open or the last drain to `out`, in time order,
+    /// with at most `max` requests made among them; never blocks.
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let _ = (out, max);
@@ -396,7 +396,7 @@ impl BioTap for RealFs {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.taps.drain(dev, out, max)

@@ -445,7 +445,7 @@ impl Config {
 
     /// Things that are valid but an operator should know, each naming its key.
     pub fn warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.sense.warnings();
         if self.daemon.state_dir != Path::new(DEFAULT_STATE_DIR) {
             w.push(format!(
                 "key `daemon.state_dir`: {} is not {DEFAULT_STATE_DIR}, the only directory the shipped systemd unit lets the service write (RuntimeDirectory=, ProtectSystem=strict): add a drop-in with ReadWritePaths={} or mergetune cannot record originals and so writes nothing; `mergetune restore --config` (the unit's ExecStopPost) reads the same key",
@@ -706,7 +706,11 @@ fn check_key(
     use toml::de::DeValue;
     let (section, name) = (key.section, key.name);
     let full = format!("{section}.{name}");
-    if !known.contains_key(name) {
+    // A deprecated key is read (and warned of) but not part of the schema, which is what a
+    // config names.
+    let deprecated =
+        section == "sense" && crate::sense::SenseConfig::DEPRECATED_KEYS.contains(&name);
+    if !known.contains_key(name) && !deprecated {
         out.errors.push((
             key.key_at,
             ConfigError::Parse {

@@ -1,9 +1,9 @@
 //! The off mode (L3, nomerges=2: the merge counters read zero whatever the load). It is a
 //! level to rest at only where the daemon sees there (a bio tap, `Caps::sense_at_l3`) and
 //! where the cost profile says it saves; otherwise the device leaves it at once. At L3:
-//! - a sensed sample (the tap's bios of this window) whose share of bios contiguous with a
-//!   recent bio of the same direction reaches the high threshold is mergeable I/O the
-//!   counters cannot show: back to L0 at once;
+//! - a sensed sample (the tap's bios of this window) whose share of bios mergeable into a
+//!   request not yet issued reaches the high threshold is mergeable I/O the counters cannot
+//!   show: back to L0 at once;
 //! - the timed probe, or an early one when the workload's signature changes to one not
 //!   already found merge-hostile, goes to L0 to measure, unless a sensed sample clearly
 //!   under the low threshold already answers it (no excursion, no queue freeze).
@@ -18,8 +18,8 @@ use crate::decision::{Level, count};
 use crate::sampler::Window;
 use std::ops::ControlFlow;
 
-/// The share of the tap's bios contiguous with a recent bio of the same direction, and how
-/// many it sampled.
+/// The share of the tap's bios mergeable into a request not yet issued, and how many it
+/// sampled.
 type Sensed = (f64, u64);
 
 /// The steps in order: leave L3 where it is blind or not worth it; back to L0 when the tap
@@ -35,7 +35,7 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     let sensed: Option<Sensed> = window
         .and_then(|w| w.sensed)
         .filter(|sn| sn.bios >= sensed_min_bios(cx.cfg))
-        .map(|sn| (sn.contiguous as f64 / sn.bios as f64, sn.bios));
+        .map(|sn| (sn.mergeable as f64 / sn.bios as f64, sn.bios));
     let s = then!(back_when_the_tap_sees_merges(s, sensed, cx));
     let (s, changed, sig_now) = then!(watch_the_signature(s, window, cx));
     let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
@@ -51,7 +51,7 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     // cycle): a slower workload of the same shape is no sign of merges being missed, and
     // CPU contention slows a CPU-bound device for seconds at a time (with two busy loops
     // beside fio on a loop device here, falls of 0.55-0.65x lasting over a second probed
-    // twice in 90 s). The tap sees a switch to contiguous bios directly.
+    // twice in 90 s). The tap sees a switch to mergeable bios directly.
     if let (
         Some(SignatureChange::Rate {
             from_per_sec,
@@ -342,7 +342,7 @@ pub(super) fn leaves(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::f
             high,
         } => write!(
             f,
-            "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
+            "sensed at L3: {} of {sampled} sampled bios would merge into a request not yet issued (>= {}): merging would find them; back to L0",
             pct(*share),
             pct(*high)
         ),
@@ -378,7 +378,7 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
             next_probe_in_ms,
         } => write!(
             f,
-            "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
+            "probe answered by the tap at L3: {} of {sampled} sampled bios mergeable (< {}); staying, next probe in {}",
             pct(*share),
             pct(*low),
             secs(*next_probe_in_ms)
@@ -424,7 +424,7 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
         ),
         Reason::ChangeAnsweredByTap(c) => write!(
             f,
-            "workload changed at L3 ({}), but the tap sees {} of {} sampled bios contiguous (< {}): no probe needed; next probe in {}",
+            "workload changed at L3 ({}), but the tap sees {} of {} sampled bios mergeable (< {}): no probe needed; next probe in {}",
             c.change,
             pct(c.share),
             c.sampled,

@@ -77,7 +77,7 @@ pub enum Reason {
         low: f64,
         l3_blind: bool,
     },
-    /// At L3, the tap's sample shows mergeable I/O (its contiguous share at or over the
+    /// At L3, the tap's sample shows mergeable I/O (its mergeable share at or over the
     /// high threshold): back to L0.
     SensedMergeable {
         share: f64,
