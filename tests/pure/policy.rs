@@ -7,8 +7,9 @@ use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::LEAVE_L3_NOT_WORTH_AFTER_MS;
 use mergetune_logic::policy::signature::{
-    RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
+    CHANGE_CONFIRM_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
 };
+use mergetune_logic::policy::reason::NoL3;
 use mergetune_logic::policy::{
     Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature, decide,
     hold_without_deciding, sensed_min_bios, tunables,
@@ -659,7 +660,7 @@ fn a_probe_that_finds_nothing_stays_at_l0_where_l3_went_blind() {
         "{out:?}"
     );
     assert!(
-        matches!(out[1].3, Reason::ProbeLowNoL3 { l3_blind: true, .. }),
+        matches!(out[1].3, Reason::ProbeLowNoL3 { why: NoL3::Blind, .. }),
         "{}",
         out[1].3
     );
@@ -1287,9 +1288,9 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     let t0 = 103_000 + RATE_BASELINE_MS;
     let out = watch(&mut s, &c, t0, &dips);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
-    assert!(matches!(out[0].3, Reason::RateFell { .. }), "{}", out[0].3);
+    assert!(matches!(out[0].3, Reason::ChangeUnconfirmed(_)), "{}", out[0].3);
     assert!(
-        matches!(&s.phase, Phase::AtL3(at) if at.rate_fell_since_ms.is_none()),
+        matches!(&s.phase, Phase::AtL3(at) if at.changed_since_ms.is_none()),
         "the steady window clears it: {:?}",
         s.phase
     );
@@ -1300,7 +1301,7 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     assert!(
         matches!(
             out[n - 1].3,
-            Reason::FallAwaitsTap { from_per_sec, to_per_sec, .. }
+            Reason::RateChangeAwaitsTap { from_per_sec, to_per_sec, .. }
                 if from_per_sec == 190_000.0 && to_per_sec == 106_000.0
         ),
         "{}",
@@ -1308,7 +1309,7 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     );
     assert!(
         out[n - 1].3.to_string().starts_with(
-            "at L3 the rate fell (bios/s 190000 -> 106000) for 1s, the same shape: the bio tap's next sample says"
+            "at L3 the rate changed (bios/s 190000 -> 106000) for 1s, the same shape: the bio tap's next sample says"
         ),
         "{}",
         out[n - 1].3
@@ -1454,7 +1455,7 @@ fn at_l3_a_fall_right_after_a_confirmed_one_waits_its_own_second() {
     // At once a third rate, 1/1.67 of B's: a fall of its own, not yet confirmed.
     let ev = decide(&s, Some(&third), BARE, &c, t);
     assert!(
-        matches!(ev.reason, Reason::RateFell { lasted_ms: 100, .. }),
+        matches!(&ev.reason, Reason::ChangeUnconfirmed(c) if c.lasted_ms == 100),
         "{}",
         ev.reason
     );
@@ -1713,12 +1714,8 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
     let ev = decide(&s, Some(&dip), BARE, &c, due - 3000);
     assert!(
         matches!(
-            ev.reason,
-            Reason::RateFell {
-                lasted_ms: 100,
-                next_probe_in_ms: 3000,
-                ..
-            }
+            &ev.reason,
+            Reason::ChangeUnconfirmed(c) if c.lasted_ms == 100 && c.next_probe_in_ms == 3000
         ),
         "{}",
         ev.reason

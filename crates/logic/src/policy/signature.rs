@@ -75,14 +75,18 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// What moved between two signatures. A change of shape (read share, bio size), or a rise
-/// in rate, is a new workload: something submits I/O that did not before. A fall in rate
-/// alone may be one, or may be the same workload slowed by CPU contention: a loop or NVMe
-/// device at 190k bios/s is bound by its submitting CPU, and on a busy 2-core host a
-/// 100 ms window of it was measured at 0.56x the window before (188982 -> 106170 bios/s,
-/// random 4 KiB writes, nothing else changed). So at L3 a fall in rate alone starts a probe
-/// only once it has lasted [`RATE_CHANGE_CONFIRM_MS`]. (A false probe costs little, merging
-/// being on during it; but each is two writes and two changes under the hourly cap.)
+/// What moved between two signatures. A change of shape (read share, bio size) is a new
+/// workload: something submits I/O that did not before. A change in rate alone may be one,
+/// or may be the same workload slowed or freed by CPU contention: a loop or NVMe device at
+/// 190k bios/s is bound by its submitting CPU, and on a busy 2-core host a 100 ms window of
+/// it was measured at 0.56x the window before (188982 -> 106170 bios/s, random 4 KiB
+/// writes, nothing else changed), and 50 ms windows of random reads at full rate beside two
+/// busy loops rose 1.8x (`bios/s 84720 -> 154360`) with nothing changed but the load
+/// average. So at L3 no change acts on one window: a change of shape must last
+/// [`CHANGE_CONFIRM_WINDOWS`] busy windows in a row, a change in rate alone
+/// [`RATE_CHANGE_CONFIRM_MS`] as well, and then waits for the bio tap's next sample, which
+/// sees mergeable I/O directly. (A false probe costs little, merging being on during it;
+/// but each is two writes, each a queue freeze, and two changes under the hourly cap.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SignatureChange {
     Rate {
@@ -121,16 +125,29 @@ pub const RATE_BASELINE_AFTER_WINDOWS: u32 = 2;
 /// window all the same.
 pub const RATE_BASELINE_MS: u64 = 3000;
 
-/// How long a fall in rate alone must last, at L3, before it starts a probe: ten watch
-/// windows of 100 ms, or one whole-second window. Half a second was not enough under a
-/// loaded emulated guest (`90670 -> 53494` probed on noise, TCG, 2026-12).
+/// How long a change in rate alone (up or down) must last, at L3, before it counts: twenty
+/// watch windows of 50 ms, or one whole-second window. Half a second was not enough under
+/// a loaded emulated guest (`90670 -> 53494` probed on noise, TCG, 2026-12).
 pub const RATE_CHANGE_CONFIRM_MS: u64 = 1000;
 
+/// Busy windows in a row a change must be seen in, at L3, before it counts (whatever
+/// moved). One window is 50 ms at the watch's default rate: a single noisy window, or the
+/// one that holds a queue freeze, is no workload change.
+pub const CHANGE_CONFIRM_WINDOWS: u32 = 3;
+
 impl SignatureChange {
-    /// A fall in rate alone (the shape is the same), which contention can also cause:
-    /// confirmed over time before it acts.
-    pub fn needs_confirming(&self) -> bool {
-        matches!(self, SignatureChange::Rate { from_per_sec, to_per_sec } if to_per_sec < from_per_sec)
+    /// A change in rate alone (the shape is the same), which contention also causes: it
+    /// must last [`RATE_CHANGE_CONFIRM_MS`], and then the bio tap's next sample answers it.
+    pub fn is_rate_only(&self) -> bool {
+        matches!(self, SignatureChange::Rate { .. })
+    }
+
+    /// Whether a change seen in `windows` busy windows in a row over `lasted_ms` is
+    /// confirmed: [`CHANGE_CONFIRM_WINDOWS`] for any change, and [`RATE_CHANGE_CONFIRM_MS`]
+    /// for one in rate alone.
+    pub fn confirmed(&self, windows: u32, lasted_ms: u64) -> bool {
+        windows >= CHANGE_CONFIRM_WINDOWS
+            && (!self.is_rate_only() || lasted_ms >= RATE_CHANGE_CONFIRM_MS)
     }
 }
 
