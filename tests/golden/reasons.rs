@@ -327,8 +327,7 @@ fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str
         ),
         (
             "saving_unknown_not_measured_yet",
-            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::NotMeasuredYet),
-            ),
+            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::NotMeasuredYet)),
         ),
         (
             "saving_unknown_measuring_one_span",
@@ -340,8 +339,7 @@ fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str
         ),
         (
             "saving_unknown_other_workload",
-            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::OtherWorkload),
-            ),
+            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::OtherWorkload)),
         ),
         (
             "saving_unknown_no_sampler",
@@ -349,8 +347,7 @@ fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str
         ),
         (
             "saving_unknown_no_matching_profile",
-            saving_unknown(Level::L1, Worth::unknown(UnknownWhy::NoMatchingProfile),
-            ),
+            saving_unknown(Level::L1, Worth::unknown(UnknownWhy::NoMatchingProfile)),
         ),
     ]
 }

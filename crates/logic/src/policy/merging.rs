@@ -422,7 +422,11 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
             level,
             next_probe_in_ms: backoff_ms,
         };
-        change(s, OutcomeKind::Disable, what_changed(said, reason, next, cx))
+        change(
+            s,
+            OutcomeKind::Disable,
+            what_changed(said, reason, next, cx),
+        )
     } else {
         let reason = Reason::StepDown {
             ratio,

@@ -10,8 +10,8 @@
 
 use super::reason::{ChangeAnsweredByTap, ChangeUnconfirmed, pct, secs};
 use super::signature::{
-    CHANGE_CONFIRM_WINDOWS, RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS,
-    RATE_CHANGE_CONFIRM_MS, SignatureChange,
+    CHANGE_CONFIRM_WINDOWS, RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS,
+    SignatureChange,
 };
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
 use super::{Step, TAP_CONFIRM_SAMPLES, change, hold, sensed_min_bios};
@@ -267,10 +267,9 @@ fn confirm_the_change(
         s.m.changed_windows = 0;
         return ControlFlow::Continue((s, None));
     };
-    let since_ms = *s
-        .m
-        .changed_since_ms
-        .get_or_insert(now_ms.saturating_sub(w.duration_ms));
+    let since_ms =
+        *s.m.changed_since_ms
+            .get_or_insert(now_ms.saturating_sub(w.duration_ms));
     s.m.changed_windows = s.m.changed_windows.saturating_add(1);
     let lasted_ms = now_ms.saturating_sub(since_ms);
     if what.confirmed(s.m.changed_windows, lasted_ms) {

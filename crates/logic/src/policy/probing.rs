@@ -71,7 +71,13 @@ fn low_probe(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
         };
         // A step to L3 later says what changed since (`merging`'s `say_what_changed`).
         let mut m = Merging::at(Level::L0);
-        m.not_worth_noted = matches!(reason, Reason::ProbeLowNoL3 { why: NoL3::NotWorth, .. });
+        m.not_worth_noted = matches!(
+            reason,
+            Reason::ProbeLowNoL3 {
+                why: NoL3::NotWorth,
+                ..
+            }
+        );
         m.unknown_noted = matches!(
             reason,
             Reason::ProbeLowNoL3 {

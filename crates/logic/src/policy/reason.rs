@@ -366,7 +366,10 @@ pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::
         ),
         Reason::WorthChanged(b) => {
             let (step, now) = &**b;
-            write!(f, "{step} (the saving was not worth it or unknown before; now {now})")
+            write!(
+                f,
+                "{step} (the saving was not worth it or unknown before; now {now})"
+            )
         }
         Reason::LeaveNotWorth { from, why, to } => {
             write!(f, "{from} not worth it here: {why}; back to {to}")
