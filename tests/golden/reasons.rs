@@ -590,15 +590,6 @@ fn l3_cases() -> Vec<(&'static str, Reason)> {
             })),
         ),
         (
-            "change_unconfirmed_bio_size",
-            Reason::ChangeUnconfirmed(Box::new(ChangeUnconfirmed {
-                change: BIO_SIZE,
-                windows: 1,
-                lasted_ms: 50,
-                next_probe_in_ms: 2_345,
-            })),
-        ),
-        (
             "rate_change_awaits_tap",
             Reason::RateChangeAwaitsTap {
                 from_per_sec: 84720.0,

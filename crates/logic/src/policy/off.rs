@@ -55,13 +55,16 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     // lasting over a second probed twice in 90 s, and rises of 1.8x measured in 50 ms
     // windows four times). The tap sees a switch to contiguous bios directly.
     if let (
-        Some(SignatureChange::Rate {
-            from_per_sec,
-            to_per_sec,
-        }),
+        Some(
+            c @ SignatureChange::Rate {
+                from_per_sec,
+                to_per_sec,
+            },
+        ),
         None,
         true,
     ) = (changed, sensed, cx.now_ms < due)
+        && !c.decisive()
     {
         let lasted_ms =
             s.m.changed_since_ms
@@ -250,9 +253,9 @@ fn against_the_baseline(at: &mut AtL3, sig: &Signature, settling: bool) -> Optio
     changed
 }
 
-/// A change not yet confirmed ([`SignatureChange::confirmed`]: [`CHANGE_CONFIRM_WINDOWS`]
-/// busy windows in a row, and [`RATE_CHANGE_CONFIRM_MS`] for one in rate alone) is no
-/// change yet: hold and say so, or, when the timed probe is due, let it run. A window
+/// A change not yet confirmed ([`SignatureChange::confirmed`]: a change in rate alone that
+/// is not decisive, seen in fewer than [`CHANGE_CONFIRM_WINDOWS`] busy windows in a row or
+/// for less than [`RATE_CHANGE_CONFIRM_MS`]) is no change yet: hold and say so, or, when the timed probe is due, let it run. A window
 /// showing no change ends the count.
 fn confirm_the_change(
     mut s: InMode<AtL3>,
@@ -439,16 +442,10 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
             } = &**c;
             write!(
                 f,
-                "at L3 the workload differs ({change}) in {} for {}: it counts once seen in {CHANGE_CONFIRM_WINDOWS} in a row",
+                "at L3 the workload differs ({change}) in {} for {}: a change of rate alone counts once seen in {CHANGE_CONFIRM_WINDOWS} windows in a row over {} (CPU contention also moves the rate); next probe in {}",
                 count(u64::from(*windows), "busy window"),
                 secs(*lasted_ms),
-            )?;
-            if change.is_rate_only() {
-                write!(f, " over {}", secs(RATE_CHANGE_CONFIRM_MS))?;
-            }
-            write!(
-                f,
-                " (one window is no workload; CPU contention also moves the rate); next probe in {}",
+                secs(RATE_CHANGE_CONFIRM_MS),
                 secs(*next_probe_in_ms)
             )
         }
