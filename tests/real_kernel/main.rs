@@ -19,4 +19,5 @@ mod real_kernel_live;
 mod real_kernel_same_signature;
 mod real_kernel_sense;
 mod real_kernel_sigkill;
+mod real_kernel_steady;
 mod sim_real_kernel;

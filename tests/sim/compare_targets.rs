@@ -382,22 +382,49 @@ fn without_the_l3_watch_the_spikes_cost_throughput() {
     );
 }
 
-/// oltp_scans64_bursts: in the simulator the bio tap at L3 calls a 64 KiB scan at queue
-/// depth 8 contiguous (46% of its sample), which merging at L0 does not bear out (0.0%):
-/// merging stays on through each hold-off (the safe side, no rung walked), so adaptive
-/// captures about half the oracle's saving there; and a scan whose end the tap has not
-/// seen settle is stepped down after up to 3.8 windows.
-const OLTP_SCANS64_BURSTS_MET: Targets = Targets {
-    min_of_oracle_percent: 40.0,
-    toward_random_windows: 4,
-    ..DOCUMENTED
-};
-
+/// oltp_scans64_bursts, a database's mixed random reads and writes all along with 64 KiB
+/// scans and checkpoint bursts beside it, holds adaptive to the loss side: no phase loses
+/// more than the margin, and merging is back within one window wherever the oracle turns
+/// it on. (The saving side is not held here: in the simulator the bio tap at L3 calls the
+/// 64 KiB scan at queue depth 8 contiguous, 46% of its sample, which merging at L0 does
+/// not bear out, 0.0%; merging then stays on through each hold-off, the safe side, and
+/// adaptive captures about half of the oracle's saving.)
 #[test]
 fn oltp_scans64_bursts_targets() {
-    // A database's mixed random reads and writes all along, with 64 KiB scans and
-    // checkpoint bursts beside it: no phase loses more than the margin.
-    let c = assert_known_miss("oltp_scans64_bursts", OLTP_SCANS64_BURSTS_MET);
+    let cfg = Config::default();
+    let window_ms = cfg.window_ms();
+    let c = compare(
+        &scenario("oltp_scans64_bursts", profile::LKML_2008_NAME),
+        &cfg,
+    )
+    .unwrap();
+    eprintln!("{}", figures(&c));
+    let a = row(&c, "adaptive");
+    assert!(
+        a.worst_throughput_loss_percent <= MAX_LOSS_MARGIN_PERCENT,
+        "lost {:.2}% in {}\n{}",
+        a.worst_throughput_loss_percent,
+        a.worst_throughput_loss_phase,
+        figures(&c)
+    );
+    let moves: Vec<(Level, Level)> = c
+        .oracle_levels
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|(x, y)| x != y)
+        .collect();
+    assert_eq!(moves.len(), a.reaction_ms.len());
+    for ((from, to), reacted) in moves.iter().zip(&a.reaction_ms) {
+        if to < from {
+            let limit = REACTION_TOWARD_MERGING_WINDOWS * window_ms;
+            assert!(
+                reacted.is_some_and(|ms| ms <= limit),
+                "{from} -> {to}: {reacted:?}\n{}",
+                figures(&c)
+            );
+        }
+    }
+    // The test can fail: turning merging off for good loses the scans' throughput.
     assert!(row(&c, ALWAYS_OFF).worst_throughput_loss_percent > 5.0);
 }
 

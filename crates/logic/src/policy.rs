@@ -64,12 +64,19 @@ pub const TAP_HOLDOFF_INITIAL_MS: u64 = 60_000;
 /// a step taken at 273,084 bios/s, then back down 4 s later).
 pub const LEAVE_L3_NOT_WORTH_AFTER_MS: u64 = 30_000;
 /// The bio tap's samples in a row (one every `[sense] every_ms`, 2 s by default) that must
-/// call for merging before L3 is left for it. Leaving is two writes at least (L3 -> L0, and
-/// back if the counters at L0 find nothing), each a queue freeze: a lone burst of
-/// contiguous bios, over before the next sample, is cheaper left unmerged than the writes,
-/// while mergeable I/O that stays is seen by the next sample. (A new workload of another
-/// shape probes on its own, [`signature::CHANGE_CONFIRM_WINDOWS`].)
+/// call for merging before L3 is left for it, unless one is decisive
+/// ([`TAP_DECISIVE_SHARE`]). A share just over the high threshold is what chance gives a
+/// fast random load (11-18% of 512 sampled bios on random 4 KiB reads that the kernel
+/// merged 0.0% of): a lone such sample, over before the next, does not pay for leaving
+/// L3 (two writes at least, each a queue freeze), while mergeable I/O that stays is seen
+/// again by the next sample.
 pub const TAP_CONFIRM_SAMPLES: u32 = 2;
+/// A sample at least this contiguous brings merging back with no second one: chance does
+/// not make half of a random load's bios contiguous, and a real sequential stream at L3
+/// loses up to 43% of its throughput for as long as it waits (each 2 s sample of waiting
+/// on `same_signature`, random writes turning sequential at the same rate, size and read
+/// share, took it past the 1-window reaction target).
+pub const TAP_DECISIVE_SHARE: f64 = 0.5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -14,7 +14,7 @@ use super::signature::{
     SignatureChange,
 };
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
-use super::{Step, TAP_CONFIRM_SAMPLES, change, hold, sensed_min_bios};
+use super::{Step, TAP_CONFIRM_SAMPLES, TAP_DECISIVE_SHARE, change, hold, sensed_min_bios};
 use crate::decision::{Level, count};
 use crate::sampler::Window;
 use std::ops::ControlFlow;
@@ -141,10 +141,10 @@ fn leave_where_blind_or_not_worth_it(
     ))
 }
 
-/// Sensed samples at or over the high threshold, [`TAP_CONFIRM_SAMPLES`] in a row, are
-/// mergeable I/O the counters cannot show: back to L0 at once. A lone one (a burst over
-/// before the next sample) holds, and a sample under the threshold starts the count
-/// again. The workload L3 was entered with is no longer remembered as merge-hostile: it
+/// Sensed samples at or over the high threshold, [`TAP_CONFIRM_SAMPLES`] in a row (or one
+/// at [`TAP_DECISIVE_SHARE`]), are mergeable I/O the counters cannot show: back to L0 at
+/// once. A lone one (a burst over before the next sample) holds, and a sample under the
+/// threshold starts the count again. The workload L3 was entered with is no longer remembered as merge-hostile: it
 /// did not settle here (if the counters at L0 find nothing, it is remembered again there).
 fn back_when_the_tap_sees_merges(
     mut s: InMode<AtL3>,
@@ -159,7 +159,7 @@ fn back_when_the_tap_sees_merges(
         return ControlFlow::Continue(s);
     }
     s.m.tap_high_samples = s.m.tap_high_samples.saturating_add(1);
-    if s.m.tap_high_samples < TAP_CONFIRM_SAMPLES {
+    if s.m.tap_high_samples < TAP_CONFIRM_SAMPLES && share < TAP_DECISIVE_SHARE {
         let reason = Reason::SensedOnce {
             share,
             sampled: n,
