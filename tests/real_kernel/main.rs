@@ -20,4 +20,5 @@ mod real_kernel_same_signature;
 mod real_kernel_sense;
 mod real_kernel_sigkill;
 mod real_kernel_tap_agreement;
+mod real_kernel_steady;
 mod sim_real_kernel;
