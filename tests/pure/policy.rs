@@ -1276,6 +1276,7 @@ fn sampled(mut w: Window, mergeable: u64) -> Window {
     w.sensed = Some(Sensed {
         bios: 1000,
         mergeable,
+        front_mergeable: 0,
         sampled_ms: 100,
     });
     w
