@@ -567,7 +567,7 @@ x = 1
         format!("{p}:2:15: key `daemon.interval_ms`"),
         format!("{p}:3:1: unknown key `daemon.bogus`"),
         format!("{p}:5:1: unknown key `policy.enabeld`"),
-        format!("{p}:6:16: key `policy.window_ticks`: invalid type"),
+        format!("{p}:6:16: key `policy.window_ticks`: \"two\" is a string, expected an integer"),
         format!("{p}:7:19: key `policy.min_window_bios`"),
         format!("{p}:8:16: key `policy.cost_profile`: cost profile"),
         format!("{p}:9:2: unknown key `nonsense`"),
