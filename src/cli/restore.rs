@@ -53,6 +53,10 @@ pub struct RestoreArgs {
     /// directory [default: /run/mergetune, and none under a fake --sysfs-root].
     #[arg(long, hide = true)]
     pub runtime_dir: Option<PathBuf>,
+    /// For tests: the root of a fake procfs tree, as `run` was given (the boot id a
+    /// record is checked against is read there).
+    #[arg(long, default_value = "/proc", hide = true)]
+    pub procfs_root: PathBuf,
 }
 
 /// Why a directory is read.
@@ -193,7 +197,7 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
     let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
-    let mut fs = RealFs::new(&args.sysfs_root, "/proc");
+    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
     let mut restored_any = false;
     // The directory asked for is missing: an error, unless it comes from the config and
     // the last daemon's records were found elsewhere (the config was edited after it

@@ -194,6 +194,8 @@ impl<T: Sysfs + BioTap + MergeSampler + HostFacts + ?Sized> BlockFs for T {}
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
 pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
+/// The most read of one sysfs or procfs attribute: the kernel prints at most a page.
+pub const MAX_ATTR_BYTES: u64 = 64 << 10;
 
 /// The real machine (or a fake tree laid out like it): sysfs and procfs under given roots.
 #[derive(Debug, Clone)]
@@ -298,21 +300,13 @@ impl RealFs {
 
 impl Sysfs for RealFs {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        use std::io::Read;
-        let path = self.procfs_root.join("diskstats");
-        let f = std::fs::File::open(&path).map_err(|e| FsError::from_io(&path, e, None))?;
-        // Bounded: a fake or broken procfs must not make a tick read without end.
-        let mut buf = Vec::with_capacity(4096);
-        f.take(MAX_DISKSTATS_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::from_io(&path, e, None))?;
-        if buf.len() as u64 > MAX_DISKSTATS_BYTES {
-            return Err(FsError::Io {
-                path: path.display().to_string(),
-                message: format!("larger than {MAX_DISKSTATS_BYTES} bytes: not read"),
-            });
-        }
-        Ok(buf)
+        // Bounded, non-blocking, a regular file under the root (crate::treefile): a fake or
+        // broken procfs must not make a tick read without end, or block in open.
+        Ok(crate::treefile::read_beneath(
+            &self.procfs_root,
+            Path::new("diskstats"),
+            MAX_DISKSTATS_BYTES,
+        )?)
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
@@ -333,7 +327,8 @@ impl Sysfs for RealFs {
                 path: path.display().to_string(),
             });
         }
-        let s = std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        let rel = Path::new("block").join(dev).join(rel);
+        let s = crate::treefile::read_text_beneath(&self.sysfs_root, &rel, MAX_ATTR_BYTES)?;
         Ok(s.trim_end_matches('\n').to_string())
     }
 
@@ -451,19 +446,26 @@ impl HostFacts for RealFs {
         let procfs_root = &self.procfs_root;
         self.boot_id
             .get_or_insert_with(|| {
-                std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
-                    .ok()
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty() && s.len() <= 64)
+                crate::treefile::read_text_beneath(
+                    procfs_root,
+                    Path::new("sys/kernel/random/boot_id"),
+                    MAX_ATTR_BYTES,
+                )
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty() && s.len() <= 64)
             })
             .clone()
     }
     fn kernel_release(&mut self) -> Option<String> {
-        let path = self.procfs_root.join("sys/kernel/osrelease");
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
+        crate::treefile::read_text_beneath(
+            &self.procfs_root,
+            Path::new("sys/kernel/osrelease"),
+            MAX_ATTR_BYTES,
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
     }
 }
 
