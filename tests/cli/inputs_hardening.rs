@@ -686,7 +686,7 @@ fn simulate_prints_forged_scenario_and_device_names_escaped() {
 fn check_config_says_whether_the_slice_tuner_is_on() {
     let d = tempfile::tempdir().unwrap();
     let cfg = d.path().join("m.toml");
-    std::fs::write(&cfg, "").unwrap();
+    std::fs::write(&cfg, "# defaults\n").unwrap();
     let r = mergetune::cli::check_config::check(&cfg, None);
     assert!(r.summary.contains("slice tuner off"), "{}", r.summary);
     std::fs::write(&cfg, "[slices]\nenabled = true\n").unwrap();
