@@ -189,10 +189,28 @@ fn should_restore(
     }
 }
 
+/// The config's `state_dir`. An emptied config (refused by `run`) still lets the unit's
+/// ExecStopPost restore: from the default directory, and the pointer's.
+fn config_state_dir(path: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match load_config(path) {
+        Ok((cfg, _)) => Ok(cfg.daemon.state_dir),
+        Err(e) => match e.downcast_ref::<mergetune_logic::config::ConfigError>() {
+            Some(empty @ mergetune_logic::config::ConfigError::Empty { .. }) => {
+                eprintln!(
+                    "mergetune: {empty}; restoring from {}",
+                    mergetune_logic::config::DEFAULT_STATE_DIR
+                );
+                Ok(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR))
+            }
+            _ => Err(e),
+        },
+    }
+}
+
 pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     let primary = match &args.state_dir {
         Some(d) => d.clone(),
-        None => load_config(args.config.as_deref())?.0.daemon.state_dir,
+        None => config_state_dir(args.config.as_deref())?,
     };
     let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
     let mut code = EXIT_OK;

@@ -265,3 +265,25 @@ fn restore_checks_records_against_the_boot_id_of_its_procfs_root() {
         text(&o)
     );
 }
+
+#[test]
+fn a_recording_whose_only_line_is_cut_short_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let rec = d.path().join("rec.jsonl");
+    std::fs::write(
+        &rec,
+        "{\"t_ms\": 0, \"diskstats\": \"   8       0 sda 1 0 8",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .arg("replay")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("line 1") && out.contains("cut short") && !out.contains("holds no tick"),
+        "{out}"
+    );
+}

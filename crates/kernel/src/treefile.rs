@@ -59,14 +59,18 @@ impl From<TreeFileError> for crate::blockfs::FsError {
         use crate::blockfs::FsError;
         let path = e.path().display().to_string();
         match e {
-            TreeFileError::Open { kind, .. } if kind == std::io::ErrorKind::NotFound => {
-                FsError::NotFound { path }
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            } => FsError::NotFound { path },
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
             }
-            TreeFileError::Open { kind, .. } | TreeFileError::Read { kind, .. }
-                if kind == std::io::ErrorKind::PermissionDenied =>
-            {
-                FsError::PermissionDenied { path }
-            }
+            | TreeFileError::Read {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            } => FsError::PermissionDenied { path },
             TreeFileError::OutsideTree { root, .. } => FsError::Refused {
                 path,
                 reason: format!(
