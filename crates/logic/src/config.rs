@@ -76,6 +76,10 @@ pub struct DaemonConfig {
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;
 pub const DEFAULT_STATE_DIR: &str = "/run/mergetune";
 pub const DEFAULT_RESCAN_EVERY_TICKS: u32 = 30;
+/// The shortest tick interval, in ms.
+pub const MIN_INTERVAL_MS: u64 = 10;
+/// The longest tick interval, in ms: an hour.
+pub const MAX_INTERVAL_MS: u64 = 3_600_000;
 
 impl Default for DaemonConfig {
     fn default() -> Self {
@@ -167,15 +171,15 @@ pub const MAX_PROBE_WINDOWS: u32 = 1000;
 pub const MAX_RESCAN_EVERY_TICKS: u32 = 86_400;
 /// The most ticks in a decision window.
 pub const MAX_WINDOW_TICKS: u32 = 3600;
-/// The longest decision window (`window_ticks` times `interval_ms`), in ms: an hour. Every
+/// The longest decision window (`window_ticks` times `interval_ms`), in ms: a day. Every
 /// decision waits for whole windows; one longer than this reacts to no workload.
-pub const MAX_WINDOW_MS: u64 = 3_600_000;
+pub const MAX_WINDOW_MS: u64 = 86_400_000;
 /// The most consecutive windows a step waits for (`step_down_after_windows`,
 /// `disable_after_windows`, `[slices] windows`).
 pub const MAX_STEP_WINDOWS: u32 = 1000;
 /// The longest a step down waits for its evidence (`step_down_after_windows` windows), in
-/// ms: a day. It is also how long `run --once` samples.
-pub const MAX_DECISION_MS: u64 = 86_400_000;
+/// ms: a week. It is also how long `run --once` samples.
+pub const MAX_DECISION_MS: u64 = 604_800_000;
 /// The most bios (or requests) a window may be required to hold: a device completing ten
 /// million a second fills it in 100 s; a larger threshold is never reached.
 pub const MAX_WINDOW_COUNT: u64 = 1_000_000_000;
@@ -295,7 +299,12 @@ impl Config {
 
     fn check_daemon(&self, problems: &mut Problems) {
         let d = &self.daemon;
-        problems.within("daemon.interval_ms", d.interval_ms, 10, 3_600_000);
+        problems.within(
+            "daemon.interval_ms",
+            d.interval_ms,
+            MIN_INTERVAL_MS,
+            MAX_INTERVAL_MS,
+        );
         if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
             // No system call takes a path with a NUL: the daemon could not start.
             problems.push(
@@ -421,11 +430,15 @@ impl Config {
             .daemon
             .interval_ms
             .saturating_mul(p.window_ticks.into());
-        if (1..=MAX_WINDOW_TICKS).contains(&p.window_ticks) && window_ms > MAX_WINDOW_MS {
+        let interval_ok = (MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&self.daemon.interval_ms);
+        if interval_ok
+            && (1..=MAX_WINDOW_TICKS).contains(&p.window_ticks)
+            && window_ms > MAX_WINDOW_MS
+        {
             problems.push(
                 "policy.window_ticks",
                 format!(
-                    "{} ticks of daemon.interval_ms {} is a window of {window_ms} ms, more than {MAX_WINDOW_MS} ms (an hour): a window that long reacts to no workload",
+                    "{} ticks of daemon.interval_ms {} is a window of {window_ms} ms, more than {MAX_WINDOW_MS} ms (a day): a window that long reacts to no workload",
                     p.window_ticks, self.daemon.interval_ms
                 ),
             );
@@ -459,14 +472,15 @@ impl Config {
             windows,
         );
         let decision_ms = window_ms.saturating_mul(p.step_down_after_windows.into());
-        if window_ms <= MAX_WINDOW_MS
+        if interval_ok
+            && window_ms <= MAX_WINDOW_MS
             && (1..=MAX_STEP_WINDOWS).contains(&p.step_down_after_windows)
             && decision_ms > MAX_DECISION_MS
         {
             problems.push(
                 "policy.step_down_after_windows",
                 format!(
-                    "{} windows of {window_ms} ms is {decision_ms} ms of evidence per step, more than {MAX_DECISION_MS} ms (a day; `run --once` samples that long)",
+                    "{} windows of {window_ms} ms is {decision_ms} ms of evidence per step, more than {MAX_DECISION_MS} ms (a week; `run --once` samples that long)",
                     p.step_down_after_windows
                 ),
             );
@@ -1160,25 +1174,27 @@ mod tests {
     #[test]
     fn a_window_or_a_decision_longer_than_its_bound_is_refused() {
         let e = load_str(
-            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 2\n",
+            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 25\n",
             "t",
         )
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("policy.window_ticks") && e.contains("7200000 ms"),
+            e.contains("policy.window_ticks") && e.contains("90000000 ms"),
             "{e}"
         );
         let e = load_str(
-            "[daemon]\ninterval_ms = 60000\n[policy]\nwindow_ticks = 60\nstep_down_after_windows = 25\n",
+            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 2\nstep_down_after_windows = 85\n",
             "t",
         )
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("policy.step_down_after_windows") && e.contains("a day"),
+            e.contains("policy.step_down_after_windows") && e.contains("a week"),
             "{e}"
         );
+        // The longest interval with the default window is accepted.
+        load_str("[daemon]\ninterval_ms = 3600000\n", "t").unwrap();
         // The bounds themselves are accepted where the product is.
         load_str(
             "[policy]\nstep_down_after_windows = 1000\ndisable_after_windows = 1000\n",

@@ -80,7 +80,11 @@ pub fn wrong_value(value: &toml::Value, message: &str) -> String {
         None => (message, None),
     };
     let v = shown(value);
+    let about_an_element = matches!(value, toml::Value::Array(_))
+        && !head.contains("sequence")
+        && !head.contains("array");
     match want {
+        Some(w) if about_an_element => format!("{v}: each element must be {}", expected(w)),
         Some(w) if head.starts_with("invalid type:") => {
             format!("{v} is {}, expected {}", kind(value), expected(w))
         }
