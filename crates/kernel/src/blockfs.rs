@@ -15,6 +15,7 @@
 
 use crate::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
+use crate::treefile::TreeFileError;
 use crate::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -72,6 +73,46 @@ impl FsError {
                 path,
                 message: err.to_string(),
             },
+        }
+    }
+}
+
+/// A read of the sysfs or procfs tree that failed ([`crate::treefile`]), as the block
+/// stack's error: a link out of the tree or a file that is not regular is refused.
+impl From<TreeFileError> for FsError {
+    fn from(e: TreeFileError) -> Self {
+        let path = e.path().display().to_string();
+        match e {
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            } => FsError::NotFound { path },
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            }
+            | TreeFileError::Read {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            } => FsError::PermissionDenied { path },
+            TreeFileError::OutsideTree { root, .. } => FsError::Refused {
+                path,
+                reason: format!(
+                    "resolves outside {} (a symlink leading out of the tree): not read",
+                    root.display()
+                ),
+            },
+            TreeFileError::NotRegular { what, .. } => FsError::Refused {
+                path,
+                reason: format!("is {what}, not a regular file: not read (reading it could block)"),
+            },
+            TreeFileError::TooLarge { max_bytes, .. } => FsError::Io {
+                path,
+                message: format!("larger than {max_bytes} bytes: not read"),
+            },
+            TreeFileError::Open { message, .. } | TreeFileError::Read { message, .. } => {
+                FsError::Io { path, message }
+            }
         }
     }
 }

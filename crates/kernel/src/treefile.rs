@@ -54,45 +54,6 @@ impl TreeFileError {
     }
 }
 
-impl From<TreeFileError> for crate::blockfs::FsError {
-    fn from(e: TreeFileError) -> Self {
-        use crate::blockfs::FsError;
-        let path = e.path().display().to_string();
-        match e {
-            TreeFileError::Open {
-                kind: std::io::ErrorKind::NotFound,
-                ..
-            } => FsError::NotFound { path },
-            TreeFileError::Open {
-                kind: std::io::ErrorKind::PermissionDenied,
-                ..
-            }
-            | TreeFileError::Read {
-                kind: std::io::ErrorKind::PermissionDenied,
-                ..
-            } => FsError::PermissionDenied { path },
-            TreeFileError::OutsideTree { root, .. } => FsError::Refused {
-                path,
-                reason: format!(
-                    "resolves outside {} (a symlink leading out of the tree): not read",
-                    root.display()
-                ),
-            },
-            TreeFileError::NotRegular { what, .. } => FsError::Refused {
-                path,
-                reason: format!("is {what}, not a regular file: not read (reading it could block)"),
-            },
-            TreeFileError::TooLarge { max_bytes, .. } => FsError::Io {
-                path,
-                message: format!("larger than {max_bytes} bytes: not read"),
-            },
-            TreeFileError::Open { message, .. } | TreeFileError::Read { message, .. } => {
-                FsError::Io { path, message }
-            }
-        }
-    }
-}
-
 fn open_error(path: &Path, e: std::io::Error) -> TreeFileError {
     TreeFileError::Open {
         path: path.to_path_buf(),

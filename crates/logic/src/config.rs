@@ -183,8 +183,9 @@ pub const MAX_DECISION_MS: u64 = 604_800_000;
 /// The most bios (or requests) a window may be required to hold: a device completing ten
 /// million a second fills it in 100 s; a larger threshold is never reached.
 pub const MAX_WINDOW_COUNT: u64 = 1_000_000_000;
-/// The highest cap on changes per device and hour (policy and slices): one a second.
-pub const MAX_CHANGES_PER_HOUR: u32 = 3600;
+/// The highest cap on the ladder's changes per device and hour: one per tick at the
+/// shortest interval (10 ms); a higher cap is never reached, as good as none.
+pub const MAX_CHANGES_PER_HOUR: u32 = 360_000;
 pub const DEFAULT_COST_PROFILE: &str = crate::pricing::profile::LIVE;
 
 impl Default for PolicyConfig {
@@ -412,7 +413,7 @@ impl Config {
                 "policy.max_changes_per_hour",
                 p.max_changes_per_hour.into(),
                 MAX_CHANGES_PER_HOUR.into(),
-                "a change a second",
+                "a change per tick at the shortest interval",
             );
         }
     }

@@ -19,6 +19,9 @@ use std::sync::LazyLock;
 /// operator turns slices on.
 pub const DEFAULT_SLICES_ENABLED: bool = false;
 
+/// The highest cap on slice changes per device and hour: one a second.
+pub const MAX_SLICE_CHANGES_PER_HOUR: u32 = 3600;
+
 /// The highest `starve_ratio`: mq-deadline and bfq keep reads within a few times the
 /// writes' wait; a thousand times is never reached.
 pub const MAX_STARVE_RATIO: f64 = 1000.0;
@@ -124,7 +127,7 @@ impl Config {
             "slices.max_changes_per_hour",
             sl.max_changes_per_hour,
             1,
-            super::MAX_CHANGES_PER_HOUR,
+            MAX_SLICE_CHANGES_PER_HOUR,
         );
     }
 }
