@@ -53,6 +53,10 @@ pub struct RestoreArgs {
     /// directory [default: /run/mergetune, and none under a fake --sysfs-root].
     #[arg(long, hide = true)]
     pub runtime_dir: Option<PathBuf>,
+    /// For tests: the root of a fake procfs tree, as `run` was given (the boot id a
+    /// record is checked against is read there).
+    #[arg(long, default_value = "/proc", hide = true)]
+    pub procfs_root: PathBuf,
 }
 
 /// Why a directory is read.
@@ -185,15 +189,33 @@ fn should_restore(
     }
 }
 
+/// The config's `state_dir`. An emptied config (refused by `run`) still lets the unit's
+/// ExecStopPost restore: from the default directory, and the pointer's.
+fn config_state_dir(path: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match load_config(path) {
+        Ok((cfg, _)) => Ok(cfg.daemon.state_dir),
+        Err(e) => match e.downcast_ref::<mergetune_logic::config::ConfigError>() {
+            Some(empty @ mergetune_logic::config::ConfigError::Empty { .. }) => {
+                eprintln!(
+                    "mergetune: {empty}; restoring from {}",
+                    mergetune_logic::config::DEFAULT_STATE_DIR
+                );
+                Ok(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR))
+            }
+            _ => Err(e),
+        },
+    }
+}
+
 pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     let primary = match &args.state_dir {
         Some(d) => d.clone(),
-        None => load_config(args.config.as_deref())?.0.daemon.state_dir,
+        None => config_state_dir(args.config.as_deref())?,
     };
     let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
     let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
-    let mut fs = RealFs::new(&args.sysfs_root, "/proc");
+    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
     let mut restored_any = false;
     // The directory asked for is missing: an error, unless it comes from the config and
     // the last daemon's records were found elsewhere (the config was edited after it

@@ -27,6 +27,7 @@ mod daemon_slices;
 mod endpoint_priority;
 mod fake_tree;
 mod fd_exhaustion;
+mod harden;
 mod http_endpoint;
 mod inert_host;
 mod inputs_hardening;

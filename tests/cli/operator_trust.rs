@@ -208,7 +208,7 @@ fn help_and_the_startup_log_say_what_is_changed_by_default() {
             .unwrap();
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
-    let log = run("");
+    let log = run("# built-in defaults\n");
     let tuners = log
         .lines()
         .find(|l| l.contains("tuners:"))

@@ -123,14 +123,18 @@ listen = "{listen}"
         Daemon(c.spawn().unwrap())
     }
 
-    /// The hidden roots every command takes here (sysfs, runtime; procfs for `run`).
+    /// The hidden roots every command takes here (sysfs, runtime; procfs for `run` and
+    /// `restore`).
     pub fn roots(&self, c: &mut Command) {
         c.arg("--sysfs-root")
             .arg(self.sys())
             .arg("--runtime-dir")
             .arg(self.run_dir());
-        let is_run = c.get_args().next().is_some_and(|a| a == "run");
-        if is_run {
+        let reads_procfs = c
+            .get_args()
+            .next()
+            .is_some_and(|a| a == "run" || a == "restore");
+        if reads_procfs {
             c.arg("--procfs-root").arg(self.p("proc"));
         }
     }

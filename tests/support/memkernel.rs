@@ -213,6 +213,8 @@ pub enum WriteFault {
     Busy,
     /// EINVAL, as a kernel that refuses the value answers.
     Refused,
+    /// EPERM, as a file with the immutable attribute answers (`chattr +i`).
+    Immutable,
 }
 
 /// Faults armed for the next operations.
@@ -461,6 +463,9 @@ impl Sysfs for MemKernel {
                     path,
                     value: value.into(),
                 });
+            }
+            Some(WriteFault::Immutable) => {
+                return Err(FsError::PermissionDenied { path });
             }
             None => {}
         }

@@ -72,6 +72,8 @@ pub struct DeviceRuntime {
     pub last_decision: Option<Box<Decision>>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
+    /// Failed writes in a row: their exponential backoff and what of them is logged.
+    pub write_backoff: crate::actuator::WriteBackoff,
     /// The last warning about an unreadable tunable, to repeat it rarely.
     pub read_warned_ms: Option<u64>,
     /// sense: the bio tap's duty cycle and samples at L3 (crates/daemon/src/sense.rs).

@@ -515,8 +515,17 @@ pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Recording, Rec
         out.push(rec);
     }
     if out.is_empty() {
-        return Err(RecordError::Empty {
-            path: path.to_path_buf(),
+        // A recording whose one line is cut short holds a tick, just not a whole one.
+        return Err(match truncated {
+            Some((line, message)) => parse(
+                line,
+                format!(
+                    "the only tick is cut short ({message}): the writer stopped mid-line; no whole tick to replay"
+                ),
+            ),
+            None => RecordError::Empty {
+                path: path.to_path_buf(),
+            },
         });
     }
     Ok(Recording {

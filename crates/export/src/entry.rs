@@ -9,7 +9,9 @@
 //! notifications ([`crate::logging::Notifier`]) and the device table of a look
 //! ([`crate::table`]) are this crate's, and the daemon layer may not depend on them.
 //!
-//! Order at start: config (with the command line's overrides), then the originals a dead
+//! Order at start: the signal handlers first (a SIGTERM or SIGINT during the start stops
+//! the run before its first tick; a SIGHUP reloads after it), then config (with the command
+//! line's overrides), then the originals a dead
 //! predecessor left in the state file are put back before anything is read as "original",
 //! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
 //! worth of windows has been sampled). At stop every original value is restored; a dry run
@@ -387,12 +389,45 @@ fn endpoint(
     }
 }
 
-/// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s.
-fn signals() -> Result<mpsc::Receiver<Event>> {
+/// The signals, caught from the start of [`run`]: the events they became, and a sender to
+/// put back an event taken early.
+struct Signals {
+    rx: mpsc::Receiver<Event>,
+    tx: mpsc::Sender<Event>,
+}
+
+impl Signals {
+    /// What arrived during the start, before the loop runs: a stop is returned (the loop
+    /// then never ticks, and nothing has been written); a reload is put back for the loop,
+    /// which reads the config again after its first tick.
+    fn during_start(&self) -> Option<&'static str> {
+        let mut reload = false;
+        while let Ok(ev) = self.rx.try_recv() {
+            match ev {
+                Event::Stop(sig) => {
+                    info!("{sig} during the start: stopping before the first tick");
+                    return Some(sig);
+                }
+                Event::Reload => reload = true,
+            }
+        }
+        if reload {
+            info!("SIGHUP during the start: the config is read again after the first tick");
+            let _ = self.tx.send(Event::Reload);
+        }
+        None
+    }
+}
+
+/// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s. Installed
+/// first, before the config, the lock, the recovery and the endpoint: until then a SIGHUP's
+/// default action kills the process (exit 129) in the middle of its start.
+fn signals() -> Result<Signals> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let (tx, rx) = mpsc::channel::<Event>();
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot install signal handlers")?;
+    let sender = tx.clone();
     std::thread::spawn(move || {
         for sig in signals.forever() {
             let ev = match sig {
@@ -400,12 +435,12 @@ fn signals() -> Result<mpsc::Receiver<Event>> {
                 SIGINT => Event::Stop("SIGINT"),
                 _ => Event::Stop("SIGTERM"),
             };
-            if tx.send(ev).is_err() {
+            if sender.send(ev).is_err() {
                 break;
             }
         }
     });
-    Ok(rx)
+    Ok(Signals { rx, tx })
 }
 
 /// SIGHUP's config: the same file read again, with the command line's overrides.
@@ -429,6 +464,7 @@ fn reread(cfg_path: Option<&Path>, args: &RunOptions) -> Reload {
 /// Runs the daemon as `mergetune run` was asked to: assembles the service, ticks until a
 /// signal (or one look's worth) and restores. An error: it could not start.
 pub fn run(mut args: RunOptions) -> Result<Outcome> {
+    let signals = signals()?;
     if args.once && !args.dry_run {
         info!(
             "--once writes nothing: it decides once, as the daemon would, and says what it would write (as --dry-run; as root it also has the bio tap and the merge-path sampler)"
@@ -446,7 +482,6 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
             server: Some(server),
         }) as Box<dyn Exporter>
     });
-    let rx = signals()?;
     let recorder = match &args.record {
         Some(p) => {
             info!("recording every tick to {}", p.display());
@@ -471,7 +506,12 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
     )
     .after_first_tick(log_device_pricing);
     let observer = once.as_mut().map(|o| o as &mut dyn TickObserver);
-    let stop_reason = lp.run(&rx, observer, &mut || reread(cfg_path.as_deref(), &args));
+    let stop_reason = match signals.during_start() {
+        Some(sig) => sig,
+        None => lp.run(&signals.rx, observer, &mut || {
+            reread(cfg_path.as_deref(), &args)
+        }),
+    };
     if let Some(o) = once {
         o.print(lp.daemon(), lp.now_ms(), args.json)?;
     }

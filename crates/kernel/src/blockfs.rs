@@ -15,6 +15,7 @@
 
 use crate::biosense::{RealTaps, TapDrain, TapError, TapEvent, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
+use crate::treefile::TreeFileError;
 use crate::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -72,6 +73,46 @@ impl FsError {
                 path,
                 message: err.to_string(),
             },
+        }
+    }
+}
+
+/// A read of the sysfs or procfs tree that failed ([`crate::treefile`]), as the block
+/// stack's error: a link out of the tree or a file that is not regular is refused.
+impl From<TreeFileError> for FsError {
+    fn from(e: TreeFileError) -> Self {
+        let path = e.path().display().to_string();
+        match e {
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            } => FsError::NotFound { path },
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            }
+            | TreeFileError::Read {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            } => FsError::PermissionDenied { path },
+            TreeFileError::OutsideTree { root, .. } => FsError::Refused {
+                path,
+                reason: format!(
+                    "resolves outside {} (a symlink leading out of the tree): not read",
+                    root.display()
+                ),
+            },
+            TreeFileError::NotRegular { what, .. } => FsError::Refused {
+                path,
+                reason: format!("is {what}, not a regular file: not read (reading it could block)"),
+            },
+            TreeFileError::TooLarge { max_bytes, .. } => FsError::Io {
+                path,
+                message: format!("larger than {max_bytes} bytes: not read"),
+            },
+            TreeFileError::Open { message, .. } | TreeFileError::Read { message, .. } => {
+                FsError::Io { path, message }
+            }
         }
     }
 }
@@ -194,6 +235,8 @@ impl<T: Sysfs + BioTap + MergeSampler + HostFacts + ?Sized> BlockFs for T {}
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
 pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
+/// The most read of one sysfs or procfs attribute: the kernel prints at most a page.
+pub const MAX_ATTR_BYTES: u64 = 64 << 10;
 
 /// The real machine (or a fake tree laid out like it): sysfs and procfs under given roots.
 #[derive(Debug, Clone)]
@@ -298,21 +341,13 @@ impl RealFs {
 
 impl Sysfs for RealFs {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        use std::io::Read;
-        let path = self.procfs_root.join("diskstats");
-        let f = std::fs::File::open(&path).map_err(|e| FsError::from_io(&path, e, None))?;
-        // Bounded: a fake or broken procfs must not make a tick read without end.
-        let mut buf = Vec::with_capacity(4096);
-        f.take(MAX_DISKSTATS_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::from_io(&path, e, None))?;
-        if buf.len() as u64 > MAX_DISKSTATS_BYTES {
-            return Err(FsError::Io {
-                path: path.display().to_string(),
-                message: format!("larger than {MAX_DISKSTATS_BYTES} bytes: not read"),
-            });
-        }
-        Ok(buf)
+        // Bounded, non-blocking, a regular file under the root (crate::treefile): a fake or
+        // broken procfs must not make a tick read without end, or block in open.
+        Ok(crate::treefile::read_beneath(
+            &self.procfs_root,
+            Path::new("diskstats"),
+            MAX_DISKSTATS_BYTES,
+        )?)
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
@@ -333,7 +368,8 @@ impl Sysfs for RealFs {
                 path: path.display().to_string(),
             });
         }
-        let s = std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        let rel = Path::new("block").join(dev).join(rel);
+        let s = crate::treefile::read_text_beneath(&self.sysfs_root, &rel, MAX_ATTR_BYTES)?;
         Ok(s.trim_end_matches('\n').to_string())
     }
 
@@ -451,19 +487,26 @@ impl HostFacts for RealFs {
         let procfs_root = &self.procfs_root;
         self.boot_id
             .get_or_insert_with(|| {
-                std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
-                    .ok()
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty() && s.len() <= 64)
+                crate::treefile::read_text_beneath(
+                    procfs_root,
+                    Path::new("sys/kernel/random/boot_id"),
+                    MAX_ATTR_BYTES,
+                )
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty() && s.len() <= 64)
             })
             .clone()
     }
     fn kernel_release(&mut self) -> Option<String> {
-        let path = self.procfs_root.join("sys/kernel/osrelease");
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
+        crate::treefile::read_text_beneath(
+            &self.procfs_root,
+            Path::new("sys/kernel/osrelease"),
+            MAX_ATTR_BYTES,
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
     }
 }
 

@@ -239,6 +239,7 @@ impl Daemon {
             last_reason: mergetune_logic::policy::Reason::from(""),
             last_decision: None,
             retry_after_ms: 0,
+            write_backoff: Default::default(),
             read_warned_ms: None,
             sense: Default::default(),
             tick_counters: None,
