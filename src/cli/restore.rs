@@ -16,7 +16,8 @@
 //! the lock is free.
 //!
 //! A state directory that does not exist is an error (a wrong `--state-dir` must not read
-//! as "nothing to restore"), except the runtime directory (systemd creates it at the
+//! as "nothing to restore"; a missing `--state-dir` is said and nothing else is read,
+//! not even the pointer's directory), except the runtime directory (systemd creates it at the
 //! unit's start, so its absence means no daemon ran since boot), and a config's
 //! `state_dir` when the last daemon's records were found through the pointer (the config
 //! was edited after that daemon started). A live daemon creates its `state_dir` before its
@@ -191,6 +192,11 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         None => load_config(args.config.as_deref())?.0.daemon.state_dir,
     };
     let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    if args.state_dir.is_some() && !primary.exists() {
+        // The operator named the directory: what another one holds is not what was asked.
+        note_missing(&primary, true);
+        return Ok(EXIT_ERROR);
+    }
     let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
     let mut fs = RealFs::new(&args.sysfs_root, "/proc");

@@ -537,7 +537,9 @@ impl Actuator {
                 // Another disk: nothing of the old one's applies to it.
                 *r = TunableRecord::default();
             }
-            RestoreOutcome::Vanished | RestoreOutcome::Failed { .. } => {}
+            RestoreOutcome::Vanished
+            | RestoreOutcome::Owned { .. }
+            | RestoreOutcome::Failed { .. } => {}
         }
         Some(RestoreResult {
             device: dev.to_string(),

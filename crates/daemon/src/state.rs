@@ -27,8 +27,10 @@
 //! it, so `mergetune restore` finds its records even when the config file has since been
 //! edited to name another directory.
 
+mod claim;
 mod safe_dir;
 
+pub use claim::{CLAIMS_DIR_NAME, Claims};
 pub use safe_dir::Unsafe;
 use safe_dir::{DirError, SafeDir};
 
@@ -69,11 +71,20 @@ pub enum StateError {
         pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
     Held { path: PathBuf, pid: Option<u32> },
+    #[error(
+        "{device}: owned by a running process{} (its claim {path} is locked): one owner per device, so nothing is written to it here",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    DeviceOwned {
+        device: String,
+        path: PathBuf,
+        pid: Option<u32>,
+    },
 }
 
 impl StateError {
     /// A [`DirError`] met while reading (`reading`) or writing.
-    fn from_dir(e: DirError, reading: bool) -> StateError {
+    pub(crate) fn from_dir(e: DirError, reading: bool) -> StateError {
         match e {
             DirError::Unsafe { path, why } => StateError::Unsafe { path, why },
             DirError::NotADirectory { path } => StateError::NotADirectory { path },
@@ -291,6 +302,12 @@ pub trait StateStore {
     fn save(&mut self, state: &SavedState) -> Result<(), StateError>;
     fn remove(&mut self) -> Result<(), StateError>;
     fn describe(&self) -> String;
+    /// Who else owns the disk `id` now (its claim, see crates/daemon/src/state/claim.rs):
+    /// None when nobody else does, else the owner's pid when it wrote one. A store without
+    /// claims (memory) knows of no other owner.
+    fn other_owner(&self, _id: &DeviceIdentity) -> Result<Option<Option<u32>>, StateError> {
+        Ok(None)
+    }
     /// Reads back what [`StateStore::save`] (or `remove`, for an empty state) left and
     /// checks that it holds `state`'s records: the proof behind "persisted".
     fn verify(&self, state: &SavedState) -> Result<(), StateError> {
@@ -318,6 +335,8 @@ pub struct FileStore {
     dir: PathBuf,
     /// The lock, while this store's process holds it.
     lock: Option<Arc<rustix::fd::OwnedFd>>,
+    /// The host-wide device claims, where this store takes them (a live daemon, calibrate).
+    claims: Option<Claims>,
 }
 
 /// The lock file a live daemon holds in its state directory.
@@ -328,6 +347,57 @@ impl FileStore {
         FileStore {
             dir: dir.into(),
             lock: None,
+            claims: None,
+        }
+    }
+    /// This store claims every disk it records before the first write to it, and leaves
+    /// a disk another live process has claimed alone (see [`Claims`]).
+    pub fn with_claims(mut self, claims: Claims) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+    pub fn claims(&self) -> Option<&Claims> {
+        self.claims.as_ref()
+    }
+
+    /// Claims every disk `state` records; refused for a disk another live process owns
+    /// when a write to it is about to be made (a `pending` value). A record kept of a disk
+    /// someone else owns now (a vanished device's) is no reason to refuse the others.
+    fn claim_recorded(&mut self, state: &SavedState) -> Result<(), StateError> {
+        let Some(claims) = self.claims.as_mut() else {
+            return Ok(());
+        };
+        for (dev, attrs) in &state.devices {
+            let Some(id) = attrs.values().find_map(|a| a.device.as_ref()) else {
+                continue;
+            };
+            match claims.claim(dev, id.dev) {
+                Ok(()) => {}
+                Err(e @ StateError::DeviceOwned { .. }) => {
+                    if attrs.values().any(|a| a.pending.is_some()) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the claims of disks `state` no longer records.
+    fn release_unrecorded(&mut self, state: &SavedState) {
+        let Some(claims) = self.claims.as_mut() else {
+            return;
+        };
+        let recorded: Vec<_> = state
+            .devices
+            .values()
+            .filter_map(|attrs| attrs.values().find_map(|a| a.device.as_ref()))
+            .map(|id| id.dev)
+            .collect();
+        let gone: Vec<_> = claims.held().filter(|d| !recorded.contains(d)).collect();
+        for d in gone {
+            claims.release(d);
         }
     }
     pub fn path(&self) -> PathBuf {
@@ -426,9 +496,12 @@ impl StateStore for FileStore {
 
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
         let text = serde_json::to_string_pretty(state).map_err(|e| write_err(&self.path(), e))?;
+        self.claim_recorded(state)?;
         let dir = self.open(true)?.expect("created");
         dir.write_atomic(STATE_FILE_NAME, text.as_bytes())
-            .map_err(|e| StateError::from_dir(e, false))
+            .map_err(|e| StateError::from_dir(e, false))?;
+        self.release_unrecorded(state);
+        Ok(())
     }
 
     /// Removes the file; where the directory refuses (immutable, read-only entries), the
@@ -439,16 +512,26 @@ impl StateStore for FileStore {
             return Ok(());
         };
         let Err(unlink) = dir.remove(STATE_FILE_NAME) else {
+            self.release_unrecorded(&SavedState::default());
             return Ok(());
         };
         let empty = serde_json::to_string_pretty(&SavedState::default())
             .map_err(|e| write_err(&self.path(), e))?;
         dir.rewrite_in_place(STATE_FILE_NAME, empty.as_bytes())
-            .map_err(|_| StateError::from_dir(unlink, false))
+            .map_err(|_| StateError::from_dir(unlink, false))?;
+        self.release_unrecorded(&SavedState::default());
+        Ok(())
     }
 
     fn describe(&self) -> String {
         self.path().display().to_string()
+    }
+
+    fn other_owner(&self, id: &DeviceIdentity) -> Result<Option<Option<u32>>, StateError> {
+        match &self.claims {
+            Some(c) => c.other_owner(id.dev),
+            None => Ok(None),
+        }
     }
 }
 
@@ -591,6 +674,12 @@ pub enum RestoreOutcome {
     /// scheduler starts from its own value); the record is dropped, not kept as if the
     /// device were gone.
     SchedulerChanged,
+    /// Another live process owns the disk now (its claim is locked): nothing is written,
+    /// and the record is kept for when that owner lets go (its own stop puts back what it
+    /// found, which this record then takes back to the original).
+    Owned {
+        pid: Option<u32>,
+    },
     Failed {
         error: String,
     },
@@ -631,6 +720,11 @@ impl std::fmt::Display for RestoreResult {
             RestoreOutcome::SchedulerChanged => write!(
                 f,
                 "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
+            ),
+            RestoreOutcome::Owned { pid } => write!(
+                f,
+                "{what}: left alone: a running process{} owns the device now; the record is kept for a later restore, once it lets go",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
             ),
             RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
         }
@@ -759,9 +853,15 @@ pub fn restore_from_store(
     let mut results = Vec::new();
     for (dev, attrs) in &loaded.state.devices {
         for (t, rec) in attrs {
-            let outcome = restore_attr(fs, dev, *t, rec);
+            let outcome = match rec.device.as_ref().map(|id| store.other_owner(id)) {
+                Some(Ok(Some(pid))) => RestoreOutcome::Owned { pid },
+                Some(Err(e)) => RestoreOutcome::Failed {
+                    error: e.to_string(),
+                },
+                _ => restore_attr(fs, dev, *t, rec),
+            };
             let kept = match &outcome {
-                RestoreOutcome::Failed { .. } => Some(rec.clone()),
+                RestoreOutcome::Failed { .. } | RestoreOutcome::Owned { .. } => Some(rec.clone()),
                 RestoreOutcome::Vanished => {
                     let since = rec.vanished_at_unix_secs.unwrap_or(now_unix_secs);
                     (now_unix_secs.saturating_sub(since) < VANISHED_KEEP_SECS).then(|| SavedAttr {

@@ -73,12 +73,16 @@ impl std::fmt::Display for DeviceIdentity {
         if let Some(s) = self.diskseq {
             write!(f, " diskseq {s}")?;
         }
+        // Two disks that differ only in their boot must not read as one.
+        if let Some(b) = &self.boot_id {
+            write!(f, " boot {b}")?;
+        }
         Ok(())
     }
 }
 
 /// A device number, `major:minor` as `/sys/block/X/dev` and the state file write it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DevNumber {
     pub major: u32,

@@ -266,13 +266,34 @@ impl SafeDir {
     /// holds it (the pid it wrote, when readable).
     pub fn lock(&self, name: &str) -> Result<Result<OwnedFd, Option<u32>>, DirError> {
         let path = self.child(name);
+        // Never blocking on a FIFO, never through a link, and only a regular file: a lock
+        // file that is anything else is named for what it is, not blamed on a daemon.
         let fd = rustix::fs::openat(
             &self.fd,
             name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
-        .map_err(|e| io(&path, e))?;
+        .map_err(|e| match e {
+            Errno::LOOP => DirError::Unsafe {
+                path: path.clone(),
+                why: Unsafe::Symlink,
+            },
+            Errno::ISDIR => DirError::Unsafe {
+                path: path.clone(),
+                why: Unsafe::NotRegular {
+                    kind: "a directory",
+                },
+            },
+            e => io(&path, e),
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
+        regular(&st)
+            .and_then(|()| trust(&st, euid()))
+            .map_err(|why| DirError::Unsafe {
+                path: path.clone(),
+                why,
+            })?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => return Ok(Err(read_pid(&fd))),
@@ -291,6 +312,11 @@ impl SafeDir {
         let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
             return Ok(None);
         };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
+        regular(&st).map_err(|why| DirError::Unsafe {
+            path: path.clone(),
+            why,
+        })?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
             Ok(()) => Ok(None),
             Err(Errno::WOULDBLOCK) => Ok(Some(read_pid(&fd))),
