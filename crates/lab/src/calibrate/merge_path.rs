@@ -380,6 +380,17 @@ fn claim_device(store: &mut FileStore, fs: &mut RealFs, dev: &str) -> Result<()>
     Ok(())
 }
 
+/// Ownership first, before any other work: the state directory's lock and the device's
+/// claim (a live daemon's are refused, naming it).
+fn take_ownership(plan: &Plan) -> Result<FileStore> {
+    let mut store = own_store(&plan.state_dir, plan.runtime_dir.as_deref())?;
+    if let Some(d) = &plan.device {
+        let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+        claim_device(&mut store, &mut fs, d)?;
+    }
+    Ok(store)
+}
+
 /// The hidden guard: waits until its parent (calibrate) closes our stdin, whatever way it
 /// ended, then puts back what the state file in `dir` records (not when a live daemon took
 /// the directory meanwhile, nor to a device another live process owns now).
@@ -418,13 +429,7 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Res
 /// guard and device live across every step.
 pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
-    // Ownership first, before any other work: the state directory's lock and the device's
-    // claim (a live daemon's are refused, naming it).
-    let mut store = own_store(&plan.state_dir, plan.runtime_dir.as_deref())?;
-    if let Some(d) = &plan.device {
-        let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
-        claim_device(&mut store, &mut fs, d)?;
-    }
+    let mut store = take_ownership(&plan)?;
     let symbols = perf::load_symbols(&plan.procfs_root)?;
     let params = SamplerParams {
         period_ns: PERIOD_NS,
