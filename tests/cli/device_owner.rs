@@ -163,6 +163,9 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     );
 }
 
+/// Puts something that is not a regular file at the lock file's path.
+type MakeLock = fn(&std::path::Path);
+
 /// Issue: a lock file that is a FIFO, a directory or a symlink was blamed on "another
 /// daemon" with "Invalid argument".
 #[test]
@@ -170,7 +173,7 @@ fn a_lock_file_that_is_not_a_regular_file_is_named_for_what_it_is() {
     if !euid_is_root() {
         return;
     }
-    let cases: [(&str, fn(&std::path::Path), &str); 3] = [
+    let cases: [(&str, MakeLock, &str); 3] = [
         (
             "fifo",
             |p| {
