@@ -27,7 +27,8 @@
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use mergetune_daemon::state::{
-    FileStore, RestoreReport, StateError, StatePointer, StateStore as _, restore_from_store,
+    Claims, FileStore, Reattached, RestoreReport, StateError, StatePointer, StateStore as _,
+    restore_from_store_with,
 };
 use mergetune_export::entry::runtime_dir;
 use mergetune_kernel::blockfs::RealFs;
@@ -47,6 +48,11 @@ pub struct RestoreArgs {
     /// the daemon then finds its tunables changed and hands them off.
     #[arg(long)]
     pub force: bool,
+    /// A loop device re-attached to the same backing file since the record holds
+    /// mergetune's value, or an operator wrote the same one: `restore` puts the original
+    /// back, `leave` takes the value for the operator's and drops the record.
+    #[arg(long, value_name = "restore|leave", default_value = "restore")]
+    pub reattached: Reattached,
     /// For tests: the root of a fake sysfs tree.
     #[arg(long, default_value = "/sys", hide = true)]
     pub sysfs_root: PathBuf,
@@ -211,6 +217,10 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         }
         seen.push(dir.clone());
         let mut store = FileStore::new(&dir);
+        if let Some(rt) = runtime.as_deref().filter(|_| !args.force) {
+            // A device a live process owns now is left to it (--force: restored anyway).
+            store = store.with_claims(Claims::under(rt));
+        }
         if !should_restore(
             &dir,
             &source,
@@ -222,7 +232,13 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         ) {
             continue;
         }
-        let report = restore_dir(&mut fs, &mut store, &dir, runtime.as_deref())?;
+        let report = restore_dir(
+            &mut fs,
+            &mut store,
+            &dir,
+            runtime.as_deref(),
+            args.reattached,
+        )?;
         restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
         if report.failed() || !report.rejected.is_empty() {
             code = EXIT_ERROR;
@@ -253,8 +269,9 @@ fn restore_dir(
     store: &mut FileStore,
     dir: &Path,
     runtime: Option<&Path>,
+    reattached: Reattached,
 ) -> anyhow::Result<RestoreReport> {
-    let report = restore_from_store(fs, store, unix_now_secs())?;
+    let report = restore_from_store_with(fs, store, unix_now_secs(), reattached)?;
     for r in &report.results {
         println!("{r}");
     }

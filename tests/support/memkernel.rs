@@ -269,6 +269,8 @@ pub struct MemKernel {
     pub crash: SharedCrash,
     /// The last `diskseq` given out: every disk made gets the next.
     pub last_diskseq: u64,
+    /// Backing files by path: (file system device, inode), as `stat` would number them.
+    pub files: BTreeMap<String, (u64, u64)>,
 }
 
 impl MemKernel {
@@ -315,6 +317,27 @@ impl MemKernel {
         d.load = load;
         if let Some(n) = number {
             d.attrs.insert("dev".into(), n);
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device detached (`losetup -d`): its queue and its values stay, its backing
+    /// file goes, and `diskseq` moves (as 6.18 does).
+    pub fn loop_detach(&mut self, dev: &str) {
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs.remove("loop/backing_file");
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device attached to `file` (`losetup DEV FILE`): the queue keeps every value
+    /// it held, `diskseq` moves. A path not seen before is a new file (a new inode).
+    pub fn loop_attach(&mut self, dev: &str, file: &str) {
+        let next = self.files.len() as u64 + 1000;
+        self.files.entry(file.to_string()).or_insert((64, next));
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs
+                .insert("loop/backing_file".into(), format!("{file}\n"));
         }
         self.new_diskseq(dev);
     }
@@ -526,7 +549,11 @@ impl BioTap for MemKernel {
 
 impl MergeSampler for MemKernel {}
 
-impl HostFacts for MemKernel {}
+impl HostFacts for MemKernel {
+    fn file_identity(&mut self, path: &str) -> Option<(u64, u64)> {
+        self.files.get(path).copied()
+    }
+}
 
 /// What tracefs `block_bio_queue` would report for a load whose share of mergeable bios is
 /// known: appends `n` write bios of 8 sectors (at most `max` in all), the first

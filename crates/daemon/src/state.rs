@@ -15,7 +15,8 @@
 //! the rest: an entry whose device is not a plain `/sys/block` name, whose attribute is not
 //! one of the [`Tunable`]s, or whose values are not values that tunable can hold is
 //! reported and skipped, and every other entry is still restored. Every format version
-//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
+//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`; 2: no `device`; 3: no
+//! `backing` in it).
 //!
 //! "Persisted" is claimed only after a read-back: [`StateStore::verify`] loads what was
 //! saved and compares it with what was meant (a save that reports success over a full or
@@ -35,7 +36,7 @@ pub use safe_dir::Unsafe;
 use safe_dir::{DirError, SafeDir};
 
 use mergetune_kernel::blockfs::{BlockFs, FsError};
-use mergetune_kernel::devices::{DeviceIdentity, read_identity};
+use mergetune_kernel::devices::{DeviceIdentity, Sameness, read_identity};
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,8 +45,10 @@ use std::sync::Arc;
 
 pub const STATE_FILE_NAME: &str = "state.json";
 /// The format written; [`FileStore::load`] reads every version from 1 up to this one
-/// (3 added each record's `device`).
-pub const STATE_VERSION: u32 = 3;
+/// (3 added each record's `device`; 4 its loop device's `backing` file, which a reader of
+/// 3 would refuse record by record and drop: it refuses the whole file instead, and keeps
+/// it).
+pub const STATE_VERSION: u32 = 4;
 /// A vanished device's records are kept this long after it went away (it may come back
 /// with mergetune's value, which must then still be restored), then dropped.
 pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
@@ -663,11 +666,20 @@ pub enum RestoreOutcome {
     },
     /// The device is gone: nothing to restore now (the record is kept for a while).
     Vanished,
+    /// A loop device detached since the record (no backing file): nothing is written now;
+    /// the record is kept (as a gone device's) for its re-attach, where the file decides.
+    Detached,
     /// Another disk has the name now (re-attached, or removed and another added): the
     /// record is not its, so nothing is written and the record is dropped.
     Replaced {
         recorded: DeviceIdentity,
         now: Option<DeviceIdentity>,
+    },
+    /// A loop device re-attached to the same backing file since the record, holding
+    /// mergetune's value: `restore --reattached leave` takes it for an operator's (the two
+    /// cannot be told apart), so it stays and the record is dropped.
+    ReattachedLeft {
+        current: String,
     },
     /// The device is there but this `queue/iosched/` file is not: its scheduler was
     /// switched, and the file went with the old one. A hand-off of the tunable (the new
@@ -711,6 +723,10 @@ impl std::fmt::Display for RestoreResult {
                 "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
             ),
             RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
+            RestoreOutcome::Detached => write!(
+                f,
+                "{what}: loop device detached since the record: nothing written; the record is kept for its re-attach (to the same file: restored then; to another: dropped)"
+            ),
             RestoreOutcome::Replaced { recorded, now } => write!(
                 f,
                 "{what}: left alone: another disk has the name now ({}; the record is of {recorded}): its values are its own, the record is dropped",
@@ -721,12 +737,39 @@ impl std::fmt::Display for RestoreResult {
                 f,
                 "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
             ),
+            RestoreOutcome::ReattachedLeft { current } => write!(
+                f,
+                "{what}: left at {current}: the loop device was re-attached to the same backing file since the record, and --reattached leave takes the value for an operator's; the record is dropped"
+            ),
             RestoreOutcome::Owned { pid } => write!(
                 f,
                 "{what}: left alone: a running process{} owns the device now; the record is kept for a later restore, once it lets go",
                 pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
             ),
             RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
+        }
+    }
+}
+
+/// What a restore does with a value of mergetune's on a loop device re-attached to the
+/// same backing file since the record: its queue kept mergetune's value, or an operator
+/// wrote the same one meanwhile, and the two cannot be told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reattached {
+    /// Put the original back (the daemon's own stop, and `restore` unless told).
+    #[default]
+    Restore,
+    /// Leave the value as an operator's, and drop the record.
+    Leave,
+}
+
+impl std::str::FromStr for Reattached {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "restore" => Ok(Reattached::Restore),
+            "leave" => Ok(Reattached::Leave),
+            _ => Err(format!("{s:?} is neither \"restore\" nor \"leave\"")),
         }
     }
 }
@@ -739,6 +782,18 @@ pub fn restore_attr(
     t: Tunable,
     saved: &SavedAttr,
 ) -> RestoreOutcome {
+    restore_attr_with(fs, dev, t, saved, Reattached::Restore)
+}
+
+/// [`restore_attr`], told what to do on a loop device re-attached to the same file.
+pub fn restore_attr_with(
+    fs: &mut dyn BlockFs,
+    dev: &str,
+    t: Tunable,
+    saved: &SavedAttr,
+    reattached: Reattached,
+) -> RestoreOutcome {
+    let mut same_queue = false;
     if let Some(recorded) = &saved.device {
         let now = match read_identity(fs, dev) {
             Ok(now) => now,
@@ -748,6 +803,11 @@ pub fn restore_attr(
                 };
             }
         };
+        let sameness = now.as_ref().map(|n| recorded.compare(n));
+        if sameness == Some(Sameness::Detached) {
+            return RestoreOutcome::Detached;
+        }
+        same_queue = sameness == Some(Sameness::SameQueue);
         if !now.as_ref().is_some_and(|n| recorded.same_device(n)) {
             // No device number at all: gone, if its tunable went too.
             if now.is_none() && !fs.attr_exists(dev, "queue/nomerges") {
@@ -770,6 +830,9 @@ pub fn restore_attr(
     };
     if current == saved.original {
         return RestoreOutcome::AlreadyOriginal { value: current };
+    }
+    if same_queue && reattached == Reattached::Leave && saved.is_ours(&current) {
+        return RestoreOutcome::ReattachedLeft { current };
     }
     if (saved.last_written.is_some() || saved.pending.is_some()) && !saved.is_ours(&current) {
         return RestoreOutcome::LeftAlone {
@@ -843,6 +906,16 @@ pub fn restore_from_store(
     store: &mut dyn StateStore,
     now_unix_secs: u64,
 ) -> Result<RestoreReport, StateError> {
+    restore_from_store_with(fs, store, now_unix_secs, Reattached::Restore)
+}
+
+/// [`restore_from_store`], told what to do on a loop device re-attached to the same file.
+pub fn restore_from_store_with(
+    fs: &mut dyn BlockFs,
+    store: &mut dyn StateStore,
+    now_unix_secs: u64,
+    reattached: Reattached,
+) -> Result<RestoreReport, StateError> {
     let Some(loaded) = store.load()? else {
         return Ok(RestoreReport::default());
     };
@@ -858,11 +931,11 @@ pub fn restore_from_store(
                 Some(Err(e)) => RestoreOutcome::Failed {
                     error: e.to_string(),
                 },
-                _ => restore_attr(fs, dev, *t, rec),
+                _ => restore_attr_with(fs, dev, *t, rec, reattached),
             };
             let kept = match &outcome {
                 RestoreOutcome::Failed { .. } | RestoreOutcome::Owned { .. } => Some(rec.clone()),
-                RestoreOutcome::Vanished => {
+                RestoreOutcome::Vanished | RestoreOutcome::Detached => {
                     let since = rec.vanished_at_unix_secs.unwrap_or(now_unix_secs);
                     (now_unix_secs.saturating_sub(since) < VANISHED_KEEP_SECS).then(|| SavedAttr {
                         vanished_at_unix_secs: Some(since),
