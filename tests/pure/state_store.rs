@@ -543,3 +543,63 @@ fn the_state_file_is_rewritten_only_when_what_it_keeps_changes() {
     assert!(!after.contains("not_a_tunable"), "{after}");
     assert_eq!(parse_state(&after, Path::new("mem")).unwrap().state, state);
 }
+
+/// One owner per device, whatever the state directories: two stores with their own
+/// directories and one runtime directory. The first to write a disk claims it; the
+/// second's write to it is refused naming the owner's pid (nothing written), and a restore
+/// through the second leaves the owned disk alone and keeps its record. Once the owner
+/// lets go (its records gone), the disk is free.
+#[test]
+fn a_device_claimed_by_one_store_is_left_alone_by_another() {
+    use mergetune_daemon::actuator::Actuator;
+    use mergetune_daemon::state::{
+        Claims, FileStore, RestoreOutcome, StateStore, restore_from_store,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let store = |name: &str| FileStore::new(tmp.path().join(name)).with_claims(Claims::under(&run));
+    let mut k = MemKernel::with(&["sda"]);
+    let mut first = Actuator::new(false, Box::new(store("a")));
+    let mut second = Actuator::new(false, Box::new(store("b")));
+    first.set(&mut k, "sda", Tunable::Nomerges, "2").unwrap();
+    assert!(run.join("devices/8:0").exists());
+    let e = second
+        .set(&mut k, "sda", Tunable::Nomerges, "1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "owned by a running process (pid {})",
+            std::process::id()
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        k.value("sda", Tunable::Nomerges).as_deref(),
+        Some("2"),
+        "nothing written"
+    );
+    // Records left in the second's directory by a dead run, of the owned disk.
+    let mut b = store("b");
+    let mut rec = written_record("0", "2");
+    rec.device = mergetune_kernel::devices::read_identity(&mut k, "sda").unwrap();
+    let mut state = mergetune_daemon::state::SavedState::default();
+    state
+        .devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::Nomerges, rec);
+    FileStore::new(tmp.path().join("b")).save(&state).unwrap();
+    let report = restore_from_store(&mut k, &mut b, 0).unwrap();
+    assert!(
+        matches!(report.results[0].outcome, RestoreOutcome::Owned { pid: Some(p) } if p == std::process::id()),
+        "{:?}",
+        report.results
+    );
+    assert_eq!(report.kept, 1);
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("2"));
+    // The owner puts its original back and lets go: the disk is anyone's again.
+    first.restore_all(&mut k, 0);
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    second.set(&mut k, "sda", Tunable::Nomerges, "1").unwrap();
+}
