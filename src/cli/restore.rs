@@ -240,7 +240,7 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
             args.reattached,
         )?;
         restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
-        if report.failed() || !report.rejected.is_empty() {
+        if report.failed() || !report.rejected.is_empty() || report.stale.is_some() {
             code = EXIT_ERROR;
         }
     }
@@ -278,13 +278,17 @@ fn restore_dir(
     for r in &report.rejected {
         eprintln!("mergetune: {}: {r}", store.describe());
     }
+    // The values are back, but the file still names them as mergetune's: said per record.
+    for s in report.stale_records() {
+        eprintln!("mergetune: {}: {s}", store.describe());
+    }
     if report.kept > 0 {
         println!(
             "{}: {} record(s) kept for a later restore",
             store.describe(),
             report.kept
         );
-    } else if let Some(rt) = runtime {
+    } else if let Some(rt) = runtime.filter(|_| report.stale.is_none()) {
         // Nothing left there: a pointer naming it has done its job.
         let _ = StatePointer::new(rt).clear_if(dir);
     }

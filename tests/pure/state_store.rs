@@ -603,3 +603,33 @@ fn a_device_claimed_by_one_store_is_left_alone_by_another() {
     assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
     second.set(&mut k, "sda", Tunable::Nomerges, "1").unwrap();
 }
+
+/// A restore whose state file cannot be updated (a read-only directory) has still put the
+/// values back: it says so per record, with what a later restore would do, instead of one
+/// "cannot write state file" that hid them (and then a second restore reverted an
+/// operator's value set equal to mergetune's).
+#[test]
+fn a_restore_that_cannot_clear_its_records_says_per_record_what_a_later_one_would_do() {
+    use mergetune_daemon::state::{SavedState, StateStore, restore_from_store};
+    let mut k = MemKernel::with(&["sda"]);
+    k.set_behind_back("sda", Tunable::Nomerges, "1");
+    let mut store = SharedStore::default();
+    let mut state = SavedState::default();
+    state
+        .devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::Nomerges, written_record("0", "1"));
+    store.save(&state).unwrap();
+    *store.fail_saves.borrow_mut() = true;
+    let report = restore_from_store(&mut k, &mut store, 0).unwrap();
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    let said = report.stale_records();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("sda/queue/nomerges: restored 1 -> 0, but the record stays")
+            && said[0].contains("Read-only file system")
+            && said[0].contains("a later `mergetune restore` would put 0 back over a 1 set since"),
+        "{said:?}"
+    );
+}

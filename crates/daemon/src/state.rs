@@ -889,11 +889,42 @@ pub struct RestoreReport {
     /// Records kept in the file for a later restore (failed, or a vanished device within
     /// [`VANISHED_KEEP_SECS`]).
     pub kept: usize,
+    /// The file could not be brought up to date (a read-only directory): it still holds
+    /// the records of values put back, which a later restore would take for mergetune's.
+    /// Why, when so ([`RestoreReport::stale_records`] says which and what).
+    pub stale: Option<String>,
 }
 
 impl RestoreReport {
     pub fn failed(&self) -> bool {
         self.results.iter().any(|r| r.outcome.failed())
+    }
+
+    /// Where the file could not be updated: per record it still names, what a later
+    /// `restore` would do with it.
+    pub fn stale_records(&self) -> Vec<String> {
+        let Some(why) = &self.stale else {
+            return Vec::new();
+        };
+        self.results
+            .iter()
+            .filter_map(|r| {
+                let what = format!("{}/{}", r.device, r.tunable);
+                match &r.outcome {
+                    RestoreOutcome::Restored { from, to } => Some(format!(
+                        "{what}: restored {from} -> {to}, but the record stays ({why}): a later `mergetune restore` would put {to} back over a {from} set since; remove the file once it can be"
+                    )),
+                    RestoreOutcome::AlreadyOriginal { .. }
+                    | RestoreOutcome::LeftAlone { .. }
+                    | RestoreOutcome::ReattachedLeft { .. }
+                    | RestoreOutcome::Replaced { .. }
+                    | RestoreOutcome::SchedulerChanged => Some(format!(
+                        "{what}: the record is stale but stays ({why}): a later `mergetune restore` would read it again and may put the original back over a value equal to mergetune's set since; remove the file once it can be"
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 }
 
@@ -955,14 +986,19 @@ pub fn restore_from_store_with(
         }
     }
     let kept = keep.devices.values().map(|m| m.len()).sum();
-    if keep.is_empty() {
-        store.remove()?;
+    let updated = if keep.is_empty() {
+        store.remove()
     } else if keep != loaded.state || !loaded.rejected.is_empty() {
-        store.save(&keep)?;
-    }
+        store.save(&keep)
+    } else {
+        Ok(())
+    };
     Ok(RestoreReport {
         results,
         rejected: loaded.rejected,
         kept,
+        // The values are back either way: what the file still says is reported, per
+        // record, not lost behind one error.
+        stale: updated.err().map(|e| e.to_string()),
     })
 }

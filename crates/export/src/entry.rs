@@ -294,7 +294,10 @@ fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileSt
     for r in &report.rejected {
         warn!("{}: {r}", store.describe());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()
@@ -355,7 +358,10 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
     for r in &report.results {
         info!(device = %r.device, "recovery from {} (the last daemon's state_dir): {r}", other.display());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()

@@ -404,7 +404,14 @@ pub fn guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Resul
     for r in &report.results {
         eprintln!("calibrate guard: {r}");
     }
-    Ok(if report.failed() { 1 } else { 0 })
+    for s in report.stale_records() {
+        eprintln!("calibrate guard: {}: {s}", store.describe());
+    }
+    Ok(if report.failed() || report.stale.is_some() {
+        1
+    } else {
+        0
+    })
 }
 
 fn spawn_guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Result<Child> {
@@ -593,6 +600,12 @@ fn restore_earlier(plan: &Plan, store: &mut FileStore) -> Result<()> {
         let rep = restore_from_store(&mut f, store, 0)?;
         for r in &rep.results {
             eprintln!("calibrate: left by an earlier run that is gone (pid {pid}): {r}");
+        }
+        if let Some(e) = &rep.stale {
+            bail!(
+                "{}: {e}: its records of values put back stay",
+                store.describe()
+            );
         }
     }
     Ok(())
