@@ -220,3 +220,58 @@ fn a_lock_file_that_is_not_a_regular_file_is_named_for_what_it_is() {
         assert_eq!(fs.nomerges(), "0");
     }
 }
+
+/// Issue: only the last component of `state_dir` was trusted. A parent another user owns
+/// could swap the directory for a link elsewhere under a running daemon; the start now
+/// refuses it, naming the ancestor, and a running daemon saves through the directory it
+/// opened, never the path again.
+#[test]
+fn a_state_dir_under_another_users_directory_is_refused_naming_the_ancestor() {
+    if !euid_is_root() {
+        return;
+    }
+    let fs = FakeSys::new();
+    let parent = fs.p("users");
+    std::fs::create_dir_all(parent.join("state")).unwrap();
+    rustix::fs::chown(
+        &parent,
+        Some(rustix::fs::Uid::from_raw(1000)),
+        Some(rustix::fs::Gid::from_raw(1000)),
+    )
+    .unwrap();
+    let cfg = fs.config(&parent.join("state"), "");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.args(["run", "--config"]).arg(&cfg);
+    fs.roots(&mut c);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains(&format!(
+            "its ancestor {} is owned by uid 1000",
+            parent.display()
+        )),
+        "{said}"
+    );
+    assert_eq!(fs.nomerges(), "0");
+
+    // A trusted directory, swapped under a running daemon: its saves stay in the one it
+    // opened (with its lock), so a SIGKILL then `restore` of that directory finds them.
+    let dir = fs.p("state-a");
+    let cfg = fs.config(&dir, "");
+    let mut d = fs.daemon(&cfg, &fs.p("a.log"));
+    fs.wait_nomerges("1", Duration::from_secs(20));
+    let moved = fs.p("state-moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    fs.merging.store(true, std::sync::atomic::Ordering::Relaxed);
+    fs.wait_nomerges("0", Duration::from_secs(20)); // a step back up: a save
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !dir.join("state.json").exists(),
+        "nothing saved through the path again"
+    );
+    d.signal(rustix::process::Signal::KILL);
+    d.wait();
+    let _ = moved;
+}

@@ -329,8 +329,9 @@ pub trait StateStore {
     }
 }
 
-/// `<dir>/state.json`, reached through the directory opened and checked once per use
-/// (crates/daemon/src/state/safe_dir.rs). A live daemon holds `<dir>/mergetune.lock` for its life
+/// `<dir>/state.json`, reached through the directory opened and checked (with every
+/// ancestor, crates/daemon/src/state/safe_dir.rs) once per use, or, once the lock is taken,
+/// once for the store's life. A live daemon holds `<dir>/mergetune.lock` for its life
 /// ([`FileStore::lock`]), so that `mergetune restore` can tell its records from a dead
 /// one's.
 #[derive(Debug, Clone)]
@@ -338,6 +339,10 @@ pub struct FileStore {
     dir: PathBuf,
     /// The lock, while this store's process holds it.
     lock: Option<Arc<rustix::fd::OwnedFd>>,
+    /// The directory as opened and checked when the lock was taken: every later save,
+    /// read and removal goes through it, never through the path again (a directory
+    /// renamed and replaced under the path is not followed).
+    handle: Option<Arc<SafeDir>>,
     /// The host-wide device claims, where this store takes them (a live daemon, calibrate).
     claims: Option<Claims>,
 }
@@ -350,6 +355,7 @@ impl FileStore {
         FileStore {
             dir: dir.into(),
             lock: None,
+            handle: None,
             claims: None,
         }
     }
@@ -412,9 +418,12 @@ impl FileStore {
 
     /// The directory, opened and checked; None when it does not exist and `create` is not
     /// asked.
-    fn open(&self, create: bool) -> Result<Option<SafeDir>, StateError> {
+    fn open(&self, create: bool) -> Result<Option<Arc<SafeDir>>, StateError> {
+        if let Some(h) = &self.handle {
+            return Ok(Some(h.clone()));
+        }
         match SafeDir::open(&self.dir, create) {
-            Ok(d) => Ok(Some(d)),
+            Ok(d) => Ok(Some(Arc::new(d))),
             Err(e) if !create && e.is_not_found() => Ok(None),
             Err(e) => Err(StateError::from_dir(e, !create)),
         }
@@ -439,6 +448,7 @@ impl FileStore {
         {
             Ok(fd) => {
                 self.lock = Some(Arc::new(fd));
+                self.handle = Some(dir);
                 Ok(())
             }
             Err(pid) => Err(StateError::Held {
