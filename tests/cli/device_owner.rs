@@ -141,6 +141,12 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     let fs = FakeSys::new();
     let other = fs.p("state-a");
     std::fs::create_dir_all(&other).unwrap();
+    // Left by a daemon that is gone: the pointer's directory would be restored from.
+    std::fs::write(
+        other.join("state.json"),
+        r#"{"version": 3, "pid": 4294967295, "devices": {}}"#,
+    )
+    .unwrap();
     std::fs::write(
         fs.run_dir().join("last-state-dir"),
         format!("{}\n", other.display()),
