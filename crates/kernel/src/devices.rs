@@ -253,6 +253,28 @@ mod tests {
     }
 
     #[test]
+    fn a_loop_devices_backing_file_tells_a_reattach_from_another_disk() {
+        let id = |diskseq, backing: Option<u64>| DeviceIdentity {
+            dev: DevNumber { major: 7, minor: 2 },
+            diskseq: Some(diskseq),
+            boot_id: Some("b1".into()),
+            backing: backing.map(|inode| BackingFile { fs_dev: 64, inode }),
+        };
+        let recorded = id(45, Some(10));
+        assert_eq!(recorded.compare(&id(45, Some(10))), Sameness::Same);
+        // Re-attached to the same file: the same queue.
+        assert_eq!(recorded.compare(&id(47, Some(10))), Sameness::SameQueue);
+        assert!(recorded.same_device(&id(47, Some(10))));
+        // Detached: decided at the next attach; not the same disk to write meanwhile.
+        assert_eq!(recorded.compare(&id(46, None)), Sameness::Detached);
+        assert!(!recorded.same_device(&id(46, None)));
+        // Another file: another disk.
+        assert_eq!(recorded.compare(&id(47, Some(11))), Sameness::Another);
+        // A record without a backing file keeps diskseq's verdict.
+        assert_eq!(id(45, None).compare(&id(47, Some(10))), Sameness::Another);
+    }
+
+    #[test]
     fn a_device_number_reads_and_writes_as_major_colon_minor() {
         let d = DevNumber::try_from("259:3\n".to_string()).unwrap();
         assert_eq!((d.major, d.minor), (259, 3));
