@@ -34,7 +34,7 @@ fn dispatch(cmd: Command) -> anyhow::Result<i32> {
     use mergetune::cli::common::EXIT_OK;
     match cmd {
         Command::Advise(a) => mergetune_lab::advise::run(a),
-        Command::Calibrate(a) => mergetune_lab::calibrate::run(a),
+        Command::Calibrate(a) => mergetune_lab::calibrate::run(*a),
         Command::Trace { command } => mergetune_lab::capture::run(command),
         Command::Compare(a) => compare::run(&a).map(|()| EXIT_OK),
         Command::Simulate(a) => plot::simulate(a).map(|()| EXIT_OK),

@@ -24,6 +24,7 @@ mod cli;
 mod compare_output;
 mod daemon_dry_run;
 mod daemon_slices;
+mod device_owner;
 mod endpoint_priority;
 mod fake_tree;
 mod fd_exhaustion;

@@ -1248,6 +1248,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
             worth: Some(worth),
             changes_last_hour: Some(3),
             possible_decisions: Vec::new(),
+            reattached: false,
         }],
         max_changes_per_hour: 60,
         ..Default::default()

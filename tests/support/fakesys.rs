@@ -33,6 +33,8 @@ impl FakeSys {
         std::fs::create_dir_all(q.join("iosched")).unwrap();
         std::fs::create_dir_all(root.path().join("sys/block/sda/slaves")).unwrap();
         std::fs::write(q.join("nomerges"), "0\n").unwrap();
+        // A device number: records name their disk, and its claim is by number.
+        std::fs::write(root.path().join("sys/block/sda/dev"), "8:0\n").unwrap();
         std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
         std::fs::write(q.join("rotational"), "0\n").unwrap();
         std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();

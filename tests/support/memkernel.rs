@@ -276,6 +276,8 @@ pub struct MemKernel {
     /// What `perf_event_open` answers the merge-path sampler (None: the trait's default,
     /// "not here"): a host whose kernel refuses it (`kernel::perf::open_refused`).
     pub perf_refusal: Option<String>,
+    /// Backing files by path: (file system device, inode), as `stat` would number them.
+    pub files: BTreeMap<String, (u64, u64)>,
 }
 
 impl MemKernel {
@@ -322,6 +324,27 @@ impl MemKernel {
         d.load = load;
         if let Some(n) = number {
             d.attrs.insert("dev".into(), n);
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device detached (`losetup -d`): its queue and its values stay, its backing
+    /// file goes, and `diskseq` moves (as 6.18 does).
+    pub fn loop_detach(&mut self, dev: &str) {
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs.remove("loop/backing_file");
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device attached to `file` (`losetup DEV FILE`): the queue keeps every value
+    /// it held, `diskseq` moves. A path not seen before is a new file (a new inode).
+    pub fn loop_attach(&mut self, dev: &str, file: &str) {
+        let next = self.files.len() as u64 + 1000;
+        self.files.entry(file.to_string()).or_insert((64, next));
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs
+                .insert("loop/backing_file".into(), format!("{file}\n"));
         }
         self.new_diskseq(dev);
     }
@@ -548,7 +571,11 @@ impl MergeSampler for MemKernel {
     }
 }
 
-impl HostFacts for MemKernel {}
+impl HostFacts for MemKernel {
+    fn file_identity(&mut self, path: &str) -> Option<(u64, u64)> {
+        self.files.get(path).copied()
+    }
+}
 
 /// What tracefs `block_getrq` and `block_rq_issue` would report for a load whose share of
 /// mergeable bios is known: appends `n` write requests of 8 sectors (at most `max` requests

@@ -53,8 +53,8 @@ pub enum ActuatorError {
     )]
     AnotherDisk {
         tunable: Tunable,
-        recorded: DeviceIdentity,
-        now: DeviceIdentity,
+        recorded: Box<DeviceIdentity>,
+        now: Box<DeviceIdentity>,
     },
 }
 
@@ -418,8 +418,8 @@ impl Actuator {
         {
             return Err(ActuatorError::AnotherDisk {
                 tunable: t,
-                recorded: recorded.clone(),
-                now,
+                recorded: Box::new(recorded.clone()),
+                now: Box::new(now),
             });
         }
         let before = self.entry(dev, t).saved.clone();
@@ -584,7 +584,7 @@ impl Actuator {
                 r.theirs = Some(current.clone());
                 r.expected = Some(current.clone());
             }
-            RestoreOutcome::SchedulerChanged => {
+            RestoreOutcome::SchedulerChanged | RestoreOutcome::ReattachedLeft { .. } => {
                 r.saved = None;
                 r.expected = None;
             }
@@ -592,7 +592,10 @@ impl Actuator {
                 // Another disk: nothing of the old one's applies to it.
                 *r = TunableRecord::default();
             }
-            RestoreOutcome::Vanished | RestoreOutcome::Failed { .. } => {}
+            RestoreOutcome::Vanished
+            | RestoreOutcome::Detached
+            | RestoreOutcome::Owned { .. }
+            | RestoreOutcome::Failed { .. } => {}
         }
         Some(RestoreResult {
             device: dev.to_string(),
@@ -699,10 +702,12 @@ impl Actuator {
         let mut out = Vec::new();
         for dev in devs {
             let results = self.restore_device(fs, &dev);
-            if results
-                .iter()
-                .any(|r| r.outcome == RestoreOutcome::Vanished)
-            {
+            if results.iter().any(|r| {
+                matches!(
+                    r.outcome,
+                    RestoreOutcome::Vanished | RestoreOutcome::Detached
+                )
+            }) {
                 let at = self.clock_origin_unix_secs + now_ms / 1000;
                 if let Some(m) = self.records.get_mut(&dev) {
                     for r in m.values_mut() {

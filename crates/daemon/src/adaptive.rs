@@ -55,6 +55,9 @@ pub struct DeviceRuntime {
     pub identity: Option<mergetune_kernel::devices::DeviceIdentity>,
     /// A tick found another disk under the name: the next rescan finds it afresh.
     pub another_disk: bool,
+    /// A loop device re-attached to the same backing file while mergetune held records of
+    /// it: a value equal to mergetune's may be an operator's (see membership.rs).
+    pub reattached: bool,
     pub management: Management,
     pub policy: PolicyState,
     pub window: WindowAcc,
@@ -106,6 +109,11 @@ pub struct Daemon {
     /// Per device, the last error reading its queue attributes at a rescan: warned once,
     /// again only when it changes, and "readable again" when it clears.
     attr_read_errors: BTreeMap<String, String>,
+    /// Per loop device re-attached to the same backing file while records of it were
+    /// kept, the `diskseq` that was said (the warning is once per re-attach).
+    reattached_noted: BTreeMap<String, u64>,
+    /// Loop devices seen detached, with the disk they were before (see membership.rs).
+    detached: BTreeMap<String, mergetune_kernel::devices::DeviceIdentity>,
     /// A reload happened: devices out of mergetune's care are looked at afresh at the next
     /// rescan (their values then, not those from before they left, are the originals).
     refresh_unmanaged: bool,
@@ -145,6 +153,8 @@ impl Daemon {
             force_rescan: true,
             pending_rediscover: Vec::new(),
             attr_read_errors: BTreeMap::new(),
+            reattached_noted: BTreeMap::new(),
+            detached: BTreeMap::new(),
             refresh_unmanaged: false,
             diskstats_health: DiskstatsHealth::new(),
             diskstats: Diskstats::default(),
@@ -509,6 +519,7 @@ impl Daemon {
                         mode: managed.then_some(d.policy.mode()),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),
+                        reattached: d.reattached,
                         last_window: d.last_window,
                         last_tick: d.last_tick,
                         last_reason: d.last_reason.clone(),

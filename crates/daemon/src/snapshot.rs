@@ -114,6 +114,10 @@ pub struct DeviceSnapshot {
     /// The decisions the ladder can take on the device (managed devices; empty otherwise):
     /// the exporter starts their counters at zero.
     pub possible_decisions: Vec<mergetune_logic::policy::possible::PossibleDecision>,
+    /// A loop device re-attached to the same backing file while mergetune held records of
+    /// it: they are kept, though an operator's write of mergetune's own value meanwhile
+    /// cannot be told from mergetune's.
+    pub reattached: bool,
 }
 
 /// Timing of one tick, measured at the edge (the live loop, `service`, or the simulator's CLI).

@@ -40,7 +40,7 @@ use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::service::{Event, Exporter, Reload, TickLoop, TickObserver};
 use mergetune_daemon::state::{
-    FileStore, MemoryStore, StatePointer, StateStore, restore_from_store,
+    Claims, FileStore, MemoryStore, StateError, StatePointer, StateStore, restore_from_store,
 };
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
@@ -268,17 +268,24 @@ fn dry_run_store(cfg: &Config, fs: &RealFs) -> Box<dyn StateStore> {
 /// A live run's store: the state file, writable and locked, after the originals a dead
 /// predecessor recorded (here or in the directory the pointer names) are put back.
 fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileStore> {
+    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
     let mut store = FileStore::new(&cfg.daemon.state_dir);
+    if let Some(rt) = &runtime {
+        // One owner per device, whatever the state directories.
+        store = store.with_claims(Claims::under(rt));
+    }
     if let Err(e) = store.check_writable() {
         let euid = rustix::process::geteuid().as_raw();
         bail!("{}", cannot_record(&cfg.daemon.state_dir, &e, euid));
     }
     // One live daemon per state directory: a second would take the first's records for
     // originals, and `mergetune restore` tells a live daemon's records by this lock.
-    store
-        .lock()
-        .context("not starting: the state directory belongs to another daemon")?;
-    let pointer = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root).map(StatePointer::new);
+    store.lock().map_err(|e| match e {
+        e @ StateError::Held { .. } => anyhow::Error::new(e)
+            .context("not starting: the state directory belongs to another daemon"),
+        e => anyhow::Error::new(e).context("not starting: cannot take the state directory's lock"),
+    })?;
+    let pointer = runtime.as_deref().map(StatePointer::new);
     if let Some(p) = &pointer {
         recover_pointed(p, &cfg.daemon.state_dir, fs)?;
     }
@@ -293,7 +300,10 @@ fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileSt
     for r in &report.rejected {
         warn!("{}: {r}", store.describe());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()
@@ -321,7 +331,29 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
             return Ok(());
         }
     };
-    let mut store = FileStore::new(&other);
+    let mut store = FileStore::new(&other).with_claims(Claims::under(pointer.runtime_dir()));
+    // A daemon still running there owns those records: they are not a dead one's.
+    match store.holder() {
+        Ok(None) => {}
+        Ok(Some(pid)) => {
+            let held = StateError::Held {
+                path: other.clone(),
+                pid,
+            };
+            warn!(
+                "{held}: the last daemon's state_dir (named by {}) is left to it",
+                pointer.path().display()
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            warn!(
+                "{e}: the last daemon's state_dir (named by {}) is not recovered from",
+                pointer.path().display()
+            );
+            return Ok(());
+        }
+    }
     let report = restore_from_store(fs, &mut store, unix_now_secs()).with_context(|| {
         format!(
             "cannot recover the original values in {} (the last daemon's state_dir, named by {})",
@@ -332,7 +364,10 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
     for r in &report.results {
         info!(device = %r.device, "recovery from {} (the last daemon's state_dir): {r}", other.display());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()

@@ -103,6 +103,10 @@ pub struct DeviceStatus {
     /// The changes in the last hour reach the cap: steps down are refused.
     #[serde(default)]
     pub change_cap_reached: bool,
+    /// A loop device re-attached to the same backing file: mergetune's records of it are
+    /// kept, though a value equal to mergetune's may be an operator's (absent when not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reattached: bool,
 }
 
 /// How a device's saving is known.
@@ -388,6 +392,7 @@ impl DeviceStatus {
             pricing: None,
             changes_last_hour: None,
             change_cap_reached: false,
+            reattached: false,
         }
     }
 }
@@ -454,6 +459,7 @@ impl StatusSnapshot {
                     change_cap_reached: d
                         .changes_last_hour
                         .is_some_and(|n| n >= daemon.max_changes_per_hour),
+                    reattached: d.reattached,
                 }
             })
             .collect();

@@ -223,6 +223,12 @@ pub trait HostFacts {
     fn boot_id(&mut self) -> Option<String> {
         None
     }
+    /// Which file `path` is (its file system's device number and its inode), where this
+    /// world can tell: a loop device's backing file, so that a re-attach to the same file
+    /// is told from an attach to another.
+    fn file_identity(&mut self, _path: &str) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Everything the daemon's loop sees of a block stack: its files, its bio tap, its
@@ -497,6 +503,11 @@ impl HostFacts for RealFs {
                 .filter(|s| !s.is_empty() && s.len() <= 64)
             })
             .clone()
+    }
+    fn file_identity(&mut self, path: &str) -> Option<(u64, u64)> {
+        // stat, never open: the path is the kernel's word, and may name anything.
+        let st = rustix::fs::stat(path).ok()?;
+        Some((st.st_dev, st.st_ino))
     }
     fn kernel_release(&mut self) -> Option<String> {
         crate::treefile::read_text_beneath(
