@@ -410,6 +410,8 @@ impl Daemon {
                 )
             };
             Some(TickBios {
+                name: &d.info.name,
+                managed,
                 scheduler: d.info.known_scheduler(),
                 level,
                 counters: d.tick_counters.as_ref(),

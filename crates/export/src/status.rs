@@ -121,6 +121,8 @@ pub enum UnknownReason {
     Measuring,
     /// Priced under another workload shape than the device runs now.
     OtherWorkload,
+    /// Sampled, but its samples cannot be told apart from another device's.
+    Unattributed,
     NoSampler,
     NoMatchingProfile,
 }
@@ -131,6 +133,7 @@ impl UnknownReason {
             UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
             UnknownWhy::Measuring { .. } => UnknownReason::Measuring,
             UnknownWhy::OtherWorkload => UnknownReason::OtherWorkload,
+            UnknownWhy::Unattributed { .. } => UnknownReason::Unattributed,
             UnknownWhy::NoSampler => UnknownReason::NoSampler,
             UnknownWhy::NoMatchingProfile => UnknownReason::NoMatchingProfile,
         }
@@ -142,6 +145,7 @@ impl UnknownReason {
             UnknownReason::NotMeasuredYet => "not measured yet",
             UnknownReason::Measuring => "being measured",
             UnknownReason::OtherWorkload => "priced for another workload",
+            UnknownReason::Unattributed => "samples shared with another device",
             UnknownReason::NoSampler => "no sampler here",
             UnknownReason::NoMatchingProfile => "profile does not match",
         }

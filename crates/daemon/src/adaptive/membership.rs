@@ -214,7 +214,7 @@ impl Daemon {
         let priced = match self.pricing {
             PricingSource::Live => {
                 self.live
-                    .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
+                    .worth(&name, info.known_scheduler(), 0.0, &self.cfg.pricing)
             }
             _ => worth,
         };

@@ -111,7 +111,7 @@ impl Plan {
 }
 
 /// One window's figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct WindowFig {
     samples: MergeSamples,
     bios: u64,
