@@ -128,7 +128,28 @@ pub enum UnknownReason {
 }
 
 impl UnknownReason {
-    fn of(why: UnknownWhy) -> UnknownReason {
+    pub const ALL: [UnknownReason; 6] = [
+        UnknownReason::NotMeasuredYet,
+        UnknownReason::Measuring,
+        UnknownReason::OtherWorkload,
+        UnknownReason::Unattributed,
+        UnknownReason::NoSampler,
+        UnknownReason::NoMatchingProfile,
+    ];
+
+    /// Its name as `/status` writes it, for the metric's `why` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            UnknownReason::NotMeasuredYet => "not_measured_yet",
+            UnknownReason::Measuring => "measuring",
+            UnknownReason::OtherWorkload => "other_workload",
+            UnknownReason::Unattributed => "unattributed",
+            UnknownReason::NoSampler => "no_sampler",
+            UnknownReason::NoMatchingProfile => "no_matching_profile",
+        }
+    }
+
+    pub(crate) fn of(why: UnknownWhy) -> UnknownReason {
         match why {
             UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
             UnknownWhy::Measuring { .. } => UnknownReason::Measuring,
@@ -636,5 +657,15 @@ mod tests {
         assert_eq!(coverage(95.0), "95%");
         assert_eq!(coverage(97.9), "97.9%");
         assert_eq!(coverage(89.06), "89.1%");
+    }
+
+    #[test]
+    fn an_unknown_reasons_label_is_its_status_name() {
+        for r in UnknownReason::ALL {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.label())
+            );
+        }
     }
 }

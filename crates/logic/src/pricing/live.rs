@@ -992,7 +992,11 @@ mod tests {
         // bios/s the saving's interval [6.2, 21] ms/s clears a 5 ms/s floor, at 50,000 bios/s
         // [3.1, 10.5] straddles it; the rate flips every 30 s.
         let flipping = |i: u64| {
-            let rate = if (i / 30).is_multiple_of(2) { 100_000 } else { 50_000 };
+            let rate = if (i / 30).is_multiple_of(2) {
+                100_000
+            } else {
+                50_000
+            };
             vec![dev("loop0", Scheduler::MqDeadline, tick_of(rate, false))]
         };
         let mut fs = Sampler {
