@@ -934,7 +934,13 @@ mod tests {
             c
         })]
         .into();
-        run_with(&mut p, &mut fs, 0, 4, 0, reads_beside_writes);
+        // Comparable loads: neither holds the bios that would make it the samples' owner.
+        run_with(&mut p, &mut fs, 0, 4, 0, |_| {
+            vec![
+                dev("loop0", Scheduler::MqDeadline, tick_of(200_000, false)),
+                dev("loop1", Scheduler::MqDeadline, tick_of(100_000, true)),
+            ]
+        });
         let w0 = worth0(&p, 200_000.0);
         assert!(
             matches!(

@@ -190,6 +190,22 @@ impl SpanBios {
     }
 }
 
+/// The share of a slot's merge-path bios one device must hold to own the samples nobody
+/// named (as the price per scheduler held a busy device beside a few bios of the root
+/// disk): its price errs high by at most the others' samples, a fifth of the bios.
+pub const DOMINANT_SHARE: f64 = 0.8;
+
+impl SpanBios {
+    /// The candidate of slot `slot` holding at least [`DOMINANT_SHARE`] of the candidates'
+    /// merge-path bios, if one does.
+    fn dominant(&self, slot: usize) -> Option<&str> {
+        let bios_of = |n: &str| self.devices.get(n).map_or(0, |d| d.merge_path);
+        let all: u64 = self.candidates(slot).map(bios_of).sum();
+        let top = self.candidates(slot).max_by_key(|n| bios_of(n))?;
+        (bios_of(top) as f64 >= DOMINANT_SHARE * all as f64).then_some(top)
+    }
+}
+
 /// One device's merge-path samples over a span: those tied to it (`own`) and those that may
 /// be its or another's (`maybe`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,15 +224,32 @@ impl DeviceSamples {
 /// Device `name`'s samples in a span. A sample is the device's when, of the devices its
 /// task queued bios on, it is the only one whose bios went through that scheduler's merge
 /// path in the span; or, with no such device named (a task whose bios were not sampled, a
-/// sampler without bio events), when it is the only candidate of all. A sample with more
-/// than one candidate is `maybe` for each of them: it bounds their prices from above and is
-/// priced for none (docs/policy.md, "Pricing the merge path").
+/// sampler without bio events), when it is the only candidate of all or holds
+/// [`DOMINANT_SHARE`] of their bios. A sample with more than one candidate is `maybe` for
+/// each of them: it bounds their prices from above and is priced for none (docs/policy.md,
+/// "Pricing the merge path").
 pub fn attribute(name: &str, samples: &MergeSamples, bios: &SpanBios) -> DeviceSamples {
     let mut out = DeviceSamples::default();
     if bios.devices.get(name).is_none_or(|d| d.merge_path == 0) {
         return out;
     }
-    for (submitter, counts) in &samples.by_submitter {
+    // The samples no submitter holds (a world that counts only the totals: a recording of
+    // an older daemon) are nobody's named ones.
+    let mut unnamed = [PathCounts::default(); 4];
+    for (slot, u) in unnamed.iter_mut().enumerate() {
+        let held = |f: fn(&PathCounts) -> u64| -> u64 {
+            samples.by_submitter.values().map(|c| f(&c[slot])).sum()
+        };
+        u.merge_path = samples.merge_path[slot].saturating_sub(held(|c| c.merge_path));
+        u.beyond_one_hit = samples.beyond_one_hit[slot].saturating_sub(held(|c| c.beyond_one_hit));
+        u.front_lookup = samples.front_lookup[slot].saturating_sub(held(|c| c.front_lookup));
+    }
+    let nobody: Vec<String> = Vec::new();
+    let all = samples
+        .by_submitter
+        .iter()
+        .chain(std::iter::once((&nobody, &unnamed)));
+    for (submitter, counts) in all {
         for (slot, c) in counts.iter().enumerate() {
             if c.merge_path == 0 {
                 continue;
@@ -226,10 +259,13 @@ pub fn attribute(name: &str, samples: &MergeSamples, bios: &SpanBios) -> DeviceS
                 .filter(|d| submitter.iter().any(|s| s == d))
                 .collect();
             let (n, mine) = if named.is_empty() {
-                (
-                    bios.candidates(slot).count(),
-                    bios.candidates(slot).any(|d| d == name),
-                )
+                match bios.dominant(slot) {
+                    Some(d) => (1, d == name),
+                    None => (
+                        bios.candidates(slot).count(),
+                        bios.candidates(slot).any(|d| d == name),
+                    ),
+                }
             } else {
                 (named.len(), named.contains(&name))
             };
@@ -497,15 +533,22 @@ mod tests {
         // 40 samples of a task that queued on both, 50 of one whose bios were not seen
         s.add(&samples_of(&["loop0", "loop1"], 1, 40));
         s.add(&samples_of(&[], 1, 50));
+        // loop0 holds 94% of the bios: the 50 nobody named are its own, the 40 of a task
+        // on both are not
         let d0 = attribute("loop0", &s, &b);
-        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (100, 90));
+        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (150, 40));
         let p0 = price_device(s.period_ns, &d0, &b.devices["loop0"])
             .unwrap()
             .levels[3]
             .unwrap();
-        assert!((p0.estimate - 200.0).abs() < 1e-9, "not priced in: {p0:?}");
+        assert!((p0.estimate - 300.0).abs() < 1e-9, "{p0:?}");
         // the upper bound counts them all: at least 190 samples over 500,000 bios
         assert!(p0.hi > 380.0, "{p0:?}");
+        // with comparable loads the ones nobody named are nobody's either
+        let mut even = b.clone();
+        even.devices.get_mut("loop1").unwrap().merge_path = 500_000;
+        let d0 = attribute("loop0", &s, &even);
+        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (100, 90));
         // the none device cannot have spent mq-deadline's samples
         assert_eq!(attribute("nvme0n1", &s, &b), DeviceSamples::default());
         // alone on its scheduler, a device owns the samples nobody named
