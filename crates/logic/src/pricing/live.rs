@@ -325,7 +325,13 @@ impl LivePricing {
                 d.managed = true;
                 d.last_seen_ms = now_ms;
                 if let Some(shape) = b.busy_shape {
-                    if d.shape.observe(shape, now_ms) {
+                    if !d.decided && d.shape.settled().is_some_and(|s| s != shape) {
+                        // No price has decided yet: the shape follows the workload at once
+                        // (a first window that caught the tail of other I/O is not kept for
+                        // 10 s), and the first-price spans already taken still count.
+                        d.shape = ShapeHysteresis::default();
+                        d.shape.observe(shape, now_ms);
+                    } else if d.shape.observe(shape, now_ms) {
                         // The device's own workload changed: its first price again.
                         d.first_spans = 0;
                         d.decided = false;
