@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// How long the daemon runs under the loads.
 const RUN: Duration = Duration::from_secs(90);
 /// A device's first resolved price at most this long after the daemon started (the goal
-/// is about 10 s; measured 5.1 s and 9.1 s on a loaded 2-CPU machine).
+/// is about 10 s; measured 5.0-9.1 s on a loaded 2-CPU machine).
 const FIRST_PRICE: Duration = Duration::from_secs(15);
 /// The default duty cycle: one span every this long.
 const EVERY: Duration = Duration::from_secs(60);
