@@ -157,6 +157,9 @@ mergetune_device_merge_ratio{device="sda",direction="write"} 0.6
 mergetune_device_nomerges{device="loop0"} 0
 mergetune_device_nomerges{device="sda"} 0
 mergetune_device_nomerges{device="sdb"} 1
+# HELP mergetune_device_price_unknown 1 where a managed device's saving is unknown (nothing steps down there), with why: not_measured_yet, measuring, other_workload, unattributed (its merge-path samples cannot be told from another device's), no_sampler or no_matching_profile.
+# TYPE mergetune_device_price_unknown gauge
+mergetune_device_price_unknown{device="sda",why="not_measured_yet"} 1
 # HELP mergetune_device_pricing Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down).
 # TYPE mergetune_device_pricing gauge
 mergetune_device_pricing{basis="unknown",device="sda"} 1
@@ -331,7 +334,8 @@ fn a_real_parser_reads_every_metric_with_its_type_and_help() {
                     "origin",
                     "basis",
                     "level",
-                    "bound"
+                    "bound",
+                    "why"
                 ]
                 .contains(&k.as_str()),
                 "{}: unexpected label {k}",

@@ -16,6 +16,7 @@ mod real_kernel_compare;
 mod real_kernel_daemon;
 mod real_kernel_facts;
 mod real_kernel_live;
+mod real_kernel_price_per_device;
 mod real_kernel_same_signature;
 mod real_kernel_sense;
 mod real_kernel_sigkill;

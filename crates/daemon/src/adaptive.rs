@@ -446,12 +446,23 @@ impl Daemon {
                     && d.policy.level() < Level::L3
                     && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
             });
+        let dry_run = self.actuator.dry_run();
+        let actuator = &self.actuator;
         let bios = self.devices.values().filter_map(|d| {
             // A device not in this read of diskstats has no bios to count.
             d.diskstats_line?;
             let managed = d.management.is_managed();
+            // The path its bios take is the kernel's: a dry run's would-be level is not
+            // written, so its bios still take the path of the level it found (and its
+            // samples are priced as the live daemon's would be at that level).
+            let real = dry_run.then(|| {
+                actuator
+                    .first_seen(&d.info.name, Tunable::Nomerges)
+                    .and_then(|v| v.trim().parse().ok())
+                    .map_or(Level::L0, |n| Level::of_tunables(n, false))
+            });
             let level = if managed {
-                d.policy.level()
+                real.unwrap_or(d.policy.level())
             } else {
                 // someone else's device: its own nomerges says which path its bios take
                 Level::of_tunables(
@@ -464,13 +475,18 @@ impl Daemon {
                 )
             };
             Some(TickBios {
+                name: &d.info.name,
+                managed,
                 scheduler: d.info.known_scheduler(),
                 level,
                 counters: d.tick_counters.as_ref(),
-                level_since_ms: managed.then_some(d.policy.history.since_ms),
+                // A dry run's level changes are not the kernel's: they disturb no span.
+                level_since_ms: (managed && !dry_run).then_some(d.policy.history.since_ms),
                 busy_shape: d
                     .last_window
-                    .filter(|w| managed && level < Level::L3 && w.counters.bios() >= min_bios)
+                    .filter(|w| {
+                        managed && d.policy.level() < Level::L3 && w.counters.bios() >= min_bios
+                    })
                     .and_then(|w| Shape::of_counters(&w.counters)),
                 busy_bios_per_sec: d.last_window.map_or(0.0, |w| w.bios_per_sec()),
             })

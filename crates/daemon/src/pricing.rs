@@ -41,7 +41,7 @@ pub fn tick<'a>(
     wanted: bool,
     bios: impl Iterator<Item = TickBios<'a>>,
 ) {
-    let mut plan = live.count(cfg, bios);
+    let mut plan = live.count(cfg, now_ms, bios);
     if live.span_due(now_ms, cfg) {
         fs.merge_sampler_enable(false);
         let samples = fs.merge_sampler_drain();
@@ -49,7 +49,15 @@ pub fn tick<'a>(
             SpanEnd::Dropped { span_ms } => debug!(
                 "merge-path span of {span_ms} ms dropped: a device's counters reset, a device appeared, or a device changed level during it"
             ),
-            SpanEnd::Pooled(repriced) => {
+            SpanEnd::Pooled {
+                repriced,
+                unattributable,
+            } => {
+                if let Some(why) = unattributable {
+                    warn!(
+                        "merge-path samples cannot be tied to devices here ({why}): a device is priced only where it is the only busy one on its scheduler"
+                    );
+                }
                 for r in repriced {
                     info!("{r}");
                 }
@@ -64,7 +72,7 @@ pub fn tick<'a>(
                 return;
             }
             info!(
-                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy (back to back, up to {FIRST_PRICE_MAX_SPANS} spans, while a busy device's workload has no price)",
+                "merge-path sampler: cpu-clock every {} µs of CPU, {} ms every {} ms while a device below L3 is busy (back to back, up to {FIRST_PRICE_MAX_SPANS} spans, while a busy device's workload has no price, once per workload)",
                 cfg.period_us, cfg.sample_ms, cfg.every_ms
             );
         }
@@ -73,6 +81,7 @@ pub fn tick<'a>(
     let _ = fs.merge_sampler_drain();
     fs.merge_sampler_enable(true);
     live.started(now_ms);
+    debug!("merge-path span {} started", live.started_spans());
 }
 
 /// Opens the merge-path sampler once at start (it stays disabled until a span), so that a

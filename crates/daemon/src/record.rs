@@ -18,7 +18,7 @@
 use crate::controller::Controller;
 use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, BlockFs, FsError, HostFacts, MergeSampler, Sysfs};
-use mergetune_kernel::perf::{MergeSamples, PerfError};
+use mergetune_kernel::perf::{MergeSamples, PathCounts, PerfError};
 use mergetune_kernel::trace::{Dir, EventKind};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
@@ -132,6 +132,10 @@ pub enum Call {
         beyond_one_hit: [u64; 4],
         front_lookup: [u64; 4],
         lost: u64,
+        /// The merge-path samples by the devices their tasks queued on: (devices, per slot
+        /// [merge path, past the one-hit cache, front lookup]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        by_submitter: Vec<(Vec<String>, [[u64; 3]; 4])>,
     },
 }
 
@@ -147,6 +151,16 @@ fn samples_call(s: &MergeSamples) -> Call {
         beyond_one_hit: s.beyond_one_hit,
         front_lookup: s.front_lookup,
         lost: s.lost,
+        by_submitter: s
+            .by_submitter
+            .iter()
+            .map(|(k, c)| {
+                (
+                    k.clone(),
+                    c.map(|c| [c.merge_path, c.beyond_one_hit, c.front_lookup]),
+                )
+            })
+            .collect(),
     }
 }
 
@@ -786,8 +800,22 @@ impl MergeSampler for ReplayFs {
             beyond_one_hit,
             front_lookup,
             lost,
+            by_submitter,
         }) = self.take_call(|c| matches!(c, Call::SamplerDrain { .. }))
         {
+            s.by_submitter = by_submitter
+                .into_iter()
+                .map(|(k, c)| {
+                    (
+                        k,
+                        c.map(|[merge_path, beyond_one_hit, front_lookup]| PathCounts {
+                            merge_path,
+                            beyond_one_hit,
+                            front_lookup,
+                        }),
+                    )
+                })
+                .collect();
             s.period_ns = period_ns;
             s.total = total;
             s.merge_path = merge_path;

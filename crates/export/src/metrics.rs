@@ -43,7 +43,7 @@ mod labels;
 use labels::{
     BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, Family, LabelSet, ManagementLabels,
     PRICING_BASES, PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels,
-    SavingLabels, decision_labels, dl,
+    SavingLabels, UnknownPriceLabels, decision_labels, dl,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -105,6 +105,7 @@ struct PricingFamilies {
     cost_profile_info: Family<ProfileLabels, IntGaugeVec>,
     sampler_unavailable: IntGauge,
     pricing: Family<PricingLabels, IntGaugeVec>,
+    unknown: Family<UnknownPriceLabels, IntGaugeVec>,
     saving: Family<SavingLabels, GaugeVec>,
     saving_floor: Gauge,
 }
@@ -302,6 +303,10 @@ fn pricing_families(r: &Registrar) -> PricingFamilies {
         pricing: r.int_gauges(
             "device_pricing",
             "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
+        ),
+        unknown: r.int_gauges(
+            "device_price_unknown",
+            "1 where a managed device's saving is unknown (nothing steps down there), with why: not_measured_yet, measuring, other_workload, unattributed (its merge-path samples cannot be told from another device's), no_sampler or no_matching_profile",
         ),
         saving: r.gauges(
             "device_merge_saving_cpu_ratio",
@@ -734,6 +739,21 @@ impl Metrics {
                 f.pricing.pricing.get_or_create(&l).set(1);
             } else {
                 f.pricing.pricing.remove(&l);
+            }
+        }
+        let why = worth.and_then(|w| match w.basis {
+            Basis::Unknown { why } => Some(crate::status::UnknownReason::of(why)),
+            _ => None,
+        });
+        for r in crate::status::UnknownReason::ALL {
+            let l = UnknownPriceLabels {
+                device: name.to_string(),
+                why: r.label().to_string(),
+            };
+            if Some(r) == why {
+                f.pricing.unknown.get_or_create(&l).set(1);
+            } else {
+                f.pricing.unknown.remove(&l);
             }
         }
         for level in mergetune_logic::decision::Level::ALL {

@@ -133,16 +133,40 @@ pub enum UnknownReason {
     Measuring,
     /// Priced under another workload shape than the device runs now.
     OtherWorkload,
+    /// Sampled, but its samples cannot be told apart from another device's.
+    Unattributed,
     NoSampler,
     NoMatchingProfile,
 }
 
 impl UnknownReason {
-    fn of(why: UnknownWhy) -> UnknownReason {
+    pub const ALL: [UnknownReason; 6] = [
+        UnknownReason::NotMeasuredYet,
+        UnknownReason::Measuring,
+        UnknownReason::OtherWorkload,
+        UnknownReason::Unattributed,
+        UnknownReason::NoSampler,
+        UnknownReason::NoMatchingProfile,
+    ];
+
+    /// Its name as `/status` writes it, for the metric's `why` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            UnknownReason::NotMeasuredYet => "not_measured_yet",
+            UnknownReason::Measuring => "measuring",
+            UnknownReason::OtherWorkload => "other_workload",
+            UnknownReason::Unattributed => "unattributed",
+            UnknownReason::NoSampler => "no_sampler",
+            UnknownReason::NoMatchingProfile => "no_matching_profile",
+        }
+    }
+
+    pub(crate) fn of(why: UnknownWhy) -> UnknownReason {
         match why {
             UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
             UnknownWhy::Measuring { .. } => UnknownReason::Measuring,
             UnknownWhy::OtherWorkload => UnknownReason::OtherWorkload,
+            UnknownWhy::Unattributed { .. } => UnknownReason::Unattributed,
             UnknownWhy::NoSampler => UnknownReason::NoSampler,
             UnknownWhy::NoMatchingProfile => UnknownReason::NoMatchingProfile,
         }
@@ -154,6 +178,7 @@ impl UnknownReason {
             UnknownReason::NotMeasuredYet => "not measured yet",
             UnknownReason::Measuring => "being measured",
             UnknownReason::OtherWorkload => "priced for another workload",
+            UnknownReason::Unattributed => "samples shared with another device",
             UnknownReason::NoSampler => "no sampler here",
             UnknownReason::NoMatchingProfile => "profile does not match",
         }
@@ -648,5 +673,15 @@ mod tests {
         assert_eq!(coverage(95.0), "95%");
         assert_eq!(coverage(97.9), "97.9%");
         assert_eq!(coverage(89.06), "89.1%");
+    }
+
+    #[test]
+    fn an_unknown_reasons_label_is_its_status_name() {
+        for r in UnknownReason::ALL {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.label())
+            );
+        }
     }
 }

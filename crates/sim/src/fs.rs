@@ -307,7 +307,8 @@ impl MergeSampler for Simulation {
     }
 
     fn merge_sampler_drain(&mut self) -> mergetune_kernel::perf::MergeSamples {
-        self.merge_meter.drain()
+        let devs = &self.devs;
+        self.merge_meter.drain(|d| devs[d].name.clone())
     }
 }
 

@@ -23,7 +23,6 @@ use mergetune_logic::policy::{
     hold_without_deciding, tunables,
 };
 use mergetune_logic::pricing::live::LivePricing;
-use mergetune_logic::pricing::price::Shape;
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 
@@ -199,8 +198,12 @@ impl DeviceTick<'_> {
                     .policy
                     .l3_rate_bios_per_sec()
                     .unwrap_or_else(|| w.map_or(0.0, Window::bios_per_sec));
-                let shape = w.and_then(|w| Shape::of_counters(&w.counters));
-                live.worth(dev.info.known_scheduler(), shape, rate, &self.cfg.pricing)
+                live.worth(
+                    &dev.info.name,
+                    dev.info.known_scheduler(),
+                    rate,
+                    &self.cfg.pricing,
+                )
             }
             None => dev.caps.worth,
         };

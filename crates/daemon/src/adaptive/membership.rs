@@ -278,7 +278,7 @@ impl Daemon {
         // /metrics show a price before its first window closes and the tick prices it.
         let priced = if self.live_prices() {
             self.live
-                .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
+                .worth(&name, info.known_scheduler(), 0.0, &self.cfg.pricing)
         } else {
             worth
         };

@@ -114,7 +114,7 @@ impl Plan {
 }
 
 /// One window's figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct WindowFig {
     samples: MergeSamples,
     bios: u64,
