@@ -20,6 +20,6 @@ mod real_kernel_price_per_device;
 mod real_kernel_same_signature;
 mod real_kernel_sense;
 mod real_kernel_sigkill;
-mod real_kernel_tap_agreement;
 mod real_kernel_steady;
+mod real_kernel_tap_agreement;
 mod sim_real_kernel;
