@@ -213,13 +213,7 @@ impl SafeDir {
         let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
             return Ok(None);
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        regular(&st)
-            .and_then(|()| trust(&st, euid()))
-            .map_err(|why| DirError::Unsafe {
-                path: path.clone(),
-                why,
-            })?;
+        trusted_regular(&fd, &path)?;
         let mut bytes = Vec::new();
         std::fs::File::from(fd)
             .take(max_bytes.saturating_add(1))
@@ -334,13 +328,7 @@ impl SafeDir {
             },
             e => io(&path, e),
         })?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        regular(&st)
-            .and_then(|()| trust(&st, euid()))
-            .map_err(|why| DirError::Unsafe {
-                path: path.clone(),
-                why,
-            })?;
+        trusted_regular(&fd, &path)?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => return Ok(Err(read_pid(&fd))),
@@ -380,4 +368,15 @@ fn read_pid(fd: impl AsFd) -> Option<u32> {
     let mut buf = [0u8; 16];
     let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
+/// `fd` is a regular file that no other user could have written, or why not.
+fn trusted_regular(fd: &impl AsFd, path: &Path) -> Result<(), DirError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| io(path, e))?;
+    regular(&st)
+        .and_then(|()| trust(&st, euid()))
+        .map_err(|why| DirError::Unsafe {
+            path: path.to_path_buf(),
+            why,
+        })
 }
