@@ -379,31 +379,29 @@ impl Actuator {
         self.save()
     }
 
-    /// Sets `dev`'s `t` to `value`: read before write, record before write.
-    pub fn set(
-        &mut self,
+    /// A dry run's set: what the daemon would write, remembered as the level it acts on.
+    fn set_dry_run(&mut self, dev: &str, t: Tunable, value: &str, current: &str) -> SetOutcome {
+        let from = self.as_seen(dev, t, current).to_string();
+        if from == value {
+            return SetOutcome::Unchanged;
+        }
+        let m = self.would_be.entry(dev.to_string()).or_default();
+        if current == value {
+            m.remove(&t);
+        } else {
+            m.insert(t, value.to_string());
+        }
+        SetOutcome::DryRun { from }
+    }
+
+    /// Why `dev`'s `t` must not be written: someone else's value stands there, or the
+    /// records are of another disk than the one under the name now.
+    fn refuse_unless_ours(
+        &self,
         fs: &mut dyn BlockFs,
         dev: &str,
         t: Tunable,
-        value: &str,
-    ) -> Result<SetOutcome, ActuatorError> {
-        let current = fs.read_tunable(dev, t)?;
-        if self.dry_run {
-            let from = self.as_seen(dev, t, &current).to_string();
-            if from == value {
-                return Ok(SetOutcome::Unchanged);
-            }
-            let m = self.would_be.entry(dev.to_string()).or_default();
-            if current == value {
-                m.remove(&t);
-            } else {
-                m.insert(t, value.to_string());
-            }
-            return Ok(SetOutcome::DryRun { from });
-        }
-        if current == value {
-            return Ok(SetOutcome::Unchanged);
-        }
+    ) -> Result<(), ActuatorError> {
         if let Some(theirs) = self.record(dev, t).and_then(|r| r.theirs.clone()) {
             return Err(ActuatorError::NotOurs {
                 tunable: t,
@@ -422,6 +420,25 @@ impl Actuator {
                 now: Box::new(now),
             });
         }
+        Ok(())
+    }
+
+    /// Sets `dev`'s `t` to `value`: read before write, record before write.
+    pub fn set(
+        &mut self,
+        fs: &mut dyn BlockFs,
+        dev: &str,
+        t: Tunable,
+        value: &str,
+    ) -> Result<SetOutcome, ActuatorError> {
+        let current = fs.read_tunable(dev, t)?;
+        if self.dry_run {
+            return Ok(self.set_dry_run(dev, t, value, &current));
+        }
+        if current == value {
+            return Ok(SetOutcome::Unchanged);
+        }
+        self.refuse_unless_ours(fs, dev, t)?;
         let before = self.entry(dev, t).saved.clone();
         // Writing the original back needs no new record: whatever the file last held, a
         // restore after a crash finds the kernel at the original (and leaves it). So a step
