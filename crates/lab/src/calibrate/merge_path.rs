@@ -398,7 +398,7 @@ pub fn guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Resul
     let mut buf = [0u8; 64];
     let mut stdin = std::io::stdin();
     while stdin.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
-    let mut store = own_store(dir, runtime_dir)?;
+    let mut store = own_store_after_parent(dir, runtime_dir)?;
     let mut fs = RealFs::new(sysfs_root, cputime::PROCFS);
     let report = restore_from_store(&mut fs, &mut store, 0)?;
     for r in &report.results {
@@ -412,6 +412,29 @@ pub fn guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Resul
     } else {
         0
     })
+}
+
+/// The state directory's lock, taken by the guard once calibrate is gone. Calibrate's
+/// stdin pipe reads end-of-file as it exits, but the kernel may release its `flock` a
+/// moment later (the lock file's last reference is dropped after the pipe's), so a lock
+/// still held is tried again for a while before the guard gives up.
+fn own_store_after_parent(dir: &Path, runtime_dir: Option<&Path>) -> Result<FileStore> {
+    const PATIENCE: Duration = Duration::from_secs(5);
+    let started = Instant::now();
+    loop {
+        match own_store(dir, runtime_dir) {
+            Err(e)
+                if started.elapsed() < PATIENCE
+                    && matches!(
+                        e.downcast_ref::<StateError>(),
+                        Some(StateError::Held { .. })
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
 }
 
 fn spawn_guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Result<Child> {
