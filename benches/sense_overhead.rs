@@ -24,7 +24,7 @@
 mod kernel;
 
 use mergetune_daemon::sense::DeviceSense;
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams, TapRead};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams, TapRead};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::cputime;
 use mergetune_lab::calibrate::stats;
@@ -72,7 +72,7 @@ impl BioTap for Earlier<'_> {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.fs.tap_drain(dev, out, max)

@@ -54,7 +54,11 @@ fn dispatch(cmd: Command) -> anyhow::Result<i32> {
         Command::Replay(a) => replay::run_watched(a.run, None),
         Command::Generate(a) => {
             use clap::CommandFactory;
-            generate::run(crate::cli::args::Cli::command(), a)
+            generate::run(
+                crate::cli::args::Cli::command(),
+                generate::Binary::Daemon,
+                a,
+            )
         }
     }
 }

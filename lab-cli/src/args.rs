@@ -30,7 +30,7 @@ pub enum Command {
     Advise(mergetune_lab::advise::AdviseArgs),
     /// Measure what merging costs in CPU per scheduler and level, and what a nomerges
     /// write costs in latency, on a scratch loop device; write a cost profile.
-    Calibrate(mergetune_lab::calibrate::CalibrateArgs),
+    Calibrate(Box<mergetune_lab::calibrate::CalibrateArgs>),
     /// Capture block traces for `advise`.
     Trace {
         #[command(subcommand)]

@@ -34,14 +34,18 @@ fn dispatch(cmd: Command) -> anyhow::Result<i32> {
     use mergetune::cli::common::EXIT_OK;
     match cmd {
         Command::Advise(a) => mergetune_lab::advise::run(a),
-        Command::Calibrate(a) => mergetune_lab::calibrate::run(a),
+        Command::Calibrate(a) => mergetune_lab::calibrate::run(*a),
         Command::Trace { command } => mergetune_lab::capture::run(command),
         Command::Compare(a) => compare::run(&a).map(|()| EXIT_OK),
         Command::Simulate(a) => plot::simulate(a).map(|()| EXIT_OK),
         Command::Replay(a) => plot::replay(a),
         Command::Generate(a) => {
             use clap::CommandFactory;
-            mergetune::cli::generate::run(args::Cli::command(), a)
+            mergetune::cli::generate::run(
+                args::Cli::command(),
+                mergetune::cli::generate::Binary::Lab,
+                a,
+            )
         }
     }
 }

@@ -3,8 +3,11 @@
 //! ([`crate::cli::args::Cli`], the lab's own) so they cannot drift from `--help`. `make
 //! install` and `packaging/build-deb` run it for both binaries.
 //!
-//! - `man DIR`: `BINARY.1` and one `BINARY-COMMAND.1` per visible subcommand, each
-//!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know.
+//! - `man DIR`: `BINARY.N` and one `BINARY-COMMAND.N` per visible subcommand, each
+//!   with the EXIT STATUS, FILES and SEE ALSO sections clap does not know. N is the
+//!   binary's [`ManSection`]: 8 for the daemon (`mergetune`, system administration: it
+//!   runs as root under systemd), 1 for the lab's tools (`mergetune-lab`: simulate, advise,
+//!   compare run as any user).
 //!   FILES and SEE ALSO name the docs where `make install` put them (`--doc-dir`, its DOCDIR).
 //! - `completions DIR`: `BINARY.bash`, `_BINARY` (zsh) and `BINARY.fish`, of the
 //!   visible command line only: clap_complete offers hidden subcommands and flags, so they
@@ -15,23 +18,78 @@ use crate::cli::common::{EXIT_OK, EXIT_STATUS_HELP};
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
-/// Writes the man pages of the binary `cmd` defines into `dir`, naming the docs under
-/// `doc_dir`; returns the files written.
+/// The manual section of a binary's pages (man-pages(7)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManSection {
+    /// 1: user commands (the lab's tools).
+    User,
+    /// 8: system administration commands and daemons (the daemon).
+    Admin,
+}
+
+impl ManSection {
+    /// The section's number, as the page's title and file name carry it.
+    pub fn number(self) -> &'static str {
+        match self {
+            ManSection::User => "1",
+            ManSection::Admin => "8",
+        }
+    }
+
+    /// The section of the pages of `binary`.
+    pub fn of_binary(binary: Binary) -> ManSection {
+        match binary {
+            Binary::Daemon => ManSection::Admin,
+            Binary::Lab => ManSection::User,
+        }
+    }
+}
+
+/// The two binaries, whose pages name each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// `mergetune`.
+    Daemon,
+    /// `mergetune-lab`.
+    Lab,
+}
+
+impl Binary {
+    fn name(self) -> &'static str {
+        match self {
+            Binary::Daemon => "mergetune",
+            Binary::Lab => "mergetune-lab",
+        }
+    }
+
+    /// `name(N)`, as SEE ALSO writes it.
+    fn page(self) -> (String, &'static str) {
+        (
+            self.name().to_string(),
+            ManSection::of_binary(self).number(),
+        )
+    }
+}
+
+/// Writes the man pages of `binary`, which `cmd` defines, into `dir` in its section,
+/// naming the docs under `doc_dir`; returns the files written.
 pub fn man_pages(
     mut cmd: clap::Command,
+    binary: Binary,
     dir: &Path,
     doc_dir: &Path,
 ) -> anyhow::Result<Vec<PathBuf>> {
+    let section = ManSection::of_binary(binary);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     cmd.build();
     let version = cmd.get_version().unwrap_or_default().to_string();
-    let binary = cmd.get_name().to_string();
-    let mut out = vec![write_page(dir, doc_dir, &binary, cmd.clone())?];
+    let name = cmd.get_name().to_string();
+    let mut out = vec![write_page(dir, doc_dir, section, &name, cmd.clone())?];
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         // `BINARY-COMMAND` is how man(1) finds a subcommand's page.
-        let name = format!("{binary}-{}", sub.get_name());
+        let name = format!("{name}-{}", sub.get_name());
         let sub = sub.clone().name(name.clone()).version(version.clone());
-        out.push(write_page(dir, doc_dir, &name, sub)?);
+        out.push(write_page(dir, doc_dir, section, &name, sub)?);
     }
     Ok(out)
 }
@@ -40,13 +98,17 @@ pub fn man_pages(
 fn write_page(
     dir: &Path,
     doc_dir: &Path,
+    section: ManSection,
     name: &str,
     cmd: clap::Command,
 ) -> anyhow::Result<PathBuf> {
-    let path = dir.join(format!("{name}.1"));
-    let man = clap_mangen::Man::new(cmd.clone())
-        .section("1")
-        .manual("System administration");
+    let n = section.number();
+    let path = dir.join(format!("{name}.{n}"));
+    let manual = match section {
+        ManSection::Admin => "System Administration",
+        ManSection::User => "User Commands",
+    };
+    let man = clap_mangen::Man::new(cmd.clone()).section(n).manual(manual);
     let mut buf = Vec::new();
     let render = |buf: &mut Vec<u8>| -> std::io::Result<()> {
         man.render_title(buf)?;
@@ -62,7 +124,7 @@ fn write_page(
         buf.extend_from_slice(extra_sections(name, doc_dir).as_bytes());
         man.render_version_section(buf)
     };
-    render(&mut buf).with_context(|| format!("rendering {name}.1"))?;
+    render(&mut buf).with_context(|| format!("rendering {name}.{n}"))?;
     std::fs::write(&path, buf).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
 }
@@ -86,20 +148,21 @@ fn extra_sections(name: &str, doc_dir: &Path) -> String {
          The original values of every tunable mergetune changed, kept until they are restored.\n"
     ));
     s.push_str(".SH \"SEE ALSO\"\n");
-    let mut see = vec!["systemctl(1)", "journalctl(1)"];
-    if name != "mergetune" {
-        see.insert(0, "mergetune(1)");
+    let mut see: Vec<(String, &str)> = vec![
+        ("systemctl".to_string(), "1"),
+        ("journalctl".to_string(), "1"),
+    ];
+    let (daemon, lab) = (Binary::Daemon, Binary::Lab);
+    if name != daemon.name() {
+        see.insert(0, daemon.page());
     }
     // The two binaries name each other; a lab command's page names its binary's.
-    if name == "mergetune" || name.starts_with("mergetune-lab-") {
-        see.insert(usize::from(name != "mergetune"), "mergetune-lab(1)");
+    if name == daemon.name() || name.starts_with(&format!("{}-", lab.name())) {
+        see.insert(usize::from(name != daemon.name()), lab.page());
     }
     s.push_str(
         &see.iter()
-            .map(|p| {
-                let (n, sec) = p.trim_end_matches(')').split_once('(').unwrap_or((p, "1"));
-                format!(".BR {} ({})", roff_escape(n), sec)
-            })
+            .map(|(n, sec)| format!(".BR {} ({sec})", roff_escape(n)))
             .collect::<Vec<_>>()
             .join(",\n"),
     );
@@ -165,9 +228,9 @@ fn visible(cmd: &clap::Command) -> clap::Command {
 }
 
 /// `generate` of the binary `cmd` defines.
-pub fn run(cmd: clap::Command, args: GenerateArgs) -> anyhow::Result<i32> {
+pub fn run(cmd: clap::Command, binary: Binary, args: GenerateArgs) -> anyhow::Result<i32> {
     let files = match &args.what {
-        What::Man { dir, doc_dir } => man_pages(cmd, dir, doc_dir)?,
+        What::Man { dir, doc_dir } => man_pages(cmd, binary, dir, doc_dir)?,
         What::Completions { dir } => completions(&cmd, dir)?,
     };
     for f in files {

@@ -16,7 +16,8 @@
 //! the lock is free.
 //!
 //! A state directory that does not exist is an error (a wrong `--state-dir` must not read
-//! as "nothing to restore"), except the runtime directory (systemd creates it at the
+//! as "nothing to restore"; a missing `--state-dir` is said and nothing else is read,
+//! not even the pointer's directory), except the runtime directory (systemd creates it at the
 //! unit's start, so its absence means no daemon ran since boot), and a config's
 //! `state_dir` when the last daemon's records were found through the pointer (the config
 //! was edited after that daemon started). A live daemon creates its `state_dir` before its
@@ -26,7 +27,8 @@
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK, load_config, unix_now_secs};
 use mergetune_daemon::state::{
-    FileStore, RestoreReport, StateError, StatePointer, StateStore as _, restore_from_store,
+    Claims, FileStore, Reattached, RestoreReport, StateError, StatePointer, StateStore as _,
+    restore_from_store_with,
 };
 use mergetune_export::entry::runtime_dir;
 use mergetune_kernel::blockfs::RealFs;
@@ -46,6 +48,11 @@ pub struct RestoreArgs {
     /// the daemon then finds its tunables changed and hands them off.
     #[arg(long)]
     pub force: bool,
+    /// A loop device re-attached to the same backing file since the record holds
+    /// mergetune's value, or an operator wrote the same one: `restore` puts the original
+    /// back, `leave` takes the value for the operator's and drops the record.
+    #[arg(long, value_name = "restore|leave", default_value = "restore")]
+    pub reattached: Reattached,
     /// For tests: the root of a fake sysfs tree.
     #[arg(long, default_value = "/sys", hide = true)]
     pub sysfs_root: PathBuf,
@@ -53,6 +60,10 @@ pub struct RestoreArgs {
     /// directory [default: /run/mergetune, and none under a fake --sysfs-root].
     #[arg(long, hide = true)]
     pub runtime_dir: Option<PathBuf>,
+    /// For tests: the root of a fake procfs tree, as `run` was given (the boot id a
+    /// record is checked against is read there).
+    #[arg(long, default_value = "/proc", hide = true)]
+    pub procfs_root: PathBuf,
 }
 
 /// Why a directory is read.
@@ -185,15 +196,38 @@ fn should_restore(
     }
 }
 
+/// The config's `state_dir`. An emptied config (refused by `run`) still lets the unit's
+/// ExecStopPost restore: from the default directory, and the pointer's.
+fn config_state_dir(path: Option<&Path>) -> anyhow::Result<PathBuf> {
+    match load_config(path) {
+        Ok((cfg, _)) => Ok(cfg.daemon.state_dir),
+        Err(e) => match e.downcast_ref::<mergetune_logic::config::ConfigError>() {
+            Some(empty @ mergetune_logic::config::ConfigError::Empty { .. }) => {
+                eprintln!(
+                    "mergetune: {empty}; restoring from {}",
+                    mergetune_logic::config::DEFAULT_STATE_DIR
+                );
+                Ok(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR))
+            }
+            _ => Err(e),
+        },
+    }
+}
+
 pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     let primary = match &args.state_dir {
         Some(d) => d.clone(),
-        None => load_config(args.config.as_deref())?.0.daemon.state_dir,
+        None => config_state_dir(args.config.as_deref())?,
     };
     let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    if args.state_dir.is_some() && !primary.exists() {
+        // The operator named the directory: what another one holds is not what was asked.
+        note_missing(&primary, true);
+        return Ok(EXIT_ERROR);
+    }
     let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
-    let mut fs = RealFs::new(&args.sysfs_root, "/proc");
+    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
     let mut restored_any = false;
     // The directory asked for is missing: an error, unless it comes from the config and
     // the last daemon's records were found elsewhere (the config was edited after it
@@ -205,6 +239,10 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         }
         seen.push(dir.clone());
         let mut store = FileStore::new(&dir);
+        if let Some(rt) = runtime.as_deref().filter(|_| !args.force) {
+            // A device a live process owns now is left to it (--force: restored anyway).
+            store = store.with_claims(Claims::under(rt));
+        }
         if !should_restore(
             &dir,
             &source,
@@ -216,9 +254,15 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         ) {
             continue;
         }
-        let report = restore_dir(&mut fs, &mut store, &dir, runtime.as_deref())?;
+        let report = restore_dir(
+            &mut fs,
+            &mut store,
+            &dir,
+            runtime.as_deref(),
+            args.reattached,
+        )?;
         restored_any |= !report.results.is_empty() || !report.rejected.is_empty();
-        if report.failed() || !report.rejected.is_empty() {
+        if report.failed() || !report.rejected.is_empty() || report.stale.is_some() {
             code = EXIT_ERROR;
         }
     }
@@ -247,13 +291,18 @@ fn restore_dir(
     store: &mut FileStore,
     dir: &Path,
     runtime: Option<&Path>,
+    reattached: Reattached,
 ) -> anyhow::Result<RestoreReport> {
-    let report = restore_from_store(fs, store, unix_now_secs())?;
+    let report = restore_from_store_with(fs, store, unix_now_secs(), reattached)?;
     for r in &report.results {
         println!("{r}");
     }
     for r in &report.rejected {
         eprintln!("mergetune: {}: {r}", store.describe());
+    }
+    // The values are back, but the file still names them as mergetune's: said per record.
+    for s in report.stale_records() {
+        eprintln!("mergetune: {}: {s}", store.describe());
     }
     if report.kept > 0 {
         println!(
@@ -261,7 +310,7 @@ fn restore_dir(
             store.describe(),
             report.kept
         );
-    } else if let Some(rt) = runtime {
+    } else if let Some(rt) = runtime.filter(|_| report.stale.is_none()) {
         // Nothing left there: a pointer naming it has done its job.
         let _ = StatePointer::new(rt).clear_if(dir);
     }

@@ -12,8 +12,14 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub config: Option<PathBuf>,
     /// Decide and log what would be written; write nothing (no tunable, no state file).
-    /// Reads only world-readable files: needs no root.
-    #[arg(long)]
+    /// Reads only world-readable files: needs no root. MERGETUNE_DRY_RUN=1 in the
+    /// environment does the same: the unit's drop-in for installing a fleet in dry run
+    /// (empty, 0, false, no or off leave it live).
+    #[arg(
+        long,
+        env = "MERGETUNE_DRY_RUN",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub dry_run: bool,
     /// Sample for as long as one decision needs (step_down_after_windows windows), print
     /// the device table and every decision it would take, exit. Writes nothing, with or

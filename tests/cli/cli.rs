@@ -446,20 +446,20 @@ fn man_pages_and_completions_come_from_the_command_line_definition() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{:?}", text(&o));
-    let top = std::fs::read_to_string(d.path().join("man/mergetune.1")).unwrap();
-    assert!(
-        top.starts_with(".ie") || top.contains(".TH mergetune 1"),
-        "{top}"
-    );
+    // A daemon's pages are system administration, section 8 (man-pages(7)).
+    let top = std::fs::read_to_string(d.path().join("man/mergetune.8")).unwrap();
+    assert!(top.contains(".TH mergetune 8"), "{top}");
+    assert!(top.contains(".BR mergetune\\-lab (1)"), "{top}");
+    assert!(!d.path().join("man/mergetune.1").exists());
     assert!(top.contains(".SH \"EXIT STATUS\""), "{top}");
-    let run = std::fs::read_to_string(d.path().join("man/mergetune-run.1")).unwrap();
+    let run = std::fs::read_to_string(d.path().join("man/mergetune-run.8")).unwrap();
     assert!(run.contains("dry\\-run"), "{run}");
     assert!(
         !run.contains("sysfs\\-root"),
         "a hidden flag in the man page"
     );
     assert!(
-        !d.path().join("man/mergetune-generate.1").exists(),
+        !d.path().join("man/mergetune-generate.8").exists(),
         "the hidden generate command has no page"
     );
     let o = bin()
@@ -514,9 +514,9 @@ fn no_color_turns_the_log_colours_off_on_a_terminal() {
 }
 
 #[test]
-fn on_the_measured_profile_a_one_shot_dry_run_says_not_worth_it() {
-    // The shipped default: on this kernel no level saves measurably, so the look says so
-    // and would write nothing.
+fn where_nothing_prices_the_merge_path_a_one_shot_dry_run_says_the_saving_is_unknown() {
+    // The shipped default (live pricing) in a world with no sampler: nothing is priced, so
+    // the look says the saving is unknown (never "not worth it") and would write nothing.
     let t = Tree::new();
     let cfg = t.p("measured.toml");
     std::fs::write(
@@ -534,7 +534,8 @@ fn on_the_measured_profile_a_one_shot_dry_run_says_not_worth_it() {
     let o = c.output().unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(out.contains("[not_worth_it, dry-run]"), "{out}");
-    assert!(out.contains("not worth it here"), "{out}");
+    assert!(out.contains("[saving_unknown, dry-run]"), "{out}");
+    assert!(out.contains("saving unknown"), "{out}");
+    assert!(!out.contains("not worth it"), "{out}");
     assert!(!out.contains("front_merges 1 -> 0"), "{out}");
 }

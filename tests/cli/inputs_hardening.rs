@@ -567,7 +567,7 @@ x = 1
         format!("{p}:2:15: key `daemon.interval_ms`"),
         format!("{p}:3:1: unknown key `daemon.bogus`"),
         format!("{p}:5:1: unknown key `policy.enabeld`"),
-        format!("{p}:6:16: key `policy.window_ticks`: invalid type"),
+        format!("{p}:6:16: key `policy.window_ticks`: \"two\" is a string, expected an integer"),
         format!("{p}:7:19: key `policy.min_window_bios`"),
         format!("{p}:8:16: key `policy.cost_profile`: cost profile"),
         format!("{p}:9:2: unknown key `nonsense`"),
@@ -686,7 +686,7 @@ fn simulate_prints_forged_scenario_and_device_names_escaped() {
 fn check_config_says_whether_the_slice_tuner_is_on() {
     let d = tempfile::tempdir().unwrap();
     let cfg = d.path().join("m.toml");
-    std::fs::write(&cfg, "").unwrap();
+    std::fs::write(&cfg, "# defaults\n").unwrap();
     let r = mergetune::cli::check_config::check(&cfg, None);
     assert!(r.summary.contains("slice tuner off"), "{}", r.summary);
     std::fs::write(&cfg, "[slices]\nenabled = true\n").unwrap();

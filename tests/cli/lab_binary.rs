@@ -90,6 +90,9 @@ fn the_lab_has_its_own_man_pages_and_completions() {
     }
     let advise = std::fs::read_to_string(d.path().join("man/mergetune-lab-advise.1")).unwrap();
     assert!(advise.contains(".BR mergetune\\-lab (1)"), "{advise}");
+    // The lab's tools run as any user: section 1; they name the daemon's page in 8.
+    assert!(advise.contains(".TH mergetune-lab-advise 1"), "{advise}");
+    assert!(advise.contains(".BR mergetune (8)"), "{advise}");
     assert!(!d.path().join("man/mergetune-lab-generate.1").exists());
     let o = crate::lab::lab()
         .args(["generate", "completions"])

@@ -157,6 +157,9 @@ mergetune_device_merge_ratio{device="sda",direction="write"} 0.6
 mergetune_device_nomerges{device="loop0"} 0
 mergetune_device_nomerges{device="sda"} 0
 mergetune_device_nomerges{device="sdb"} 1
+# HELP mergetune_device_price_unknown 1 where a managed device's saving is unknown (nothing steps down there), with why: not_measured_yet, measuring, other_workload, unattributed (its merge-path samples cannot be told from another device's), no_sampler or no_matching_profile.
+# TYPE mergetune_device_price_unknown gauge
+mergetune_device_price_unknown{device="sda",why="not_measured_yet"} 1
 # HELP mergetune_device_pricing Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down).
 # TYPE mergetune_device_pricing gauge
 mergetune_device_pricing{basis="unknown",device="sda"} 1
@@ -169,6 +172,9 @@ mergetune_diskstats_resets_total 0
 # HELP mergetune_dry_run 1 when the daemon runs in dry-run (decides and logs, writes nothing), else 0.
 # TYPE mergetune_dry_run gauge
 mergetune_dry_run 0
+# HELP mergetune_merge_sampler_unavailable 1 while live pricing's merge-path sampler cannot run on this host (perf_event_open refused: kernel.perf_event_paranoid above 2, or no CAP_PERFMON; the startup log and status say why and the fix), else 0; devices are then priced by [pricing] fallback_profile where it applies (mergetune_device_pricing basis profile), else unknown.
+# TYPE mergetune_merge_sampler_unavailable gauge
+mergetune_merge_sampler_unavailable 0
 # HELP mergetune_merge_saving_floor_cpu_ratio The floor a live saving's lower bound must reach for a step down, CPU seconds per second ([pricing] saving_floor_percent_cpu / 100).
 # TYPE mergetune_merge_saving_floor_cpu_ratio gauge
 mergetune_merge_saving_floor_cpu_ratio 0.005
@@ -328,7 +334,8 @@ fn a_real_parser_reads_every_metric_with_its_type_and_help() {
                     "origin",
                     "basis",
                     "level",
-                    "bound"
+                    "bound",
+                    "why"
                 ]
                 .contains(&k.as_str()),
                 "{}: unexpected label {k}",
@@ -486,6 +493,18 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
         }
     }
     live.extend(live_families(std::str::from_utf8(&m4.render()).unwrap()));
+
+    // The sampler's refusal, from a daemon under live pricing on a host without one,
+    // checked at start as `mergetune run` does.
+    let mut cfg5 = cfg.clone();
+    cfg5.policy.cost_profile = "live".into();
+    let m5 = Metrics::new();
+    let mut inert = Daemon::simulated(cfg5);
+    let mut fs5 = mem(&[("sda", "0")]);
+    inert.check_sampler(0, &mut fs5);
+    let decisions = inert.tick(0, &mut fs5);
+    m5.update(&inert, &decisions, timing(0));
+    live.extend(live_families(std::str::from_utf8(&m5.render()).unwrap()));
 
     let dead: Vec<_> = declared.difference(&live).collect();
     assert!(
@@ -1233,6 +1252,7 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
             worth: Some(worth),
             changes_last_hour: Some(3),
             possible_decisions: Vec::new(),
+            reattached: false,
         }],
         max_changes_per_hour: 60,
         ..Default::default()

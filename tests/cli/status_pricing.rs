@@ -304,7 +304,7 @@ fn check_config_summary_names_the_profile_its_origin_and_its_match() {
         same.warnings
     );
     let live = d.path().join("l.toml");
-    std::fs::write(&live, "").unwrap();
+    std::fs::write(&live, "# built-in defaults\n").unwrap();
     let l = check(&live, Some("6.1.0-other"));
     assert!(
         l.summary.contains("pricing: live (measured on this host")
@@ -371,7 +371,7 @@ fn line<'a>(log: &'a str, want: &str) -> &'a str {
 #[test]
 fn the_startup_log_names_the_pricing_and_each_devices_match() {
     let t = tree(Some("6.1.0-other"));
-    let log = startup_log(&t, "");
+    let log = startup_log(&t, "# built-in defaults\n");
     assert!(
         line(&log, "pricing: live").contains("measured on this host"),
         "{log}"

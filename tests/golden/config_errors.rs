@@ -199,6 +199,30 @@ fn bad_cases() -> Vec<Case> {
         case("policy_enabled_wrong_type", "[policy]\nenabled = \"yes\"\n"),
         case("policy_window_ticks_zero", "[policy]\nwindow_ticks = 0\n"),
         case(
+            "policy_window_ticks_u32_max",
+            "[policy]\nwindow_ticks = 4294967295\n",
+        ),
+        case(
+            "policy_window_ticks_beyond_toml",
+            "[policy]\nwindow_ticks = 99999999999999999999\n",
+        ),
+        case(
+            "policy_window_longer_than_a_day",
+            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 25\n",
+        ),
+        case(
+            "policy_step_down_after_windows_u32_max",
+            "[policy]\nstep_down_after_windows = 4294967295\n",
+        ),
+        case(
+            "policy_min_window_bios_beyond_i64",
+            "[policy]\nmin_window_bios = 18446744073709551615\n",
+        ),
+        case(
+            "daemon_rescan_every_ticks_over_u32",
+            "[daemon]\nrescan_every_ticks = 5000000000\n",
+        ),
+        case(
             "policy_min_window_bios_zero",
             "[policy]\nmin_window_bios = 0\n",
         ),
@@ -356,7 +380,10 @@ fn bad_cases() -> Vec<Case> {
             "sense_duty_cycle_over_25pct",
             "[sense]\nopen_ms = 1000\nevery_ms = 2000\n",
         ),
-        case("sense_recent_bios_zero", "[sense]\nrecent_bios = 0\n"),
+        case(
+            "sense_pending_requests_zero",
+            "[sense]\npending_requests = 0\n",
+        ),
         case(
             "sense_min_sample_bios_zero",
             "[sense]\nmin_sample_bios = 0\n",
@@ -440,6 +467,10 @@ fn good_cases() -> Vec<Case> {
         ),
         case("valid_every_key", VALID_EVERY_KEY),
         case(
+            "valid_deprecated_sense_recent_bios",
+            "# an older config: loads, the key ignored, a warning\n[sense]\nrecent_bios = 16\n",
+        ),
+        case(
             "valid_profile_file_relative",
             "[policy]\nenabled = false\ncost_profile = \"profile-stated.toml\"\n\n[metrics]\nlisten = \"\"\n",
         ),
@@ -500,7 +531,7 @@ listen = "[::1]:9726"
 enabled = false
 open_ms = 200
 every_ms = 4000
-recent_bios = 32
+pending_requests = 8192
 min_sample_bios = 128
 max_sample_bios = 1024
 buffer_kb = 128
@@ -508,7 +539,7 @@ retry_after_secs = 300
 "#;
 
 /// Among the bad-looking cases, those that load (every key at its default).
-const ACCEPTED: [&str; 2] = ["empty_file", "only_a_comment"];
+const ACCEPTED: [&str; 1] = ["only_a_comment"];
 
 /// The cases `run --once --dry-run` is also given: one per kind of refusal.
 const RUN_CASES: [&str; 5] = [

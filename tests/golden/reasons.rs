@@ -19,7 +19,9 @@
 
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
-use mergetune_logic::policy::reason::{ChangeAnsweredByTap, KnownHostileToL3};
+use mergetune_logic::policy::reason::{
+    ChangeAnsweredByTap, ChangeUnconfirmed, KnownHostileToL3, NoL3,
+};
 use mergetune_logic::policy::signature::SignatureChange;
 use mergetune_logic::policy::{Mode, Reason, Signature};
 use mergetune_logic::pricing::floor::SavingFloor;
@@ -72,8 +74,11 @@ every_variant!(
     L3HeldOff,
     NothingMergesToL3,
     KnownHostileChange,
-    RateFell,
-    FallAwaitsTap,
+    ChangeUnconfirmed,
+    RateChangeAwaitsTap,
+    SensedOnce,
+    SavingUnknown,
+    WorthChanged,
     ChangeAnsweredByTap,
     TimedProbe,
     ProbeWindow,
@@ -177,6 +182,13 @@ fn not_worth(at: Level, below: [bool; 4], worth: Worth) -> Reason {
     Reason::NotWorth {
         at,
         below,
+        worth: Box::new(worth),
+    }
+}
+
+fn saving_unknown(at: Level, worth: Worth) -> Reason {
+    Reason::SavingUnknown {
+        at,
         worth: Box::new(worth),
     }
 }
@@ -314,40 +326,28 @@ fn not_worth_cases(l1_l2_l3: [bool; 4], only_l3: [bool; 4]) -> Vec<(&'static str
             ),
         ),
         (
-            "not_worth_unknown_not_measured_yet",
-            not_worth(
-                Level::L0,
-                l1_l2_l3,
-                Worth::unknown(UnknownWhy::NotMeasuredYet),
-            ),
+            "saving_unknown_not_measured_yet",
+            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::NotMeasuredYet)),
         ),
         (
-            "not_worth_unknown_measuring_one_span",
-            not_worth(Level::L0, only_l3, measuring(4, 1)),
+            "saving_unknown_measuring_one_span",
+            saving_unknown(Level::L0, measuring(4, 1)),
         ),
         (
-            "not_worth_unknown_measuring_several_spans",
-            not_worth(Level::L2, only_l3, measuring(7, 3)),
+            "saving_unknown_measuring_several_spans",
+            saving_unknown(Level::L2, measuring(7, 3)),
         ),
         (
-            "not_worth_unknown_other_workload",
-            not_worth(
-                Level::L0,
-                only_l3,
-                Worth::unknown(UnknownWhy::OtherWorkload),
-            ),
+            "saving_unknown_other_workload",
+            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::OtherWorkload)),
         ),
         (
-            "not_worth_unknown_no_sampler",
-            not_worth(Level::L0, only_l3, Worth::unknown(UnknownWhy::NoSampler)),
+            "saving_unknown_no_sampler",
+            saving_unknown(Level::L0, Worth::unknown(UnknownWhy::NoSampler)),
         ),
         (
-            "not_worth_unknown_no_matching_profile",
-            not_worth(
-                Level::L1,
-                l1_l2_l3,
-                Worth::unknown(UnknownWhy::NoMatchingProfile),
-            ),
+            "saving_unknown_no_matching_profile",
+            saving_unknown(Level::L1, Worth::unknown(UnknownWhy::NoMatchingProfile)),
         ),
     ]
 }
@@ -581,22 +581,43 @@ fn l3_cases() -> Vec<(&'static str, Reason)> {
             },
         ),
         (
-            "rate_fell",
-            Reason::RateFell {
-                from_per_sec: 90670.3,
-                to_per_sec: 53494.6,
+            "change_unconfirmed_rate",
+            Reason::ChangeUnconfirmed(Box::new(ChangeUnconfirmed {
+                change: RATE_DOWN,
+                windows: 10,
                 lasted_ms: 500,
                 next_probe_in_ms: 1_799_500,
-            },
+            })),
         ),
         (
-            "fall_awaits_tap",
-            Reason::FallAwaitsTap {
-                from_per_sec: 188982.2,
-                to_per_sec: 106170.7,
+            "rate_change_awaits_tap",
+            Reason::RateChangeAwaitsTap {
+                from_per_sec: 84720.0,
+                to_per_sec: 154360.0,
                 lasted_ms: 1_000,
                 next_probe_in_ms: 1_799_000,
             },
+        ),
+        (
+            "sensed_once",
+            Reason::SensedOnce {
+                share: 0.111,
+                sampled: 512,
+                high: 0.05,
+                samples: 1,
+                of: 2,
+            },
+        ),
+        (
+            "worth_changed",
+            Reason::WorthChanged(Box::new((
+                Reason::NothingMergesToL3 {
+                    windows: 3,
+                    bios_per_sec: 201542.0,
+                    next_probe_in_ms: 1_800_000,
+                },
+                "L3 saves 6.69 ms/s [4.05, 10.57]".to_string(),
+            ))),
         ),
         (
             "change_answered_by_tap_bio_size",
@@ -657,7 +678,7 @@ fn probe_and_trial_cases() -> Vec<(&'static str, Reason)> {
                 ratio: 0.0012,
                 low: 0.01,
                 bios: 54321,
-                l3_blind: true,
+                why: NoL3::Blind,
             },
         ),
         (
@@ -666,7 +687,25 @@ fn probe_and_trial_cases() -> Vec<(&'static str, Reason)> {
                 ratio: 0.0012,
                 low: 0.01,
                 bios: 54321,
-                l3_blind: false,
+                why: NoL3::NotWorth,
+            },
+        ),
+        (
+            "probe_low_no_l3_not_allowed",
+            Reason::ProbeLowNoL3 {
+                ratio: 0.0012,
+                low: 0.01,
+                bios: 54321,
+                why: NoL3::NotAllowed,
+            },
+        ),
+        (
+            "probe_low_no_l3_saving_unknown",
+            Reason::ProbeLowNoL3 {
+                ratio: 0.0012,
+                low: 0.01,
+                bios: 54321,
+                why: NoL3::SavingUnknown,
             },
         ),
         (

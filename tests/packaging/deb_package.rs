@@ -108,9 +108,9 @@ fn package_has_the_debian_layout_and_scripts() {
         "./usr/share/doc/mergetune/mixin/prometheus_rules.yaml",
         "./usr/share/doc/mergetune/copyright",
         "./usr/share/doc/mergetune/changelog.gz",
-        "./usr/share/man/man1/mergetune.1.gz",
-        "./usr/share/man/man1/mergetune-run.1.gz",
-        "./usr/share/man/man1/mergetune-status.1.gz",
+        "./usr/share/man/man8/mergetune.8.gz",
+        "./usr/share/man/man8/mergetune-run.8.gz",
+        "./usr/share/man/man8/mergetune-status.8.gz",
         "./usr/share/bash-completion/completions/mergetune",
         "./usr/share/zsh/vendor-completions/_mergetune",
         "./usr/share/fish/vendor_completions.d/mergetune.fish",
@@ -126,11 +126,14 @@ fn package_has_the_debian_layout_and_scripts() {
             "{f} not in the package:\n{list}"
         );
     }
+    // The daemon's pages in section 8 only, the lab's in 1.
+    assert!(!list.contains("/man1/mergetune.1") && !list.contains("/man1/mergetune-run.1"));
     // Every man page compressed (Debian policy 12.1), none left plain.
     assert!(
         !list
             .lines()
-            .any(|l| l.contains("/man1/") && l.ends_with(".1")),
+            .any(|l| (l.contains("/man1/") && l.ends_with(".1"))
+                || (l.contains("/man8/") && l.ends_with(".8"))),
         "{list}"
     );
     // The pages are the binary's own: generated from its command-line definition.
@@ -146,7 +149,7 @@ fn package_has_the_debian_layout_and_scripts() {
     );
     let gz = Command::new("gzip")
         .arg("-dc")
-        .arg(x.path().join("usr/share/man/man1/mergetune-run.1.gz"))
+        .arg(x.path().join("usr/share/man/man8/mergetune-run.8.gz"))
         .output()
         .unwrap();
     let page = String::from_utf8(gz.stdout).unwrap();

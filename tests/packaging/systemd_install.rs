@@ -50,9 +50,9 @@ fn install_then_uninstall_into_a_staging_dir() {
         "usr/local/share/doc/mergetune/hardening.md",
         "usr/local/share/doc/mergetune/mergetune.json",
         "usr/local/share/doc/mergetune/mergetune.toml.example",
-        "usr/local/share/man/man1/mergetune.1",
-        "usr/local/share/man/man1/mergetune-run.1",
-        "usr/local/share/man/man1/mergetune-check-config.1",
+        "usr/local/share/man/man8/mergetune.8",
+        "usr/local/share/man/man8/mergetune-run.8",
+        "usr/local/share/man/man8/mergetune-check-config.8",
         "usr/local/share/bash-completion/completions/mergetune",
         "usr/local/share/zsh/vendor-completions/_mergetune",
         "usr/local/share/fish/vendor_completions.d/mergetune.fish",
@@ -66,7 +66,7 @@ fn install_then_uninstall_into_a_staging_dir() {
     }
     // Generated from the binary's own command line: its options are in them.
     let man =
-        std::fs::read_to_string(dest.join("usr/local/share/man/man1/mergetune-status.1")).unwrap();
+        std::fs::read_to_string(dest.join("usr/local/share/man/man8/mergetune-status.8")).unwrap();
     assert!(
         man.contains("\\-\\-config") && man.contains("EXIT STATUS"),
         "{man}"
@@ -127,10 +127,10 @@ fn install_then_uninstall_into_a_staging_dir() {
     );
     assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
     assert!(!dest.join("usr/local/share/doc/mergetune").exists());
-    assert!(!dest.join("usr/local/share/man/man1/mergetune.1").exists());
+    assert!(!dest.join("usr/local/share/man/man8/mergetune.8").exists());
     assert!(
         !dest
-            .join("usr/local/share/man/man1/mergetune-run.1")
+            .join("usr/local/share/man/man8/mergetune-run.8")
             .exists()
     );
     assert!(

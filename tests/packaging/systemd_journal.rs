@@ -184,14 +184,31 @@ fn under_systemd_lines_go_to_the_journal_with_structured_fields() {
     let sock_dir = t.path().join("journal");
     std::fs::create_dir(&sock_dir).unwrap();
     let sock = std::os::unix::net::UnixDatagram::bind(sock_dir.join("socket")).unwrap();
-    sock.set_nonblocking(true).unwrap();
+    // Read while the daemon runs, as journald does: a socket queues only
+    // net.unix.max_dgram_qlen datagrams (10 here), and a sender blocks on a full queue.
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let sock = sock.try_clone().unwrap();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut entries = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            loop {
+                match sock.recv(&mut buf) {
+                    Ok(n) => entries.push(buf[..n].to_vec()),
+                    Err(_) if done.load(std::sync::atomic::Ordering::SeqCst) => break,
+                    Err(_) => {}
+                }
+            }
+            entries
+        })
+    };
     let text = run_with(t.path(), &[], &[], true, Journal::StandIn(sock_dir.clone()));
-    // The daemon has exited: everything it sent is queued on the socket.
-    let mut entries = Vec::new();
-    let mut buf = vec![0u8; 65536];
-    while let Ok(n) = sock.recv(&mut buf) {
-        entries.push(buf[..n].to_vec());
-    }
+    // The daemon has exited: the reader drains what is still queued, then stops.
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let entries = reader.join().unwrap();
     assert!(
         !text.contains("INFO"),
         "lines went to the journal, not stderr: {text}"

@@ -421,3 +421,97 @@ fn systemd_analyze_verify_passes_with_the_record_drop_in() {
         out.status
     );
 }
+
+/// The drop-in docs/fleet.md gives for installing in dry run (`dry-run.conf`): the first
+/// ```ini block after that name.
+fn fleet_dry_run_drop_in() -> String {
+    let fleet =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
+            .unwrap();
+    let at = fleet
+        .find("mergetune.service.d/dry-run.conf")
+        .expect("docs/fleet.md names the dry-run drop-in");
+    let rest = &fleet[at..];
+    let start = rest.find("```ini\n").expect("an ini block after it") + "```ini\n".len();
+    let end = rest[start..].find("```").unwrap() + start;
+    rest[start..end]
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[test]
+fn the_documented_dry_run_drop_in_writes_nothing_from_the_first_start() {
+    // A fleet installs the package with this drop-in already in place; the package starts
+    // the unit's own ExecStart (no --dry-run) with the drop-in's environment.
+    let drop_in = fleet_dry_run_drop_in();
+    let d = directives(&drop_in);
+    assert!(
+        value(&d, "ExecStart").is_empty(),
+        "the drop-in leaves the unit's ExecStart alone (it holds across upgrades): {drop_in}"
+    );
+    let env: Vec<(String, String)> = value(&d, "Environment")
+        .iter()
+        .flat_map(|v| v.split_whitespace())
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert!(!env.is_empty(), "{drop_in}");
+    let unit = directives(&unit_text());
+    let unit_exec = value(&unit, "ExecStart")[0];
+    assert!(!unit_exec.contains("--dry-run"), "{unit_exec}");
+
+    let t = fake_tree();
+    let state = t.path().join("state");
+    let cfg = t.path().join("mergetune.toml");
+    // Random I/O on sda from the start: a live daemon would step it down.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n[policy]\ncost_profile = \"lkml-2008\"\n[metrics]\nlisten = \"\"\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let mut child = crate::command::on_tree(
+        Command::new(env!("CARGO_BIN_EXE_mergetune"))
+            .arg("run")
+            .envs(env)
+            .env_remove("NOTIFY_SOCKET"),
+        t.path(),
+    )
+    .arg("--config")
+    .arg(&cfg)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status}\n{stderr}");
+    assert!(
+        stderr.contains("dry-run: decisions are logged, nothing is written"),
+        "{stderr}"
+    );
+    assert!(
+        !state.join("state.json").exists(),
+        "a dry run wrote its state file\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.path().join("sys/block/sda/queue/nomerges")).unwrap(),
+        "0\n"
+    );
+}

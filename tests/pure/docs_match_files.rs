@@ -36,7 +36,7 @@ fn the_comparison_suite_in_simulator_md_is_the_directory() {
     files.sort();
     assert_eq!(named, files, "{para}");
     let count = [
-        "", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+        "", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
     ];
     if let Some(word) = count.get(files.len()) {
         assert!(

@@ -544,6 +544,12 @@ enum Step {
     /// Another disk takes the name (new diskseq, the kernel's defaults); then, if given,
     /// its operator writes this nomerges on it.
     Replace(usize, Option<u8>),
+    /// Loop-style: the device is detached (its queue and values stay, `diskseq` moves).
+    Detach(usize),
+    /// Loop-style: attached again, to the same backing file (`true`: the same disk, its
+    /// queue holding what it held) or to another (another disk, whose values, the queue's
+    /// as they stand, are its own).
+    Attach(usize, bool),
     DiskstatsFails(bool),
     Reload(Reload),
 }
@@ -586,6 +592,10 @@ const WATCHED: [Tunable; 4] = [
 /// tunables an operator set (not the defaults 2 and 500): they are never to be touched.
 fn kernel() -> MemKernel {
     let mut k = MemKernel::with(&DEVS);
+    // Both are loop-style devices: their queues survive a detach and a re-attach.
+    for d in DEVS {
+        k.loop_attach(d, &format!("/img/{d}-0000"));
+    }
     let sdb = k.devs.get_mut("sdb").unwrap();
     sdb.attrs
         .insert(Tunable::WritesStarved.rel_path().into(), "4".into());
@@ -623,6 +633,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => dev.clone().prop_map(Step::Vanish),
         1 => (dev.clone(), any::<bool>()).prop_map(|(d, b)| Step::Return(d, b)),
         1 => (dev.clone(), proptest::option::of(0u8..3)).prop_map(|(d, v)| Step::Replace(d, v)),
+        1 => dev.clone().prop_map(Step::Detach),
+        1 => (dev.clone(), any::<bool>()).prop_map(|(d, same)| Step::Attach(d, same)),
         1 => any::<bool>().prop_map(Step::DiskstatsFails),
         1 => reload().prop_map(Step::Reload),
     ]
@@ -735,9 +747,20 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
     let mut saves_failed = false;
     // Where in `k.writes` the disk now under each name began.
     let mut disk_since: BTreeMap<String, usize> = BTreeMap::new();
+    // Each name's backing file, while a loop-style disk has it.
+    let mut backing: BTreeMap<String, Option<String>> = DEVS
+        .iter()
+        .map(|d| (d.to_string(), Some(format!("/img/{d}-0000"))))
+        .collect();
     for s in steps {
         match s {
-            Step::Load(i, l) => k.devs.get_mut(DEVS[*i]).unwrap().load = *l,
+            Step::Load(i, l) => {
+                let dev = k.devs.get_mut(DEVS[*i]).unwrap();
+                // A detached loop device has no file to do I/O on.
+                if dev.attrs.contains_key("loop/backing_file") {
+                    dev.load = *l;
+                }
+            }
             Step::Tick(n) => run(&mut d, &mut k, &mut t, u64::from(*n)),
             Step::FailRead(i, tn, on) => {
                 let key = (DEVS[*i].to_string(), tn.rel_path().to_string());
@@ -781,7 +804,7 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
                     // Back under the same identity (a kernel without diskseq, where the
                     // number is all there is to compare).
                     let mut attrs = defaults.clone();
-                    for id in ["dev", "diskseq"] {
+                    for id in ["dev", "diskseq", "loop/backing_file"] {
                         if let Some(v) = dev.attrs.get(id) {
                             attrs.insert(id.into(), v.clone());
                         }
@@ -794,6 +817,12 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
             Step::Replace(i, admin) => {
                 let dev = DEVS[*i];
                 k.replace(dev);
+                // Another loop-style disk: a fresh queue, attached to a file of its own (a
+                // fresh loop device seen before any attach cannot be told from the old
+                // one detached, see docs/hardening.md).
+                let file = format!("/img/{dev}-{:04}", k.files.len());
+                k.loop_attach(dev, &file);
+                backing.insert(dev.to_string(), Some(file));
                 disk_since.insert(dev.to_string(), k.writes.len());
                 // The new disk's values, the kernel's defaults, are its originals.
                 for tn in WATCHED {
@@ -808,6 +837,32 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
                     }
                 }
             }
+            Step::Detach(i) => {
+                // Only an attached loop device can be detached; a detached one does no I/O.
+                let dev = DEVS[*i];
+                if k.devs[dev].attrs.contains_key("loop/backing_file") {
+                    k.loop_detach(dev);
+                    k.devs.get_mut(dev).unwrap().load = Load::Idle;
+                }
+            }
+            Step::Attach(i, same) => {
+                let dev = DEVS[*i];
+                // The backing file of the disk now under the name (none once another,
+                // non-loop disk took it).
+                if let (true, Some(file)) = (*same, backing.get(dev).cloned().flatten()) {
+                    k.loop_attach(dev, &file);
+                } else {
+                    let file = format!("/img/{dev}-{:04}", k.files.len());
+                    k.loop_attach(dev, &file);
+                    backing.insert(dev.to_string(), Some(file));
+                    disk_since.insert(dev.to_string(), k.writes.len());
+                    // Another disk: the queue's values as they stand are its originals.
+                    for tn in WATCHED {
+                        originals.insert((dev.to_string(), tn), k.value(dev, tn).unwrap());
+                        theirs.remove(&(dev.to_string(), tn));
+                    }
+                }
+            }
             Step::DiskstatsFails(on) => k.faults.diskstats_fails = *on,
             Step::Reload(r) => apply_reload(&mut d, *r)?,
         }
@@ -815,9 +870,17 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
             break;
         }
     }
-    // Every device is back for the final check (a gone one cannot be judged).
+    // Every device is back for the final check (a gone one cannot be judged), a detached
+    // one attached again to its file.
     for dev in k.devs.values_mut() {
         dev.present = true;
+    }
+    for (dev, file) in &backing {
+        if let Some(file) = file
+            && !k.devs[dev.as_str()].attrs.contains_key("loop/backing_file")
+        {
+            k.loop_attach(dev, file);
+        }
     }
     let crashed = !matches!(stop, Stop::Clean) || k.crash.borrow().dead;
     if !crashed {
@@ -1004,4 +1067,98 @@ fn a_replaced_disk_nobody_looked_at_yet_is_never_written_with_the_old_disks_valu
     for stop in [Stop::Clean, Stop::CrashAtEnd] {
         assert_eq!(check(&steps, stop), Ok(()), "{stop:?}");
     }
+}
+
+/// A loop device at L3 (its original 0), detached and re-attached to the same backing
+/// file: the queue kept mergetune's value across both, and `diskseq` moved twice. The disk
+/// is the same (its backing file says so): the records stay, and both the daemon's stop
+/// and a `restore` after a crash put the original back. Before, the daemon dropped the
+/// records as "another disk" and then took its own value for an operator's.
+#[test]
+fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
+    for crash in [false, true] {
+        let (store, mut k, mut d, mut t) = random_sda();
+        k.loop_attach("sda", "/img/a");
+        run(&mut d, &mut k, &mut t, 8);
+        let ours = k.value("sda", Tunable::Nomerges).unwrap();
+        assert_ne!(ours, "0", "stepped down");
+        k.loop_detach("sda");
+        run(&mut d, &mut k, &mut t, 2);
+        k.loop_attach("sda", "/img/a");
+        let said = logged(|| run(&mut d, &mut k, &mut t, 2));
+        assert!(store.text.borrow().is_some(), "the records stay");
+        assert!(
+            said.contains("re-attached to the same backing file")
+                && said.contains("--reattached leave"),
+            "{said}"
+        );
+        assert!(
+            d.snapshot()
+                .devices
+                .iter()
+                .any(|x| x.name == "sda" && x.reattached)
+        );
+        if crash {
+            drop(d);
+            let mut file = store.clone();
+            restore_from_store(&mut k, &mut file, 0).unwrap();
+        } else {
+            d.restore_all(t, &mut k);
+        }
+        assert_eq!(
+            k.value("sda", Tunable::Nomerges).as_deref(),
+            Some("0"),
+            "crash {crash}"
+        );
+    }
+}
+
+/// The same, re-attached to another file: another disk, whose queue's values are its own
+/// (nothing written, the records dropped); and `restore --reattached leave` takes a value
+/// on a same-file re-attach for an operator's.
+#[test]
+fn a_loop_device_reattached_elsewhere_is_another_disk_and_leave_is_honoured() {
+    let (store, mut k, mut d, mut t) = random_sda();
+    k.loop_attach("sda", "/img/a");
+    run(&mut d, &mut k, &mut t, 8);
+    let ours = k.value("sda", Tunable::Nomerges).unwrap();
+    k.loop_detach("sda");
+    k.loop_attach("sda", "/img/b");
+    let writes = k.writes.len();
+    run(&mut d, &mut k, &mut t, 2);
+    d.restore_all(t, &mut k);
+    assert_eq!(k.value("sda", Tunable::Nomerges), Some(ours.clone()));
+    assert!(
+        k.writes[writes..]
+            .iter()
+            .all(|(_, tn, _)| *tn != Tunable::Nomerges),
+        "{:?}",
+        &k.writes[writes..]
+    );
+    let _ = store;
+
+    let (store, mut k, mut d, mut t) = random_sda();
+    k.loop_attach("sda", "/img/a");
+    run(&mut d, &mut k, &mut t, 8);
+    drop(d);
+    k.loop_detach("sda");
+    k.loop_attach("sda", "/img/a");
+    let mut file = store.clone();
+    let report = mergetune_daemon::state::restore_from_store_with(
+        &mut k,
+        &mut file,
+        0,
+        mergetune_daemon::state::Reattached::Leave,
+    )
+    .unwrap();
+    assert!(
+        report
+            .results
+            .iter()
+            .any(|r| matches!(r.outcome, RestoreOutcome::ReattachedLeft { .. })),
+        "{:?}",
+        report.results
+    );
+    assert_eq!(k.value("sda", Tunable::Nomerges), Some(ours));
+    assert!(store.text.borrow().is_none(), "the record is dropped");
 }

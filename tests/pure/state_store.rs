@@ -543,3 +543,93 @@ fn the_state_file_is_rewritten_only_when_what_it_keeps_changes() {
     assert!(!after.contains("not_a_tunable"), "{after}");
     assert_eq!(parse_state(&after, Path::new("mem")).unwrap().state, state);
 }
+
+/// One owner per device, whatever the state directories: two stores with their own
+/// directories and one runtime directory. The first to write a disk claims it; the
+/// second's write to it is refused naming the owner's pid (nothing written), and a restore
+/// through the second leaves the owned disk alone and keeps its record. Once the owner
+/// lets go (its records gone), the disk is free.
+#[test]
+fn a_device_claimed_by_one_store_is_left_alone_by_another() {
+    use mergetune_daemon::actuator::Actuator;
+    use mergetune_daemon::state::{
+        Claims, FileStore, RestoreOutcome, StateStore, restore_from_store,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let store = |name: &str| FileStore::new(tmp.path().join(name)).with_claims(Claims::under(&run));
+    let mut k = MemKernel::with(&["sda"]);
+    let mut first = Actuator::new(false, Box::new(store("a")));
+    let mut second = Actuator::new(false, Box::new(store("b")));
+    first.set(&mut k, "sda", Tunable::Nomerges, "2").unwrap();
+    assert!(run.join("devices/8:0").exists());
+    let e = second
+        .set(&mut k, "sda", Tunable::Nomerges, "1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "owned by a running process (pid {})",
+            std::process::id()
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        k.value("sda", Tunable::Nomerges).as_deref(),
+        Some("2"),
+        "nothing written"
+    );
+    // Records left in the second's directory by a dead run, of the owned disk.
+    let mut b = store("b");
+    let mut rec = written_record("0", "2");
+    rec.device = mergetune_kernel::devices::read_identity(&mut k, "sda").unwrap();
+    let mut state = mergetune_daemon::state::SavedState::default();
+    state
+        .devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::Nomerges, rec);
+    FileStore::new(tmp.path().join("b")).save(&state).unwrap();
+    let report = restore_from_store(&mut k, &mut b, 0).unwrap();
+    assert!(
+        matches!(report.results[0].outcome, RestoreOutcome::Owned { pid: Some(p) } if p == std::process::id()),
+        "{:?}",
+        report.results
+    );
+    assert_eq!(report.kept, 1);
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("2"));
+    // The owner puts its original back and lets go: the disk is anyone's again.
+    first.restore_all(&mut k, 0);
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    second.set(&mut k, "sda", Tunable::Nomerges, "1").unwrap();
+}
+
+/// A restore whose state file cannot be updated (a read-only directory) has still put the
+/// values back: it says so per record, with what a later restore would do, instead of one
+/// "cannot write state file" that hid them (and then a second restore reverted an
+/// operator's value set equal to mergetune's).
+#[test]
+fn a_restore_that_cannot_clear_its_records_says_per_record_what_a_later_one_would_do() {
+    use mergetune_daemon::state::{SavedState, StateStore, restore_from_store};
+    let mut k = MemKernel::with(&["sda"]);
+    k.set_behind_back("sda", Tunable::Nomerges, "1");
+    let mut store = SharedStore::default();
+    let mut state = SavedState::default();
+    state
+        .devices
+        .entry("sda".into())
+        .or_default()
+        .insert(Tunable::Nomerges, written_record("0", "1"));
+    store.save(&state).unwrap();
+    *store.fail_saves.borrow_mut() = true;
+    let report = restore_from_store(&mut k, &mut store, 0).unwrap();
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    let said = report.stale_records();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("sda/queue/nomerges: restored 1 -> 0, but the record stays")
+            && said[0].contains("Read-only file system")
+            && said[0].contains("a later `mergetune restore` would put 0 back over a 1 set since"),
+        "{said:?}"
+    );
+}

@@ -179,6 +179,97 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
     );
 }
 
+/// A loop device at L3 detached and re-attached to the same backing file keeps its
+/// original: its queue keeps nomerges across both while `diskseq` moves twice. Once with
+/// the daemon running (it says so, and its stop leaves the original), once after a SIGKILL
+/// (then `restore` puts it back). Before, the daemon dropped its records as "another disk"
+/// and the device stayed at mergetune's value.
+#[test]
+#[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
+fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
+    let Some(_k) =
+        kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original")
+    else {
+        return;
+    };
+    let mut dev = LoopDevice::new(600);
+    dev.set_scheduler("mq-deadline");
+    dev.set_nomerges(0);
+    dev.warm_up();
+    let bin = env!("CARGO_BIN_EXE_mergetune");
+    for killed in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
+        let log = tmp.path().join("daemon.log");
+        let fio = random_writes(&dev, 30);
+        // Waited for on every path but a failed assertion, where the test ends anyway.
+        #[allow(clippy::zombie_processes)]
+        let mut d = Command::new(bin)
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("cannot start mergetune");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while dev.nomerges() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop_fio(fio);
+        let ours = dev.nomerges();
+        assert_ne!(ours, 0, "the daemon never stepped down: nothing to test");
+        if killed {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let seq_before = dev.diskseq();
+        dev.detach_only();
+        std::thread::sleep(Duration::from_millis(500));
+        dev.attach_same();
+        let seq_after = dev.diskseq();
+        assert_ne!(seq_before, seq_after);
+        std::thread::sleep(Duration::from_millis(500));
+        let said = if killed {
+            let out = Command::new(bin)
+                .args(["restore", "--state-dir"])
+                .arg(&state_dir)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8_lossy(&out.stdout).to_string()
+        } else {
+            rustix::process::kill_process(
+                rustix::process::Pid::from_child(&d),
+                rustix::process::Signal::TERM,
+            )
+            .unwrap();
+            let _ = d.wait();
+            std::fs::read_to_string(&log).unwrap()
+        };
+        assert_eq!(
+            dev.nomerges(),
+            0,
+            "killed {killed}: the original is back: {said}"
+        );
+        if !killed {
+            assert!(
+                said.contains("re-attached to the same backing file"),
+                "{said}"
+            );
+        }
+        eprintln!(
+            "{} at nomerges {ours}, diskseq {seq_before} -> {seq_after} (detached, re-attached to the same file), {}: back at 0",
+            dev.name(),
+            if killed {
+                "SIGKILL then restore"
+            } else {
+                "daemon running, then SIGTERM"
+            }
+        );
+    }
+}
+
 /// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
 /// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
 /// (min, max). Returns the state directory and the config file.

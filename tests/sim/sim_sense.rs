@@ -10,7 +10,7 @@ use mergetune_logic::decision::Decision;
 use mergetune_logic::decision::DecisionKind;
 use mergetune_logic::decision::Level;
 use mergetune_logic::sampler::Sensed;
-use mergetune_logic::sense::contiguous_percent;
+use mergetune_logic::sense::mergeable_percent;
 
 const SWITCH_MS: u64 = 40_000;
 
@@ -76,7 +76,7 @@ fn the_tap_tells_random_from_sequential_at_l3_within_one_duty_cycle() {
         .map(|d| d.at_ms)
         .expect("random writes take the device to L3");
     assert!(l3_at < SWITCH_MS - 10_000, "L3 at {l3_at} ms");
-    // Random writes at L3: every sample sees (almost) nothing contiguous.
+    // Random writes at L3: every sample sees (almost) nothing mergeable.
     let before: Vec<Sensed> = run
         .ticks
         .iter()
@@ -90,8 +90,8 @@ fn the_tap_tells_random_from_sequential_at_l3_within_one_duty_cycle() {
     );
     for s in &before {
         assert!(
-            contiguous_percent(s) < 2.0,
-            "random writes look contiguous: {s:?}"
+            mergeable_percent(s) < 2.0,
+            "random writes look mergeable: {s:?}"
         );
         // 100 ms (one watch tick) at 5000 bios/s.
         assert!((400..=700).contains(&s.bios), "{s:?}");
@@ -103,7 +103,7 @@ fn the_tap_tells_random_from_sequential_at_l3_within_one_duty_cycle() {
         .ticks
         .iter()
         .filter(|(t, _, _)| *t >= SWITCH_MS)
-        .find_map(|(t, _, s)| s.filter(|s| contiguous_percent(s) >= 90.0).map(|s| (*t, s)))
+        .find_map(|(t, _, s)| s.filter(|s| mergeable_percent(s) >= 90.0).map(|s| (*t, s)))
         .unwrap_or_else(|| {
             panic!(
                 "no sample saw the sequential writes: {:?}",
@@ -157,7 +157,7 @@ fn sensing_off_leaves_the_windows_without_samples() {
 
 /// The reaction the samples are for: back to merging within a few seconds of the switch,
 /// not after the 30-minute probe backoff. The policy's rule (at L3, step up when the
-/// sensed contiguous share reaches `enable_above_percent`) is another branch's; this test
+/// sensed mergeable share reaches `enable_above_percent`) is another branch's; this test
 /// runs once it is merged.
 #[test]
 fn merging_is_back_within_a_few_seconds_of_the_same_signature_switch() {

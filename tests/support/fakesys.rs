@@ -33,6 +33,8 @@ impl FakeSys {
         std::fs::create_dir_all(q.join("iosched")).unwrap();
         std::fs::create_dir_all(root.path().join("sys/block/sda/slaves")).unwrap();
         std::fs::write(q.join("nomerges"), "0\n").unwrap();
+        // A device number: records name their disk, and its claim is by number.
+        std::fs::write(root.path().join("sys/block/sda/dev"), "8:0\n").unwrap();
         std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
         std::fs::write(q.join("rotational"), "0\n").unwrap();
         std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();
@@ -123,14 +125,18 @@ listen = "{listen}"
         Daemon(c.spawn().unwrap())
     }
 
-    /// The hidden roots every command takes here (sysfs, runtime; procfs for `run`).
+    /// The hidden roots every command takes here (sysfs, runtime; procfs for `run` and
+    /// `restore`).
     pub fn roots(&self, c: &mut Command) {
         c.arg("--sysfs-root")
             .arg(self.sys())
             .arg("--runtime-dir")
             .arg(self.run_dir());
-        let is_run = c.get_args().next().is_some_and(|a| a == "run");
-        if is_run {
+        let reads_procfs = c
+            .get_args()
+            .next()
+            .is_some_and(|a| a == "run" || a == "restore");
+        if reads_procfs {
             c.arg("--procfs-root").arg(self.p("proc"));
         }
     }

@@ -469,6 +469,41 @@ impl LoopDevice {
         self.backing = next;
     }
 
+    /// Detaches the device (`losetup -d`), leaving it ours: [`LoopDevice::attach_same`]
+    /// attaches the same backing file again. The queue and its values stay.
+    pub fn detach_only(&mut self) {
+        let out = Command::new("losetup")
+            .arg("-d")
+            .arg(&self.dev_path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup -d: {out:?}");
+    }
+
+    /// Attaches the same backing file again after [`LoopDevice::detach_only`]. Panics,
+    /// touching nothing more, when the device was taken in between.
+    pub fn attach_same(&mut self) {
+        let out = Command::new("losetup")
+            .arg("--direct-io=on")
+            .arg(&self.dev_path)
+            .arg(&self.backing)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            self.detached = true;
+            panic!(
+                "re-attaching {} failed: {}",
+                self.dev_path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let recorded = self.sys("loop/backing_file");
+        if Path::new(recorded.trim()) != fs::canonicalize(&self.backing).unwrap() {
+            self.detached = true;
+            panic!("{} took another file: {recorded:?}", self.name);
+        }
+    }
+
     /// Detaches now (also done on drop).
     pub fn detach(&mut self) {
         if self.detached {

@@ -19,9 +19,11 @@
 #![allow(dead_code)]
 
 use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::perf::PerfError;
+
+use mergetune_kernel::trace::{Dir, EventKind};
 use mergetune_kernel::tunable::Tunable;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -169,7 +171,7 @@ impl MemDev {
         }
     }
 
-    /// The bios its tap sees in one drain: how many, and how many of them contiguous.
+    /// The bios its tap sees in one drain: how many, and how many of them mergeable.
     fn tap_share(&self, blind: bool) -> (usize, usize) {
         let (n, mergeable) = match self.load {
             Load::Idle | Load::Fixed(_) => (0, 0),
@@ -211,6 +213,8 @@ pub enum WriteFault {
     Busy,
     /// EINVAL, as a kernel that refuses the value answers.
     Refused,
+    /// EPERM, as a file with the immutable attribute answers (`chattr +i`).
+    Immutable,
 }
 
 /// Faults armed for the next operations.
@@ -244,8 +248,8 @@ pub enum Tap {
     /// On present devices, each load's mergeable share as queued bios, whatever nomerges is
     /// (the tap sees bios as they are queued, before any merge).
     ByLoad,
-    /// As `ByLoad`, but every bio reported as non-contiguous (so that only a probe can find
-    /// merges at L3).
+    /// As `ByLoad`, but no bio reported as mergeable (so that only a probe can find merges
+    /// at L3).
     Blind,
 }
 
@@ -269,6 +273,11 @@ pub struct MemKernel {
     pub crash: SharedCrash,
     /// The last `diskseq` given out: every disk made gets the next.
     pub last_diskseq: u64,
+    /// What `perf_event_open` answers the merge-path sampler (None: the trait's default,
+    /// "not here"): a host whose kernel refuses it (`kernel::perf::open_refused`).
+    pub perf_refusal: Option<String>,
+    /// Backing files by path: (file system device, inode), as `stat` would number them.
+    pub files: BTreeMap<String, (u64, u64)>,
 }
 
 impl MemKernel {
@@ -315,6 +324,27 @@ impl MemKernel {
         d.load = load;
         if let Some(n) = number {
             d.attrs.insert("dev".into(), n);
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device detached (`losetup -d`): its queue and its values stay, its backing
+    /// file goes, and `diskseq` moves (as 6.18 does).
+    pub fn loop_detach(&mut self, dev: &str) {
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs.remove("loop/backing_file");
+        }
+        self.new_diskseq(dev);
+    }
+
+    /// A loop device attached to `file` (`losetup DEV FILE`): the queue keeps every value
+    /// it held, `diskseq` moves. A path not seen before is a new file (a new inode).
+    pub fn loop_attach(&mut self, dev: &str, file: &str) {
+        let next = self.files.len() as u64 + 1000;
+        self.files.entry(file.to_string()).or_insert((64, next));
+        if let Some(d) = self.devs.get_mut(dev) {
+            d.attrs
+                .insert("loop/backing_file".into(), format!("{file}\n"));
         }
         self.new_diskseq(dev);
     }
@@ -457,6 +487,9 @@ impl Sysfs for MemKernel {
                     value: value.into(),
                 });
             }
+            Some(WriteFault::Immutable) => {
+                return Err(FsError::PermissionDenied { path });
+            }
             None => {}
         }
         if self.faults.failing_writes.contains(&(dev.to_string(), t)) {
@@ -514,41 +547,68 @@ impl BioTap for MemKernel {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.tap_available(dev)?;
-        let (n, contiguous) = self.devs[dev].tap_share(self.tap == Tap::Blind);
-        tap_bios(out, n, contiguous, max);
+        let (n, mergeable) = self.devs[dev].tap_share(self.tap == Tap::Blind);
+        tap_bios(out, n, mergeable, max);
         Ok(TapDrain::default())
     }
 }
 
-impl MergeSampler for MemKernel {}
+impl MergeSampler for MemKernel {
+    fn merge_sampler_open(&mut self, _period_ns: u64) -> Result<(), PerfError> {
+        Err(match &self.perf_refusal {
+            Some(message) => PerfError::Open {
+                cpu: 0,
+                message: message.clone(),
+            },
+            None => PerfError::Unsupported {
+                path: "merge-path sampler".into(),
+            },
+        })
+    }
+}
 
-impl HostFacts for MemKernel {}
+impl HostFacts for MemKernel {
+    fn file_identity(&mut self, path: &str) -> Option<(u64, u64)> {
+        self.files.get(path).copied()
+    }
+}
 
-/// What tracefs `block_bio_queue` would report for a load whose share of mergeable bios is
-/// known: appends `n` write bios of 8 sectors (at most `max` in all), the first
-/// `contiguous` of them each starting where the previous one ended, the rest scattered far
-/// apart.
-pub fn tap_bios(out: &mut Vec<QueuedBio>, n: usize, contiguous: usize, max: usize) {
+/// What tracefs `block_getrq` and `block_rq_issue` would report for a load whose share of
+/// mergeable bios is known: appends `n` write requests of 8 sectors (at most `max` requests
+/// in `out` in all), the first `mergeable` after the first each starting where the previous
+/// one ended while it still waits (issued together after the last of them), the rest
+/// scattered far apart and each issued at once.
+pub fn tap_bios(out: &mut Vec<TapEvent>, n: usize, mergeable: usize, max: usize) {
+    let ev = |i: usize, kind, sector| TapEvent {
+        t_ns: i as u64 * 1000,
+        kind,
+        dir: Dir::Write,
+        sector,
+        nr_sectors: 8,
+    };
+    let made = out.iter().filter(|e| e.counts_as_bio()).count();
+    let mut waiting: Vec<u64> = Vec::new();
     let mut end = 0u64;
-    for i in 0..n.min(max.saturating_sub(out.len())) {
-        let sector = if i > 0 && i <= contiguous {
+    for i in 0..n.min(max.saturating_sub(made)) {
+        let chained = i > 0 && i <= mergeable;
+        if !chained {
+            out.extend(waiting.drain(..).map(|s| ev(i, EventKind::Issue, s)));
+        }
+        // Scattered: no earlier request ends here.
+        let sector = if chained {
             end
         } else {
-            // Scattered: no earlier bio ends here.
             (i as u64 + 1) * 1_000_003 * 8
         };
-        out.push(QueuedBio {
-            t_ns: i as u64 * 1000,
-            dir: Dir::Write,
-            sector,
-            nr_sectors: 8,
-        });
+        out.push(ev(i, EventKind::GetRq, sector));
+        waiting.push(sector);
         end = sector + 8;
     }
+    out.extend(waiting.drain(..).map(|s| ev(n, EventKind::Issue, s)));
 }
 
 /// A state store kept as the JSON text a file would hold, shared with the test (which

@@ -47,6 +47,41 @@ remove_restores() {
     ! systemctl is-active --quiet "$UNIT" || fail "still active after remove"
 }
 
+# A fleet installs in dry run (docs/fleet.md, "Rolling out"): the drop-in in place before
+# the package, which enables and starts the service; under random reads (the lab config
+# steps down in seconds) it decides and writes nothing, from its first start. Removed
+# again after, with its drop-in.
+dry_run_install() {
+    local rc=0 dropin=/etc/systemd/system/mergetune.service.d/dry-run.conf
+    mkdir -p "$(dirname "$dropin")"
+    printf '[Service]\nEnvironment=MERGETUNE_DRY_RUN=1\n' > "$dropin"
+    (cd /root && apt-get install -y ./mergetune.deb) || rc=1
+    [ $rc = 0 ] && { wait_for 30 systemctl is-active --quiet "$UNIT" || rc=2; }
+    if [ $rc = 0 ]; then
+        hostile_load_start "$FAST"
+        sleep 30
+        hostile_load_stop
+        nomerges_is "$FAST" 0 || rc=3
+        [ ! -e /run/mergetune/state.json ] || rc=4
+        metrics | grep -q '^mergetune_dry_run 1' || rc=5
+        journalctl -u "$UNIT" --no-pager -n 400 | grep -q 'dry-run: decisions are logged, nothing is written' || rc=6
+        figure dry_run_install_would_write "$(journalctl -u "$UNIT" --no-pager -n 400 | grep -c 'would write' || true)"
+    fi
+    apt-get remove -y mergetune >/dev/null 2>&1 || true
+    rm -f "$dropin"
+    rmdir "$(dirname "$dropin")" 2>/dev/null || true
+    systemctl daemon-reload
+    case $rc in
+        0) ;;
+        1) fail "apt-get install with the dry-run drop-in failed" ;;
+        2) fail "not active after install with the dry-run drop-in" ;;
+        3) fail "$FAST nomerges $(nomerges_of "$FAST"): the dry-run install wrote" ;;
+        4) fail "the dry-run install wrote its state file" ;;
+        5) fail "mergetune_dry_run is not 1" ;;
+        6) fail "the journal does not say dry-run" ;;
+    esac
+}
+
 reinstall() {
     (cd /root && apt-get install -y ./mergetune.deb) || fail "reinstall failed"
     wait_for 30 systemctl is-active --quiet "$UNIT" || fail "not active after reinstall"

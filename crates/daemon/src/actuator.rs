@@ -53,9 +53,64 @@ pub enum ActuatorError {
     )]
     AnotherDisk {
         tunable: Tunable,
-        recorded: DeviceIdentity,
-        now: DeviceIdentity,
+        recorded: Box<DeviceIdentity>,
+        now: Box<DeviceIdentity>,
     },
+}
+
+/// The wait before the first retry of a failed write, in ms; each failure in a row
+/// doubles it.
+pub const WRITE_RETRY_FIRST_MS: u64 = 100;
+/// The longest wait between two tries of a write that keeps failing, in ms (five minutes):
+/// a file that can never be written (an immutable one, EPERM) costs a try and a debug
+/// line that often, not one every window.
+pub const WRITE_RETRY_MAX_MS: u64 = 300_000;
+
+/// Failed writes of one device in a row, for their exponential backoff and their log: the
+/// first failure (and each one with another error) is said, with the backoff; repeats are
+/// not. Pure: the caller gives the time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBackoff {
+    failures: u32,
+    last_error: Option<String>,
+}
+
+/// What [`WriteBackoff::failed`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Wait at least this long before the next try, in ms.
+    pub wait_ms: u64,
+    /// Failures in a row, this one included.
+    pub failures: u32,
+    /// Say it: the first failure, or another error than the last one's.
+    pub say: bool,
+}
+
+impl WriteBackoff {
+    /// A write failed with `error`: the wait before the next try (100 ms, doubling with
+    /// each failure in a row up to [`WRITE_RETRY_MAX_MS`]).
+    pub fn failed(&mut self, error: &str) -> Retry {
+        self.failures = self.failures.saturating_add(1);
+        let say = self.last_error.as_deref() != Some(error);
+        if say {
+            self.last_error = Some(error.to_string());
+        }
+        let doublings = (self.failures - 1).min(32);
+        Retry {
+            wait_ms: WRITE_RETRY_FIRST_MS
+                .saturating_mul(1u64 << doublings)
+                .min(WRITE_RETRY_MAX_MS),
+            failures: self.failures,
+            say,
+        }
+    }
+
+    /// A write succeeded: the backoff starts over. The failures it ends, if any.
+    pub fn succeeded(&mut self) -> Option<u32> {
+        let ended = (self.failures > 0).then_some(self.failures);
+        *self = WriteBackoff::default();
+        ended
+    }
 }
 
 /// A change of the state file's health, for the log (see the module doc).
@@ -324,31 +379,29 @@ impl Actuator {
         self.save()
     }
 
-    /// Sets `dev`'s `t` to `value`: read before write, record before write.
-    pub fn set(
-        &mut self,
+    /// A dry run's set: what the daemon would write, remembered as the level it acts on.
+    fn set_dry_run(&mut self, dev: &str, t: Tunable, value: &str, current: &str) -> SetOutcome {
+        let from = self.as_seen(dev, t, current).to_string();
+        if from == value {
+            return SetOutcome::Unchanged;
+        }
+        let m = self.would_be.entry(dev.to_string()).or_default();
+        if current == value {
+            m.remove(&t);
+        } else {
+            m.insert(t, value.to_string());
+        }
+        SetOutcome::DryRun { from }
+    }
+
+    /// Why `dev`'s `t` must not be written: someone else's value stands there, or the
+    /// records are of another disk than the one under the name now.
+    fn refuse_unless_ours(
+        &self,
         fs: &mut dyn BlockFs,
         dev: &str,
         t: Tunable,
-        value: &str,
-    ) -> Result<SetOutcome, ActuatorError> {
-        let current = fs.read_tunable(dev, t)?;
-        if self.dry_run {
-            let from = self.as_seen(dev, t, &current).to_string();
-            if from == value {
-                return Ok(SetOutcome::Unchanged);
-            }
-            let m = self.would_be.entry(dev.to_string()).or_default();
-            if current == value {
-                m.remove(&t);
-            } else {
-                m.insert(t, value.to_string());
-            }
-            return Ok(SetOutcome::DryRun { from });
-        }
-        if current == value {
-            return Ok(SetOutcome::Unchanged);
-        }
+    ) -> Result<(), ActuatorError> {
         if let Some(theirs) = self.record(dev, t).and_then(|r| r.theirs.clone()) {
             return Err(ActuatorError::NotOurs {
                 tunable: t,
@@ -363,10 +416,29 @@ impl Actuator {
         {
             return Err(ActuatorError::AnotherDisk {
                 tunable: t,
-                recorded: recorded.clone(),
-                now,
+                recorded: Box::new(recorded.clone()),
+                now: Box::new(now),
             });
         }
+        Ok(())
+    }
+
+    /// Sets `dev`'s `t` to `value`: read before write, record before write.
+    pub fn set(
+        &mut self,
+        fs: &mut dyn BlockFs,
+        dev: &str,
+        t: Tunable,
+        value: &str,
+    ) -> Result<SetOutcome, ActuatorError> {
+        let current = fs.read_tunable(dev, t)?;
+        if self.dry_run {
+            return Ok(self.set_dry_run(dev, t, value, &current));
+        }
+        if current == value {
+            return Ok(SetOutcome::Unchanged);
+        }
+        self.refuse_unless_ours(fs, dev, t)?;
         let before = self.entry(dev, t).saved.clone();
         // Writing the original back needs no new record: whatever the file last held, a
         // restore after a crash finds the kernel at the original (and leaves it). So a step
@@ -529,7 +601,7 @@ impl Actuator {
                 r.theirs = Some(current.clone());
                 r.expected = Some(current.clone());
             }
-            RestoreOutcome::SchedulerChanged => {
+            RestoreOutcome::SchedulerChanged | RestoreOutcome::ReattachedLeft { .. } => {
                 r.saved = None;
                 r.expected = None;
             }
@@ -537,7 +609,10 @@ impl Actuator {
                 // Another disk: nothing of the old one's applies to it.
                 *r = TunableRecord::default();
             }
-            RestoreOutcome::Vanished | RestoreOutcome::Failed { .. } => {}
+            RestoreOutcome::Vanished
+            | RestoreOutcome::Detached
+            | RestoreOutcome::Owned { .. }
+            | RestoreOutcome::Failed { .. } => {}
         }
         Some(RestoreResult {
             device: dev.to_string(),
@@ -644,10 +719,12 @@ impl Actuator {
         let mut out = Vec::new();
         for dev in devs {
             let results = self.restore_device(fs, &dev);
-            if results
-                .iter()
-                .any(|r| r.outcome == RestoreOutcome::Vanished)
-            {
+            if results.iter().any(|r| {
+                matches!(
+                    r.outcome,
+                    RestoreOutcome::Vanished | RestoreOutcome::Detached
+                )
+            }) {
                 let at = self.clock_origin_unix_secs + now_ms / 1000;
                 if let Some(m) = self.records.get_mut(&dev) {
                     for r in m.values_mut() {
@@ -661,5 +738,35 @@ impl Actuator {
         }
         let _ = self.save();
         out
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn failed_writes_back_off_exponentially_to_a_cap_say_once_and_reset_on_success() {
+        let mut b = WriteBackoff::default();
+        let waits: Vec<u64> = (0..14).map(|_| b.failed("EPERM").wait_ms).collect();
+        assert_eq!(
+            waits[..6],
+            [100, 200, 400, 800, 1600, 3200],
+            "doubling from 100 ms"
+        );
+        assert_eq!(*waits.last().unwrap(), WRITE_RETRY_MAX_MS, "capped");
+        let mut b = WriteBackoff::default();
+        assert!(b.failed("EPERM").say);
+        assert!(!b.failed("EPERM").say, "a repeat is not said");
+        let other = b.failed("EIO");
+        assert!(other.say && other.failures == 3, "another error is");
+        assert_eq!(b.succeeded(), Some(3));
+        assert_eq!(b.succeeded(), None);
+        let r = b.failed("EPERM");
+        assert_eq!((r.wait_ms, r.failures, r.say), (100, 1, true), "reset");
+        for _ in 0..100 {
+            b.failed("EPERM");
+        }
+        assert_eq!(b.failed("EPERM").wait_ms, WRITE_RETRY_MAX_MS, "no overflow");
     }
 }

@@ -55,6 +55,9 @@ pub struct DeviceRuntime {
     pub identity: Option<mergetune_kernel::devices::DeviceIdentity>,
     /// A tick found another disk under the name: the next rescan finds it afresh.
     pub another_disk: bool,
+    /// A loop device re-attached to the same backing file while mergetune held records of
+    /// it: a value equal to mergetune's may be an operator's (see membership.rs).
+    pub reattached: bool,
     pub management: Management,
     pub policy: PolicyState,
     pub window: WindowAcc,
@@ -72,6 +75,8 @@ pub struct DeviceRuntime {
     pub last_decision: Option<Box<Decision>>,
     /// A failed write is retried no earlier than this.
     pub retry_after_ms: u64,
+    /// Failed writes in a row: their exponential backoff and what of them is logged.
+    pub write_backoff: crate::actuator::WriteBackoff,
     /// The last warning about an unreadable tunable, to repeat it rarely.
     pub read_warned_ms: Option<u64>,
     /// sense: the bio tap's duty cycle and samples at L3 (crates/daemon/src/sense.rs).
@@ -104,6 +109,11 @@ pub struct Daemon {
     /// Per device, the last error reading its queue attributes at a rescan: warned once,
     /// again only when it changes, and "readable again" when it clears.
     attr_read_errors: BTreeMap<String, String>,
+    /// Per loop device re-attached to the same backing file while records of it were
+    /// kept, the `diskseq` that was said (the warning is once per re-attach).
+    reattached_noted: BTreeMap<String, u64>,
+    /// Loop devices seen detached, with the disk they were before (see membership.rs).
+    detached: BTreeMap<String, mergetune_kernel::devices::DeviceIdentity>,
     /// A reload happened: devices out of mergetune's care are looked at afresh at the next
     /// rescan (their values then, not those from before they left, are the originals).
     refresh_unmanaged: bool,
@@ -123,6 +133,9 @@ pub struct Daemon {
     pricing: PricingSource,
     /// The live measurement (idle unless `pricing` is live).
     live: LivePricing,
+    /// `[pricing] fallback_profile`: prices the devices while live pricing's sampler
+    /// cannot run here.
+    fallback: Option<PricingSource>,
     /// `uname -r`, read at the first rescan, for matching a profile.
     kernel_release: Option<String>,
 }
@@ -131,6 +144,7 @@ impl Daemon {
     pub fn new(cfg: Config, actuator: Actuator) -> Self {
         let cfg_interval = cfg.daemon.interval_ms;
         let pricing = crate::pricing::source(&cfg);
+        let fallback = crate::pricing::fallback(&cfg);
         Daemon {
             cfg,
             actuator,
@@ -139,6 +153,8 @@ impl Daemon {
             force_rescan: true,
             pending_rediscover: Vec::new(),
             attr_read_errors: BTreeMap::new(),
+            reattached_noted: BTreeMap::new(),
+            detached: BTreeMap::new(),
             refresh_unmanaged: false,
             diskstats_health: DiskstatsHealth::new(),
             diskstats: Diskstats::default(),
@@ -148,8 +164,44 @@ impl Daemon {
             counters: DaemonCounters::default(),
             pricing,
             live: LivePricing::default(),
+            fallback,
             kernel_release: None,
         }
+    }
+
+    /// Under live pricing, opens the merge-path sampler once before the first tick, so
+    /// that a host where it cannot run says so at start (one warning naming the fix) and in
+    /// `status` and /metrics from the first tick.
+    pub fn check_sampler(
+        &mut self,
+        now_ms: u64,
+        fs: &mut dyn mergetune_kernel::blockfs::MergeSampler,
+    ) {
+        if matches!(self.pricing, PricingSource::Live) {
+            crate::pricing::check_at_start(&mut self.live, now_ms, &self.cfg.pricing, fs);
+            if let Some(f) = self.fallback_pricing() {
+                warn!(
+                    "pricing: the devices are priced by [pricing] fallback_profile {} ({}) until the sampler opens",
+                    f.name(),
+                    f.origin()
+                );
+            }
+        }
+    }
+
+    /// Whether the live sampler's prices are the devices' now: live pricing, and the
+    /// sampler can run or no fallback profile stands in for it.
+    fn live_prices(&self) -> bool {
+        matches!(self.pricing, PricingSource::Live) && self.fallback_pricing().is_none()
+    }
+
+    /// `[pricing] fallback_profile` while it prices the devices in the sampler's place
+    /// (live pricing, and the sampler cannot run).
+    fn fallback_pricing(&self) -> Option<&PricingSource> {
+        let live = matches!(self.pricing, PricingSource::Live);
+        self.fallback
+            .as_ref()
+            .filter(|_| live && self.live.unavailable())
     }
 
     /// The adaptive daemon for the simulator: originals kept in memory, no real clock.
@@ -192,6 +244,7 @@ impl Daemon {
     /// taking its current values as the new originals (managed again if nomerges is 0).
     pub fn reload(&mut self, cfg: Config) {
         self.pricing = crate::pricing::source(&cfg);
+        self.fallback = crate::pricing::fallback(&cfg);
         self.cfg = cfg;
         self.force_rescan = true;
         self.refresh_unmanaged = true;
@@ -277,10 +330,11 @@ impl Daemon {
             self.tick_pricing(now_ms, fs);
         }
         let mut decisions = Vec::new();
+        let live_prices = self.live_prices();
         let mut step = DeviceTick {
             cfg: &self.cfg,
             actuator: &mut self.actuator,
-            live: matches!(self.pricing, PricingSource::Live).then_some(&self.live),
+            live: live_prices.then_some(&self.live),
             slack_ms: self.slack_ms,
             counters: &mut self.counters,
             force_rescan: &mut self.force_rescan,
@@ -392,12 +446,23 @@ impl Daemon {
                     && d.policy.level() < Level::L3
                     && d.last_window.is_some_and(|w| w.counters.bios() >= min_bios)
             });
+        let dry_run = self.actuator.dry_run();
+        let actuator = &self.actuator;
         let bios = self.devices.values().filter_map(|d| {
             // A device not in this read of diskstats has no bios to count.
             d.diskstats_line?;
             let managed = d.management.is_managed();
+            // The path its bios take is the kernel's: a dry run's would-be level is not
+            // written, so its bios still take the path of the level it found (and its
+            // samples are priced as the live daemon's would be at that level).
+            let real = dry_run.then(|| {
+                actuator
+                    .first_seen(&d.info.name, Tunable::Nomerges)
+                    .and_then(|v| v.trim().parse().ok())
+                    .map_or(Level::L0, |n| Level::of_tunables(n, false))
+            });
             let level = if managed {
-                d.policy.level()
+                real.unwrap_or(d.policy.level())
             } else {
                 // someone else's device: its own nomerges says which path its bios take
                 Level::of_tunables(
@@ -410,13 +475,18 @@ impl Daemon {
                 )
             };
             Some(TickBios {
+                name: &d.info.name,
+                managed,
                 scheduler: d.info.known_scheduler(),
                 level,
                 counters: d.tick_counters.as_ref(),
-                level_since_ms: managed.then_some(d.policy.history.since_ms),
+                // A dry run's level changes are not the kernel's: they disturb no span.
+                level_since_ms: (managed && !dry_run).then_some(d.policy.history.since_ms),
                 busy_shape: d
                     .last_window
-                    .filter(|w| managed && level < Level::L3 && w.counters.bios() >= min_bios)
+                    .filter(|w| {
+                        managed && d.policy.level() < Level::L3 && w.counters.bios() >= min_bios
+                    })
                     .and_then(|w| Shape::of_counters(&w.counters)),
                 busy_bios_per_sec: d.last_window.map_or(0.0, |w| w.bios_per_sec()),
             })
@@ -446,6 +516,10 @@ impl Daemon {
             counters: self.counters.clone(),
             pricing_name: self.pricing.name().to_string(),
             pricing_origin: self.pricing.origin(),
+            sampler_unavailable: matches!(self.pricing, PricingSource::Live)
+                .then(|| self.live.unavailable_why().map(str::to_string))
+                .flatten(),
+            pricing_fallback: self.fallback_pricing().map(|f| f.name().to_string()),
             saving_floor: self.cfg.pricing.floor(),
             devices: self
                 .devices
@@ -461,6 +535,7 @@ impl Daemon {
                         mode: managed.then_some(d.policy.mode()),
                         nomerges: self.nomerges_of(name),
                         original_nomerges: self.original_nomerges(name),
+                        reattached: d.reattached,
                         last_window: d.last_window,
                         last_tick: d.last_tick,
                         last_reason: d.last_reason.clone(),

@@ -7,7 +7,7 @@
 //!   window it is translated into what the live daemon would have counted at the would-be
 //!   level ([`as_counted_at`]). At a would-be nomerges=2 every bio the kernel merged would
 //!   have been a request of its own, so the merges go and the requests grow by as many;
-//!   and those merges are what the live daemon's bio tap would have sensed as contiguous
+//!   and those merges are what the live daemon's bio tap would have sensed as mergeable
 //!   bios, so they become the window's [`Sensed`] sample. Without this a dry run at L3
 //!   reads the real L0's merges as "merges at L3" and leaves L3 at once.
 //!
@@ -44,7 +44,9 @@ pub fn as_counted_at(w: &Window, real: u8, would: u8, tap_works: bool) -> Window
         } else {
             w.sensed.or(Some(Sensed {
                 bios: w.counters.bios(),
-                contiguous: merged,
+                mergeable: merged,
+                // The counters do not tell front merges apart.
+                front_mergeable: 0,
                 sampled_ms: w.duration_ms,
             }))
         },
@@ -74,7 +76,7 @@ mod tests {
     }
 
     #[test]
-    fn at_a_would_be_nomerges_2_every_merge_is_a_request_and_a_sensed_contiguous_bio() {
+    fn at_a_would_be_nomerges_2_every_merge_is_a_request_and_a_sensed_mergeable_bio() {
         // Batched sequential writes at the real L0: 128 requests holding 8,192 bios.
         let w = window(10, 0, 128, 8064);
         let t = as_counted_at(&w, 0, 2, false);
@@ -93,7 +95,8 @@ mod tests {
             t.sensed,
             Some(Sensed {
                 bios: 8202,
-                contiguous: 8064,
+                mergeable: 8064,
+                front_mergeable: 0,
                 sampled_ms: 1000
             })
         );
@@ -104,7 +107,8 @@ mod tests {
         let mut w = window(100, 50, 0, 0);
         let tap = Sensed {
             bios: 40,
-            contiguous: 3,
+            mergeable: 3,
+            front_mergeable: 0,
             sampled_ms: 250,
         };
         w.sensed = Some(tap);

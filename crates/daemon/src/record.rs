@@ -16,10 +16,10 @@
 //! config sees the same prices and the same tap samples, and decides the same.
 
 use crate::controller::Controller;
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, BlockFs, FsError, HostFacts, MergeSampler, Sysfs};
-use mergetune_kernel::perf::{MergeSamples, PerfError};
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::perf::{MergeSamples, PathCounts, PerfError};
+use mergetune_kernel::trace::{Dir, EventKind};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
@@ -95,7 +95,13 @@ pub enum Call {
     },
     TapDrain {
         dev: String,
-        /// `[t_ns, dir (0 read, 1 write), sector, nr_sectors]` per bio.
+        /// `[t_ns, kind (0 request made, 1 request issued, 2 bio back-merged, 3 bio
+        /// front-merged), dir (0 read, 1 write), sector, nr_sectors]` per event.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        events: Vec<(u64, u8, u8, u64, u32)>,
+        /// A recording of an older tap, which saw only the bios queued:
+        /// `[t_ns, dir, sector, nr_sectors]` per bio. Replayed as requests made and issued
+        /// at once (that tap saw nothing waiting), so none of them is mergeable.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         bios: Vec<(u64, u8, u64, u32)>,
         #[serde(default)]
@@ -126,6 +132,10 @@ pub enum Call {
         beyond_one_hit: [u64; 4],
         front_lookup: [u64; 4],
         lost: u64,
+        /// The merge-path samples by the devices their tasks queued on: (devices, per slot
+        /// [merge path, past the one-hit cache, front lookup]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        by_submitter: Vec<(Vec<String>, [[u64; 3]; 4])>,
     },
 }
 
@@ -141,6 +151,16 @@ fn samples_call(s: &MergeSamples) -> Call {
         beyond_one_hit: s.beyond_one_hit,
         front_lookup: s.front_lookup,
         lost: s.lost,
+        by_submitter: s
+            .by_submitter
+            .iter()
+            .map(|(k, c)| {
+                (
+                    k.clone(),
+                    c.map(|c| [c.merge_path, c.beyond_one_hit, c.front_lookup]),
+                )
+            })
+            .collect(),
     }
 }
 
@@ -272,7 +292,7 @@ impl BioTap for RecordingFs<'_> {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let before = out.len();
@@ -280,10 +300,20 @@ impl BioTap for RecordingFs<'_> {
         let (lost, dropped) = r.as_ref().map_or((0, 0), |d| (d.lost, d.dropped));
         self.current.calls.push(Call::TapDrain {
             dev: dev.to_string(),
-            bios: out[before.min(out.len())..]
+            events: out[before.min(out.len())..]
                 .iter()
-                .map(|b| (b.t_ns, b.dir.idx() as u8, b.sector, b.nr_sectors))
+                .map(|e| {
+                    let kind = match e.kind {
+                        EventKind::Issue => 1,
+                        EventKind::BackMerge => 2,
+                        EventKind::FrontMerge => 3,
+                        // The tap records no other kind: a request made.
+                        _ => 0,
+                    };
+                    (e.t_ns, kind, e.dir.idx() as u8, e.sector, e.nr_sectors)
+                })
                 .collect(),
+            bios: Vec::new(),
             lost,
             dropped,
             error: r.as_ref().err().cloned(),
@@ -499,8 +529,17 @@ pub fn load_bounded(path: &Path, max_line_bytes: usize) -> Result<Recording, Rec
         out.push(rec);
     }
     if out.is_empty() {
-        return Err(RecordError::Empty {
-            path: path.to_path_buf(),
+        // A recording whose one line is cut short holds a tick, just not a whole one.
+        return Err(match truncated {
+            Some((line, message)) => parse(
+                line,
+                format!(
+                    "the only tick is cut short ({message}): the writer stopped mid-line; no whole tick to replay"
+                ),
+            ),
+            None => RecordError::Empty {
+                path: path.to_path_buf(),
+            },
         });
     }
     Ok(Recording {
@@ -659,7 +698,7 @@ impl BioTap for ReplayFs {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let call = self.take_tap(dev, |c| match c {
@@ -667,6 +706,7 @@ impl BioTap for ReplayFs {
             _ => None,
         });
         let Some(Call::TapDrain {
+            events,
             bios,
             lost,
             dropped,
@@ -679,20 +719,45 @@ impl BioTap for ReplayFs {
         if let Some(e) = error {
             return Err(e);
         }
-        let kept = bios.len().min(max);
-        out.extend(
-            bios[..kept]
-                .iter()
-                .map(|&(t_ns, dir, sector, nr_sectors)| QueuedBio {
-                    t_ns,
-                    dir: if dir == 0 { Dir::Read } else { Dir::Write },
-                    sector,
-                    nr_sectors,
-                }),
-        );
+        let dir = |d: u8| if d == 0 { Dir::Read } else { Dir::Write };
+        let old = bios.iter().flat_map(|&(t_ns, d, sector, nr_sectors)| {
+            [EventKind::GetRq, EventKind::Issue].map(|kind| TapEvent {
+                t_ns,
+                kind,
+                dir: dir(d),
+                sector,
+                nr_sectors,
+            })
+        });
+        let new = events
+            .iter()
+            .map(|&(t_ns, k, d, sector, nr_sectors)| TapEvent {
+                t_ns,
+                kind: match k {
+                    1 => EventKind::Issue,
+                    2 => EventKind::BackMerge,
+                    3 => EventKind::FrontMerge,
+                    _ => EventKind::GetRq,
+                },
+                dir: dir(d),
+                sector,
+                nr_sectors,
+            });
+        let mut made = 0usize;
+        let mut over = 0u64;
+        for e in old.chain(new) {
+            if e.counts_as_bio() {
+                if made >= max {
+                    over += 1;
+                    continue;
+                }
+                made += 1;
+            }
+            out.push(e);
+        }
         Ok(TapDrain {
             lost,
-            dropped: dropped + (bios.len() - kept) as u64,
+            dropped: dropped + over,
         })
     }
     fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
@@ -735,8 +800,22 @@ impl MergeSampler for ReplayFs {
             beyond_one_hit,
             front_lookup,
             lost,
+            by_submitter,
         }) = self.take_call(|c| matches!(c, Call::SamplerDrain { .. }))
         {
+            s.by_submitter = by_submitter
+                .into_iter()
+                .map(|(k, c)| {
+                    (
+                        k,
+                        c.map(|[merge_path, beyond_one_hit, front_lookup]| PathCounts {
+                            merge_path,
+                            beyond_one_hit,
+                            front_lookup,
+                        }),
+                    )
+                })
+                .collect();
             s.period_ns = period_ns;
             s.total = total;
             s.merge_path = merge_path;

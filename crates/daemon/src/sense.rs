@@ -7,17 +7,17 @@
 //! as keeps the duty cycle at `open_ms / every_ms` even when the tick that closes it comes
 //! late (the off time scales with the time it was really open). [`DeviceSense`] carries it
 //! out on one device through its [`BioTap`] at each tick: every tick while open it drains the
-//! tap into a [`Contiguity`] (so the kernel ring buffer never has to hold a whole sample),
+//! tap into a [`Mergeable`] (so the kernel ring buffer never has to hold a whole sample),
 //! and when the sample ends it keeps the [`Sensed`] for the next closed window. Between
 //! samples the tap is paused, not closed (`BioTap::tap_pause`: on the real kernel the
 //! tracefs instance stays, its event off), and it is closed when the device leaves L3. A tap that
 //! cannot open (no tracefs, read-only under a unit without access) marks the device blind
 //! (`Caps.sense_at_l3 = false`) and is tried again after `retry_after_secs`.
 
-use mergetune_kernel::biosense::{QueuedBio, TapError, TapParams};
+use mergetune_kernel::biosense::{TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::BioTap;
 use mergetune_logic::sampler::Sensed;
-use mergetune_logic::sense::{Contiguity, SenseConfig, contiguous_percent};
+use mergetune_logic::sense::{Mergeable, SenseConfig, mergeable_percent};
 use tracing::{debug, info, warn};
 
 /// What the tap of a device should do at this tick.
@@ -99,11 +99,11 @@ pub enum Availability {
 pub struct DeviceSense {
     pub duty: DutyCycle,
     pub availability: Availability,
-    acc: Contiguity,
-    acc_recent: usize,
-    /// Bios taken into the current sample (capped at `max_sample_bios`).
+    acc: Mergeable,
+    acc_capacity: usize,
+    /// Requests made taken into the current sample (capped at `max_sample_bios`).
     taken: usize,
-    buf: Vec<QueuedBio>,
+    buf: Vec<TapEvent>,
     /// Events the kernel ring buffer overwrote or the cap dropped in the current sample.
     pub lost: u64,
     /// The tap is paused between two samples (kept for the next one; closed off L3).
@@ -121,8 +121,8 @@ impl Default for DeviceSense {
         DeviceSense {
             duty: DutyCycle::default(),
             availability: Availability::Unknown,
-            acc: Contiguity::new(mergetune_logic::sense::DEFAULT_SENSE_RECENT_BIOS),
-            acc_recent: mergetune_logic::sense::DEFAULT_SENSE_RECENT_BIOS,
+            acc: Mergeable::new(mergetune_logic::sense::DEFAULT_SENSE_PENDING_REQUESTS),
+            acc_capacity: mergetune_logic::sense::DEFAULT_SENSE_PENDING_REQUESTS,
             taken: 0,
             buf: Vec::new(),
             lost: 0,
@@ -188,7 +188,7 @@ impl DeviceSense {
     }
 
     /// One tick: checks availability when due, then opens, drains or closes the tap as the
-    /// duty cycle says. `mergeable_percent` (the policy's `enable_above_percent`) only
+    /// duty cycle says. `threshold` (the policy's `enable_above_percent`) only
     /// chooses what is logged: a sample crossing it, either way, is told at info level.
     pub fn tick(
         &mut self,
@@ -196,7 +196,7 @@ impl DeviceSense {
         now_ms: u64,
         at_l3: bool,
         cfg: &SenseConfig,
-        mergeable_percent: f64,
+        threshold: f64,
         fs: &mut dyn BioTap,
     ) {
         if !cfg.enabled {
@@ -216,9 +216,9 @@ impl DeviceSense {
         match self.duty.step(now_ms, at_l3, cfg) {
             TapStep::Idle => {}
             TapStep::Open => {
-                if self.acc_recent != cfg.recent_bios {
-                    self.acc = Contiguity::new(cfg.recent_bios);
-                    self.acc_recent = cfg.recent_bios;
+                if self.acc_capacity != cfg.pending_requests {
+                    self.acc = Mergeable::new(cfg.pending_requests);
+                    self.acc_capacity = cfg.pending_requests;
                 }
                 self.forget();
                 let params = TapParams::new(cfg.buffer_kb);
@@ -233,7 +233,7 @@ impl DeviceSense {
                 }
             }
             TapStep::Close { sampled_ms } => {
-                self.close_sample(dev, now_ms, sampled_ms, cfg, mergeable_percent, fs)
+                self.close_sample(dev, now_ms, sampled_ms, cfg, threshold, fs)
             }
             TapStep::Abort => {
                 let _ = fs.tap_close(dev);
@@ -277,14 +277,14 @@ impl DeviceSense {
 
     /// The end of a sampling span: what is left drained, the tap paused (parked for the
     /// next span), the sample kept for the policy when it holds enough bios, and logged
-    /// at info level when it crosses `mergeable_percent`, either way.
+    /// at info level when it crosses `threshold`, either way.
     fn close_sample(
         &mut self,
         dev: &str,
         now_ms: u64,
         sampled_ms: u64,
         cfg: &SenseConfig,
-        mergeable_percent: f64,
+        threshold: f64,
         fs: &mut dyn BioTap,
     ) {
         let drained = self.drain(dev, cfg, fs);
@@ -295,13 +295,13 @@ impl DeviceSense {
             return;
         }
         let s = self.acc.sensed(sampled_ms);
-        let high = |x: &Sensed| contiguous_percent(x) >= mergeable_percent;
-        let pct = contiguous_percent(&s);
+        let high = |x: &Sensed| mergeable_percent(x) >= threshold;
+        let pct = mergeable_percent(&s);
         if s.bios >= cfg.min_sample_bios && self.last.is_none_or(|l| high(&l) != high(&s)) {
-            info!(device = %dev, "{dev}: at L3 the bio tap saw {pct:.1}% contiguous bios ({} of {} in {sampled_ms} ms, {} lost): {}", s.contiguous, s.bios, self.lost,
+            info!(device = %dev, "{dev}: at L3 the bio tap saw {pct:.1}% mergeable bios ({} of {} in {sampled_ms} ms, {} front, {} lost): {}", s.mergeable, s.bios, s.front_mergeable, self.lost,
                     if high(&s) { "mergeable I/O" } else { "nothing to merge" });
         } else {
-            debug!(device = %dev, "{dev}: bio tap sample: {pct:.1}% contiguous ({} of {} in {sampled_ms} ms, {} lost)", s.contiguous, s.bios, self.lost);
+            debug!(device = %dev, "{dev}: bio tap sample: {pct:.1}% mergeable ({} of {} in {sampled_ms} ms, {} front, {} lost)", s.mergeable, s.bios, s.front_mergeable, self.lost);
         }
         self.samples += 1;
         self.last = Some(s);
@@ -314,7 +314,7 @@ impl DeviceSense {
         let room = cfg.max_sample_bios.saturating_sub(self.taken);
         let d = fs.tap_drain(dev, &mut self.buf, room)?;
         self.lost += d.lost + d.dropped;
-        self.taken += self.buf.len();
+        self.taken += self.buf.iter().filter(|e| e.counts_as_bio()).count();
         self.acc.extend(&self.buf);
         self.buf.clear();
         Ok(())
@@ -378,7 +378,7 @@ mod tests {
         fn tap_drain(
             &mut self,
             _: &str,
-            _: &mut Vec<QueuedBio>,
+            _: &mut Vec<TapEvent>,
             _: usize,
         ) -> Result<mergetune_kernel::biosense::TapDrain, TapError> {
             Ok(Default::default())

@@ -58,10 +58,27 @@ pub struct DaemonSnapshot {
     /// What prices a step down: "live", or a profile's name, and where it came from.
     pub pricing_name: String,
     pub pricing_origin: String,
+    /// Under live pricing, why the merge-path sampler cannot run here, with the fix (None
+    /// while it can, before it was tried, or under a profile).
+    pub sampler_unavailable: Option<String>,
+    /// The `[pricing] fallback_profile` pricing the devices while the sampler cannot run.
+    pub pricing_fallback: Option<String>,
     /// The live pricing's floor.
     pub saving_floor: mergetune_logic::pricing::floor::SavingFloor,
     /// Every device with a request queue, by name.
     pub devices: Vec<DeviceSnapshot>,
+}
+
+impl DaemonSnapshot {
+    /// The name of what priced `worth`: the fallback profile's for a profile's table while
+    /// it stands in for the sampler, else the daemon's pricing name.
+    pub fn pricing_name_of(&self, worth: &mergetune_logic::pricing::worth::Worth) -> &str {
+        use mergetune_logic::pricing::worth::Basis;
+        match (&self.pricing_fallback, worth.basis) {
+            (Some(f), Basis::Profile) => f,
+            _ => &self.pricing_name,
+        }
+    }
 }
 
 /// One device after a tick.
@@ -97,6 +114,10 @@ pub struct DeviceSnapshot {
     /// The decisions the ladder can take on the device (managed devices; empty otherwise):
     /// the exporter starts their counters at zero.
     pub possible_decisions: Vec<mergetune_logic::policy::possible::PossibleDecision>,
+    /// A loop device re-attached to the same backing file while mergetune held records of
+    /// it: they are kept, though an operator's write of mergetune's own value meanwhile
+    /// cannot be told from mergetune's.
+    pub reattached: bool,
 }
 
 /// Timing of one tick, measured at the edge (the live loop, `service`, or the simulator's CLI).

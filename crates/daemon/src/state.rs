@@ -15,7 +15,8 @@
 //! the rest: an entry whose device is not a plain `/sys/block` name, whose attribute is not
 //! one of the [`Tunable`]s, or whose values are not values that tunable can hold is
 //! reported and skipped, and every other entry is still restored. Every format version
-//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`).
+//! ever written is read (1: no `pending`, no `vanished_at_unix_secs`; 2: no `device`; 3: no
+//! `backing` in it).
 //!
 //! "Persisted" is claimed only after a read-back: [`StateStore::verify`] loads what was
 //! saved and compares it with what was meant (a save that reports success over a full or
@@ -27,13 +28,15 @@
 //! it, so `mergetune restore` finds its records even when the config file has since been
 //! edited to name another directory.
 
+mod claim;
 mod safe_dir;
 
+pub use claim::{CLAIMS_DIR_NAME, Claims};
 pub use safe_dir::Unsafe;
 use safe_dir::{DirError, SafeDir};
 
 use mergetune_kernel::blockfs::{BlockFs, FsError};
-use mergetune_kernel::devices::{DeviceIdentity, read_identity};
+use mergetune_kernel::devices::{DeviceIdentity, Sameness, read_identity};
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -42,8 +45,10 @@ use std::sync::Arc;
 
 pub const STATE_FILE_NAME: &str = "state.json";
 /// The format written; [`FileStore::load`] reads every version from 1 up to this one
-/// (3 added each record's `device`).
-pub const STATE_VERSION: u32 = 3;
+/// (3 added each record's `device`; 4 its loop device's `backing` file, which a reader of
+/// 3 would refuse record by record and drop: it refuses the whole file instead, and keeps
+/// it).
+pub const STATE_VERSION: u32 = 4;
 /// A vanished device's records are kept this long after it went away (it may come back
 /// with mergetune's value, which must then still be restored), then dropped.
 pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
@@ -69,11 +74,20 @@ pub enum StateError {
         pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
     )]
     Held { path: PathBuf, pid: Option<u32> },
+    #[error(
+        "{device}: owned by a running process{} (its claim {path} is locked): one owner per device, so nothing is written to it here",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    DeviceOwned {
+        device: String,
+        path: PathBuf,
+        pid: Option<u32>,
+    },
 }
 
 impl StateError {
     /// A [`DirError`] met while reading (`reading`) or writing.
-    fn from_dir(e: DirError, reading: bool) -> StateError {
+    pub(crate) fn from_dir(e: DirError, reading: bool) -> StateError {
         match e {
             DirError::Unsafe { path, why } => StateError::Unsafe { path, why },
             DirError::NotADirectory { path } => StateError::NotADirectory { path },
@@ -291,6 +305,12 @@ pub trait StateStore {
     fn save(&mut self, state: &SavedState) -> Result<(), StateError>;
     fn remove(&mut self) -> Result<(), StateError>;
     fn describe(&self) -> String;
+    /// Who else owns the disk `id` now (its claim, see crates/daemon/src/state/claim.rs):
+    /// None when nobody else does, else the owner's pid when it wrote one. A store without
+    /// claims (memory) knows of no other owner.
+    fn other_owner(&self, _id: &DeviceIdentity) -> Result<Option<Option<u32>>, StateError> {
+        Ok(None)
+    }
     /// Reads back what [`StateStore::save`] (or `remove`, for an empty state) left and
     /// checks that it holds `state`'s records: the proof behind "persisted".
     fn verify(&self, state: &SavedState) -> Result<(), StateError> {
@@ -309,8 +329,9 @@ pub trait StateStore {
     }
 }
 
-/// `<dir>/state.json`, reached through the directory opened and checked once per use
-/// (crates/daemon/src/state/safe_dir.rs). A live daemon holds `<dir>/mergetune.lock` for its life
+/// `<dir>/state.json`, reached through the directory opened and checked (with every
+/// ancestor, crates/daemon/src/state/safe_dir.rs) once per use, or, once the lock is taken,
+/// once for the store's life. A live daemon holds `<dir>/mergetune.lock` for its life
 /// ([`FileStore::lock`]), so that `mergetune restore` can tell its records from a dead
 /// one's.
 #[derive(Debug, Clone)]
@@ -318,6 +339,12 @@ pub struct FileStore {
     dir: PathBuf,
     /// The lock, while this store's process holds it.
     lock: Option<Arc<rustix::fd::OwnedFd>>,
+    /// The directory as opened and checked when the lock was taken: every later save,
+    /// read and removal goes through it, never through the path again (a directory
+    /// renamed and replaced under the path is not followed).
+    handle: Option<Arc<SafeDir>>,
+    /// The host-wide device claims, where this store takes them (a live daemon, calibrate).
+    claims: Option<Claims>,
 }
 
 /// The lock file a live daemon holds in its state directory.
@@ -328,6 +355,58 @@ impl FileStore {
         FileStore {
             dir: dir.into(),
             lock: None,
+            handle: None,
+            claims: None,
+        }
+    }
+    /// This store claims every disk it records before the first write to it, and leaves
+    /// a disk another live process has claimed alone (see [`Claims`]).
+    pub fn with_claims(mut self, claims: Claims) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+    pub fn claims(&self) -> Option<&Claims> {
+        self.claims.as_ref()
+    }
+
+    /// Claims every disk `state` records; refused for a disk another live process owns
+    /// when a write to it is about to be made (a `pending` value). A record kept of a disk
+    /// someone else owns now (a vanished device's) is no reason to refuse the others.
+    fn claim_recorded(&mut self, state: &SavedState) -> Result<(), StateError> {
+        let Some(claims) = self.claims.as_mut() else {
+            return Ok(());
+        };
+        for (dev, attrs) in &state.devices {
+            let Some(id) = attrs.values().find_map(|a| a.device.as_ref()) else {
+                continue;
+            };
+            match claims.claim(dev, id.dev) {
+                Ok(()) => {}
+                Err(e @ StateError::DeviceOwned { .. }) => {
+                    if attrs.values().any(|a| a.pending.is_some()) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the claims of disks `state` no longer records.
+    fn release_unrecorded(&mut self, state: &SavedState) {
+        let Some(claims) = self.claims.as_mut() else {
+            return;
+        };
+        let recorded: Vec<_> = state
+            .devices
+            .values()
+            .filter_map(|attrs| attrs.values().find_map(|a| a.device.as_ref()))
+            .map(|id| id.dev)
+            .collect();
+        let gone: Vec<_> = claims.held().filter(|d| !recorded.contains(d)).collect();
+        for d in gone {
+            claims.release(d);
         }
     }
     pub fn path(&self) -> PathBuf {
@@ -339,9 +418,12 @@ impl FileStore {
 
     /// The directory, opened and checked; None when it does not exist and `create` is not
     /// asked.
-    fn open(&self, create: bool) -> Result<Option<SafeDir>, StateError> {
+    fn open(&self, create: bool) -> Result<Option<Arc<SafeDir>>, StateError> {
+        if let Some(h) = &self.handle {
+            return Ok(Some(h.clone()));
+        }
         match SafeDir::open(&self.dir, create) {
-            Ok(d) => Ok(Some(d)),
+            Ok(d) => Ok(Some(Arc::new(d))),
             Err(e) if !create && e.is_not_found() => Ok(None),
             Err(e) => Err(StateError::from_dir(e, !create)),
         }
@@ -366,6 +448,7 @@ impl FileStore {
         {
             Ok(fd) => {
                 self.lock = Some(Arc::new(fd));
+                self.handle = Some(dir);
                 Ok(())
             }
             Err(pid) => Err(StateError::Held {
@@ -426,9 +509,12 @@ impl StateStore for FileStore {
 
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
         let text = serde_json::to_string_pretty(state).map_err(|e| write_err(&self.path(), e))?;
+        self.claim_recorded(state)?;
         let dir = self.open(true)?.expect("created");
         dir.write_atomic(STATE_FILE_NAME, text.as_bytes())
-            .map_err(|e| StateError::from_dir(e, false))
+            .map_err(|e| StateError::from_dir(e, false))?;
+        self.release_unrecorded(state);
+        Ok(())
     }
 
     /// Removes the file; where the directory refuses (immutable, read-only entries), the
@@ -439,16 +525,26 @@ impl StateStore for FileStore {
             return Ok(());
         };
         let Err(unlink) = dir.remove(STATE_FILE_NAME) else {
+            self.release_unrecorded(&SavedState::default());
             return Ok(());
         };
         let empty = serde_json::to_string_pretty(&SavedState::default())
             .map_err(|e| write_err(&self.path(), e))?;
         dir.rewrite_in_place(STATE_FILE_NAME, empty.as_bytes())
-            .map_err(|_| StateError::from_dir(unlink, false))
+            .map_err(|_| StateError::from_dir(unlink, false))?;
+        self.release_unrecorded(&SavedState::default());
+        Ok(())
     }
 
     fn describe(&self) -> String {
         self.path().display().to_string()
+    }
+
+    fn other_owner(&self, id: &DeviceIdentity) -> Result<Option<Option<u32>>, StateError> {
+        match &self.claims {
+            Some(c) => c.other_owner(id.dev),
+            None => Ok(None),
+        }
     }
 }
 
@@ -580,17 +676,32 @@ pub enum RestoreOutcome {
     },
     /// The device is gone: nothing to restore now (the record is kept for a while).
     Vanished,
+    /// A loop device detached since the record (no backing file): nothing is written now;
+    /// the record is kept (as a gone device's) for its re-attach, where the file decides.
+    Detached,
     /// Another disk has the name now (re-attached, or removed and another added): the
     /// record is not its, so nothing is written and the record is dropped.
     Replaced {
         recorded: DeviceIdentity,
         now: Option<DeviceIdentity>,
     },
+    /// A loop device re-attached to the same backing file since the record, holding
+    /// mergetune's value: `restore --reattached leave` takes it for an operator's (the two
+    /// cannot be told apart), so it stays and the record is dropped.
+    ReattachedLeft {
+        current: String,
+    },
     /// The device is there but this `queue/iosched/` file is not: its scheduler was
     /// switched, and the file went with the old one. A hand-off of the tunable (the new
     /// scheduler starts from its own value); the record is dropped, not kept as if the
     /// device were gone.
     SchedulerChanged,
+    /// Another live process owns the disk now (its claim is locked): nothing is written,
+    /// and the record is kept for when that owner lets go (its own stop puts back what it
+    /// found, which this record then takes back to the original).
+    Owned {
+        pid: Option<u32>,
+    },
     Failed {
         error: String,
     },
@@ -622,6 +733,10 @@ impl std::fmt::Display for RestoreResult {
                 "{what}: left at {current} (changed by someone else after mergetune wrote {ours})"
             ),
             RestoreOutcome::Vanished => write!(f, "{what}: device gone, nothing to restore now"),
+            RestoreOutcome::Detached => write!(
+                f,
+                "{what}: loop device detached since the record: nothing written; the record is kept for its re-attach (to the same file: restored then; to another: dropped)"
+            ),
             RestoreOutcome::Replaced { recorded, now } => write!(
                 f,
                 "{what}: left alone: another disk has the name now ({}; the record is of {recorded}): its values are its own, the record is dropped",
@@ -632,7 +747,39 @@ impl std::fmt::Display for RestoreResult {
                 f,
                 "{what}: handed off to a scheduler switch (the file went with the old scheduler; the new one keeps its own value)"
             ),
+            RestoreOutcome::ReattachedLeft { current } => write!(
+                f,
+                "{what}: left at {current}: the loop device was re-attached to the same backing file since the record, and --reattached leave takes the value for an operator's; the record is dropped"
+            ),
+            RestoreOutcome::Owned { pid } => write!(
+                f,
+                "{what}: left alone: a running process{} owns the device now; the record is kept for a later restore, once it lets go",
+                pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+            ),
             RestoreOutcome::Failed { error } => write!(f, "{what}: restore failed: {error}"),
+        }
+    }
+}
+
+/// What a restore does with a value of mergetune's on a loop device re-attached to the
+/// same backing file since the record: its queue kept mergetune's value, or an operator
+/// wrote the same one meanwhile, and the two cannot be told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reattached {
+    /// Put the original back (the daemon's own stop, and `restore` unless told).
+    #[default]
+    Restore,
+    /// Leave the value as an operator's, and drop the record.
+    Leave,
+}
+
+impl std::str::FromStr for Reattached {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "restore" => Ok(Reattached::Restore),
+            "leave" => Ok(Reattached::Leave),
+            _ => Err(format!("{s:?} is neither \"restore\" nor \"leave\"")),
         }
     }
 }
@@ -645,6 +792,18 @@ pub fn restore_attr(
     t: Tunable,
     saved: &SavedAttr,
 ) -> RestoreOutcome {
+    restore_attr_with(fs, dev, t, saved, Reattached::Restore)
+}
+
+/// [`restore_attr`], told what to do on a loop device re-attached to the same file.
+pub fn restore_attr_with(
+    fs: &mut dyn BlockFs,
+    dev: &str,
+    t: Tunable,
+    saved: &SavedAttr,
+    reattached: Reattached,
+) -> RestoreOutcome {
+    let mut same_queue = false;
     if let Some(recorded) = &saved.device {
         let now = match read_identity(fs, dev) {
             Ok(now) => now,
@@ -654,6 +813,11 @@ pub fn restore_attr(
                 };
             }
         };
+        let sameness = now.as_ref().map(|n| recorded.compare(n));
+        if sameness == Some(Sameness::Detached) {
+            return RestoreOutcome::Detached;
+        }
+        same_queue = sameness == Some(Sameness::SameQueue);
         if !now.as_ref().is_some_and(|n| recorded.same_device(n)) {
             // No device number at all: gone, if its tunable went too.
             if now.is_none() && !fs.attr_exists(dev, "queue/nomerges") {
@@ -676,6 +840,9 @@ pub fn restore_attr(
     };
     if current == saved.original {
         return RestoreOutcome::AlreadyOriginal { value: current };
+    }
+    if same_queue && reattached == Reattached::Leave && saved.is_ours(&current) {
+        return RestoreOutcome::ReattachedLeft { current };
     }
     if (saved.last_written.is_some() || saved.pending.is_some()) && !saved.is_ours(&current) {
         return RestoreOutcome::LeftAlone {
@@ -732,11 +899,42 @@ pub struct RestoreReport {
     /// Records kept in the file for a later restore (failed, or a vanished device within
     /// [`VANISHED_KEEP_SECS`]).
     pub kept: usize,
+    /// The file could not be brought up to date (a read-only directory): it still holds
+    /// the records of values put back, which a later restore would take for mergetune's.
+    /// Why, when so ([`RestoreReport::stale_records`] says which and what).
+    pub stale: Option<String>,
 }
 
 impl RestoreReport {
     pub fn failed(&self) -> bool {
         self.results.iter().any(|r| r.outcome.failed())
+    }
+
+    /// Where the file could not be updated: per record it still names, what a later
+    /// `restore` would do with it.
+    pub fn stale_records(&self) -> Vec<String> {
+        let Some(why) = &self.stale else {
+            return Vec::new();
+        };
+        self.results
+            .iter()
+            .filter_map(|r| {
+                let what = format!("{}/{}", r.device, r.tunable);
+                match &r.outcome {
+                    RestoreOutcome::Restored { from, to } => Some(format!(
+                        "{what}: restored {from} -> {to}, but the record stays ({why}): a later `mergetune restore` would put {to} back over a {from} set since; remove the file once it can be"
+                    )),
+                    RestoreOutcome::AlreadyOriginal { .. }
+                    | RestoreOutcome::LeftAlone { .. }
+                    | RestoreOutcome::ReattachedLeft { .. }
+                    | RestoreOutcome::Replaced { .. }
+                    | RestoreOutcome::SchedulerChanged => Some(format!(
+                        "{what}: the record is stale but stays ({why}): a later `mergetune restore` would read it again and may put the original back over a value equal to mergetune's set since; remove the file once it can be"
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 }
 
@@ -749,6 +947,16 @@ pub fn restore_from_store(
     store: &mut dyn StateStore,
     now_unix_secs: u64,
 ) -> Result<RestoreReport, StateError> {
+    restore_from_store_with(fs, store, now_unix_secs, Reattached::Restore)
+}
+
+/// [`restore_from_store`], told what to do on a loop device re-attached to the same file.
+pub fn restore_from_store_with(
+    fs: &mut dyn BlockFs,
+    store: &mut dyn StateStore,
+    now_unix_secs: u64,
+    reattached: Reattached,
+) -> Result<RestoreReport, StateError> {
     let Some(loaded) = store.load()? else {
         return Ok(RestoreReport::default());
     };
@@ -759,10 +967,16 @@ pub fn restore_from_store(
     let mut results = Vec::new();
     for (dev, attrs) in &loaded.state.devices {
         for (t, rec) in attrs {
-            let outcome = restore_attr(fs, dev, *t, rec);
+            let outcome = match rec.device.as_ref().map(|id| store.other_owner(id)) {
+                Some(Ok(Some(pid))) => RestoreOutcome::Owned { pid },
+                Some(Err(e)) => RestoreOutcome::Failed {
+                    error: e.to_string(),
+                },
+                _ => restore_attr_with(fs, dev, *t, rec, reattached),
+            };
             let kept = match &outcome {
-                RestoreOutcome::Failed { .. } => Some(rec.clone()),
-                RestoreOutcome::Vanished => {
+                RestoreOutcome::Failed { .. } | RestoreOutcome::Owned { .. } => Some(rec.clone()),
+                RestoreOutcome::Vanished | RestoreOutcome::Detached => {
                     let since = rec.vanished_at_unix_secs.unwrap_or(now_unix_secs);
                     (now_unix_secs.saturating_sub(since) < VANISHED_KEEP_SECS).then(|| SavedAttr {
                         vanished_at_unix_secs: Some(since),
@@ -782,14 +996,19 @@ pub fn restore_from_store(
         }
     }
     let kept = keep.devices.values().map(|m| m.len()).sum();
-    if keep.is_empty() {
-        store.remove()?;
+    let updated = if keep.is_empty() {
+        store.remove()
     } else if keep != loaded.state || !loaded.rejected.is_empty() {
-        store.save(&keep)?;
-    }
+        store.save(&keep)
+    } else {
+        Ok(())
+    };
     Ok(RestoreReport {
         results,
         rejected: loaded.rejected,
         kept,
+        // The values are back either way: what the file still says is reported, per
+        // record, not lost behind one error.
+        stale: updated.err().map(|e| e.to_string()),
     })
 }

@@ -9,7 +9,9 @@
 //! notifications ([`crate::logging::Notifier`]) and the device table of a look
 //! ([`crate::table`]) are this crate's, and the daemon layer may not depend on them.
 //!
-//! Order at start: config (with the command line's overrides), then the originals a dead
+//! Order at start: the signal handlers first (a SIGTERM or SIGINT during the start stops
+//! the run before its first tick; a SIGHUP reloads after it), then config (with the command
+//! line's overrides), then the originals a dead
 //! predecessor left in the state file are put back before anything is read as "original",
 //! then the endpoint, then ticks until a signal (or, with `--once`, until one decision's
 //! worth of windows has been sampled). At stop every original value is restored; a dry run
@@ -38,7 +40,7 @@ use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::service::{Event, Exporter, Reload, TickLoop, TickObserver};
 use mergetune_daemon::state::{
-    FileStore, MemoryStore, StatePointer, StateStore, restore_from_store,
+    Claims, FileStore, MemoryStore, StateError, StatePointer, StateStore, restore_from_store,
 };
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
@@ -184,8 +186,12 @@ fn log_device_pricing(daemon: &Daemon) {
         let (Some(worth), Some(level)) = (d.worth.as_ref(), d.level) else {
             continue;
         };
-        let p =
-            crate::status::DevicePricing::of(worth, level, &snap.pricing_name, snap.saving_floor);
+        let p = crate::status::DevicePricing::of(
+            worth,
+            level,
+            snap.pricing_name_of(worth),
+            snap.saving_floor,
+        );
         info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
     }
 }
@@ -262,17 +268,24 @@ fn dry_run_store(cfg: &Config, fs: &RealFs) -> Box<dyn StateStore> {
 /// A live run's store: the state file, writable and locked, after the originals a dead
 /// predecessor recorded (here or in the directory the pointer names) are put back.
 fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileStore> {
+    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
     let mut store = FileStore::new(&cfg.daemon.state_dir);
+    if let Some(rt) = &runtime {
+        // One owner per device, whatever the state directories.
+        store = store.with_claims(Claims::under(rt));
+    }
     if let Err(e) = store.check_writable() {
         let euid = rustix::process::geteuid().as_raw();
         bail!("{}", cannot_record(&cfg.daemon.state_dir, &e, euid));
     }
     // One live daemon per state directory: a second would take the first's records for
     // originals, and `mergetune restore` tells a live daemon's records by this lock.
-    store
-        .lock()
-        .context("not starting: the state directory belongs to another daemon")?;
-    let pointer = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root).map(StatePointer::new);
+    store.lock().map_err(|e| match e {
+        e @ StateError::Held { .. } => anyhow::Error::new(e)
+            .context("not starting: the state directory belongs to another daemon"),
+        e => anyhow::Error::new(e).context("not starting: cannot take the state directory's lock"),
+    })?;
+    let pointer = runtime.as_deref().map(StatePointer::new);
     if let Some(p) = &pointer {
         recover_pointed(p, &cfg.daemon.state_dir, fs)?;
     }
@@ -287,7 +300,10 @@ fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileSt
     for r in &report.rejected {
         warn!("{}: {r}", store.describe());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()
@@ -315,7 +331,29 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
             return Ok(());
         }
     };
-    let mut store = FileStore::new(&other);
+    let mut store = FileStore::new(&other).with_claims(Claims::under(pointer.runtime_dir()));
+    // A daemon still running there owns those records: they are not a dead one's.
+    match store.holder() {
+        Ok(None) => {}
+        Ok(Some(pid)) => {
+            let held = StateError::Held {
+                path: other.clone(),
+                pid,
+            };
+            warn!(
+                "{held}: the last daemon's state_dir (named by {}) is left to it",
+                pointer.path().display()
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            warn!(
+                "{e}: the last daemon's state_dir (named by {}) is not recovered from",
+                pointer.path().display()
+            );
+            return Ok(());
+        }
+    }
     let report = restore_from_store(fs, &mut store, unix_now_secs()).with_context(|| {
         format!(
             "cannot recover the original values in {} (the last daemon's state_dir, named by {})",
@@ -326,7 +364,10 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
     for r in &report.results {
         info!(device = %r.device, "recovery from {} (the last daemon's state_dir): {r}", other.display());
     }
-    if report.failed() {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
         bail!(
             "could not restore every original value recorded in {}; not starting",
             store.describe()
@@ -383,12 +424,45 @@ fn endpoint(
     }
 }
 
-/// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s.
-fn signals() -> Result<mpsc::Receiver<Event>> {
+/// The signals, caught from the start of [`run`]: the events they became, and a sender to
+/// put back an event taken early.
+struct Signals {
+    rx: mpsc::Receiver<Event>,
+    tx: mpsc::Sender<Event>,
+}
+
+impl Signals {
+    /// What arrived during the start, before the loop runs: a stop is returned (the loop
+    /// then never ticks, and nothing has been written); a reload is put back for the loop,
+    /// which reads the config again after its first tick.
+    fn during_start(&self) -> Option<&'static str> {
+        let mut reload = false;
+        while let Ok(ev) = self.rx.try_recv() {
+            match ev {
+                Event::Stop(sig) => {
+                    info!("{sig} during the start: stopping before the first tick");
+                    return Some(sig);
+                }
+                Event::Reload => reload = true,
+            }
+        }
+        if reload {
+            info!("SIGHUP during the start: the config is read again after the first tick");
+            let _ = self.tx.send(Event::Reload);
+        }
+        None
+    }
+}
+
+/// SIGTERM and SIGINT stop, SIGHUP reloads: delivered to the loop as [`Event`]s. Installed
+/// first, before the config, the lock, the recovery and the endpoint: until then a SIGHUP's
+/// default action kills the process (exit 129) in the middle of its start.
+fn signals() -> Result<Signals> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let (tx, rx) = mpsc::channel::<Event>();
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .context("cannot install signal handlers")?;
+    let sender = tx.clone();
     std::thread::spawn(move || {
         for sig in signals.forever() {
             let ev = match sig {
@@ -396,12 +470,12 @@ fn signals() -> Result<mpsc::Receiver<Event>> {
                 SIGINT => Event::Stop("SIGINT"),
                 _ => Event::Stop("SIGTERM"),
             };
-            if tx.send(ev).is_err() {
+            if sender.send(ev).is_err() {
                 break;
             }
         }
     });
-    Ok(rx)
+    Ok(Signals { rx, tx })
 }
 
 /// SIGHUP's config: the same file read again, with the command line's overrides.
@@ -425,6 +499,7 @@ fn reread(cfg_path: Option<&Path>, args: &RunOptions) -> Reload {
 /// Runs the daemon as `mergetune run` was asked to: assembles the service, ticks until a
 /// signal (or one look's worth) and restores. An error: it could not start.
 pub fn run(mut args: RunOptions) -> Result<Outcome> {
+    let signals = signals()?;
     if args.once && !args.dry_run {
         info!(
             "--once writes nothing: it decides once, as the daemon would, and says what it would write (as --dry-run; as root it also has the bio tap and the merge-path sampler)"
@@ -442,7 +517,6 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
             server: Some(server),
         }) as Box<dyn Exporter>
     });
-    let rx = signals()?;
     let recorder = match &args.record {
         Some(p) => {
             info!("recording every tick to {}", p.display());
@@ -455,8 +529,10 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
         .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
         .flatten()
         .map(StatePointer::new);
+    let mut daemon = Daemon::new(cfg, actuator);
+    daemon.check_sampler(0, &mut fs);
     let mut lp = TickLoop::new(
-        Daemon::new(cfg, actuator),
+        daemon,
         fs,
         exporter,
         Box::new(Notifier::from_env()),
@@ -465,7 +541,12 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
     )
     .after_first_tick(log_device_pricing);
     let observer = once.as_mut().map(|o| o as &mut dyn TickObserver);
-    let stop_reason = lp.run(&rx, observer, &mut || reread(cfg_path.as_deref(), &args));
+    let stop_reason = match signals.during_start() {
+        Some(sig) => sig,
+        None => lp.run(&signals.rx, observer, &mut || {
+            reread(cfg_path.as_deref(), &args)
+        }),
+    };
     if let Some(o) = once {
         o.print(lp.daemon(), lp.now_ms(), args.json)?;
     }

@@ -43,7 +43,7 @@ mod labels;
 use labels::{
     BuildLabels, DecisionLabels, DeviceLabels, DirectionLabels, Family, LabelSet, ManagementLabels,
     PRICING_BASES, PROBE_OUTCOMES, PricingLabels, ProbeLabels, ProfileLabels, ResultLabels,
-    SavingLabels, decision_labels, dl,
+    SavingLabels, UnknownPriceLabels, decision_labels, dl,
 };
 
 pub use labels::MANAGEMENT_STATES;
@@ -103,7 +103,9 @@ struct DeviceFamilies {
 /// How step downs are priced: the profile, each device's basis and saving, the floor.
 struct PricingFamilies {
     cost_profile_info: Family<ProfileLabels, IntGaugeVec>,
+    sampler_unavailable: IntGauge,
     pricing: Family<PricingLabels, IntGaugeVec>,
+    unknown: Family<UnknownPriceLabels, IntGaugeVec>,
     saving: Family<SavingLabels, GaugeVec>,
     saving_floor: Gauge,
 }
@@ -294,9 +296,17 @@ fn pricing_families(r: &Registrar) -> PricingFamilies {
             "cost_profile_info",
             "Always 1, for what prices a step down: profile \"live\" (the merge path sampled on this host) or a cost profile's name, and its origin",
         ),
+        sampler_unavailable: r.int_gauge(
+            "merge_sampler_unavailable",
+            "1 while live pricing's merge-path sampler cannot run on this host (perf_event_open refused: kernel.perf_event_paranoid above 2, or no CAP_PERFMON; the startup log and status say why and the fix), else 0; devices are then priced by [pricing] fallback_profile where it applies (mergetune_device_pricing basis profile), else unknown",
+        ),
         pricing: r.int_gauges(
             "device_pricing",
             "Always 1, for how a managed device's saving is known: basis live, profile or unknown (then nothing steps down)",
+        ),
+        unknown: r.int_gauges(
+            "device_price_unknown",
+            "1 where a managed device's saving is unknown (nothing steps down there), with why: not_measured_yet, measuring, other_workload, unattributed (its merge-path samples cannot be told from another device's), no_sampler or no_matching_profile",
         ),
         saving: r.gauges(
             "device_merge_saving_cpu_ratio",
@@ -457,6 +467,9 @@ impl Metrics {
         self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
         f.pricing.saving_floor.set(daemon.saving_floor.ratio());
+        f.pricing
+            .sampler_unavailable
+            .set(i64::from(daemon.sampler_unavailable.is_some()));
         let profile = ProfileLabels {
             profile: daemon.pricing_name.clone(),
             origin: daemon.pricing_origin.clone(),
@@ -726,6 +739,21 @@ impl Metrics {
                 f.pricing.pricing.get_or_create(&l).set(1);
             } else {
                 f.pricing.pricing.remove(&l);
+            }
+        }
+        let why = worth.and_then(|w| match w.basis {
+            Basis::Unknown { why } => Some(crate::status::UnknownReason::of(why)),
+            _ => None,
+        });
+        for r in crate::status::UnknownReason::ALL {
+            let l = UnknownPriceLabels {
+                device: name.to_string(),
+                why: r.label().to_string(),
+            };
+            if Some(r) == why {
+                f.pricing.unknown.get_or_create(&l).set(1);
+            } else {
+                f.pricing.unknown.remove(&l);
             }
         }
         for level in mergetune_logic::decision::Level::ALL {

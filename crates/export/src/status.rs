@@ -51,6 +51,14 @@ pub struct PricingStatus {
     pub origin: String,
     /// The bar a live saving's lower bound must reach, CPU ms per second.
     pub floor_ms_per_sec: f64,
+    /// Under live pricing, why the merge-path sampler cannot run here, with the fix
+    /// (absent while it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampler_unavailable: Option<String>,
+    /// The `[pricing] fallback_profile` that prices the devices meanwhile (absent when
+    /// none does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_profile: Option<String>,
 }
 
 /// One device of the `/status` document. Typed as the daemon holds it, so the client's
@@ -95,6 +103,10 @@ pub struct DeviceStatus {
     /// The changes in the last hour reach the cap: steps down are refused.
     #[serde(default)]
     pub change_cap_reached: bool,
+    /// A loop device re-attached to the same backing file: mergetune's records of it are
+    /// kept, though a value equal to mergetune's may be an operator's (absent when not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reattached: bool,
 }
 
 /// How a device's saving is known.
@@ -121,16 +133,40 @@ pub enum UnknownReason {
     Measuring,
     /// Priced under another workload shape than the device runs now.
     OtherWorkload,
+    /// Sampled, but its samples cannot be told apart from another device's.
+    Unattributed,
     NoSampler,
     NoMatchingProfile,
 }
 
 impl UnknownReason {
-    fn of(why: UnknownWhy) -> UnknownReason {
+    pub const ALL: [UnknownReason; 6] = [
+        UnknownReason::NotMeasuredYet,
+        UnknownReason::Measuring,
+        UnknownReason::OtherWorkload,
+        UnknownReason::Unattributed,
+        UnknownReason::NoSampler,
+        UnknownReason::NoMatchingProfile,
+    ];
+
+    /// Its name as `/status` writes it, for the metric's `why` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            UnknownReason::NotMeasuredYet => "not_measured_yet",
+            UnknownReason::Measuring => "measuring",
+            UnknownReason::OtherWorkload => "other_workload",
+            UnknownReason::Unattributed => "unattributed",
+            UnknownReason::NoSampler => "no_sampler",
+            UnknownReason::NoMatchingProfile => "no_matching_profile",
+        }
+    }
+
+    pub(crate) fn of(why: UnknownWhy) -> UnknownReason {
         match why {
             UnknownWhy::NotMeasuredYet => UnknownReason::NotMeasuredYet,
             UnknownWhy::Measuring { .. } => UnknownReason::Measuring,
             UnknownWhy::OtherWorkload => UnknownReason::OtherWorkload,
+            UnknownWhy::Unattributed { .. } => UnknownReason::Unattributed,
             UnknownWhy::NoSampler => UnknownReason::NoSampler,
             UnknownWhy::NoMatchingProfile => UnknownReason::NoMatchingProfile,
         }
@@ -142,6 +178,7 @@ impl UnknownReason {
             UnknownReason::NotMeasuredYet => "not measured yet",
             UnknownReason::Measuring => "being measured",
             UnknownReason::OtherWorkload => "priced for another workload",
+            UnknownReason::Unattributed => "samples shared with another device",
             UnknownReason::NoSampler => "no sampler here",
             UnknownReason::NoMatchingProfile => "profile does not match",
         }
@@ -380,6 +417,7 @@ impl DeviceStatus {
             pricing: None,
             changes_last_hour: None,
             change_cap_reached: false,
+            reattached: false,
         }
     }
 }
@@ -440,12 +478,13 @@ impl StatusSnapshot {
                         .next_probe_at_ms
                         .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
                     pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
-                        DevicePricing::of(w, l, &daemon.pricing_name, daemon.saving_floor)
+                        DevicePricing::of(w, l, daemon.pricing_name_of(w), daemon.saving_floor)
                     }),
                     changes_last_hour: d.changes_last_hour,
                     change_cap_reached: d
                         .changes_last_hour
                         .is_some_and(|n| n >= daemon.max_changes_per_hour),
+                    reattached: d.reattached,
                 }
             })
             .collect();
@@ -464,6 +503,8 @@ impl StatusSnapshot {
                 profile: daemon.pricing_name.clone(),
                 origin: daemon.pricing_origin.clone(),
                 floor_ms_per_sec: daemon.saving_floor.ms_per_sec(),
+                sampler_unavailable: daemon.sampler_unavailable.clone(),
+                fallback_profile: daemon.pricing_fallback.clone(),
             }),
             devices,
         }
@@ -632,5 +673,15 @@ mod tests {
         assert_eq!(coverage(95.0), "95%");
         assert_eq!(coverage(97.9), "97.9%");
         assert_eq!(coverage(89.06), "89.1%");
+    }
+
+    #[test]
+    fn an_unknown_reasons_label_is_its_status_name() {
+        for r in UnknownReason::ALL {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.label())
+            );
+        }
     }
 }

@@ -210,6 +210,25 @@ pub fn format_status(s: &StatusSnapshot) -> String {
             None => String::new(),
         }
     );
+    if let Some(why) = s
+        .pricing
+        .as_ref()
+        .and_then(|p| p.sampler_unavailable.as_ref())
+    {
+        out.push_str(&format!(
+            "merge-path sampler unavailable: {}\n",
+            printable(why)
+        ));
+        match s.pricing.as_ref().and_then(|p| p.fallback_profile.as_ref()) {
+            Some(f) => out.push_str(&format!(
+                "  priced meanwhile by [pricing] fallback_profile {}\n",
+                printable(f)
+            )),
+            None => out.push_str(
+                "  no [pricing] fallback_profile: nothing is priced, no device steps down\n",
+            ),
+        }
+    }
     out.push_str(&render(&s.devices));
     out
 }

@@ -1,23 +1,36 @@
-//! The bio tap: a short sample of the bios queued on one device, from the tracing
-//! filesystem, so that L3 (nomerges=2, merge counters at zero) is not blind.
+//! The bio tap: a short sample of the requests made and issued on one device, from the
+//! tracing filesystem, so that L3 (nomerges=2, merge counters at zero) is not blind.
+//!
+//! What the kernel merges is a bio into a request that has not been issued yet: the last
+//! one in the submitter's plug (`blk_attempt_plug_merge`), or one still in the scheduler's
+//! or the software queue (the elevator's hash and sort lookups, `blk_bio_list_merge` for
+//! none). At nomerges=2 every bio becomes a request of its own (`block_getrq`, after the
+//! split to the queue's limits) and leaves the queue at `block_rq_issue`; so the tap records
+//! those two events, and the pure counting (`logic::sense`) calls a new request mergeable
+//! when a request made and not yet issued ends where it starts (back) or starts where it
+//! ends (front). A bio that merely continues one already dispatched (a sequential stream at
+//! queue depth 1, O_DIRECT on a loop device) is not: the kernel does not merge it either.
 //!
 //! One private tracefs instance per tapped device (`instances/mergetune-sense-PID-MAJ_MIN`
 //! under `<sysfs_root>/kernel/tracing`): its own ring buffer (`buffer_size_kb` per CPU, so
 //! memory is bounded whatever the rate) and its own event switches, so the global buffer
-//! and other tools' tracing are untouched. Only `block/block_bio_queue` is enabled, with
-//! the filter `dev == MAJOR<<20|MINOR` evaluated in the kernel, so other devices' bios cost
-//! nothing beyond the tracepoint's test. The instance's per-CPU `trace_pipe_raw` files are
-//! read non-blocking (a drain never waits), a page at a time from each CPU in turn, parsed
-//! by [`crate::rawtrace`] from the layouts the kernel publishes, and at most `max`
-//! bios kept per drain, in time order. Where the layouts cannot be read, the instance's
-//! `trace_pipe` text is read instead (the kernel formats each event for it, which costs
-//! about ten times as much), each line parsed by [`crate::trace::parse_event`].
+//! and other tools' tracing are untouched. Only `block/block_getrq`,
+//! `block/block_rq_issue` and the two bio merge events (which never fire at nomerges=2; below
+//! it, as in a dry run, they are the bios that merged and so made no request) are enabled,
+//! each with the filter `dev == MAJOR<<20|MINOR`
+//! evaluated in the kernel, so other devices' I/O costs nothing beyond the tracepoints'
+//! test. The instance's per-CPU `trace_pipe_raw` files are read non-blocking (a drain never
+//! waits), a page at a time from each CPU in turn, parsed by [`crate::rawtrace`] from the
+//! layouts the kernel publishes, and at most `max` requests made kept per drain, in time
+//! order. Where the layouts cannot be read, the instance's `trace_pipe` text is read
+//! instead (the kernel formats each event for it, which costs about ten times as much),
+//! each line parsed by [`crate::trace::parse_event`].
 //! Both readers are in `biosense/reader.rs`; this file holds the instance's life. The
 //! instance is removed on close and on drop; instances left by a process that is gone
 //! (SIGKILL) are removed before the first tap opens.
 //! Nothing here decides when to tap: that is the daemon's duty cycle (crates/daemon/src/sense.rs).
 
-use crate::trace::Dir;
+use crate::trace::{Dir, EventKind};
 use reader::Reader;
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Write};
@@ -30,16 +43,40 @@ use crate::tracefs::sweep_dead_instances;
 /// Instances of the tap are named `mergetune-sense-PID-MAJ_MIN` (the capture's are
 /// `mergetune-PID`: neither cleanup takes the other's).
 pub const SENSE_INSTANCE_PREFIX: &str = "mergetune-sense-";
-const EVENT: &str = "events/block/block_bio_queue";
+/// The tap's events, under the instance: a request made for a bio, a request issued, a bio
+/// merged into a request (back or front: none at nomerges=2, so at L3 they cost nothing;
+/// below L3, as in a dry run, they are the bios that merged and made no request).
+pub(crate) const EVENTS: [&str; 4] = [
+    "events/block/block_getrq",
+    "events/block/block_rq_issue",
+    "events/block/block_bio_backmerge",
+    "events/block/block_bio_frontmerge",
+];
+/// Instances of an older tap enabled this one: switched off before a stale one is removed.
+const OLD_EVENT: &str = "events/block/block_bio_queue";
 
-/// One bio as it entered the block layer.
+/// One event of the tap: a request made for a bio ([`EventKind::GetRq`]; at nomerges=2
+/// one per bio, after the split), a request issued to the driver ([`EventKind::Issue`]),
+/// or a bio merged into a waiting request ([`EventKind::BackMerge`],
+/// [`EventKind::FrontMerge`]; never at nomerges=2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueuedBio {
+pub struct TapEvent {
     /// The event's timestamp (trace clock, or virtual time in the simulator), ns.
     pub t_ns: u64,
+    /// [`EventKind::GetRq`], [`EventKind::Issue`], [`EventKind::BackMerge`] or
+    /// [`EventKind::FrontMerge`]; no other kind is recorded.
+    pub kind: EventKind,
     pub dir: Dir,
     pub sector: u64,
     pub nr_sectors: u32,
+}
+
+impl TapEvent {
+    /// Whether this is a bio seen (a request made for it, or its merge): what a sample's
+    /// size counts.
+    pub fn counts_as_bio(&self) -> bool {
+        counts_as_bio(self.kind)
+    }
 }
 
 /// How the tap's kernel side is set up.
@@ -76,7 +113,8 @@ pub enum TapRead {
 pub struct TapDrain {
     /// Events the ring buffer overwrote before they were read (`[LOST N EVENTS]`).
     pub lost: u64,
-    /// Bios read but not kept (over `max`).
+    /// Requests made that were read but not kept (over `max`, or past the point up to
+    /// which every CPU's events were read, so that their order is known).
     pub dropped: u64,
 }
 
@@ -94,7 +132,9 @@ pub enum TapError {
     /// root's): a permission, not an absence.
     #[error("{path}: the tracing filesystem is mounted but only root may use it ({message})")]
     NoAccess { path: String, message: String },
-    #[error("{path}: this kernel has no block:block_bio_queue tracepoint")]
+    #[error(
+        "{path}: this kernel has no such block tracepoint (the tap needs block_getrq and block_rq_issue)"
+    )]
     NoEvent { path: String },
     #[error("{path}: not writable ({message})")]
     NotWritable { path: String, message: String },
@@ -176,11 +216,13 @@ pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
             });
         }
     }
-    let ev = tracefs.join(EVENT);
-    if !ev.is_dir() {
-        return Err(TapError::NoEvent {
-            path: ev.display().to_string(),
-        });
+    for ev in EVENTS {
+        let ev = tracefs.join(ev);
+        if !ev.is_dir() {
+            return Err(TapError::NoEvent {
+                path: ev.display().to_string(),
+            });
+        }
     }
     let c = std::ffi::CString::new(instances.as_os_str().as_encoded_bytes()).map_err(|_| {
         TapError::Io {
@@ -195,9 +237,10 @@ pub fn check_available(tracefs: &Path) -> Result<(), TapError> {
 /// Removes tap instances whose process is gone (their ring buffers stay allocated until
 /// someone does). An instance whose pid is alive is left alone. Returns what was removed.
 pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf> {
-    let event = EVENT.trim_start_matches("events/");
+    let events = [EVENTS[0], EVENTS[1], EVENTS[2], EVENTS[3], OLD_EVENT]
+        .map(|e| e.trim_start_matches("events/"));
     let mut removed = Vec::new();
-    for s in sweep_dead_instances(tracefs, procfs_root, sense_instance_pid, &[event]) {
+    for s in sweep_dead_instances(tracefs, procfs_root, sense_instance_pid, &events) {
         match s.removed {
             Ok(()) => removed.push(s.dir),
             Err(err) => tracing::warn!(
@@ -209,7 +252,15 @@ pub fn remove_stale_instances(tracefs: &Path, procfs_root: &Path) -> Vec<PathBuf
     removed
 }
 
-/// One open tap: the instance, its event switched on, its `trace_pipe` open non-blocking.
+/// Whether an event of `kind` is a bio seen (see [`TapEvent::counts_as_bio`]).
+pub fn counts_as_bio(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::GetRq | EventKind::BackMerge | EventKind::FrontMerge
+    )
+}
+
+/// One open tap: the instance, its events switched on, its readers open non-blocking.
 /// Between two samples it can be paused (event off, instance kept) so that the next sample
 /// does not pay for creating and removing the instance.
 #[derive(Debug)]
@@ -246,17 +297,19 @@ impl BioTap {
         };
         tap.write("tracing_on", "0")?;
         tap.write("buffer_size_kb", &params.buffer_kb.to_string())?;
-        let ev = tap.dir.join(EVENT);
-        if !ev.is_dir() {
-            return Err(TapError::NoEvent {
-                path: ev.display().to_string(),
-            });
+        for ev in EVENTS {
+            let dir = tap.dir.join(ev);
+            if !dir.is_dir() {
+                return Err(TapError::NoEvent {
+                    path: dir.display().to_string(),
+                });
+            }
+            tap.write(
+                &format!("{ev}/filter"),
+                &format!("dev == {}", kernel_dev_t(major, minor)),
+            )?;
         }
-        tap.write(
-            &format!("{EVENT}/filter"),
-            &format!("dev == {}", kernel_dev_t(major, minor)),
-        )?;
-        tap.write(&format!("{EVENT}/enable"), "1")?;
+        tap.enable("1")?;
         let raw = match params.read {
             TapRead::Pages => Reader::raw(&tap.dir),
             TapRead::Text => Err(TapError::Unsupported {
@@ -295,13 +348,21 @@ impl BioTap {
         self.number == number && self.params == *params
     }
 
-    /// Stops recording and keeps the instance, its ring buffer, filter and pipe. With the
-    /// event switched off (not only `tracing_on`) the tracepoint has no probe of ours, so a
-    /// paused tap costs the device's bios nothing.
+    /// Stops recording and keeps the instance, its ring buffer, filters and readers. With
+    /// the events switched off (not only `tracing_on`) the tracepoints have no probe of
+    /// ours, so a paused tap costs the device's I/O nothing.
     pub fn pause(&mut self) -> Result<(), TapError> {
         self.paused = true;
-        self.write(&format!("{EVENT}/enable"), "0")?;
+        self.enable("0")?;
         self.write("tracing_on", "0")
+    }
+
+    /// Switches the tap's events on ("1") or off ("0").
+    fn enable(&self, value: &str) -> Result<(), TapError> {
+        for ev in EVENTS {
+            self.write(&format!("{ev}/enable"), value)?;
+        }
+        Ok(())
     }
 
     /// Starts recording again after [`BioTap::pause`], as a fresh open would: what the last
@@ -315,9 +376,9 @@ impl BioTap {
             .open(&trace)
             .map_err(|e| TapError::io(&trace, e))?;
         if let Some(r) = self.reader.as_mut() {
-            r.forget_partial_line();
+            r.restart();
         }
-        self.write(&format!("{EVENT}/enable"), "1")?;
+        self.enable("1")?;
         self.write("tracing_on", "1")?;
         self.paused = false;
         Ok(())
@@ -327,9 +388,9 @@ impl BioTap {
         write_file(&self.dir.join(rel), value)
     }
 
-    /// Appends the bios queued since the last drain to `out`, at most `max` of them; never
-    /// blocks.
-    pub fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+    /// Appends the events recorded since the last drain to `out`, in time order, with at
+    /// most `max` requests made among them; never blocks.
+    pub fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
         match self.reader.as_mut() {
             None => Err(TapError::NotOpen {
                 path: self.dir.display().to_string(),
@@ -347,7 +408,7 @@ impl BioTap {
         if self.dir.as_os_str().is_empty() {
             return Ok(());
         }
-        let _ = self.write(&format!("{EVENT}/enable"), "0");
+        let _ = self.enable("0");
         let _ = self.write("tracing_on", "0");
         // An instance with an open file cannot be removed (EBUSY): the readers go first.
         self.reader = None;
@@ -427,7 +488,7 @@ impl RealTaps {
     pub fn drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         match self.open.get_mut(dev) {
@@ -520,7 +581,14 @@ mod tests {
             check_available(&tracefs),
             Err(TapError::NoEvent { .. })
         ));
-        std::fs::create_dir_all(tracefs.join(EVENT)).unwrap();
+        std::fs::create_dir_all(tracefs.join(EVENTS[0])).unwrap();
+        assert!(matches!(
+            check_available(&tracefs),
+            Err(TapError::NoEvent { path }) if path.ends_with("block_rq_issue")
+        ));
+        for ev in &EVENTS[1..] {
+            std::fs::create_dir_all(tracefs.join(ev)).unwrap();
+        }
         assert_eq!(check_available(&tracefs), Ok(()));
     }
 }

@@ -3,7 +3,7 @@
 //! Everything the daemon knows about devices comes through four small traits, one per part
 //! of the kernel it reaches: [`Sysfs`] (the text of `/proc/diskstats`, the names under
 //! `/sys/block`, and `/sys/block/<dev>/<attr>` files read and written as strings),
-//! [`BioTap`] (the bios queued on a device), [`MergeSampler`] (where CPU goes on the merge
+//! [`BioTap`] (the requests made and issued on a device), [`MergeSampler`] (where CPU goes on the merge
 //! path) and [`HostFacts`] (kernel release, boot id). [`BlockFs`] is the four together, what
 //! the daemon's loop takes; a function that needs one part takes that part alone, and a
 //! world implements the parts it has (the others' defaults say "not here"). The real world
@@ -13,8 +13,9 @@
 //! as the kernel prints them (`"0"`, `"none [mq-deadline]"`), which keeps every parser in
 //! one place and exercised by both worlds.
 
-use crate::biosense::{QueuedBio, RealTaps, TapDrain, TapError, TapParams};
+use crate::biosense::{RealTaps, TapDrain, TapError, TapEvent, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
+use crate::treefile::TreeFileError;
 use crate::tunable::{Tunable, is_plain_device_name};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -76,6 +77,46 @@ impl FsError {
     }
 }
 
+/// A read of the sysfs or procfs tree that failed ([`crate::treefile`]), as the block
+/// stack's error: a link out of the tree or a file that is not regular is refused.
+impl From<TreeFileError> for FsError {
+    fn from(e: TreeFileError) -> Self {
+        let path = e.path().display().to_string();
+        match e {
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::NotFound,
+                ..
+            } => FsError::NotFound { path },
+            TreeFileError::Open {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            }
+            | TreeFileError::Read {
+                kind: std::io::ErrorKind::PermissionDenied,
+                ..
+            } => FsError::PermissionDenied { path },
+            TreeFileError::OutsideTree { root, .. } => FsError::Refused {
+                path,
+                reason: format!(
+                    "resolves outside {} (a symlink leading out of the tree): not read",
+                    root.display()
+                ),
+            },
+            TreeFileError::NotRegular { what, .. } => FsError::Refused {
+                path,
+                reason: format!("is {what}, not a regular file: not read (reading it could block)"),
+            },
+            TreeFileError::TooLarge { max_bytes, .. } => FsError::Io {
+                path,
+                message: format!("larger than {max_bytes} bytes: not read"),
+            },
+            TreeFileError::Open { message, .. } | TreeFileError::Read { message, .. } => {
+                FsError::Io { path, message }
+            }
+        }
+    }
+}
+
 /// The sysfs and procfs files of a block stack: counters, device names, and per-device
 /// attribute files.
 ///
@@ -105,8 +146,8 @@ pub trait Sysfs {
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool;
 }
 
-/// The bio tap (crates/kernel/src/biosense.rs): a sample of the bios queued on a device, the
-/// only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the in-memory
+/// The bio tap (crates/kernel/src/biosense.rs): a sample of the requests made and issued on
+/// a device, the only sight of mergeable I/O at nomerges=2. A world without one (fake trees, the in-memory
 /// kernel of the tests without a tap) keeps these defaults: "unsupported", and the policy
 /// then knows that L3 is blind there.
 pub trait BioTap {
@@ -116,19 +157,19 @@ pub trait BioTap {
             path: dev.to_string(),
         })
     }
-    /// Starts recording the bios queued on `dev` (a reopen starts afresh).
+    /// Starts recording the requests made and issued on `dev` (a reopen starts afresh).
     fn tap_open(&mut self, dev: &str, params: &TapParams) -> Result<(), TapError> {
         let _ = params;
         Err(TapError::Unsupported {
             path: dev.to_string(),
         })
     }
-    /// Appends the bios queued on `dev` since the open or the last drain to `out`, at most
-    /// `max`; never blocks.
+    /// Appends the events of `dev` since the open or the last drain to `out`, in time order,
+    /// with at most `max` requests made among them; never blocks.
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         let _ = (out, max);
@@ -182,6 +223,12 @@ pub trait HostFacts {
     fn boot_id(&mut self) -> Option<String> {
         None
     }
+    /// Which file `path` is (its file system's device number and its inode), where this
+    /// world can tell: a loop device's backing file, so that a re-attach to the same file
+    /// is told from an attach to another.
+    fn file_identity(&mut self, _path: &str) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// Everything the daemon's loop sees of a block stack: its files, its bio tap, its
@@ -194,6 +241,8 @@ impl<T: Sysfs + BioTap + MergeSampler + HostFacts + ?Sized> BlockFs for T {}
 
 /// The most of `/proc/diskstats` read in one tick: about 100,000 devices' lines.
 pub const MAX_DISKSTATS_BYTES: u64 = 16 << 20;
+/// The most read of one sysfs or procfs attribute: the kernel prints at most a page.
+pub const MAX_ATTR_BYTES: u64 = 64 << 10;
 
 /// The real machine (or a fake tree laid out like it): sysfs and procfs under given roots.
 #[derive(Debug, Clone)]
@@ -298,21 +347,13 @@ impl RealFs {
 
 impl Sysfs for RealFs {
     fn read_diskstats(&mut self) -> Result<Vec<u8>, FsError> {
-        use std::io::Read;
-        let path = self.procfs_root.join("diskstats");
-        let f = std::fs::File::open(&path).map_err(|e| FsError::from_io(&path, e, None))?;
-        // Bounded: a fake or broken procfs must not make a tick read without end.
-        let mut buf = Vec::with_capacity(4096);
-        f.take(MAX_DISKSTATS_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| FsError::from_io(&path, e, None))?;
-        if buf.len() as u64 > MAX_DISKSTATS_BYTES {
-            return Err(FsError::Io {
-                path: path.display().to_string(),
-                message: format!("larger than {MAX_DISKSTATS_BYTES} bytes: not read"),
-            });
-        }
-        Ok(buf)
+        // Bounded, non-blocking, a regular file under the root (crate::treefile): a fake or
+        // broken procfs must not make a tick read without end, or block in open.
+        Ok(crate::treefile::read_beneath(
+            &self.procfs_root,
+            Path::new("diskstats"),
+            MAX_DISKSTATS_BYTES,
+        )?)
     }
 
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
@@ -333,7 +374,8 @@ impl Sysfs for RealFs {
                 path: path.display().to_string(),
             });
         }
-        let s = std::fs::read_to_string(&path).map_err(|e| FsError::from_io(&path, e, None))?;
+        let rel = Path::new("block").join(dev).join(rel);
+        let s = crate::treefile::read_text_beneath(&self.sysfs_root, &rel, MAX_ATTR_BYTES)?;
         Ok(s.trim_end_matches('\n').to_string())
     }
 
@@ -396,7 +438,7 @@ impl BioTap for RealFs {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.taps.drain(dev, out, max)
@@ -451,19 +493,31 @@ impl HostFacts for RealFs {
         let procfs_root = &self.procfs_root;
         self.boot_id
             .get_or_insert_with(|| {
-                std::fs::read_to_string(procfs_root.join("sys/kernel/random/boot_id"))
-                    .ok()
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty() && s.len() <= 64)
+                crate::treefile::read_text_beneath(
+                    procfs_root,
+                    Path::new("sys/kernel/random/boot_id"),
+                    MAX_ATTR_BYTES,
+                )
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty() && s.len() <= 64)
             })
             .clone()
     }
+    fn file_identity(&mut self, path: &str) -> Option<(u64, u64)> {
+        // stat, never open: the path is the kernel's word, and may name anything.
+        let st = rustix::fs::stat(path).ok()?;
+        Some((st.st_dev, st.st_ino))
+    }
     fn kernel_release(&mut self) -> Option<String> {
-        let path = self.procfs_root.join("sys/kernel/osrelease");
-        std::fs::read_to_string(path)
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
+        crate::treefile::read_text_beneath(
+            &self.procfs_root,
+            Path::new("sys/kernel/osrelease"),
+            MAX_ATTR_BYTES,
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
     }
 }
 

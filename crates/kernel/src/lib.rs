@@ -21,5 +21,6 @@ pub mod scheduler;
 pub mod sys;
 pub mod trace;
 pub mod tracefs;
+pub mod treefile;
 pub mod tunable;
 pub mod userfile;

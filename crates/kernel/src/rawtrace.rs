@@ -5,7 +5,9 @@
 //!
 //! Nothing here is guessed from a kernel version: the page header's layout comes from
 //! `events/header_page` and the event's fields from its `format` file, both read when the
-//! tap opens. What the kernel documents of the ring buffer (include/linux/ring_buffer.h):
+//! tap opens (one format per event: the tap's `block_getrq` and `block_rq_issue` keep their
+//! fields at different offsets, and a record is told apart by its `common_type`, the
+//! event's ID). What the kernel documents of the ring buffer (include/linux/ring_buffer.h):
 //! a page is a u64 timestamp, a `commit` word (bytes of data; on 64-bit its bits 31 and up
 //! flag events lost before this page, bit 30 that their count is stored after the data),
 //! then events, each a u32 header (`type_len:5, time_delta:27`) and a payload:
@@ -17,7 +19,7 @@
 //!
 //! Pure: pages in, bios out; the tap does the reading.
 
-use crate::trace::{Dir, rwbs_dir};
+use crate::trace::{Dir, EventKind, rwbs_dir};
 
 /// An error in the layout files; the tap then falls back to `trace_pipe`.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -33,6 +35,8 @@ pub enum LayoutError {
     },
     #[error("{file}: no event ID")]
     NoId { file: String },
+    #[error("{file}: no event name")]
+    NoName { file: String },
 }
 
 impl LayoutError {
@@ -48,6 +52,7 @@ impl LayoutError {
                 ..
             } => format!("field {field:?} has size {size}, expected {expected}"),
             LayoutError::NoId { .. } => "no event ID".into(),
+            LayoutError::NoName { .. } => "no event name".into(),
         }
     }
 }
@@ -147,10 +152,13 @@ impl PageLayout {
     }
 }
 
-/// Where `block_bio_queue` keeps its fields (its `format` file).
+/// Where a block event with a bio's or a request's extent (`block_bio_queue`,
+/// `block_getrq`, `block_rq_issue`, ...) keeps its fields (its `format` file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BioLayout {
     id: u16,
+    /// The event, from the format's `name:` line.
+    kind: EventKind,
     common_type: Field,
     dev: Field,
     sector: Field,
@@ -167,9 +175,17 @@ impl BioLayout {
             .ok_or_else(|| LayoutError::NoId {
                 file: file.to_string(),
             })?;
+        let kind = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name:"))
+            .map(|n| EventKind::from_tracefs(n.trim()))
+            .ok_or_else(|| LayoutError::NoName {
+                file: file.to_string(),
+            })?;
         let all = fields(text);
         Ok(BioLayout {
             id,
+            kind,
             common_type: field(&all, file, "common_type", |n| n == 2, "2")?,
             dev: field(&all, file, "dev", |n| n == 4 || n == 8, "4 or 8")?,
             sector: field(&all, file, "sector", |n| n == 8, "8")?,
@@ -193,11 +209,13 @@ impl BioLayout {
     }
 }
 
-/// One `block_bio_queue` event of a raw page.
+/// One event of a raw page with a bio's or a request's extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawBio {
     /// Trace clock, ns.
     pub t_ns: u64,
+    /// Which of the layouts it matched.
+    pub kind: EventKind,
     /// The kernel's `dev_t` (`MAJOR << 20 | MINOR`).
     pub dev: u64,
     /// None for a discard or a flush without data.
@@ -229,13 +247,13 @@ const COMMIT_LENGTH_MASK: u64 = (1 << 30) - 1;
 const MISSED_EVENTS: u64 = 1 << 31;
 const MISSED_STORED: u64 = 1 << 30;
 
-/// Appends the bios of one page (as `trace_pipe_raw` returns it) to `out`. A page cut short
-/// or garbled ends the parse at the first record that does not fit: what came before it
-/// stands.
+/// Appends the events of one page (as `trace_pipe_raw` returns it) that match one of
+/// `layouts` to `out`. A page cut short or garbled ends the parse at the first record that
+/// does not fit: what came before it stands.
 pub fn parse_page(
     page: &[u8],
     pl: &PageLayout,
-    bl: &BioLayout,
+    layouts: &[BioLayout],
     out: &mut Vec<RawBio>,
 ) -> PageStats {
     let mut stats = PageStats::default();
@@ -298,7 +316,7 @@ pub fn parse_page(
             break;
         }
         if let Some((p, plen)) = payload {
-            match bio(&page[p..p + plen.min(data_end - p)], bl, ts) {
+            match bio(&page[p..p + plen.min(data_end - p)], layouts, ts) {
                 Some(b) => out.push(b),
                 None => stats.skipped += 1,
             }
@@ -308,14 +326,18 @@ pub fn parse_page(
     stats
 }
 
-fn bio(rec: &[u8], bl: &BioLayout, t_ns: u64) -> Option<RawBio> {
-    if rec.len() < bl.end() || le(rec, bl.common_type.offset, 2)? != u64::from(bl.id) {
+fn bio(rec: &[u8], layouts: &[BioLayout], t_ns: u64) -> Option<RawBio> {
+    // common_type is at the same place in every event (the common fields come first).
+    let id = le(rec, layouts.first()?.common_type.offset, 2)?;
+    let bl = layouts.iter().find(|l| u64::from(l.id) == id)?;
+    if rec.len() < bl.end() {
         return None;
     }
     let rwbs = &rec[bl.rwbs.offset..bl.rwbs.offset + bl.rwbs.size];
     let rwbs = &rwbs[..rwbs.iter().position(|&b| b == 0).unwrap_or(rwbs.len())];
     Some(RawBio {
         t_ns,
+        kind: bl.kind,
         dev: le(rec, bl.dev.offset, bl.dev.size)?,
         dir: rwbs_dir(std::str::from_utf8(rwbs).ok()?),
         sector: le(rec, bl.sector.offset, 8)?,
@@ -371,7 +393,7 @@ mod tests {
         for cpu in ["cpu0.raw", "cpu1.raw"] {
             let data = read(cpu);
             for page in data.chunks(pl.page_size()) {
-                let st = parse_page(page, &pl, &bl, &mut bios);
+                let st = parse_page(page, &pl, &[bl], &mut bios);
                 assert_eq!(st, PageStats::default(), "{cpu}");
             }
         }
@@ -391,10 +413,10 @@ mod tests {
         let (pl, bl) = layouts();
         let page = read("cpu1.raw");
         let mut all = Vec::new();
-        parse_page(&page, &pl, &bl, &mut all);
+        parse_page(&page, &pl, &[bl], &mut all);
         for cut in [0, 3, 15, 16, 20, 100, 1000, 4095] {
             let mut some = Vec::new();
-            parse_page(&page[..cut], &pl, &bl, &mut some);
+            parse_page(&page[..cut], &pl, &[bl], &mut some);
             assert!(some.len() <= all.len());
             assert_eq!(some[..], all[..some.len()], "cut at {cut}");
         }
@@ -407,7 +429,7 @@ mod tests {
             let i = (rng % p.len() as u64) as usize;
             p[i] = (rng >> 32) as u8;
             let mut out = Vec::new();
-            parse_page(&p, &pl, &bl, &mut out);
+            parse_page(&p, &pl, &[bl], &mut out);
         }
     }
 
@@ -422,7 +444,7 @@ mod tests {
         let end = 16 + len as usize;
         page[end..end + 8].copy_from_slice(&42u64.to_le_bytes());
         let mut out = Vec::new();
-        let st = parse_page(&page, &pl, &bl, &mut out);
+        let st = parse_page(&page, &pl, &[bl], &mut out);
         assert_eq!(st.lost, 42);
         assert_eq!(out.len(), 61);
     }

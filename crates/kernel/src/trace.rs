@@ -89,7 +89,8 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    fn from_tracefs(name: &str) -> EventKind {
+    /// The kind of a tracefs event named `name` (`block_getrq`, ...).
+    pub fn from_tracefs(name: &str) -> EventKind {
         match name {
             "block_bio_queue" => EventKind::Queue,
             "block_bio_backmerge" => EventKind::BackMerge,

@@ -67,7 +67,8 @@ impl From<UserFileError> for std::io::Error {
     }
 }
 
-fn what(t: std::fs::FileType) -> &'static str {
+/// What a file that is not regular is, with its article ("a FIFO").
+pub(crate) fn what(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {
         "a directory"
     } else if t.is_fifo() {

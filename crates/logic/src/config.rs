@@ -20,6 +20,14 @@ pub enum ConfigError {
         path: PathBuf,
         error: mergetune_kernel::userfile::UserFileError,
     },
+    /// The file holds nothing but white space: an editor or a tool may have truncated it
+    /// before writing it, and the built-in defaults manage every disk (`include = ["*"]`),
+    /// so it is refused, at start and at a reload alike (docs/operator.md, "Config").
+    #[error(
+        "{}: holds no settings ({bytes} bytes, nothing but white space): refused, since a file being rewritten looks like this and the built-in defaults would manage every disk (include = [\"*\"]); for the defaults, put a comment in it (`# built-in defaults`) or use --config /dev/null",
+        path.display()
+    )]
+    Empty { path: PathBuf, bytes: usize },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{origin}: key `{key}`: {reason}")]
@@ -51,6 +59,7 @@ pub struct Config {
 }
 
 mod slices;
+mod values;
 pub use slices::{DEFAULT_SLICES_ENABLED, SlicesConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +76,10 @@ pub struct DaemonConfig {
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;
 pub const DEFAULT_STATE_DIR: &str = "/run/mergetune";
 pub const DEFAULT_RESCAN_EVERY_TICKS: u32 = 30;
+/// The shortest tick interval, in ms.
+pub const MIN_INTERVAL_MS: u64 = 10;
+/// The longest tick interval, in ms: an hour.
+pub const MAX_INTERVAL_MS: u64 = 3_600_000;
 
 impl Default for DaemonConfig {
     fn default() -> Self {
@@ -153,6 +166,26 @@ pub const DEFAULT_MAX_CHANGES_PER_HOUR: u32 = 60;
 pub const MAX_POLICY_SECS: u64 = 365 * 24 * 3600;
 /// The most probe windows: the policy gives up a probe after four times as many idle ones.
 pub const MAX_PROBE_WINDOWS: u32 = 1000;
+/// The most ticks between two rescans of the device list: a day at 1 s ticks. A disk
+/// plugged in later is not managed before the next rescan.
+pub const MAX_RESCAN_EVERY_TICKS: u32 = 86_400;
+/// The most ticks in a decision window.
+pub const MAX_WINDOW_TICKS: u32 = 3600;
+/// The longest decision window (`window_ticks` times `interval_ms`), in ms: a day. Every
+/// decision waits for whole windows; one longer than this reacts to no workload.
+pub const MAX_WINDOW_MS: u64 = 86_400_000;
+/// The most consecutive windows a step waits for (`step_down_after_windows`,
+/// `disable_after_windows`, `[slices] windows`).
+pub const MAX_STEP_WINDOWS: u32 = 1000;
+/// The longest a step down waits for its evidence (`step_down_after_windows` windows), in
+/// ms: a week. It is also how long `run --once` samples.
+pub const MAX_DECISION_MS: u64 = 604_800_000;
+/// The most bios (or requests) a window may be required to hold: a device completing ten
+/// million a second fills it in 100 s; a larger threshold is never reached.
+pub const MAX_WINDOW_COUNT: u64 = 1_000_000_000;
+/// The highest cap on the ladder's changes per device and hour: one per tick at the
+/// shortest interval (10 ms); a higher cap is never reached, as good as none.
+pub const MAX_CHANGES_PER_HOUR: u32 = 360_000;
 pub const DEFAULT_COST_PROFILE: &str = crate::pricing::profile::LIVE;
 
 impl Default for PolicyConfig {
@@ -200,7 +233,19 @@ impl Problems<'_> {
 
     fn at_least_one(&mut self, key: &str, v: u64) {
         if v == 0 {
-            self.push(key, "must be at least 1");
+            self.push(key, "is 0, must be at least 1");
+        }
+    }
+
+    /// A count in `1..=max`, `why` saying what the bound protects.
+    fn count(&mut self, key: &str, v: u64, max: u64, why: &str) {
+        if v == 0 {
+            self.at_least_one(key, v);
+        } else if v > max {
+            self.push(
+                key,
+                format!("{v} is more than {max}, the most allowed: {why}"),
+            );
         }
     }
 
@@ -255,7 +300,12 @@ impl Config {
 
     fn check_daemon(&self, problems: &mut Problems) {
         let d = &self.daemon;
-        problems.within("daemon.interval_ms", d.interval_ms, 10, 3_600_000);
+        problems.within(
+            "daemon.interval_ms",
+            d.interval_ms,
+            MIN_INTERVAL_MS,
+            MAX_INTERVAL_MS,
+        );
         if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
             // No system call takes a path with a NUL: the daemon could not start.
             problems.push(
@@ -284,7 +334,12 @@ impl Config {
                 format!("{:?} must be an absolute path", d.state_dir),
             );
         }
-        problems.at_least_one("daemon.rescan_every_ticks", d.rescan_every_ticks.into());
+        problems.count(
+            "daemon.rescan_every_ticks",
+            d.rescan_every_ticks.into(),
+            MAX_RESCAN_EVERY_TICKS.into(),
+            "a disk plugged in waits that many ticks to be found",
+        );
     }
 
     fn check_devices(&self, problems: &mut Problems) {
@@ -310,7 +365,14 @@ impl Config {
             // A window with no bio would count as evidence: an idle device steps down.
             problems.push(
                 "policy.min_window_bios",
-                "must be at least 1 (0 lets an idle device step down on no evidence)",
+                "is 0, must be at least 1 (0 lets an idle device step down on no evidence)",
+            );
+        } else {
+            problems.count(
+                "policy.min_window_bios",
+                p.min_window_bios,
+                MAX_WINDOW_COUNT,
+                "no window would ever hold that many bios, so nothing would be decided",
             );
         }
         for (key, v) in [
@@ -346,13 +408,42 @@ impl Config {
                     p.max_changes_per_hour
                 ),
             );
+        } else {
+            problems.count(
+                "policy.max_changes_per_hour",
+                p.max_changes_per_hour.into(),
+                MAX_CHANGES_PER_HOUR.into(),
+                "a change per tick at the shortest interval",
+            );
         }
     }
 
     /// The ladder's thresholds and counts: windows, percentages and their hysteresis band.
     fn check_policy_ladder(&self, problems: &mut Problems) {
         let p = &self.policy;
-        problems.at_least_one("policy.window_ticks", p.window_ticks.into());
+        problems.count(
+            "policy.window_ticks",
+            p.window_ticks.into(),
+            MAX_WINDOW_TICKS.into(),
+            "every decision waits for whole windows",
+        );
+        let window_ms = self
+            .daemon
+            .interval_ms
+            .saturating_mul(p.window_ticks.into());
+        let interval_ok = (MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&self.daemon.interval_ms);
+        if interval_ok
+            && (1..=MAX_WINDOW_TICKS).contains(&p.window_ticks)
+            && window_ms > MAX_WINDOW_MS
+        {
+            problems.push(
+                "policy.window_ticks",
+                format!(
+                    "{} ticks of daemon.interval_ms {} is a window of {window_ms} ms, more than {MAX_WINDOW_MS} ms (a day): a window that long reacts to no workload",
+                    p.window_ticks, self.daemon.interval_ms
+                ),
+            );
+        }
         problems.finite_within(
             "policy.disable_below_percent",
             p.disable_below_percent,
@@ -374,13 +465,32 @@ impl Config {
                 ),
             );
         }
-        problems.at_least_one(
+        let windows = "each is a window of evidence a step waits for";
+        problems.count(
             "policy.step_down_after_windows",
             p.step_down_after_windows.into(),
+            MAX_STEP_WINDOWS.into(),
+            windows,
         );
-        problems.at_least_one(
+        let decision_ms = window_ms.saturating_mul(p.step_down_after_windows.into());
+        if interval_ok
+            && window_ms <= MAX_WINDOW_MS
+            && (1..=MAX_STEP_WINDOWS).contains(&p.step_down_after_windows)
+            && decision_ms > MAX_DECISION_MS
+        {
+            problems.push(
+                "policy.step_down_after_windows",
+                format!(
+                    "{} windows of {window_ms} ms is {decision_ms} ms of evidence per step, more than {MAX_DECISION_MS} ms (a week; `run --once` samples that long)",
+                    p.step_down_after_windows
+                ),
+            );
+        }
+        problems.count(
             "policy.disable_after_windows",
             p.disable_after_windows.into(),
+            MAX_STEP_WINDOWS.into(),
+            windows,
         );
         if !(1..=2).contains(&p.disabled_nomerges) {
             problems.push(
@@ -423,23 +533,21 @@ impl Config {
     }
 
     fn check_cost_profile(&self, problems: &mut Problems) {
-        let raw = &self.policy.cost_profile;
-        let cp = raw.trim();
-        if cp.contains('\0') {
+        if let Some(why) = profile_spec_problem(&self.policy.cost_profile, true) {
+            problems.push("policy.cost_profile", why);
+        }
+        let fallback = &self.pricing.fallback_profile;
+        if fallback.is_empty() {
+            return;
+        }
+        if let Some(why) = profile_spec_problem(fallback, false) {
+            problems.push("pricing.fallback_profile", why);
+        } else if self.policy.cost_profile.trim() != crate::pricing::profile::LIVE {
             problems.push(
-                "policy.cost_profile",
-                "contains a NUL byte, which no path can hold",
-            );
-        } else if cp.is_empty()
-            || (cp != crate::pricing::profile::LIVE
-                && !crate::pricing::profile::BUILTIN_NAMES.contains(&cp)
-                && !crate::pricing::profile::is_path(cp))
-        {
-            problems.push(
-                "policy.cost_profile",
+                "pricing.fallback_profile",
                 format!(
-                    "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
-                    crate::pricing::profile::BUILTIN_NAMES.join(", ")
+                    "{fallback:?} stands in for the live sampler, but [policy] cost_profile is {:?}, not \"live\": remove one",
+                    self.policy.cost_profile
                 ),
             );
         }
@@ -447,7 +555,7 @@ impl Config {
 
     /// Things that are valid but an operator should know, each naming its key.
     pub fn warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.sense.warnings();
         if self.daemon.state_dir != Path::new(DEFAULT_STATE_DIR) {
             w.push(format!(
                 "key `daemon.state_dir`: {} is not {DEFAULT_STATE_DIR}, the only directory the shipped systemd unit lets the service write (RuntimeDirectory=, ProtectSystem=strict): add a drop-in with ReadWritePaths={} or mergetune cannot record originals and so writes nothing; `mergetune restore --config` (the unit's ExecStopPost) reads the same key",
@@ -595,7 +703,11 @@ fn check_str(text: &str, origin: &str) -> Checked {
         }
         return out;
     }
-    let mut plain: toml::Table = match toml::from_str(text) {
+    // Integers no TOML value holds are reported at their key and read as 0 (then
+    // dropped): the parser's own error names neither.
+    let oversized = values::oversized(doc.get_ref());
+    let readable = values::without(text, &oversized);
+    let mut plain: toml::Table = match toml::from_str(&readable) {
         Ok(t) => t,
         Err(e) => {
             out.errors
@@ -604,6 +716,7 @@ fn check_str(text: &str, origin: &str) -> Checked {
         }
     };
     check_sections(&mut out, doc.get_ref(), &mut plain, text, origin);
+    drop_oversized(&mut out, &oversized, &mut plain, text, origin);
     let cfg: Config = match plain.try_into() {
         Ok(c) => c,
         Err(e) => {
@@ -622,6 +735,46 @@ fn check_str(text: &str, origin: &str) -> Checked {
     }
     out.config = Some(cfg);
     out
+}
+
+/// Each integer beyond TOML's range in a known key: an error naming the key, the value and
+/// what the key expects, and the key dropped (the document read it as 0). One in an unknown
+/// key or section is that key's error already.
+fn drop_oversized(
+    out: &mut Checked,
+    found: &[values::Oversized],
+    plain: &mut toml::Table,
+    text: &str,
+    origin: &str,
+) {
+    for o in found {
+        let mut parts = o.key.splitn(2, '.');
+        let (Some(section), Some(rest)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let name = rest.split(['.', '[']).next().unwrap_or(rest);
+        let Some(toml::Value::Table(s)) = plain.get_mut(section) else {
+            continue;
+        };
+        if s.remove(name).is_none() {
+            continue;
+        }
+        let probe = toml::Table::from_iter([(
+            section.to_string(),
+            toml::Value::Table(toml::Table::from_iter([(
+                name.to_string(),
+                toml::Value::Integer(values::TOML_MAX),
+            )])),
+        )]);
+        let expected = match probe.try_into::<Config>() {
+            Ok(_) => format!("an integer in 0..={}", values::TOML_MAX),
+            Err(e) => values::expected_in(e.message()).unwrap_or_else(|| "a smaller value".into()),
+        };
+        out.errors.push((
+            o.span.start,
+            invalid(&at(origin, text, o.span.start), &o.key, o.reason(&expected)),
+        ));
+    }
 }
 
 /// Walks the document's sections against the schema, the default config's own keys: a
@@ -708,7 +861,11 @@ fn check_key(
     use toml::de::DeValue;
     let (section, name) = (key.section, key.name);
     let full = format!("{section}.{name}");
-    if !known.contains_key(name) {
+    // A deprecated key is read (and warned of) but not part of the schema, which is what a
+    // config names.
+    let deprecated =
+        section == "sense" && crate::sense::SenseConfig::DEPRECATED_KEYS.contains(&name);
+    if !known.contains_key(name) && !deprecated {
         out.errors.push((
             key.key_at,
             ConfigError::Parse {
@@ -746,14 +903,14 @@ fn check_key(
     match one.try_into::<Config>() {
         Ok(_) => true,
         Err(e) => {
-            out.errors.push((
-                value_at,
-                invalid(
-                    &at(origin, text, value_at),
-                    &full,
-                    without_quotes(e.message()),
-                ),
-            ));
+            // The value of a known key of a document that parsed as TOML: shown (see
+            // `values`), with what the key expects.
+            let shown = plain.get(section).and_then(|s| s.get(name)).map_or_else(
+                || without_quotes(e.message()),
+                |v| values::wrong_value(v, e.message()),
+            );
+            out.errors
+                .push((value_at, invalid(&at(origin, text, value_at), &full, shown)));
             false
         }
     }
@@ -813,6 +970,27 @@ fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin
     }
 }
 
+/// What is wrong with a profile's name in the config (`live` allowed where `allow_live`):
+/// a built-in name or a path (containing / or ending in .toml).
+fn profile_spec_problem(raw: &str, allow_live: bool) -> Option<String> {
+    let cp = raw.trim();
+    if cp.contains('\0') {
+        return Some("contains a NUL byte, which no path can hold".into());
+    }
+    let live_ok = allow_live && cp == crate::pricing::profile::LIVE;
+    if cp.is_empty()
+        || (!live_ok
+            && !crate::pricing::profile::BUILTIN_NAMES.contains(&cp)
+            && !crate::pricing::profile::is_path(cp))
+    {
+        return Some(format!(
+            "{raw:?} is neither a built-in profile ({}) nor a path (containing / or ending in .toml)",
+            crate::pricing::profile::BUILTIN_NAMES.join(", ")
+        ));
+    }
+    None
+}
+
 /// Reads, parses and validates a config file, and the cost profile file it names (a
 /// built-in name needs no reading), so that a bad profile stops the start or the reload.
 /// Every problem is reported at once, the profile's too. A relative `cost_profile` is
@@ -825,28 +1003,49 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             error: e,
         }
     })?;
+    if text.trim().is_empty() && !is_char_device(path) {
+        return Err(ConfigError::Empty {
+            path: path.to_path_buf(),
+            bytes: text.len(),
+        });
+    }
     let origin = path.display().to_string();
     let mut checked = check_str(&text, &origin);
     if let Some(cfg) = checked.config.as_mut() {
         cfg.policy.cost_profile = resolve_profile_path(&cfg.policy.cost_profile, path);
-        let spec = &cfg.policy.cost_profile;
-        let named_ok = !checked.errors.iter().any(
-            |(_, e)| matches!(e, ConfigError::Invalid { key, .. } if key == "policy.cost_profile"),
-        );
-        if named_ok
-            && spec != crate::pricing::profile::LIVE
-            && let Err(e) = crate::pricing::profile::resolve(spec)
-        {
-            let (p, o) = match checked.positions.get("policy.cost_profile") {
-                Some(&p) => (p, at(&origin, &text, p)),
-                None => (usize::MAX, origin.clone()),
-            };
-            checked
+        cfg.pricing.fallback_profile = resolve_profile_path(&cfg.pricing.fallback_profile, path);
+        for (key, spec) in [
+            ("policy.cost_profile", cfg.policy.cost_profile.clone()),
+            (
+                "pricing.fallback_profile",
+                cfg.pricing.fallback_profile.clone(),
+            ),
+        ] {
+            let named_ok = !checked
                 .errors
-                .push((p, invalid(&o, "policy.cost_profile", e.to_string())));
+                .iter()
+                .any(|(_, e)| matches!(e, ConfigError::Invalid { key: k, .. } if k == key));
+            if named_ok
+                && !spec.is_empty()
+                && spec != crate::pricing::profile::LIVE
+                && let Err(e) = crate::pricing::profile::resolve(&spec)
+            {
+                let (p, o) = match checked.positions.get(key) {
+                    Some(&p) => (p, at(&origin, &text, p)),
+                    None => (usize::MAX, origin.clone()),
+                };
+                checked.errors.push((p, invalid(&o, key, e.to_string())));
+            }
         }
     }
     finish(checked.config, checked.errors, &origin)
+}
+
+/// `/dev/null` (a character device: `read_text` reads no other) says "no config": the
+/// built-in defaults, as asked.
+fn is_char_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// A `cost_profile` path relative to the config file's directory; a built-in name or an
@@ -967,6 +1166,137 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("\n"), "no raw newline echoed: {e:?}");
+    }
+
+    #[test]
+    fn every_number_key_has_a_bound_that_validation_enforces() {
+        // Every numeric key of the schema, set to u32::MAX (what `run --once` never finished
+        // with for window_ticks and step_down_after_windows), is refused naming its key
+        // and the value.
+        let schema = toml::Table::try_from(Config::default()).unwrap();
+        let mut tried = 0;
+        let mut accepted = Vec::new();
+        for (section, keys) in &schema {
+            let toml::Value::Table(keys) = keys else {
+                continue;
+            };
+            for (name, v) in keys {
+                if !matches!(v, toml::Value::Integer(_) | toml::Value::Float(_)) {
+                    continue;
+                }
+                tried += 1;
+                let text = format!("[{section}]\n{name} = 4294967295\n");
+                let e = match load_str(&text, "t") {
+                    Ok(_) => {
+                        accepted.push(format!("{section}.{name}"));
+                        continue;
+                    }
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    e.contains(&format!("`{section}.{name}`")) && e.contains("4294967295"),
+                    "{section}.{name}: {e}"
+                );
+            }
+        }
+        assert_eq!(accepted, Vec::<String>::new(), "accepted at 4294967295");
+        assert!(tried >= 30, "only {tried} numeric keys");
+    }
+
+    #[test]
+    fn a_window_or_a_decision_longer_than_its_bound_is_refused() {
+        let e = load_str(
+            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 25\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("policy.window_ticks") && e.contains("90000000 ms"),
+            "{e}"
+        );
+        let e = load_str(
+            "[daemon]\ninterval_ms = 3600000\n[policy]\nwindow_ticks = 2\nstep_down_after_windows = 85\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("policy.step_down_after_windows") && e.contains("a week"),
+            "{e}"
+        );
+        // The longest interval with the default window is accepted.
+        load_str("[daemon]\ninterval_ms = 3600000\n", "t").unwrap();
+        // The bounds themselves are accepted where the product is.
+        load_str(
+            "[policy]\nstep_down_after_windows = 1000\ndisable_after_windows = 1000\n",
+            "t",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_wrong_value_is_named_with_its_key_and_what_the_key_expects() {
+        for (text, want) in [
+            (
+                "[daemon]\ninterval_ms = \"fast\"\n",
+                "t:2:15: key `daemon.interval_ms`: \"fast\" is a string, expected an integer in 0..=9223372036854775807",
+            ),
+            (
+                "[daemon]\nrescan_every_ticks = 5000000000\n",
+                "key `daemon.rescan_every_ticks`: 5000000000 is out of range, expected an integer in 0..=4294967295",
+            ),
+            (
+                "[policy]\nwindow_ticks = 99999999999999999999\n",
+                "t:2:16: key `policy.window_ticks`: 99999999999999999999 is larger than any TOML integer (at most 9223372036854775807), expected an integer in 0..=4294967295",
+            ),
+            (
+                "[policy]\nmin_window_bios = 18446744073709551615\n",
+                "key `policy.min_window_bios`: 18446744073709551615 is larger than any TOML integer",
+            ),
+            (
+                "[devices]\ninclude = \"sda\"\n",
+                "key `devices.include`: \"sda\" is a string, expected an array",
+            ),
+        ] {
+            let e = load_str(text, "t").unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}:\n{e}\nwanted: {want}");
+        }
+        // An oversized integer does not hide the other keys' errors.
+        let e = load_str(
+            "[policy]\nwindow_ticks = 99999999999999999999\nstep_down_after_windows = 0\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("2 errors") && e.contains("step_down_after_windows"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_empty_config_file_is_refused_and_dev_null_or_a_comment_are_the_defaults() {
+        let dir = std::env::temp_dir().join(format!("mergetune-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("m.toml");
+        for blank in ["", "\n\n  \t\n"] {
+            std::fs::write(&p, blank).unwrap();
+            let e = load_file(&p).unwrap_err();
+            assert!(matches!(e, ConfigError::Empty { .. }), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains(&p.display().to_string()) && e.contains("include"),
+                "{e}"
+            );
+        }
+        std::fs::write(&p, "# built-in defaults\n").unwrap();
+        assert_eq!(load_file(&p).unwrap(), Config::default());
+        assert_eq!(
+            load_file(Path::new("/dev/null")).unwrap(),
+            Config::default()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -158,6 +158,9 @@ pub enum DecisionKind {
     /// Ladder: merging finds nothing, but no level below saves measurably on this kernel
     /// (the cost profile): the device stays, nothing is written.
     NotWorthIt,
+    /// Ladder: merging finds nothing, but no level below can be priced yet (the saving is
+    /// unknown, not small): the device stays with merging on, nothing is written.
+    SavingUnknown,
     /// Slices: one step favouring starving reads.
     FavourReads,
     /// Slices: a step undone because it did not pay.
@@ -171,7 +174,7 @@ pub enum DecisionKind {
 }
 
 impl DecisionKind {
-    pub const ALL: [DecisionKind; 16] = [
+    pub const ALL: [DecisionKind; 17] = [
         DecisionKind::StepDown,
         DecisionKind::Disable,
         DecisionKind::Enable,
@@ -183,6 +186,7 @@ impl DecisionKind {
         DecisionKind::TrialSucceeded,
         DecisionKind::TrialFailed,
         DecisionKind::NotWorthIt,
+        DecisionKind::SavingUnknown,
         DecisionKind::FavourReads,
         DecisionKind::Undo,
         DecisionKind::Relax,
@@ -218,6 +222,7 @@ impl DecisionKind {
             DecisionKind::TrialSucceeded => "trial_succeeded",
             DecisionKind::TrialFailed => "trial_failed",
             DecisionKind::NotWorthIt => "not_worth_it",
+            DecisionKind::SavingUnknown => "saving_unknown",
             DecisionKind::FavourReads => "favour_reads",
             DecisionKind::Undo => "undo",
             DecisionKind::Relax => "relax",
@@ -248,7 +253,7 @@ pub struct Change {
 pub enum Applied {
     /// Every change was written.
     Yes,
-    /// The decision writes nothing (a `not_worth_it`, a probe that ends where it started,
+    /// The decision writes nothing (a `not_worth_it` or `saving_unknown`, a probe that ends where it started,
     /// a trial that stays): said as such, so that no one reads it as a write.
     NothingToWrite,
     /// Dry-run: nothing written.

@@ -35,7 +35,7 @@ pub mod reason;
 pub mod signature;
 mod trial;
 
-use crate::pricing::worth::Worth;
+use crate::pricing::worth::{Basis, Worth};
 pub use reason::Reason;
 pub use signature::Signature;
 
@@ -63,6 +63,20 @@ pub const TAP_HOLDOFF_INITIAL_MS: u64 = 60_000;
 /// on a loop device: "L3 saves 3.20 ms/s [2.11, 4.96]" at the contended rate, 26 s after
 /// a step taken at 273,084 bios/s, then back down 4 s later).
 pub const LEAVE_L3_NOT_WORTH_AFTER_MS: u64 = 30_000;
+/// The bio tap's samples in a row (one every `[sense] every_ms`, 2 s by default) that must
+/// call for merging before L3 is left for it, unless one is decisive
+/// ([`TAP_DECISIVE_SHARE`]). A share just over the high threshold is what chance gives a
+/// fast random load (11-18% of 512 sampled bios on random 4 KiB reads that the kernel
+/// merged 0.0% of): a lone such sample, over before the next, does not pay for leaving
+/// L3 (two writes at least, each a queue freeze), while mergeable I/O that stays is seen
+/// again by the next sample.
+pub const TAP_CONFIRM_SAMPLES: u32 = 2;
+/// A sample at least this mergeable brings merging back with no second one: chance does
+/// not make half of a random load's bios mergeable, and a real sequential stream at L3
+/// loses up to 43% of its throughput for as long as it waits (each 2 s sample of waiting
+/// on `same_signature`, random writes turning sequential at the same rate, size and read
+/// share, took it past the 1-window reaction target).
+pub const TAP_DECISIVE_SHARE: f64 = 0.5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -241,8 +255,9 @@ pub struct History {
     pub trial_backoff_ms: u64,
     /// No trial before this time.
     pub next_trial_at_ms: u64,
-    /// Workloads that were confirmed merge-hostile (settled at L3, or a probe found
-    /// nothing), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
+    /// Workloads that were found merge-hostile (stepped down to L3 and not thrown out by
+    /// the bio tap, a probe found nothing, or the counters at L0 did not bear out the tap's
+    /// call), newest last, at most [`KNOWN_HOSTILE_MAX`]. When one of them comes back,
     /// its low windows at L0-L2 take the device straight to L3.
     pub known_hostile: Vec<Signature>,
     /// The next hold-off on steps to L3 when the tap's call for merging is not borne out
@@ -282,6 +297,11 @@ pub struct Merging {
     /// L0 was reached because the bio tap at L3 called for merging: the next busy window
     /// tells whether the counters bear it out.
     pub tap_called: bool,
+    /// The tap's call was not borne out here (the counters at L0 found next to nothing):
+    /// while steps to L3 are held off, the rungs between are not walked either (L0 has
+    /// shown what merging finds; each rung is a write), and when the hold-off ends the
+    /// workload, remembered as merge-hostile, goes straight back to L3.
+    pub tap_refuted: bool,
     /// L2 was reached by a successful trial: its merges are the workload's merges, so a
     /// high ratio there is no reason to go back to L0.
     pub l2_verified: bool,
@@ -309,6 +329,7 @@ impl Merging {
             high_windows: 0,
             empty_windows: 0,
             tap_called: false,
+            tap_refuted: false,
             l2_verified: false,
             not_worth_noted: false,
             unknown_noted: false,
@@ -331,10 +352,15 @@ pub struct AtL3 {
     pub signature: Option<Signature>,
     /// Busy windows seen at L3 since it was entered (saturating).
     pub busy_windows: u32,
-    /// The start of the first of the consecutive windows whose rate alone fell from
-    /// `signature`'s: such a change probes once it has lasted
-    /// [`signature::RATE_CHANGE_CONFIRM_MS`]. None when the last window showed no such change.
-    pub rate_fell_since_ms: Option<u64>,
+    /// The start of the first of the consecutive busy windows that differed from
+    /// `signature` (None when the last one did not): a change counts only once it has
+    /// lasted ([`SignatureChange::confirmed`](signature::SignatureChange::confirmed)).
+    pub changed_since_ms: Option<u64>,
+    /// How many busy windows in a row have differed from `signature`.
+    pub changed_windows: u32,
+    /// The bio tap's samples in a row that called for merging (a mergeable share at or
+    /// over the high threshold): L3 is left for them only at [`TAP_CONFIRM_SAMPLES`].
+    pub tap_high_samples: u32,
     /// Since when every settled window at L3 has priced the live saving's upper bound under
     /// the floor (None while it is kept): L3 is left for lack of worth only once this has
     /// lasted [`LEAVE_L3_NOT_WORTH_AFTER_MS`].
@@ -502,7 +528,9 @@ impl History {
                 next_probe_at_ms: None,
                 signature: None,
                 busy_windows: 0,
-                rate_fell_since_ms: None,
+                changed_since_ms: None,
+                changed_windows: 0,
+                tap_high_samples: 0,
                 not_kept_since_ms: None,
             })
         } else {
@@ -533,7 +561,9 @@ impl History {
                 next_probe_at_ms: Some(next_probe_at_ms),
                 signature: Some(sig),
                 busy_windows: 0,
-                rate_fell_since_ms: None,
+                changed_since_ms: None,
+                changed_windows: 0,
+                tap_high_samples: 0,
                 not_kept_since_ms: None,
             }),
         }
@@ -602,6 +632,9 @@ pub enum OutcomeKind {
     /// The merges find nothing, but no level below saves measurably on this kernel (the
     /// cost profile): the device stays (no write).
     NotWorthIt,
+    /// The merges find nothing, but no level below can be priced yet (the saving is
+    /// unknown): the device stays with merging on (no write).
+    SavingUnknown,
 }
 
 impl OutcomeKind {
@@ -620,6 +653,7 @@ impl OutcomeKind {
             OutcomeKind::TrialSucceeded => DecisionKind::TrialSucceeded,
             OutcomeKind::TrialFailed => DecisionKind::TrialFailed,
             OutcomeKind::NotWorthIt => DecisionKind::NotWorthIt,
+            OutcomeKind::SavingUnknown => DecisionKind::SavingUnknown,
         })
     }
 }
@@ -716,6 +750,19 @@ impl Ctx<'_> {
         deepest_level(self.cfg, self.caps) == DEEPEST_LEVEL && self.caps.worth.worth(DEEPEST_LEVEL)
     }
 
+    /// Why L3 is no level to rest at here (asked where [`Ctx::l3_allowed`] is false).
+    fn why_no_l3(&self) -> reason::NoL3 {
+        if !self.caps.sense_at_l3 {
+            reason::NoL3::Blind
+        } else if deepest_allowed(self.cfg) < DEEPEST_LEVEL {
+            reason::NoL3::NotAllowed
+        } else if matches!(self.caps.worth.basis, Basis::Unknown { .. }) {
+            reason::NoL3::SavingUnknown
+        } else {
+            reason::NoL3::NotWorth
+        }
+    }
+
     /// Whether a device at `at` (below L0) should leave it for lack of worth: neither `at`
     /// nor any level below it that this device can reach is worth keeping
     /// ([`Worth::keeps`]: live, the upper end of the saving's interval under the floor).
@@ -728,7 +775,8 @@ impl Ctx<'_> {
     }
 
     /// The "not worth it" reason for a device at `at`, if no level below it that this
-    /// device can reach saves measurably.
+    /// device can reach saves measurably; "saving unknown" where nothing prices them yet
+    /// (that is no verdict, and is never worded as one).
     fn not_worth(&self, at: Level) -> Option<Reason> {
         let mut below = [false; 4];
         let mut any = false;
@@ -739,10 +787,13 @@ impl Ctx<'_> {
                 return None;
             }
         }
-        any.then_some(Reason::NotWorth {
-            at,
-            below,
-            worth: Box::new(self.caps.worth),
+        if !any {
+            return None;
+        }
+        let worth = Box::new(self.caps.worth);
+        Some(match worth.basis {
+            Basis::Unknown { .. } => Reason::SavingUnknown { at, worth },
+            _ => Reason::NotWorth { at, below, worth },
         })
     }
 }
@@ -823,6 +874,8 @@ impl std::fmt::Display for Reason {
             Reason::Text(_)
             | Reason::Idle { .. }
             | Reason::NotWorth { .. }
+            | Reason::SavingUnknown { .. }
+            | Reason::WorthChanged(_)
             | Reason::LeaveNotWorth { .. }
             | Reason::WindowOpen(_)
             | Reason::IdleDoesNotCount(_) => reason::wording(self, f),
@@ -846,8 +899,9 @@ impl std::fmt::Display for Reason {
             Reason::AtL3 { .. }
             | Reason::AnsweredByTap { .. }
             | Reason::KnownHostileChange { .. }
-            | Reason::FallAwaitsTap { .. }
-            | Reason::RateFell { .. }
+            | Reason::RateChangeAwaitsTap { .. }
+            | Reason::ChangeUnconfirmed(_)
+            | Reason::SensedOnce { .. }
             | Reason::ChangeAnsweredByTap(_) => off::stays(self, f),
             Reason::ProbeWindow { .. }
             | Reason::ProbeInconclusive { .. }

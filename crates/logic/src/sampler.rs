@@ -324,13 +324,18 @@ pub struct Window {
     pub sensed: Option<Sensed>,
 }
 
-/// A sample of the bios queued on a device (tracefs `block_bio_queue`, or the simulator's
-/// tap through the same seam): how many were seen, and how many started where a recent bio
-/// of the same direction ended, which are the merges the kernel would have found.
+/// A sample of the requests made on a device at L3 (tracefs `block_getrq` and
+/// `block_rq_issue`, or the simulator's tap through the same seam; `logic::sense`): how many
+/// were made, and how many a request not yet issued could have taken, which are the merges
+/// the kernel would have made at L0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Sensed {
+    /// Requests made (at nomerges=2 one per bio).
     pub bios: u64,
-    pub contiguous: u64,
+    /// Of those, the ones a pending request ended or started at: back and front merges.
+    pub mergeable: u64,
+    /// Of `mergeable`, the front merges only (what mq-deadline's `front_merges` decides).
+    pub front_mergeable: u64,
     /// How long the tap was open, in ms.
     pub sampled_ms: u64,
 }

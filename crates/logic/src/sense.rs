@@ -1,80 +1,180 @@
-//! Sensing at L3: from a sample of the bios queued on a device to [`Sensed`], and the
+//! Sensing at L3: from a sample of the tap's events on a device to [`Sensed`], and the
 //! `[sense]` config that bounds how often the tap is open.
 //!
 //! At nomerges=2 the merge counters read zero whatever the workload does, so the only sight
-//! of mergeable I/O is the bio stream itself (tracefs `block_bio_queue`, or the simulator's
-//! tap through the same [`mergetune_kernel::blockfs::BlockFs`] seam). A bio the kernel would
-//! have back-merged is one that starts where a recent bio of the same direction ended: the
-//! plug merge tries the newest plugged request, the one-hit cache the last merged one, the
-//! hash any queued request's end. [`Contiguity`] counts such bios against the last
-//! `recent_bios` ends per direction; that share is what merging would have found (an upper
-//! bound: a bio whose neighbour was already dispatched cannot merge; the counters at L0
-//! then show it, and the policy holds L3 off for a while). Pure: bios in, counts out;
-//! memory is the two small rings whatever the rate.
+//! of mergeable I/O is the request stream itself (tracefs `block_getrq` and `block_rq_issue`,
+//! or the simulator's tap through the same [`mergetune_kernel::blockfs::BlockFs`] seam). The
+//! kernel merges a bio only into a request that has not been issued yet: the newest one in
+//! the submitter's plug, or one still waiting in the scheduler's or the software queue (the
+//! hash of request ends for a back merge, the sort tree or list for a front merge). At
+//! nomerges=2 each bio becomes its own request, so [`Mergeable`] keeps the requests made and
+//! not yet issued and counts a new one mergeable when one of them ends where it starts (a
+//! back merge) or starts where it ends (a front merge, counted apart: mq-deadline's
+//! `front_merges` decides it). A request that merely continues one already issued (a
+//! sequential stream at queue depth 1, each bio dispatched before the next arrives) is not
+//! mergeable, as the kernel does not merge it. What this leaves out: the size limits
+//! (`max_sectors_kb`, segments) that end a chain of merges, and requests made before the tap
+//! opened. Measured against the kernel's own merge counters at L0 in
+//! `tests/real_kernel/real_kernel_tap_agreement.rs` (docs/policy.md "Sensing at L3").
+//! Below nomerges=2 (a dry run, whose tap sees the real level) a bio the kernel merged makes
+//! no request: its merge event counts it, mergeable, so the share does not depend on the
+//! level. Pure: events in, counts out; memory is bounded by `pending_requests` whatever the rate,
+//! and a request whose issue the tap never saw (a lost event) ages out.
 
 use crate::sampler::Sensed;
-use mergetune_kernel::biosense::QueuedBio;
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::biosense::TapEvent;
+use mergetune_kernel::trace::{Dir, EventKind};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
 
-/// Counts queued bios and those contiguous with a recent bio of the same direction.
-#[derive(Debug, Clone)]
-pub struct Contiguity {
-    /// The ends (`sector + nr_sectors`) of the last bios, per direction, as rings.
-    ends: [Vec<u64>; 2],
-    next: [usize; 2],
-    recent: usize,
-    bios: u64,
-    contiguous: u64,
+/// A request made and not yet seen issued is forgotten after this long: mq-deadline's
+/// write_expire (5 s) is the longest a default scheduler holds one; an older entry is one
+/// whose issue event was lost.
+pub const PENDING_MAX_AGE_NS: u64 = 5_000_000_000;
+
+/// One request made and not yet issued.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    end: u64,
+    made_ns: u64,
 }
 
-impl Contiguity {
-    /// `recent` ends are remembered per direction (at least one).
-    pub fn new(recent: usize) -> Contiguity {
-        let recent = recent.max(1);
-        Contiguity {
-            ends: [Vec::with_capacity(recent), Vec::with_capacity(recent)],
-            next: [0, 0],
-            recent,
+/// Counts the requests made on a device and those a request still waiting could have
+/// taken (back or front), from the tap's events in time order.
+#[derive(Debug, Clone)]
+pub struct Mergeable {
+    /// Per direction: the pending requests by start sector.
+    by_start: [HashMap<u64, Pending>; 2],
+    /// Per direction: how many pending requests end at a sector.
+    ends: [HashMap<u64, u32>; 2],
+    /// The requests in the order they were made, `(made_ns, dir, start)`, for the bound and
+    /// the age limit (an entry already issued is skipped when it comes up).
+    order: VecDeque<(u64, Dir, u64)>,
+    capacity: usize,
+    bios: u64,
+    back: u64,
+    front: u64,
+}
+
+impl Mergeable {
+    /// At most `capacity` requests are remembered as pending (at least one); past it the
+    /// oldest is forgotten.
+    pub fn new(capacity: usize) -> Mergeable {
+        Mergeable {
+            by_start: [HashMap::new(), HashMap::new()],
+            ends: [HashMap::new(), HashMap::new()],
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
             bios: 0,
-            contiguous: 0,
+            back: 0,
+            front: 0,
         }
     }
 
-    pub fn push(&mut self, bio: &QueuedBio) {
-        if bio.nr_sectors == 0 {
+    pub fn push(&mut self, ev: &TapEvent) {
+        match ev.kind {
+            EventKind::GetRq => self.made(ev),
+            EventKind::Issue => self.issued(ev.dir, ev.sector),
+            // Below nomerges=2 (a dry run taps the real level) a bio that merged made no
+            // request: the kernel's own call.
+            EventKind::BackMerge | EventKind::FrontMerge if ev.nr_sectors > 0 => {
+                self.bios += 1;
+                if ev.kind == EventKind::BackMerge {
+                    self.back += 1;
+                } else {
+                    self.front += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn made(&mut self, ev: &TapEvent) {
+        if ev.nr_sectors == 0 {
             // A flush or an empty bio merges with nothing and carries no data.
             return;
         }
-        let d = bio.dir.idx();
+        self.age_out(ev.t_ns);
+        let d = ev.dir.idx();
+        let end = ev.sector.saturating_add(u64::from(ev.nr_sectors));
         self.bios += 1;
-        if self.ends[d].contains(&bio.sector) {
-            self.contiguous += 1;
+        if self.ends[d].contains_key(&ev.sector) {
+            self.back += 1;
+        } else if self.by_start[d].contains_key(&end) {
+            self.front += 1;
         }
-        let end = bio.sector.saturating_add(u64::from(bio.nr_sectors));
-        if self.ends[d].len() < self.recent {
-            self.ends[d].push(end);
-        } else {
-            self.ends[d][self.next[d]] = end;
-            self.next[d] = (self.next[d] + 1) % self.recent;
+        // A second pending request at the same start (a rewrite) replaces the first.
+        self.issued(ev.dir, ev.sector);
+        self.by_start[d].insert(
+            ev.sector,
+            Pending {
+                end,
+                made_ns: ev.t_ns,
+            },
+        );
+        *self.ends[d].entry(end).or_insert(0) += 1;
+        self.order.push_back((ev.t_ns, ev.dir, ev.sector));
+        while self.order.len() > self.capacity {
+            self.forget_oldest();
         }
     }
 
-    pub fn extend<'a>(&mut self, bios: impl IntoIterator<Item = &'a QueuedBio>) {
-        for b in bios {
-            self.push(b);
+    /// The request of `dir` starting at `sector` left the queue (or is forgotten).
+    fn issued(&mut self, dir: Dir, sector: u64) {
+        let d = dir.idx();
+        let Some(p) = self.by_start[d].remove(&sector) else {
+            return;
+        };
+        if let Some(n) = self.ends[d].get_mut(&p.end) {
+            *n -= 1;
+            if *n == 0 {
+                self.ends[d].remove(&p.end);
+            }
         }
     }
 
+    fn forget_oldest(&mut self) {
+        if let Some((made_ns, dir, start)) = self.order.pop_front()
+            && self.by_start[dir.idx()]
+                .get(&start)
+                .is_some_and(|p| p.made_ns == made_ns)
+        {
+            self.issued(dir, start);
+        }
+    }
+
+    fn age_out(&mut self, now_ns: u64) {
+        while self
+            .order
+            .front()
+            .is_some_and(|&(t, _, _)| now_ns.saturating_sub(t) > PENDING_MAX_AGE_NS)
+        {
+            self.forget_oldest();
+        }
+    }
+
+    pub fn extend<'a>(&mut self, events: impl IntoIterator<Item = &'a TapEvent>) {
+        for e in events {
+            self.push(e);
+        }
+    }
+
+    /// Requests made so far (at nomerges=2, bios).
     pub fn bios(&self) -> u64 {
         self.bios
+    }
+
+    /// Requests remembered as pending now (at most the capacity).
+    pub fn pending(&self) -> usize {
+        self.by_start[0].len() + self.by_start[1].len()
     }
 
     /// The counts so far, for a tap that was open `sampled_ms`.
     pub fn sensed(&self, sampled_ms: u64) -> Sensed {
         Sensed {
             bios: self.bios,
-            contiguous: self.contiguous,
+            mergeable: self.back + self.front,
+            front_mergeable: self.front,
             sampled_ms,
         }
     }
@@ -82,27 +182,29 @@ impl Contiguity {
     /// Forgets everything (the next sample starts with no history).
     pub fn clear(&mut self) {
         for d in [Dir::Read, Dir::Write] {
+            self.by_start[d.idx()].clear();
             self.ends[d.idx()].clear();
-            self.next[d.idx()] = 0;
         }
+        self.order.clear();
         self.bios = 0;
-        self.contiguous = 0;
+        self.back = 0;
+        self.front = 0;
     }
 }
 
-/// [`Contiguity`] over a whole sample at once.
-pub fn sense(bios: &[QueuedBio], recent: usize, sampled_ms: u64) -> Sensed {
-    let mut c = Contiguity::new(recent);
-    c.extend(bios);
+/// [`Mergeable`] over a whole sample at once.
+pub fn sense(events: &[TapEvent], capacity: usize, sampled_ms: u64) -> Sensed {
+    let mut c = Mergeable::new(capacity);
+    c.extend(events);
     c.sensed(sampled_ms)
 }
 
-/// The contiguous share of a sample in percent (0 for an empty one).
-pub fn contiguous_percent(s: &Sensed) -> f64 {
+/// The mergeable share of a sample in percent (0 for an empty one).
+pub fn mergeable_percent(s: &Sensed) -> f64 {
     if s.bios == 0 {
         0.0
     } else {
-        s.contiguous as f64 * 100.0 / s.bios as f64
+        s.mergeable as f64 * 100.0 / s.bios as f64
     }
 }
 
@@ -118,8 +220,14 @@ pub struct SenseConfig {
     pub open_ms: u64,
     /// Time from the start of one sample to the start of the next, in ms.
     pub every_ms: u64,
-    /// Ends of recent bios remembered per direction when judging contiguity.
-    pub recent_bios: usize,
+    /// The most requests remembered as made and not yet issued (per device): bounds the
+    /// tap's memory whatever the rate; more than any queue holds (nr_requests, plugs).
+    pub pending_requests: usize,
+    /// Deprecated and ignored: the ends of the last bios the tap once compared a bio with.
+    /// A bio is now mergeable only against requests not yet issued (`pending_requests`);
+    /// the key is still read so that an older config loads, and check-config warns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recent_bios: Option<usize>,
     /// A sample with fewer bios says nothing (it is not given to the policy).
     pub min_sample_bios: u64,
     /// The most bios one sample takes; the rest are left unread in the kernel's buffer and
@@ -134,7 +242,7 @@ pub struct SenseConfig {
 
 pub const DEFAULT_SENSE_OPEN_MS: u64 = 100;
 pub const DEFAULT_SENSE_EVERY_MS: u64 = 2000;
-pub const DEFAULT_SENSE_RECENT_BIOS: usize = 16;
+pub const DEFAULT_SENSE_PENDING_REQUESTS: usize = 4096;
 pub const DEFAULT_SENSE_MIN_SAMPLE_BIOS: u64 = 64;
 pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 512;
 pub const DEFAULT_SENSE_BUFFER_KB: u64 = 64;
@@ -148,7 +256,8 @@ impl Default for SenseConfig {
             enabled: true,
             open_ms: DEFAULT_SENSE_OPEN_MS,
             every_ms: DEFAULT_SENSE_EVERY_MS,
-            recent_bios: DEFAULT_SENSE_RECENT_BIOS,
+            pending_requests: DEFAULT_SENSE_PENDING_REQUESTS,
+            recent_bios: None,
             min_sample_bios: DEFAULT_SENSE_MIN_SAMPLE_BIOS,
             max_sample_bios: DEFAULT_SENSE_MAX_SAMPLE_BIOS,
             buffer_kb: DEFAULT_SENSE_BUFFER_KB,
@@ -158,6 +267,9 @@ impl Default for SenseConfig {
 }
 
 impl SenseConfig {
+    /// Keys still read and ignored (check-config warns, the schema does not list them).
+    pub const DEPRECATED_KEYS: &'static [&'static str] = &["recent_bios"];
+
     /// The fraction of the time the tap is open at L3.
     pub fn duty(&self) -> f64 {
         self.open_ms as f64 / self.every_ms.max(1) as f64
@@ -188,10 +300,10 @@ impl SenseConfig {
                 ),
             );
         }
-        if !(1..=1024).contains(&self.recent_bios) {
+        if !(16..=65_536).contains(&self.pending_requests) {
             bad(
-                "recent_bios",
-                format!("{} is outside 1..=1024", self.recent_bios),
+                "pending_requests",
+                format!("{} is outside 16..=65536", self.pending_requests),
             );
         }
         if !(1..=1_000_000).contains(&self.min_sample_bios) {
@@ -228,82 +340,180 @@ impl SenseConfig {
         }
         errs
     }
+
+    /// What check-config warns of in `[sense]` (keys that load but do nothing).
+    pub fn warnings(&self) -> Vec<String> {
+        self.recent_bios
+            .map(|_| {
+                "key `sense.recent_bios` is deprecated and ignored: the tap now counts a bio mergeable only when a request not yet issued ends where it starts or starts where it ends (bounded by `sense.pending_requests`); remove the key".to_string()
+            })
+            .into_iter()
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bio(dir: Dir, sector: u64, nr: u32) -> QueuedBio {
-        QueuedBio {
-            t_ns: 0,
+    fn ev(kind: EventKind, t_ns: u64, dir: Dir, sector: u64, nr: u32) -> TapEvent {
+        TapEvent {
+            t_ns,
+            kind,
             dir,
             sector,
             nr_sectors: nr,
         }
     }
 
+    fn made(t: u64, dir: Dir, sector: u64, nr: u32) -> TapEvent {
+        ev(EventKind::GetRq, t, dir, sector, nr)
+    }
+
+    fn issued(t: u64, dir: Dir, sector: u64, nr: u32) -> TapEvent {
+        ev(EventKind::Issue, t, dir, sector, nr)
+    }
+
+    const CAP: usize = DEFAULT_SENSE_PENDING_REQUESTS;
+
     #[test]
-    fn a_sequential_stream_is_contiguous_but_its_first_bio() {
-        let bios: Vec<_> = (0..100).map(|i| bio(Dir::Write, i * 8, 8)).collect();
-        let s = sense(&bios, 16, 250);
-        assert_eq!((s.bios, s.contiguous, s.sampled_ms), (100, 99, 250));
+    fn a_sequential_stream_whose_previous_request_was_issued_is_not_mergeable() {
+        // 64 KiB O_DIRECT writes at queue depth 1: each request is issued before the next
+        // bio arrives, and the kernel merges none of them.
+        let mut evs = Vec::new();
+        for i in 0..100u64 {
+            evs.push(made(i * 10, Dir::Write, i * 128, 128));
+            evs.push(issued(i * 10 + 1, Dir::Write, i * 128, 128));
+        }
+        let s = sense(&evs, CAP, 250);
+        assert_eq!((s.bios, s.mergeable, s.sampled_ms), (100, 0, 250));
     }
 
     #[test]
-    fn contiguity_is_per_direction() {
-        // A read that starts where a write ended merges with nothing.
-        let bios = [bio(Dir::Write, 0, 8), bio(Dir::Read, 8, 8)];
-        assert_eq!(sense(&bios, 16, 1).contiguous, 0);
+    fn a_plugged_sequential_batch_is_mergeable_but_its_first_request() {
+        // 64 bios under one plug: each request waits in the plug until the unplug issues
+        // them all, so each but the first ends up back-merged at L0.
+        let mut evs: Vec<_> = (0..64u64).map(|i| made(i, Dir::Write, i * 8, 8)).collect();
+        evs.extend((0..64u64).map(|i| issued(100 + i, Dir::Write, i * 8, 8)));
+        let s = sense(&evs, CAP, 1);
+        assert_eq!((s.bios, s.mergeable, s.front_mergeable), (64, 63, 0));
+        // The next batch starts where the issued one ended: its first request merges with
+        // nothing.
+        let mut c = Mergeable::new(CAP);
+        c.extend(&evs);
+        c.push(&made(200, Dir::Write, 64 * 8, 8));
+        assert_eq!(c.sensed(1).mergeable, 63);
     }
 
     #[test]
-    fn interleaved_streams_are_found_within_the_recent_ends() {
-        // Four sequential streams taking turns: each bio continues the one four back.
-        let bios: Vec<_> = (0..400u64)
-            .map(|i| bio(Dir::Read, (i % 4) * 1_000_000 + (i / 4) * 8, 8))
-            .collect();
-        assert_eq!(sense(&bios, 4, 1).contiguous, 396);
-        // Remembering fewer ends than streams misses them all.
-        assert_eq!(sense(&bios, 3, 1).contiguous, 0);
+    fn a_request_ending_where_a_pending_one_starts_is_a_front_merge() {
+        let evs = [made(0, Dir::Read, 800, 8), made(1, Dir::Read, 792, 8)];
+        let s = sense(&evs, CAP, 1);
+        assert_eq!((s.mergeable, s.front_mergeable), (1, 1));
     }
 
     #[test]
-    fn random_bios_are_rarely_contiguous() {
+    fn mergeability_is_per_direction() {
+        // A read that starts where a pending write ends merges with nothing.
+        let evs = [made(0, Dir::Write, 0, 8), made(1, Dir::Read, 8, 8)];
+        assert_eq!(sense(&evs, CAP, 1).mergeable, 0);
+    }
+
+    #[test]
+    fn random_requests_with_a_deep_queue_are_rarely_mergeable() {
+        // Random 4 KiB over 512 MiB with 64 requests pending at any time.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let bios: Vec<_> = (0..10_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                bio(Dir::Write, (x % (1 << 20)) * 8, 8)
-            })
-            .collect();
-        let s = sense(&bios, 16, 1);
-        assert!(contiguous_percent(&s) < 1.0, "{s:?}");
+        let mut pending = VecDeque::new();
+        let mut evs = Vec::new();
+        for t in 0..10_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let sector = (x % (1 << 17)) * 8;
+            evs.push(made(t, Dir::Read, sector, 8));
+            pending.push_back(sector);
+            if pending.len() > 64 {
+                evs.push(issued(t, Dir::Read, pending.pop_front().unwrap(), 8));
+            }
+        }
+        let s = sense(&evs, CAP, 1);
+        assert!(mergeable_percent(&s) < 0.5, "{s:?}");
     }
 
     #[test]
-    fn empty_bios_are_not_counted() {
-        let bios = [bio(Dir::Write, 0, 8), bio(Dir::Write, 8, 0)];
-        assert_eq!(sense(&bios, 16, 1).bios, 1);
-        assert_eq!(contiguous_percent(&Sensed::default()), 0.0);
+    fn below_l3_the_kernels_own_merges_count_as_mergeable_bios() {
+        let evs = [
+            made(0, Dir::Write, 0, 8),
+            ev(EventKind::BackMerge, 1, Dir::Write, 8, 8),
+            ev(EventKind::FrontMerge, 2, Dir::Write, 1000, 8),
+            issued(3, Dir::Write, 0, 16),
+        ];
+        let s = sense(&evs, CAP, 1);
+        assert_eq!((s.bios, s.mergeable, s.front_mergeable), (3, 2, 1));
+    }
+
+    #[test]
+    fn memory_is_bounded_and_stale_requests_age_out() {
+        // No issue is ever seen (lost events): at most `capacity` are remembered.
+        let mut c = Mergeable::new(16);
+        for i in 0..1000u64 {
+            c.push(&made(i, Dir::Write, i * 1000, 8));
+        }
+        assert_eq!(c.pending(), 16);
+        // The oldest were forgotten: a request continuing the first is not mergeable...
+        c.push(&made(1000, Dir::Write, 8, 8));
+        assert_eq!(c.sensed(0).mergeable, 0);
+        // ... one continuing a recent one is.
+        c.push(&made(1001, Dir::Write, 999 * 1000 + 8, 8));
+        assert_eq!(c.sensed(0).mergeable, 1);
+        // Older than the age limit: forgotten, whatever the capacity.
+        let mut c = Mergeable::new(CAP);
+        c.push(&made(0, Dir::Write, 0, 8));
+        c.push(&made(PENDING_MAX_AGE_NS + 1, Dir::Write, 8, 8));
+        assert_eq!(c.sensed(0).mergeable, 0);
+        assert_eq!(c.pending(), 1);
+    }
+
+    #[test]
+    fn empty_requests_and_unknown_issues_are_not_counted() {
+        let evs = [
+            issued(0, Dir::Write, 64, 8),
+            made(1, Dir::Write, 0, 8),
+            made(2, Dir::Write, 8, 0),
+        ];
+        let s = sense(&evs, CAP, 1);
+        assert_eq!((s.bios, s.mergeable), (1, 0));
+        assert_eq!(mergeable_percent(&Sensed::default()), 0.0);
     }
 
     #[test]
     fn clear_forgets_the_history() {
-        let mut c = Contiguity::new(16);
-        c.push(&bio(Dir::Write, 0, 8));
+        let mut c = Mergeable::new(CAP);
+        c.push(&made(0, Dir::Write, 0, 8));
         c.clear();
-        c.push(&bio(Dir::Write, 8, 8));
+        c.push(&made(1, Dir::Write, 8, 8));
         assert_eq!(
             c.sensed(0),
             Sensed {
                 bios: 1,
-                contiguous: 0,
+                mergeable: 0,
+                front_mergeable: 0,
                 sampled_ms: 0
             }
         );
+    }
+
+    #[test]
+    fn the_old_recent_bios_key_loads_is_ignored_and_warned_of() {
+        let c: SenseConfig = toml::from_str("recent_bios = 16\n").unwrap();
+        assert!(c.problems().is_empty());
+        let w = c.warnings();
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("sense.recent_bios") && w[0].contains("deprecated"),
+            "{w:?}"
+        );
+        assert!(SenseConfig::default().warnings().is_empty());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::engine::Simulation;
 use super::scenario::{DeviceKind, LISTED, iosched_keys};
-use mergetune_kernel::biosense::{QueuedBio, TapDrain, TapError, TapParams};
+use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
@@ -259,8 +259,8 @@ impl Sysfs for Simulation {
     }
 }
 
-// The bio tap: the engine records every bio submitted to a tapped device
-// (crates/sim/src/tap.rs), as the kernel's block_bio_queue tracepoint does.
+// The bio tap: the engine records the requests made and issued on a tapped device
+// (crates/sim/src/tap.rs), as the kernel's block_getrq and block_rq_issue tracepoints do.
 impl BioTap for Simulation {
     fn tap_available(&mut self, dev: &str) -> Result<(), TapError> {
         self.tap_dev(dev).map(|_| ())
@@ -275,7 +275,7 @@ impl BioTap for Simulation {
     fn tap_drain(
         &mut self,
         dev: &str,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         self.dev_index(dev)
@@ -307,7 +307,8 @@ impl MergeSampler for Simulation {
     }
 
     fn merge_sampler_drain(&mut self) -> mergetune_kernel::perf::MergeSamples {
-        self.merge_meter.drain()
+        let devs = &self.devs;
+        self.merge_meter.drain(|d| devs[d].name.clone())
     }
 }
 

@@ -23,7 +23,6 @@ use mergetune_logic::policy::{
     hold_without_deciding, tunables,
 };
 use mergetune_logic::pricing::live::LivePricing;
-use mergetune_logic::pricing::price::Shape;
 use mergetune_logic::sampler::{Window, WindowClose};
 use tracing::{debug, info, warn};
 
@@ -101,6 +100,9 @@ impl DeviceTick<'_> {
             self.write_failed(name, dev, now_ms, to_level, &mut decision, e);
             dev.last_decision = Some(Box::new(decision.clone()));
             return Some(decision);
+        }
+        if let Some(n) = dev.write_backoff.succeeded() {
+            info!(device = %name, "{name}: written again after {n} failed tries");
         }
         let (from, to) = match decision.changes.first() {
             Some(c) => (c.from.clone(), c.to.clone()),
@@ -196,8 +198,12 @@ impl DeviceTick<'_> {
                     .policy
                     .l3_rate_bios_per_sec()
                     .unwrap_or_else(|| w.map_or(0.0, Window::bios_per_sec));
-                let shape = w.and_then(|w| Shape::of_counters(&w.counters));
-                live.worth(dev.info.known_scheduler(), shape, rate, &self.cfg.pricing)
+                live.worth(
+                    &dev.info.name,
+                    dev.info.known_scheduler(),
+                    rate,
+                    &self.cfg.pricing,
+                )
             }
             None => dev.caps.worth,
         };
@@ -401,18 +407,24 @@ impl DeviceTick<'_> {
             }
             _ => self.counters.write_errors += 1,
         }
-        let wait_ms = (self.cfg.policy.min_dwell_secs * 1000).max(self.cfg.window_ms());
+        // Never sooner than the policy would decide again, and backing off while the
+        // failures go on (an immutable file fails every try).
+        let retry = dev.write_backoff.failed(&e.to_string());
+        let wait_ms = (self.cfg.policy.min_dwell_secs * 1000)
+            .max(self.cfg.window_ms())
+            .max(retry.wait_ms);
         dev.retry_after_ms = now_ms + wait_ms;
         let written = if decision.changes.is_empty() {
             String::new()
         } else {
             format!(" (written before the failure: {})", decision.changes_text())
         };
-        if matches!(e, ActuatorError::State(_)) {
-            // The state file's failure is logged once per change (log_persist_change).
-            debug!(device = %name, "{name}: {from_level} -> {to_level} not written, retry in {wait_ms} ms: {e}{written}");
+        if matches!(e, ActuatorError::State(_)) || !retry.say {
+            // The state file's failure is logged once per change (log_persist_change); a
+            // repeat of the same error was said at its first failure.
+            debug!(device = %name, "{name}: {from_level} -> {to_level} not written (failure {} in a row), retry in {wait_ms} ms: {e}{written}", retry.failures);
         } else {
-            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged, retry in {wait_ms} ms: {e}{written}");
+            warn!(device = %name, "{name}: {from_level} -> {to_level} failed, level unchanged: {e}{written}; retrying in {wait_ms} ms, the wait doubling with each failure up to {} s (the same error again is not logged until a write succeeds)", crate::actuator::WRITE_RETRY_MAX_MS / 1000);
         }
         decision.applied = Applied::Failed(e.to_string());
         decision.reason = format!("{} (write failed: {e})", decision.reason);

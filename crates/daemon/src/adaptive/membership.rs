@@ -7,12 +7,11 @@ use super::{Daemon, DeviceRuntime, LADDER};
 use crate::actuator::Actuator;
 use crate::state::{RestoreOutcome, RestoreResult};
 use mergetune_kernel::blockfs::{BlockFs, FsError};
-use mergetune_kernel::devices::{DeviceIdentity, DeviceInfo, read_device, read_identity};
+use mergetune_kernel::devices::{DeviceIdentity, DeviceInfo, Sameness, read_device, read_identity};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind};
 use mergetune_logic::devices::{classify, describe};
 use mergetune_logic::policy::{Caps, PolicyState};
-use mergetune_logic::pricing::source::PricingSource;
 use mergetune_logic::pricing::worth::Worth;
 use mergetune_logic::sampler::WindowAcc;
 use tracing::{info, warn};
@@ -25,7 +24,10 @@ impl Daemon {
             self.kernel_release = fs.kernel_release();
         }
         let key = device_key(fs, info);
-        self.pricing.profile_worth(
+        // While the sampler cannot run, the fallback profile's table is the device's
+        // (`live_prices`).
+        let source = self.fallback_pricing().unwrap_or(&self.pricing);
+        source.profile_worth(
             info.known_scheduler(),
             self.kernel_release.as_deref(),
             key.as_ref(),
@@ -61,7 +63,11 @@ impl Daemon {
         };
         self.forget_gone(&names, now_ms, fs);
         for name in names {
+            if self.detached(fs, &name, now_ms) {
+                continue;
+            }
             if !self.devices.contains_key(&name) && self.actuator.has_vanished_records(&name) {
+                self.note_same_queue(fs, &name);
                 // Back after a while: a value mergetune wrote is still mergetune's.
                 let results = self.actuator.device_returned(fs, &name);
                 Self::log_restores(&results, "device back");
@@ -94,6 +100,7 @@ impl Daemon {
     fn forget_if_another_disk(&mut self, fs: &mut dyn BlockFs, name: &str) {
         let known = self.devices.get(name).and_then(|d| d.identity.as_ref());
         let Some((was, now)) = another_disk(&self.actuator, known, fs, name) else {
+            self.note_same_queue(fs, name);
             return;
         };
         info!(device = %name, "{name}: another disk has the name now ({now}; was {was}): a new device, found afresh; mergetune's records of the old one are dropped (its values went with it)");
@@ -101,6 +108,64 @@ impl Daemon {
         self.devices.remove(name);
         self.actuator.device_replaced(name);
         self.attr_read_errors.remove(name);
+    }
+
+    /// A loop device detached while mergetune knows it (by its records, or its first
+    /// sight): like a device gone, nothing is written to it and its records are kept, until
+    /// an attach shows which file it holds (the same: restored; another: another disk).
+    fn detached(&mut self, fs: &mut dyn BlockFs, name: &str, now_ms: u64) -> bool {
+        let known = self
+            .actuator
+            .recorded_identity(name)
+            .or(self.devices.get(name).and_then(|d| d.identity.as_ref()))
+            .or(self.detached.get(name))
+            .filter(|k| k.backing.is_some())
+            .cloned();
+        let Some(known) = known else {
+            return false;
+        };
+        let Some(now) = read_identity(fs, name).ok().flatten() else {
+            return false;
+        };
+        if known.compare(&now) != Sameness::Detached {
+            self.detached.remove(name);
+            return false;
+        }
+        // Remembered while detached, also without records: a detached queue is nobody's
+        // to manage (no I/O reaches it), and its next attach is judged against this.
+        self.detached.insert(name.to_string(), known.clone());
+        if self.devices.remove(name).is_some() {
+            let _ = fs.tap_close(name);
+            info!(device = %name, "{name}: loop device detached ({now}; was {known}): nothing is written to it until it is attached again; mergetune's records of it are kept (re-attached to the same file they are restored, to another they are dropped)");
+            self.actuator.device_vanished(name, now_ms);
+            self.attr_read_errors.remove(name);
+        }
+        true
+    }
+
+    /// A loop device re-attached to the same backing file while mergetune holds records
+    /// of it: its queue kept its values, so the records stay and are restored. Whether a
+    /// value equal to mergetune's is still mergetune's, or an operator wrote the same one
+    /// meanwhile, cannot be told: said once, with what `restore` can be told.
+    fn note_same_queue(&mut self, fs: &mut dyn BlockFs, name: &str) {
+        let Some(known) = self.actuator.recorded_identity(name).cloned() else {
+            return;
+        };
+        let Some(now) = read_identity(fs, name).ok().flatten() else {
+            return;
+        };
+        if known.compare(&now) != Sameness::SameQueue
+            || self.reattached_noted.get(name) == now.diskseq.as_ref()
+        {
+            return;
+        }
+        warn!(device = %name, "{name}: re-attached to the same backing file ({now}; the record is of {known}): its queue kept its values, and mergetune's records of it stay; a value equal to mergetune's that an operator wrote meanwhile cannot be told from it (`mergetune restore --reattached leave` leaves such values alone)");
+        if let Some(seq) = now.diskseq {
+            self.reattached_noted.insert(name.to_string(), seq);
+        }
+        if let Some(d) = self.devices.get_mut(name) {
+            d.reattached = true;
+        }
     }
 
     /// Devices no longer listed: their taps closed, their runtime dropped, their records
@@ -211,14 +276,17 @@ impl Daemon {
         info!(device = %name, "{}", describe(&info, &m));
         // Priced when found (live: at no rate yet), so that the startup log, status and
         // /metrics show a price before its first window closes and the tick prices it.
-        let priced = match self.pricing {
-            PricingSource::Live => {
-                self.live
-                    .worth(info.known_scheduler(), None, 0.0, &self.cfg.pricing)
-            }
-            _ => worth,
+        let priced = if self.live_prices() {
+            self.live
+                .worth(&name, info.known_scheduler(), 0.0, &self.cfg.pricing)
+        } else {
+            worth
         };
         let runtime = DeviceRuntime {
+            reattached: identity
+                .as_ref()
+                .and_then(|i| i.diskseq)
+                .is_some_and(|s| self.reattached_noted.get(&name) == Some(&s)),
             identity,
             another_disk: false,
             caps: caps_of(&info).priced(worth),
@@ -238,6 +306,7 @@ impl Daemon {
             last_reason: mergetune_logic::policy::Reason::from(""),
             last_decision: None,
             retry_after_ms: 0,
+            write_backoff: Default::default(),
             read_warned_ms: None,
             sense: Default::default(),
             tick_counters: None,

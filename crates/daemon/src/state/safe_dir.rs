@@ -29,6 +29,10 @@ pub enum Unsafe {
     Symlink,
     #[error("not a regular file ({kind})")]
     NotRegular { kind: &'static str },
+    #[error(
+        "its ancestor {ancestor} is {why}: whoever can write there can replace the state directory"
+    )]
+    Ancestor { ancestor: PathBuf, why: String },
 }
 
 /// An I/O failure on `path`, or a reason not to trust it.
@@ -75,6 +79,35 @@ pub fn trust(st: &Stat, euid: u32) -> Result<(), Unsafe> {
     Ok(())
 }
 
+/// Every ancestor of the canonical `path`, from the root down, as sshd's StrictModes checks
+/// a key's directories: owned by root or `euid`, and not writable by group or others
+/// unless sticky (`/tmp`: others may add entries there, never rename or remove ours).
+fn trust_ancestors(path: &Path, euid: u32) -> Result<(), Unsafe> {
+    for a in path.ancestors().skip(1) {
+        let st = rustix::fs::stat(a).map_err(|e| Unsafe::Ancestor {
+            ancestor: a.to_path_buf(),
+            why: format!("unreadable ({e})"),
+        })?;
+        let mode = st.st_mode & 0o7777;
+        if st.st_uid != euid && st.st_uid != 0 {
+            return Err(Unsafe::Ancestor {
+                ancestor: a.to_path_buf(),
+                why: format!(
+                    "owned by uid {}, not by this process's user (uid {euid}) or root",
+                    st.st_uid
+                ),
+            });
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(Unsafe::Ancestor {
+                ancestor: a.to_path_buf(),
+                why: format!("writable by its group or by anyone and not sticky (mode {mode:04o})"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A regular file, or what else it is.
 fn regular(st: &Stat) -> Result<(), Unsafe> {
     let kind = match FileType::from_raw_mode(st.st_mode) {
@@ -102,8 +135,9 @@ pub struct SafeDir {
 
 impl SafeDir {
     /// Opens `path` (created, mode 0700, when `create` and missing) and checks its owner
-    /// and mode. A final symbolic link is followed (an operator may link the directory
-    /// elsewhere): what is checked is the directory reached.
+    /// and mode, and every ancestor's from the root down. Links on the way are resolved
+    /// first (an operator may link the directory elsewhere): what is checked, and opened
+    /// with `O_NOFOLLOW`, is the directory reached.
     pub fn open(path: &Path, create: bool) -> Result<SafeDir, DirError> {
         if create {
             use std::os::unix::fs::DirBuilderExt;
@@ -113,10 +147,23 @@ impl SafeDir {
                 .create(path)
                 .map_err(|e| io(path, e))?;
         }
+        let real = match std::fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(e) if e.raw_os_error() == Some(libc_enotdir()) => {
+                return Err(DirError::NotADirectory {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(io(path, e)),
+        };
+        trust_ancestors(&real, euid()).map_err(|why| DirError::Unsafe {
+            path: path.to_path_buf(),
+            why,
+        })?;
         let fd = rustix::fs::openat(
             CWD,
-            path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            &real,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| match e {
@@ -166,13 +213,7 @@ impl SafeDir {
         let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
             return Ok(None);
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
-        regular(&st)
-            .and_then(|()| trust(&st, euid()))
-            .map_err(|why| DirError::Unsafe {
-                path: path.clone(),
-                why,
-            })?;
+        trusted_regular(&fd, &path)?;
         let mut bytes = Vec::new();
         std::fs::File::from(fd)
             .take(max_bytes.saturating_add(1))
@@ -266,13 +307,28 @@ impl SafeDir {
     /// holds it (the pid it wrote, when readable).
     pub fn lock(&self, name: &str) -> Result<Result<OwnedFd, Option<u32>>, DirError> {
         let path = self.child(name);
+        // Never blocking on a FIFO, never through a link, and only a regular file: a lock
+        // file that is anything else is named for what it is, not blamed on a daemon.
         let fd = rustix::fs::openat(
             &self.fd,
             name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
-        .map_err(|e| io(&path, e))?;
+        .map_err(|e| match e {
+            Errno::LOOP => DirError::Unsafe {
+                path: path.clone(),
+                why: Unsafe::Symlink,
+            },
+            Errno::ISDIR => DirError::Unsafe {
+                path: path.clone(),
+                why: Unsafe::NotRegular {
+                    kind: "a directory",
+                },
+            },
+            e => io(&path, e),
+        })?;
+        trusted_regular(&fd, &path)?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(Errno::WOULDBLOCK) => return Ok(Err(read_pid(&fd))),
@@ -291,6 +347,11 @@ impl SafeDir {
         let Some(fd) = self.open_existing(name, OFlags::RDONLY)? else {
             return Ok(None);
         };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io(&path, e))?;
+        regular(&st).map_err(|why| DirError::Unsafe {
+            path: path.clone(),
+            why,
+        })?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
             Ok(()) => Ok(None),
             Err(Errno::WOULDBLOCK) => Ok(Some(read_pid(&fd))),
@@ -299,8 +360,23 @@ impl SafeDir {
     }
 }
 
+fn libc_enotdir() -> i32 {
+    Errno::NOTDIR.raw_os_error()
+}
+
 fn read_pid(fd: impl AsFd) -> Option<u32> {
     let mut buf = [0u8; 16];
     let n = rustix::io::pread(fd, &mut buf, 0).ok()?;
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
+/// `fd` is a regular file that no other user could have written, or why not.
+fn trusted_regular(fd: &impl AsFd, path: &Path) -> Result<(), DirError> {
+    let st = rustix::fs::fstat(fd).map_err(|e| io(path, e))?;
+    regular(&st)
+        .and_then(|()| trust(&st, euid()))
+        .map_err(|why| DirError::Unsafe {
+            path: path.to_path_buf(),
+            why,
+        })
 }

@@ -105,6 +105,7 @@ label_set!(ResultLabels { result });
 label_set!(BuildLabels { version });
 label_set!(ProfileLabels { profile, origin });
 label_set!(PricingLabels { device, basis });
+label_set!(UnknownPriceLabels { device, why });
 label_set!(SavingLabels {
     device,
     level,

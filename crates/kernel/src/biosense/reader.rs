@@ -3,9 +3,14 @@
 //! in `events/header_page` and the event's `format`), or the `trace_pipe` text the kernel
 //! formats event by event (about ten times the cost; the fallback where the layouts cannot
 //! be read). Both are read non-blocking and bounded: a drain never waits, keeps at most
-//! `max` bios and reads at most [`MAX_DRAIN_BYTES`], so a flood cannot hold a tick.
+//! `max` requests made (and the issues read with them, at most [`MAX_EVENTS_PER_REQUEST`]
+//! events per request kept) and reads at most [`MAX_DRAIN_BYTES`], so a flood cannot hold
+//! a tick. Whether a request is mergeable depends on the order of events across CPUs (an
+//! issue on one CPU before a request made on another), so a drain that stops at `max` keeps
+//! only the events up to the time every CPU it stopped reading had reached, and the reader
+//! is then full: it reads nothing more until the tap resumes (the sample is complete).
 
-use super::{EVENT, QueuedBio, TapDrain, TapError};
+use super::{EVENTS, TapDrain, TapError, TapEvent, counts_as_bio};
 use crate::rawtrace::{BioLayout, PageLayout, parse_page};
 use crate::trace::{EventKind, lost_events, parse_event};
 use std::io::{ErrorKind, Read};
@@ -16,6 +21,46 @@ use std::path::{Path, PathBuf};
 const MAX_DRAIN_BYTES: usize = 64 << 20;
 /// A line longer than this is not a block event: dropped.
 const MAX_LINE_BYTES: usize = 4096;
+/// The most events a drain keeps per request made it may keep (plus a page's worth):
+/// issues come one per request, so this bounds memory when a tap sees mostly issues.
+const MAX_EVENTS_PER_REQUEST: usize = 4;
+const EVENT_SLACK: usize = 1024;
+
+/// The tap's events: what the readers keep.
+fn tapped(kind: EventKind) -> bool {
+    kind == EventKind::Issue || counts_as_bio(kind)
+}
+
+/// How a drain counts what it keeps against `max`.
+#[derive(Debug, Default)]
+struct Budget {
+    requests: usize,
+    events: usize,
+}
+
+impl Budget {
+    /// Whether an event of `kind` may be kept; counts it if so (and a request made that
+    /// may not as dropped).
+    fn take(&mut self, kind: EventKind, max: usize, stats: &mut TapDrain) -> bool {
+        let request = counts_as_bio(kind);
+        if self.full(max) {
+            if request {
+                stats.dropped += 1;
+            }
+            return false;
+        }
+        if request {
+            self.requests += 1;
+        }
+        self.events += 1;
+        true
+    }
+
+    fn full(&self, max: usize) -> bool {
+        self.requests >= max
+            || self.events >= max.saturating_mul(MAX_EVENTS_PER_REQUEST) + EVENT_SLACK
+    }
+}
 
 /// How a tap reads its instance's ring buffer.
 #[derive(Debug)]
@@ -32,28 +77,37 @@ enum Way {
 struct RawReader {
     cpus: Vec<(PathBuf, std::fs::File)>,
     page: PageLayout,
-    bio: BioLayout,
+    /// The layouts of the tap's events.
+    events: Vec<BioLayout>,
     /// One page.
     buf: Vec<u8>,
     raw: Vec<crate::rawtrace::RawBio>,
+    /// A drain stopped at its cap: nothing more is read until the tap resumes.
+    full: bool,
 }
 
 impl RawReader {
-    /// A page from each CPU in turn until `max` bios are kept or every CPU is empty; the
-    /// bios of the drain then sorted by time (each CPU's buffer is in order, the CPUs are
-    /// not, and contiguity is judged in submission order).
-    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+    /// A page from each CPU in turn until the cap or every CPU is empty; the events of the
+    /// drain then sorted by time (each CPU's buffer is in order, the CPUs are not).
+    fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
+        let mut stats = TapDrain::default();
+        if self.full {
+            return Ok(stats);
+        }
         let RawReader {
             cpus,
             page,
-            bio,
+            events,
             buf,
             raw,
+            full,
         } = self;
-        let mut stats = TapDrain::default();
         let start = out.len();
         let mut total = 0usize;
         let mut empty = vec![false; cpus.len()];
+        // The time of the last record read from each CPU.
+        let mut reached: Vec<Option<u64>> = vec![None; cpus.len()];
+        let mut budget = Budget::default();
         'rounds: while total < MAX_DRAIN_BYTES && !empty.iter().all(|&e| e) {
             for (i, (path, f)) in cpus.iter_mut().enumerate() {
                 if empty[i] {
@@ -74,31 +128,46 @@ impl RawReader {
                 };
                 total += n;
                 raw.clear();
-                stats.lost += parse_page(&buf[..n], page, bio, raw).lost;
+                stats.lost += parse_page(&buf[..n], page, events, raw).lost;
                 for b in raw.iter() {
+                    reached[i] = Some(b.t_ns);
                     let Some(dir) = b.dir else { continue };
-                    if b.nr_sectors == 0 {
+                    if b.nr_sectors == 0 || !tapped(b.kind) {
                         continue;
                     }
-                    if out.len() - start >= max {
-                        stats.dropped += 1;
-                        continue;
+                    if budget.take(b.kind, max, &mut stats) {
+                        out.push(TapEvent {
+                            t_ns: b.t_ns,
+                            kind: b.kind,
+                            dir,
+                            sector: b.sector,
+                            nr_sectors: b.nr_sectors,
+                        });
                     }
-                    out.push(QueuedBio {
-                        t_ns: b.t_ns,
-                        dir,
-                        sector: b.sector,
-                        nr_sectors: b.nr_sectors,
-                    });
                 }
-                // Past `max` nothing more is read: the unread rest goes at the next
+                // Past the cap nothing more is read: the unread rest goes at the next
                 // resume or with the instance.
-                if out.len() - start >= max {
+                if budget.full(max) {
+                    *full = true;
                     break 'rounds;
                 }
             }
         }
         out[start..].sort_by_key(|b| b.t_ns);
+        if *full || total >= MAX_DRAIN_BYTES {
+            // Events of a CPU read further than another that still had some are cut there:
+            // what the other CPU did before them is unknown.
+            let upto = (0..cpus.len())
+                .filter(|&i| !empty[i])
+                .filter_map(|i| reached[i])
+                .min();
+            if let Some(upto) = upto {
+                let keep = start + out[start..].partition_point(|b| b.t_ns <= upto);
+                stats.dropped += out[keep..].iter().filter(|b| b.counts_as_bio()).count() as u64;
+                out.truncate(keep);
+            }
+            *full = true;
+        }
         Ok(stats)
     }
 }
@@ -111,16 +180,22 @@ struct TextReader {
     /// The tail of the last read that did not end in a newline.
     partial: Vec<u8>,
     buf: Vec<u8>,
+    /// A drain stopped at its cap: nothing more is read until the tap resumes.
+    full: bool,
 }
 
 impl TextReader {
-    fn drain(&mut self, out: &mut Vec<QueuedBio>, max: usize) -> Result<TapDrain, TapError> {
+    fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
         let mut stats = TapDrain::default();
-        let mut kept = 0usize;
+        if self.full {
+            return Ok(stats);
+        }
+        let mut budget = Budget::default();
         let mut total = 0usize;
         // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
-        // it is most of the tap's cost, and the unread rest goes with the instance.
-        while total < MAX_DRAIN_BYTES && kept < max {
+        // it is most of the tap's cost, and the unread rest goes with the instance. The
+        // text is in time order across CPUs already.
+        while total < MAX_DRAIN_BYTES && !budget.full(max) {
             let n = match self.pipe.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -137,7 +212,7 @@ impl TextReader {
                     self.partial.extend_from_slice(&chunk[..i]);
                     &self.partial
                 };
-                take_line(line, out, max, &mut kept, &mut stats);
+                take_line(line, out, max, &mut budget, &mut stats);
                 self.partial.clear();
                 chunk = &chunk[i + 1..];
             }
@@ -147,6 +222,7 @@ impl TextReader {
                 self.partial.clear();
             }
         }
+        self.full = budget.full(max) || total >= MAX_DRAIN_BYTES;
         Ok(stats)
     }
 }
@@ -194,9 +270,14 @@ impl Reader {
         let hp = dir.join("events/header_page");
         let page = PageLayout::parse(&read_text(&hp)?, &hp.display().to_string())
             .map_err(|e| layout_err(&hp, e))?;
-        let fmt = dir.join(EVENT).join("format");
-        let bio = BioLayout::parse(&read_text(&fmt)?, &fmt.display().to_string())
-            .map_err(|e| layout_err(&fmt, e))?;
+        let mut events = Vec::with_capacity(EVENTS.len());
+        for ev in EVENTS {
+            let fmt = dir.join(ev).join("format");
+            events.push(
+                BioLayout::parse(&read_text(&fmt)?, &fmt.display().to_string())
+                    .map_err(|e| layout_err(&fmt, e))?,
+            );
+        }
         let per_cpu = dir.join("per_cpu");
         let mut names: Vec<String> = std::fs::read_dir(&per_cpu)
             .map_err(|e| TapError::io(&per_cpu, e))?
@@ -221,8 +302,9 @@ impl Reader {
             cpus,
             buf: vec![0; page.page_size()],
             page,
-            bio,
+            events,
             raw: Vec::new(),
+            full: false,
         })))
     }
 
@@ -233,6 +315,7 @@ impl Reader {
             path,
             partial: Vec::new(),
             buf: vec![0; 64 << 10],
+            full: false,
         })))
     }
 
@@ -240,10 +323,11 @@ impl Reader {
         matches!(self.0, Way::Raw(_))
     }
 
-    /// Appends the bios read since the last drain to `out`, at most `max`; never blocks.
+    /// Appends the events read since the last drain to `out`, with at most `max` requests
+    /// made among them; never blocks.
     pub(super) fn drain(
         &mut self,
-        out: &mut Vec<QueuedBio>,
+        out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
         match &mut self.0 {
@@ -252,19 +336,24 @@ impl Reader {
         }
     }
 
-    /// Drops the text tail a cleared ring buffer will never complete (pages have none).
-    pub(super) fn forget_partial_line(&mut self) {
-        if let Way::Text(t) = &mut self.0 {
-            t.partial.clear();
+    /// Starts a new sample over a cleared ring buffer: not full, and without the text
+    /// tail it will never complete (pages have none).
+    pub(super) fn restart(&mut self) {
+        match &mut self.0 {
+            Way::Raw(r) => r.full = false,
+            Way::Text(t) => {
+                t.partial.clear();
+                t.full = false;
+            }
         }
     }
 }
 
 fn take_line(
     line: &[u8],
-    out: &mut Vec<QueuedBio>,
+    out: &mut Vec<TapEvent>,
     max: usize,
-    kept: &mut usize,
+    budget: &mut Budget,
     stats: &mut TapDrain,
 ) {
     let Ok(line) = std::str::from_utf8(line) else {
@@ -277,7 +366,7 @@ fn take_line(
     let Ok(ev) = parse_event(line) else {
         return;
     };
-    if ev.kind != EventKind::Queue {
+    if !tapped(ev.kind) {
         return;
     }
     let (Some(dir), Some((sector, nr_sectors))) = (ev.dir, ev.extent) else {
@@ -287,13 +376,12 @@ fn take_line(
         // A flush without data: nothing to merge.
         return;
     }
-    if *kept >= max {
-        stats.dropped += 1;
+    if !budget.take(ev.kind, max, stats) {
         return;
     }
-    *kept += 1;
-    out.push(QueuedBio {
+    out.push(TapEvent {
         t_ns: ev.t_ns,
+        kind: ev.kind,
         dir,
         sector,
         nr_sectors,
@@ -321,26 +409,33 @@ mod tests {
     }
 
     #[test]
-    fn lines_become_bios_lost_events_are_counted_and_max_is_kept() {
+    fn request_and_issue_lines_become_events_lost_events_are_counted_and_max_is_kept() {
         let mut out = Vec::new();
         let mut stats = TapDrain::default();
-        let mut kept = 0;
+        let mut budget = Budget::default();
         for l in [
-            "fio-8916 [001] ..... 344.612387: block_bio_queue: 7,0 WS 0 + 8 [fio]",
-            "fio-8916 [001] ..... 344.612388: block_bio_queue: 7,0 R 8 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612387: block_getrq: 7,0 WS 0 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612388: block_rq_issue: 7,0 WS 4096 () 0 + 8 none,0,0 [fio]",
             "CPU:1 [LOST 12 EVENTS]",
-            "fio-8916 [001] ..... 344.612389: block_bio_backmerge: 7,0 WS 8 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612389: block_bio_queue: 7,0 R 8 + 8 [fio]",
             "garbage",
-            "fio-8916 [001] ..... 344.612390: block_bio_queue: 7,0 FWS 0 + 0 [fio]",
-            "fio-8916 [001] ..... 344.612391: block_bio_queue: 7,0 W 16 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612390: block_getrq: 7,0 FWS 0 + 0 [fio]",
+            "fio-8916 [001] ..... 344.612391: block_getrq: 7,0 R 8 + 8 [fio]",
+            "fio-8916 [001] ..... 344.612392: block_getrq: 7,0 W 16 + 8 [fio]",
         ] {
-            take_line(l.as_bytes(), &mut out, 2, &mut kept, &mut stats);
+            take_line(l.as_bytes(), &mut out, 2, &mut budget, &mut stats);
         }
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].dir, Dir::Write);
+        let got: Vec<_> = out
+            .iter()
+            .map(|e| (e.kind, e.dir, e.sector, e.nr_sectors))
+            .collect();
         assert_eq!(
-            (out[1].dir, out[1].sector, out[1].nr_sectors),
-            (Dir::Read, 8, 8)
+            got,
+            [
+                (EventKind::GetRq, Dir::Write, 0, 8),
+                (EventKind::Issue, Dir::Write, 0, 8),
+                (EventKind::GetRq, Dir::Read, 8, 8),
+            ]
         );
         assert_eq!(
             stats,

@@ -1,8 +1,9 @@
-//! One CPU's `cpu-clock` sampling event and its ring buffer, behind a safe API: open
-//! ([`PerfRing::open_cpu_clock`]), [`PerfRing::enable`], [`PerfRing::disable`], and
+//! One CPU's sampling event and its ring buffer, behind a safe API: open
+//! ([`PerfRing::open_cpu_clock`], or [`PerfRing::open_tracepoint`] for the block events
+//! that tie a task to its device), [`PerfRing::enable`], [`PerfRing::disable`], and
 //! [`PerfRing::drain_into`], which copies out the records written since the last drain.
-//! The records' format (`PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN`) is parsed, safely, by
-//! [`crate::perf::parse_records`].
+//! The records' formats (`PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN`, and
+//! `PERF_SAMPLE_TID | PERF_SAMPLE_RAW`) are parsed, safely, by [`crate::perf`].
 //!
 //! Why `unsafe`: rustix has no `perf_event_open`, so it is a raw `syscall`; the ring is a
 //! shared mapping that the kernel writes while we read it (`mmap`, the atomic head and
@@ -40,6 +41,8 @@ struct PerfEventAttr {
 }
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+const PERF_SAMPLE_RAW: u64 = 1 << 10;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 const PERF_SAMPLE_TID: u64 = 1 << 1;
 const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
@@ -116,13 +119,43 @@ impl PerfRing {
             sample_max_stack: max_stack,
             ..Default::default()
         };
+        Self::open(&attr, cpu, data_pages)
+    }
+
+    /// Opens a disabled tracepoint event (`id`, from tracefs) on `cpu` (every task),
+    /// sampling one event in `every_events` with the task ids and the event's raw fields,
+    /// and maps a ring of `data_pages` pages as [`PerfRing::open_cpu_clock`] does. The raw
+    /// fields need CAP_PERFMON or root, or `perf_event_paranoid` <= -1.
+    pub fn open_tracepoint(
+        cpu: libc::c_int,
+        id: u64,
+        every_events: u64,
+        data_pages: usize,
+    ) -> Result<PerfRing, RingError> {
+        let attr = PerfEventAttr {
+            kind: PERF_TYPE_TRACEPOINT,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: id,
+            sample_period: every_events.max(1),
+            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_RAW,
+            flags: FLAG_DISABLED,
+            ..Default::default()
+        };
+        Self::open(&attr, cpu, data_pages)
+    }
+
+    fn open(
+        attr: &PerfEventAttr,
+        cpu: libc::c_int,
+        data_pages: usize,
+    ) -> Result<PerfRing, RingError> {
         // SAFETY: perf_event_open reads `attr` (a valid, fully initialised struct of the
         // size it states, alive for the call) and returns a new fd or -1; no memory is
         // shared and nothing is written into our memory.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
+                attr as *const PerfEventAttr,
                 -1 as libc::pid_t,
                 cpu,
                 -1 as libc::c_int,

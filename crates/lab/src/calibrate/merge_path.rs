@@ -17,7 +17,7 @@ use super::scratch::ScratchLoop;
 use super::stats;
 use anyhow::{Context, Result, bail};
 use mergetune_daemon::actuator::Actuator;
-use mergetune_daemon::state::{FileStore, StateStore, restore_from_store};
+use mergetune_daemon::state::{Claims, FileStore, StateError, StateStore, restore_from_store};
 use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::cputime;
 use mergetune_kernel::devices::read_device;
@@ -57,6 +57,9 @@ pub struct Plan {
     pub output: Option<PathBuf>,
     pub sysfs_root: PathBuf,
     pub procfs_root: PathBuf,
+    /// Where the host-wide device claims live (the daemon's runtime directory); None: no
+    /// claims (a fake sysfs tree without `--runtime-dir`).
+    pub runtime_dir: Option<PathBuf>,
 }
 
 impl Plan {
@@ -111,7 +114,7 @@ impl Plan {
 }
 
 /// One window's figures.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct WindowFig {
     samples: MergeSamples,
     bios: u64,
@@ -340,30 +343,112 @@ pub fn device_key(fs: &mut RealFs, dev: &str) -> DeviceKey {
     }
 }
 
+/// The state directory's store: its lock taken for calibrate's life, and the device claims
+/// where there is a runtime directory. A live daemon's directory is refused, naming it.
+fn own_store(dir: &Path, runtime_dir: Option<&Path>) -> Result<FileStore> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--state-dir {}", dir.display()))?;
+    let mut store = FileStore::new(dir);
+    if let Some(rt) = runtime_dir {
+        store = store.with_claims(Claims::under(rt));
+    }
+    store.lock().map_err(|e| match e {
+        e @ StateError::Held { .. } => anyhow::Error::new(e).context(format!(
+            "--state-dir {}: a running mergetune records its originals there; calibrate keeps its own (another --state-dir)",
+            dir.display()
+        )),
+        e => anyhow::Error::new(e).context(format!("--state-dir {}", dir.display())),
+    })?;
+    Ok(store)
+}
+
+/// `--device`'s claim, taken for calibrate's life: refused while another live process (a
+/// daemon managing it) owns the device, naming its pid.
+fn claim_device(store: &mut FileStore, fs: &mut RealFs, dev: &str) -> Result<()> {
+    let Some(id) = mergetune_kernel::devices::read_identity(fs, dev)
+        .with_context(|| format!("--device {dev}"))?
+    else {
+        return Ok(());
+    };
+    let Some(claims) = store.claims() else {
+        return Ok(());
+    };
+    let mut claims = claims.clone();
+    claims.claim(dev, id.dev).with_context(|| {
+        format!("--device {dev}: stop the daemon managing it (or exclude it in its config) first")
+    })?;
+    *store = store.clone().with_claims(claims);
+    Ok(())
+}
+
+/// Ownership first, before any other work: the state directory's lock and the device's
+/// claim (a live daemon's are refused, naming it).
+fn take_ownership(plan: &Plan) -> Result<FileStore> {
+    let mut store = own_store(&plan.state_dir, plan.runtime_dir.as_deref())?;
+    if let Some(d) = &plan.device {
+        let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+        claim_device(&mut store, &mut fs, d)?;
+    }
+    Ok(store)
+}
+
 /// The hidden guard: waits until its parent (calibrate) closes our stdin, whatever way it
-/// ended, then puts back what the state file in `dir` records.
-pub fn guard(dir: &Path, sysfs_root: &Path) -> Result<i32> {
+/// ended, then puts back what the state file in `dir` records (not when a live daemon took
+/// the directory meanwhile, nor to a device another live process owns now).
+pub fn guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Result<i32> {
     let mut buf = [0u8; 64];
     let mut stdin = std::io::stdin();
     while stdin.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
-    let mut store = FileStore::new(dir);
+    let mut store = own_store_after_parent(dir, runtime_dir)?;
     let mut fs = RealFs::new(sysfs_root, cputime::PROCFS);
     let report = restore_from_store(&mut fs, &mut store, 0)?;
     for r in &report.results {
         eprintln!("calibrate guard: {r}");
     }
-    Ok(if report.failed() { 1 } else { 0 })
+    for s in report.stale_records() {
+        eprintln!("calibrate guard: {}: {s}", store.describe());
+    }
+    Ok(if report.failed() || report.stale.is_some() {
+        1
+    } else {
+        0
+    })
 }
 
-fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
+/// The state directory's lock, taken by the guard once calibrate is gone. Calibrate's
+/// stdin pipe reads end-of-file as it exits, but the kernel may release its `flock` a
+/// moment later (the lock file's last reference is dropped after the pipe's), so a lock
+/// still held is tried again for a while before the guard gives up.
+fn own_store_after_parent(dir: &Path, runtime_dir: Option<&Path>) -> Result<FileStore> {
+    const PATIENCE: Duration = Duration::from_secs(5);
+    let started = Instant::now();
+    loop {
+        match own_store(dir, runtime_dir) {
+            Err(e)
+                if started.elapsed() < PATIENCE
+                    && matches!(
+                        e.downcast_ref::<StateError>(),
+                        Some(StateError::Held { .. })
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn spawn_guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Result<Child> {
     let exe = std::env::current_exe().context("the mergetune binary's path")?;
-    Command::new(exe)
-        .arg("calibrate")
+    let mut c = Command::new(exe);
+    c.arg("calibrate")
         .arg("--guard")
         .arg(dir)
         .arg("--sysfs-root")
-        .arg(sysfs_root)
-        .stdin(Stdio::piped())
+        .arg(sysfs_root);
+    if let Some(rt) = runtime_dir {
+        c.arg("--runtime-dir").arg(rt);
+    }
+    c.stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .context("spawn the calibrate guard")
@@ -374,6 +459,7 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path) -> Result<Child> {
 /// guard and device live across every step.
 pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
+    let mut store = take_ownership(&plan)?;
     let symbols = perf::load_symbols(&plan.procfs_root)?;
     let params = SamplerParams {
         period_ns: PERIOD_NS,
@@ -384,9 +470,13 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
     let (scratch, dev) = open_device(&mut plan, &mut fs)?;
     let dev_path = PathBuf::from("/dev").join(&dev);
-    restore_earlier(&plan)?;
-    let mut guard = spawn_guard(&plan.state_dir, &plan.sysfs_root)?;
-    let mut act = Actuator::new(false, Box::new(FileStore::new(&plan.state_dir)));
+    restore_earlier(&plan, &mut store)?;
+    let mut guard = spawn_guard(
+        &plan.state_dir,
+        &plan.sysfs_root,
+        plan.runtime_dir.as_deref(),
+    )?;
+    let mut act = Actuator::new(false, Box::new(store));
     let key = device_key(&mut fs, &dev);
     let started = Instant::now();
     let measured_at = super::profile::utc_now_rfc3339();
@@ -432,6 +522,8 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     for r in &restored {
         eprintln!("calibrate: {r}");
     }
+    // The lock and the claim go with the actuator's store: the guard takes the lock.
+    drop(act);
     drop(guard.stdin.take());
     let _ = guard.wait();
     let loop_direct_io = scratch_dio(&mut fs, &dev);
@@ -522,16 +614,21 @@ fn open_device(plan: &mut Plan, fs: &mut RealFs) -> Result<(Option<ScratchLoop>,
 }
 
 /// Originals first, in a state file (the guard restores them if calibrate is killed): what
-/// an earlier calibrate that was killed left is put back before anything is written.
-fn restore_earlier(plan: &Plan) -> Result<()> {
-    std::fs::create_dir_all(&plan.state_dir)
-        .with_context(|| format!("--state-dir {}", plan.state_dir.display()))?;
-    let mut store = FileStore::new(&plan.state_dir);
-    if store.load()?.is_some() {
+/// an earlier run that is gone left is put back before anything is written. `store` holds
+/// the directory's lock, so no live process's records are among them.
+fn restore_earlier(plan: &Plan, store: &mut FileStore) -> Result<()> {
+    if let Some(loaded) = store.load()? {
+        let pid = loaded.state.pid;
         let mut f = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
-        let rep = restore_from_store(&mut f, &mut store, 0)?;
+        let rep = restore_from_store(&mut f, store, 0)?;
         for r in &rep.results {
-            eprintln!("calibrate: left by an earlier calibrate that was killed: {r}");
+            eprintln!("calibrate: left by an earlier run that is gone (pid {pid}): {r}");
+        }
+        if let Some(e) = &rep.stale {
+            bail!(
+                "{}: {e}: its records of values put back stay",
+                store.describe()
+            );
         }
     }
     Ok(())
@@ -819,6 +916,7 @@ mod tests {
             output: None,
             sysfs_root: "/sys".into(),
             procfs_root: "/proc".into(),
+            runtime_dir: None,
         }
     }
 

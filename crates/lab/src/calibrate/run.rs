@@ -76,6 +76,10 @@ pub struct CalibrateArgs {
     /// For tests: the root of sysfs.
     #[arg(long, hide = true, default_value = "/sys")]
     pub sysfs_root: PathBuf,
+    /// For tests: the runtime directory whose `devices/` holds the host-wide device claims
+    /// [default: /run/mergetune, and none under a fake --sysfs-root].
+    #[arg(long, hide = true)]
+    pub runtime_dir: Option<PathBuf>,
     /// The CPU fio is pinned to [default: the last one].
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -223,7 +227,7 @@ fn announce_end_to_end(lp: &ScratchLoop, size_mib: u64, cpu: usize, set: &Settin
 /// flag live across every step.
 pub fn run(args: CalibrateArgs) -> Result<i32> {
     if let Some(dir) = &args.guard {
-        return super::merge_path::guard(dir, &args.sysfs_root);
+        return super::merge_path::guard(dir, &args.sysfs_root, runtime_dir(&args).as_deref());
     }
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -458,6 +462,18 @@ impl Bench<'_> {
 /// The default mode: the merge path sampled (`merge_path`).
 /// Detaches the scratch loop devices a killed calibrate left (their queues put back), before
 /// this run attaches its own: every mode that may attach one calls it.
+/// Where the device claims live: `--runtime-dir`, else the daemon's runtime directory on
+/// the real machine, and none over a fake sysfs tree.
+fn runtime_dir(args: &CalibrateArgs) -> Option<PathBuf> {
+    match &args.runtime_dir {
+        Some(d) => Some(d.clone()),
+        None if args.sysfs_root == Path::new("/sys") => {
+            Some(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR))
+        }
+        None => None,
+    }
+}
+
 fn clean_leftovers(args: &CalibrateArgs) {
     for name in detach_leftovers(
         &args.tmpfs_dir,
@@ -517,6 +533,7 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
         output: args.output.clone(),
         sysfs_root: args.sysfs_root.clone(),
         procfs_root: mergetune_kernel::cputime::PROCFS.into(),
+        runtime_dir: runtime_dir(args),
     };
     plan.check()?;
     check_tools()?;

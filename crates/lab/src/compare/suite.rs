@@ -42,6 +42,10 @@ pub const SUITE: &[(&str, &str)] = &[
         "oltp_scans_bursts",
         include_str!("../../../../config/scenarios/compare/oltp_scans_bursts.toml"),
     ),
+    (
+        "oltp_scans64_bursts",
+        include_str!("../../../../config/scenarios/compare/oltp_scans64_bursts.toml"),
+    ),
 ];
 
 /// The suite's scenarios, each phase's duration scaled by `scale` (1.0: as shipped; the

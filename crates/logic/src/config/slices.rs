@@ -19,6 +19,13 @@ use std::sync::LazyLock;
 /// operator turns slices on.
 pub const DEFAULT_SLICES_ENABLED: bool = false;
 
+/// The highest cap on slice changes per device and hour: one a second.
+pub const MAX_SLICE_CHANGES_PER_HOUR: u32 = 3600;
+
+/// The highest `starve_ratio`: mq-deadline and bfq keep reads within a few times the
+/// writes' wait; a thousand times is never reached.
+pub const MAX_STARVE_RATIO: f64 = 1000.0;
+
 /// Scheduler slice tuning (`logic::slices`): favour reads when they starve behind writes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlicesConfig {
@@ -85,6 +92,14 @@ impl Config {
                 "slices.starve_ratio",
                 format!("{} must be a number above 1", sl.starve_ratio),
             );
+        } else if sl.starve_ratio > MAX_STARVE_RATIO {
+            problems.push(
+                "slices.starve_ratio",
+                format!(
+                    "{} is more than {MAX_STARVE_RATIO}, the most allowed: reads never wait that many times longer than writes, so the tuner would never act",
+                    sl.starve_ratio
+                ),
+            );
         }
         problems.finite_within(
             "slices.min_read_ms_per_request",
@@ -92,17 +107,27 @@ impl Config {
             0.0,
             10_000.0,
         );
-        problems.at_least_one("slices.windows", sl.windows.into());
+        problems.count(
+            "slices.windows",
+            sl.windows.into(),
+            super::MAX_STEP_WINDOWS.into(),
+            "each is a window of evidence a step waits for",
+        );
         for k in tuners::knobs() {
             let key = format!("slices.{}", k.bound.key);
             problems.within(&key, sl.bound(k.tunable), k.bound.min, k.bound.max);
         }
-        problems.at_least_one("slices.min_requests", sl.min_requests);
+        problems.count(
+            "slices.min_requests",
+            sl.min_requests,
+            super::MAX_WINDOW_COUNT,
+            "no window would ever hold that many requests, so nothing would be decided",
+        );
         problems.within(
             "slices.max_changes_per_hour",
             sl.max_changes_per_hour,
             1,
-            3600,
+            MAX_SLICE_CHANGES_PER_HOUR,
         );
     }
 }

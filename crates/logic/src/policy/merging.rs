@@ -44,6 +44,7 @@ pub(super) fn decide(h: History, m: Merging, window: Option<&Window>, cx: &Ctx) 
     let s = then!(back_to_l0(s, &seen, cx));
     let s = then!(while_merging_pays(s, &seen, cx));
     let (s, next) = then!(low_window(s, &seen, cx));
+    let s = then!(hold_while_refuted(s, cx));
     let s = then!(straight_to_l3_if_known(s, &seen, cx));
     let s = then!(straight_to_l3_if_nothing_merges(s, &seen, cx));
     let s = then!(wait_for_the_step(s, &seen, cx, next));
@@ -79,8 +80,9 @@ fn count_empty(mut s: InMode<Merging>, seen: &Seen) -> InMode<Merging> {
     s
 }
 
-/// The bio tap's call for merging, checked by the counters. L0 was reached because the tap
-/// at L3 saw bios start where a recent one ended; the first busy window here shows whether
+/// The bio tap's call for merging, checked by the counters (not borne out: the workload is
+/// remembered as merge-hostile, and the rungs wait with L3, `hold_while_refuted`). L0 was reached because the tap
+/// at L3 called bios mergeable; the first busy window here shows whether
 /// merging finds them. A neighbour already dispatched cannot merge, so a sequential stream
 /// at a low queue depth is contiguous and merges next to nothing: not borne out, steps to
 /// L3 wait a hold-off that doubles at each such call in a row (up to the probes' longest
@@ -99,6 +101,8 @@ fn check_the_tap_call(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> InMode<M
         s.h.l3_not_before_ms = cx.now_ms.saturating_add(s.h.tap_holdoff_ms);
         let longest = cx.max_backoff_ms.max(TAP_HOLDOFF_INITIAL_MS);
         s.h.tap_holdoff_ms = s.h.tap_holdoff_ms.saturating_mul(2).min(longest);
+        s.m.tap_refuted = true;
+        s.h.remember_hostile(Signature::of(seen.w));
     }
     s
 }
@@ -174,6 +178,7 @@ fn while_merging_pays(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InM
     }
     if ratio >= cx.low {
         s.m.low_windows = 0;
+        s.m.tap_refuted = false;
         s.m.not_worth_noted = false;
         s.m.unknown_noted = false;
         let low = cx.low;
@@ -207,22 +212,42 @@ fn low_window(mut s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<(InMode<Mer
     };
     if let Some(reason) = cx.not_worth(level) {
         // An unknown saving is said once, and the known one once more when it comes.
-        let unknown = matches!(
-            cx.caps.worth.basis,
-            crate::pricing::worth::Basis::Unknown { .. }
-        );
+        let unknown = matches!(reason, Reason::SavingUnknown { .. });
         let said = s.m.not_worth_noted || (unknown && s.m.unknown_noted);
         if !said && s.m.low_windows >= windows_before(next, cx) {
-            if unknown {
+            let kind = if unknown {
                 s.m.unknown_noted = true;
+                OutcomeKind::SavingUnknown
             } else {
                 s.m.not_worth_noted = true;
-            }
-            return ControlFlow::Break(settle(s.into(), OutcomeKind::NotWorthIt, reason));
+                OutcomeKind::NotWorthIt
+            };
+            return ControlFlow::Break(settle(s.into(), kind, reason));
         }
         return ControlFlow::Break(hold(s, reason));
     }
     ControlFlow::Continue((s, next))
+}
+
+/// After a call of the tap's that L0 did not bear out, no rung is walked while steps to L3
+/// are held off: L0 showed what merging finds here (next to nothing), so each rung would
+/// be a write that learns nothing (a false call was L3 -> L0 -> L1 -> L2, four writes with
+/// front_merges, then a stay at L2). Merging stays fully on, the safe side; when the
+/// hold-off ends, the workload goes straight back to L3 (`straight_to_l3_if_known`).
+fn hold_while_refuted(s: InMode<Merging>, cx: &Ctx) -> Step<InMode<Merging>> {
+    match s.h.l3_held_off(cx.now_ms) {
+        Some(remaining_ms) if s.m.tap_refuted => {
+            let level = s.m.level;
+            ControlFlow::Break(hold(
+                s,
+                Reason::L3HeldOff {
+                    level,
+                    remaining_ms,
+                },
+            ))
+        }
+        _ => ControlFlow::Continue(s),
+    }
 }
 
 /// How many low windows a step to `next` waits for: more for L3, where the counters go
@@ -249,6 +274,7 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
         return ControlFlow::Continue(s);
     }
     let n = s.m.low_windows;
+    let said = said_not_worth(&s.m);
     let backoff_ms = s.h.backoff_ms;
     let s = s.h.enter_l3(sig, now_ms + backoff_ms, false, now_ms);
     let reason = Reason::KnownHostileToL3(Box::new(KnownHostileToL3 {
@@ -260,6 +286,7 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
         level,
         next_probe_in_ms: backoff_ms,
     }));
+    let reason = what_changed(said, reason, DEEPEST_LEVEL, cx);
     ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
 }
 
@@ -267,7 +294,7 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
 /// bio merged (not a low ratio: none), where L3 is a level to rest at. The walk's rungs
 /// and its dwell at L2 are there to see merges that L0 would find and a deeper rung would
 /// lose, and a workload that turns mergeable: at L0 every kind of merge is tried and none
-/// was found, and at L3 the bio tap sees a switch to contiguous bios within one sensed
+/// was found, and at L3 the bio tap sees a switch to mergeable bios within one sensed
 /// window. Under the hourly cap, like any step down.
 fn straight_to_l3_if_nothing_merges(
     s: InMode<Merging>,
@@ -281,6 +308,7 @@ fn straight_to_l3_if_nothing_merges(
         return ControlFlow::Continue(s);
     }
     let now_ms = cx.now_ms;
+    let said = said_not_worth(&s.m);
     let backoff_ms = s.h.backoff_ms;
     let s =
         s.h.enter_l3(Signature::of(seen.w), now_ms + backoff_ms, true, now_ms);
@@ -289,6 +317,7 @@ fn straight_to_l3_if_nothing_merges(
         bios_per_sec: seen.bios_per_sec,
         next_probe_in_ms: backoff_ms,
     };
+    let reason = what_changed(said, reason, DEEPEST_LEVEL, cx);
     ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
 }
 
@@ -358,12 +387,29 @@ fn wait_for_the_step(
     ControlFlow::Continue(s)
 }
 
+/// Whether "not worth it" or "saving unknown" was the last word on a step down from here
+/// (said at this level, or by a probe that found merging rare but L3 not worth it).
+fn said_not_worth(m: &Merging) -> bool {
+    m.not_worth_noted || m.unknown_noted
+}
+
+/// The reason of a step down to `to`; where the last word was that no step was worth it
+/// (or could be priced), it also says what changed: the saving, now.
+fn what_changed(said: bool, step: Reason, to: Level, cx: &Ctx) -> Reason {
+    if !said {
+        return step;
+    }
+    let now = cx.caps.worth.describe([to]);
+    Reason::WorthChanged(Box::new((step, now)))
+}
+
 /// The step down one rung; to L3 it remembers the workload as merge-hostile and sets the
 /// first probe.
 fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Evaluation {
     let (level, ratio, low, rate, now_ms) =
         (s.m.level, seen.ratio, cx.low, seen.bios_per_sec, cx.now_ms);
     let n = s.m.low_windows;
+    let said = said_not_worth(&s.m);
     if next == DEEPEST_LEVEL {
         let sig = Signature::of(seen.w);
         let backoff_ms = s.h.backoff_ms;
@@ -376,7 +422,11 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
             level,
             next_probe_in_ms: backoff_ms,
         };
-        change(s, OutcomeKind::Disable, reason)
+        change(
+            s,
+            OutcomeKind::Disable,
+            what_changed(said, reason, next, cx),
+        )
     } else {
         let reason = Reason::StepDown {
             ratio,
@@ -386,6 +436,7 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
             level,
             next,
         };
+        let reason = what_changed(said, reason, next, cx);
         change(s.h.move_to(next, now_ms), OutcomeKind::StepDown, reason)
     }
 }
@@ -500,7 +551,7 @@ pub(super) fn held_back(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std
             remaining_ms,
         } => write!(
             f,
-            "at {level}, no step to L3 for another {}: the bio tap's last call for merging at L3 was not borne out by the counters at L0 (the hold-off doubles at each such call in a row)",
+            "at {level}, no step down toward L3 for another {}: the bio tap's last call for merging at L3 was not borne out by the counters at L0 (the hold-off doubles at each such call in a row)",
             secs(*remaining_ms)
         ),
         _ => unreachable!("{reason:?} is worded by another mode"),
@@ -549,7 +600,7 @@ pub(super) fn steps(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
         ),
         Reason::KnownHostileToL3(k) => write!(
             f,
-            "merge ratio {} < {} for {} windows at {:.0} bios/s, a workload that settled at L3 before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {} -> L3, next probe in {}",
+            "merge ratio {} < {} for {} windows at {:.0} bios/s, a workload found merge-hostile here before ({:.0} bios/s, {:.0}% reads, {:.1} KiB): {} -> L3, next probe in {}",
             pct(k.ratio),
             pct(k.low),
             k.windows,

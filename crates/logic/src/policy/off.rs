@@ -1,25 +1,26 @@
 //! The off mode (L3, nomerges=2: the merge counters read zero whatever the load). It is a
 //! level to rest at only where the daemon sees there (a bio tap, `Caps::sense_at_l3`) and
 //! where the cost profile says it saves; otherwise the device leaves it at once. At L3:
-//! - a sensed sample (the tap's bios of this window) whose share of bios contiguous with a
-//!   recent bio of the same direction reaches the high threshold is mergeable I/O the
-//!   counters cannot show: back to L0 at once;
+//! - a sensed sample (the tap's bios of this window) whose share of bios mergeable into a
+//!   request not yet issued reaches the high threshold is mergeable I/O the counters cannot
+//!   show: back to L0 at once;
 //! - the timed probe, or an early one when the workload's signature changes to one not
 //!   already found merge-hostile, goes to L0 to measure, unless a sensed sample clearly
 //!   under the low threshold already answers it (no excursion, no queue freeze).
 
-use super::reason::{ChangeAnsweredByTap, pct, secs};
+use super::reason::{ChangeAnsweredByTap, ChangeUnconfirmed, pct, secs};
 use super::signature::{
-    RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
+    CHANGE_CONFIRM_WINDOWS, RATE_BASELINE_AFTER_WINDOWS, RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS,
+    SignatureChange,
 };
 use super::{AtL3, Ctx, Evaluation, History, InMode, OutcomeKind, ProbeCause, Reason, Signature};
-use super::{Step, change, hold, sensed_min_bios};
+use super::{Step, TAP_CONFIRM_SAMPLES, TAP_DECISIVE_SHARE, change, hold, sensed_min_bios};
 use crate::decision::{Level, count};
 use crate::sampler::Window;
 use std::ops::ControlFlow;
 
-/// The share of the tap's bios contiguous with a recent bio of the same direction, and how
-/// many it sampled.
+/// The share of the tap's bios mergeable into a request not yet issued, and how many it
+/// sampled.
 type Sensed = (f64, u64);
 
 /// The steps in order: leave L3 where it is blind or not worth it; back to L0 when the tap
@@ -35,7 +36,7 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     let sensed: Option<Sensed> = window
         .and_then(|w| w.sensed)
         .filter(|sn| sn.bios >= sensed_min_bios(cx.cfg))
-        .map(|sn| (sn.contiguous as f64 / sn.bios as f64, sn.bios));
+        .map(|sn| (sn.mergeable as f64 / sn.bios as f64, sn.bios));
     let s = then!(back_when_the_tap_sees_merges(s, sensed, cx));
     let (s, changed, sig_now) = then!(watch_the_signature(s, window, cx));
     let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
@@ -47,25 +48,28 @@ pub(super) fn decide(h: History, at: AtL3, window: Option<&Window>, cx: &Ctx) ->
     if let Some(low) = sensed.filter(|&(share, _)| share < cx.low) {
         return answered_by_the_tap(s, low, changed.zip(sig_now), due, cx);
     }
-    // A lasting fall in rate alone waits for the tap's next sample (within its duty
-    // cycle): a slower workload of the same shape is no sign of merges being missed, and
-    // CPU contention slows a CPU-bound device for seconds at a time (with two busy loops
-    // beside fio on a loop device here, falls of 0.55-0.65x lasting over a second probed
-    // twice in 90 s). The tap sees a switch to contiguous bios directly.
+    // A lasting change in rate alone waits for the tap's next sample (within its duty
+    // cycle): a slower or faster workload of the same shape is no sign of merges being
+    // missed, and CPU contention slows a CPU-bound device for seconds at a time and frees
+    // it again (with two busy loops beside fio on a loop device here, falls of 0.55-0.65x
+    // lasting over a second probed twice in 90 s, and rises of 1.8x measured in 50 ms
+    // windows four times). The tap sees a switch to mergeable bios directly.
     if let (
-        Some(SignatureChange::Rate {
-            from_per_sec,
-            to_per_sec,
-        }),
+        Some(
+            c @ SignatureChange::Rate {
+                from_per_sec,
+                to_per_sec,
+            },
+        ),
         None,
         true,
     ) = (changed, sensed, cx.now_ms < due)
-        && to_per_sec < from_per_sec
+        && !c.decisive()
     {
         let lasted_ms =
-            s.m.rate_fell_since_ms
+            s.m.changed_since_ms
                 .map_or(0, |t| cx.now_ms.saturating_sub(t));
-        let reason = Reason::FallAwaitsTap {
+        let reason = Reason::RateChangeAwaitsTap {
             from_per_sec,
             to_per_sec,
             lasted_ms,
@@ -137,17 +141,38 @@ fn leave_where_blind_or_not_worth_it(
     ))
 }
 
-/// A sensed sample at or over the high threshold is mergeable I/O the counters cannot
-/// show: back to L0 at once.
+/// Sensed samples at or over the high threshold, [`TAP_CONFIRM_SAMPLES`] in a row (or one
+/// at [`TAP_DECISIVE_SHARE`]), are mergeable I/O the counters cannot show: back to L0 at
+/// once. A lone one (a burst over before the next sample) holds, and a sample under the
+/// threshold starts the count again. The workload L3 was entered with is no longer remembered as merge-hostile: it
+/// did not settle here (if the counters at L0 find nothing, it is remembered again there).
 fn back_when_the_tap_sees_merges(
     mut s: InMode<AtL3>,
     sensed: Option<Sensed>,
     cx: &Ctx,
 ) -> Step<InMode<AtL3>> {
-    let Some((share, n)) = sensed.filter(|&(share, _)| share >= cx.high) else {
+    let Some((share, n)) = sensed else {
         return ControlFlow::Continue(s);
     };
+    if share < cx.high {
+        s.m.tap_high_samples = 0;
+        return ControlFlow::Continue(s);
+    }
+    s.m.tap_high_samples = s.m.tap_high_samples.saturating_add(1);
+    if s.m.tap_high_samples < TAP_CONFIRM_SAMPLES && share < TAP_DECISIVE_SHARE {
+        let reason = Reason::SensedOnce {
+            share,
+            sampled: n,
+            high: cx.high,
+            samples: s.m.tap_high_samples,
+            of: TAP_CONFIRM_SAMPLES,
+        };
+        return ControlFlow::Break(hold(s, reason));
+    }
     s.h.backoff_ms = cx.initial_backoff_ms;
+    if let Some(sig) = s.m.signature {
+        s.h.forget_hostile(&sig);
+    }
     let mut s = s.h.move_to(Level::L0, cx.now_ms);
     if let super::Phase::Merging(m) = &mut s.phase {
         // The counters at L0 tell whether the call was right (`merging::check_the_tap_call`).
@@ -162,9 +187,9 @@ fn back_when_the_tap_sees_merges(
 }
 
 /// The window's signature against the one L3 was reached with: what changed (None if
-/// nothing, or too few bios to tell), and the signature now. A fall in rate alone counts
-/// once it has lasted [`RATE_CHANGE_CONFIRM_MS`]: until then the device holds, saying so,
-/// unless the timed probe is due anyway. A change to a workload this device already found
+/// nothing, or too few bios to tell), and the signature now. A change counts once it has
+/// lasted ([`SignatureChange::confirmed`]): until then the device holds, saying so, unless
+/// the timed probe is due anyway. A change to a workload this device already found
 /// merge-hostile (say a database that alternates between two rates) needs no probe: it
 /// becomes the new baseline. Without this, two known workloads taking turns would probe
 /// at every turn.
@@ -180,16 +205,17 @@ fn watch_the_signature(
     let settling = cx.now_ms.saturating_sub(s.h.since_ms) < RATE_BASELINE_MS;
     let changed = against_the_baseline(&mut s.m, &sig, settling);
     let due = s.m.next_probe_at_ms.unwrap_or(cx.now_ms);
-    let (mut s, changed) = confirm_a_fall(s, changed, w, due, cx)?;
+    let (mut s, changed) = confirm_the_change(s, changed, w, due, cx)?;
     let Some(what) = changed else {
         return ControlFlow::Continue((s, None, Some(sig)));
     };
     if !s.h.is_known_hostile(&sig) {
         return ControlFlow::Continue((s, Some(what), Some(sig)));
     }
-    // A new baseline: a fall from it is timed from its own start.
+    // A new baseline: a change from it is timed from its own start.
     s.m.signature = Some(sig);
-    s.m.rate_fell_since_ms = None;
+    s.m.changed_since_ms = None;
+    s.m.changed_windows = 0;
     if cx.now_ms >= due {
         return ControlFlow::Continue((s, None, Some(sig)));
     }
@@ -227,10 +253,11 @@ fn against_the_baseline(at: &mut AtL3, sig: &Signature, settling: bool) -> Optio
     changed
 }
 
-/// A fall in rate alone, not yet lasted [`RATE_CHANGE_CONFIRM_MS`], is no change yet: hold
-/// and say so, or, when the timed probe is due, let it run. Any other window ends the
-/// count.
-fn confirm_a_fall(
+/// A change not yet confirmed ([`SignatureChange::confirmed`]: a change in rate alone that
+/// is not decisive, seen in fewer than [`CHANGE_CONFIRM_WINDOWS`] busy windows in a row or
+/// for less than [`RATE_CHANGE_CONFIRM_MS`]) is no change yet: hold and say so, or, when the timed probe is due, let it run. A window
+/// showing no change ends the count.
+fn confirm_the_change(
     mut s: InMode<AtL3>,
     changed: Option<SignatureChange>,
     w: &Window,
@@ -238,31 +265,30 @@ fn confirm_a_fall(
     cx: &Ctx,
 ) -> Step<(InMode<AtL3>, Option<SignatureChange>)> {
     let now_ms = cx.now_ms;
-    let Some(SignatureChange::Rate {
-        from_per_sec,
-        to_per_sec,
-    }) = changed.filter(SignatureChange::needs_confirming)
-    else {
-        s.m.rate_fell_since_ms = None;
-        return ControlFlow::Continue((s, changed));
+    let Some(what) = changed else {
+        s.m.changed_since_ms = None;
+        s.m.changed_windows = 0;
+        return ControlFlow::Continue((s, None));
     };
     let since_ms =
-        *s.m.rate_fell_since_ms
+        *s.m.changed_since_ms
             .get_or_insert(now_ms.saturating_sub(w.duration_ms));
+    s.m.changed_windows = s.m.changed_windows.saturating_add(1);
     let lasted_ms = now_ms.saturating_sub(since_ms);
-    if lasted_ms >= RATE_CHANGE_CONFIRM_MS {
-        // Kept while the fall lasts: the tap's next sample answers it (`decide`).
+    if what.confirmed(s.m.changed_windows, lasted_ms) {
+        // Kept while the change lasts: a rate change waits for the tap's next sample
+        // (`decide`).
         return ControlFlow::Continue((s, changed));
     }
     if now_ms >= due {
         return ControlFlow::Continue((s, None));
     }
-    let reason = Reason::RateFell {
-        from_per_sec,
-        to_per_sec,
+    let reason = Reason::ChangeUnconfirmed(Box::new(ChangeUnconfirmed {
+        change: what,
+        windows: s.m.changed_windows,
         lasted_ms,
         next_probe_in_ms: due - now_ms,
-    };
+    }));
     ControlFlow::Break(hold(s, reason))
 }
 
@@ -279,7 +305,8 @@ fn answered_by_the_tap(
     let now_ms = cx.now_ms;
     if let Some((what, sig)) = changed {
         s.m.signature = Some(sig);
-        s.m.rate_fell_since_ms = None;
+        s.m.changed_since_ms = None;
+        s.m.changed_windows = 0;
         s.h.remember_hostile(sig);
         let reason = Reason::ChangeAnsweredByTap(Box::new(ChangeAnsweredByTap {
             change: what,
@@ -342,7 +369,7 @@ pub(super) fn leaves(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::f
             high,
         } => write!(
             f,
-            "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}): merging would find them; back to L0",
+            "sensed at L3: {} of {sampled} sampled bios would merge into a request not yet issued (>= {}): merging would find them; back to L0",
             pct(*share),
             pct(*high)
         ),
@@ -378,7 +405,7 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
             next_probe_in_ms,
         } => write!(
             f,
-            "probe answered by the tap at L3: {} of {sampled} sampled bios contiguous (< {}); staying, next probe in {}",
+            "probe answered by the tap at L3: {} of {sampled} sampled bios mergeable (< {}); staying, next probe in {}",
             pct(*share),
             pct(*low),
             secs(*next_probe_in_ms)
@@ -391,14 +418,14 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
             "workload changed at L3 ({change}) to one already found merge-hostile: no probe; next probe in {}",
             secs(*next_probe_in_ms)
         ),
-        Reason::FallAwaitsTap {
+        Reason::RateChangeAwaitsTap {
             from_per_sec,
             to_per_sec,
             lasted_ms,
             next_probe_in_ms,
         } => write!(
             f,
-            "at L3 the rate fell ({}) for {}, the same shape: the bio tap's next sample says whether merging would find anything (a fall alone is no sign of merges; CPU contention also slows a workload); next probe in {}",
+            "at L3 the rate changed ({}) for {}, the same shape: the bio tap's next sample says whether merging would find anything (a change of rate alone is no sign of merges; CPU contention also slows and frees a workload); next probe in {}",
             SignatureChange::Rate {
                 from_per_sec: *from_per_sec,
                 to_per_sec: *to_per_sec
@@ -406,25 +433,37 @@ pub(super) fn stays(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::fm
             secs(*lasted_ms),
             secs(*next_probe_in_ms)
         ),
-        Reason::RateFell {
-            from_per_sec,
-            to_per_sec,
-            lasted_ms,
-            next_probe_in_ms,
+        Reason::ChangeUnconfirmed(c) => {
+            let ChangeUnconfirmed {
+                change,
+                windows,
+                lasted_ms,
+                next_probe_in_ms,
+            } = &**c;
+            write!(
+                f,
+                "at L3 the workload differs ({change}) in {} for {}: a change of rate alone counts once seen in {CHANGE_CONFIRM_WINDOWS} windows in a row over {} (CPU contention also moves the rate); next probe in {}",
+                count(u64::from(*windows), "busy window"),
+                secs(*lasted_ms),
+                secs(RATE_CHANGE_CONFIRM_MS),
+                secs(*next_probe_in_ms)
+            )
+        }
+        Reason::SensedOnce {
+            share,
+            sampled,
+            high,
+            samples,
+            of,
         } => write!(
             f,
-            "at L3 the rate fell ({}) for {}: a probe if it lasts {} (CPU contention also slows a workload); next probe in {}",
-            SignatureChange::Rate {
-                from_per_sec: *from_per_sec,
-                to_per_sec: *to_per_sec
-            },
-            secs(*lasted_ms),
-            secs(RATE_CHANGE_CONFIRM_MS),
-            secs(*next_probe_in_ms)
+            "sensed at L3: {} of {sampled} sampled bios start where a recent bio of the same direction ended (>= {}), sample {samples} of {of} in a row before merging comes back (a lone burst does not pay for the writes)",
+            pct(*share),
+            pct(*high)
         ),
         Reason::ChangeAnsweredByTap(c) => write!(
             f,
-            "workload changed at L3 ({}), but the tap sees {} of {} sampled bios contiguous (< {}): no probe needed; next probe in {}",
+            "workload changed at L3 ({}), but the tap sees {} of {} sampled bios mergeable (< {}): no probe needed; next probe in {}",
             c.change,
             pct(c.share),
             c.sampled,

@@ -2,7 +2,7 @@
 //! merge on. A clearly low probe goes back to L3 (a timed probe doubles the backoff); any
 //! other stays at L0, and one where merging clearly pays tries L2 at once.
 
-use super::reason::{pct, secs};
+use super::reason::{NoL3, pct, secs};
 use super::{Ctx, Evaluation, History, InMode, Merging, Mode, OutcomeKind, Probe, Reason};
 use super::{ProbeCause, Signature, change, hold, settle};
 use crate::decision::{Level, count};
@@ -67,10 +67,26 @@ fn low_probe(mut s: InMode<Probe>, w: &Window, cx: &Ctx) -> Evaluation {
             ratio,
             low,
             bios,
-            l3_blind: !cx.caps.sense_at_l3,
+            why: cx.why_no_l3(),
         };
+        // A step to L3 later says what changed since (`merging`'s `say_what_changed`).
+        let mut m = Merging::at(Level::L0);
+        m.not_worth_noted = matches!(
+            reason,
+            Reason::ProbeLowNoL3 {
+                why: NoL3::NotWorth,
+                ..
+            }
+        );
+        m.unknown_noted = matches!(
+            reason,
+            Reason::ProbeLowNoL3 {
+                why: NoL3::SavingUnknown,
+                ..
+            }
+        );
         return settle(
-            s.h.settle_merging(Merging::at(Level::L0), now_ms),
+            s.h.settle_merging(m, now_ms),
             OutcomeKind::ProbeFailed,
             reason,
         );
@@ -139,17 +155,12 @@ pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::
             ratio,
             low,
             bios,
-            l3_blind,
+            why,
         } => write!(
             f,
-            "probe found merge ratio {} < {} over {bios} bios, but {}: staying at L0",
+            "probe found merge ratio {} < {} over {bios} bios, but {why}: staying at L0",
             pct(*ratio),
             pct(*low),
-            if *l3_blind {
-                "L3 would be blind (no bio tap)"
-            } else {
-                "L3 is not worth it here"
-            }
         ),
         Reason::ProbeFoundNone {
             ratio,

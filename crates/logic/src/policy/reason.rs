@@ -45,6 +45,15 @@ pub enum Reason {
         below: [bool; 4],
         worth: Box<Worth>,
     },
+    /// No level below `at` can be priced yet (the saving is unknown, `worth`'s basis says
+    /// why): merging stays on. Not a verdict of "not worth it": nothing was measured.
+    SavingUnknown {
+        at: Level,
+        worth: Box<Worth>,
+    },
+    /// A step down (`step`, its own reason) from a level where the saving was last judged
+    /// not worth it or unknown: what changed is the saving, `now` in words.
+    WorthChanged(Box<(Reason, String)>),
     /// Merges are still counted at `level` (over the high threshold): back to L0.
     StillMerging {
         level: Level,
@@ -77,7 +86,7 @@ pub enum Reason {
         low: f64,
         l3_blind: bool,
     },
-    /// At L3, the tap's sample shows mergeable I/O (its contiguous share at or over the
+    /// At L3, the tap's sample shows mergeable I/O (its mergeable share at or over the
     /// high threshold): back to L0.
     SensedMergeable {
         share: f64,
@@ -165,22 +174,26 @@ pub enum Reason {
         change: SignatureChange,
         next_probe_in_ms: u64,
     },
-    /// At L3 the rate alone fell, for `lasted_ms` so far: a probe once it has lasted
-    /// [`RATE_CHANGE_CONFIRM_MS`](super::signature::RATE_CHANGE_CONFIRM_MS).
-    RateFell {
+    /// At L3 the workload differs from the baseline, but not yet for long enough to count
+    /// ([`SignatureChange::confirmed`]).
+    ChangeUnconfirmed(Box<ChangeUnconfirmed>),
+    /// At L3 a change in rate alone has lasted: the bio tap's next sample answers it (a
+    /// slower or faster workload of the same shape is no sign of merges; contention is the
+    /// likelier cause).
+    RateChangeAwaitsTap {
         from_per_sec: f64,
         to_per_sec: f64,
         lasted_ms: u64,
         next_probe_in_ms: u64,
     },
-    /// At L3 a fall in rate alone has lasted: the bio tap's next sample answers it (a
-    /// slower workload of the same shape is no sign of merges; contention is the likelier
-    /// cause).
-    FallAwaitsTap {
-        from_per_sec: f64,
-        to_per_sec: f64,
-        lasted_ms: u64,
-        next_probe_in_ms: u64,
+    /// At L3 the tap's sample calls for merging, `samples` of the `of` in a row that
+    /// bring merging back: a lone burst does not.
+    SensedOnce {
+        share: f64,
+        sampled: u64,
+        high: f64,
+        samples: u32,
+        of: u32,
     },
     /// At L3 the workload changed, but the tap's sample, clearly low, answers it.
     ChangeAnsweredByTap(Box<ChangeAnsweredByTap>),
@@ -199,13 +212,13 @@ pub enum Reason {
     ProbeInconclusive {
         idle_windows: u32,
     },
-    /// A probe found merging rare, but L3 is no place to go back to here (`l3_blind`: no
-    /// bio tap; else not worth it): L0 stays.
+    /// A probe found merging rare, but L3 is no place to go back to here (`why`): L0
+    /// stays.
     ProbeLowNoL3 {
         ratio: f64,
         low: f64,
         bios: u64,
-        l3_blind: bool,
+        why: NoL3,
     },
     /// A probe found merging rare: back to L3.
     ProbeFoundNone {
@@ -244,6 +257,31 @@ pub enum Reason {
     },
 }
 
+/// Why L3 is no level to rest at on a device, as a probe that found merging rare says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoL3 {
+    /// No bio tap: the merge counters are blind at L3.
+    Blind,
+    /// The config's deepest level allowed is L2 (`[policy] disabled_nomerges`).
+    NotAllowed,
+    /// The saving at L3 is not known yet (nothing priced it): no verdict.
+    SavingUnknown,
+    /// Priced, L3 saves too little here.
+    NotWorth,
+}
+
+impl std::fmt::Display for NoL3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NoL3::Blind => "L3 would be blind (no bio tap)",
+            NoL3::NotAllowed => "the config does not allow L3",
+            NoL3::SavingUnknown => "the saving at L3 is unknown (not priced yet)",
+            NoL3::NotWorth => "L3 is not worth it here",
+        })
+    }
+}
+
 /// [`Reason::KnownHostileToL3`]'s numbers (boxed: a rare decision, kept out of the size of
 /// every reason).
 #[derive(Debug, Clone, PartialEq)]
@@ -255,6 +293,16 @@ pub struct KnownHostileToL3 {
     /// The workload as it settled at L3 before.
     pub known: Signature,
     pub level: Level,
+    pub next_probe_in_ms: u64,
+}
+
+/// [`Reason::ChangeUnconfirmed`]'s numbers (boxed, as above).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeUnconfirmed {
+    pub change: SignatureChange,
+    /// Busy windows in a row that showed it.
+    pub windows: u32,
+    pub lasted_ms: u64,
     pub next_probe_in_ms: u64,
 }
 
@@ -309,6 +357,18 @@ pub(super) fn wording(reason: &Reason, f: &mut std::fmt::Formatter<'_>) -> std::
                 f,
                 "not worth it here: {} (no level below {at} clears the bar); staying at {at}",
                 worth.describe(levels)
+            )
+        }
+        Reason::SavingUnknown { at, worth } => write!(
+            f,
+            "{}: merging stays on at {at} until a level below it is priced",
+            worth.describe([])
+        ),
+        Reason::WorthChanged(b) => {
+            let (step, now) = &**b;
+            write!(
+                f,
+                "{step} (the saving was not worth it or unknown before; now {now})"
             )
         }
         Reason::LeaveNotWorth { from, why, to } => {

@@ -21,6 +21,11 @@ pub struct PricingConfig {
     /// span no longer counts.
     pub keep_spans: u32,
     pub max_age_secs: u64,
+    /// A cost profile that prices the devices while the sampler cannot run on this host
+    /// (`kernel.perf_event_paranoid` above 2, no CAP_PERFMON): a built-in name or the path
+    /// of one `mergetune-lab calibrate` wrote here. "" (the default): none, the devices stay
+    /// unknown then and nothing steps down. Only with `cost_profile = "live"`.
+    pub fallback_profile: String,
 }
 
 pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
@@ -41,6 +46,7 @@ impl Default for PricingConfig {
             period_us: DEFAULT_PERIOD_US,
             keep_spans: DEFAULT_KEEP_SPANS,
             max_age_secs: DEFAULT_MAX_AGE_SECS,
+            fallback_profile: String::new(),
         }
     }
 }

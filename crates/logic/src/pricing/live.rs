@@ -1,16 +1,25 @@
 //! Live pricing as a pure state machine: the merge-path sampler's spans, the bios counted
-//! meanwhile, and the prices pooled from them. The daemon drives it (`daemon::pricing`):
+//! meanwhile, and a price per device from them. The daemon drives it (`daemon::pricing`):
 //! it opens, enables and drains the sampler through its `BlockFs` and feeds this machine
 //! the drained samples and the time; nothing here touches the sampler or reads a clock.
 //!
 //! The sampler runs for `sample_ms` every `every_ms` while a managed device below L3 is
 //! busy, and only then: its cost is paid only where there is something to price. Each
-//! span's samples and the bios that went through the merge path meanwhile (per scheduler
-//! class and level, from the same ticks' diskstats deltas) are pooled over the last
-//! `keep_spans` spans younger than `max_age_secs`, and priced by [`super::price`]. A
-//! device's table is then its class's ns per bio times its own bios/s, against the floor.
-//! At L3 nothing is sampled for that device (its merge path is skipped), so the price from
-//! its last time below L3 stands.
+//! span's samples carry the devices their tasks queued bios on (`kernel::perf`), and each
+//! device's bios over the span are counted from the same ticks' diskstats deltas; a device
+//! is priced from the samples tied to it ([`super::price::attribute`]) over its own bios,
+//! pooled over the last `keep_spans` spans younger than `max_age_secs` in which it ran the
+//! workload shape it runs now. So two devices on one scheduler doing different work each
+//! get their own price, whatever the other does (docs/policy.md, "Pricing the merge
+//! path"). At L3 nothing is sampled for that device (its merge path is skipped), so the
+//! price from its last time below L3 stands.
+//!
+//! The sampler's own cost is bounded per device: spans follow each other at once only
+//! until a busy device's workload has a price that decides, or [`FIRST_PRICE_MAX_SPANS`]
+//! spans, once per workload shape; a shape is the device's only after it held for
+//! [`SHAPE_SETTLE_MS`] ([`ShapeHysteresis`]), so a size class flipping between neighbours
+//! neither ages the price out nor starts sampling again; a price that later straddles the
+//! floor waits for the duty cycle.
 //!
 //! One tick of the driver is: [`LivePricing::count`] (the tick's bios), then, when
 //! [`LivePricing::span_due`], stop and drain the sampler and [`LivePricing::end_span`],
@@ -18,12 +27,15 @@
 
 use super::config::PricingConfig;
 use super::floor::SavingFloor;
-use super::price::{ClassPrice, MIN_SAMPLES, Shape, SpanBios, price, worth_live};
+use super::price::{
+    ClassPrice, DeviceBios, DeviceSamples, MIN_SAMPLES, Shape, SpanBios, attribute, price_device,
+    worth_live,
+};
 use crate::decision::Level;
 use crate::pricing::worth::{UnknownWhy, Worth};
 use mergetune_kernel::perf::MergeSamples;
 use mergetune_kernel::scheduler::Scheduler;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 /// The sampler's state.
@@ -44,14 +56,79 @@ enum SamplerState {
     },
 }
 
-/// One scheduler class's price and what it was measured on.
+/// A device's workload shape with hysteresis: the shape its price is kept under changes
+/// only when another shape held for [`SHAPE_SETTLE_MS`] without a break. Batched
+/// sequential writes whose size class flips between "<= 4 KiB" and "4-16 KiB" from one
+/// window to the next keep their first shape and their price.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShapeHysteresis {
+    settled: Option<Shape>,
+    /// Another shape, seen without a break since this time.
+    candidate: Option<(Shape, u64)>,
+}
+
+/// How long another workload shape must hold before a device's price is for it: ten of the
+/// default 1 s windows.
+pub const SHAPE_SETTLE_MS: u64 = 10_000;
+
+impl ShapeHysteresis {
+    /// The shape the device's price is kept under.
+    pub fn settled(&self) -> Option<Shape> {
+        self.settled
+    }
+
+    /// Notes the device's last window's `shape` at `now_ms`; true when the settled shape
+    /// changed to another (not on the first one).
+    pub fn observe(&mut self, shape: Shape, now_ms: u64) -> bool {
+        let Some(settled) = self.settled else {
+            self.settled = Some(shape);
+            return false;
+        };
+        if shape == settled {
+            self.candidate = None;
+            return false;
+        }
+        match self.candidate {
+            Some((c, since)) if c == shape => {
+                if now_ms.saturating_sub(since) < SHAPE_SETTLE_MS {
+                    return false;
+                }
+                self.settled = Some(shape);
+                self.candidate = None;
+                true
+            }
+            _ => {
+                self.candidate = Some((shape, now_ms));
+                false
+            }
+        }
+    }
+}
+
+/// One device's price and what it was measured on.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct SlotPrice {
+struct DevicePrice {
     /// The workload shape of the spans pooled into it.
     shape: Shape,
     price: ClassPrice,
     /// Spans pooled.
     spans: u32,
+    /// Merge-path samples that may be this device's or another's (in the upper bound only).
+    maybe: u64,
+}
+
+/// What live pricing keeps of one device.
+#[derive(Debug, Clone, Default)]
+struct DeviceState {
+    managed: bool,
+    shape: ShapeHysteresis,
+    price: Option<DevicePrice>,
+    /// Spans started at once for this shape's first price.
+    first_spans: u32,
+    /// A price for the settled shape decided (cleared when the shape changes): later spans
+    /// keep to the duty cycle.
+    decided: bool,
+    last_seen_ms: u64,
 }
 
 /// The live measurement and its prices.
@@ -59,24 +136,27 @@ struct SlotPrice {
 pub struct LivePricing {
     state: SamplerState,
     spans: VecDeque<(u64, MergeSamples, SpanBios)>,
-    prices: [Option<SlotPrice>; 4],
-    /// Spans started at once so far while a busy device's workload had no resolved price
-    /// (reset when every busy device's has one).
-    first_price_spans: u32,
+    devices: BTreeMap<String, DeviceState>,
     /// Spans dropped because a reset, a new device or a level change overlapped them.
     dropped_spans: u64,
+    /// Spans started so far.
+    started_spans: u64,
+    /// Why samples cannot be tied to devices here, once said.
+    attribution_said: bool,
 }
+
+/// A span is due this fraction of `sample_ms` early (1/10: 100 ms of a 1 s span).
+const SPAN_EARLY_DIV: u64 = 10;
 
 /// A failed open is tried again after this long.
 pub const RETRY_OPEN_MS: u64 = 600_000;
 
-/// While a busy scheduler class has no resolved price for its workload, spans follow each
-/// other without the duty cycle's pause, up to this many in a row: a first price within
-/// seconds of a busy device appearing (at 1 s spans and 1 ms periods, random 4 KiB reads
-/// on a loop device at 200,000 bios/s give about 6 merge-path samples a span, and a price
-/// needs 10), for at most this many seconds of continuous sampling (docs/policy.md, "What
-/// the sampler costs": 16.1 µs a sample at 1,000 samples a second per CPU is, computed,
-/// about 1.6% of each CPU while it runs).
+/// While a busy device's workload has no price that decides, spans follow each other
+/// without the duty cycle's pause, up to this many for one workload shape: a first price
+/// within seconds of a busy device appearing (at 1 s spans and 1 ms periods, random 4 KiB
+/// reads on a loop device at 200,000 bios/s give about 6 merge-path samples a span, and a
+/// price needs 10), for at most this many seconds of continuous sampling (docs/policy.md,
+/// "What the sampler costs").
 pub const FIRST_PRICE_MAX_SPANS: u32 = 10;
 
 impl Default for LivePricing {
@@ -84,15 +164,20 @@ impl Default for LivePricing {
         LivePricing {
             state: SamplerState::Closed,
             spans: VecDeque::new(),
-            prices: [None; 4],
-            first_price_spans: 0,
+            devices: BTreeMap::new(),
             dropped_spans: 0,
+            started_spans: 0,
+            attribution_said: false,
         }
     }
 }
 
 /// One device's share of a tick, for the span's bios.
 pub struct TickBios<'a> {
+    pub name: &'a str,
+    /// Managed: only these are priced (the others' bios are counted, as candidates for
+    /// the samples).
+    pub managed: bool,
     pub scheduler: Option<Scheduler>,
     pub level: Level,
     /// This tick's bios (`None`: the device's counters gave no delta this tick: first
@@ -107,13 +192,14 @@ pub struct TickBios<'a> {
     pub busy_bios_per_sec: f64,
 }
 
-/// What [`LivePricing::count`] learnt of a tick, for the rest of it: the busy devices'
-/// (class, shape, bios/s), few (managed devices below L3 with a busy window), kept to ask
-/// again after a span ends and reprices.
+/// What [`LivePricing::count`] learnt of a tick, for the rest of it: the busy devices
+/// (managed, below L3, with a busy window) and their bios/s, kept to ask again after a
+/// span ends and reprices.
 #[derive(Debug, Clone, Default)]
 pub struct TickPlan {
-    busy: Vec<(usize, Shape, f64)>,
-    first_price: bool,
+    busy: Vec<(String, f64)>,
+    /// The busy devices whose workload wants its first price.
+    first_price: Vec<String>,
     /// A span ended at this tick.
     ended: bool,
 }
@@ -137,17 +223,23 @@ pub enum SpanEnd {
     /// A device's counters reset, a device appeared or changed level during the span of
     /// these ms: its samples are not pooled.
     Dropped { span_ms: u64 },
-    /// Pooled; the classes whose price changed.
-    Pooled(Vec<Repriced>),
+    /// Pooled; the devices whose price changed, and, the first time, why no sample could
+    /// be tied to a device here.
+    Pooled {
+        repriced: Vec<Repriced>,
+        unattributable: Option<String>,
+    },
 }
 
-/// A class's new price, as the log says it.
+/// A device's new price, as the log says it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Repriced {
+    device: String,
     slot: usize,
     shape: Shape,
     l3: super::price::NsPerBio,
     spans: u32,
+    maybe: u64,
     /// The shape whose price this one replaced.
     aged_out: Option<Shape>,
 }
@@ -157,12 +249,9 @@ impl fmt::Display for Repriced {
         let (l3, spans) = (self.l3, self.spans);
         write!(
             f,
-            "merge path on {} under {}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} span{}",
-            if self.slot == 0 {
-                "none/plug"
-            } else {
-                Scheduler::ALL[self.slot].name()
-            },
+            "{}: merge path on {} under {}: {:.0} ns per bio [{:.0}, {:.0}] (95%), {} samples over {} bios in {spans} span{}",
+            self.device,
+            Scheduler::ALL[self.slot].name(),
             self.shape,
             l3.estimate,
             l3.lo,
@@ -171,6 +260,13 @@ impl fmt::Display for Repriced {
             l3.bios,
             if spans == 1 { "" } else { "s" },
         )?;
+        if self.maybe > 0 {
+            write!(
+                f,
+                "; {} more may be this device's or another's on the same scheduler (counted in the upper bound only)",
+                self.maybe
+            )?;
+        }
         if !l3.resolved() {
             write!(
                 f,
@@ -184,9 +280,15 @@ impl fmt::Display for Repriced {
     }
 }
 
-/// The price slot of a scheduler (`MergeSamples::slot`).
-fn slot_of(scheduler: Option<Scheduler>) -> usize {
-    MergeSamples::slot(scheduler)
+/// Whether a price decides at `bios_per_sec`: resolved, and its saving's interval wholly on
+/// one side of the floor (a first span of 10 samples priced "42 ns per bio [17, 94]", at
+/// 285,000 bios/s [4.9, 27] ms/s against 5: it straddles).
+fn decides(p: &ClassPrice, bios_per_sec: f64, floor: SavingFloor) -> bool {
+    p.levels[3].is_some_and(|l3| {
+        let lo = l3.lo * bios_per_sec / 1e6;
+        let hi = l3.hi * bios_per_sec / 1e6;
+        l3.resolved() && (lo >= floor.ms_per_sec() || hi < floor.ms_per_sec())
+    })
 }
 
 impl LivePricing {
@@ -195,21 +297,55 @@ impl LivePricing {
         matches!(self.state, SamplerState::Failed { .. })
     }
 
+    /// Why the sampler cannot run here, while it cannot.
+    pub fn unavailable_why(&self) -> Option<&str> {
+        match &self.state {
+            SamplerState::Failed { why, .. } => Some(why),
+            _ => None,
+        }
+    }
+
     /// Spans dropped so far (a reset, a new device or a level change overlapped them).
     pub fn dropped_spans(&self) -> u64 {
         self.dropped_spans
     }
 
-    /// Counts a tick's bios into the span in progress and notes the busy devices.
+    /// Spans started so far: the sampler's cost is this many times `sample_ms`.
+    pub fn started_spans(&self) -> u64 {
+        self.started_spans
+    }
+
+    /// Counts a tick's bios into the span in progress, notes each busy device's workload
+    /// shape at `now_ms`, and the busy devices.
     pub fn count<'a>(
         &mut self,
         cfg: &PricingConfig,
+        now_ms: u64,
         bios: impl Iterator<Item = TickBios<'a>>,
     ) -> TickPlan {
         let mut busy = Vec::new();
         for b in bios {
-            if let Some(shape) = b.busy_shape {
-                busy.push((slot_of(b.scheduler), shape, b.busy_bios_per_sec));
+            if b.managed {
+                let d = match self.devices.get_mut(b.name) {
+                    Some(d) => d,
+                    None => self.devices.entry(b.name.to_string()).or_default(),
+                };
+                d.managed = true;
+                d.last_seen_ms = now_ms;
+                if let Some(shape) = b.busy_shape {
+                    if !d.decided && d.shape.settled().is_some_and(|s| s != shape) {
+                        // No price has decided yet: the shape follows the workload at once
+                        // (a first window that caught the tail of other I/O is not kept for
+                        // 10 s), and the first-price spans already taken still count.
+                        d.shape = ShapeHysteresis::default();
+                        d.shape.observe(shape, now_ms);
+                    } else if d.shape.observe(shape, now_ms) {
+                        // The device's own workload changed: its first price again.
+                        d.first_spans = 0;
+                        d.decided = false;
+                    }
+                    busy.push((b.name.to_string(), b.busy_bios_per_sec));
+                }
             }
             if let SamplerState::Sampling {
                 since_ms,
@@ -219,13 +355,15 @@ impl LivePricing {
             {
                 *disturbed |= b.level_since_ms.is_some_and(|t| t > *since_ms);
                 match b.counters {
-                    Some(c) => {
-                        acc.add_device(b.scheduler, b.level, c.bios(), Shape::of_counters(c))
-                    }
+                    Some(c) => acc.add_device(b.name, b.scheduler, b.level, c.bios()),
                     None => *disturbed = true,
                 }
             }
         }
+        // A device gone for longer than a price lives is forgotten.
+        let max_age_ms = cfg.max_age_secs * 1000;
+        self.devices
+            .retain(|_, d| now_ms.saturating_sub(d.last_seen_ms) <= max_age_ms);
         let first_price = self.wants_first_price(&busy, cfg.floor());
         TickPlan {
             busy,
@@ -236,9 +374,13 @@ impl LivePricing {
 
     /// Whether the span in progress has run its `sample_ms`: the driver then disables and
     /// drains the sampler and hands the samples to [`LivePricing::end_span`].
+    /// A tick a few ms early counts as on time (ticks follow the wall clock, and a span
+    /// begun at one tick was otherwise ended only at the tick after next: 2 s per 1 s span
+    /// while a first price was wanted); the price divides the samples by the bios counted
+    /// over the same ticks, so the span's exact length does not enter it.
     pub fn span_due(&self, now_ms: u64, cfg: &PricingConfig) -> bool {
         matches!(self.state, SamplerState::Sampling { since_ms, .. }
-            if now_ms.saturating_sub(since_ms) >= cfg.sample_ms)
+            if now_ms.saturating_sub(since_ms) >= cfg.sample_ms - cfg.sample_ms / SPAN_EARLY_DIV)
     }
 
     /// Ends the span in progress with its drained `samples`: pooled and priced, or dropped
@@ -269,8 +411,22 @@ impl LivePricing {
                 span_ms: span.span_ms,
             }
         } else {
+            let unattributable = match &samples.attribution_error {
+                Some(why) if !self.attribution_said => {
+                    self.attribution_said = true;
+                    Some(why.clone())
+                }
+                _ => None,
+            };
+            // Each device's bios are kept under the shape its price is for.
+            for (name, d) in &mut span.devices {
+                d.shape = self.devices.get(name).and_then(|s| s.shape.settled());
+            }
             self.spans.push_back((now_ms, samples, span));
-            SpanEnd::Pooled(self.reprice(now_ms, cfg))
+            SpanEnd::Pooled {
+                repriced: self.reprice(now_ms, cfg),
+                unattributable,
+            }
         };
         self.state = SamplerState::Idle {
             next_at_ms: now_ms + cfg.every_ms.saturating_sub(cfg.sample_ms),
@@ -281,11 +437,11 @@ impl LivePricing {
     }
 
     /// Whether to start a span now: when `wanted` (a managed device below L3 is busy) and
-    /// due, at once while a busy device's workload has no resolved price
+    /// due, at once while a busy device's workload wants its first price
     /// ([`FIRST_PRICE_MAX_SPANS`]), also right after a span that was dropped or did not
     /// resolve it.
     pub fn next_step(&mut self, plan: &TickPlan, now_ms: u64, wanted: bool) -> SamplerStep {
-        let first_price = plan.first_price;
+        let first_price = !plan.first_price.is_empty();
         if plan.ended {
             if !(first_price && wanted) {
                 return SamplerStep::Wait;
@@ -305,8 +461,10 @@ impl LivePricing {
         if !wanted {
             return SamplerStep::Wait;
         }
-        if first_price {
-            self.first_price_spans += 1;
+        for name in &plan.first_price {
+            if let Some(d) = self.devices.get_mut(name) {
+                d.first_spans += 1;
+            }
         }
         match self.state {
             SamplerState::Closed | SamplerState::Failed { .. } => SamplerStep::Open,
@@ -327,6 +485,7 @@ impl LivePricing {
 
     /// The sampler was enabled at `now_ms`: a span begins.
     pub fn started(&mut self, now_ms: u64) {
+        self.started_spans += 1;
         self.state = SamplerState::Sampling {
             since_ms: now_ms,
             bios: Box::default(),
@@ -334,28 +493,27 @@ impl LivePricing {
         };
     }
 
-    /// Whether a busy device's workload (`busy`: its class, shape and bios/s) has no price
-    /// that decides (none, not resolved, or one whose saving at the device's rate still
-    /// straddles the floor: a first span of 10 samples priced "42 ns per bio [17, 94]", at
-    /// 285,000 bios/s [4.9, 27] ms/s against 5, and the duty cycle's next span came 60 s
-    /// later), and fewer than [`FIRST_PRICE_MAX_SPANS`] spans were started at once for it;
-    /// the count starts again once every busy device's workload has one that decides.
-    fn wants_first_price(&mut self, busy: &[(usize, Shape, f64)], floor: SavingFloor) -> bool {
-        let floor_ms_per_sec = floor.ms_per_sec();
-        let missing = busy.iter().any(|&(slot, shape, bios_per_sec)| {
-            !self.prices[slot].is_some_and(|p| {
-                p.shape == shape
-                    && p.price.levels[3].is_some_and(|l3| {
-                        let lo = l3.lo * bios_per_sec / 1e6;
-                        let hi = l3.hi * bios_per_sec / 1e6;
-                        l3.resolved() && (lo >= floor_ms_per_sec || hi < floor_ms_per_sec)
-                    })
-            })
-        });
-        if !missing {
-            self.first_price_spans = 0;
+    /// The busy devices (`busy`: name and bios/s) whose workload wants its first price: no
+    /// price for its settled shape that decides at its rate, none that decided since the
+    /// shape settled, and fewer than [`FIRST_PRICE_MAX_SPANS`] spans started at once for
+    /// it. A price that decided once and straddles later waits for the duty cycle.
+    fn wants_first_price(&mut self, busy: &[(String, f64)], floor: SavingFloor) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, bios_per_sec) in busy {
+            let Some(d) = self.devices.get_mut(name) else {
+                continue;
+            };
+            let settled = d.shape.settled();
+            if d.price.is_some_and(|p| {
+                Some(p.shape) == settled && decides(&p.price, *bios_per_sec, floor)
+            }) {
+                d.decided = true;
+            }
+            if !d.decided && d.first_spans < FIRST_PRICE_MAX_SPANS {
+                out.push(name.clone());
+            }
         }
-        missing && self.first_price_spans < FIRST_PRICE_MAX_SPANS
+        out
     }
 
     /// Drops the spans past `keep_spans` or `max_age_secs`.
@@ -371,76 +529,102 @@ impl LivePricing {
         }
     }
 
-    /// Prices each class whose bios the newest span holds, from the pooled spans of the
-    /// same workload shape for that class: a price measured on another shape is replaced
-    /// (aged out), not pooled with this one. Returns the classes whose price changed.
+    /// Prices each managed device whose bios went through the merge path in the newest
+    /// span, from the pooled spans in which it ran its settled shape: a price measured on
+    /// another shape is replaced (aged out), not pooled with this one. Returns the devices
+    /// whose price changed.
     fn reprice(&mut self, now_ms: u64, cfg: &PricingConfig) -> Vec<Repriced> {
         self.age_out(now_ms, cfg);
-        let Some((_, _, newest)) = self.spans.back().copied() else {
+        let Some((_, _, newest)) = self.spans.back() else {
             return Vec::new();
         };
+        let names: Vec<(String, DeviceBios)> = newest
+            .devices
+            .iter()
+            .filter(|(n, d)| {
+                d.merge_path > 0
+                    && d.shape.is_some()
+                    && self.devices.get(*n).is_some_and(|s| s.managed)
+            })
+            .map(|(n, d)| (n.clone(), *d))
+            .collect();
         let mut out = Vec::new();
-        for k in 0..4 {
-            // A class without bios in the newest span keeps its last price.
-            let Some(shape) = newest.shape(k) else {
+        for (name, newest_bios) in names {
+            let Some(r) = self.reprice_device(&name, newest_bios) else {
                 continue;
             };
-            let mut samples = MergeSamples::default();
-            let mut bios = SpanBios::default();
-            let mut spans = 0u32;
-            for (_, s, b) in self
-                .spans
-                .iter()
-                .filter(|(_, _, b)| b.shape(k) == Some(shape))
-            {
-                samples.add(s);
-                bios.add(b);
-                spans += 1;
-            }
-            let Some(fresh) = price(&samples, &bios)[k] else {
-                continue;
-            };
-            let before = self.prices[k];
-            self.prices[k] = Some(SlotPrice {
-                shape,
-                price: fresh,
-                spans,
-            });
-            if before.map(|b| (b.shape, b.price)) == Some((shape, fresh)) {
-                continue;
-            }
-            if let Some(l3) = fresh.levels[3] {
-                out.push(Repriced {
-                    slot: k,
-                    shape,
-                    l3,
-                    spans,
-                    aged_out: before.filter(|b| b.shape != shape).map(|b| b.shape),
-                });
-            }
+            out.push(r);
         }
         out
     }
 
-    /// A device's table at `bios_per_sec`, for a device whose workload has `shape` (None:
-    /// not known yet, the class's price is taken as it is).
+    /// One device's new price from the spans of its settled shape (`newest`: its bios in
+    /// the newest span); None when unchanged.
+    fn reprice_device(&mut self, name: &str, newest: DeviceBios) -> Option<Repriced> {
+        let shape = newest.shape?;
+        let mut samples = DeviceSamples::default();
+        let mut bios = DeviceBios::default();
+        let mut spans = 0u32;
+        let mut period_ns = 0;
+        for (_, s, b) in &self.spans {
+            let Some(d) = b.devices.get(name).filter(|d| d.shape == Some(shape)) else {
+                continue;
+            };
+            samples.add(&attribute(name, s, b));
+            bios.add(d);
+            spans += 1;
+            period_ns = s.period_ns;
+        }
+        let fresh = price_device(period_ns, &samples, &bios)?;
+        let state = self.devices.get_mut(name)?;
+        let before = state.price;
+        state.price = Some(DevicePrice {
+            shape,
+            price: fresh,
+            spans,
+            maybe: samples.maybe.merge_path,
+        });
+        if before.map(|b| (b.shape, b.price)) == Some((shape, fresh)) {
+            return None;
+        }
+        Some(Repriced {
+            device: name.to_string(),
+            slot: newest.slot,
+            shape,
+            l3: fresh.levels[3]?,
+            spans,
+            maybe: samples.maybe.merge_path,
+            aged_out: before.filter(|b| b.shape != shape).map(|b| b.shape),
+        })
+    }
+
+    /// Device `name`'s table at `bios_per_sec`, for the workload shape it has settled on.
     pub fn worth(
         &self,
+        name: &str,
         scheduler: Option<Scheduler>,
-        shape: Option<Shape>,
         bios_per_sec: f64,
         cfg: &PricingConfig,
     ) -> Worth {
         if let SamplerState::Failed { .. } = self.state {
             return Worth::unknown(UnknownWhy::NoSampler);
         }
-        let Some(p) = self.prices[slot_of(scheduler)] else {
+        let Some(d) = self.devices.get(name) else {
             return Worth::unknown(UnknownWhy::NotMeasuredYet);
         };
-        if shape.is_some_and(|s| s != p.shape) {
+        let Some(p) = d.price else {
+            return Worth::unknown(UnknownWhy::NotMeasuredYet);
+        };
+        if d.shape.settled().is_some_and(|s| s != p.shape) {
             return Worth::unknown(UnknownWhy::OtherWorkload);
         }
         if let Some(l3) = p.price.levels[3].filter(|l3| !l3.resolved()) {
+            if p.maybe >= MIN_SAMPLES {
+                return Worth::unknown(UnknownWhy::Unattributed {
+                    samples: l3.samples,
+                    shared: p.maybe,
+                });
+            }
             return Worth::unknown(UnknownWhy::Measuring {
                 samples: l3.samples,
                 needed: MIN_SAMPLES,
@@ -456,12 +640,16 @@ mod tests {
     use super::*;
     use crate::pricing::worth::Basis;
     use crate::sampler::Counters;
+    use mergetune_kernel::perf::PathCounts;
 
-    /// A merge-path sampler that hands out the samples queued for it, one batch per drain,
-    /// and the daemon's driver over it (`daemon::pricing::tick`), without its logs.
+    /// A merge-path sampler that hands out the samples queued for it, one batch per drain
+    /// (the default batch once they run out), and the daemon's driver over it
+    /// (`daemon::pricing::tick`), without its logs.
     #[derive(Default)]
     struct Sampler {
         batches: VecDeque<MergeSamples>,
+        /// Handed out once the batches run out.
+        steady: MergeSamples,
         /// Enabled since the last drain: the next drain hands out a batch.
         ran: bool,
     }
@@ -471,7 +659,9 @@ mod tests {
             if !std::mem::take(&mut self.ran) {
                 return MergeSamples::default();
             }
-            self.batches.pop_front().unwrap_or_default()
+            self.batches
+                .pop_front()
+                .unwrap_or_else(|| self.steady.clone())
         }
     }
 
@@ -484,7 +674,7 @@ mod tests {
             wanted: bool,
             bios: impl Iterator<Item = TickBios<'a>>,
         ) {
-            let mut plan = self.count(cfg, bios);
+            let mut plan = self.count(cfg, now_ms, bios);
             if self.span_due(now_ms, cfg) {
                 let samples = fs.drain();
                 self.end_span(&mut plan, now_ms, cfg, samples);
@@ -498,14 +688,29 @@ mod tests {
         }
     }
 
-    /// `n` merge-path samples of mq-deadline, 1 ms each.
-    fn mq_deadline_samples(n: u64) -> MergeSamples {
+    /// Merge-path samples, 1 ms each: per (device whose task took them, slot, count).
+    fn samples(of: &[(&str, usize, u64)]) -> MergeSamples {
         let mut s = MergeSamples {
             period_ns: 1_000_000,
             ..Default::default()
         };
-        s.merge_path[1] = n;
+        for &(dev, slot, n) in of {
+            let mut one = MergeSamples {
+                period_ns: 1_000_000,
+                ..Default::default()
+            };
+            let mut counts = [PathCounts::default(); 4];
+            counts[slot].merge_path = n;
+            one.merge_path[slot] = n;
+            one.by_submitter.insert(vec![dev.to_string()], counts);
+            s.add(&one);
+        }
         s
+    }
+
+    /// `n` merge-path samples of mq-deadline taken by loop0's task.
+    fn mq_deadline_samples(n: u64) -> MergeSamples {
+        samples(&[("loop0", 1, n)])
     }
 
     /// One second of random 4 KiB reads (or, `sequential`, 128 KiB writes) at `bios` bios.
@@ -525,9 +730,58 @@ mod tests {
         }
     }
 
-    /// Runs the pricing one tick a second from `t0` for `ticks` ticks, one mq-deadline device
-    /// at L0 with `counters` each tick (None: a reset), its level last changed at
-    /// `level_since_ms`.
+    /// One device in a tick: name, scheduler, counters (None: a reset), managed.
+    struct Dev {
+        name: &'static str,
+        scheduler: Scheduler,
+        counters: Option<Counters>,
+        managed: bool,
+    }
+
+    fn dev(name: &'static str, scheduler: Scheduler, counters: Counters) -> Dev {
+        Dev {
+            name,
+            scheduler,
+            counters: Some(counters),
+            managed: true,
+        }
+    }
+
+    /// Runs the pricing one tick a second from `t0` for `ticks` ticks, the devices of
+    /// `devs(tick)` at L0, their level last changed at `level_since_ms`.
+    fn run_with(
+        p: &mut LivePricing,
+        fs: &mut Sampler,
+        t0: u64,
+        ticks: u64,
+        level_since_ms: u64,
+        devs: impl Fn(u64) -> Vec<Dev>,
+    ) -> u64 {
+        let cfg = PricingConfig::default();
+        let mut now = t0;
+        for i in 0..ticks {
+            let ds = devs(i);
+            let bios = ds.iter().map(|d| TickBios {
+                name: d.name,
+                managed: d.managed,
+                scheduler: Some(d.scheduler),
+                level: Level::L0,
+                counters: d.counters.as_ref(),
+                level_since_ms: d.managed.then_some(level_since_ms),
+                busy_shape: d
+                    .counters
+                    .as_ref()
+                    .filter(|_| d.managed)
+                    .and_then(Shape::of_counters),
+                busy_bios_per_sec: d.counters.map_or(0.0, |c| c.bios() as f64),
+            });
+            p.tick(now, &cfg, fs, true, bios);
+            now += 1000;
+        }
+        now
+    }
+
+    /// [`run_with`] for loop0 alone on mq-deadline with `counters` each tick.
     fn run(
         p: &mut LivePricing,
         fs: &mut Sampler,
@@ -536,30 +790,27 @@ mod tests {
         counters: Option<Counters>,
         level_since_ms: u64,
     ) -> u64 {
-        let cfg = PricingConfig::default();
-        let mut now = t0;
-        for _ in 0..ticks {
-            let bios = std::iter::once(TickBios {
-                scheduler: Some(Scheduler::MqDeadline),
-                level: Level::L0,
-                counters: counters.as_ref(),
-                level_since_ms: Some(level_since_ms),
-                busy_shape: counters.as_ref().and_then(Shape::of_counters),
-                busy_bios_per_sec: counters.map_or(0.0, |c| c.bios() as f64),
-            });
-            p.tick(now, &cfg, fs, true, bios);
-            now += 1000;
-        }
-        now
+        run_with(p, fs, t0, ticks, level_since_ms, |_| {
+            vec![Dev {
+                name: "loop0",
+                scheduler: Scheduler::MqDeadline,
+                counters,
+                managed: true,
+            }]
+        })
     }
 
-    fn reads() -> Option<Shape> {
-        Shape::of_counters(&tick_of(1, false))
+    fn worth0(p: &LivePricing, rate: f64) -> Worth {
+        p.worth(
+            "loop0",
+            Some(Scheduler::MqDeadline),
+            rate,
+            &PricingConfig::default(),
+        )
     }
 
     #[test]
     fn a_first_price_comes_from_spans_back_to_back_and_says_how_far_it_is() {
-        let cfg = PricingConfig::default();
         let mut p = LivePricing::default();
         // 6 samples a span: under the 10 a price needs after one span, resolved after two.
         let mut fs = Sampler {
@@ -567,7 +818,7 @@ mod tests {
             ..Default::default()
         };
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
+        let w = worth0(&p, 100_000.0);
         assert_eq!(
             w.basis,
             Basis::Unknown {
@@ -581,53 +832,48 @@ mod tests {
         );
         // The second span started at once, not 60 s later.
         run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
+        let w = worth0(&p, 100_000.0);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
     }
 
     #[test]
     fn a_price_belongs_to_the_workload_shape_it_was_measured_on() {
-        let cfg = PricingConfig::default();
         let mut p = LivePricing::default();
         let mut fs = Sampler {
-            batches: [40, 40].map(mq_deadline_samples).into(),
+            steady: mq_deadline_samples(40),
             ..Default::default()
         };
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, true)), 0);
-        let seq = Shape::of_counters(&tick_of(1, true));
-        assert!(matches!(
-            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
-                .basis,
-            Basis::Live { .. }
-        ));
-        // Priced under sequential writes: not the random reads' price.
-        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
+        assert!(matches!(worth0(&p, 100_000.0).basis, Basis::Live { .. }));
+        // Random reads for less than the settling time: still the sequential price.
+        let now = run(&mut p, &mut fs, now, 5, Some(tick_of(100_000, false)), 0);
+        assert!(matches!(worth0(&p, 100_000.0).basis, Basis::Live { .. }));
+        assert_eq!(
+            p.devices["loop0"].shape.settled(),
+            Shape::of_counters(&tick_of(1, true))
+        );
+        // Once they held: not the sequential writes' price any more...
+        let now = run(&mut p, &mut fs, now, 6, Some(tick_of(100_000, false)), 0);
+        let w = worth0(&p, 100_000.0);
         assert_eq!(
             w.basis,
             Basis::Unknown {
                 why: UnknownWhy::OtherWorkload
-            }
+            },
+            "{w:?}"
         );
         assert!(
             w.keeps(Level::L3) && !w.worth(Level::L3),
             "pending: no step"
         );
-        // A span of random reads replaces it.
-        run(&mut p, &mut fs, now, 2, Some(tick_of(100_000, false)), 0);
-        let w = p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg);
+        // ...and the span started then prices them a second later, not after the duty cycle.
+        run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
+        let w = worth0(&p, 100_000.0);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
-        assert_eq!(
-            p.worth(Some(Scheduler::MqDeadline), seq, 100_000.0, &cfg)
-                .basis,
-            Basis::Unknown {
-                why: UnknownWhy::OtherWorkload
-            }
-        );
     }
 
     #[test]
     fn spans_over_a_reset_or_a_level_change_are_dropped_not_pooled() {
-        let cfg = PricingConfig::default();
         let mut p = LivePricing::default();
         // A reset: the tick's bios are unknown while the samples ran on (an inflated price).
         let mut fs = Sampler {
@@ -638,8 +884,7 @@ mod tests {
         let now = run(&mut p, &mut fs, now, 1, None, 0);
         assert_eq!(p.dropped_spans, 1);
         assert_eq!(
-            p.worth(Some(Scheduler::MqDeadline), reads(), 100_000.0, &cfg)
-                .basis,
+            worth0(&p, 100_000.0).basis,
             Basis::Unknown {
                 why: UnknownWhy::NotMeasuredYet
             }
@@ -657,9 +902,148 @@ mod tests {
         );
         assert_eq!(p.dropped_spans, 2);
         assert!(
-            p.prices.iter().all(Option::is_none),
+            p.devices.values().all(|d| d.price.is_none()),
             "nothing pooled: {:?}",
-            p.prices
+            p.devices
         );
+    }
+
+    /// loop0 under random 4 KiB reads and loop1 under 128 KiB writes, both on mq-deadline.
+    fn reads_beside_writes(_: u64) -> Vec<Dev> {
+        vec![
+            dev("loop0", Scheduler::MqDeadline, tick_of(200_000, false)),
+            dev("loop1", Scheduler::MqDeadline, tick_of(20_000, true)),
+        ]
+    }
+
+    #[test]
+    fn two_devices_on_one_scheduler_doing_different_work_each_get_their_own_price() {
+        let mut p = LivePricing::default();
+        // Per 1 s span: 8 samples of loop0's task (40 ns per bio), 6 of loop1's (300 ns).
+        let mut fs = Sampler {
+            steady: samples(&[("loop0", 1, 8), ("loop1", 1, 6)]),
+            ..Default::default()
+        };
+        run_with(&mut p, &mut fs, 0, 4, 0, reads_beside_writes);
+        let cfg = PricingConfig::default();
+        let w0 = p.worth("loop0", Some(Scheduler::MqDeadline), 200_000.0, &cfg);
+        let w1 = p.worth("loop1", Some(Scheduler::MqDeadline), 20_000.0, &cfg);
+        let ms = |w: &Worth| w.saving(Level::L3).map(|s| s.value);
+        // 40 ns x 200,000 bios/s = 8 ms/s; 300 ns x 20,000 bios/s = 6 ms/s
+        assert!(ms(&w0).is_some_and(|v| (v - 8.0).abs() < 1e-6), "{w0:?}");
+        assert!(ms(&w1).is_some_and(|v| (v - 6.0).abs() < 1e-6), "{w1:?}");
+    }
+
+    #[test]
+    fn samples_that_cannot_be_told_apart_leave_both_devices_unknown_and_say_why() {
+        let mut p = LivePricing::default();
+        // A sampler without bio events: nobody named, two candidates on one scheduler.
+        let mut fs = Sampler {
+            steady: samples(&[("", 1, 20)]),
+            ..Default::default()
+        };
+        fs.steady.by_submitter = [(Vec::new(), {
+            let mut c = [PathCounts::default(); 4];
+            c[1].merge_path = 20;
+            c
+        })]
+        .into();
+        // Comparable loads: neither holds the bios that would make it the samples' owner.
+        run_with(&mut p, &mut fs, 0, 4, 0, |_| {
+            vec![
+                dev("loop0", Scheduler::MqDeadline, tick_of(200_000, false)),
+                dev("loop1", Scheduler::MqDeadline, tick_of(100_000, true)),
+            ]
+        });
+        let w0 = worth0(&p, 200_000.0);
+        assert!(
+            matches!(
+                w0.basis,
+                Basis::Unknown {
+                    why: UnknownWhy::Unattributed { samples: 0, .. }
+                }
+            ),
+            "{w0:?}"
+        );
+    }
+
+    /// Spans started over `secs` seconds of `devs`, after the first `settle` seconds.
+    fn spans_over(
+        fs: &mut Sampler,
+        settle: u64,
+        secs: u64,
+        devs: impl Fn(u64) -> Vec<Dev> + Copy,
+    ) -> (LivePricing, u64) {
+        let mut p = LivePricing::default();
+        let now = run_with(&mut p, fs, 0, settle, 0, devs);
+        let before = p.started_spans();
+        run_with(&mut p, fs, now, secs, 0, move |i| devs(settle + i));
+        let n = p.started_spans() - before;
+        (p, n)
+    }
+
+    #[test]
+    fn a_size_class_flipping_between_neighbours_keeps_the_price_and_the_duty_cycle() {
+        // Batched sequential writes: 4 KiB bios one window, 8 KiB the next.
+        let flipping = |i: u64| {
+            let c = Counters {
+                writes_completed: 50_000,
+                sectors_written: 50_000 * if i.is_multiple_of(2) { 8 } else { 16 },
+                ..Default::default()
+            };
+            vec![dev("loop0", Scheduler::MqDeadline, c)]
+        };
+        let mut fs = Sampler {
+            steady: mq_deadline_samples(40),
+            ..Default::default()
+        };
+        let (p, spans) = spans_over(&mut fs, 20, 600, flipping);
+        // 600 s at 1 s per 60 s: 10 spans, 11 at the edges.
+        assert!(spans <= 11, "{spans} spans in 600 s");
+        assert!(
+            matches!(worth0(&p, 50_000.0).basis, Basis::Live { .. }),
+            "the price did not age out"
+        );
+    }
+
+    #[test]
+    fn a_saving_flipping_between_deciding_and_straddling_keeps_the_duty_cycle() {
+        // 12 samples over 100,000 bios a span (120 ns per bio, [62, 210]): at 100,000
+        // bios/s the saving's interval [6.2, 21] ms/s clears a 5 ms/s floor, at 50,000 bios/s
+        // [3.1, 10.5] straddles it; the rate flips every 30 s.
+        let flipping = |i: u64| {
+            let rate = if (i / 30).is_multiple_of(2) {
+                100_000
+            } else {
+                50_000
+            };
+            vec![dev("loop0", Scheduler::MqDeadline, tick_of(rate, false))]
+        };
+        let mut fs = Sampler {
+            steady: mq_deadline_samples(12),
+            ..Default::default()
+        };
+        let (_, spans) = spans_over(&mut fs, 20, 600, flipping);
+        assert!(spans <= 11, "{spans} spans in 600 s");
+    }
+
+    #[test]
+    fn only_managed_devices_are_priced() {
+        let mut p = LivePricing::default();
+        let mut fs = Sampler {
+            steady: samples(&[("nvme0n1", 0, 30), ("sda", 1, 30)]),
+            ..Default::default()
+        };
+        run_with(&mut p, &mut fs, 0, 3, 0, |_| {
+            vec![
+                dev("nvme0n1", Scheduler::None, tick_of(100_000, false)),
+                Dev {
+                    managed: false,
+                    ..dev("sda", Scheduler::MqDeadline, tick_of(100_000, true))
+                },
+            ]
+        });
+        assert!(p.devices.contains_key("nvme0n1"));
+        assert!(!p.devices.contains_key("sda"), "{:?}", p.devices);
     }
 }

@@ -24,7 +24,7 @@ use super::floor::SavingFloor;
 use super::profile::Verdict;
 use crate::decision::Level;
 use crate::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
-use mergetune_kernel::perf::MergeSamples;
+use mergetune_kernel::perf::{MergeSamples, PathCounts};
 use mergetune_kernel::scheduler::Scheduler;
 use serde::Serialize;
 
@@ -69,31 +69,7 @@ pub struct Shape {
     pub size: SizeClass,
 }
 
-/// How many shapes there are (3 read mixes x 4 size classes).
-pub const SHAPES: usize = 12;
-
 impl Shape {
-    /// Its index among the [`SHAPES`].
-    pub fn index(self) -> usize {
-        let reads = match self.reads {
-            ReadMix::Reads => 0,
-            ReadMix::Mixed => 1,
-            ReadMix::Writes => 2,
-        };
-        reads * 4 + self.size as usize
-    }
-
-    fn from_index(i: usize) -> Shape {
-        let reads = [ReadMix::Reads, ReadMix::Mixed, ReadMix::Writes][(i / 4) % 3];
-        let size = [
-            SizeClass::UpTo4k,
-            SizeClass::UpTo16k,
-            SizeClass::UpTo64k,
-            SizeClass::Over64k,
-        ][i % 4];
-        Shape { reads, size }
-    }
-
     /// The shape of a device's counters (None without bios).
     pub fn of_counters(c: &crate::sampler::Counters) -> Option<Shape> {
         Shape::of(c.bios(), c.read_bios(), c.sectors_read + c.sectors_written)
@@ -144,80 +120,164 @@ impl std::fmt::Display for Shape {
     }
 }
 
-/// Bios submitted over a span of sampling, by scheduler class (index as
-/// [`MergeSamples::slot`]) and by which parts of the path they went through.
+/// One device's bios over a span of sampling, by which parts of the merge path they went
+/// through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct DeviceBios {
+    /// Its scheduler's slot ([`MergeSamples::slot`]).
+    pub slot: usize,
+    /// Bios below L3 (the merge attempt ran).
+    pub merge_path: u64,
+    /// Bios at L0 or L1 (the lookups past the one-hit cache ran).
+    pub beyond_one_hit: u64,
+    /// Bios at L0 (mq-deadline's front lookup ran).
+    pub front_lookup: u64,
+    /// The workload shape the device's price is kept under when the span ends (its
+    /// settled shape: `live`'s hysteresis), which spans pool together.
+    pub shape: Option<Shape>,
+}
+
+impl DeviceBios {
+    pub fn add(&mut self, o: &DeviceBios) {
+        self.slot = o.slot;
+        self.merge_path += o.merge_path;
+        self.beyond_one_hit += o.beyond_one_hit;
+        self.front_lookup += o.front_lookup;
+    }
+}
+
+/// Bios submitted over a span of sampling, per device (by name).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct SpanBios {
-    /// Bios of devices below L3 (the merge attempt ran).
-    pub merge_path: [u64; 4],
-    /// Of `merge_path`, the bios by the [`Shape`] of their device's tick (index
-    /// [`Shape::index`]): the span's shape per class is the one most of them have.
-    pub merge_path_shapes: [[u64; SHAPES]; 4],
-    /// Bios of devices at L0 or L1 (the lookups past the one-hit cache ran).
-    pub beyond_one_hit: [u64; 4],
-    /// Bios of devices at L0 (mq-deadline's front lookup ran).
-    pub front_lookup: [u64; 4],
+    pub devices: std::collections::BTreeMap<String, DeviceBios>,
     /// Span of the sampling, ms.
     pub span_ms: u64,
 }
 
 impl SpanBios {
-    /// Counts one device's bios of a span at its level, of the device's workload `shape`
-    /// in that tick.
+    /// Counts one device's bios of a span at its level.
     pub fn add_device(
         &mut self,
+        name: &str,
         scheduler: Option<Scheduler>,
         level: Level,
         bios: u64,
-        shape: Option<Shape>,
     ) {
-        let i = MergeSamples::slot(scheduler);
+        let d = match self.devices.get_mut(name) {
+            Some(d) => d,
+            None => self.devices.entry(name.to_string()).or_default(),
+        };
+        d.slot = MergeSamples::slot(scheduler);
         if level < Level::L3 {
-            self.merge_path[i] += bios;
-            if let Some(sh) = shape {
-                self.merge_path_shapes[i][sh.index()] += bios;
-            }
+            d.merge_path += bios;
         }
         if level <= Level::L1 {
-            self.beyond_one_hit[i] += bios;
+            d.beyond_one_hit += bios;
         }
         if level == Level::L0 {
-            self.front_lookup[i] += bios;
+            d.front_lookup += bios;
         }
     }
 
-    pub fn add(&mut self, o: &SpanBios) {
-        for i in 0..4 {
-            self.merge_path[i] += o.merge_path[i];
-            for (a, b) in self.merge_path_shapes[i]
-                .iter_mut()
-                .zip(o.merge_path_shapes[i])
-            {
-                *a += b;
-            }
-            self.beyond_one_hit[i] += o.beyond_one_hit[i];
-            self.front_lookup[i] += o.front_lookup[i];
-        }
-        self.span_ms += o.span_ms;
-    }
-
-    /// The shape of the bios of scheduler class `slot` that went through the merge path:
-    /// the shape at least [`DOMINANT_SHARE`] of them had (several devices of one scheduler
-    /// share its samples; a busy device beside a few bios of another is still priced); None
-    /// when no shape holds that share, or without bios.
-    pub fn shape(&self, slot: usize) -> Option<Shape> {
-        let all = self.merge_path[slot];
-        let (i, most) = self.merge_path_shapes[slot]
+    /// The devices a merge-path sample of slot `slot` can have been spent for: those whose
+    /// bios went through the merge path in this span, on that scheduler (slot 0, the plug
+    /// and `none`, runs for every scheduler's bios).
+    fn candidates(&self, slot: usize) -> impl Iterator<Item = &str> {
+        self.devices
             .iter()
-            .copied()
-            .enumerate()
-            .max_by_key(|&(_, n)| n)?;
-        (all > 0 && most as f64 >= DOMINANT_SHARE * all as f64).then(|| Shape::from_index(i))
+            .filter(move |(_, d)| d.merge_path > 0 && (slot == 0 || d.slot == slot))
+            .map(|(n, _)| n.as_str())
     }
 }
 
-/// The share of a class's merge-path bios one shape must hold to be the span's shape.
+/// The share of a slot's merge-path bios one device must hold to own the samples nobody
+/// named (as the price per scheduler held a busy device beside a few bios of the root
+/// disk): its price errs high by at most the others' samples, a fifth of the bios.
 pub const DOMINANT_SHARE: f64 = 0.8;
+
+impl SpanBios {
+    /// The candidate of slot `slot` holding at least [`DOMINANT_SHARE`] of the candidates'
+    /// merge-path bios, if one does.
+    fn dominant(&self, slot: usize) -> Option<&str> {
+        let bios_of = |n: &str| self.devices.get(n).map_or(0, |d| d.merge_path);
+        let all: u64 = self.candidates(slot).map(bios_of).sum();
+        let top = self.candidates(slot).max_by_key(|n| bios_of(n))?;
+        (bios_of(top) as f64 >= DOMINANT_SHARE * all as f64).then_some(top)
+    }
+}
+
+/// One device's merge-path samples over a span: those tied to it (`own`) and those that may
+/// be its or another's (`maybe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceSamples {
+    pub own: PathCounts,
+    pub maybe: PathCounts,
+}
+
+impl DeviceSamples {
+    pub fn add(&mut self, o: &DeviceSamples) {
+        self.own.add(&o.own);
+        self.maybe.add(&o.maybe);
+    }
+}
+
+/// Device `name`'s samples in a span. A sample is the device's when, of the devices its
+/// task queued bios on, it is the only one whose bios went through that scheduler's merge
+/// path in the span; or, with no such device named (a task whose bios were not sampled, a
+/// sampler without bio events), when it is the only candidate of all or holds
+/// [`DOMINANT_SHARE`] of their bios. A sample with more than one candidate is `maybe` for
+/// each of them: it bounds their prices from above and is priced for none (docs/policy.md,
+/// "Pricing the merge path").
+pub fn attribute(name: &str, samples: &MergeSamples, bios: &SpanBios) -> DeviceSamples {
+    let mut out = DeviceSamples::default();
+    if bios.devices.get(name).is_none_or(|d| d.merge_path == 0) {
+        return out;
+    }
+    // The samples no submitter holds (a world that counts only the totals: a recording of
+    // an older daemon) are nobody's named ones.
+    let mut unnamed = [PathCounts::default(); 4];
+    for (slot, u) in unnamed.iter_mut().enumerate() {
+        let held = |f: fn(&PathCounts) -> u64| -> u64 {
+            samples.by_submitter.values().map(|c| f(&c[slot])).sum()
+        };
+        u.merge_path = samples.merge_path[slot].saturating_sub(held(|c| c.merge_path));
+        u.beyond_one_hit = samples.beyond_one_hit[slot].saturating_sub(held(|c| c.beyond_one_hit));
+        u.front_lookup = samples.front_lookup[slot].saturating_sub(held(|c| c.front_lookup));
+    }
+    let nobody: Vec<String> = Vec::new();
+    let all = samples
+        .by_submitter
+        .iter()
+        .chain(std::iter::once((&nobody, &unnamed)));
+    for (submitter, counts) in all {
+        for (slot, c) in counts.iter().enumerate() {
+            if c.merge_path == 0 {
+                continue;
+            }
+            let named: Vec<&str> = bios
+                .candidates(slot)
+                .filter(|d| submitter.iter().any(|s| s == d))
+                .collect();
+            let (n, mine) = if named.is_empty() {
+                match bios.dominant(slot) {
+                    Some(d) => (1, d == name),
+                    None => (
+                        bios.candidates(slot).count(),
+                        bios.candidates(slot).any(|d| d == name),
+                    ),
+                }
+            } else {
+                (named.len(), named.contains(&name))
+            };
+            match (mine, n) {
+                (false, _) => {}
+                (true, 1) => out.own.add(c),
+                (true, _) => out.maybe.add(c),
+            }
+        }
+    }
+    out
+}
 
 /// ns per bio with its interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -250,95 +310,56 @@ pub fn poisson_ci(n: u64) -> (f64, f64) {
     (lo, hi)
 }
 
-/// ns per bio of a count of samples over bios; the shared (slot 0) samples are spread over
-/// every class's bios and added.
-fn per_bio(
-    period_ns: u64,
-    own: u64,
-    own_bios: u64,
-    shared: u64,
-    all_bios: u64,
-) -> Option<NsPerBio> {
-    if all_bios == 0 {
+/// ns per bio of `own` samples over `bios`, the upper bound also counting the `maybe` ones.
+fn per_bio(period_ns: u64, own: u64, maybe: u64, bios: u64) -> Option<NsPerBio> {
+    if bios == 0 {
         return None;
     }
-    let p = period_ns as f64;
-    let part = |n: u64, bios: u64| -> (f64, f64, f64) {
-        if bios == 0 || n == 0 {
-            let hi = if bios == 0 {
-                0.0
-            } else {
-                poisson_ci(0).1 * p / bios as f64
-            };
-            return (0.0, 0.0, hi);
-        }
-        let (lo, hi) = poisson_ci(n);
-        let b = bios as f64;
-        (n as f64 * p / b, lo * p / b, hi * p / b)
-    };
-    let (e1, l1, h1) = part(own, own_bios);
-    let (e2, l2, h2) = part(shared, all_bios);
-    // Summing the bounds of two independent counts is conservative (wider than the
-    // interval of the sum).
+    let per = period_ns as f64 / bios as f64;
     Some(NsPerBio {
-        estimate: e1 + e2,
-        lo: l1 + l2,
-        hi: h1 + h2,
-        samples: own + shared,
-        bios: own_bios.max(all_bios),
+        estimate: own as f64 * per,
+        lo: poisson_ci(own).0 * per,
+        hi: poisson_ci(own + maybe).1 * per,
+        samples: own,
+        bios,
     })
 }
 
-/// The price of one scheduler class: ns per bio each rung would not spend.
+/// The price of one device's merge path: ns per bio each rung would not spend.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ClassPrice {
     /// Indexed by level: [None, L1 (front lookup), L2 (past the one-hit cache), L3 (all)].
     pub levels: [Option<NsPerBio>; 4],
 }
 
-/// Prices every scheduler class from a span's samples and bios.
-pub fn price(samples: &MergeSamples, bios: &SpanBios) -> [Option<ClassPrice>; 4] {
-    let mut out = [None; 4];
-    let all_l3: u64 = bios.merge_path.iter().sum();
-    let all_l2: u64 = bios.beyond_one_hit.iter().sum();
-    let all_l1: u64 = bios.front_lookup.iter().sum();
-    for (k, slot) in out.iter_mut().enumerate() {
-        // slot 0 (none, plug) has no samples of its own: only the shared ones
-        let own = |a: &[u64; 4]| if k == 0 { 0 } else { a[k] };
-        let own_bios = |a: &[u64; 4]| if k == 0 { 0 } else { a[k] };
-        if bios.merge_path[k] == 0 {
-            continue;
-        }
-        let l3 = per_bio(
-            samples.period_ns,
-            own(&samples.merge_path),
-            own_bios(&bios.merge_path),
-            samples.merge_path[0],
-            all_l3,
-        );
-        let l2 = per_bio(
-            samples.period_ns,
-            own(&samples.beyond_one_hit),
-            own_bios(&bios.beyond_one_hit),
-            samples.beyond_one_hit[0],
-            all_l2,
-        );
-        let l1 = (k == MergeSamples::slot(Some(Scheduler::MqDeadline)))
-            .then(|| {
-                per_bio(
-                    samples.period_ns,
-                    samples.front_lookup[k],
-                    bios.front_lookup[k],
-                    0,
-                    all_l1.max(1),
-                )
-            })
-            .flatten();
-        *slot = Some(ClassPrice {
-            levels: [None, l1, l2.filter(|_| all_l2 > 0), l3],
-        });
-    }
-    out
+/// Prices a device from its samples and its bios pooled over spans (both summed over the
+/// same spans); None without merge-path bios.
+pub fn price_device(
+    period_ns: u64,
+    samples: &DeviceSamples,
+    bios: &DeviceBios,
+) -> Option<ClassPrice> {
+    let (own, maybe) = (samples.own, samples.maybe);
+    let l3 = per_bio(period_ns, own.merge_path, maybe.merge_path, bios.merge_path)?;
+    let l2 = per_bio(
+        period_ns,
+        own.beyond_one_hit,
+        maybe.beyond_one_hit,
+        bios.beyond_one_hit,
+    );
+    let l1 = (bios.slot == MergeSamples::slot(Some(Scheduler::MqDeadline)))
+        .then(|| {
+            per_bio(
+                period_ns,
+                own.front_lookup,
+                maybe.front_lookup,
+                bios.front_lookup,
+            )
+        })
+        .flatten();
+    Some(ClassPrice {
+        levels: [None, l1, l2, Some(l3)],
+    })
 }
 
 /// A device's table: each priced level's saving in CPU ms per second at `bios_per_sec`,
@@ -404,29 +425,38 @@ mod tests {
         assert!(lo == 0.0 && (hi - 3.689).abs() < 0.05, "{hi}");
     }
 
-    fn mq_deadline_span(merge_samples: u64, bios: u64) -> (MergeSamples, SpanBios) {
+    /// `merge_samples` merge-path samples of mq-deadline, 1 ms each, of a task that queued
+    /// bios on `submitter`.
+    fn samples_of(submitter: &[&str], slot: usize, merge_samples: u64) -> MergeSamples {
         let mut s = MergeSamples {
             period_ns: 1_000_000,
             ..Default::default()
         };
-        s.merge_path[1] = merge_samples;
-        s.total = merge_samples * 30;
+        let mut counts = [PathCounts::default(); 4];
+        counts[slot].merge_path = merge_samples;
+        s.merge_path[slot] = merge_samples;
+        s.by_submitter
+            .insert(submitter.iter().map(|d| d.to_string()).collect(), counts);
+        s
+    }
+
+    fn mq_deadline_span(merge_samples: u64, bios: u64) -> (MergeSamples, SpanBios) {
+        let s = samples_of(&["loop0"], 1, merge_samples);
         let mut b = SpanBios::default();
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L0,
-            bios,
-            Shape::of(bios, bios, 8 * bios),
-        );
+        b.add_device("loop0", Some(Scheduler::MqDeadline), Level::L0, bios);
         b.span_ms = 10_000;
         (s, b)
+    }
+
+    fn price_of(name: &str, s: &MergeSamples, b: &SpanBios) -> Option<ClassPrice> {
+        price_device(s.period_ns, &attribute(name, s, b), &b.devices[name])
     }
 
     #[test]
     fn mq_deadline_samples_price_its_bios_and_the_saving_scales_with_the_rate() {
         // 100 samples of 1 ms over 500,000 bios: 200 ns per bio
         let (s, b) = mq_deadline_span(100, 500_000);
-        let p = price(&s, &b)[1].expect("priced");
+        let p = price_of("loop0", &s, &b).expect("priced");
         let l3 = p.levels[3].expect("L3 priced");
         assert!((l3.estimate - 200.0).abs() < 1e-9);
         assert!(l3.lo < 200.0 && l3.hi > 200.0);
@@ -444,7 +474,7 @@ mod tests {
     #[test]
     fn too_few_samples_leave_the_saving_unknown() {
         let (s, b) = mq_deadline_span(MIN_SAMPLES - 1, 1_000);
-        let p = price(&s, &b)[1].expect("priced");
+        let p = price_of("loop0", &s, &b).expect("priced");
         let w = worth_live(
             Some(&p),
             Some(Scheduler::MqDeadline),
@@ -453,7 +483,7 @@ mod tests {
         );
         assert!(matches!(w.basis, Basis::Unknown { .. }), "{w:?}");
         let (s, b) = mq_deadline_span(MIN_SAMPLES, 1_000);
-        let p = price(&s, &b)[1].expect("priced");
+        let p = price_of("loop0", &s, &b).expect("priced");
         let w = worth_live(
             Some(&p),
             Some(Scheduler::MqDeadline),
@@ -466,86 +496,79 @@ mod tests {
     #[test]
     fn bios_at_l3_do_not_dilute_the_price() {
         let (s, mut b) = mq_deadline_span(100, 500_000);
-        b.add_device(Some(Scheduler::MqDeadline), Level::L3, 5_000_000, None);
-        let p = price(&s, &b)[1].unwrap();
+        b.add_device("loop1", Some(Scheduler::MqDeadline), Level::L3, 5_000_000);
+        let p = price_of("loop0", &s, &b).unwrap();
         assert!((p.levels[3].unwrap().estimate - 200.0).abs() < 1e-9);
     }
 
-    #[test]
-    fn plug_samples_are_shared_by_every_scheduler() {
-        let mut s = MergeSamples {
-            period_ns: 1_000_000,
-            ..Default::default()
-        };
-        s.merge_path[0] = 100;
+    /// Two devices on mq-deadline: loop0 under random reads (100 samples over 500,000 bios),
+    /// loop1 under large writes (30 samples over 30,000 bios), and a plug sample of loop1's
+    /// task beside a `none` device.
+    fn two_devices() -> (MergeSamples, SpanBios) {
+        let mut s = samples_of(&["loop0"], 1, 100);
+        s.add(&samples_of(&["loop1"], 1, 20));
+        s.add(&samples_of(&["loop1"], 0, 10));
         let mut b = SpanBios::default();
-        b.add_device(
-            Some(Scheduler::None),
-            Level::L0,
-            250_000,
-            Shape::of(1, 1, 8),
-        );
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L0,
-            250_000,
-            Shape::of(1, 1, 8),
-        );
-        let prices = price(&s, &b);
-        let none = prices[0].unwrap().levels[3].unwrap().estimate;
-        let dd = prices[1].unwrap().levels[3].unwrap().estimate;
-        assert!(
-            (none - 200.0).abs() < 1e-9 && (dd - 200.0).abs() < 1e-9,
-            "{none} {dd}"
-        );
-        assert!(prices[2].is_none(), "no bfq bios: no bfq price");
+        b.add_device("loop0", Some(Scheduler::MqDeadline), Level::L0, 500_000);
+        b.add_device("loop1", Some(Scheduler::MqDeadline), Level::L0, 30_000);
+        b.add_device("nvme0n1", Some(Scheduler::None), Level::L0, 100_000);
+        (s, b)
     }
 
     #[test]
-    fn a_span_has_the_shape_of_its_merge_path_bios() {
-        let mut b = SpanBios::default();
+    fn each_device_on_a_shared_scheduler_is_priced_from_its_own_tasks_samples() {
+        let (s, b) = two_devices();
+        let p0 = price_of("loop0", &s, &b).unwrap().levels[3].unwrap();
+        let p1 = price_of("loop1", &s, &b).unwrap().levels[3].unwrap();
+        assert!((p0.estimate - 200.0).abs() < 1e-9, "{p0:?}");
+        // loop1's own 20 mq-deadline samples and its task's 10 plug samples over 30,000 bios
+        assert!((p1.estimate - 1000.0).abs() < 1e-9, "{p1:?}");
+        let none = price_of("nvme0n1", &s, &b).unwrap().levels[3].unwrap();
+        assert_eq!(none.samples, 0, "no sample of its task: {none:?}");
+    }
+
+    #[test]
+    fn a_sample_that_cannot_be_attributed_widens_its_candidates_intervals_only() {
+        let (mut s, b) = two_devices();
+        // 40 samples of a task that queued on both, 50 of one whose bios were not seen
+        s.add(&samples_of(&["loop0", "loop1"], 1, 40));
+        s.add(&samples_of(&[], 1, 50));
+        // loop0 holds 94% of the bios: the 50 nobody named are its own, the 40 of a task
+        // on both are not
+        let d0 = attribute("loop0", &s, &b);
+        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (150, 40));
+        let p0 = price_device(s.period_ns, &d0, &b.devices["loop0"])
+            .unwrap()
+            .levels[3]
+            .unwrap();
+        assert!((p0.estimate - 300.0).abs() < 1e-9, "{p0:?}");
+        // the upper bound counts them all: at least 190 samples over 500,000 bios
+        assert!(p0.hi > 380.0, "{p0:?}");
+        // with comparable loads the ones nobody named are nobody's either
+        let mut even = b.clone();
+        even.devices.get_mut("loop1").unwrap().merge_path = 500_000;
+        let d0 = attribute("loop0", &s, &even);
+        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (100, 90));
+        // the none device cannot have spent mq-deadline's samples
+        assert_eq!(attribute("nvme0n1", &s, &b), DeviceSamples::default());
+        // alone on its scheduler, a device owns the samples nobody named
+        let mut alone = b.clone();
+        alone.devices.remove("loop1");
+        let d0 = attribute("loop0", &samples_of(&[], 1, 50), &alone);
+        assert_eq!((d0.own.merge_path, d0.maybe.merge_path), (50, 0));
+    }
+
+    #[test]
+    fn a_workload_has_a_shape() {
         // random 4 KiB reads: 8 sectors a bio
         let random_reads = Shape::of(1000, 1000, 8000).unwrap();
         assert_eq!(random_reads.reads, ReadMix::Reads);
         assert_eq!(random_reads.size, SizeClass::UpTo4k);
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L0,
-            100_000,
-            Some(random_reads),
-        );
-        assert_eq!(b.shape(1), Some(random_reads));
-        // the same scheduler's bios at L3 do not count toward its shape, and a few bios of
-        // another device do not change it (a root disk beside a busy loop device)
         let seq_writes = Shape::of(1000, 0, 256_000).unwrap();
         assert_eq!(
             (seq_writes.reads, seq_writes.size),
             (ReadMix::Writes, SizeClass::Over64k)
         );
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L3,
-            1_000_000,
-            Some(seq_writes),
-        );
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L0,
-            300,
-            Some(seq_writes),
-        );
-        assert_eq!(b.shape(1), Some(random_reads));
-        // two shapes of comparable weight: no shape, no keyed price
-        b.add_device(
-            Some(Scheduler::MqDeadline),
-            Level::L0,
-            100_000,
-            Some(seq_writes),
-        );
-        assert_eq!(b.shape(1), None);
-        assert_eq!(SpanBios::default().shape(1), None);
-        for i in 0..SHAPES {
-            assert_eq!(Shape::from_index(i).index(), i);
-        }
+        assert_eq!(Shape::of(0, 0, 0), None);
     }
 }

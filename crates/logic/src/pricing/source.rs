@@ -1,5 +1,11 @@
 //! Where a device's prices come from (`[policy] cost_profile`): measured live on this
 //! host (the default), or a cost profile that matches the device's kernel and kind.
+//!
+//! Under live pricing, `[pricing] fallback_profile` names a profile that prices the devices
+//! while the sampler cannot run on the host (a distribution's `perf_event_paranoid` above
+//! 2, no CAP_PERFMON): a host that cannot sample is then not inert, and the sampler, retried
+//! while a device is busy, takes over as soon as it opens. Which of the two prices a
+//! device is its basis (live or profile) in `status` and `mergetune_device_pricing`.
 
 use super::floor::SavingFloor;
 use super::profile::{self, CostProfile, DeviceKey, Method, ProfileError, profile_match};
@@ -31,6 +37,19 @@ impl PricingSource {
             profile: Box::new(profile::resolve(spec)?),
             spec: spec.to_string(),
         })
+    }
+
+    /// `[pricing] fallback_profile` as a source (None when unset), or why its profile
+    /// cannot be had (it was checked when the config was loaded).
+    pub fn fallback_from_config(cfg: &Config) -> Result<Option<PricingSource>, ProfileError> {
+        let spec = cfg.pricing.fallback_profile.trim();
+        if spec.is_empty() || spec == profile::LIVE {
+            return Ok(None);
+        }
+        Ok(Some(PricingSource::Profile {
+            profile: Box::new(profile::resolve(spec)?),
+            spec: spec.to_string(),
+        }))
     }
 
     /// The profile's name ("live" when measured).

@@ -88,6 +88,11 @@ pub enum UnknownWhy {
     /// The scheduler's price was measured under another workload shape (read share, bio
     /// size class) than the device runs now: it is not this workload's price.
     OtherWorkload,
+    /// The live sampler measured the merge path, but `shared` of its samples may be this
+    /// device's or another's on the same scheduler (their tasks queued bios on both, or no
+    /// bio of theirs was seen), and only `samples` are surely this device's: fewer than a
+    /// price needs.
+    Unattributed { samples: u64, shared: u64 },
     /// The live sampler cannot run here (no CAP_PERFMON, no symbols, a world without one).
     NoSampler,
     /// The named profile matches neither this kernel nor this device.
@@ -113,6 +118,10 @@ impl UnknownWhy {
                 "the merge path was priced under another workload shape (read share or bio size) than this device runs now; measuring this one"
                     .into()
             }
+            UnknownWhy::Unattributed { samples, shared } => format!(
+                "the merge path's samples here cannot be told apart from another device's on the same scheduler: {samples} are surely this device's, {shared} may be its or another's"
+            )
+            .into(),
             UnknownWhy::NoSampler => {
                 "the merge path cannot be measured here (the cpu-clock sampler needs root or CAP_PERFMON and kallsyms)".into()
             }
@@ -127,7 +136,10 @@ impl UnknownWhy {
     pub fn pending(self) -> bool {
         matches!(
             self,
-            UnknownWhy::NotMeasuredYet | UnknownWhy::Measuring { .. } | UnknownWhy::OtherWorkload
+            UnknownWhy::NotMeasuredYet
+                | UnknownWhy::Measuring { .. }
+                | UnknownWhy::OtherWorkload
+                | UnknownWhy::Unattributed { .. }
         )
     }
 }

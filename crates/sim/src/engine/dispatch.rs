@@ -12,6 +12,7 @@ use super::queue::EvKind;
 use super::slab::{NIL, ReqState};
 use crate::cost::Step;
 use mergetune_kernel::scheduler::Scheduler;
+use mergetune_kernel::trace::EventKind;
 
 impl Simulation {
     /// A request leaves the plug (or was never plugged).
@@ -100,6 +101,9 @@ impl Simulation {
         let d = rq.dev as usize;
         let now = self.now_ns;
         self.reqs[r as usize].state = ReqState::InFlight;
+        // sense: what the kernel's block_rq_issue reports.
+        self.taps
+            .record(d, now, EventKind::Issue, rq.dir, rq.sector, rq.nr_sectors);
         self.charge(self.cur_phase, d, Step::Dispatch, 1);
         let dev = &mut self.devs[d];
         dev.busy_tags += 1;

@@ -15,7 +15,7 @@ use super::Simulation;
 use super::slab::{NIL, ReqSlab, ReqState, Request};
 use crate::cost::Step;
 use mergetune_kernel::scheduler::Scheduler;
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::trace::{Dir, EventKind};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -252,7 +252,9 @@ impl Simulation {
             return false;
         }
         let queued = rq.state == ReqState::Queued;
+        let kind;
         if rq.end_sector() == bio.sector {
+            kind = EventKind::BackMerge;
             let old_end = rq.end_sector();
             let new_end = old_end + bio.nr_sectors as u64;
             self.bios[rq.last_bio as usize].next = b;
@@ -265,6 +267,7 @@ impl Simulation {
                 self.devs[d].elv.moved_end(r, old_end, new_end);
             }
         } else if allow_front && bio.sector + bio.nr_sectors as u64 == rq.sector {
+            kind = EventKind::FrontMerge;
             self.bios[b as usize].next = rq.first_bio;
             let rqm = &mut self.reqs[r as usize];
             rqm.first_bio = b;
@@ -281,6 +284,10 @@ impl Simulation {
         }
         self.devs[d].cnt.merges[bio.dir.idx()] += 1;
         self.acc[self.cur_phase][d].merged[bio.dir.idx()] += 1;
+        // sense: what the kernel's block_bio_backmerge / block_bio_frontmerge report.
+        let now = self.now_ns;
+        self.taps
+            .record(d, now, kind, bio.dir, bio.sector, bio.nr_sectors);
         true
     }
 }

@@ -134,7 +134,7 @@ impl Simulation {
         acc.cycles += spent;
         acc.cycles_second += self.costs.second.by_sched[k].step(step) * n;
         if self.merge_meter.on {
-            self.merge_meter.charge(sched, step, spent);
+            self.merge_meter.charge(d, sched, step, spent);
         }
     }
 

@@ -11,7 +11,7 @@
 use super::slab::Bio;
 use super::{BioSpec, MAX_IN_FLIGHT_BIOS, SimError, Simulation};
 use crate::cost::Step;
-use mergetune_kernel::trace::Dir;
+use mergetune_kernel::trace::{Dir, EventKind};
 
 impl Simulation {
     /// Submits bios by hand at the current time, all under one plug, from a built-in
@@ -72,10 +72,6 @@ impl Simulation {
     /// dm pieces included: the place to observe what is submitted.
     pub(super) fn submit_bio(&mut self, b: u32, j: usize) {
         let d = self.bios[b as usize].dev as usize;
-        // sense: every bio entering a device is what the kernel's block_bio_queue reports.
-        let x = &self.bios[b as usize];
-        self.taps
-            .record(d, self.now_ns, x.dir, x.sector, x.nr_sectors);
         if self.devs[d].media.is_dm() {
             self.dm_submit(b, j);
         } else {
@@ -102,6 +98,15 @@ impl Simulation {
         let now = self.now_ns;
         self.devs[d].cnt.started(now);
         let r = self.reqs.alloc(&mut self.bios, b, now);
+        // sense: a request made for a bio is what the kernel's block_getrq reports.
+        self.taps.record(
+            d,
+            now,
+            EventKind::GetRq,
+            bio.dir,
+            bio.sector,
+            bio.nr_sectors,
+        );
         self.plug_add(j, r);
     }
 }
