@@ -239,6 +239,16 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
             assert!(out.status.success(), "{out:?}");
             String::from_utf8_lossy(&out.stdout).to_string()
         } else {
+            // The daemon sees the re-attach at its next rescan (every 30 ticks, 1.5 s at
+            // this config's 50 ms): waited for, up to three rescans, before the stop.
+            let said_by = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < said_by
+                && !std::fs::read_to_string(&log)
+                    .unwrap()
+                    .contains("re-attached to the same backing file")
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             rustix::process::kill_process(
                 rustix::process::Pid::from_child(&d),
                 rustix::process::Signal::TERM,
