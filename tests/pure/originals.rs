@@ -1162,3 +1162,24 @@ fn a_loop_device_reattached_elsewhere_is_another_disk_and_leave_is_honoured() {
     assert_eq!(k.value("sda", Tunable::Nomerges), Some(ours));
     assert!(store.text.borrow().is_none(), "the record is dropped");
 }
+
+/// A schedule the property found once: a loop-style sda detached, attached to another file
+/// while /proc/diskstats fails, loaded, detached again, then a clean stop. No value may be
+/// stranded.
+#[test]
+fn a_detach_attach_to_another_file_while_diskstats_fails_strands_nothing() {
+    let steps = [
+        Step::Detach(0),
+        Step::Tick(1),
+        Step::DiskstatsFails(true),
+        Step::Attach(0, false),
+        Step::Load(0, Load::Random),
+        Step::Tick(1),
+        Step::Detach(0),
+        Step::DiskstatsFails(false),
+        Step::Tick(1),
+    ];
+    for stop in [Stop::Clean, Stop::CrashAtEnd] {
+        check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
+    }
+}

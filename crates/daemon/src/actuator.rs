@@ -56,6 +56,14 @@ pub enum ActuatorError {
         recorded: Box<DeviceIdentity>,
         now: Box<DeviceIdentity>,
     },
+    #[error(
+        "not writing {tunable}: the loop device was detached since it was found ({now}; found as {known}): nothing is written to it until it is attached again"
+    )]
+    Detached {
+        tunable: Tunable,
+        known: Box<DeviceIdentity>,
+        now: Box<DeviceIdentity>,
+    },
 }
 
 /// The wait before the first retry of a failed write, in ms; each failure in a row

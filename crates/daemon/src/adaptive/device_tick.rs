@@ -14,6 +14,7 @@ use crate::actuator::{Actuator, ActuatorError, SetOutcome};
 use crate::dryrun::as_counted_at;
 use crate::snapshot::DaemonCounters;
 use mergetune_kernel::blockfs::{BlockFs, FsError};
+use mergetune_kernel::devices::{Sameness, read_identity};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
@@ -370,6 +371,7 @@ impl DeviceTick<'_> {
         fs: &mut dyn BlockFs,
     ) -> Result<(), ActuatorError> {
         for (t, value) in tunables(to_level, dev.caps) {
+            still_the_known_disk(dev, fs, name, t)?;
             match self.actuator.set(fs, name, t, value)? {
                 SetOutcome::Unchanged => {}
                 SetOutcome::Written { from } | SetOutcome::DryRun { from } => {
@@ -405,6 +407,9 @@ impl DeviceTick<'_> {
                 dev.another_disk = true;
                 *self.force_rescan = true;
             }
+            // Not a failure of sysfs either: the next rescan sets the device aside until
+            // it is attached again.
+            ActuatorError::Detached { .. } => *self.force_rescan = true,
             _ => self.counters.write_errors += 1,
         }
         // Never sooner than the policy would decide again, and backing off while the
@@ -437,6 +442,40 @@ impl DeviceTick<'_> {
             // and the next window's check sees the kernel as it is.
             dev.window.restart(now_ms);
         }
+    }
+}
+
+/// Refuses a write to `name` when the disk under it is no longer the one the daemon found
+/// there (its identity at the last rescan): a loop device detached since (its queue takes
+/// the write, but a record made now would name no backing file, and no restore after the
+/// next attach could tell it as the same disk), or another disk. Rescans come every
+/// `rescan_every_ticks`; this read of `dev`, `diskseq` and `loop/backing_file` at each
+/// write closes the window between them. The next rescan then handles the change.
+pub(super) fn still_the_known_disk(
+    dev: &DeviceRuntime,
+    fs: &mut dyn BlockFs,
+    name: &str,
+    tunable: Tunable,
+) -> Result<(), ActuatorError> {
+    let Some(known) = dev.identity.as_ref() else {
+        return Ok(());
+    };
+    let Ok(Some(now)) = read_identity(fs, name) else {
+        return Ok(());
+    };
+    let (known, now) = (Box::new(known.clone()), Box::new(now));
+    match known.compare(&now) {
+        Sameness::Same | Sameness::SameQueue => Ok(()),
+        Sameness::Detached => Err(ActuatorError::Detached {
+            tunable,
+            known,
+            now,
+        }),
+        Sameness::Another => Err(ActuatorError::AnotherDisk {
+            tunable,
+            recorded: known,
+            now,
+        }),
     }
 }
 
