@@ -420,6 +420,58 @@ fn a_value_that_was_not_the_kernels_default_is_never_touched() {
     assert_eq!(k.value("sda", Tunable::ReadExpire).as_deref(), Some("300"));
 }
 
+/// A slice tunable that cannot be written (EIO here, EPERM on an immutable file) backs off
+/// as the ladder's writes do: 100 ms doubling to five minutes, said once, and once more when
+/// a write works again. Before, every window's step was tried again and warned about.
+#[test]
+fn failing_slice_writes_back_off_and_are_said_once() {
+    use mergetune_logic::decision::Applied;
+    let store = SharedStore::default();
+    let mut cfg = fast_config();
+    cfg.slices.enabled = true;
+    let mut d = Daemon::new(cfg, Actuator::new(false, Box::new(store.clone())));
+    let mut k = MemKernel::with(&["sda"]);
+    k.devs.get_mut("sda").unwrap().load = Load::StarvingReads;
+    let slice_tunables = mergetune_daemon::adaptive::slices();
+    for t in slice_tunables {
+        k.faults.failing_writes.insert(("sda".into(), *t));
+    }
+    let is_slice = |t: &Tunable| slice_tunables.contains(t);
+    let mut t = 0u64;
+    let mut tries = 0;
+    let said = logged(|| {
+        for _ in 0..120 {
+            k.advance(20_000);
+            tries += d
+                .tick(t, &mut k)
+                .iter()
+                .filter(|x| matches!(x.applied, Applied::Failed(_)))
+                .filter(|x| x.changes.iter().any(|c| is_slice(&c.tunable)))
+                .count();
+            t += 1000;
+        }
+    });
+    // 120 windows of one second: tries at 0, 1, 2, 3, 4, 6, 10, 17, 30, 56, 108 s.
+    assert!((2..=12).contains(&tries), "{tries} tries in 120 s:\n{said}");
+    let warned = said
+        .lines()
+        .filter(|l| l.contains("slices unchanged") && l.contains("WARN"))
+        .count();
+    assert_eq!(warned, 1, "{said}");
+    assert!(said.contains("backing off"), "{said}");
+    k.faults.failing_writes.clear();
+    let said = logged(|| run(&mut d, &mut k, &mut t, 400));
+    assert_eq!(
+        said.matches("slices: written again after").count(),
+        1,
+        "{said}"
+    );
+    assert!(
+        k.writes.iter().any(|(_, tn, _)| is_slice(tn)),
+        "the slices were tuned once the writes worked"
+    );
+}
+
 #[test]
 fn restore_puts_back_the_recorded_originals_not_the_kernels_defaults() {
     // Records whose originals are not the kernel's defaults (a file from another release,
@@ -1097,6 +1149,21 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
                 .devices
                 .iter()
                 .any(|x| x.name == "sda" && x.reattached)
+        );
+        // And `status`'s table says it on the device's row, not only its JSON.
+        let status = mergetune_export::status::StatusSnapshot::of(
+            &d.snapshot(),
+            mergetune_daemon::snapshot::TickTiming {
+                now_ms: t,
+                ..Default::default()
+            },
+            0.0,
+        );
+        let table = mergetune_export::table::format_status(&status);
+        assert!(
+            table.lines().any(|l| l.starts_with("sda ")
+                && l.contains("re-attached to the same backing file, records kept")),
+            "{table}"
         );
         if crash {
             drop(d);
