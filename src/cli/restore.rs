@@ -13,7 +13,10 @@
 //! No directory a running daemon holds (its lock, see crates/daemon/src/state.rs) is
 //! restored from, the one asked for included, unless `--force`: that exits 1 and says
 //! which process holds it. The unit's `ExecStopPost` runs after the daemon is gone, when
-//! the lock is free.
+//! the lock is free. `--force` overrides that daemon and nothing else: the devices it
+//! claims are written, a device another running process claims (a second daemon, a
+//! `calibrate`) never is, `--force` or not; each is named with its owner's pid and its
+//! record kept.
 //!
 //! A state directory that does not exist is an error (a wrong `--state-dir` must not read
 //! as "nothing to restore"; a missing `--state-dir` is said and nothing else is read,
@@ -44,8 +47,11 @@ pub struct RestoreArgs {
     /// Config file to take state_dir from [default: /etc/mergetune/mergetune.toml if it exists].
     #[arg(short, long)]
     pub config: Option<PathBuf>,
-    /// Restore even from a state directory a running mergetune holds (its lock is taken):
-    /// the daemon then finds its tunables changed and hands them off.
+    /// Restore even from a state directory a running mergetune holds (its lock is taken),
+    /// over the devices that daemon claims: it then finds its tunables changed and hands
+    /// them off. A device another running process claims (a second daemon, calibrate) is
+    /// never written, --force or not: it is named with that process's pid and its record
+    /// kept; stop that process first.
     #[arg(long)]
     pub force: bool,
     /// A loop device re-attached to the same backing file since the record holds
@@ -87,7 +93,7 @@ fn alive(pid: u32) -> bool {
 /// Whether a directory may be restored from as far as a live daemon goes: not while one
 /// holds its lock (its records are its own: restoring under it makes it hand its devices
 /// off), unless `force`. A directory that cannot be checked is not restored from.
-fn live_holder_allows(store: &FileStore, force: bool, code: &mut i32) -> bool {
+fn live_holder_allows(store: &mut FileStore, force: bool, code: &mut i32) -> bool {
     match store.holder() {
         Ok(None) => true,
         Ok(Some(pid)) => {
@@ -96,7 +102,12 @@ fn live_holder_allows(store: &FileStore, force: bool, code: &mut i32) -> bool {
                 pid,
             };
             if force {
-                eprintln!("mergetune: {held}: --force: restoring anyway");
+                eprintln!(
+                    "mergetune: {held}: --force: restoring anyway over the devices it claims (a device another running process claims is left to it)"
+                );
+                if let Some(pid) = pid {
+                    *store = store.clone().forced_over(pid);
+                }
                 true
             } else {
                 eprintln!("mergetune: {held}: nothing restored from it");
@@ -135,7 +146,7 @@ fn candidate_dirs(primary: &Path, runtime: Option<&Path>) -> Vec<(PathBuf, Sourc
 fn should_restore(
     dir: &Path,
     source: &Source,
-    store: &FileStore,
+    store: &mut FileStore,
     runtime: Option<&Path>,
     force: bool,
     missing: &mut Option<PathBuf>,
@@ -239,14 +250,15 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         }
         seen.push(dir.clone());
         let mut store = FileStore::new(&dir);
-        if let Some(rt) = runtime.as_deref().filter(|_| !args.force) {
-            // A device a live process owns now is left to it (--force: restored anyway).
+        if let Some(rt) = runtime.as_deref() {
+            // A device a live process owns now is left to it (--force: except the devices
+            // of the daemon whose lock it overrides).
             store = store.with_claims(Claims::under(rt));
         }
         if !should_restore(
             &dir,
             &source,
-            &store,
+            &mut store,
             runtime.as_deref(),
             args.force,
             &mut missing,

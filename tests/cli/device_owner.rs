@@ -169,6 +169,44 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     );
 }
 
+/// `restore --force` overrides the lock of the daemon whose directory it is told, never
+/// another running owner's claim: records of a device a live daemon claims, found in
+/// another directory (as a killed daemon's, or a copy), are left to that owner, naming its
+/// pid, and kept. Before, `--force` dropped the claims and wrote the original under it.
+#[test]
+fn restore_force_never_writes_a_device_another_running_process_claims() {
+    if !euid_is_root() {
+        return;
+    }
+    let fs = FakeSys::new();
+    let dir = fs.p("state-a");
+    let cfg = fs.config(&dir, "");
+    let mut d = fs.daemon(&cfg, &fs.p("a.log"));
+    fs.wait_nomerges("1", Duration::from_secs(20));
+    let other = fs.p("state-old");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(dir.join("state.json"), other.join("state.json")).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.args(["restore", "--force", "--state-dir"]).arg(&other);
+    fs.roots(&mut c);
+    let o = c.output().unwrap();
+    let said = text(&o);
+    assert!(
+        said.contains(&format!(
+            "a running process (pid {}) owns the device now",
+            d.0.id()
+        )),
+        "{said}"
+    );
+    assert_eq!(fs.nomerges(), "1", "the live owner's value stays: {said}");
+    assert!(other.join("state.json").exists(), "the record is kept");
+    let said_a = std::fs::read_to_string(fs.p("a.log")).unwrap();
+    assert!(!said_a.contains("by someone else"), "{said_a}");
+    d.signal(rustix::process::Signal::TERM);
+    assert!(d.wait().success());
+    assert_eq!(fs.nomerges(), "0");
+}
+
 /// Puts something that is not a regular file at the lock file's path.
 type MakeLock = fn(&std::path::Path);
 

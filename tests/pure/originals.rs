@@ -420,6 +420,58 @@ fn a_value_that_was_not_the_kernels_default_is_never_touched() {
     assert_eq!(k.value("sda", Tunable::ReadExpire).as_deref(), Some("300"));
 }
 
+/// A slice tunable that cannot be written (EIO here, EPERM on an immutable file) backs off
+/// as the ladder's writes do: 100 ms doubling to five minutes, said once, and once more when
+/// a write works again. Before, every window's step was tried again and warned about.
+#[test]
+fn failing_slice_writes_back_off_and_are_said_once() {
+    use mergetune_logic::decision::Applied;
+    let store = SharedStore::default();
+    let mut cfg = fast_config();
+    cfg.slices.enabled = true;
+    let mut d = Daemon::new(cfg, Actuator::new(false, Box::new(store.clone())));
+    let mut k = MemKernel::with(&["sda"]);
+    k.devs.get_mut("sda").unwrap().load = Load::StarvingReads;
+    let slice_tunables = mergetune_daemon::adaptive::slices();
+    for t in slice_tunables {
+        k.faults.failing_writes.insert(("sda".into(), *t));
+    }
+    let is_slice = |t: &Tunable| slice_tunables.contains(t);
+    let mut t = 0u64;
+    let mut tries = 0;
+    let said = logged(|| {
+        for _ in 0..120 {
+            k.advance(20_000);
+            tries += d
+                .tick(t, &mut k)
+                .iter()
+                .filter(|x| matches!(x.applied, Applied::Failed(_)))
+                .filter(|x| x.changes.iter().any(|c| is_slice(&c.tunable)))
+                .count();
+            t += 1000;
+        }
+    });
+    // 120 windows of one second: tries at 0, 1, 2, 3, 4, 6, 10, 17, 30, 56, 108 s.
+    assert!((2..=12).contains(&tries), "{tries} tries in 120 s:\n{said}");
+    let warned = said
+        .lines()
+        .filter(|l| l.contains("slices unchanged") && l.contains("WARN"))
+        .count();
+    assert_eq!(warned, 1, "{said}");
+    assert!(said.contains("backing off"), "{said}");
+    k.faults.failing_writes.clear();
+    let said = logged(|| run(&mut d, &mut k, &mut t, 400));
+    assert_eq!(
+        said.matches("slices: written again after").count(),
+        1,
+        "{said}"
+    );
+    assert!(
+        k.writes.iter().any(|(_, tn, _)| is_slice(tn)),
+        "the slices were tuned once the writes worked"
+    );
+}
+
 #[test]
 fn restore_puts_back_the_recorded_originals_not_the_kernels_defaults() {
     // Records whose originals are not the kernel's defaults (a file from another release,
@@ -552,6 +604,11 @@ enum Step {
     Attach(usize, bool),
     DiskstatsFails(bool),
     Reload(Reload),
+    /// A `calibrate --device` on this device while the daemon ticks this many times.
+    Calibrate(usize, u8),
+    /// A second daemon (its own state directory, the same runtime directory) ticking
+    /// alongside for this many ticks, then stopped.
+    SecondDaemon(u8),
 }
 
 /// A SIGHUP with a new config (the run loop's path: parse, validate, `try_reload`).
@@ -637,7 +694,171 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (dev.clone(), any::<bool>()).prop_map(|(d, same)| Step::Attach(d, same)),
         1 => any::<bool>().prop_map(Step::DiskstatsFails),
         1 => reload().prop_map(Step::Reload),
+        1 => (dev.clone(), 1u8..6).prop_map(|(d, n)| Step::Calibrate(d, n)),
+        1 => (1u8..8).prop_map(Step::SecondDaemon),
     ]
+}
+
+/// Runs `f` with no fault armed and no crash pending: another process's writes (calibrate,
+/// a second daemon's restore) are not the daemon under test's, whose crash counts its own.
+fn unfaulted<R>(k: &mut MemKernel, f: impl FnOnce(&mut MemKernel) -> R) -> R {
+    let faults = std::mem::take(&mut k.faults);
+    let crash = std::mem::take(&mut *k.crash.borrow_mut());
+    let out = f(k);
+    k.faults = faults;
+    *k.crash.borrow_mut() = crash;
+    out
+}
+
+/// The error of a claim refused, if it does not name this process as the owner (every
+/// owner here is this process: the claims are real `flock`s on separate descriptions).
+fn names_the_owner(what: &str, e: &str) -> Result<(), String> {
+    let pid = format!("(pid {})", std::process::id());
+    if e.contains("owned by a running process") && !e.contains(&pid) {
+        return Err(format!(
+            "{what} refused without naming the owner {pid}: {e}"
+        ));
+    }
+    Ok(())
+}
+
+/// A `calibrate --device dev` while the daemon ticks `n` times. It claims the device as
+/// calibrate does (crates/lab/src/calibrate/merge_path.rs): refused, naming the owner's pid,
+/// while the daemon holds records of it; else it owns the device for the ticks (nomerges 2
+/// written through an actuator of its own, whose saves claim as every store does), the
+/// daemon writes nothing to it meanwhile, and it puts back what it found.
+fn calibrate_alongside(
+    d: &mut Daemon,
+    k: &mut MemKernel,
+    t: &mut u64,
+    rt: &std::path::Path,
+    dev: &str,
+    n: u8,
+) -> Result<(), String> {
+    use mergetune_daemon::state::{Claims, StateError};
+    let Some(id) = mergetune_kernel::devices::read_identity(k, dev)
+        .ok()
+        .flatten()
+    else {
+        return Ok(());
+    };
+    let mut claims = Claims::under(rt);
+    match claims.claim(dev, id.dev) {
+        Ok(()) => {}
+        Err(e @ StateError::DeviceOwned { .. }) => {
+            return names_the_owner("calibrate", &e.to_string());
+        }
+        Err(e) => return Err(format!("calibrate's claim: {e}")),
+    }
+    let store = SharedStore {
+        claims: Some(claims),
+        ..SharedStore::default()
+    };
+    let mut cal = Actuator::new(false, Box::new(store.clone()));
+    let _ = unfaulted(k, |k| cal.set(k, dev, Tunable::Nomerges, "2"));
+    let before = k.writes.len();
+    run(d, k, t, u64::from(n));
+    if let Some(w) = k.writes[before..].iter().find(|(w, _, _)| w == dev) {
+        return Err(format!(
+            "the daemon wrote {w:?} while calibrate owned {dev}"
+        ));
+    }
+    unfaulted(k, |k| cal.restore_device(k, dev));
+    if store.text.borrow().is_some() {
+        return Err(format!(
+            "calibrate left records of {dev}: {:?}",
+            store.text.borrow()
+        ));
+    }
+    Ok(())
+}
+
+/// The devices whose claim a live process holds now (every owner here is this process:
+/// the claims are real `flock`s, on separate open descriptions).
+fn claimed(k: &mut MemKernel, rt: &std::path::Path) -> Vec<String> {
+    let claims = mergetune_daemon::state::Claims::under(rt);
+    DEVS.iter()
+        .filter(|d| {
+            mergetune_kernel::devices::read_identity(k, d)
+                .ok()
+                .flatten()
+                .is_some_and(|id| matches!(claims.other_owner(id.dev), Ok(Some(_))))
+        })
+        .map(|d| d.to_string())
+        .collect()
+}
+
+/// The devices a store's file records.
+fn recorded(store: &SharedStore) -> Vec<String> {
+    use mergetune_daemon::state::StateStore;
+    store
+        .load()
+        .ok()
+        .flatten()
+        .map(|l| l.state.devices.into_keys().collect())
+        .unwrap_or_default()
+}
+
+/// A second daemon with its own state directory, ticking alongside the first for `n`
+/// ticks, then stopped (SIGTERM, then its unit's `restore`). Neither writes a device whose
+/// claim the other holds, and each write the second is refused names the owner's pid.
+fn second_daemon_alongside(
+    d: &mut Daemon,
+    k: &mut MemKernel,
+    t: &mut u64,
+    rt: &std::path::Path,
+    n: u8,
+) -> Result<(), String> {
+    use mergetune_daemon::state::Claims;
+    use mergetune_logic::decision::Applied;
+    // The second's saves never fail (it runs unfaulted): its file names exactly the
+    // devices it claims, and every other claim is the first's.
+    let store = SharedStore {
+        claims: Some(Claims::under(rt)),
+        ..SharedStore::default()
+    };
+    let mut second = daemon(&store);
+    let untouched = |k: &MemKernel, from: usize, others: &[String], who: &str| match k.writes
+        [from..]
+        .iter()
+        .find(|(w, _, _)| others.contains(w))
+    {
+        Some(w) => Err(format!("{who} wrote {w:?}, a device the other daemon owns")),
+        None => Ok(()),
+    };
+    for _ in 0..n {
+        k.advance(20_000);
+        let seconds = recorded(&store);
+        let from = k.writes.len();
+        d.tick(*t, k);
+        untouched(k, from, &seconds, "the first daemon")?;
+        let firsts: Vec<String> = claimed(k, rt)
+            .into_iter()
+            .filter(|x| !seconds.contains(x))
+            .collect();
+        let from = k.writes.len();
+        let decisions = unfaulted(k, |k| second.tick(*t, k));
+        untouched(k, from, &firsts, "the second daemon")?;
+        for x in &decisions {
+            if let Applied::Failed(e) = &x.applied {
+                names_the_owner("the second daemon", e)?;
+            }
+        }
+        *t += 1000;
+    }
+    unfaulted(k, |k| {
+        second.restore_all(*t, k);
+        drop(second);
+        let mut s = store.clone();
+        restore_from_store(k, &mut s, *t / 1000).map_err(|e| e.to_string())
+    })?;
+    if store.text.borrow().is_some() {
+        return Err(format!(
+            "the second daemon left records: {:?}",
+            store.text.borrow()
+        ));
+    }
+    Ok(())
 }
 
 fn crash_in() -> impl Strategy<Value = Stop> {
@@ -725,7 +946,13 @@ fn may_be_ours(
 /// mergetune's record may name as its own cannot be told from its own: neither is made.
 #[allow(clippy::too_many_lines)] // the test's checker: one walk of the steps, read as one
 fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
-    let store = SharedStore::default();
+    // The runtime directory whose `devices/` holds the host-wide claims: the daemon's,
+    // calibrate's and a second daemon's.
+    let rt = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = SharedStore {
+        claims: Some(mergetune_daemon::state::Claims::under(rt.path())),
+        ..SharedStore::default()
+    };
     let mut k = kernel();
     k.crash = store.crash.clone();
     if let Stop::CrashIn(at) = stop {
@@ -865,6 +1092,12 @@ fn check(steps: &[Step], stop: Stop) -> Result<(), String> {
             }
             Step::DiskstatsFails(on) => k.faults.diskstats_fails = *on,
             Step::Reload(r) => apply_reload(&mut d, *r)?,
+            Step::Calibrate(i, n) => {
+                calibrate_alongside(&mut d, &mut k, &mut t, rt.path(), DEVS[*i], *n)?
+            }
+            Step::SecondDaemon(n) => {
+                second_daemon_alongside(&mut d, &mut k, &mut t, rt.path(), *n)?
+            }
         }
         if k.crash.borrow().dead {
             break;
@@ -1098,6 +1331,21 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
                 .iter()
                 .any(|x| x.name == "sda" && x.reattached)
         );
+        // And `status`'s table says it on the device's row, not only its JSON.
+        let status = mergetune_export::status::StatusSnapshot::of(
+            &d.snapshot(),
+            mergetune_daemon::snapshot::TickTiming {
+                now_ms: t,
+                ..Default::default()
+            },
+            0.0,
+        );
+        let table = mergetune_export::table::format_status(&status);
+        assert!(
+            table.lines().any(|l| l.starts_with("sda ")
+                && l.contains("re-attached to the same backing file, records kept")),
+            "{table}"
+        );
         if crash {
             drop(d);
             let mut file = store.clone();
@@ -1182,4 +1430,60 @@ fn a_detach_attach_to_another_file_while_diskstats_fails_strands_nothing() {
     for stop in [Stop::Clean, Stop::CrashAtEnd] {
         check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
     }
+}
+
+/// One owner per device, in-process through the claim code path the binaries use: with
+/// the daemon stepping sda down (its records, so its claim), a `calibrate --device sda`
+/// is refused naming the owner's pid, and a second daemon with its own state directory
+/// is refused each write to sda, naming it too, and writes nothing there; both leave the
+/// daemon's value, which its stop puts back to the original.
+#[test]
+fn a_concurrent_calibrate_and_a_second_daemon_see_the_live_owner() {
+    use mergetune_daemon::state::{Claims, StateError};
+    use mergetune_logic::decision::Applied;
+    let rt = tempfile::tempdir().unwrap();
+    let store = SharedStore {
+        claims: Some(Claims::under(rt.path())),
+        ..SharedStore::default()
+    };
+    let mut k = MemKernel::with(&["sda"]);
+    k.devs.get_mut("sda").unwrap().load = Load::RandomRareMerges;
+    let mut d = daemon(&store);
+    let mut t = 0;
+    run(&mut d, &mut k, &mut t, 2);
+    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("0"));
+    let pid = format!("(pid {})", std::process::id());
+    let id = mergetune_kernel::devices::read_identity(&mut k, "sda")
+        .unwrap()
+        .unwrap();
+    match Claims::under(rt.path()).claim("sda", id.dev) {
+        Err(e @ StateError::DeviceOwned { .. }) => {
+            assert!(e.to_string().contains(&pid), "{e}")
+        }
+        other => panic!("calibrate's claim was not refused: {other:?}"),
+    }
+    let second_store = SharedStore {
+        claims: Some(Claims::under(rt.path())),
+        ..SharedStore::default()
+    };
+    let mut second = daemon(&second_store);
+    let mut refused = 0;
+    for _ in 0..6 {
+        k.advance(20_000);
+        let before = k.writes.len();
+        for x in second.tick(t, &mut k) {
+            if let Applied::Failed(e) = &x.applied {
+                assert!(e.contains(&pid), "{e}");
+                refused += 1;
+            }
+        }
+        assert_eq!(k.writes.len(), before, "{:?}", &k.writes[before..]);
+        t += 1000;
+    }
+    assert!(refused > 0, "the second daemon never tried sda");
+    second.restore_all(t, &mut k);
+    drop(second);
+    d.restore_all(t, &mut k);
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
 }

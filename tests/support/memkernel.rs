@@ -18,7 +18,7 @@
 
 #![allow(dead_code)]
 
-use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
+use mergetune_daemon::state::{Claims, SavedAttr, SavedState, StateError, StateStore, parse_state};
 use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::PerfError;
@@ -619,6 +619,9 @@ pub struct SharedStore {
     pub fail_saves: Rc<RefCell<bool>>,
     /// Once the process is dead, its saves never reach the file.
     pub crash: SharedCrash,
+    /// The host-wide device claims, taken and checked as a file store takes them (real
+    /// `flock`s in a test's directory): set, the store is one owner among others.
+    pub claims: Option<Claims>,
 }
 
 impl StateStore for SharedStore {
@@ -632,6 +635,9 @@ impl StateStore for SharedStore {
         if self.crash.borrow().dead {
             return Ok(());
         }
+        if let Some(c) = self.claims.as_mut() {
+            c.claim_recorded(state)?;
+        }
         if *self.fail_saves.borrow() {
             return Err(StateError::Write {
                 path: "mem:state.json".into(),
@@ -639,6 +645,9 @@ impl StateStore for SharedStore {
             });
         }
         *self.text.borrow_mut() = Some(serde_json::to_string(state).unwrap());
+        if let Some(c) = self.claims.as_mut() {
+            c.release_unrecorded(state);
+        }
         Ok(())
     }
     fn remove(&mut self) -> Result<(), StateError> {
@@ -652,10 +661,22 @@ impl StateStore for SharedStore {
             });
         }
         *self.text.borrow_mut() = None;
+        if let Some(c) = self.claims.as_mut() {
+            c.release_unrecorded(&SavedState::default());
+        }
         Ok(())
     }
     fn describe(&self) -> String {
         "mem:state.json".into()
+    }
+    fn other_owner(
+        &self,
+        id: &mergetune_kernel::devices::DeviceIdentity,
+    ) -> Result<Option<Option<u32>>, StateError> {
+        match &self.claims {
+            Some(c) => c.other_owner(id.dev),
+            None => Ok(None),
+        }
     }
 }
 

@@ -29,6 +29,7 @@ mod membership;
 mod slice_tuner;
 
 use device_tick::DeviceTick;
+pub use slice_tuner::SliceWrites;
 
 use crate::snapshot::DaemonCounters;
 
@@ -68,6 +69,9 @@ pub struct DeviceRuntime {
     pub last_window_ms: u64,
     /// Scheduler slice tuning (`logic::slices`, `adaptive/slice_tuner.rs`).
     pub slices: Box<mergetune_logic::slices::SliceState>,
+    /// The slice tuner's failed writes in a row and when it may write again (their own
+    /// backoff: a slice tunable that cannot be written does not hold up the ladder's).
+    pub slice_writes: Box<SliceWrites>,
     /// The counters of the last tick alone, for the device table.
     pub last_tick: Option<Window>,
     pub last_tick_ms: u64,

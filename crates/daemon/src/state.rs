@@ -345,6 +345,9 @@ pub struct FileStore {
     handle: Option<Arc<SafeDir>>,
     /// The host-wide device claims, where this store takes them (a live daemon, calibrate).
     claims: Option<Claims>,
+    /// `restore --force`: the running daemon whose lock the operator overrode; the devices
+    /// it claims are not left to it (any other live owner's still are).
+    forced_over: Option<u32>,
 }
 
 /// The lock file a live daemon holds in its state directory.
@@ -357,7 +360,15 @@ impl FileStore {
             lock: None,
             handle: None,
             claims: None,
+            forced_over: None,
         }
+    }
+    /// The operator overrode the lock of the running daemon `pid` (`restore --force`): a
+    /// device whose claim that same process holds is restored anyway; one another live
+    /// process claims is still left to it.
+    pub fn forced_over(mut self, pid: u32) -> Self {
+        self.forced_over = Some(pid);
+        self
     }
     /// This store claims every disk it records before the first write to it, and leaves
     /// a disk another live process has claimed alone (see [`Claims`]).
@@ -369,44 +380,18 @@ impl FileStore {
         self.claims.as_ref()
     }
 
-    /// Claims every disk `state` records; refused for a disk another live process owns
-    /// when a write to it is about to be made (a `pending` value). A record kept of a disk
-    /// someone else owns now (a vanished device's) is no reason to refuse the others.
+    /// Claims every disk `state` records ([`Claims::claim_recorded`]).
     fn claim_recorded(&mut self, state: &SavedState) -> Result<(), StateError> {
-        let Some(claims) = self.claims.as_mut() else {
-            return Ok(());
-        };
-        for (dev, attrs) in &state.devices {
-            let Some(id) = attrs.values().find_map(|a| a.device.as_ref()) else {
-                continue;
-            };
-            match claims.claim(dev, id.dev) {
-                Ok(()) => {}
-                Err(e @ StateError::DeviceOwned { .. }) => {
-                    if attrs.values().any(|a| a.pending.is_some()) {
-                        return Err(e);
-                    }
-                }
-                Err(e) => return Err(e),
-            }
+        match self.claims.as_mut() {
+            Some(c) => c.claim_recorded(state),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Lets go of the claims of disks `state` no longer records.
     fn release_unrecorded(&mut self, state: &SavedState) {
-        let Some(claims) = self.claims.as_mut() else {
-            return;
-        };
-        let recorded: Vec<_> = state
-            .devices
-            .values()
-            .filter_map(|attrs| attrs.values().find_map(|a| a.device.as_ref()))
-            .map(|id| id.dev)
-            .collect();
-        let gone: Vec<_> = claims.held().filter(|d| !recorded.contains(d)).collect();
-        for d in gone {
-            claims.release(d);
+        if let Some(c) = self.claims.as_mut() {
+            c.release_unrecorded(state);
         }
     }
     pub fn path(&self) -> PathBuf {
@@ -542,7 +527,10 @@ impl StateStore for FileStore {
 
     fn other_owner(&self, id: &DeviceIdentity) -> Result<Option<Option<u32>>, StateError> {
         match &self.claims {
-            Some(c) => c.other_owner(id.dev),
+            Some(c) => match c.other_owner(id.dev)? {
+                Some(Some(pid)) if self.forced_over == Some(pid) => Ok(None),
+                owner => Ok(owner),
+            },
             None => Ok(None),
         }
     }

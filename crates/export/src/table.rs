@@ -72,9 +72,23 @@ fn nomerges(d: &DeviceStatus) -> String {
     }
 }
 
+/// What the last column says first of a loop device re-attached to the same backing file
+/// while mergetune held records of it: the records stand, and a value equal to
+/// mergetune's may be an operator's (the daemon's log says the same, once).
+pub const REATTACHED_NOTE: &str = "re-attached to the same backing file, records kept (a value equal to mergetune's may be an operator's: `restore --reattached leave` leaves it)";
+
 /// The last decision with its age and reason, or why the device holds, or why it is not
-/// managed.
+/// managed; led by the re-attach note where there is one.
 fn last(d: &DeviceStatus) -> String {
+    let text = last_text(d);
+    if d.reattached {
+        format!("{REATTACHED_NOTE}; {text}")
+    } else {
+        text
+    }
+}
+
+fn last_text(d: &DeviceStatus) -> String {
     if !d.management.is_managed() {
         return d.management.why().to_string();
     }
@@ -328,6 +342,23 @@ mod tests {
         );
         assert!(t.contains("sda\\x1b]0;pwned\\x07"), "{t}");
         assert!(t.starts_with("mergetune 0.1\\x1b]0;pwned"), "{t}");
+    }
+
+    #[test]
+    fn a_reattached_loop_device_says_so_in_its_row() {
+        let mut d = managed("loop2");
+        let plain = render(std::slice::from_ref(&d));
+        assert!(!plain.contains("re-attached"), "{plain}");
+        d.reattached = true;
+        let t = render(&[d]);
+        let row = t.lines().nth(1).unwrap();
+        assert!(
+            row.ends_with(&format!(
+                "{REATTACHED_NOTE}; no decision yet: window still open"
+            )),
+            "{t}"
+        );
+        assert!(row.contains("--reattached leave"), "{t}");
     }
 
     #[test]

@@ -301,6 +301,7 @@ impl Daemon {
             last_window: None,
             last_window_ms: 0,
             slices: Default::default(),
+            slice_writes: Default::default(),
             last_tick: None,
             last_tick_ms: now_ms,
             last_reason: mergetune_logic::policy::Reason::from(""),

@@ -1,17 +1,27 @@
 //! The slice tuner's turn in a tick: on each closed window of a managed device, read the
 //! scheduler's slice tunables, hand off any someone else changed, and ask the pure
 //! [`mergetune_logic::slices::decide`] for at most one change, written through the actuator
-//! like the ladder's.
+//! like the ladder's. A write that fails backs off as the ladder's do ([`WriteBackoff`]:
+//! 100 ms doubling to five minutes, said once, and once more when a write works again),
+//! instead of being tried again at every window.
 
 use super::device_tick::DeviceTick;
 use super::{Daemon, DeviceRuntime, slices};
-use crate::actuator::{ActuatorError, SetOutcome};
+use crate::actuator::{ActuatorError, SetOutcome, WRITE_RETRY_MAX_MS, WriteBackoff};
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision};
 use mergetune_logic::slices::{SliceChange, SliceState};
 use mergetune_logic::tuners::{self, Knob};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+
+/// The slice tuner's failed writes of one device: their backoff, and the time before which
+/// it writes nothing there.
+#[derive(Debug, Clone, Default)]
+pub struct SliceWrites {
+    pub backoff: WriteBackoff,
+    pub retry_after_ms: u64,
+}
 
 impl DeviceTick<'_> {
     /// Scheduler slices for one device, on the window that closed at this tick: the
@@ -41,6 +51,10 @@ impl DeviceTick<'_> {
             return None;
         }
         let values = self.slice_values(name, knobs, fs)?;
+        // Backing off a failed write: no step is decided (none could be written).
+        if now_ms < dev.slice_writes.retry_after_ms {
+            return None;
+        }
         // A tunable that was not at the kernel's default when first seen is the operator's.
         let owned: Vec<Tunable> = knobs
             .iter()
@@ -101,7 +115,8 @@ impl DeviceTick<'_> {
     }
 
     /// Writes the change through the actuator (a dry run only says it would); a failed
-    /// write puts the slice state back, so the step is retried, and says why.
+    /// write puts the slice state back, so the step is retried once its backoff is over,
+    /// and says why.
     fn write_slice(
         &mut self,
         name: &str,
@@ -131,6 +146,9 @@ impl DeviceTick<'_> {
                     "{name}: dry-run, would write {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
             Ok(_) => {
+                if let Some(n) = dev.slice_writes.backoff.succeeded() {
+                    info!(device = %name, "{name}: slices: written again after {n} failed tries");
+                }
                 info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
                     "{name}: {t} {} -> {}: {}: {}", ch.from, ch.to, decision.kind, decision.reason);
             }
@@ -141,7 +159,15 @@ impl DeviceTick<'_> {
                 ) {
                     self.counters.write_errors += 1;
                 }
-                warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}", ch.to);
+                let retry = dev.slice_writes.backoff.failed(&e.to_string());
+                dev.slice_writes.retry_after_ms = now_ms + retry.wait_ms;
+                if matches!(e, ActuatorError::State(_)) || !retry.say {
+                    // The state file's failure is logged once per change (as for the
+                    // ladder); a repeat of the same error was said at its first failure.
+                    debug!(device = %name, "{name}: write of {t}={} failed (failure {} in a row), slices unchanged, retry in {} ms: {e}", ch.to, retry.failures, retry.wait_ms);
+                } else {
+                    warn!(device = %name, "{name}: write of {t}={} failed, slices unchanged: {e}; backing off: the next slice write in {} ms at the earliest, the wait doubling with each failure up to {} s (the same error again is not logged until a write succeeds)", ch.to, retry.wait_ms, WRITE_RETRY_MAX_MS / 1000);
+                }
                 *dev.slices = previous;
                 decision.applied = Applied::Failed(e.to_string());
                 decision.reason = format!("{} (write failed: {e})", decision.reason);

@@ -10,8 +10,8 @@
 //! a temporary directory. The claims directory is checked like a state directory
 //! ([`super::safe_dir`]): its files decide who may write a disk.
 
-use super::StateError;
 use super::safe_dir::{DirError, SafeDir};
+use super::{SavedState, StateError};
 use mergetune_kernel::devices::DevNumber;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -72,6 +72,39 @@ impl Claims {
                 pid,
             }),
         }
+    }
+
+    /// Claims every disk `state` records; refused for a disk another live process owns
+    /// when a write to it is about to be made (a `pending` value). A record kept of a disk
+    /// someone else owns now (a vanished device's) is no reason to refuse the others. Every
+    /// store that records originals on a real host takes its claims here.
+    pub fn claim_recorded(&mut self, state: &SavedState) -> Result<(), StateError> {
+        for (dev, attrs) in &state.devices {
+            let Some(id) = attrs.values().find_map(|a| a.device.as_ref()) else {
+                continue;
+            };
+            match self.claim(dev, id.dev) {
+                Ok(()) => {}
+                Err(e @ StateError::DeviceOwned { .. }) => {
+                    if attrs.values().any(|a| a.pending.is_some()) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the claims of disks `state` no longer records.
+    pub fn release_unrecorded(&mut self, state: &SavedState) {
+        let recorded: Vec<_> = state
+            .devices
+            .values()
+            .filter_map(|attrs| attrs.values().find_map(|a| a.device.as_ref()))
+            .map(|id| id.dev)
+            .collect();
+        self.held.retain(|d, _| recorded.contains(d));
     }
 
     /// Lets `dev`'s claim go (its records are gone: nothing of this process's is there).
