@@ -191,14 +191,19 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     {
         bail!("--cpu: {c} is not a CPU this process may run on here (0..{ncpu})");
     }
-    if !(16..=65_536).contains(&args.size_mib) {
-        bail!("--size-mib: {} is not in 16..=65536", args.size_mib);
+    check_size_and_output(args.size_mib, args.output.as_deref())
+}
+
+/// `--size-mib` within bounds, and `--output`'s directory there (both modes).
+pub(super) fn check_size_and_output(size_mib: u64, output: Option<&Path>) -> Result<()> {
+    if !(16..=65_536).contains(&size_mib) {
+        bail!("--size-mib: {size_mib} is not in 16..=65536");
     }
-    if let Some(out) = &args.output {
+    if let Some(out) = output {
         let parent = out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
+            .unwrap_or(Path::new("."));
         if !parent.is_dir() {
             bail!(
                 "--output {}: directory {} does not exist",
