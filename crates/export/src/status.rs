@@ -633,7 +633,7 @@ mod tests {
             verdict: Verdict::Saves,
         });
         let floor = SavingFloor::from_percent_cpu(0.5);
-        Worth::live(floor, Some(Scheduler::MqDeadline), levels)
+        Worth::live(floor, Some(Scheduler::MqDeadline), levels, 95.0)
     }
 
     #[test]

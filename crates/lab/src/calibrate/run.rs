@@ -191,28 +191,7 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     {
         bail!("--cpu: {c} is not a CPU this process may run on here (0..{ncpu})");
     }
-    check_size_and_output(args.size_mib, args.output.as_deref())
-}
-
-/// `--size-mib` within bounds, and `--output`'s directory there (both modes).
-pub(super) fn check_size_and_output(size_mib: u64, output: Option<&Path>) -> Result<()> {
-    if !(16..=65_536).contains(&size_mib) {
-        bail!("--size-mib: {size_mib} is not in 16..=65536");
-    }
-    if let Some(out) = output {
-        let parent = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        if !parent.is_dir() {
-            bail!(
-                "--output {}: directory {} does not exist",
-                out.display(),
-                parent.display()
-            );
-        }
-    }
-    Ok(())
+    super::merge_path::check_size_and_output(args.size_mib, args.output.as_deref())
 }
 
 /// The end-to-end run's first line: the device, the fio CPU and the blocks.

@@ -398,7 +398,7 @@ pub fn worth_live(
     if !any {
         return Worth::unknown(UnknownWhy::NotMeasuredYet);
     }
-    Worth::live(floor, scheduler, levels)
+    Worth::live(floor, scheduler, levels, COVERAGE_PERCENT)
 }
 
 #[cfg(test)]

@@ -182,18 +182,19 @@ impl Worth {
         }
     }
 
-    /// A live table: the savings of `levels` in CPU ms per second, at the intervals' 95%,
-    /// judged against `floor`.
+    /// A live table: the savings of `levels` in CPU ms per second, their intervals at
+    /// `coverage_percent`, judged against `floor`.
     pub const fn live(
         floor: SavingFloor,
         scheduler: Option<Scheduler>,
         levels: [Option<Saving>; 4],
+        coverage_percent: f64,
     ) -> Worth {
         Worth {
             basis: Basis::Live { floor },
             scheduler,
             levels,
-            coverage_percent: super::price::COVERAGE_PERCENT,
+            coverage_percent,
             untrusted: false,
         }
     }
@@ -336,7 +337,7 @@ mod tests {
             verdict,
         });
         let floor = SavingFloor::from_percent_cpu(0.5);
-        Worth::live(floor, Some(Scheduler::MqDeadline), levels)
+        Worth::live(floor, Some(Scheduler::MqDeadline), levels, 95.0)
     }
 
     #[test]
