@@ -14,9 +14,10 @@ use mergetune_logic::policy::{Caps, PolicyState, decide};
 use mergetune_logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
 
+#[path = "support/disks.rs"]
+mod disks;
 #[path = "../tests/support/memkernel.rs"]
 mod memkernel;
-use memkernel::{MemDev, MemKernel};
 
 fn diskstats_text(n: usize, tick: u64) -> String {
     diskstats_text_busy(n, n, tick)
@@ -42,22 +43,6 @@ fn diskstats_text_busy(n: usize, busy: usize, tick: u64) -> String {
         ));
     }
     s
-}
-
-/// `n` mq-deadline disks whose every other attribute reads "0", whose writes do not stick
-/// (the read-back always says "0"), and whose diskstats cycles through `texts`.
-fn mem_kernel(texts: &[String], n: usize) -> MemKernel {
-    let mut k = MemKernel::default();
-    for i in 0..n {
-        let d = k.add(
-            &format!("sd{i}"),
-            MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
-        );
-        d.fallback = Some("0".into());
-    }
-    k.faults.writes_lost = true;
-    k.diskstats_script = texts.iter().map(|t| t.clone().into_bytes()).collect();
-    k
 }
 
 fn bench(c: &mut Criterion) {
@@ -109,7 +94,7 @@ fn bench(c: &mut Criterion) {
 
 /// `Daemon::tick` over `n` devices whose diskstats cycles through `texts`, one second apart.
 fn daemon_ticks(b: &mut criterion::Bencher, texts: &[String], n: usize, cfg: &Config) {
-    let mut fs = mem_kernel(texts, n);
+    let mut fs = disks::mq_deadline_disks(n, texts.iter().cloned());
     let mut cfg = cfg.clone();
     // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
     cfg.daemon.rescan_every_ticks = u32::MAX;

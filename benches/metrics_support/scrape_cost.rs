@@ -49,15 +49,7 @@ fn dev_name(i: usize) -> String {
 
 /// Whole-process CPU: (utime + stime in clock ticks, sum of the threads' ns on CPU).
 fn cpu(pid: u32) -> (u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let ticks = field(11) + field(12);
+    let ticks = super::proc_usage(pid).2;
     let mut ns = 0;
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
@@ -71,19 +63,6 @@ fn cpu(pid: u32) -> (u64, u64) {
         }
     }
     (ticks, ns)
-}
-
-fn rss_kb(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (kb("VmRSS:"), kb("VmHWM:"))
 }
 
 /// A minimal HTTP/1.1 client: one GET, the body read by Content-Length, chunks or EOF.
@@ -412,8 +391,8 @@ pub fn run() {
         let rows = rounds(&m, &n, keep_alive, gzip, count, reps);
         report_rounds(label, &rows, clk, count * reps);
     }
-    let (mr, mh) = rss_kb(m.child.id());
-    let (nr, nh) = rss_kb(n.child.id());
+    let (mr, mh, _) = super::proc_usage(m.child.id());
+    let (nr, nh, _) = super::proc_usage(n.child.id());
     println!(
         "\nRSS: mergetune {mr} kB (peak {mh} kB = {:.2} MiB), node_exporter {nr} kB (peak {nh} kB)",
         mh as f64 / 1024.0

@@ -40,7 +40,8 @@ use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::service::{Event, Exporter, Reload, TickLoop, TickObserver};
 use mergetune_daemon::state::{
-    Claims, FileStore, MemoryStore, StateError, StatePointer, StateStore, restore_from_store,
+    Claims, FileStore, MemoryStore, RestoreReport, StateError, StatePointer, StateStore,
+    restore_from_store,
 };
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
@@ -300,15 +301,7 @@ fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileSt
     for r in &report.rejected {
         warn!("{}: {r}", store.describe());
     }
-    for s in report.stale_records() {
-        error!("{}: {s}", store.describe());
-    }
-    if report.failed() || report.stale.is_some() {
-        bail!(
-            "could not restore every original value recorded in {}; not starting",
-            store.describe()
-        );
-    }
+    refuse_unless_restored(&report, &store)?;
     if let Some(p) = &pointer
         && let Err(e) = p.write(&cfg.daemon.state_dir)
     {
@@ -318,6 +311,21 @@ fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileSt
         );
     }
     Ok(store)
+}
+
+/// Logs the records that could not be read and refuses to start while any original value
+/// recorded in `store` is not back.
+fn refuse_unless_restored(report: &RestoreReport, store: &FileStore) -> Result<()> {
+    for s in report.stale_records() {
+        error!("{}: {s}", store.describe());
+    }
+    if report.failed() || report.stale.is_some() {
+        bail!(
+            "could not restore every original value recorded in {}; not starting",
+            store.describe()
+        );
+    }
+    Ok(())
 }
 
 /// Recovery from the directory the pointer names, when it is not this run's: the last
@@ -364,15 +372,7 @@ fn recover_pointed(pointer: &StatePointer, state_dir: &Path, fs: &mut RealFs) ->
     for r in &report.results {
         info!(device = %r.device, "recovery from {} (the last daemon's state_dir): {r}", other.display());
     }
-    for s in report.stale_records() {
-        error!("{}: {s}", store.describe());
-    }
-    if report.failed() || report.stale.is_some() {
-        bail!(
-            "could not restore every original value recorded in {}; not starting",
-            store.describe()
-        );
-    }
+    refuse_unless_restored(&report, &store)?;
     if report.kept > 0 {
         warn!(
             "{}: {} record(s) of devices that are gone stay there: `mergetune restore --state-dir {}` puts them back once the devices are",

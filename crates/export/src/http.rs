@@ -41,7 +41,7 @@ use rustix::event::{EventfdFlags, epoll, eventfd};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -243,20 +243,15 @@ pub fn serve(
     let epfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| setup("epoll")(e.into()))?;
     let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
         .map_err(|e| setup("eventfd")(e.into()))?;
-    epoll::add(
-        &epfd,
-        &listener,
-        epoll::EventData::new_u64(LISTENER),
-        epoll::EventFlags::IN,
-    )
-    .map_err(|e| setup("epoll")(e.into()))?;
-    epoll::add(
-        &epfd,
-        &wake,
-        epoll::EventData::new_u64(WAKE),
-        epoll::EventFlags::IN,
-    )
-    .map_err(|e| setup("epoll")(e.into()))?;
+    for (fd, key) in [(listener.as_fd(), LISTENER), (wake.as_fd(), WAKE)] {
+        epoll::add(
+            &epfd,
+            fd,
+            epoll::EventData::new_u64(key),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| setup("epoll")(e.into()))?;
+    }
     let thread = std::thread::Builder::new()
         .name("mergetune-http".into())
         .spawn(move || {

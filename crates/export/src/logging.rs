@@ -149,14 +149,16 @@ impl Visit for Fields {
     }
 }
 
-/// The text line: `[time] LEVEL message [key=value ...]`, a field shown only when the
-/// message does not already contain its value.
-pub struct TextFormat {
-    pub timestamps: bool,
-    pub ansi: bool,
+/// How an event becomes a line on stderr.
+pub enum LineFormat {
+    /// `[time] LEVEL message [key=value ...]`, a field shown only when the message does
+    /// not already contain its value.
+    Text { timestamps: bool, ansi: bool },
+    /// `{"timestamp":..,"level":..,"message":..,<field>:..}`.
+    Json,
 }
 
-impl<S, N> FormatEvent<S, N> for TextFormat
+impl<S, N> FormatEvent<S, N> for LineFormat
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
@@ -169,32 +171,48 @@ where
     ) -> std::fmt::Result {
         let mut f = Fields::default();
         event.record(&mut f);
-        if let Some((label, ms)) = virtual_time_ms() {
-            write!(w, "[{label} {:.1}s] ", ms as f64 / 1000.0)?;
-        } else if self.timestamps {
-            SystemTime.format_time(&mut w)?;
-            w.write_char(' ')?;
+        match *self {
+            LineFormat::Text { timestamps, ansi } => {
+                write_text(&mut w, event, &f, timestamps, ansi)
+            }
+            LineFormat::Json => write_json(&mut w, event, f),
         }
-        let level = *event.metadata().level();
-        let colour = match level {
-            tracing::Level::ERROR => "31",
-            tracing::Level::WARN => "33",
-            tracing::Level::INFO => "32",
-            tracing::Level::DEBUG => "34",
-            tracing::Level::TRACE => "35",
-        };
-        if self.ansi {
-            write!(w, "\x1b[{colour}m{level:>5}\x1b[0m ")?;
-        } else {
-            write!(w, "{level:>5} ")?;
-        }
-        // Names in a message come from devices, recordings and peers: no raw control
-        // character reaches the terminal or the log file (line breaks stay).
-        w.write_str(&mergetune_logic::printable::printable_lines(&text_line(
-            &f.message, &f.rest,
-        )))?;
-        writeln!(w)
     }
+}
+
+/// [`LineFormat::Text`]'s line.
+fn write_text(
+    w: &mut Writer<'_>,
+    event: &Event<'_>,
+    f: &Fields,
+    timestamps: bool,
+    ansi: bool,
+) -> std::fmt::Result {
+    if let Some((label, ms)) = virtual_time_ms() {
+        write!(w, "[{label} {:.1}s] ", ms as f64 / 1000.0)?;
+    } else if timestamps {
+        SystemTime.format_time(w)?;
+        w.write_char(' ')?;
+    }
+    let level = *event.metadata().level();
+    let colour = match level {
+        tracing::Level::ERROR => "31",
+        tracing::Level::WARN => "33",
+        tracing::Level::INFO => "32",
+        tracing::Level::DEBUG => "34",
+        tracing::Level::TRACE => "35",
+    };
+    if ansi {
+        write!(w, "\x1b[{colour}m{level:>5}\x1b[0m ")?;
+    } else {
+        write!(w, "{level:>5} ")?;
+    }
+    // Names in a message come from devices, recordings and peers: no raw control
+    // character reaches the terminal or the log file (line breaks stay).
+    w.write_str(&mergetune_logic::printable::printable_lines(&text_line(
+        &f.message, &f.rest,
+    )))?;
+    writeln!(w)
 }
 
 /// The message, then `key=value` for each field whose value it does not contain.
@@ -213,35 +231,20 @@ pub fn text_line(message: &str, fields: &[(&str, String)]) -> String {
     out
 }
 
-/// A JSON line: `{"timestamp":..,"level":..,"message":..,<field>:..}`.
-pub struct JsonFormat;
-
-impl<S, N> FormatEvent<S, N> for JsonFormat
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        _ctx: &FmtContext<'_, S, N>,
-        mut w: Writer<'_>,
-        event: &Event<'_>,
-    ) -> std::fmt::Result {
-        let mut f = Fields::default();
-        event.record(&mut f);
-        let mut ts = String::new();
-        SystemTime.format_time(&mut Writer::new(&mut ts))?;
-        let level = event.metadata().level().to_string();
-        if let Some((label, ms)) = virtual_time_ms() {
-            let key = if label == "replay" {
-                "replay_time_s"
-            } else {
-                "sim_time_s"
-            };
-            f.rest.push((key, format!("{:.3}", ms as f64 / 1000.0)));
-        }
-        writeln!(w, "{}", json_line(&ts, &level, &f.message, &f.rest))
+/// [`LineFormat::Json`]'s line.
+fn write_json(w: &mut Writer<'_>, event: &Event<'_>, mut f: Fields) -> std::fmt::Result {
+    let mut ts = String::new();
+    SystemTime.format_time(&mut Writer::new(&mut ts))?;
+    let level = event.metadata().level().to_string();
+    if let Some((label, ms)) = virtual_time_ms() {
+        let key = if label == "replay" {
+            "replay_time_s"
+        } else {
+            "sim_time_s"
+        };
+        f.rest.push((key, format!("{:.3}", ms as f64 / 1000.0)));
     }
+    writeln!(w, "{}", json_line(&ts, &level, &f.message, &f.rest))
 }
 
 /// One JSON object; a field named like one of the fixed keys keeps its value under
@@ -299,7 +302,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
-                .event_format(TextFormat {
+                .event_format(LineFormat::Text {
                     timestamps: false,
                     ansi: false,
                 })
@@ -309,7 +312,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
-                .event_format(JsonFormat)
+                .event_format(LineFormat::Json)
                 .try_init();
         }
         LogFormat::Text | LogFormat::Auto => {
@@ -317,7 +320,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
-                .event_format(TextFormat {
+                .event_format(LineFormat::Text {
                     timestamps: true,
                     ansi: io::stderr().is_terminal()
                         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -492,7 +495,7 @@ mod tests {
 
     #[test]
     fn a_terminal_line_says_the_reason_once() {
-        let line = decision_line(TextFormat {
+        let line = decision_line(LineFormat::Text {
             timestamps: false,
             ansi: false,
         });
@@ -501,7 +504,7 @@ mod tests {
             " INFO sda: queue/nomerges 0 -> 2: disable: merge ratio 0.0% < 1.0% for 2 windows extra=kept\n"
         );
         assert_eq!(line.matches("merge ratio").count(), 1, "{line}");
-        let stamped = decision_line(TextFormat {
+        let stamped = decision_line(LineFormat::Text {
             timestamps: true,
             ansi: false,
         });
@@ -510,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_json_line_carries_every_field() {
-        let line = decision_line(JsonFormat);
+        let line = decision_line(LineFormat::Json);
         assert_eq!(line.lines().count(), 1, "{line}");
         let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
         assert_eq!(v["level"], "INFO");

@@ -625,22 +625,15 @@ mod tests {
     use mergetune_logic::pricing::worth::Saving;
 
     fn live_worth() -> Worth {
-        let mut w = Worth {
-            basis: Basis::Live {
-                floor: SavingFloor::from_percent_cpu(0.5),
-            },
-            scheduler: Some(Scheduler::MqDeadline),
-            levels: [None; 4],
-            coverage_percent: 95.0,
-            untrusted: false,
-        };
-        w.levels[1] = Some(Saving {
+        let mut levels = [None; 4];
+        levels[1] = Some(Saving {
             value: 12.7,
             ci: Some([9.8, 15.6]),
             unit: SavingUnit::CpuMsPerSec,
             verdict: Verdict::Saves,
         });
-        w
+        let floor = SavingFloor::from_percent_cpu(0.5);
+        Worth::live(floor, Some(Scheduler::MqDeadline), levels, 95.0)
     }
 
     #[test]

@@ -546,18 +546,15 @@ mod tests {
 
     #[test]
     fn stale_tap_instances_of_dead_pids_go_live_ones_and_others_stay() {
-        let root = tempfile::tempdir().unwrap();
-        let tracefs = root.path().join("tracing");
-        let procfs = root.path().join("proc");
-        for n in [
-            "mergetune-sense-111-7_0",
-            "mergetune-sense-222-7_0",
-            "mergetune-111",
-            "perf-111",
-        ] {
-            std::fs::create_dir_all(tracefs.join("instances").join(n)).unwrap();
-        }
-        std::fs::create_dir_all(procfs.join("222")).unwrap();
+        let (_root, tracefs, procfs) = crate::tracefs_fixture::tracefs_and_procfs(
+            &[
+                "mergetune-sense-111-7_0",
+                "mergetune-sense-222-7_0",
+                "mergetune-111",
+                "perf-111",
+            ],
+            &[222],
+        );
         let removed = remove_stale_instances(&tracefs, &procfs);
         assert_eq!(
             removed,

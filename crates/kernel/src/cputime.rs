@@ -251,28 +251,30 @@ mod tests {
     }
 
     /// A procfs with fio (100, threads 100 and 101) and its child 120, two kworkers (one a
-    /// child of kthreadd, one an impostor under pid 1), and kthreadd.
+    /// child of kthreadd, one an impostor under pid 1), and kthreadd: (file, text).
+    const FAKE_PROC: [(&str, &str); 14] = [
+        ("100/stat", "100 (fio) S 1 100 ..."),
+        ("100/task/100/schedstat", "1000 5 6\n"),
+        ("100/task/101/schedstat", "2000 5 6\n"),
+        ("100/task/100/children", "120 "),
+        ("120/stat", "120 (fio) S 100 100 ..."),
+        ("120/task/120/schedstat", "40000 1 1\n"),
+        ("2/stat", "2 (kthreadd) S 0 0 ..."),
+        ("2/task/2/schedstat", "7 1 1\n"),
+        ("30/stat", "30 (kworker/1:2-loop0) I 2 0 ..."),
+        ("30/task/30/schedstat", "500000 1 1\n"),
+        ("31/stat", "31 (kworker) x (evil)) S 1 0 ..."),
+        ("31/task/31/schedstat", "9 1 1\n"),
+        ("stat", "cpu  10 1 5 100 0 2 3 0 0 0\ncpu0 1 1 1 1 1 1 1\n"),
+        ("loadavg", "0.44 1.06 1.60 2/90 1234\n"),
+    ];
+
+    /// [`FAKE_PROC`] written out.
     fn fake() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
-        let r = d.path();
-        put(r, "100/stat", "100 (fio) S 1 100 ...");
-        put(r, "100/task/100/schedstat", "1000 5 6\n");
-        put(r, "100/task/101/schedstat", "2000 5 6\n");
-        put(r, "100/task/100/children", "120 ");
-        put(r, "120/stat", "120 (fio) S 100 100 ...");
-        put(r, "120/task/120/schedstat", "40000 1 1\n");
-        put(r, "2/stat", "2 (kthreadd) S 0 0 ...");
-        put(r, "2/task/2/schedstat", "7 1 1\n");
-        put(r, "30/stat", "30 (kworker/1:2-loop0) I 2 0 ...");
-        put(r, "30/task/30/schedstat", "500000 1 1\n");
-        put(r, "31/stat", "31 (kworker) x (evil)) S 1 0 ...");
-        put(r, "31/task/31/schedstat", "9 1 1\n");
-        put(
-            r,
-            "stat",
-            "cpu  10 1 5 100 0 2 3 0 0 0\ncpu0 1 1 1 1 1 1 1\n",
-        );
-        put(r, "loadavg", "0.44 1.06 1.60 2/90 1234\n");
+        for (rel, text) in FAKE_PROC {
+            put(d.path(), rel, text);
+        }
         d
     }
 

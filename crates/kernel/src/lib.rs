@@ -21,6 +21,8 @@ pub mod scheduler;
 pub mod sys;
 pub mod trace;
 pub mod tracefs;
+#[cfg(test)]
+mod tracefs_fixture;
 pub mod treefile;
 pub mod tunable;
 pub mod userfile;

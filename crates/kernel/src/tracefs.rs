@@ -283,14 +283,10 @@ mod tests {
 
     #[test]
     fn stale_instances_of_dead_pids_go_live_ones_stay() {
-        // A fake tracefs and procfs: rmdir of a plain empty directory stands for tracefs's.
-        let root = tempfile::tempdir().unwrap();
-        let tracefs = root.path().join("tracing");
-        let procfs = root.path().join("proc");
-        std::fs::create_dir_all(tracefs.join("instances/mergetune-111")).unwrap();
-        std::fs::create_dir_all(tracefs.join("instances/mergetune-222")).unwrap();
-        std::fs::create_dir_all(tracefs.join("instances/someone-else-333")).unwrap();
-        std::fs::create_dir_all(procfs.join("222")).unwrap();
+        let (_root, tracefs, procfs) = crate::tracefs_fixture::tracefs_and_procfs(
+            &["mergetune-111", "mergetune-222", "someone-else-333"],
+            &[222],
+        );
         let swept = sweep_dead_captures(&tracefs, &procfs);
         assert_eq!(swept.len(), 1, "{swept:?}");
         assert_eq!(swept[0].pid, 111);

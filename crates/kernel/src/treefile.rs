@@ -144,11 +144,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    #[test]
-    fn a_file_in_the_tree_is_read_through_links_inside_it() {
+    /// A scratch directory with the tree's root, `sys`, in it and `dir` below the root.
+    fn tree(dir: &str) -> (tempfile::TempDir, PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().join("sys");
-        std::fs::create_dir_all(root.join("devices/x/queue")).unwrap();
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        (d, root)
+    }
+
+    #[test]
+    fn a_file_in_the_tree_is_read_through_links_inside_it() {
+        let (_d, root) = tree("devices/x/queue");
         std::fs::create_dir_all(root.join("block")).unwrap();
         std::fs::write(root.join("devices/x/queue/nomerges"), "0\n").unwrap();
         symlink("../devices/x", root.join("block/sda")).unwrap();
@@ -160,9 +166,7 @@ mod tests {
 
     #[test]
     fn links_out_of_the_tree_fifos_and_directories_are_refused_without_blocking() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().join("sys");
-        std::fs::create_dir_all(root.join("block/sda/queue")).unwrap();
+        let (d, root) = tree("block/sda/queue");
         std::fs::write(d.path().join("secret"), "s3cret\n").unwrap();
         // Absolute, and relative past the root.
         symlink(
@@ -200,9 +204,7 @@ mod tests {
 
     #[test]
     fn the_path_rules_hold_without_openat2() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().join("sys");
-        std::fs::create_dir_all(root.join("a")).unwrap();
+        let (d, root) = tree("a");
         std::fs::write(root.join("a/f"), "1").unwrap();
         std::fs::write(d.path().join("out"), "2").unwrap();
         symlink(d.path().join("out"), root.join("a/l")).unwrap();

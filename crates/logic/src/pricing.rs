@@ -15,6 +15,8 @@
 //! policy.
 
 pub mod config;
+#[cfg(test)]
+mod fixtures;
 pub mod floor;
 pub mod live;
 pub mod price;

@@ -279,17 +279,11 @@ impl SenseConfig {
     /// `validate()` turns them into errors naming `sense.KEY`.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut errs = Vec::new();
-        let mut bad = |key: &'static str, reason: String| errs.push((key, reason));
-        if !(10..=60_000).contains(&self.open_ms) {
-            bad("open_ms", format!("{} is outside 10..=60000", self.open_ms));
-        }
-        if !(100..=3_600_000).contains(&self.every_ms) {
-            bad(
-                "every_ms",
-                format!("{} is outside 100..=3600000", self.every_ms),
-            );
-        } else if self.duty() > MAX_SENSE_DUTY {
-            bad(
+        in_range(&mut errs, "open_ms", self.open_ms, 10..=60_000);
+        if in_range(&mut errs, "every_ms", self.every_ms, 100..=3_600_000)
+            && self.duty() > MAX_SENSE_DUTY
+        {
+            errs.push((
                 "every_ms",
                 format!(
                     "{} ms with open_ms {} is a duty cycle of {:.0}%, above the {:.0}% allowed (the tap costs CPU while open)",
@@ -298,46 +292,35 @@ impl SenseConfig {
                     self.duty() * 100.0,
                     MAX_SENSE_DUTY * 100.0
                 ),
-            );
+            ));
         }
-        if !(16..=65_536).contains(&self.pending_requests) {
-            bad(
-                "pending_requests",
-                format!("{} is outside 16..=65536", self.pending_requests),
-            );
-        }
-        if !(1..=1_000_000).contains(&self.min_sample_bios) {
-            bad(
-                "min_sample_bios",
-                format!("{} is outside 1..=1000000", self.min_sample_bios),
-            );
-        }
-        if !(100..=10_000_000).contains(&self.max_sample_bios) {
-            bad(
-                "max_sample_bios",
-                format!("{} is outside 100..=10000000", self.max_sample_bios),
-            );
-        } else if (self.max_sample_bios as u64) < self.min_sample_bios {
-            bad(
+        let pending = self.pending_requests as u64;
+        in_range(&mut errs, "pending_requests", pending, 16..=65_536);
+        in_range(
+            &mut errs,
+            "min_sample_bios",
+            self.min_sample_bios,
+            1..=1_000_000,
+        );
+        let max_bios = self.max_sample_bios as u64;
+        if in_range(&mut errs, "max_sample_bios", max_bios, 100..=10_000_000)
+            && max_bios < self.min_sample_bios
+        {
+            errs.push((
                 "max_sample_bios",
                 format!(
                     "{} is below min_sample_bios {}",
                     self.max_sample_bios, self.min_sample_bios
                 ),
-            );
+            ));
         }
-        if !(16..=65_536).contains(&self.buffer_kb) {
-            bad(
-                "buffer_kb",
-                format!("{} is outside 16..=65536", self.buffer_kb),
-            );
-        }
-        if !(1..=86_400).contains(&self.retry_after_secs) {
-            bad(
-                "retry_after_secs",
-                format!("{} is outside 1..=86400", self.retry_after_secs),
-            );
-        }
+        in_range(&mut errs, "buffer_kb", self.buffer_kb, 16..=65_536);
+        in_range(
+            &mut errs,
+            "retry_after_secs",
+            self.retry_after_secs,
+            1..=86_400,
+        );
         errs
     }
 
@@ -350,6 +333,21 @@ impl SenseConfig {
             .into_iter()
             .collect()
     }
+}
+
+/// Whether `value` of `key` is in `range`; when not, says so in `errs`.
+fn in_range(
+    errs: &mut Vec<(&'static str, String)>,
+    key: &'static str,
+    value: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> bool {
+    let inside = range.contains(&value);
+    if !inside {
+        let (lo, hi) = range.into_inner();
+        errs.push((key, format!("{value} is outside {lo}..={hi}")));
+    }
+    inside
 }
 
 #[cfg(test)]

@@ -119,15 +119,7 @@ pub fn ladder_files() -> String {
 /// What the slice tuner may write, for the start-up log: "mq-deadline
 /// iosched/writes_starved and read_expire, bfq iosched/timeout_sync".
 pub fn slice_files() -> String {
-    TABLES
-        .into_iter()
-        .filter(|t| !t.knobs.is_empty())
-        .map(|t| {
-            let files: Vec<&str> = t.knobs.iter().map(|k| k.tunable.file_name()).collect();
-            format!("{} iosched/{}", t.scheduler, files.join(" and "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    slices_by_scheduler("iosched/", ", ")
 }
 
 /// A tunable's path below `queue/` ("iosched/front_merges").
@@ -139,13 +131,19 @@ fn iosched(t: Tunable) -> &'static str {
 /// The slice knobs by scheduler, for `--help`: "mq-deadline writes_starved and read_expire
 /// and bfq timeout_sync".
 pub fn slice_knobs() -> String {
+    slices_by_scheduler("", " and ")
+}
+
+/// Each scheduler with slice knobs and their file names ("bfq {dir}timeout_sync"), the
+/// schedulers joined with `sep`.
+fn slices_by_scheduler(dir: &str, sep: &str) -> String {
     TABLES
         .into_iter()
         .filter(|t| !t.knobs.is_empty())
         .map(|t| {
             let files: Vec<&str> = t.knobs.iter().map(|k| k.tunable.file_name()).collect();
-            format!("{} {}", t.scheduler, files.join(" and "))
+            format!("{} {dir}{}", t.scheduler, files.join(" and "))
         })
         .collect::<Vec<_>>()
-        .join(" and ")
+        .join(sep)
 }

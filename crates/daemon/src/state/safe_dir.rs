@@ -187,6 +187,17 @@ impl SafeDir {
         self.path.join(name)
     }
 
+    /// Opens `name` with `flags`, created if missing, readable and writable by the owner
+    /// alone, never through a link.
+    fn create_private(&self, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(
+            &self.fd,
+            name,
+            flags | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+    }
+
     /// Opens the existing file `name` with `access` (RDONLY or WRONLY), never through a
     /// link and never blocking on a FIFO; None when there is no such file.
     fn open_existing(&self, name: &str, access: OFlags) -> Result<Option<OwnedFd>, DirError> {
@@ -234,13 +245,9 @@ impl SafeDir {
             Ok(()) | Err(Errno::NOENT) => {}
             Err(e) => return Err(io(&tmp_path, e)),
         }
-        let fd = rustix::fs::openat(
-            &self.fd,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| io(&tmp_path, e))?;
+        let fd = self
+            .create_private(&tmp, OFlags::WRONLY | OFlags::EXCL)
+            .map_err(|e| io(&tmp_path, e))?;
         let mut f = std::fs::File::from(fd);
         let written = f.write_all(bytes).and_then(|()| f.sync_all());
         drop(f);
@@ -290,13 +297,9 @@ impl SafeDir {
     /// name of this process's) and removed at once.
     pub fn probe_writable(&self, name: &str) -> Result<(), DirError> {
         let path = self.child(name);
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| io(&path, e))?;
+        let fd = self
+            .create_private(name, OFlags::WRONLY | OFlags::EXCL)
+            .map_err(|e| io(&path, e))?;
         let wrote = std::fs::File::from(fd).write_all(b"probe\n");
         self.remove(name)?;
         wrote.map_err(|e| io(&path, e))
@@ -309,25 +312,21 @@ impl SafeDir {
         let path = self.child(name);
         // Never blocking on a FIFO, never through a link, and only a regular file: a lock
         // file that is anything else is named for what it is, not blamed on a daemon.
-        let fd = rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| match e {
-            Errno::LOOP => DirError::Unsafe {
-                path: path.clone(),
-                why: Unsafe::Symlink,
-            },
-            Errno::ISDIR => DirError::Unsafe {
-                path: path.clone(),
-                why: Unsafe::NotRegular {
-                    kind: "a directory",
+        let fd = self
+            .create_private(name, OFlags::RDWR | OFlags::NONBLOCK)
+            .map_err(|e| match e {
+                Errno::LOOP => DirError::Unsafe {
+                    path: path.clone(),
+                    why: Unsafe::Symlink,
                 },
-            },
-            e => io(&path, e),
-        })?;
+                Errno::ISDIR => DirError::Unsafe {
+                    path: path.clone(),
+                    why: Unsafe::NotRegular {
+                        kind: "a directory",
+                    },
+                },
+                e => io(&path, e),
+            })?;
         trusted_regular(&fd, &path)?;
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}

@@ -31,40 +31,58 @@ fn tapped(kind: EventKind) -> bool {
     kind == EventKind::Issue || counts_as_bio(kind)
 }
 
-/// How a drain counts what it keeps against `max`.
-#[derive(Debug, Default)]
-struct Budget {
+/// One drain: where its events go, what it counts of them against `max`, and what it lost
+/// or dropped.
+#[derive(Debug)]
+struct Drain<'a> {
+    out: &'a mut Vec<TapEvent>,
+    max: usize,
     requests: usize,
     events: usize,
+    stats: TapDrain,
 }
 
-impl Budget {
-    /// Whether an event of `kind` may be kept; counts it if so (and a request made that
-    /// may not as dropped).
-    fn take(&mut self, kind: EventKind, max: usize, stats: &mut TapDrain) -> bool {
-        let request = counts_as_bio(kind);
-        if self.full(max) {
+impl<'a> Drain<'a> {
+    fn new(out: &'a mut Vec<TapEvent>, max: usize) -> Drain<'a> {
+        Drain {
+            out,
+            max,
+            requests: 0,
+            events: 0,
+            stats: TapDrain::default(),
+        }
+    }
+
+    /// Keeps `ev` if the drain may; counts it if so (and a request made that may not as
+    /// dropped).
+    fn keep(&mut self, ev: TapEvent) {
+        let request = counts_as_bio(ev.kind);
+        if self.full() {
             if request {
-                stats.dropped += 1;
+                self.stats.dropped += 1;
             }
-            return false;
+            return;
         }
         if request {
             self.requests += 1;
         }
         self.events += 1;
-        true
+        self.out.push(ev);
     }
 
-    fn full(&self, max: usize) -> bool {
-        self.requests >= max
-            || self.events >= max.saturating_mul(MAX_EVENTS_PER_REQUEST) + EVENT_SLACK
+    fn full(&self) -> bool {
+        self.requests >= self.max
+            || self.events >= self.max.saturating_mul(MAX_EVENTS_PER_REQUEST) + EVENT_SLACK
     }
 }
 
 /// How a tap reads its instance's ring buffer.
 #[derive(Debug)]
-pub(super) struct Reader(Way);
+pub(super) struct Reader {
+    way: Way,
+    /// A drain stopped at its cap: nothing more is read until the tap resumes.
+    full: bool,
+}
 
 #[derive(Debug)]
 enum Way {
@@ -82,32 +100,26 @@ struct RawReader {
     /// One page.
     buf: Vec<u8>,
     raw: Vec<crate::rawtrace::RawBio>,
-    /// A drain stopped at its cap: nothing more is read until the tap resumes.
-    full: bool,
 }
 
 impl RawReader {
     /// A page from each CPU in turn until the cap or every CPU is empty; the events of the
     /// drain then sorted by time (each CPU's buffer is in order, the CPUs are not).
-    fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
-        let mut stats = TapDrain::default();
-        if self.full {
-            return Ok(stats);
-        }
+    /// Whether the drain stopped at its cap.
+    fn drain(&mut self, d: &mut Drain<'_>) -> Result<bool, TapError> {
         let RawReader {
             cpus,
             page,
             events,
             buf,
             raw,
-            full,
         } = self;
-        let start = out.len();
+        let mut full = false;
+        let start = d.out.len();
         let mut total = 0usize;
         let mut empty = vec![false; cpus.len()];
         // The time of the last record read from each CPU.
         let mut reached: Vec<Option<u64>> = vec![None; cpus.len()];
-        let mut budget = Budget::default();
         'rounds: while total < MAX_DRAIN_BYTES && !empty.iter().all(|&e| e) {
             for (i, (path, f)) in cpus.iter_mut().enumerate() {
                 if empty[i] {
@@ -128,33 +140,32 @@ impl RawReader {
                 };
                 total += n;
                 raw.clear();
-                stats.lost += parse_page(&buf[..n], page, events, raw).lost;
+                d.stats.lost += parse_page(&buf[..n], page, events, raw).lost;
                 for b in raw.iter() {
                     reached[i] = Some(b.t_ns);
                     let Some(dir) = b.dir else { continue };
                     if b.nr_sectors == 0 || !tapped(b.kind) {
                         continue;
                     }
-                    if budget.take(b.kind, max, &mut stats) {
-                        out.push(TapEvent {
-                            t_ns: b.t_ns,
-                            kind: b.kind,
-                            dir,
-                            sector: b.sector,
-                            nr_sectors: b.nr_sectors,
-                        });
-                    }
+                    d.keep(TapEvent {
+                        t_ns: b.t_ns,
+                        kind: b.kind,
+                        dir,
+                        sector: b.sector,
+                        nr_sectors: b.nr_sectors,
+                    });
                 }
                 // Past the cap nothing more is read: the unread rest goes at the next
                 // resume or with the instance.
-                if budget.full(max) {
-                    *full = true;
+                if d.full() {
+                    full = true;
                     break 'rounds;
                 }
             }
         }
+        let out = &mut *d.out;
         out[start..].sort_by_key(|b| b.t_ns);
-        if *full || total >= MAX_DRAIN_BYTES {
+        if full || total >= MAX_DRAIN_BYTES {
             // Events of a CPU read further than another that still had some are cut there:
             // what the other CPU did before them is unknown.
             let upto = (0..cpus.len())
@@ -163,12 +174,12 @@ impl RawReader {
                 .min();
             if let Some(upto) = upto {
                 let keep = start + out[start..].partition_point(|b| b.t_ns <= upto);
-                stats.dropped += out[keep..].iter().filter(|b| b.counts_as_bio()).count() as u64;
+                d.stats.dropped += out[keep..].iter().filter(|b| b.counts_as_bio()).count() as u64;
                 out.truncate(keep);
             }
-            *full = true;
+            full = true;
         }
-        Ok(stats)
+        Ok(full)
     }
 }
 
@@ -180,22 +191,16 @@ struct TextReader {
     /// The tail of the last read that did not end in a newline.
     partial: Vec<u8>,
     buf: Vec<u8>,
-    /// A drain stopped at its cap: nothing more is read until the tap resumes.
-    full: bool,
 }
 
 impl TextReader {
-    fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
-        let mut stats = TapDrain::default();
-        if self.full {
-            return Ok(stats);
-        }
-        let mut budget = Budget::default();
+    /// Lines until the cap or the pipe is empty; whether the drain stopped at its cap.
+    fn drain(&mut self, d: &mut Drain<'_>) -> Result<bool, TapError> {
         let mut total = 0usize;
         // Past `max` nothing more is read: formatting an event for trace_pipe and parsing
         // it is most of the tap's cost, and the unread rest goes with the instance. The
         // text is in time order across CPUs already.
-        while total < MAX_DRAIN_BYTES && !budget.full(max) {
+        while total < MAX_DRAIN_BYTES && !d.full() {
             let n = match self.pipe.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -212,7 +217,7 @@ impl TextReader {
                     self.partial.extend_from_slice(&chunk[..i]);
                     &self.partial
                 };
-                take_line(line, out, max, &mut budget, &mut stats);
+                take_line(line, d);
                 self.partial.clear();
                 chunk = &chunk[i + 1..];
             }
@@ -222,8 +227,7 @@ impl TextReader {
                 self.partial.clear();
             }
         }
-        self.full = budget.full(max) || total >= MAX_DRAIN_BYTES;
-        Ok(stats)
+        Ok(d.full() || total >= MAX_DRAIN_BYTES)
     }
 }
 
@@ -298,29 +302,31 @@ impl Reader {
                 message: "no CPUs".into(),
             });
         }
-        Ok(Reader(Way::Raw(RawReader {
+        Ok(Reader::of(Way::Raw(RawReader {
             cpus,
             buf: vec![0; page.page_size()],
             page,
             events,
             raw: Vec::new(),
-            full: false,
         })))
     }
 
     pub(super) fn text(dir: &Path) -> Result<Reader, TapError> {
         let path = dir.join("trace_pipe");
-        Ok(Reader(Way::Text(TextReader {
+        Ok(Reader::of(Way::Text(TextReader {
             pipe: open_nonblocking(&path)?,
             path,
             partial: Vec::new(),
             buf: vec![0; 64 << 10],
-            full: false,
         })))
     }
 
+    fn of(way: Way) -> Reader {
+        Reader { way, full: false }
+    }
+
     pub(super) fn is_raw(&self) -> bool {
-        matches!(self.0, Way::Raw(_))
+        matches!(self.way, Way::Raw(_))
     }
 
     /// Appends the events read since the last drain to `out`, with at most `max` requests
@@ -330,37 +336,33 @@ impl Reader {
         out: &mut Vec<TapEvent>,
         max: usize,
     ) -> Result<TapDrain, TapError> {
-        match &mut self.0 {
-            Way::Raw(r) => r.drain(out, max),
-            Way::Text(t) => t.drain(out, max),
+        let mut d = Drain::new(out, max);
+        if self.full {
+            return Ok(d.stats);
         }
+        self.full = match &mut self.way {
+            Way::Raw(r) => r.drain(&mut d)?,
+            Way::Text(t) => t.drain(&mut d)?,
+        };
+        Ok(d.stats)
     }
 
     /// Starts a new sample over a cleared ring buffer: not full, and without the text
     /// tail it will never complete (pages have none).
     pub(super) fn restart(&mut self) {
-        match &mut self.0 {
-            Way::Raw(r) => r.full = false,
-            Way::Text(t) => {
-                t.partial.clear();
-                t.full = false;
-            }
+        self.full = false;
+        if let Way::Text(t) = &mut self.way {
+            t.partial.clear();
         }
     }
 }
 
-fn take_line(
-    line: &[u8],
-    out: &mut Vec<TapEvent>,
-    max: usize,
-    budget: &mut Budget,
-    stats: &mut TapDrain,
-) {
+fn take_line(line: &[u8], d: &mut Drain<'_>) {
     let Ok(line) = std::str::from_utf8(line) else {
         return;
     };
     if let Some(n) = lost_events(line) {
-        stats.lost += n;
+        d.stats.lost += n;
         return;
     }
     let Ok(ev) = parse_event(line) else {
@@ -376,10 +378,7 @@ fn take_line(
         // A flush without data: nothing to merge.
         return;
     }
-    if !budget.take(ev.kind, max, stats) {
-        return;
-    }
-    out.push(TapEvent {
+    d.keep(TapEvent {
         t_ns: ev.t_ns,
         kind: ev.kind,
         dir,
@@ -395,7 +394,7 @@ mod tests {
 
     #[test]
     fn a_bad_layout_file_is_named_once() {
-        // Issue 36.12: "PATH: PATH: no field ..." (the layout error named it too).
+        // Not "PATH: PATH: no field ...": the layout error names the file already.
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("events")).unwrap();
         let hp = dir.path().join("events/header_page");
@@ -411,8 +410,7 @@ mod tests {
     #[test]
     fn request_and_issue_lines_become_events_lost_events_are_counted_and_max_is_kept() {
         let mut out = Vec::new();
-        let mut stats = TapDrain::default();
-        let mut budget = Budget::default();
+        let mut d = Drain::new(&mut out, 2);
         for l in [
             "fio-8916 [001] ..... 344.612387: block_getrq: 7,0 WS 0 + 8 [fio]",
             "fio-8916 [001] ..... 344.612388: block_rq_issue: 7,0 WS 4096 () 0 + 8 none,0,0 [fio]",
@@ -423,8 +421,9 @@ mod tests {
             "fio-8916 [001] ..... 344.612391: block_getrq: 7,0 R 8 + 8 [fio]",
             "fio-8916 [001] ..... 344.612392: block_getrq: 7,0 W 16 + 8 [fio]",
         ] {
-            take_line(l.as_bytes(), &mut out, 2, &mut budget, &mut stats);
+            take_line(l.as_bytes(), &mut d);
         }
+        let stats = d.stats;
         let got: Vec<_> = out
             .iter()
             .map(|e| (e.kind, e.dir, e.sector, e.nr_sectors))

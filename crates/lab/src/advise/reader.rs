@@ -227,37 +227,29 @@ impl Analyzer {
     /// What the trace held that was skipped or dropped, and whether merges were seen or
     /// only estimated.
     fn skipped_notes(&self) -> Vec<String> {
-        let mut notes = Vec::new();
-        if self.bad_lines > 0 {
-            notes.push(format!(
-                "{} line(s) were not block events and were skipped",
-                self.bad_lines
-            ));
-        }
-        if self.impossible_extents > 0 {
-            notes.push(format!(
-                "{} event(s) with a size or sector no block device can have (more than {MAX_EXTENT_SECTORS} sectors in one bio or request, or past sector {MAX_DEVICE_SECTORS}) were dropped",
-                self.impossible_extents
-            ));
-        }
-        if self.other_events > 0 {
-            notes.push(format!(
-                "{} event(s) of kinds not used here (getrq, insert, remap, unknown block_*) were counted and ignored",
-                self.other_events
-            ));
-        }
-        if self.filtered_out > 0 {
-            notes.push(format!(
-                "{} event(s) of other devices left out by --device",
-                self.filtered_out
-            ));
-        }
-        if self.too_many_devices > 0 {
-            notes.push(format!(
-                "{} event(s) of devices beyond the first {MAX_DEVICES} were skipped",
-                self.too_many_devices
-            ));
-        }
+        let skipped = [
+            (self.bad_lines, "line(s) were not block events and were skipped".to_string()),
+            (
+                self.impossible_extents,
+                format!(
+                    "event(s) with a size or sector no block device can have (more than {MAX_EXTENT_SECTORS} sectors in one bio or request, or past sector {MAX_DEVICE_SECTORS}) were dropped"
+                ),
+            ),
+            (
+                self.other_events,
+                "event(s) of kinds not used here (getrq, insert, remap, unknown block_*) were counted and ignored".to_string(),
+            ),
+            (self.filtered_out, "event(s) of other devices left out by --device".to_string()),
+            (
+                self.too_many_devices,
+                format!("event(s) of devices beyond the first {MAX_DEVICES} were skipped"),
+            ),
+        ];
+        let mut notes: Vec<String> = skipped
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
         if !self.merge_events_seen && self.devices.values().any(|d| d.issues < d.total_bios()) {
             notes.push(
                 "no merge events (block_bio_backmerge/frontmerge) in the trace and fewer requests than bios: merges are estimated from contiguity"

@@ -1,7 +1,7 @@
 //! `advise --plot`: per device, sector over time (sampled bios), the size histogram,
 //! bios/s and merges/s, and requests in flight over time.
 
-use super::accumulator::{SIZE_BUCKETS, size_bucket_label};
+use super::accumulator::{SIZE_BUCKETS, Timeline, size_bucket_label};
 use super::report::{Analysis, DeviceReport};
 use crate::plot::style::{COL_W, DrawResult, PlotError, READ, WRITE, draw_err, font};
 use plotters::prelude::*;
@@ -142,13 +142,8 @@ fn draw_rates(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .map(|i| (tl.bios[i][0] + tl.bios[i][1]) as f64 / bsec)
         .fold(1e-6f64, f64::max)
         * 1.1;
-    let mut c = panel(
-        area,
-        format!("device {}: bios and merges per second", d.device),
-        0f64..(tl.used.max(1) as f64 * bsec),
-        0f64..rate_max,
-    )?;
-    time_mesh(&mut c, "per second")?;
+    let caption = format!("device {}: bios and merges per second", d.device);
+    let mut c = time_panel(area, caption, tl, rate_max, "per second")?;
     for (label, color, f) in [
         ("read bios/s", READ, 0usize),
         ("write bios/s", WRITE, 1),
@@ -183,13 +178,8 @@ fn draw_in_flight(area: &Area, d: &DeviceReport) -> DrawResult<()> {
         .unwrap_or(0)
         .max(1) as f64
         * 1.1;
-    let mut c = panel(
-        area,
-        format!("device {}: requests in flight (peak per bucket)", d.device),
-        0f64..(tl.used.max(1) as f64 * bsec),
-        0f64..dmax,
-    )?;
-    time_mesh(&mut c, "requests")?;
+    let caption = format!("device {}: requests in flight (peak per bucket)", d.device);
+    let mut c = time_panel(area, caption, tl, dmax, "requests")?;
     if d.issues > 0 {
         c.draw_series(LineSeries::new(
             (0..tl.used).map(|i| (xs(i), tl.depth_max[i] as f64)),
@@ -221,8 +211,22 @@ fn panel<'a, 'b>(
         .build_cartesian_2d(x, y)?)
 }
 
-/// The mesh of a panel over time: seconds across, whole numbers of `y_desc` up.
-fn time_mesh(c: &mut Chart<'_, '_>, y_desc: &str) -> DrawResult<()> {
+/// A [`panel`] over the timeline's seconds and 0 to `y_max`, with its mesh: seconds
+/// across, whole numbers of `y_desc` up.
+fn time_panel<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: String,
+    tl: &Timeline,
+    y_max: f64,
+    y_desc: &str,
+) -> DrawResult<Chart<'a, 'b>> {
+    let bsec = tl.bucket_ns as f64 / 1e9;
+    let mut c = panel(
+        area,
+        caption,
+        0f64..(tl.used.max(1) as f64 * bsec),
+        0f64..y_max,
+    )?;
     c.configure_mesh()
         .x_desc("time (s)")
         .y_desc(y_desc)
@@ -230,7 +234,7 @@ fn time_mesh(c: &mut Chart<'_, '_>, y_desc: &str) -> DrawResult<()> {
         .label_style(font(11))
         .axis_desc_style(font(12))
         .draw()?;
-    Ok(())
+    Ok(c)
 }
 
 /// The legend of a panel's series, in its corner.

@@ -85,22 +85,7 @@ impl Plan {
         if !(10..=86_400).contains(&self.max_seconds) {
             bail!("--max-seconds: {} is not in 10..=86400", self.max_seconds);
         }
-        if !(16..=65_536).contains(&self.size_mib) {
-            bail!("--size-mib: {} is not in 16..=65536", self.size_mib);
-        }
-        if let Some(out) = &self.output {
-            let parent = out
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !parent.is_dir() {
-                bail!(
-                    "--output {}: directory {} does not exist",
-                    out.display(),
-                    parent.display()
-                );
-            }
-        }
+        check_size_and_output(self.size_mib, self.output.as_deref())?;
         if self.schedulers.is_empty() {
             bail!("--schedulers: at least one");
         }
@@ -894,6 +879,27 @@ fn report_overhead(
 
 fn scratch_dio(fs: &mut RealFs, dev: &str) -> bool {
     fs.read_attr(dev, "loop/dio").is_ok_and(|v| v.trim() == "1")
+}
+
+/// `--size-mib` within bounds, and `--output`'s directory there (both modes).
+pub(super) fn check_size_and_output(size_mib: u64, output: Option<&Path>) -> Result<()> {
+    if !(16..=65_536).contains(&size_mib) {
+        bail!("--size-mib: {size_mib} is not in 16..=65536");
+    }
+    if let Some(out) = output {
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            bail!(
+                "--output {}: directory {} does not exist",
+                out.display(),
+                parent.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

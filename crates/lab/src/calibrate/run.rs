@@ -191,23 +191,7 @@ fn check_end_to_end_args(args: &CalibrateArgs, ncpu: usize) -> Result<()> {
     {
         bail!("--cpu: {c} is not a CPU this process may run on here (0..{ncpu})");
     }
-    if !(16..=65_536).contains(&args.size_mib) {
-        bail!("--size-mib: {} is not in 16..=65536", args.size_mib);
-    }
-    if let Some(out) = &args.output {
-        let parent = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        if !parent.is_dir() {
-            bail!(
-                "--output {}: directory {} does not exist",
-                out.display(),
-                parent.display()
-            );
-        }
-    }
-    Ok(())
+    super::merge_path::check_size_and_output(args.size_mib, args.output.as_deref())
 }
 
 /// The end-to-end run's first line: the device, the fio CPU and the blocks.

@@ -263,7 +263,7 @@ fn windows_before(next: Level, cx: &Ctx) -> u32 {
 /// A workload already known to be merge-hostile: the safe rungs have nothing to show, so
 /// straight to L3 (after two low windows, and under the cap).
 fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<InMode<Merging>> {
-    let (cfg, level, now_ms) = (cx.cfg, s.m.level, cx.now_ms);
+    let (cfg, level) = (cx.cfg, s.m.level);
     let sig = Signature::of(seen.w);
     let known = cx.l3_allowed()
         && steps_counted(&s.m) >= cfg.step_down_after_windows.min(2)
@@ -274,20 +274,17 @@ fn straight_to_l3_if_known(s: InMode<Merging>, seen: &Seen, cx: &Ctx) -> Step<In
         return ControlFlow::Continue(s);
     }
     let n = s.m.low_windows;
-    let said = said_not_worth(&s.m);
-    let backoff_ms = s.h.backoff_ms;
-    let s = s.h.enter_l3(sig, now_ms + backoff_ms, false, now_ms);
-    let reason = Reason::KnownHostileToL3(Box::new(KnownHostileToL3 {
-        ratio: seen.ratio,
-        low: cx.low,
-        windows: n,
-        bios_per_sec: seen.bios_per_sec,
-        known: sig,
-        level,
-        next_probe_in_ms: backoff_ms,
-    }));
-    let reason = what_changed(said, reason, DEEPEST_LEVEL, cx);
-    ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
+    ControlFlow::Break(step_to_l3(s, sig, false, cx, |backoff_ms| {
+        Reason::KnownHostileToL3(Box::new(KnownHostileToL3 {
+            ratio: seen.ratio,
+            low: cx.low,
+            windows: n,
+            bios_per_sec: seen.bios_per_sec,
+            known: sig,
+            level,
+            next_probe_in_ms: backoff_ms,
+        }))
+    }))
 }
 
 /// Straight from L0 to L3 after `step_down_after_windows` busy windows in which not one
@@ -307,18 +304,14 @@ fn straight_to_l3_if_nothing_merges(
     if !ready || cx.cap_reached {
         return ControlFlow::Continue(s);
     }
-    let now_ms = cx.now_ms;
-    let said = said_not_worth(&s.m);
-    let backoff_ms = s.h.backoff_ms;
-    let s =
-        s.h.enter_l3(Signature::of(seen.w), now_ms + backoff_ms, true, now_ms);
-    let reason = Reason::NothingMergesToL3 {
-        windows,
-        bios_per_sec: seen.bios_per_sec,
-        next_probe_in_ms: backoff_ms,
-    };
-    let reason = what_changed(said, reason, DEEPEST_LEVEL, cx);
-    ControlFlow::Break(change(s, OutcomeKind::Disable, reason))
+    let sig = Signature::of(seen.w);
+    ControlFlow::Break(step_to_l3(s, sig, true, cx, |backoff_ms| {
+        Reason::NothingMergesToL3 {
+            windows,
+            bios_per_sec: seen.bios_per_sec,
+            next_probe_in_ms: backoff_ms,
+        }
+    }))
 }
 
 /// Holds until the step may come: fewer low windows than the step waits for, at the level
@@ -403,6 +396,23 @@ fn what_changed(said: bool, step: Reason, to: Level, cx: &Ctx) -> Reason {
     Reason::WorthChanged(Box::new((step, now)))
 }
 
+/// The step to L3 with `sig` as its workload (remembered as merge-hostile when
+/// `hostile`), the first probe after the current backoff; `reason` is told that backoff.
+fn step_to_l3(
+    s: InMode<Merging>,
+    sig: Signature,
+    hostile: bool,
+    cx: &Ctx,
+    reason: impl FnOnce(u64) -> Reason,
+) -> Evaluation {
+    let said = said_not_worth(&s.m);
+    let backoff_ms = s.h.backoff_ms;
+    let s =
+        s.h.enter_l3(sig, cx.now_ms + backoff_ms, hostile, cx.now_ms);
+    let reason = what_changed(said, reason(backoff_ms), DEEPEST_LEVEL, cx);
+    change(s, OutcomeKind::Disable, reason)
+}
+
 /// The step down one rung; to L3 it remembers the workload as merge-hostile and sets the
 /// first probe.
 fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Evaluation {
@@ -411,22 +421,16 @@ fn take_the_step(s: InMode<Merging>, seen: &Seen, cx: &Ctx, next: Level) -> Eval
     let n = s.m.low_windows;
     let said = said_not_worth(&s.m);
     if next == DEEPEST_LEVEL {
-        let sig = Signature::of(seen.w);
-        let backoff_ms = s.h.backoff_ms;
-        let s = s.h.enter_l3(sig, now_ms + backoff_ms, true, now_ms);
-        let reason = Reason::StepToL3 {
-            ratio,
-            low,
-            windows: n,
-            bios_per_sec: rate,
-            level,
-            next_probe_in_ms: backoff_ms,
-        };
-        change(
-            s,
-            OutcomeKind::Disable,
-            what_changed(said, reason, next, cx),
-        )
+        step_to_l3(s, Signature::of(seen.w), true, cx, |backoff_ms| {
+            Reason::StepToL3 {
+                ratio,
+                low,
+                windows: n,
+                bios_per_sec: rate,
+                level,
+                next_probe_in_ms: backoff_ms,
+            }
+        })
     } else {
         let reason = Reason::StepDown {
             ratio,

@@ -637,6 +637,7 @@ impl LivePricing {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::samples_of;
     use super::*;
     use crate::pricing::worth::Basis;
     use crate::sampler::Counters;
@@ -695,15 +696,7 @@ mod tests {
             ..Default::default()
         };
         for &(dev, slot, n) in of {
-            let mut one = MergeSamples {
-                period_ns: 1_000_000,
-                ..Default::default()
-            };
-            let mut counts = [PathCounts::default(); 4];
-            counts[slot].merge_path = n;
-            one.merge_path[slot] = n;
-            one.by_submitter.insert(vec![dev.to_string()], counts);
-            s.add(&one);
+            s.add(&samples_of(&[dev], slot, n));
         }
         s
     }
@@ -809,6 +802,14 @@ mod tests {
         )
     }
 
+    /// One more second of random reads at 100,000 bios/s, after which loop0 is priced.
+    #[track_caller]
+    fn assert_priced_a_second_later(p: &mut LivePricing, fs: &mut Sampler, now: u64) {
+        run(p, fs, now, 1, Some(tick_of(100_000, false)), 0);
+        let w = worth0(p, 100_000.0);
+        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+    }
+
     #[test]
     fn a_first_price_comes_from_spans_back_to_back_and_says_how_far_it_is() {
         let mut p = LivePricing::default();
@@ -831,9 +832,7 @@ mod tests {
             "{w:?}"
         );
         // The second span started at once, not 60 s later.
-        run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
-        let w = worth0(&p, 100_000.0);
-        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+        assert_priced_a_second_later(&mut p, &mut fs, now);
     }
 
     #[test]
@@ -867,9 +866,7 @@ mod tests {
             "pending: no step"
         );
         // ...and the span started then prices them a second later, not after the duty cycle.
-        run(&mut p, &mut fs, now, 1, Some(tick_of(100_000, false)), 0);
-        let w = worth0(&p, 100_000.0);
-        assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
+        assert_priced_a_second_later(&mut p, &mut fs, now);
     }
 
     #[test]

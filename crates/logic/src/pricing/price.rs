@@ -23,7 +23,7 @@
 use super::floor::SavingFloor;
 use super::profile::Verdict;
 use crate::decision::Level;
-use crate::pricing::worth::{Basis, Saving, SavingUnit, UnknownWhy, Worth};
+use crate::pricing::worth::{Saving, SavingUnit, UnknownWhy, Worth};
 use mergetune_kernel::perf::{MergeSamples, PathCounts};
 use mergetune_kernel::scheduler::Scheduler;
 use serde::Serialize;
@@ -398,18 +398,14 @@ pub fn worth_live(
     if !any {
         return Worth::unknown(UnknownWhy::NotMeasuredYet);
     }
-    Worth {
-        basis: Basis::Live { floor },
-        scheduler,
-        levels,
-        coverage_percent: COVERAGE_PERCENT,
-        untrusted: false,
-    }
+    Worth::live(floor, scheduler, levels, COVERAGE_PERCENT)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::samples_of;
     use super::*;
+    use crate::pricing::worth::Basis;
 
     const FLOOR_5_MS: SavingFloor = SavingFloor::from_percent_cpu(0.5);
 
@@ -423,21 +419,6 @@ mod tests {
         );
         let (lo, hi) = poisson_ci(0);
         assert!(lo == 0.0 && (hi - 3.689).abs() < 0.05, "{hi}");
-    }
-
-    /// `merge_samples` merge-path samples of mq-deadline, 1 ms each, of a task that queued
-    /// bios on `submitter`.
-    fn samples_of(submitter: &[&str], slot: usize, merge_samples: u64) -> MergeSamples {
-        let mut s = MergeSamples {
-            period_ns: 1_000_000,
-            ..Default::default()
-        };
-        let mut counts = [PathCounts::default(); 4];
-        counts[slot].merge_path = merge_samples;
-        s.merge_path[slot] = merge_samples;
-        s.by_submitter
-            .insert(submitter.iter().map(|d| d.to_string()).collect(), counts);
-        s
     }
 
     fn mq_deadline_span(merge_samples: u64, bios: u64) -> (MergeSamples, SpanBios) {
@@ -473,23 +454,19 @@ mod tests {
 
     #[test]
     fn too_few_samples_leave_the_saving_unknown() {
-        let (s, b) = mq_deadline_span(MIN_SAMPLES - 1, 1_000);
-        let p = price_of("loop0", &s, &b).expect("priced");
-        let w = worth_live(
-            Some(&p),
-            Some(Scheduler::MqDeadline),
-            1e9,
-            SavingFloor::from_percent_cpu(0.0),
-        );
+        let worth_of = |merge_samples| {
+            let (s, b) = mq_deadline_span(merge_samples, 1_000);
+            let p = price_of("loop0", &s, &b).expect("priced");
+            worth_live(
+                Some(&p),
+                Some(Scheduler::MqDeadline),
+                1e9,
+                SavingFloor::from_percent_cpu(0.0),
+            )
+        };
+        let w = worth_of(MIN_SAMPLES - 1);
         assert!(matches!(w.basis, Basis::Unknown { .. }), "{w:?}");
-        let (s, b) = mq_deadline_span(MIN_SAMPLES, 1_000);
-        let p = price_of("loop0", &s, &b).expect("priced");
-        let w = worth_live(
-            Some(&p),
-            Some(Scheduler::MqDeadline),
-            1e9,
-            SavingFloor::from_percent_cpu(0.0),
-        );
+        let w = worth_of(MIN_SAMPLES);
         assert!(matches!(w.basis, Basis::Live { .. }), "{w:?}");
     }
 

@@ -824,26 +824,7 @@ impl CostProfile {
 
 /// One cell's row of [`CostProfile::render`]'s table.
 fn cell_row(c: &Cell) -> String {
-    let ci = c
-        .cpu_per_io_ci
-        .map(|[a, b]| format!("[{a:.0}, {b:.0}]"))
-        .unwrap_or_else(|| "-".into());
-    let ch = c
-        .change_percent
-        .map(|x| format!("{x:+.1}"))
-        .unwrap_or_else(|| "-".into());
-    let chci = c
-        .change_ci
-        .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
-        .unwrap_or_else(|| "-".into());
-    let sub = c
-        .submitter_change_percent
-        .map(|x| format!("{x:+.1}"))
-        .unwrap_or_else(|| "-".into());
-    let subci = c
-        .submitter_change_ci
-        .map(|[a, b]| format!("[{a:+.1}, {b:+.1}]"))
-        .unwrap_or_else(|| "-".into());
+    let ci = or_dash(c.cpu_per_io_ci.map(|[a, b]| format!("[{a:.0}, {b:.0}]")));
     format!(
         "  {:<12} {:<21} {:<3} {:>11.0} {:>21} {:>9} {:>8} {:>7.1} {:>8} {:>17}  {:<24} {:>9} {:>17}\n",
         c.scheduler.name(),
@@ -851,19 +832,30 @@ fn cell_row(c: &Cell) -> String {
         c.level.to_string(),
         c.cpu_per_io,
         ci,
-        c.iops
-            .map(|x| format!("{x:.0}"))
-            .unwrap_or_else(|| "-".into()),
-        c.p99_us
-            .map(|x| format!("{x:.0}"))
-            .unwrap_or_else(|| "-".into()),
+        or_dash(c.iops.map(|x| format!("{x:.0}"))),
+        or_dash(c.p99_us.map(|x| format!("{x:.0}"))),
         c.merged_percent,
-        ch,
-        chci,
+        signed(c.change_percent),
+        signed_ci(c.change_ci),
         c.verdict().map(|v| v.to_string()).unwrap_or_default(),
-        sub,
-        subci
+        signed(c.submitter_change_percent),
+        signed_ci(c.submitter_change_ci)
     )
+}
+
+/// A table cell, "-" where there is no figure.
+fn or_dash(x: Option<String>) -> String {
+    x.unwrap_or_else(|| "-".into())
+}
+
+/// A change in percent, with its sign.
+fn signed(x: Option<f64>) -> String {
+    or_dash(x.map(|x| format!("{x:+.1}")))
+}
+
+/// A change's interval, with the signs.
+fn signed_ci(ci: Option<[f64; 2]>) -> String {
+    or_dash(ci.map(|[a, b]| format!("[{a:+.1}, {b:+.1}]")))
 }
 
 /// The toggle measurement's line of [`CostProfile::render`].

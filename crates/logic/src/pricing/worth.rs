@@ -182,6 +182,23 @@ impl Worth {
         }
     }
 
+    /// A live table: the savings of `levels` in CPU ms per second, their intervals at
+    /// `coverage_percent`, judged against `floor`.
+    pub const fn live(
+        floor: SavingFloor,
+        scheduler: Option<Scheduler>,
+        levels: [Option<Saving>; 4],
+        coverage_percent: f64,
+    ) -> Worth {
+        Worth {
+            basis: Basis::Live { floor },
+            scheduler,
+            levels,
+            coverage_percent,
+            untrusted: false,
+        }
+    }
+
     /// The table for a device running `scheduler` (None: one mergetune does not know). A
     /// scheduler the profile did not measure is read like the profile's first one, as the
     /// simulator prices it (the 2008 thread measured deadline only).
@@ -312,22 +329,15 @@ mod tests {
     use super::*;
 
     fn live(value: f64, ci: [f64; 2], verdict: Verdict) -> Worth {
-        let mut w = Worth {
-            basis: Basis::Live {
-                floor: SavingFloor::from_percent_cpu(0.5),
-            },
-            scheduler: Some(Scheduler::MqDeadline),
-            levels: [None; 4],
-            coverage_percent: 95.0,
-            untrusted: false,
-        };
-        w.levels[3] = Some(Saving {
+        let mut levels = [None; 4];
+        levels[3] = Some(Saving {
             value,
             ci: Some(ci),
             unit: SavingUnit::CpuMsPerSec,
             verdict,
         });
-        w
+        let floor = SavingFloor::from_percent_cpu(0.5);
+        Worth::live(floor, Some(Scheduler::MqDeadline), levels, 95.0)
     }
 
     #[test]
