@@ -7,7 +7,7 @@
 use crate::command::text;
 use crate::fakesys::{FakeSys, wait_until};
 use crate::logs::Logs;
-use crate::memkernel::{Load, MemDev, MemKernel, WriteFault};
+use crate::memkernel::{MemKernel, WriteFault};
 use rustix::process::Signal;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -105,24 +105,6 @@ fn a_sighup_during_the_start_is_handled_not_fatal() {
     }
 }
 
-/// sda under random traffic whose nomerges is immutable (every write EPERM).
-fn immutable() -> MemKernel {
-    let mut k = MemKernel::default();
-    k.add(
-        "sda",
-        MemDev::with_attrs(&[
-            ("queue/nomerges", "0"),
-            ("queue/scheduler", "[mq-deadline] none"),
-        ]),
-    )
-    .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    k.advance_on_read = Some(0);
-    k.faults
-        .failing_devices
-        .insert("sda".into(), WriteFault::Immutable);
-    k
-}
-
 #[test]
 fn a_write_that_keeps_failing_backs_off_and_is_said_once() {
     use mergetune_daemon::adaptive::Daemon;
@@ -133,7 +115,7 @@ fn a_write_that_keeps_failing_backs_off_and_is_said_once() {
     cfg.policy.max_changes_per_hour = 100;
     cfg.policy.cost_profile = "lkml-2008".into();
     let mut d = Daemon::simulated(cfg);
-    let mut fs = immutable();
+    let mut fs = MemKernel::failing_sda(WriteFault::Immutable);
     let logs = Logs::default();
     logs.capture(|| {
         for t in 0..200u64 {

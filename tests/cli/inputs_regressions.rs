@@ -333,22 +333,8 @@ fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> (bool, u64) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let status_path = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&status_path)
-            && let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            peak = peak.max(kb);
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            return (st.success(), peak);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let (status, peak) = crate::command::wait_with_peak_rss(&mut child);
+    (status.success(), peak)
 }
 
 #[test]

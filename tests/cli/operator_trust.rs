@@ -188,24 +188,7 @@ fn help_and_the_startup_log_say_what_is_changed_by_default() {
     std::fs::create_dir_all(t.path().join("proc")).unwrap();
     std::fs::write(t.path().join("proc/diskstats"), "").unwrap();
     let run = |config: &str| {
-        let c = t.path().join("c.toml");
-        std::fs::write(&c, config).unwrap();
-        let o = bin()
-            .args([
-                "--log-format",
-                "text",
-                "run",
-                "--once",
-                "--dry-run",
-                "--config",
-            ])
-            .arg(&c)
-            .arg("--sysfs-root")
-            .arg(t.path().join("sys"))
-            .arg("--procfs-root")
-            .arg(t.path().join("proc"))
-            .output()
-            .unwrap();
+        let o = crate::command::dry_run_once(t.path(), config, &[]);
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
     let log = run("# built-in defaults\n");

@@ -297,6 +297,23 @@ impl MemKernel {
         k
     }
 
+    /// sda on mq-deadline under random traffic (10,000 writes per tick, none merged) whose
+    /// tunable writes always fail with `fault`.
+    pub fn failing_sda(fault: WriteFault) -> MemKernel {
+        let mut k = MemKernel::default();
+        k.add(
+            "sda",
+            MemDev::with_attrs(&[
+                ("queue/nomerges", "0"),
+                ("queue/scheduler", "[mq-deadline] none"),
+            ]),
+        )
+        .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        k.advance_on_read = Some(0);
+        k.faults.failing_devices.insert("sda".into(), fault);
+        k
+    }
+
     /// Adds (or replaces) a device.
     pub fn add(&mut self, name: &str, dev: MemDev) -> &mut MemDev {
         self.devs.insert(name.to_string(), dev);
@@ -621,6 +638,24 @@ pub struct SharedStore {
     pub crash: SharedCrash,
 }
 
+impl SharedStore {
+    /// Sets the file's text (`None`: removes it) as a save or a remove does: nothing once
+    /// the process is dead, the injected `failure` while saves fail.
+    fn put(&mut self, text: Option<String>, failure: &str) -> Result<(), StateError> {
+        if self.crash.borrow().dead {
+            return Ok(());
+        }
+        if *self.fail_saves.borrow() {
+            return Err(StateError::Write {
+                path: "mem:state.json".into(),
+                message: failure.into(),
+            });
+        }
+        *self.text.borrow_mut() = text;
+        Ok(())
+    }
+}
+
 impl StateStore for SharedStore {
     fn load(&self) -> Result<Option<mergetune_daemon::state::Loaded>, StateError> {
         match self.text.borrow().as_deref() {
@@ -629,30 +664,13 @@ impl StateStore for SharedStore {
         }
     }
     fn save(&mut self, state: &SavedState) -> Result<(), StateError> {
-        if self.crash.borrow().dead {
-            return Ok(());
-        }
-        if *self.fail_saves.borrow() {
-            return Err(StateError::Write {
-                path: "mem:state.json".into(),
-                message: "No space left on device (injected)".into(),
-            });
-        }
-        *self.text.borrow_mut() = Some(serde_json::to_string(state).unwrap());
-        Ok(())
+        self.put(
+            Some(serde_json::to_string(state).unwrap()),
+            "No space left on device (injected)",
+        )
     }
     fn remove(&mut self) -> Result<(), StateError> {
-        if self.crash.borrow().dead {
-            return Ok(());
-        }
-        if *self.fail_saves.borrow() {
-            return Err(StateError::Write {
-                path: "mem:state.json".into(),
-                message: "Read-only file system (injected)".into(),
-            });
-        }
-        *self.text.borrow_mut() = None;
-        Ok(())
+        self.put(None, "Read-only file system (injected)")
     }
     fn describe(&self) -> String {
         "mem:state.json".into()
