@@ -222,13 +222,10 @@ fn an_attribute_read_does_not_follow_a_link_out_of_the_tree() {
 #[test]
 fn restore_checks_records_against_the_boot_id_of_its_procfs_root() {
     let fs = FakeSys::new();
-    let boot = fs.p("proc/sys/kernel/random");
-    std::fs::create_dir_all(&boot).unwrap();
-    std::fs::write(
-        boot.join("boot_id"),
+    fs.write(
+        "proc/sys/kernel/random/boot_id",
         "0badc0de-fake-boot-0000-000000000000\n",
-    )
-    .unwrap();
+    );
     let state = fs.p("state");
     let cfg = fs.config(&state, "");
     let log = fs.p("daemon.log");

@@ -5,6 +5,8 @@
 
 #[path = "../support/command.rs"]
 mod command;
+#[path = "../support/decisions.rs"]
+mod decisions;
 #[path = "../support/fakesys.rs"]
 mod fakesys;
 #[path = "../support/lab.rs"]
@@ -15,6 +17,8 @@ mod logs;
 mod memkernel;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
+#[path = "../support/traces.rs"]
+mod traces;
 
 mod advise_daemon;
 mod advise_fixtures;

@@ -2,6 +2,7 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
+use crate::decisions::{applied, nomerges};
 use crate::memkernel::{Load, MemDev, MemKernel, Tap, WriteFault};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
@@ -72,18 +73,8 @@ fn fixed_state() -> Metrics {
         );
         m.update(&d, &decisions, timing(now));
     }
-    let decision = |kind: DecisionKind, from: &str, to: &str| Decision {
-        at_ms: 5000,
-        device: "sda".into(),
-        kind,
-        changes: vec![Change {
-            tunable: Tunable::Nomerges,
-            from: from.into(),
-            to: to.into(),
-        }],
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
+    let decision =
+        |kind: DecisionKind, from: &str, to: &str| applied(5000, "sda", kind, nomerges(from, to));
     m.update(
         &d,
         &[
@@ -798,21 +789,7 @@ fn only_the_ladders_writing_moves_are_level_changes() {
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
-    let decision = |kind: DecisionKind, changes: Vec<Change>| Decision {
-        at_ms: 0,
-        device: "sda".into(),
-        kind,
-        changes,
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
-    let nomerges = |from: &str, to: &str| {
-        vec![Change {
-            tunable: Tunable::Nomerges,
-            from: from.into(),
-            to: to.into(),
-        }]
-    };
+    let decision = |kind: DecisionKind, changes: Vec<Change>| applied(0, "sda", kind, changes);
     let starved = vec![Change {
         tunable: Tunable::WritesStarved,
         from: "2".into(),
@@ -843,18 +820,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
-    let gone = Decision {
-        at_ms: 0,
-        device: "sdb".into(),
-        kind: DecisionKind::Disable,
-        changes: vec![Change {
-            tunable: Tunable::Nomerges,
-            from: "0".into(),
-            to: "2".into(),
-        }],
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
+    let gone = applied(0, "sdb", DecisionKind::Disable, nomerges("0", "2"));
     m.update(&d, std::slice::from_ref(&gone), timing(0));
     fs.devs.get_mut("sdb").unwrap().present = false;
     let mut cfg = Config::default();

@@ -113,31 +113,22 @@ fn install_then_uninstall_into_a_staging_dir() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!dest.join("usr/local/bin/mergetune").exists());
-    assert!(!dest.join("usr/local/bin/mergetune-lab").exists());
-    assert!(
-        !dest
-            .join("usr/local/share/man/man1/mergetune-lab.1")
-            .exists()
-    );
-    assert!(
-        !dest
-            .join("usr/local/share/bash-completion/completions/mergetune-lab")
-            .exists()
-    );
-    assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
-    assert!(!dest.join("usr/local/share/doc/mergetune").exists());
-    assert!(!dest.join("usr/local/share/man/man8/mergetune.8").exists());
-    assert!(
-        !dest
-            .join("usr/local/share/man/man8/mergetune-run.8")
-            .exists()
-    );
-    assert!(
-        !dest
-            .join("usr/local/share/bash-completion/completions/mergetune")
-            .exists()
-    );
+    for installed in [
+        "usr/local/bin/mergetune",
+        "usr/local/bin/mergetune-lab",
+        "usr/local/share/man/man1/mergetune-lab.1",
+        "usr/local/share/bash-completion/completions/mergetune-lab",
+        "etc/systemd/system/mergetune.service",
+        "usr/local/share/doc/mergetune",
+        "usr/local/share/man/man8/mergetune.8",
+        "usr/local/share/man/man8/mergetune-run.8",
+        "usr/local/share/bash-completion/completions/mergetune",
+    ] {
+        assert!(
+            !dest.join(installed).exists(),
+            "{installed} left by uninstall"
+        );
+    }
     assert!(cfg.exists(), "config kept without PURGE=1");
     let out = make(dest, "uninstall", &["PURGE=1"]);
     assert!(out.status.success());

@@ -74,6 +74,13 @@ impl FakeSys {
     pub fn p(&self, rel: &str) -> PathBuf {
         self.root.path().join(rel)
     }
+    /// Writes `text` to the file `rel` under the root, making its directories; its path.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let path = self.p(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
     pub fn sys(&self) -> PathBuf {
         self.p("sys")
     }
