@@ -18,7 +18,7 @@
 
 #![allow(dead_code)]
 
-use mergetune_daemon::state::{SavedAttr, SavedState, StateError, StateStore, parse_state};
+use mergetune_daemon::state::{Loaded, SavedAttr, SavedState, StateError, StateStore, parse_state};
 use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::PerfError;
@@ -657,7 +657,7 @@ impl SharedStore {
 }
 
 impl StateStore for SharedStore {
-    fn load(&self) -> Result<Option<mergetune_daemon::state::Loaded>, StateError> {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
         match self.text.borrow().as_deref() {
             None => Ok(None),
             Some(t) => parse_state(t, Path::new("mem:state.json")).map(Some),
@@ -674,6 +674,28 @@ impl StateStore for SharedStore {
     }
     fn describe(&self) -> String {
         "mem:state.json".into()
+    }
+}
+
+/// A store that loads whatever it is given (`None`: nothing) and keeps nothing it is asked
+/// to save, while saying it did: a lying file system, once the daemon checks what it wrote.
+pub struct FixedStore(pub Option<SavedState>);
+
+impl StateStore for FixedStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(self.0.clone().map(|state| Loaded {
+            state,
+            rejected: Vec::new(),
+        }))
+    }
+    fn save(&mut self, _: &SavedState) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn remove(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "fixed".into()
     }
 }
 
