@@ -68,11 +68,20 @@ impl Tree {
     }
     /// A config for fast ticks: small windows, the endpoint at `listen`.
     fn config(&self, listen: &str) -> PathBuf {
-        let path = self.p("mergetune.toml");
+        self.config_file(
+            "mergetune.toml",
+            &format!(
+                "[policy]\nmin_window_bios = 10\n# priced in the 2008 figures, so that the ladder has a step to show\ncost_profile = \"lkml-2008\"\n\n[metrics]\nlisten = \"{listen}\"\n"
+            ),
+        )
+    }
+    /// The config file `name`: 50 ms ticks, the state directory in the tree, then `rest`.
+    fn config_file(&self, name: &str, rest: &str) -> PathBuf {
+        let path = self.p(name);
         std::fs::write(
             &path,
             format!(
-                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n# priced in the 2008 figures, so that the ladder has a step to show\ncost_profile = \"lkml-2008\"\n\n[metrics]\nlisten = \"{listen}\"\n",
+                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n{rest}",
                 self.p("state").display()
             ),
         )
@@ -143,6 +152,15 @@ fn once(t: &Tree, extra: &[&str]) -> Output {
     c.output().unwrap()
 }
 
+/// What a plain `run --once --dry-run` on `t` prints (stdout, stderr), asserting first that
+/// it exited 0.
+fn once_ok(t: &Tree) -> (String, String) {
+    let o = once(t, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    (out, err)
+}
+
 fn device_keys(v: &serde_json::Value) -> BTreeSet<String> {
     v["devices"][0]
         .as_object()
@@ -156,9 +174,7 @@ fn device_keys(v: &serde_json::Value) -> BTreeSet<String> {
 fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
     let t = Tree::new();
     let _traffic = Traffic::start(&t);
-    let o = once(&t, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+    let (out, err) = once_ok(&t);
     // Three windows of 2 x 50 ms in which not one bio merged: straight from L0 to L3 (the
     // tap watches L3), marked as not taken.
     assert!(
@@ -213,9 +229,7 @@ fn a_live_one_shot_look_decides_and_writes_nothing() {
 #[test]
 fn a_one_shot_look_at_an_idle_machine_says_why_nothing_would_change() {
     let t = Tree::new();
-    let o = once(&t, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+    let (out, _) = once_ok(&t);
     assert!(
         out.contains("no decision: 1 managed device(s) hold"),
         "{out}"
@@ -518,15 +532,10 @@ fn where_nothing_prices_the_merge_path_a_one_shot_dry_run_says_the_saving_is_unk
     // The shipped default (live pricing) in a world with no sampler: nothing is priced, so
     // the look says the saving is unknown (never "not worth it") and would write nothing.
     let t = Tree::new();
-    let cfg = t.p("measured.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"\"\n",
-            t.p("state").display()
-        ),
-    )
-    .unwrap();
+    let cfg = t.config_file(
+        "measured.toml",
+        "[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"\"\n",
+    );
     let _traffic = Traffic::start(&t);
     let mut c = bin();
     c.args(["run", "--once", "--dry-run", "--config"]).arg(&cfg);

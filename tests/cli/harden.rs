@@ -19,16 +19,13 @@ fn log_of(path: &Path) -> String {
 
 /// Config that leaves sda alone: only `sdz` (absent) is included.
 fn config_excluding_sda(fs: &FakeSys) -> std::path::PathBuf {
-    let p = fs.p("mergetune.toml");
-    std::fs::write(
-        &p,
-        format!(
+    fs.write(
+        "mergetune.toml",
+        &format!(
             "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n[devices]\ninclude = [\"sdz\"]\n[policy]\ncost_profile = \"lkml-2008\"\nwindow_ticks = 2\nmin_window_bios = 100\nmin_dwell_secs = 0\nmax_changes_per_hour = 100\n[metrics]\nlisten = \"\"\n",
             fs.p("state").display()
         ),
     )
-    .unwrap();
-    p
 }
 
 #[test]

@@ -5,6 +5,8 @@
 
 #[path = "../support/command.rs"]
 mod command;
+#[path = "../support/configs.rs"]
+mod configs;
 #[path = "../support/decisions.rs"]
 mod decisions;
 #[path = "../support/fakesys.rs"]

@@ -3,6 +3,8 @@
 //! One test binary per kind of test (docs/testing.md, "Layout"): each file here is a module,
 //! the shared harness is `tests/support/`.
 
+#[path = "../support/configs.rs"]
+mod configs;
 #[path = "../support/logs.rs"]
 mod logs;
 #[path = "../support/memkernel.rs"]

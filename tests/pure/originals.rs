@@ -22,14 +22,10 @@ use std::collections::BTreeMap;
 
 /// Short windows so a few ticks walk the whole ladder.
 fn fast_config() -> Config {
-    let mut cfg = Config::default();
+    let mut cfg = crate::configs::one_window_policy();
     cfg.daemon.interval_ms = 1000;
     cfg.daemon.rescan_every_ticks = 1;
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
     cfg.policy.step_down_after_windows = 1;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
     cfg.policy.probe_initial_backoff_secs = 5;
     cfg.policy.probe_max_backoff_secs = 20;
     cfg.policy.l3_watch_interval_ms = 0;
