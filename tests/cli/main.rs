@@ -17,6 +17,8 @@ mod lab;
 mod logs;
 #[path = "../support/memkernel.rs"]
 mod memkernel;
+#[path = "../support/repo.rs"]
+mod repo;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
 #[path = "../support/traces.rs"]
