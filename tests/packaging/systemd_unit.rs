@@ -183,6 +183,15 @@ fn analyzing(test: &str) -> (PathBuf, tempfile::TempDir, PathBuf) {
     (sa, dir, unit)
 }
 
+/// How `systemd-analyze verify UNIT` exited, and what it said on stderr.
+fn verify(sa: &Path, unit: &Path) -> (std::process::ExitStatus, String) {
+    let out = Command::new(sa).arg("verify").arg(unit).output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The unit with ExecStart pointing at the binary under test (verify checks it exists).
 fn unit_under_test(dir: &Path) -> PathBuf {
     let text = unit_text().replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune"));
@@ -195,12 +204,10 @@ fn unit_under_test(dir: &Path) -> PathBuf {
 #[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_verify_passes() {
     let (sa, _dir, unit) = analyzing("systemd_analyze_verify_passes");
-    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stderr) = verify(&sa, &unit);
     assert!(
-        out.status.success() && !stderr.contains("mergetune.service:"),
-        "systemd-analyze verify: {}\n{stderr}",
-        out.status
+        status.success() && !stderr.contains("mergetune.service:"),
+        "systemd-analyze verify: {status}\n{stderr}"
     );
 }
 
@@ -426,12 +433,10 @@ fn systemd_analyze_verify_passes_with_the_record_drop_in() {
             .replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune")),
     )
     .unwrap();
-    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stderr) = verify(&sa, &unit);
     assert!(
-        out.status.success() && !stderr.contains("mergetune.service"),
-        "systemd-analyze verify with the drop-in: {}\n{stderr}",
-        out.status
+        status.success() && !stderr.contains("mergetune.service"),
+        "systemd-analyze verify with the drop-in: {status}\n{stderr}"
     );
 }
 
