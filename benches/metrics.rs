@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/support/memkernel.rs"]
 mod memkernel;
-use memkernel::{MemDev, MemKernel};
+use memkernel::MemKernel;
 
 const DEVICES: usize = 64;
 
@@ -43,22 +43,14 @@ fn diskstats_text(n: usize, tick: u64) -> String {
     fake_host::busy_diskstats(n, tick, |i| format!("sd{i}"))
 }
 
-/// `DEVICES` mq-deadline disks whose every other attribute reads "0", whose writes do not
-/// stick, and whose counters grow at each diskstats read for `ticks` reads.
+/// `DEVICES` unsettled disks whose counters grow at each diskstats read for `ticks` reads.
 fn mem_kernel(ticks: u64) -> MemKernel {
-    let mut k = MemKernel::default();
-    for i in 0..DEVICES {
-        let d = k.add(
-            &format!("sd{i}"),
-            MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
-        );
-        d.fallback = Some("0".into());
-    }
-    k.faults.writes_lost = true;
-    k.diskstats_script = (1..=ticks)
-        .map(|t| diskstats_text(DEVICES, t).into_bytes())
-        .collect();
-    k
+    MemKernel::unsettled(
+        DEVICES,
+        (1..=ticks)
+            .map(|t| diskstats_text(DEVICES, t).into_bytes())
+            .collect(),
+    )
 }
 
 /// A daemon with 64 devices, every one with a closed window, and one decision each in the

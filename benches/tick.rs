@@ -16,7 +16,7 @@ use std::hint::black_box;
 
 #[path = "../tests/support/memkernel.rs"]
 mod memkernel;
-use memkernel::{MemDev, MemKernel};
+use memkernel::MemKernel;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
     diskstats_text_busy(n, n, tick)
@@ -42,22 +42,6 @@ fn diskstats_text_busy(n: usize, busy: usize, tick: u64) -> String {
         ));
     }
     s
-}
-
-/// `n` mq-deadline disks whose every other attribute reads "0", whose writes do not stick
-/// (the read-back always says "0"), and whose diskstats cycles through `texts`.
-fn mem_kernel(texts: &[String], n: usize) -> MemKernel {
-    let mut k = MemKernel::default();
-    for i in 0..n {
-        let d = k.add(
-            &format!("sd{i}"),
-            MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
-        );
-        d.fallback = Some("0".into());
-    }
-    k.faults.writes_lost = true;
-    k.diskstats_script = texts.iter().map(|t| t.clone().into_bytes()).collect();
-    k
 }
 
 fn bench(c: &mut Criterion) {
@@ -109,7 +93,7 @@ fn bench(c: &mut Criterion) {
 
 /// `Daemon::tick` over `n` devices whose diskstats cycles through `texts`, one second apart.
 fn daemon_ticks(b: &mut criterion::Bencher, texts: &[String], n: usize, cfg: &Config) {
-    let mut fs = mem_kernel(texts, n);
+    let mut fs = MemKernel::unsettled(n, texts.iter().map(|t| t.clone().into_bytes()).collect());
     let mut cfg = cfg.clone();
     // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
     cfg.daemon.rescan_every_ticks = u32::MAX;

@@ -73,17 +73,10 @@ fn cpu(pid: u32) -> (u64, u64) {
     (ticks, ns)
 }
 
+/// (VmRSS kB, VmHWM kB) of a process.
 fn rss_kb(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (kb("VmRSS:"), kb("VmHWM:"))
+    let (rss, hwm, _) = super::proc_usage(pid);
+    (rss, hwm)
 }
 
 /// A minimal HTTP/1.1 client: one GET, the body read by Content-Length, chunks or EOF.

@@ -297,6 +297,23 @@ impl MemKernel {
         k
     }
 
+    /// `n` mq-deadline disks, sd0.., whose every other attribute reads "0", whose writes do
+    /// not stick (the read-back always says "0"), and whose diskstats reads go through
+    /// `script`: the benches' host, where every tick reads and decides and nothing settles.
+    pub fn unsettled(n: usize, script: Vec<Vec<u8>>) -> MemKernel {
+        let mut k = MemKernel::default();
+        for i in 0..n {
+            let d = k.add(
+                &format!("sd{i}"),
+                MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
+            );
+            d.fallback = Some("0".into());
+        }
+        k.faults.writes_lost = true;
+        k.diskstats_script = script;
+        k
+    }
+
     /// sda on mq-deadline under random traffic (10,000 writes per tick, none merged) whose
     /// tunable writes always fail with `fault`.
     pub fn failing_sda(fault: WriteFault) -> MemKernel {
