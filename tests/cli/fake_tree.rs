@@ -2,11 +2,11 @@
 //! like /sys and /proc while this test plays the kernel, rewriting the counters as traffic
 //! and honouring nomerges the way the kernel does (no merges counted at nomerges=2).
 
-use crate::fakesys::{Daemon, wait_until};
+use crate::fakesys::{Daemon, Ticker, wait_until, write_atomic};
 use rustix::process::Signal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,17 +15,11 @@ const SEQUENTIAL: u8 = 1;
 const IDLE: u8 = 2;
 
 struct FakeKernel {
+    /// First, so that it stops before the tree goes.
+    traffic: Option<Ticker>,
     root: tempfile::TempDir,
     pattern: Arc<AtomicU8>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
     counters: Arc<Mutex<[u64; 17]>>,
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 fn mkdev(sys: &Path, name: &str, nomerges: &str, slaves: &[&str]) {
@@ -52,10 +46,9 @@ impl FakeKernel {
         mkdev(&sys, "dm-0", "0", &["sda"]); // stacked top: not managed
         mkdev(&sys, "loop0", "0", &[]); // loop: not included
         let fk = FakeKernel {
+            traffic: None,
             root,
             pattern: Arc::new(AtomicU8::new(IDLE)),
-            stop: Arc::new(AtomicBool::new(false)),
-            thread: None,
             counters: Arc::new(Mutex::new([0; 17])),
         };
         fk.render();
@@ -81,43 +74,25 @@ impl FakeKernel {
 
     /// Starts "traffic": every 10 ms, 500 bios on sda of the current pattern.
     fn start(&mut self) {
-        let (pattern, stop, counters) = (
-            self.pattern.clone(),
-            self.stop.clone(),
-            self.counters.clone(),
-        );
+        let (pattern, counters) = (self.pattern.clone(), self.counters.clone());
         let (sys, proc_) = (self.sys(), self.proc_());
-        self.thread = Some(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let nm = read_nomerges(&sys, "sda");
-                {
-                    let mut c = counters.lock().unwrap();
-                    let bios = 500u64;
-                    let merged = match (pattern.load(Ordering::Relaxed), nm.as_str()) {
-                        (IDLE, _) => None,
-                        (RANDOM, _) => Some(0),
-                        (_, "2") => Some(0),
-                        _ => Some(480), // sequential 4 KiB in batches: 96% merged
-                    };
-                    if let Some(merged) = merged {
-                        c[4] += bios - merged; // writes completed
-                        c[5] += merged; // writes merged
-                        c[6] += bios * 8;
-                    }
-                    render(&proc_, &c);
-                }
-                std::thread::sleep(Duration::from_millis(10));
+        self.traffic = Some(Ticker::every(Duration::from_millis(10), move || {
+            let nm = read_nomerges(&sys, "sda");
+            let mut c = counters.lock().unwrap();
+            let bios = 500u64;
+            let merged = match (pattern.load(Ordering::Relaxed), nm.as_str()) {
+                (IDLE, _) => None,
+                (RANDOM, _) => Some(0),
+                (_, "2") => Some(0),
+                _ => Some(480), // sequential 4 KiB in batches: 96% merged
+            };
+            if let Some(merged) = merged {
+                c[4] += bios - merged; // writes completed
+                c[5] += merged; // writes merged
+                c[6] += bios * 8;
             }
+            render(&proc_, &c);
         }));
-    }
-}
-
-impl Drop for FakeKernel {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
