@@ -52,6 +52,13 @@ fn cfg() -> PolicyConfig {
     }
 }
 
+/// The whole ladder walked rung by rung: L1, L2, then L3.
+const WALK_TO_L3: [(OutcomeKind, Level); 3] = [
+    (OutcomeKind::StepDown, Level::L1),
+    (OutcomeKind::StepDown, Level::L2),
+    (OutcomeKind::Disable, Level::L3),
+];
+
 /// The test config and a device's policy state at its first sight, at t = 0.
 fn start() -> (PolicyConfig, PolicyState) {
     let c = cfg();
@@ -113,15 +120,7 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
 fn walks_down_the_ladder_one_step_at_a_time() {
     let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2),
-            (OutcomeKind::Disable, Level::L3)
-        ],
-        "{out:#?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3.to_vec(), "{out:#?}");
     // L1 after 2 low windows (not before), L2 after 2 more, L3 after 3 more and the dwell.
     let at = |l: Level| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
     assert_eq!(at(Level::L1), 102_000);
@@ -210,14 +209,7 @@ fn one_merged_bio_among_the_low_windows_keeps_the_walk() {
     let mut windows = vec![win(5000, 1)];
     windows.extend([win(5000, 0); 3]);
     let out = run(&mut s, FULL, &c, 100_000, &windows);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
     assert_eq!(out[1].0, 102_000);
     assert!(
         matches!(
@@ -251,14 +243,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
     // No tap: L2 is the deepest level.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 10]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
     // disabled_nomerges = 1.
     let mut c1 = c.clone();
     c1.disabled_nomerges = 1;
@@ -276,14 +261,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
     assert!(caps.worth.worth(Level::L2) && !caps.worth.worth(Level::L3));
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 10]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
 }
 
 /// Under the hourly cap the step straight to L3 waits like any step down, and is taken
@@ -1908,14 +1886,7 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
         .priced(worth);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[few(5000); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2),
-            (OutcomeKind::Disable, Level::L3)
-        ]
-    );
+    assert_eq!(changes(&out), WALK_TO_L3.to_vec());
     // Without a tap L3 cannot be rested at, and L1, L2 save nothing: stay at L0.
     let mut s = PolicyState::new(0, &c);
     let out = run(
@@ -2005,13 +1976,7 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
 fn without_a_bio_tap_the_deepest_level_is_l2() {
     let (c, mut s) = start();
     let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ]
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec());
     assert_eq!((s.level(), s.mode()), (Level::L2, Mode::Merging));
     let last = &out.last().unwrap().3;
     assert!(
