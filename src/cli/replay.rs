@@ -9,6 +9,7 @@
 
 use crate::cli::common::{EXIT_OK, Watch};
 use mergetune_daemon::adaptive::Daemon;
+use mergetune_daemon::record::ReplayGap;
 use mergetune_daemon::snapshot::TickTiming;
 use mergetune_logic::config::{self, Config};
 use mergetune_logic::printable::printable;
@@ -75,16 +76,16 @@ fn replay_config(
 }
 
 /// The recording's ticks through `daemon` (with `watch` around it), at the recording's
-/// time in the log: the decisions.
+/// time in the log: the decisions, and what the recording could not answer.
 fn replay_ticks(
     daemon: &mut Daemon,
     ticks: Vec<mergetune_daemon::record::TickRecord>,
     watch: Option<&mut dyn Watch<()>>,
-) -> anyhow::Result<Vec<mergetune_logic::decision::Decision>> {
+) -> anyhow::Result<(Vec<mergetune_logic::decision::Decision>, Vec<ReplayGap>)> {
     let mut ticks = Some(ticks);
-    let mut decisions = Vec::new();
+    let mut out = (Vec::new(), Vec::new());
     let mut drive = |c: &mut dyn mergetune_daemon::controller::Controller| {
-        decisions = mergetune_daemon::record::replay(
+        out = mergetune_daemon::record::replay_with_gaps(
             ticks.take().unwrap_or_default(),
             &mut crate::cli::common::VirtualClocked {
                 inner: c,
@@ -99,7 +100,7 @@ fn replay_ticks(
         }
         None => drive(daemon),
     }
-    Ok(decisions)
+    Ok(out)
 }
 
 /// `mergetune replay`: the decisions and the table. `watch` goes around the daemon and is
@@ -118,7 +119,7 @@ pub fn run_watched(args: ReplayArgs, watch: Option<&mut dyn Watch<()>>) -> anyho
         .map_or(0, |t| t.t_ms.saturating_sub(ticks[0].t_ms));
     let end_ms = ticks.last().map_or(0, |t| t.t_ms);
     let mut daemon = Daemon::simulated(cfg);
-    let decisions = replay_ticks(&mut daemon, ticks, watch)?;
+    let (decisions, gaps) = replay_ticks(&mut daemon, ticks, watch)?;
     mergetune_export::logging::set_replay_time_ms(None);
     let status = mergetune_export::status::StatusSnapshot::of(
         &daemon.snapshot(),
@@ -139,6 +140,7 @@ pub fn run_watched(args: ReplayArgs, watch: Option<&mut dyn Watch<()>>) -> anyho
                 "ticks": n,
                 "span_ms": span_ms,
                 "decisions": decisions,
+                "unanswered": gaps,
                 "devices": status.devices,
             }))?
         );
@@ -163,6 +165,12 @@ pub fn run_watched(args: ReplayArgs, watch: Option<&mut dyn Watch<()>>) -> anyho
                 d.kind,
                 printable(&d.reason)
             );
+        }
+        if !gaps.is_empty() {
+            println!("what the recording cannot answer, and how it changes this replay:");
+            for g in &gaps {
+                println!("  {}", printable(&g.to_string()));
+            }
         }
         print!("{}", mergetune_export::table::render(&status.devices));
     }

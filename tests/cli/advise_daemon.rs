@@ -9,6 +9,7 @@ use mergetune_kernel::scheduler::Scheduler;
 use mergetune_lab::advise::{analyze_file, daemon_view, trace_level};
 use mergetune_logic::config::{Config, PolicyConfig};
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::config::PricingConfig;
 use mergetune_logic::pricing::profile::{builtin, resolve};
 use mergetune_logic::pricing::worth::Worth;
 use std::path::{Path, PathBuf};
@@ -91,7 +92,7 @@ fn under_the_default_profile_advise_recommends_what_the_daemon_does() {
         // (issue 35.4).
         let evidence = daemon["evidence"].as_str().unwrap();
         assert!(
-            evidence.contains("priced live") && evidence.contains("unknown here"),
+            evidence.contains("priced live") && evidence.contains("a trace does not hold"),
             "names what prices it: {daemon:#}"
         );
         assert_eq!(view["profile"], "live", "{view:#}");
@@ -151,6 +152,7 @@ fn the_daemon_view_follows_the_ladder_rules() {
         &Scheduler::None.into(),
         "lkml-2008",
         &Worth::from_profile(&lkml, Some(Scheduler::None)),
+        PricingConfig::default().floor(),
     );
     assert_eq!(v.level, Level::L3, "{}", v.why);
     // With disabled_nomerges = 1 the daemon stops at L2, which none does not have: L0.
@@ -165,6 +167,7 @@ fn the_daemon_view_follows_the_ladder_rules() {
         &Scheduler::None.into(),
         "lkml-2008",
         &Worth::from_profile(&lkml, Some(Scheduler::None)),
+        PricingConfig::default().floor(),
     );
     assert_eq!(v.level, Level::L0, "{}", v.why);
     // On mq-deadline it stops at L2 there.
@@ -175,6 +178,7 @@ fn the_daemon_view_follows_the_ladder_rules() {
         &Scheduler::MqDeadline.into(),
         "lkml-2008",
         &Worth::from_profile(&lkml, Some(Scheduler::MqDeadline)),
+        PricingConfig::default().floor(),
     );
     assert_eq!(v.level, Level::L2, "{}", v.why);
     // Unpriced (no profile), every rung is worth it: the trace's level.
@@ -185,6 +189,7 @@ fn the_daemon_view_follows_the_ladder_rules() {
         &Scheduler::None.into(),
         "none",
         &Worth::UNPRICED,
+        PricingConfig::default().floor(),
     );
     assert_eq!(v.level, Level::L3, "{}", v.why);
 }
@@ -239,5 +244,60 @@ fn advise_uses_the_devices_own_scheduler() {
         let with_flag = run(&fixture, &["--scheduler", sched]);
         assert_eq!(with_flag["daemon"][0]["scheduler"], sched);
         assert_eq!(with_flag["daemon"], with_header["daemon"]);
+    }
+}
+
+/// `mergetune-lab advise <trace> [--price-ns NS]` under the default config's live
+/// pricing.
+fn advise_live(name: &str, price_ns: Option<&str>) -> std::process::Output {
+    let mut cmd = crate::lab::lab();
+    cmd.args(["advise", "--json"]).arg(fixture(name));
+    if let Some(ns) = price_ns {
+        cmd.arg(format!("--price-ns={ns}"));
+    }
+    cmd.output().unwrap()
+}
+
+/// Under the default config (live pricing) a trace holds no price: advise says at which
+/// price per bio the daemon steps down at the trace's rate (82,875 bios/s: 5 ms/s of floor
+/// is 60 ns per bio), and with the price `mergetune status` shows (`--price-ns`) it gives
+/// the daemon's answer, naming what priced it.
+#[test]
+fn under_live_pricing_advise_names_the_break_even_price_and_takes_the_daemons() {
+    let view = |out: &std::process::Output| -> serde_json::Value {
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["daemon"][0].clone()
+    };
+    let unpriced = view(&advise_live("trace_rand_read.txt", None));
+    assert_eq!(unpriced["level"], 0, "{unpriced}");
+    let why = unpriced["why"].as_str().unwrap();
+    assert!(why.contains("priced live"), "{why}");
+    assert!(why.contains("reaches 60 ns per bio"), "{why}");
+    assert!(why.contains("--price-ns"), "{why}");
+
+    // 1,000 ns per bio at 82,875 bios/s saves 83 ms/s: the daemon goes to L3.
+    let dear = view(&advise_live("trace_rand_read.txt", Some("1000")));
+    assert_eq!(dear["level"], 3, "{dear}");
+    assert!(
+        dear["profile"]
+            .as_str()
+            .unwrap()
+            .contains("--price-ns 1000"),
+        "{dear}"
+    );
+    // 10 ns per bio saves 0.8 ms/s, under the floor: it keeps merging on.
+    let cheap = view(&advise_live("trace_rand_read.txt", Some("10")));
+    assert_eq!(cheap["level"], 0, "{cheap}");
+    assert!(
+        cheap["why"].as_str().unwrap().contains("not worth it"),
+        "{cheap}"
+    );
+
+    for bad in ["0", "-5", "nan", "1e12"] {
+        let out = advise_live("trace_rand_read.txt", Some(bad));
+        assert!(!out.status.success(), "--price-ns {bad} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--price-ns"), "{bad}: {err}");
     }
 }

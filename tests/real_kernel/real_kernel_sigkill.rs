@@ -203,23 +203,8 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
             assert!(out.status.success(), "{out:?}");
             String::from_utf8_lossy(&out.stdout).to_string()
         } else {
-            // The daemon sees the re-attach at its next rescan (every 30 ticks, 1.5 s at
-            // this config's 50 ms): waited for, up to three rescans, before the stop.
-            let said_by = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < said_by
-                && !std::fs::read_to_string(&log)
-                    .unwrap()
-                    .contains("re-attached to the same backing file")
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            rustix::process::kill_process(
-                rustix::process::Pid::from_child(&d),
-                rustix::process::Signal::TERM,
-            )
-            .unwrap();
-            let _ = d.wait();
-            std::fs::read_to_string(&log).unwrap()
+            wait_for_log(&log, "re-attached to the same backing file");
+            stop_and_read_log(&mut d, &log)
         };
         assert_eq!(
             dev.nomerges(),
@@ -287,6 +272,26 @@ fn restore(state_dir: &std::path::Path) -> std::process::Output {
 /// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
 /// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
 /// (min, max). Returns the state directory and the config file.
+/// Waits until the daemon's log at `log` says `what`, or 5 s: the daemon sees a re-attach at
+/// its next rescan (every 30 ticks, 1.5 s at this file's 50 ms ticks), so up to three rescans.
+fn wait_for_log(log: &std::path::Path, what: &str) {
+    let by = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < by && !std::fs::read_to_string(log).unwrap().contains(what) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGTERM to the daemon, waited for; its log.
+fn stop_and_read_log(d: &mut std::process::Child, log: &std::path::Path) -> String {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(d),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let _ = d.wait();
+    std::fs::read_to_string(log).unwrap()
+}
+
 fn fast_ladder_config(
     dir: &std::path::Path,
     dev: &LoopDevice,

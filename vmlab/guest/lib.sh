@@ -169,7 +169,7 @@ keep_tracepoints_patched() {
     for i in 1 2; do
         mkdir -p "$t/instances/vmlab-keep$i"
         echo 0 > "$t/instances/vmlab-keep$i/tracing_on"
-        for e in block_bio_queue block_bio_backmerge block_bio_frontmerge block_rq_insert block_rq_issue block_rq_complete block_rq_requeue block_split block_bio_remap; do
+        for e in block_bio_queue block_getrq block_bio_backmerge block_bio_frontmerge block_rq_insert block_rq_issue block_rq_complete block_rq_requeue block_split block_bio_remap; do
             [ -d "$t/instances/vmlab-keep$i/events/block/$e" ] || continue
             echo "dev == 1" > "$t/instances/vmlab-keep$i/events/block/$e/filter"
             echo 1 > "$t/instances/vmlab-keep$i/events/block/$e/enable"

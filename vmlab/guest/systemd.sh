@@ -84,6 +84,72 @@ default_pricing() {
     [ "$writes" -le 2 ] || fail "$writes nomerges writes in 90 s of a steady load (at most 2)"
 }
 
+# A host that looks real, under the shipped unit and defaults: one null_blk device per
+# scheduler the kernel has (none, mq-deadline, kyber, and bfq where `modprobe bfq` works),
+# all busy at once with different loads on 2 TCG vCPUs (the loads themselves are the CPU
+# contention). Random 4 KiB reads or writes on three of them, batched sequential 4 KiB
+# writes (which the kernel merges) on kyber's. Each device must get a price of its own (a
+# "<dev>: merge path on" line), make at most 2 nomerges writes in 90 s, and end where its
+# load says: nomerges 2 under random I/O, 0 under the batched writes. Needs paranoid <= 2
+# (default_pricing, just before, left it there).
+multi_device_host() {
+    local since t0 rc=0 j d i sched load names=() pids=() want=()
+    local -A dev_of
+    systemctl stop "$UNIT"
+    systemctl reset-failed "$UNIT" 2>/dev/null || true
+    modprobe bfq 2>/dev/null || true
+    for sched in none mq-deadline kyber bfq; do
+        d="$(mk_nullb "nullbm${sched//-/}" queue_mode=2 irqmode=0 hw_queue_depth=64 size=1024 submit_queues=1)"
+        [ -n "$d" ] || fail "cannot create the null_blk device for $sched"
+        if ! echo "$sched" > "/sys/block/$d/queue/scheduler" 2>/dev/null; then
+            figure multi_device_unavailable "\"$sched: not in $(cat "/sys/block/$d/queue/scheduler")\""
+            rm_nullb "nullbm${sched//-/}"
+            continue
+        fi
+        echo 0 > "/sys/block/$d/queue/nomerges"
+        dev_of[$sched]="$d"
+        names+=("$d")
+    done
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait; for s in none mq-deadline kyber bfq; do rm_nullb "nullbm${s//-/}"; done' EXIT
+    printf '[devices]\ninclude = ["nullbm*"]\n' > /etc/mergetune/mergetune.toml
+    since="$(date '+%Y-%m-%d %H:%M:%S')"
+    systemctl start "$UNIT" || fail "start with the default config failed"
+    for sched in "${!dev_of[@]}"; do
+        d="${dev_of[$sched]}"
+        case "$sched" in
+            none) load="--rw=randread --norandommap" ; want+=("$d=2") ;;
+            mq-deadline) load="--rw=randwrite --norandommap" ; want+=("$d=2") ;;
+            bfq) load="--rw=randread --norandommap" ; want+=("$d=2") ;;
+            kyber) load="--rw=write --iodepth_batch_submit=32 --iodepth_batch_complete_min=32" ; want+=("$d=0") ;;
+        esac
+        # shellcheck disable=SC2086
+        fio --name="m$d" --filename="/dev/$d" --direct=1 --bs=4k --ioengine=libaio --iodepth=32 \
+            $load --randrepeat=1 --time_based --runtime=120 --output=/dev/null >/dev/null 2>&1 &
+        pids+=($!)
+    done
+    t0=$(date +%s)
+    sleep 90
+    j="$(journalctl -u "$UNIT" --since "$since" --no-pager)"
+    echo "$j" | grep -E "merge path on|price unknown|queue/nomerges|not_worth_it" | head -n 40
+    for i in "${want[@]}"; do
+        d="${i%=*}"
+        local writes price final
+        writes="$(echo "$j" | grep -c "$d: queue/nomerges [0-9] -> [0-9]" || true)"
+        price="$(echo "$j" | grep -m1 -o "$d: merge path on [^:]*: [0-9]* ns per bio \[[0-9]*, [0-9]*\]" || true)"
+        final="$(nomerges_of "$d")"
+        sched="$(sed -n 's/.*\[\(.*\)\].*/\1/p' "/sys/block/$d/queue/scheduler")"
+        figure "multi_device_${sched//-/_}" "\"$d final nomerges $final, $writes writes in 90 s, ${price:-no price}\""
+        [ "$writes" -le 2 ] || rc=1
+        [ "$final" = "${i#*=}" ] || rc=1
+        # The batched writes merge at L0: the daemon need not price what it keeps at L0.
+        [ "${i#*=}" = 0 ] || [ -n "$price" ] || rc=1
+    done
+    systemctl stop "$UNIT"
+    systemctl reset-failed "$UNIT" 2>/dev/null || true
+    install -m 0644 "$LAB/guest/lab.toml" /etc/mergetune/mergetune.toml
+    [ $rc = 0 ] || fail "a device of ${#names[@]} busy ones had no price of its own, more than 2 writes in 90 s or the wrong final level (figures above)"
+}
+
 # A host as Debian 12 and 13 boot (kernel.perf_event_paranoid 3: perf_event_open refused
 # to the unit's CAP_PERFMON) is never inert in silence: with the shipped defaults the daemon
 # says so at start (before any load) with the fix, and status and /metrics say it; under

@@ -25,6 +25,7 @@ use mergetune_logic::config::Config;
 use mergetune_logic::decision::Decision;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -562,6 +563,58 @@ pub struct ReplayFs {
     calls: VecDeque<Call>,
     /// The kernel release the recorded daemon read (wherever in the recording it did).
     kernel_release: Option<String>,
+    /// What the replayed policy asked and the recording could not answer.
+    unanswered: BTreeMap<(Unanswered, String), UnansweredSince>,
+}
+
+/// What a replay asked that the recording holds no answer for: the replayed config (a
+/// what-if) taps or samples where the recorded daemon did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unanswered {
+    /// The bio tap of a device at L3.
+    BioTap,
+    /// The merge-path sampler.
+    Sampler,
+}
+
+/// From when, and how often, a replay asked what the recording cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UnansweredSince {
+    pub first_ms: u64,
+    pub calls: u64,
+}
+
+/// One gap of a replay: what could not be modelled, on which device, and how that changes
+/// the replay's answer against a live daemon with the same config.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplayGap {
+    pub what: Unanswered,
+    /// The device ("" for the sampler, which is the host's).
+    pub device: String,
+    pub first_ms: u64,
+    pub calls: u64,
+}
+
+impl fmt::Display for ReplayGap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.first_ms as f64 / 1000.0;
+        match self.what {
+            Unanswered::BioTap => write!(
+                f,
+                "{}: the replayed config watched L3 from {at:.1} s where the recorded daemon did not ({} bio tap call{} unanswered): the replay takes L3 as blind there and leaves it; live, the daemon would stay at L3 until its tap saw mergeable I/O, so merging may be off longer than this replay shows",
+                self.device,
+                self.calls,
+                if self.calls == 1 { "" } else { "s" }
+            ),
+            Unanswered::Sampler => write!(
+                f,
+                "merge-path sampler: the replayed config sampled from {at:.1} s where the recorded daemon did not ({} call{} unanswered): those spans priced nothing, so prices stay as recorded or unknown; live, this config may price (and step down) sooner than this replay shows",
+                self.calls,
+                if self.calls == 1 { "" } else { "s" }
+            ),
+        }
+    }
 }
 
 impl ReplayFs {
@@ -576,7 +629,34 @@ impl ReplayFs {
             written: BTreeMap::new(),
             calls: VecDeque::new(),
             kernel_release,
+            unanswered: BTreeMap::new(),
         }
+    }
+
+    /// Notes a call of `what` on `dev` the recording holds no answer for.
+    fn unanswered(&mut self, what: Unanswered, dev: &str) {
+        let now_ms = self.ticks.get(self.index).map_or(0, |t| t.t_ms);
+        let e = self
+            .unanswered
+            .entry((what, dev.to_string()))
+            .or_insert(UnansweredSince {
+                first_ms: now_ms,
+                calls: 0,
+            });
+        e.calls += 1;
+    }
+
+    /// What the replay asked and the recording could not answer, in device order.
+    pub fn gaps(&self) -> Vec<ReplayGap> {
+        self.unanswered
+            .iter()
+            .map(|((what, device), since)| ReplayGap {
+                what: *what,
+                device: device.clone(),
+                first_ms: since.first_ms,
+                calls: since.calls,
+            })
+            .collect()
     }
 
     /// Takes the first answer of this tick that `matches`: the replayed policy asks in the
@@ -592,7 +672,8 @@ impl ReplayFs {
     }
 
     /// A tap call the recording holds no answer for.
-    fn unrecorded_tap(dev: &str) -> TapError {
+    fn unrecorded_tap(&mut self, dev: &str) -> TapError {
+        self.unanswered(Unanswered::BioTap, dev);
         TapError::Io {
             path: format!("replay:{dev}"),
             message: "the recording holds no bio tap answer for this call (the replayed config taps where the recorded daemon did not)".into(),
@@ -607,7 +688,7 @@ impl ReplayFs {
                 | Call::TapPause { error, .. }
                 | Call::TapClose { error, .. },
             ) => error.map_or(Ok(()), Err),
-            _ => Err(Self::unrecorded_tap(dev)),
+            _ => Err(self.unrecorded_tap(dev)),
         }
     }
 
@@ -714,7 +795,7 @@ impl BioTap for ReplayFs {
             ..
         }) = call
         else {
-            return Err(Self::unrecorded_tap(dev));
+            return Err(self.unrecorded_tap(dev));
         };
         if let Some(e) = error {
             return Err(e);
@@ -786,9 +867,12 @@ impl MergeSampler for ReplayFs {
                 path: "recorded".into(),
                 message,
             }),
-            _ => Err(PerfError::Unsupported {
-                path: "replay (the recording holds no sampler answer for this call)".into(),
-            }),
+            _ => {
+                self.unanswered(Unanswered::Sampler, "");
+                Err(PerfError::Unsupported {
+                    path: "replay (the recording holds no sampler answer for this call)".into(),
+                })
+            }
         }
     }
     fn merge_sampler_drain(&mut self) -> MergeSamples {
@@ -822,6 +906,8 @@ impl MergeSampler for ReplayFs {
             s.beyond_one_hit = beyond_one_hit;
             s.front_lookup = front_lookup;
             s.lost = lost;
+        } else {
+            self.unanswered(Unanswered::Sampler, "");
         }
         s
     }
@@ -843,11 +929,20 @@ pub fn recorded_config(ticks: &[TickRecord]) -> Option<(&Config, usize)> {
 
 /// Runs a controller over a recording; returns every decision, tick by tick.
 pub fn replay(ticks: Vec<TickRecord>, controller: &mut dyn Controller) -> Vec<Decision> {
+    replay_with_gaps(ticks, controller).0
+}
+
+/// [`replay`], and what the replayed policy asked that the recording could not answer.
+pub fn replay_with_gaps(
+    ticks: Vec<TickRecord>,
+    controller: &mut dyn Controller,
+) -> (Vec<Decision>, Vec<ReplayGap>) {
     let mut fs = ReplayFs::new(ticks);
     let mut out = Vec::new();
     for i in 0..fs.len() {
         let t = fs.seek(i);
         out.extend(controller.tick(t, &mut fs));
     }
-    out
+    let gaps = fs.gaps();
+    (out, gaps)
 }

@@ -48,6 +48,39 @@ pub struct AdviseArgs {
     /// ladder and price are the device's scheduler's.
     #[arg(long, value_name = "NAME")]
     pub scheduler: Option<Scheduler>,
+    /// Under live pricing (the default `cost_profile`): the merge path's price per bio the
+    /// daemon measured for the device, in ns (the lower bound of the interval `mergetune
+    /// status` shows), so that the advice prices the trace as the daemon does. Without it
+    /// the advice says at which price the daemon would step down.
+    #[arg(long, value_name = "NS")]
+    pub price_ns: Option<f64>,
+}
+
+/// The largest `--price-ns` taken: 10 ms per bio is beyond any merge path.
+const MAX_PRICE_NS: f64 = 1e7;
+
+/// The worth of each level on a device under live pricing, given the price per bio the
+/// daemon measured (`--price-ns`), as the daemon computes it ([`worth_live`]): only L3's
+/// price is given, a point (its lower bound), at the trace's rate.
+fn worth_of_given_price(
+    price_ns: f64,
+    scheduler: &Reported,
+    bios: u64,
+    bios_per_s: f64,
+    floor: mergetune_logic::pricing::floor::SavingFloor,
+) -> Worth {
+    use mergetune_logic::pricing::price::{ClassPrice, MIN_SAMPLES, NsPerBio, worth_live};
+    let l3 = NsPerBio {
+        estimate: price_ns,
+        lo: price_ns,
+        hi: price_ns,
+        samples: MIN_SAMPLES,
+        bios,
+    };
+    let price = ClassPrice {
+        levels: [None, None, None, Some(l3)],
+    };
+    worth_live(Some(&price), scheduler.scheduler(), bios_per_s, floor)
 }
 
 /// The profile `--what-if` models CPU with: the config's, except that `live` (the daemon's
@@ -95,38 +128,53 @@ fn nothing_to_advise(
 
 /// Runs `mergetune-lab advise`; returns the exit code.
 pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
-    let cfg = match &args.config {
+    let config = match &args.config {
         Some(p) => mergetune_logic::config::load_file(p)?,
         None => Config::default(),
-    }
-    .policy;
+    };
+    let (cfg, floor) = (config.policy, config.pricing.floor());
     let live = cfg.cost_profile.trim() == mergetune_logic::pricing::profile::LIVE;
+    if let Some(ns) = args.price_ns {
+        if !live {
+            bail!(
+                "--price-ns {ns}: the price of live pricing, but the config's [policy] cost_profile is {:?}, which prices the trace itself",
+                cfg.cost_profile
+            );
+        }
+        if !(ns.is_finite() && ns > 0.0 && ns <= MAX_PRICE_NS) {
+            bail!("--price-ns {ns}: not a price per bio in ns (0 < ns <= {MAX_PRICE_NS})");
+        }
+    }
     let (profile_name, profile) = trace_profile(&cfg)?;
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
-    // The daemon's rules and profile decide what is recommended (the trace's own level is
-    // kept in the evidence when they disagree).
-    let worth_of = |scheduler: &Reported| {
-        if live {
-            Worth::unknown(mergetune_logic::pricing::worth::UnknownWhy::NotMeasuredYet)
-        } else {
-            Worth::from_profile(&profile, scheduler.scheduler())
-        }
-    };
-    let priced_with = if live {
-        mergetune_logic::pricing::profile::LIVE.to_string()
-    } else {
-        profile_name.clone()
+    let priced_with = match (live, args.price_ns) {
+        (true, Some(ns)) => format!(
+            "{} (--price-ns {ns})",
+            mergetune_logic::pricing::profile::LIVE
+        ),
+        (true, None) => mergetune_logic::pricing::profile::LIVE.to_string(),
+        (false, _) => profile_name.clone(),
     };
     // --scheduler is the operator's word for the device's scheduler, over the trace's.
     let scheduler = args.scheduler.or(analysis.scheduler).map(Reported::Known);
     let mut views = Vec::new();
     for d in &mut analysis.devices {
+        // The daemon's rules and profile decide what is recommended (the trace's own level
+        // is kept in the evidence when they disagree).
+        let (bios, bios_per_s) = (d.bios, d.bios_per_s);
+        let worth_of = |scheduler: &Reported| match (live, args.price_ns) {
+            (true, Some(ns)) => worth_of_given_price(ns, scheduler, bios, bios_per_s, floor),
+            (true, None) => {
+                Worth::unknown(mergetune_logic::pricing::worth::UnknownWhy::NotMeasuredYet)
+            }
+            (false, _) => Worth::from_profile(&profile, scheduler.scheduler()),
+        };
         let (level, recs, view) =
-            recommend_priced(d, &cfg, &priced_with, scheduler.as_ref(), &worth_of);
+            recommend_priced(d, &cfg, &priced_with, scheduler.as_ref(), &worth_of, floor);
         d.recommended_level = level;
         d.recommendations = recs;
         views.push(view);

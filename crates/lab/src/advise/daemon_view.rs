@@ -11,6 +11,7 @@ use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use mergetune_logic::policy::{Caps, deepest_level};
+use mergetune_logic::pricing::floor::SavingFloor;
 use mergetune_logic::pricing::worth::Worth;
 use serde::Serialize;
 
@@ -38,7 +39,9 @@ pub struct DaemonView {
 /// `enable_above_percent`), never between the two; only to a rung the scheduler has and
 /// the config allows (L3 only with the bio tap, as the daemon assumes here when `[sense]`
 /// could run); and only to a level the profile says saves measurably. It takes those rules
-/// one step each in the daemon's order, so that the two read side by side.
+/// one step each in the daemon's order, so that the two read side by side. `floor` is
+/// `[pricing] saving_floor_percent_cpu`: under live pricing with no price given it tells the
+/// price at which the daemon would step down.
 pub fn daemon_view(
     r: &DeviceReport,
     cfg: &PolicyConfig,
@@ -46,6 +49,7 @@ pub fn daemon_view(
     scheduler: &Reported,
     profile: &str,
     worth: &Worth,
+    floor: SavingFloor,
 ) -> DaemonView {
     // Where the scheduler has front_merges, the daemon finds it at 1 (the default).
     let caps = Caps::for_scheduler(scheduler.scheduler(), true)
@@ -95,16 +99,36 @@ pub fn daemon_view(
     };
     if let mergetune_logic::pricing::worth::Basis::Unknown { .. } = worth.basis {
         // Priced live: by the daemon's sampler on the host, at run time. A trace holds no
-        // CPU samples, so the saving is unknown here: say what decides, not a guess.
+        // CPU samples: say at which price the daemon steps down, not a guess.
         return view(
             Level::L0,
-            format!(
-                "priced live (cost_profile \"live\"): the saving is measured by the daemon's sampler on the host, which a trace does not hold, so it is unknown here: the daemon stays at L0 until its measurement's lower bound reaches [pricing] saving_floor_percent_cpu, then goes to {deepest} on {scheduler}; give a profile (`mergetune-lab calibrate`'s, or a built-in) in the config's cost_profile to price the trace"
-            ),
+            live_unpriced(r.bios_per_s, floor, deepest, scheduler),
         );
     }
     let (level, why) = priced_choice(&reachable, trace, worth, profile, scheduler);
     view(level, why)
+}
+
+/// Why a live-priced device stays at L0 until the daemon has measured it, and the price per
+/// bio at which the trace's rate makes `deepest` save the floor: the daemon steps down when
+/// its measured price's lower bound reaches it.
+fn live_unpriced(
+    bios_per_s: f64,
+    floor: SavingFloor,
+    deepest: Level,
+    scheduler: &Reported,
+) -> String {
+    let mut why = String::from(
+        "priced live (cost_profile \"live\", no profile): the daemon measures the merge path's price per bio on the host, which a trace does not hold, and stays at L0 until it has",
+    );
+    if bios_per_s > 0.0 {
+        let break_even_ns = floor.ms_per_sec() * 1e6 / bios_per_s;
+        why.push_str(&format!(
+            "; at this trace's {bios_per_s:.0} bios/s it goes to {deepest} on {scheduler} once that price's lower bound reaches {break_even_ns:.0} ns per bio (the floor, {:.2} ms of CPU per second): give the price `mergetune status` shows for the device as --price-ns for the daemon's answer",
+            floor.ms_per_sec()
+        ));
+    }
+    why
 }
 
 /// Among the rungs the daemon can reach, the deepest one the profile says saves

@@ -13,6 +13,7 @@ use super::report::{DeviceReport, Recommendation, level_tunables, pct};
 use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
+use mergetune_logic::pricing::floor::SavingFloor;
 use mergetune_logic::pricing::worth::Worth;
 
 /// Unmerged bios below this share: the lookups a deeper level would skip cost too
@@ -40,6 +41,7 @@ pub fn recommend_priced(
     profile: &str,
     device_scheduler: Option<&Reported>,
     worth_of: &dyn Fn(&Reported) -> Worth,
+    floor: SavingFloor,
 ) -> (Level, Vec<Recommendation>, DaemonView) {
     let (trace, trace_evidence) = trace_level(r, cfg);
     // The daemon acts on the scheduler the device runs (the capture's header, or
@@ -48,7 +50,7 @@ pub fn recommend_priced(
     let sched = device_scheduler
         .cloned()
         .unwrap_or_else(|| scheduler_for(r, trace).0.into());
-    let mut view = daemon_view(r, cfg, trace, &sched, profile, &worth_of(&sched));
+    let mut view = daemon_view(r, cfg, trace, &sched, profile, &worth_of(&sched), floor);
     if device_scheduler.is_none() {
         view.why.push_str(&format!(
             " (the device's scheduler is not known: no `# scheduler` line in the trace, no --scheduler; taken as {sched}, the trace's best fit)"
