@@ -269,9 +269,6 @@ fn restore(state_dir: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
-/// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
-/// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
-/// (min, max). Returns the state directory and the config file.
 /// Waits until the daemon's log at `log` says `what`, or 5 s: the daemon sees a re-attach at
 /// its next rescan (every 30 ticks, 1.5 s at this file's 50 ms ticks), so up to three rescans.
 fn wait_for_log(log: &std::path::Path, what: &str) {
@@ -292,6 +289,9 @@ fn stop_and_read_log(d: &mut std::process::Child, log: &std::path::Path) -> Stri
     std::fs::read_to_string(log).unwrap()
 }
 
+/// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
+/// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
+/// (min, max). Returns the state directory and the config file.
 fn fast_ladder_config(
     dir: &std::path::Path,
     dev: &LoopDevice,
