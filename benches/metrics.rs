@@ -33,8 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-#[path = "support/disks.rs"]
-mod disks;
 #[path = "../tests/support/memkernel.rs"]
 mod memkernel;
 use memkernel::MemKernel;
@@ -45,9 +43,14 @@ fn diskstats_text(n: usize, tick: u64) -> String {
     fake_host::busy_diskstats(n, tick, |i| format!("sd{i}"))
 }
 
-/// `DEVICES` disks whose counters grow at each diskstats read for `ticks` reads.
+/// `DEVICES` unsettled disks whose counters grow at each diskstats read for `ticks` reads.
 fn mem_kernel(ticks: u64) -> MemKernel {
-    disks::mq_deadline_disks(DEVICES, (1..=ticks).map(|t| diskstats_text(DEVICES, t)))
+    MemKernel::unsettled(
+        DEVICES,
+        (1..=ticks)
+            .map(|t| diskstats_text(DEVICES, t).into_bytes())
+            .collect(),
+    )
 }
 
 /// A daemon with 64 devices, every one with a closed window, and one decision each in the

@@ -22,6 +22,8 @@
 
 #[path = "../tests/support/kernel.rs"]
 mod kernel;
+#[path = "../tests/support/needs.rs"]
+mod needs;
 
 use mergetune_daemon::sense::DeviceSense;
 use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams, TapRead};

@@ -14,10 +14,9 @@ use mergetune_logic::policy::{Caps, PolicyState, decide};
 use mergetune_logic::sampler::{Delta, Sampler, WindowAcc, WindowClose};
 use std::hint::black_box;
 
-#[path = "support/disks.rs"]
-mod disks;
 #[path = "../tests/support/memkernel.rs"]
 mod memkernel;
+use memkernel::MemKernel;
 
 fn diskstats_text(n: usize, tick: u64) -> String {
     diskstats_text_busy(n, n, tick)
@@ -94,7 +93,7 @@ fn bench(c: &mut Criterion) {
 
 /// `Daemon::tick` over `n` devices whose diskstats cycles through `texts`, one second apart.
 fn daemon_ticks(b: &mut criterion::Bencher, texts: &[String], n: usize, cfg: &Config) {
-    let mut fs = disks::mq_deadline_disks(n, texts.iter().cloned());
+    let mut fs = MemKernel::unsettled(n, texts.iter().map(|t| t.clone().into_bytes()).collect());
     let mut cfg = cfg.clone();
     // No rescans inside the measured ticks: they are a once-in-30-ticks cost.
     cfg.daemon.rescan_every_ticks = u32::MAX;

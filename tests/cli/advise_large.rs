@@ -48,9 +48,8 @@ fn make_trace(path: &Path, target_bytes: u64) -> u64 {
     written
 }
 
-/// Runs `mergetune-lab advise FILE`; returns (exit ok, stdout, peak RSS in KiB). The peak is
-/// the process's own VmHWM (/proc/PID/status: its mm after exec, so nothing of the test
-/// process counts), polled until it exits; the high-water mark only grows.
+/// Runs `mergetune-lab advise FILE`; returns (exit ok, stdout, peak RSS in KiB: the
+/// process's own VmHWM, polled until it exits).
 fn advise_peak_rss(path: &Path) -> (bool, String, u64) {
     let out_path = path.with_extension("out");
     let out = std::fs::File::create(&out_path).unwrap();
@@ -60,22 +59,7 @@ fn advise_peak_rss(path: &Path) -> (bool, String, u64) {
         .stdout(out)
         .spawn()
         .unwrap();
-    let status_path = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    let status = loop {
-        if let Ok(text) = std::fs::read_to_string(&status_path)
-            && let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            peak = peak.max(kb);
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let (status, peak) = crate::command::wait_with_peak_rss(&mut child);
     (
         status.success(),
         std::fs::read_to_string(&out_path).unwrap(),

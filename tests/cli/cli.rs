@@ -8,8 +8,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 fn bin() -> Command {
@@ -28,9 +26,10 @@ fn text(o: &Output) -> (String, String) {
 }
 
 use crate::command::free_port;
+use crate::fakesys::Ticker;
 
 /// A tree with one managed disk, `sda` (mq-deadline, front merges on, so L0), and a loop
-/// device that is not managed; random writes on sda while [`Traffic`] runs.
+/// device that is not managed; random writes on sda while [`random_traffic`] runs.
 struct Tree {
     dir: tempfile::TempDir,
 }
@@ -68,11 +67,20 @@ impl Tree {
     }
     /// A config for fast ticks: small windows, the endpoint at `listen`.
     fn config(&self, listen: &str) -> PathBuf {
-        let path = self.p("mergetune.toml");
+        self.config_file(
+            "mergetune.toml",
+            &format!(
+                "[policy]\nmin_window_bios = 10\n# priced in the 2008 figures, so that the ladder has a step to show\ncost_profile = \"lkml-2008\"\n\n[metrics]\nlisten = \"{listen}\"\n"
+            ),
+        )
+    }
+    /// The config file `name`: 50 ms ticks, the state directory in the tree, then `rest`.
+    fn config_file(&self, name: &str, rest: &str) -> PathBuf {
+        let path = self.p(name);
         std::fs::write(
             &path,
             format!(
-                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n# priced in the 2008 figures, so that the ladder has a step to show\ncost_profile = \"lkml-2008\"\n\n[metrics]\nlisten = \"{listen}\"\n",
+                "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n{rest}",
                 self.p("state").display()
             ),
         )
@@ -94,44 +102,19 @@ impl Tree {
 }
 
 /// Random 4 KiB writes on sda (no merges): 100 more every 2 ms, until dropped.
-struct Traffic {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(t: &Tree) -> Traffic {
-        let stop = Arc::new(AtomicBool::new(false));
-        let proc_ = t.p("proc");
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut writes = 0u64;
-            while !s.load(Ordering::Relaxed) {
-                writes += 100;
-                let text = format!(
-                    "   8 0 sda 0 0 0 0 {writes} 0 {} 0 0 0 0\n   7 0 loop0 0 0 0 0 0 0 0 0 0 0 0\n",
-                    writes * 8
-                );
-                let tmp = proc_.join("diskstats.traffic");
-                std::fs::write(&tmp, text).unwrap();
-                std::fs::rename(&tmp, proc_.join("diskstats")).unwrap();
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        });
-        Traffic {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Traffic {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+fn random_traffic(t: &Tree) -> Ticker {
+    let proc_ = t.p("proc");
+    let mut writes = 0u64;
+    Ticker::every(Duration::from_millis(2), move || {
+        writes += 100;
+        let text = format!(
+            "   8 0 sda 0 0 0 0 {writes} 0 {} 0 0 0 0\n   7 0 loop0 0 0 0 0 0 0 0 0 0 0 0\n",
+            writes * 8
+        );
+        let tmp = proc_.join("diskstats.traffic");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, proc_.join("diskstats")).unwrap();
+    })
 }
 
 fn once(t: &Tree, extra: &[&str]) -> Output {
@@ -141,6 +124,15 @@ fn once(t: &Tree, extra: &[&str]) -> Output {
         .args(extra);
     t.roots(&mut c);
     c.output().unwrap()
+}
+
+/// What a plain `run --once --dry-run` on `t` prints (stdout, stderr), asserting first that
+/// it exited 0.
+fn once_ok(t: &Tree) -> (String, String) {
+    let o = once(t, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    (out, err)
 }
 
 fn device_keys(v: &serde_json::Value) -> BTreeSet<String> {
@@ -155,10 +147,8 @@ fn device_keys(v: &serde_json::Value) -> BTreeSet<String> {
 #[test]
 fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
     let t = Tree::new();
-    let _traffic = Traffic::start(&t);
-    let o = once(&t, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+    let _traffic = random_traffic(&t);
+    let (out, err) = once_ok(&t);
     // Three windows of 2 x 50 ms in which not one bio merged: straight from L0 to L3 (the
     // tap watches L3), marked as not taken.
     assert!(
@@ -187,7 +177,7 @@ fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
 #[test]
 fn a_live_one_shot_look_decides_and_writes_nothing() {
     let t = Tree::new();
-    let _traffic = Traffic::start(&t);
+    let _traffic = random_traffic(&t);
     let mut c = bin();
     c.args(["--log-format", "text", "run", "--once", "--config"])
         .arg(t.config("127.0.0.1:0"));
@@ -213,9 +203,7 @@ fn a_live_one_shot_look_decides_and_writes_nothing() {
 #[test]
 fn a_one_shot_look_at_an_idle_machine_says_why_nothing_would_change() {
     let t = Tree::new();
-    let o = once(&t, &[]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+    let (out, _) = once_ok(&t);
     assert!(
         out.contains("no decision: 1 managed device(s) hold"),
         "{out}"
@@ -234,7 +222,7 @@ fn run_once_replay_and_status_share_the_table_and_the_json_fields() {
     let t = Tree::new();
     let rec = t.p("rec.jsonl");
     let o = {
-        let _traffic = Traffic::start(&t);
+        let _traffic = random_traffic(&t);
         once(&t, &["--json", "--record", rec.to_str().unwrap()])
     };
     let (out, err) = text(&o);
@@ -518,16 +506,11 @@ fn where_nothing_prices_the_merge_path_a_one_shot_dry_run_says_the_saving_is_unk
     // The shipped default (live pricing) in a world with no sampler: nothing is priced, so
     // the look says the saving is unknown (never "not worth it") and would write nothing.
     let t = Tree::new();
-    let cfg = t.p("measured.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n\n[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"\"\n",
-            t.p("state").display()
-        ),
-    )
-    .unwrap();
-    let _traffic = Traffic::start(&t);
+    let cfg = t.config_file(
+        "measured.toml",
+        "[policy]\nmin_window_bios = 10\n\n[metrics]\nlisten = \"\"\n",
+    );
+    let _traffic = random_traffic(&t);
     let mut c = bin();
     c.args(["run", "--once", "--dry-run", "--config"]).arg(&cfg);
     t.roots(&mut c);

@@ -237,12 +237,8 @@ fn a_dry_run_as_another_user_says_what_it_lacks_and_why() {
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_mergetune"))
+        .args(crate::command::DRY_RUN_ONCE)
         .args([
-            "--log-format",
-            "text",
-            "run",
-            "--once",
-            "--dry-run",
             "--interval-ms",
             "20",
             "--config",

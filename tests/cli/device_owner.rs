@@ -140,13 +140,11 @@ fn calibrate_refuses_a_live_daemons_state_dir_and_device_naming_its_pid() {
 fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     let fs = FakeSys::new();
     let other = fs.p("state-a");
-    std::fs::create_dir_all(&other).unwrap();
     // Left by a daemon that is gone: the pointer's directory would be restored from.
-    std::fs::write(
-        other.join("state.json"),
+    fs.write(
+        "state-a/state.json",
         r#"{"version": 3, "pid": 4294967295, "devices": {}}"#,
-    )
-    .unwrap();
+    );
     std::fs::write(
         fs.run_dir().join("last-state-dir"),
         format!("{}\n", other.display()),

@@ -2,28 +2,24 @@
 //! like /sys and /proc while this test plays the kernel, rewriting the counters as traffic
 //! and honouring nomerges the way the kernel does (no merges counted at nomerges=2).
 
+use crate::fakesys::{Daemon, Ticker, wait_until, write_atomic};
+use rustix::process::Signal;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const RANDOM: u8 = 0;
 const SEQUENTIAL: u8 = 1;
 const IDLE: u8 = 2;
 
 struct FakeKernel {
+    /// First, so that it stops before the tree goes.
+    traffic: Option<Ticker>,
     root: tempfile::TempDir,
     pattern: Arc<AtomicU8>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
     counters: Arc<Mutex<[u64; 17]>>,
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 fn mkdev(sys: &Path, name: &str, nomerges: &str, slaves: &[&str]) {
@@ -50,10 +46,9 @@ impl FakeKernel {
         mkdev(&sys, "dm-0", "0", &["sda"]); // stacked top: not managed
         mkdev(&sys, "loop0", "0", &[]); // loop: not included
         let fk = FakeKernel {
+            traffic: None,
             root,
             pattern: Arc::new(AtomicU8::new(IDLE)),
-            stop: Arc::new(AtomicBool::new(false)),
-            thread: None,
             counters: Arc::new(Mutex::new([0; 17])),
         };
         fk.render();
@@ -79,43 +74,25 @@ impl FakeKernel {
 
     /// Starts "traffic": every 10 ms, 500 bios on sda of the current pattern.
     fn start(&mut self) {
-        let (pattern, stop, counters) = (
-            self.pattern.clone(),
-            self.stop.clone(),
-            self.counters.clone(),
-        );
+        let (pattern, counters) = (self.pattern.clone(), self.counters.clone());
         let (sys, proc_) = (self.sys(), self.proc_());
-        self.thread = Some(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let nm = read_nomerges(&sys, "sda");
-                {
-                    let mut c = counters.lock().unwrap();
-                    let bios = 500u64;
-                    let merged = match (pattern.load(Ordering::Relaxed), nm.as_str()) {
-                        (IDLE, _) => None,
-                        (RANDOM, _) => Some(0),
-                        (_, "2") => Some(0),
-                        _ => Some(480), // sequential 4 KiB in batches: 96% merged
-                    };
-                    if let Some(merged) = merged {
-                        c[4] += bios - merged; // writes completed
-                        c[5] += merged; // writes merged
-                        c[6] += bios * 8;
-                    }
-                    render(&proc_, &c);
-                }
-                std::thread::sleep(Duration::from_millis(10));
+        self.traffic = Some(Ticker::every(Duration::from_millis(10), move || {
+            let nm = read_nomerges(&sys, "sda");
+            let mut c = counters.lock().unwrap();
+            let bios = 500u64;
+            let merged = match (pattern.load(Ordering::Relaxed), nm.as_str()) {
+                (IDLE, _) => None,
+                (RANDOM, _) => Some(0),
+                (_, "2") => Some(0),
+                _ => Some(480), // sequential 4 KiB in batches: 96% merged
+            };
+            if let Some(merged) = merged {
+                c[4] += bios - merged; // writes completed
+                c[5] += merged; // writes merged
+                c[6] += bios * 8;
             }
+            render(&proc_, &c);
         }));
-    }
-}
-
-impl Drop for FakeKernel {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -170,8 +147,7 @@ listen = ""
     path
 }
 
-struct Daemon(Child);
-
+/// The daemon under test: [`crate::fakesys::Daemon`], started on a fake kernel.
 impl Daemon {
     fn start(fk: &FakeKernel) -> Daemon {
         Self::start_with(fk, &[])
@@ -193,40 +169,6 @@ impl Daemon {
             .unwrap();
         Daemon(child)
     }
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.0.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} failed");
-    }
-    fn wait(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "daemon did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The deepest nomerges the ladder reaches here: a fake tree has no tracefs, so no bio tap,
@@ -236,14 +178,14 @@ const DEEPEST: &str = "1";
 /// Random I/O on sda until the daemon has reduced merging as far as it goes (L2).
 fn random_until_deepest(fk: &FakeKernel) {
     fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=1 (L2)", Duration::from_secs(15), || {
+    wait_until("nomerges=1 (L2)", Duration::from_secs(15), || {
         fk.nomerges("sda") == DEEPEST
     });
 }
 
 /// SIGTERM: the daemon exits 0 and sda's original nomerges 0 is back.
 fn stop_and_check_restored(d: &mut Daemon, fk: &FakeKernel) {
-    d.signal("TERM");
+    d.signal(Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "0");
 }
@@ -254,7 +196,7 @@ fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
     fk.start();
     let mut d = Daemon::start(&fk);
     fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for(
+    wait_until(
         "nomerges=1 (L2) on random traffic",
         Duration::from_secs(15),
         || fk.nomerges("sda") == DEEPEST,
@@ -264,7 +206,7 @@ fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
     assert!(state.contains("\"original\": \"0\""), "{state}");
     fk.pattern.store(SEQUENTIAL, Ordering::Relaxed);
     // At L2 the plug and one-hit merges are still counted: the sequential traffic shows.
-    wait_for(
+    wait_until(
         "nomerges=0 once merges show",
         Duration::from_secs(15),
         || fk.nomerges("sda") == "0",
@@ -273,7 +215,7 @@ fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
     // L2 keeps the merges (this fake kernel merges as much at 1 as at 0); never 2. Watched
     // until that trial has happened (an event, not a time window: on a loaded machine the
     // daemon's ticks come late, and only the order matters).
-    wait_for(
+    wait_until(
         "the trial of L2 (nomerges=1) under sequential traffic",
         Duration::from_secs(15),
         || {
@@ -283,10 +225,10 @@ fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
         },
     );
     fk.pattern.store(RANDOM, Ordering::Relaxed);
-    wait_for("nomerges=1 again", Duration::from_secs(15), || {
+    wait_until("nomerges=1 again", Duration::from_secs(15), || {
         fk.nomerges("sda") == DEEPEST
     });
-    d.signal("TERM");
+    d.signal(Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "0", "original restored on SIGTERM");
     assert!(
@@ -305,7 +247,7 @@ fn after_sigkill_the_next_start_restores_first() {
     fk.start();
     let mut d = Daemon::start(&fk);
     random_until_deepest(&fk);
-    d.signal("KILL");
+    d.signal(Signal::KILL);
     d.wait();
     assert_eq!(
         fk.nomerges("sda"),
@@ -315,7 +257,7 @@ fn after_sigkill_the_next_start_restores_first() {
     assert!(fk.state_dir().join("state.json").exists());
     fk.pattern.store(IDLE, Ordering::Relaxed);
     let mut d2 = Daemon::start(&fk);
-    wait_for("restore at start", Duration::from_secs(5), || {
+    wait_until("restore at start", Duration::from_secs(5), || {
         fk.nomerges("sda") == "0"
     });
     // The restart did not record its predecessor's 2 as "original": SIGTERM leaves 0.
@@ -332,7 +274,7 @@ fn a_change_by_someone_else_is_left_alone() {
     std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "2\n").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(fk.nomerges("sda"), "2", "no further writes");
-    d.signal("TERM");
+    d.signal(Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "2", "the admin's value survives exit");
 }
@@ -350,8 +292,8 @@ fn a_reload_clears_the_hands_off_mark() {
         "0",
         "left alone after someone else's write"
     );
-    d.signal("HUP");
-    wait_for(
+    d.signal(Signal::HUP);
+    wait_until(
         "managed again after SIGHUP",
         Duration::from_secs(15),
         || fk.nomerges("sda") == DEEPEST,
@@ -370,7 +312,7 @@ fn sighup_with_a_bad_config_keeps_running() {
         "[policy]\nbogus = 1\n",
     )
     .unwrap();
-    d.signal("HUP");
+    d.signal(Signal::HUP);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         d.0.try_wait().unwrap().is_none(),
@@ -388,7 +330,7 @@ fn a_recorded_run_replays_to_the_same_decisions() {
     let rec = fk.root.path().join("rec.jsonl");
     let mut d = Daemon::start_with(&fk, &["--record".as_ref(), rec.as_os_str()]);
     random_until_deepest(&fk);
-    d.signal("TERM");
+    d.signal(Signal::TERM);
     assert!(d.wait().success());
     let out = crate::command::succeeded(
         Command::new(env!("CARGO_BIN_EXE_mergetune"))

@@ -7,7 +7,7 @@
 use crate::command::text;
 use crate::fakesys::{FakeSys, wait_until};
 use crate::logs::Logs;
-use crate::memkernel::{Load, MemDev, MemKernel, WriteFault};
+use crate::memkernel::{MemKernel, WriteFault};
 use rustix::process::Signal;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -19,16 +19,13 @@ fn log_of(path: &Path) -> String {
 
 /// Config that leaves sda alone: only `sdz` (absent) is included.
 fn config_excluding_sda(fs: &FakeSys) -> std::path::PathBuf {
-    let p = fs.p("mergetune.toml");
-    std::fs::write(
-        &p,
-        format!(
+    fs.write(
+        "mergetune.toml",
+        &format!(
             "[daemon]\ninterval_ms = 50\nstate_dir = \"{}\"\n[devices]\ninclude = [\"sdz\"]\n[policy]\ncost_profile = \"lkml-2008\"\nwindow_ticks = 2\nmin_window_bios = 100\nmin_dwell_secs = 0\nmax_changes_per_hour = 100\n[metrics]\nlisten = \"\"\n",
             fs.p("state").display()
         ),
     )
-    .unwrap();
-    p
 }
 
 #[test]
@@ -105,24 +102,6 @@ fn a_sighup_during_the_start_is_handled_not_fatal() {
     }
 }
 
-/// sda under random traffic whose nomerges is immutable (every write EPERM).
-fn immutable() -> MemKernel {
-    let mut k = MemKernel::default();
-    k.add(
-        "sda",
-        MemDev::with_attrs(&[
-            ("queue/nomerges", "0"),
-            ("queue/scheduler", "[mq-deadline] none"),
-        ]),
-    )
-    .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    k.advance_on_read = Some(0);
-    k.faults
-        .failing_devices
-        .insert("sda".into(), WriteFault::Immutable);
-    k
-}
-
 #[test]
 fn a_write_that_keeps_failing_backs_off_and_is_said_once() {
     use mergetune_daemon::adaptive::Daemon;
@@ -133,7 +112,7 @@ fn a_write_that_keeps_failing_backs_off_and_is_said_once() {
     cfg.policy.max_changes_per_hour = 100;
     cfg.policy.cost_profile = "lkml-2008".into();
     let mut d = Daemon::simulated(cfg);
-    let mut fs = immutable();
+    let mut fs = MemKernel::failing_sda(WriteFault::Immutable);
     let logs = Logs::default();
     logs.capture(|| {
         for t in 0..200u64 {
@@ -240,13 +219,10 @@ fn an_attribute_read_does_not_follow_a_link_out_of_the_tree() {
 #[test]
 fn restore_checks_records_against_the_boot_id_of_its_procfs_root() {
     let fs = FakeSys::new();
-    let boot = fs.p("proc/sys/kernel/random");
-    std::fs::create_dir_all(&boot).unwrap();
-    std::fs::write(
-        boot.join("boot_id"),
+    fs.write(
+        "proc/sys/kernel/random/boot_id",
         "0badc0de-fake-boot-0000-000000000000\n",
-    )
-    .unwrap();
+    );
     let state = fs.p("state");
     let cfg = fs.config(&state, "");
     let log = fs.p("daemon.log");

@@ -381,14 +381,9 @@ fn the_reload_does_not_block_on_a_fifo_profile() {
 #[test]
 fn advise_drops_impossible_bios_and_says_how_many() {
     let d = tempfile::tempdir().unwrap();
-    let mut body = String::new();
-    for i in 0..200u64 {
-        let t = 10.0 + i as f64 * 0.001;
-        let s = 1000 + i * 8;
-        body.push_str(&format!(
-            "  fio-1 [000] ..... {t:.6}: block_bio_queue: 7,0 R {s} + 8 [fio]\n"
-        ));
-    }
+    let mut body = crate::traces::sequential(200, |t, s| {
+        format!("  fio-1 [000] ..... {t:.6}: block_bio_queue: 7,0 R {s} + 8 [fio]\n")
+    });
     for (i, (sector, count)) in [
         (5000u64, 4294967295u64),
         (18446744073709551615, 8),

@@ -54,6 +54,14 @@ fn daemon() -> Daemon {
     )
 }
 
+/// The fake tree with disks `names`, the daemon's view of it, a dry-run daemon and the
+/// log to capture what it says.
+fn dry_run_on(names: &[&str]) -> (Tree, RealFs, Daemon, Logs) {
+    let tree = Tree::new(names);
+    let fs = tree.fs();
+    (tree, fs, daemon(), Logs::default())
+}
+
 /// A diskstats line whose write counters grow with `tick`.
 fn line(minor: u32, name: &str, tick: u64) -> String {
     let w = 1000 + tick * 500;
@@ -65,10 +73,7 @@ fn line(minor: u32, name: &str, tick: u64) -> String {
 
 #[test]
 fn one_non_utf8_byte_costs_only_its_line_and_is_warned_once_per_change() {
-    let tree = Tree::new(&["sda", "sdb"]);
-    let mut fs = tree.fs();
-    let mut d = daemon();
-    let logs = Logs::default();
+    let (tree, mut fs, mut d, logs) = dry_run_on(&["sda", "sdb"]);
     logs.capture(|| {
         for tick in 0..10u64 {
             let mut text = line(0, "sda", tick).into_bytes();
@@ -109,10 +114,7 @@ fn one_non_utf8_byte_costs_only_its_line_and_is_warned_once_per_change() {
 
 #[test]
 fn a_duplicate_device_name_is_set_aside_until_unique_again() {
-    let tree = Tree::new(&["sda"]);
-    let mut fs = tree.fs();
-    let mut d = daemon();
-    let logs = Logs::default();
+    let (tree, mut fs, mut d, logs) = dry_run_on(&["sda"]);
     let mut ticks_with_counters = Vec::new();
     logs.capture(|| {
         for tick in 0..12u64 {
@@ -156,10 +158,7 @@ fn a_duplicate_device_name_is_set_aside_until_unique_again() {
 
 #[test]
 fn an_empty_diskstats_is_warned_once_and_counted() {
-    let tree = Tree::new(&["sda"]);
-    let mut fs = tree.fs();
-    let mut d = daemon();
-    let logs = Logs::default();
+    let (tree, mut fs, mut d, logs) = dry_run_on(&["sda"]);
     logs.capture(|| {
         for tick in 0..5u64 {
             tree.diskstats(b"");
@@ -204,16 +203,13 @@ fn write_trace(dir: &Path, body: &str) -> PathBuf {
 fn advise_on_a_trace_without_usable_bios_says_so_and_fails() {
     let dir = tempfile::tempdir().unwrap();
     // Queue events of size 0 (corrupt, or flushes only) and the requests they made.
-    let mut body = String::new();
-    for i in 0..50u64 {
-        let t = 10.0 + i as f64 * 0.001;
-        let s = 1000 + i * 8;
-        body.push_str(&format!(
+    let body = crate::traces::sequential(50, |t, s| {
+        format!(
             "  fio-1 [000] ..... {t:.6}: block_bio_queue: 7,0 W {s} + 0 [fio]\n\
              \x20 fio-1 [000] ..... {t:.6}: block_rq_issue: 7,0 W 4096 () {s} + 8 be,0,4 [fio]\n\
              \x20 fio-1 [000] ..... {t:.6}: block_rq_complete: 7,0 W () {s} + 8 be,0,4 [0]\n"
-        ));
-    }
+        )
+    });
     let p = write_trace(dir.path(), &body);
     let out = crate::lab::lab().arg("advise").arg(&p).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -333,22 +329,8 @@ fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> (bool, u64) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let status_path = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&status_path)
-            && let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            peak = peak.max(kb);
-        }
-        if let Some(st) = child.try_wait().unwrap() {
-            return (st.success(), peak);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let (status, peak) = crate::command::wait_with_peak_rss(&mut child);
+    (status.success(), peak)
 }
 
 #[test]

@@ -74,12 +74,16 @@ fn mergetune_offers_no_lab_command() {
 #[test]
 fn the_lab_has_its_own_man_pages_and_completions() {
     let d = tempfile::tempdir().unwrap();
-    let o = crate::lab::lab()
-        .args(["generate", "man"])
-        .arg(d.path().join("man"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    // `generate WHAT` into d/DIR, which must exit 0.
+    let generate = |what: &str, dir: &str| {
+        let o = crate::lab::lab()
+            .args(["generate", what])
+            .arg(d.path().join(dir))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    };
+    generate("man", "man");
     for page in [
         "mergetune-lab",
         "mergetune-lab-advise",
@@ -94,12 +98,7 @@ fn the_lab_has_its_own_man_pages_and_completions() {
     assert!(advise.contains(".TH mergetune-lab-advise 1"), "{advise}");
     assert!(advise.contains(".BR mergetune (8)"), "{advise}");
     assert!(!d.path().join("man/mergetune-lab-generate.1").exists());
-    let o = crate::lab::lab()
-        .args(["generate", "completions"])
-        .arg(d.path().join("comp"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    generate("completions", "comp");
     for f in ["mergetune-lab.bash", "_mergetune-lab", "mergetune-lab.fish"] {
         let s = std::fs::read_to_string(d.path().join("comp").join(f)).unwrap();
         assert!(s.contains("advise") && s.contains("compare"), "{f}");

@@ -5,6 +5,10 @@
 
 #[path = "../support/command.rs"]
 mod command;
+#[path = "../support/configs.rs"]
+mod configs;
+#[path = "../support/decisions.rs"]
+mod decisions;
 #[path = "../support/fakesys.rs"]
 mod fakesys;
 #[path = "../support/lab.rs"]
@@ -13,8 +17,12 @@ mod lab;
 mod logs;
 #[path = "../support/memkernel.rs"]
 mod memkernel;
+#[path = "../support/repo.rs"]
+mod repo;
 #[path = "../support/scenarios.rs"]
 mod scenarios;
+#[path = "../support/traces.rs"]
+mod traces;
 
 mod advise_daemon;
 mod advise_fixtures;

@@ -2,6 +2,8 @@
 //! text-format parser (type and help of every metric), and no dead metric (every registered
 //! family gets a non-zero sample on some path of a scripted run).
 
+use crate::configs::one_window_policy;
+use crate::decisions::{applied, nomerges};
 use crate::memkernel::{Load, MemDev, MemKernel, Tap, WriteFault};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
@@ -72,18 +74,8 @@ fn fixed_state() -> Metrics {
         );
         m.update(&d, &decisions, timing(now));
     }
-    let decision = |kind: DecisionKind, from: &str, to: &str| Decision {
-        at_ms: 5000,
-        device: "sda".into(),
-        kind,
-        changes: vec![Change {
-            tunable: Tunable::Nomerges,
-            from: from.into(),
-            to: to.into(),
-        }],
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
+    let decision =
+        |kind: DecisionKind, from: &str, to: &str| applied(5000, "sda", kind, nomerges(from, to));
     m.update(
         &d,
         &[
@@ -380,11 +372,7 @@ fn declared_families(text: &str) -> BTreeSet<String> {
 /// A policy that reacts fast and probes often, priced in the 2008 figures (where not
 /// merging pays), so that a few hundred ticks cover every decision kind.
 fn fast_policy() -> Config {
-    let mut cfg = Config::default();
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
+    let mut cfg = one_window_policy();
     cfg.policy.probe_initial_backoff_secs = 1;
     cfg.policy.probe_max_backoff_secs = 2;
     cfg.policy.probe_windows = 1;
@@ -668,11 +656,7 @@ fn daemon_with_failing_store_and_reads(cfg: &Config) -> (Metrics, u64, u64) {
 
 #[test]
 fn state_and_read_error_series_count_the_daemons_own_failures() {
-    let mut cfg = Config::default();
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
+    let mut cfg = one_window_policy();
     cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays: the daemon wants to write
     cfg.validate("test").unwrap();
     let (m, refused, failed_reads) = daemon_with_failing_store_and_reads(&cfg);
@@ -798,21 +782,7 @@ fn only_the_ladders_writing_moves_are_level_changes() {
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
-    let decision = |kind: DecisionKind, changes: Vec<Change>| Decision {
-        at_ms: 0,
-        device: "sda".into(),
-        kind,
-        changes,
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
-    let nomerges = |from: &str, to: &str| {
-        vec![Change {
-            tunable: Tunable::Nomerges,
-            from: from.into(),
-            to: to.into(),
-        }]
-    };
+    let decision = |kind: DecisionKind, changes: Vec<Change>| applied(0, "sda", kind, changes);
     let starved = vec![Change {
         tunable: Tunable::WritesStarved,
         from: "2".into(),
@@ -843,18 +813,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
     let m = Metrics::new();
     let mut d = Daemon::simulated(Config::default());
     d.tick(0, &mut fs);
-    let gone = Decision {
-        at_ms: 0,
-        device: "sdb".into(),
-        kind: DecisionKind::Disable,
-        changes: vec![Change {
-            tunable: Tunable::Nomerges,
-            from: "0".into(),
-            to: "2".into(),
-        }],
-        reason: "test".into(),
-        applied: Applied::Yes,
-    };
+    let gone = applied(0, "sdb", DecisionKind::Disable, nomerges("0", "2"));
     m.update(&d, std::slice::from_ref(&gone), timing(0));
     fs.devs.get_mut("sdb").unwrap().present = false;
     let mut cfg = Config::default();
@@ -877,11 +836,7 @@ fn a_removed_device_drops_its_series_but_keeps_its_history() {
 
 #[test]
 fn status_snapshot_has_rows_last_decision_and_next_probe() {
-    let mut cfg = Config::default();
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
+    let mut cfg = one_window_policy();
     cfg.policy.probe_initial_backoff_secs = 600;
     cfg.policy.probe_max_backoff_secs = 600;
     cfg.policy.max_changes_per_hour = 1000;

@@ -5,7 +5,6 @@
 
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
-use std::path::Path;
 
 struct Row {
     what: String,
@@ -14,9 +13,7 @@ struct Row {
 }
 
 fn table() -> Vec<Row> {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operator.md"))
-            .unwrap();
+    let doc = crate::repo::text("docs/operator.md");
     let at = doc
         .find("## What it will and will not touch")
         .expect("the section");

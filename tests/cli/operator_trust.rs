@@ -43,15 +43,7 @@ fn replayed_decisions_are_logged_in_the_recordings_time_not_the_wall_clock() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
-    let decisions: Vec<&str> = err
-        .lines()
-        .filter(|l| l.contains("queue/nomerges"))
-        .collect();
-    assert!(!decisions.is_empty(), "the replay decided nothing: {err}");
-    for l in &decisions {
-        assert!(l.starts_with("[replay "), "looks live: {l}");
-        assert!(!l.starts_with("20"), "a wall-clock timestamp: {l}");
-    }
+    crate::logs::nomerges_lines_marked(&err, "[replay ");
     // JSON carries the recording's time too.
     let o = bin()
         .args(["--log-format", "json", "replay"])
@@ -188,24 +180,7 @@ fn help_and_the_startup_log_say_what_is_changed_by_default() {
     std::fs::create_dir_all(t.path().join("proc")).unwrap();
     std::fs::write(t.path().join("proc/diskstats"), "").unwrap();
     let run = |config: &str| {
-        let c = t.path().join("c.toml");
-        std::fs::write(&c, config).unwrap();
-        let o = bin()
-            .args([
-                "--log-format",
-                "text",
-                "run",
-                "--once",
-                "--dry-run",
-                "--config",
-            ])
-            .arg(&c)
-            .arg("--sysfs-root")
-            .arg(t.path().join("sys"))
-            .arg("--procfs-root")
-            .arg(t.path().join("proc"))
-            .output()
-            .unwrap();
+        let o = crate::command::dry_run_once(t.path(), config, &[]);
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
     let log = run("# built-in defaults\n");

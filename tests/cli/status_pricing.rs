@@ -16,11 +16,6 @@ use mergetune_sim::engine::Simulation;
 use mergetune_sim::report::Report;
 use mergetune_sim::runner::run_scenario_observed;
 use mergetune_sim::scenario::Scenario;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mergetune"))
-}
 
 /// Random 4 KiB OLTP on mq-deadline: nothing merges, so the policy prices a step down.
 fn oltp(profile: Option<&str>) -> Scenario {
@@ -314,22 +309,16 @@ fn check_config_summary_names_the_profile_its_origin_and_its_match() {
     );
 }
 
-/// A fake tree with one managed mq-deadline disk; `release` as the running kernel.
+/// A fake tree with one managed mq-deadline disk (not rotational, front merges on, no
+/// holders); `release` as the running kernel.
 fn tree(release: Option<&str>) -> tempfile::TempDir {
-    let t = tempfile::tempdir().unwrap();
+    let t = crate::command::one_disk_tree();
     let q = t.path().join("sys/block/sda/queue");
     std::fs::create_dir_all(q.join("iosched")).unwrap();
     std::fs::create_dir_all(t.path().join("sys/block/sda/slaves")).unwrap();
-    std::fs::write(q.join("nomerges"), "0\n").unwrap();
-    std::fs::write(q.join("scheduler"), "none [mq-deadline] kyber\n").unwrap();
     std::fs::write(q.join("rotational"), "0\n").unwrap();
     std::fs::write(q.join("iosched/front_merges"), "1\n").unwrap();
     std::fs::create_dir_all(t.path().join("proc/sys/kernel")).unwrap();
-    std::fs::write(
-        t.path().join("proc/diskstats"),
-        "   8       0 sda 100 0 800 10 100 0 800 10 0 20 20\n",
-    )
-    .unwrap();
     if let Some(r) = release {
         std::fs::write(t.path().join("proc/sys/kernel/osrelease"), format!("{r}\n")).unwrap();
     }
@@ -337,26 +326,7 @@ fn tree(release: Option<&str>) -> tempfile::TempDir {
 }
 
 fn startup_log(t: &tempfile::TempDir, config: &str) -> String {
-    let c = t.path().join("c.toml");
-    std::fs::write(&c, config).unwrap();
-    let o = bin()
-        .args([
-            "--log-format",
-            "text",
-            "run",
-            "--once",
-            "--dry-run",
-            "--interval-ms",
-            "50",
-        ])
-        .arg("--config")
-        .arg(&c)
-        .arg("--sysfs-root")
-        .arg(t.path().join("sys"))
-        .arg("--procfs-root")
-        .arg(t.path().join("proc"))
-        .output()
-        .unwrap();
+    let o = crate::command::dry_run_once(t.path(), config, &["--interval-ms", "50"]);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "{err}");
     err

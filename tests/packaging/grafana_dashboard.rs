@@ -265,25 +265,20 @@ fn every_query_names_an_exported_metric() {
             queries += 1;
         }
     }
-    for a in d["annotations"]["list"].as_array().unwrap() {
-        if let Some(expr) = a["expr"].as_str() {
-            for n in metric_names(expr) {
-                assert!(
-                    known.contains(&n),
-                    "annotation {}: {n} is not exported",
-                    a["name"]
-                );
-            }
-        }
-    }
-    for v in d["templating"]["list"].as_array().unwrap() {
-        if let Some(q) = v["definition"].as_str() {
-            for n in metric_names(q) {
-                assert!(
-                    known.contains(&n),
-                    "variable {}: {n} is not exported",
-                    v["name"]
-                );
+    // Annotations and template variables query metrics too.
+    for (list, query, what) in [
+        ("annotations", "expr", "annotation"),
+        ("templating", "definition", "variable"),
+    ] {
+        for a in d[list]["list"].as_array().unwrap() {
+            if let Some(expr) = a[query].as_str() {
+                for n in metric_names(expr) {
+                    assert!(
+                        known.contains(&n),
+                        "{what} {}: {n} is not exported",
+                        a["name"]
+                    );
+                }
             }
         }
     }

@@ -9,6 +9,8 @@ mod command;
 mod lab;
 #[path = "../support/needs.rs"]
 mod needs;
+#[path = "../support/repo.rs"]
+mod repo;
 
 mod deb_package;
 mod grafana_dashboard;

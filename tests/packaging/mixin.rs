@@ -91,9 +91,7 @@ fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
     // `runbook_url` is the annotation Alertmanager templates and the mixins use; a section
     // that docs/fleet.md does not have is a dead link.
     let alerts = std::fs::read_to_string(mixin().join("prometheus_alerts.yaml")).unwrap();
-    let fleet =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
-            .unwrap();
+    let fleet = crate::repo::text("docs/fleet.md");
     let names: Vec<&str> = alerts
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert:"))

@@ -8,18 +8,19 @@ use crate::needs;
 use std::path::Path;
 use std::process::Command;
 
-fn make(dest: &Path, target: &str, extra: &[&str]) -> std::process::Output {
-    Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(env!("CARGO_MANIFEST_DIR"))
-        .arg(target)
-        .arg(format!("DESTDIR={}", dest.display()))
-        .arg(format!("BIN={}", env!("CARGO_BIN_EXE_mergetune")))
-        .arg(format!("LABBIN={}", crate::lab::lab_bin().display()))
-        .args(extra)
-        .output()
-        .unwrap()
+/// `make TARGET` into the staging directory `dest`, asserting that it exited 0.
+fn make(dest: &Path, target: &str, extra: &[&str]) {
+    crate::command::succeeded(
+        Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .arg(target)
+            .arg(format!("DESTDIR={}", dest.display()))
+            .arg(format!("BIN={}", env!("CARGO_BIN_EXE_mergetune")))
+            .arg(format!("LABBIN={}", crate::lab::lab_bin().display()))
+            .args(extra),
+    );
 }
 
 #[test]
@@ -34,12 +35,7 @@ fn install_then_uninstall_into_a_staging_dir() {
     );
     let d = tempfile::tempdir().unwrap();
     let dest = d.path();
-    let out = make(dest, "install", &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    make(dest, "install", &[]);
     for f in [
         "usr/local/bin/mergetune",
         "usr/local/bin/mergetune-lab",
@@ -85,8 +81,7 @@ fn install_then_uninstall_into_a_staging_dir() {
     // An operator's config survives a reinstall.
     let cfg = dest.join("etc/mergetune/mergetune.toml");
     std::fs::write(&cfg, "[policy]\nenabled = false\n").unwrap();
-    let out = make(dest, "install", &[]);
-    assert!(out.status.success());
+    make(dest, "install", &[]);
     assert_eq!(
         std::fs::read_to_string(&cfg).unwrap(),
         "[policy]\nenabled = false\n"
@@ -94,8 +89,7 @@ fn install_then_uninstall_into_a_staging_dir() {
 
     // Another prefix: the unit follows.
     let d2 = tempfile::tempdir().unwrap();
-    let out = make(d2.path(), "install", &["PREFIX=/opt/mt"]);
-    assert!(out.status.success());
+    make(d2.path(), "install", &["PREFIX=/opt/mt"]);
     let unit =
         std::fs::read_to_string(d2.path().join("etc/systemd/system/mergetune.service")).unwrap();
     assert!(
@@ -107,39 +101,24 @@ fn install_then_uninstall_into_a_staging_dir() {
         "{unit}"
     );
 
-    let out = make(dest, "uninstall", &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!dest.join("usr/local/bin/mergetune").exists());
-    assert!(!dest.join("usr/local/bin/mergetune-lab").exists());
-    assert!(
-        !dest
-            .join("usr/local/share/man/man1/mergetune-lab.1")
-            .exists()
-    );
-    assert!(
-        !dest
-            .join("usr/local/share/bash-completion/completions/mergetune-lab")
-            .exists()
-    );
-    assert!(!dest.join("etc/systemd/system/mergetune.service").exists());
-    assert!(!dest.join("usr/local/share/doc/mergetune").exists());
-    assert!(!dest.join("usr/local/share/man/man8/mergetune.8").exists());
-    assert!(
-        !dest
-            .join("usr/local/share/man/man8/mergetune-run.8")
-            .exists()
-    );
-    assert!(
-        !dest
-            .join("usr/local/share/bash-completion/completions/mergetune")
-            .exists()
-    );
+    make(dest, "uninstall", &[]);
+    for installed in [
+        "usr/local/bin/mergetune",
+        "usr/local/bin/mergetune-lab",
+        "usr/local/share/man/man1/mergetune-lab.1",
+        "usr/local/share/bash-completion/completions/mergetune-lab",
+        "etc/systemd/system/mergetune.service",
+        "usr/local/share/doc/mergetune",
+        "usr/local/share/man/man8/mergetune.8",
+        "usr/local/share/man/man8/mergetune-run.8",
+        "usr/local/share/bash-completion/completions/mergetune",
+    ] {
+        assert!(
+            !dest.join(installed).exists(),
+            "{installed} left by uninstall"
+        );
+    }
     assert!(cfg.exists(), "config kept without PURGE=1");
-    let out = make(dest, "uninstall", &["PURGE=1"]);
-    assert!(out.status.success());
+    make(dest, "uninstall", &["PURGE=1"]);
     assert!(!dest.join("etc/mergetune").exists());
 }

@@ -174,6 +174,24 @@ fn systemd_analyze(test: &str) -> PathBuf {
     PathBuf::from("systemd-analyze")
 }
 
+/// For `test`, which runs systemd-analyze on the unit: the systemd-analyze to run, a
+/// temporary directory and the unit under test written into it.
+fn analyzing(test: &str) -> (PathBuf, tempfile::TempDir, PathBuf) {
+    let sa = systemd_analyze(test);
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_under_test(dir.path());
+    (sa, dir, unit)
+}
+
+/// How `systemd-analyze verify UNIT` exited, and what it said on stderr.
+fn verify(sa: &Path, unit: &Path) -> (std::process::ExitStatus, String) {
+    let out = Command::new(sa).arg("verify").arg(unit).output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The unit with ExecStart pointing at the binary under test (verify checks it exists).
 fn unit_under_test(dir: &Path) -> PathBuf {
     let text = unit_text().replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune"));
@@ -185,24 +203,18 @@ fn unit_under_test(dir: &Path) -> PathBuf {
 #[test]
 #[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_verify_passes() {
-    let sa = systemd_analyze("systemd_analyze_verify_passes");
-    let dir = tempfile::tempdir().unwrap();
-    let unit = unit_under_test(dir.path());
-    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (sa, _dir, unit) = analyzing("systemd_analyze_verify_passes");
+    let (status, stderr) = verify(&sa, &unit);
     assert!(
-        out.status.success() && !stderr.contains("mergetune.service:"),
-        "systemd-analyze verify: {}\n{stderr}",
-        out.status
+        status.success() && !stderr.contains("mergetune.service:"),
+        "systemd-analyze verify: {status}\n{stderr}"
     );
 }
 
 #[test]
 #[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_security_rates_it_ok_or_better() {
-    let sa = systemd_analyze("systemd_analyze_security_rates_it_ok_or_better");
-    let dir = tempfile::tempdir().unwrap();
-    let unit = unit_under_test(dir.path());
+    let (sa, _dir, unit) = analyzing("systemd_analyze_security_rates_it_ok_or_better");
     let out = Command::new(sa)
         .args(["security", "--offline=true", "--no-pager"])
         .arg(&unit)
@@ -226,6 +238,27 @@ fn systemd_analyze_security_rates_it_ok_or_better() {
         score <= 2.5,
         "exposure {score} (docs/hardening.md says 1.6): {line}"
     );
+}
+
+/// Asks `child` to stop, as systemd does (SIGTERM).
+fn sigterm(child: &std::process::Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+}
+
+/// How `child` exited, once it has, and all it wrote to its (piped) stderr.
+fn exit_and_stderr(child: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
 }
 
 fn fake_tree() -> tempfile::TempDir {
@@ -283,10 +316,7 @@ fn daemon_notifies_ready_watchdog_status_and_stopping() {
             break;
         }
     }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
+    sigterm(&child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(n) = sock.recv(&mut buf) {
@@ -296,14 +326,7 @@ fn daemon_notifies_ready_watchdog_status_and_stopping() {
             break;
         }
     }
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = exit_and_stderr(&mut child);
     assert!(status.success(), "{status}\n{stderr}");
     let first = got
         .first()
@@ -319,15 +342,13 @@ fn daemon_notifies_ready_watchdog_status_and_stopping() {
     assert!(got.iter().any(|m| m.starts_with("STOPPING=1")), "{got:?}");
 }
 
-/// The drop-in docs/fleet.md gives for recording (`record.conf`): the first ```ini block
+/// The drop-in docs/fleet.md gives as `mergetune.service.d/NAME`: the first ```ini block
 /// after that name, its lines with the list indentation taken off.
-fn fleet_record_drop_in() -> String {
-    let fleet =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
-            .unwrap();
+fn fleet_drop_in(name: &str) -> String {
+    let fleet = crate::repo::text("docs/fleet.md");
     let at = fleet
-        .find("mergetune.service.d/record.conf")
-        .expect("docs/fleet.md names the record drop-in");
+        .find(&format!("mergetune.service.d/{name}"))
+        .unwrap_or_else(|| panic!("docs/fleet.md names the drop-in {name}"));
     let rest = &fleet[at..];
     let start = rest.find("```ini\n").expect("an ini block after it") + "```ini\n".len();
     let end = rest[start..].find("```").unwrap() + start;
@@ -363,7 +384,7 @@ fn writable_dirs(d: &[(String, String)]) -> Vec<PathBuf> {
 
 #[test]
 fn the_documented_record_drop_in_writes_where_the_unit_allows() {
-    let drop_in = fleet_record_drop_in();
+    let drop_in = fleet_drop_in("record.conf");
     let d = directives(&drop_in);
     let exec = value(&d, "ExecStart");
     assert_eq!(
@@ -403,50 +424,27 @@ fn the_documented_record_drop_in_writes_where_the_unit_allows() {
 #[test]
 #[ignore = "needs systemd-analyze (apt-get install systemd): cargo test --release --test packaging -- systemd_unit:: --include-ignored"]
 fn systemd_analyze_verify_passes_with_the_record_drop_in() {
-    let sa = systemd_analyze("systemd_analyze_verify_passes_with_the_record_drop_in");
-    let dir = tempfile::tempdir().unwrap();
-    let unit = unit_under_test(dir.path());
+    let (sa, dir, unit) = analyzing("systemd_analyze_verify_passes_with_the_record_drop_in");
     let conf_d = dir.path().join("mergetune.service.d");
     std::fs::create_dir(&conf_d).unwrap();
     std::fs::write(
         conf_d.join("record.conf"),
-        fleet_record_drop_in().replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune")),
+        fleet_drop_in("record.conf")
+            .replace("/usr/local/bin/mergetune", env!("CARGO_BIN_EXE_mergetune")),
     )
     .unwrap();
-    let out = Command::new(sa).arg("verify").arg(&unit).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stderr) = verify(&sa, &unit);
     assert!(
-        out.status.success() && !stderr.contains("mergetune.service"),
-        "systemd-analyze verify with the drop-in: {}\n{stderr}",
-        out.status
+        status.success() && !stderr.contains("mergetune.service"),
+        "systemd-analyze verify with the drop-in: {status}\n{stderr}"
     );
-}
-
-/// The drop-in docs/fleet.md gives for installing in dry run (`dry-run.conf`): the first
-/// ```ini block after that name.
-fn fleet_dry_run_drop_in() -> String {
-    let fleet =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fleet.md"))
-            .unwrap();
-    let at = fleet
-        .find("mergetune.service.d/dry-run.conf")
-        .expect("docs/fleet.md names the dry-run drop-in");
-    let rest = &fleet[at..];
-    let start = rest.find("```ini\n").expect("an ini block after it") + "```ini\n".len();
-    let end = rest[start..].find("```").unwrap() + start;
-    rest[start..end]
-        .lines()
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
 }
 
 #[test]
 fn the_documented_dry_run_drop_in_writes_nothing_from_the_first_start() {
     // A fleet installs the package with this drop-in already in place; the package starts
     // the unit's own ExecStart (no --dry-run) with the drop-in's environment.
-    let drop_in = fleet_dry_run_drop_in();
+    let drop_in = fleet_drop_in("dry-run.conf");
     let d = directives(&drop_in);
     assert!(
         value(&d, "ExecStart").is_empty(),
@@ -489,18 +487,8 @@ fn the_documented_dry_run_drop_in_writes_nothing_from_the_first_start() {
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    sigterm(&child);
+    let (status, stderr) = exit_and_stderr(&mut child);
     assert!(status.success(), "{status}\n{stderr}");
     assert!(
         stderr.contains("dry-run: decisions are logged, nothing is written"),

@@ -1,6 +1,6 @@
 //! Read-before-write, original recording, dry-run, restore rules and write failures.
 
-use crate::memkernel::{Load, MemDev, MemKernel, WriteFault};
+use crate::memkernel::{MemKernel, WriteFault};
 use mergetune_daemon::actuator::{Actuator, SetOutcome};
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::state::{
@@ -121,25 +121,6 @@ fn corrupt_state_file_is_an_error_naming_the_path() {
     assert!(e.contains("state.json") && e.contains("corrupt"), "{e}");
 }
 
-/// A block stack whose tunable writes always fail with EINVAL, under random traffic (10,000
-/// writes per tick, none merged).
-fn refusing() -> MemKernel {
-    let mut k = MemKernel::default();
-    k.add(
-        "sda",
-        MemDev::with_attrs(&[
-            ("queue/nomerges", "0"),
-            ("queue/scheduler", "[mq-deadline] none"),
-        ]),
-    )
-    .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    k.advance_on_read = Some(0);
-    k.faults
-        .failing_devices
-        .insert("sda".into(), WriteFault::Refused);
-    k
-}
-
 #[test]
 fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
     let mut cfg = Config::default();
@@ -149,7 +130,7 @@ fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
     cfg.policy.min_dwell_secs = 30;
     cfg.policy.cost_profile = "lkml-2008".into(); // not merging pays here (2008 figures)
     let mut d = Daemon::simulated(cfg);
-    let mut fs = refusing();
+    let mut fs = MemKernel::failing_sda(WriteFault::Refused);
     for t in 0..120u64 {
         d.tick(t * 1000, &mut fs);
     }

@@ -3,6 +3,10 @@
 //! One test binary per kind of test (docs/testing.md, "Layout"): each file here is a module,
 //! the shared harness is `tests/support/`.
 
+#[path = "../support/configs.rs"]
+mod configs;
+#[path = "../support/logs.rs"]
+mod logs;
 #[path = "../support/memkernel.rs"]
 mod memkernel;
 

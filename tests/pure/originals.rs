@@ -9,7 +9,7 @@
 
 use crate::memkernel;
 
-use memkernel::{Crash, CrashAt, Load, MemKernel, SharedStore};
+use memkernel::{Crash, CrashAt, FixedStore, Load, MemKernel, SharedStore};
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;
 use mergetune_daemon::state::{RestoreOutcome, restore_from_store};
@@ -22,14 +22,10 @@ use std::collections::BTreeMap;
 
 /// Short windows so a few ticks walk the whole ladder.
 fn fast_config() -> Config {
-    let mut cfg = Config::default();
+    let mut cfg = crate::configs::one_window_policy();
     cfg.daemon.interval_ms = 1000;
     cfg.daemon.rescan_every_ticks = 1;
-    cfg.policy.window_ticks = 1;
-    cfg.policy.min_window_bios = 100;
     cfg.policy.step_down_after_windows = 1;
-    cfg.policy.disable_after_windows = 1;
-    cfg.policy.min_dwell_secs = 0;
     cfg.policy.probe_initial_backoff_secs = 5;
     cfg.policy.probe_max_backoff_secs = 20;
     cfg.policy.l3_watch_interval_ms = 0;
@@ -504,27 +500,9 @@ fn restore_puts_back_the_recorded_originals_not_the_kernels_defaults() {
 
 /// Collects what the daemon logs while `f` runs.
 fn logged(f: impl FnOnce()) -> String {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf(Arc::new(Mutex::new(Vec::new())));
-    let w = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    tracing::subscriber::with_default(sub, f);
-    let out = buf.0.lock().unwrap().clone();
-    String::from_utf8(out).unwrap()
+    let logs = crate::logs::Logs::default();
+    logs.capture(f);
+    logs.text()
 }
 
 #[test]
@@ -550,27 +528,13 @@ fn an_unreadable_queue_attribute_is_warned_about_once_until_it_changes() {
 
 #[test]
 fn persisted_is_claimed_only_once_the_file_reads_back() {
-    use mergetune_daemon::state::{Loaded, SavedState, StateError, StateStore};
     // A store whose saves report success and keep nothing (a lying file system).
-    #[derive(Default)]
-    struct Lying;
-    impl StateStore for Lying {
-        fn load(&self) -> Result<Option<Loaded>, StateError> {
-            Ok(None)
-        }
-        fn save(&mut self, _: &SavedState) -> Result<(), StateError> {
-            Ok(())
-        }
-        fn remove(&mut self) -> Result<(), StateError> {
-            Ok(())
-        }
-        fn describe(&self) -> String {
-            "mem:lying".into()
-        }
-    }
     let mut k = MemKernel::with(&["sda"]);
     k.devs.get_mut("sda").unwrap().load = Load::Random;
-    let mut d = Daemon::new(fast_config(), Actuator::new(false, Box::new(Lying)));
+    let mut d = Daemon::new(
+        fast_config(),
+        Actuator::new(false, Box::new(FixedStore(None))),
+    );
     let mut t = 0;
     run(&mut d, &mut k, &mut t, 6);
     assert!(

@@ -52,6 +52,20 @@ fn cfg() -> PolicyConfig {
     }
 }
 
+/// The whole ladder walked rung by rung: L1, L2, then L3.
+const WALK_TO_L3: [(OutcomeKind, Level); 3] = [
+    (OutcomeKind::StepDown, Level::L1),
+    (OutcomeKind::StepDown, Level::L2),
+    (OutcomeKind::Disable, Level::L3),
+];
+
+/// The test config and a device's policy state at its first sight, at t = 0.
+fn start() -> (PolicyConfig, PolicyState) {
+    let c = cfg();
+    let s = PolicyState::new(0, &c);
+    (c, s)
+}
+
 /// The low windows counted toward a step down (merging mode; 0 elsewhere).
 fn low_windows(s: &PolicyState) -> u32 {
     match &s.phase {
@@ -104,18 +118,9 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
 
 #[test]
 fn walks_down_the_ladder_one_step_at_a_time() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2),
-            (OutcomeKind::Disable, Level::L3)
-        ],
-        "{out:#?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3.to_vec(), "{out:#?}");
     // L1 after 2 low windows (not before), L2 after 2 more, L3 after 3 more and the dwell.
     let at = |l: Level| out.iter().find(|o| o.2 == Some(l)).unwrap().0;
     assert_eq!(at(Level::L1), 102_000);
@@ -152,8 +157,7 @@ fn walks_down_the_ladder_one_step_at_a_time() {
 /// windows, with no dwell, and the workload remembered as merge-hostile.
 #[test]
 fn nothing_merged_at_l0_goes_straight_to_l3_where_a_tap_watches() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 3]);
     assert_eq!(
         changes(&out),
@@ -201,19 +205,11 @@ fn nothing_merged_at_l0_goes_straight_to_l3_where_a_tap_watches() {
 /// each rung shows what it loses.
 #[test]
 fn one_merged_bio_among_the_low_windows_keeps_the_walk() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let mut windows = vec![win(5000, 1)];
     windows.extend([win(5000, 0); 3]);
     let out = run(&mut s, FULL, &c, 100_000, &windows);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
     assert_eq!(out[1].0, 102_000);
     assert!(
         matches!(
@@ -247,14 +243,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
     // No tap: L2 is the deepest level.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 10]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
     // disabled_nomerges = 1.
     let mut c1 = c.clone();
     c1.disabled_nomerges = 1;
@@ -272,14 +261,7 @@ fn nothing_merged_walks_where_l3_is_not_a_level_to_rest_at() {
     assert!(caps.worth.worth(Level::L2) && !caps.worth.worth(Level::L3));
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(5000, 0); 10]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ],
-        "{out:?}"
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec(), "{out:?}");
 }
 
 /// Under the hourly cap the step straight to L3 waits like any step down, and is taken
@@ -306,8 +288,7 @@ fn nothing_merged_waits_under_the_hourly_cap() {
 
 #[test]
 fn skips_rungs_a_scheduler_does_not_have() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let out = run(&mut s, BARE, &c, 100_000, &[few(5000); 20]);
     assert_eq!(changes(&out), vec![(OutcomeKind::Disable, Level::L3)]);
     let bfq = Caps::for_scheduler(Some(Scheduler::Bfq), false).sensing(true);
@@ -350,8 +331,7 @@ fn tunables_per_level() {
 
 #[test]
 fn a_good_window_resets_the_count() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(
         &mut s,
         FULL,
@@ -365,8 +345,7 @@ fn a_good_window_resets_the_count() {
 
 #[test]
 fn idle_windows_decide_nothing() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[win(50, 0); 20]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
     assert!(
@@ -379,8 +358,7 @@ fn idle_windows_decide_nothing() {
 
 #[test]
 fn visible_merges_step_up_at_once_and_the_band_holds() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, FULL, &c, 100_000, &[few(10_000); 4]);
     assert_eq!(s.level(), Level::L2);
     // In the band (3%, between 1% and 5%): nothing moves.
@@ -484,8 +462,7 @@ fn a_probe_that_sees_only_idle_windows_ends_at_l0_as_inconclusive_not_succeeded(
 /// is exactly the low threshold found merging (L0 stays): only a ratio under it goes back.
 #[test]
 fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_threshold() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let due = s.next_probe_at_ms().unwrap();
@@ -648,8 +625,7 @@ fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
 /// during it) stays at L0: the ladder walks down from there.
 #[test]
 fn a_probe_that_finds_nothing_stays_at_l0_where_l3_went_blind() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
     let due = s.next_probe_at_ms().unwrap();
     let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
@@ -914,8 +890,7 @@ proptest! {
     #[test]
     fn invariants_hold(windows in proptest::collection::vec(arb_window(), 1..400),
                        step_ms in 200u64..120_000, caps in arb_caps()) {
-        let c = cfg();
-        let mut s = PolicyState::new(0, &c);
+        let (c, mut s) = start();
         let mut consecutive_low = 0u32;
         // Busy windows in a row at L0 in which not one bio merged.
         let mut consecutive_empty_at_l0 = 0u32;
@@ -1318,8 +1293,7 @@ fn settling(w: Window) -> Vec<Window> {
 /// the baseline, with no excursion; a mergeable one brings merging back.
 #[test]
 fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_at(190_000, 1000); 3]);
     assert_eq!(s.level(), Level::L3);
     let (steady, dip) = (writes_at(190_000, 100), writes_at(106_000, 100));
@@ -1407,8 +1381,7 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
 /// jump of 1.5x or more in one window still is.
 #[test]
 fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_at(50_000, 1000); 3]);
     assert_eq!(s.level(), Level::L3);
     let mut climb = settling(writes_at(50_000, 100));
@@ -1425,8 +1398,7 @@ fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
 /// 2 s after the step, on 42480 -> 67930 bios/s). After that a rise is judged again.
 #[test]
 fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_at(42_480, 1000); 3]);
     assert_eq!(s.level(), Level::L3);
     let entered = s.history.since_ms;
@@ -1453,8 +1425,7 @@ fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
 /// at L3 than the window that led there (a burst in that window) has not fallen.
 #[test]
 fn at_l3_a_rate_lower_than_the_entry_is_no_fall() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 2]);
     assert_eq!(s.level(), Level::L3);
     let out = watch(&mut s, &c, 103_000, &[writes_at(60_000, 100); 15]);
@@ -1596,8 +1567,7 @@ fn at_l3_a_change_of_shape_probes_at_once_and_a_rise_in_rate_under_3x_asks_the_t
 /// rate of 34695, then 66380.
 #[test]
 fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_at(43_706, 1000); 2]);
     assert_eq!(s.level(), Level::L3);
     // The first window holds the write's drain; then the device runs at its L3 rate, with
@@ -1916,14 +1886,7 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
         .priced(worth);
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[few(5000); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2),
-            (OutcomeKind::Disable, Level::L3)
-        ]
-    );
+    assert_eq!(changes(&out), WALK_TO_L3.to_vec());
     // Without a tap L3 cannot be rested at, and L1, L2 save nothing: stay at L0.
     let mut s = PolicyState::new(0, &c);
     let out = run(
@@ -1956,8 +1919,7 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
 #[test]
 fn a_level_no_longer_worth_it_is_left_for_l0() {
     // Reached on the 2008 profile, then the profile changes (a reload): L2 saves nothing.
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(
         &mut s,
         priced(profile::LKML_2008_NAME),
@@ -2012,16 +1974,9 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
 
 #[test]
 fn without_a_bio_tap_the_deepest_level_is_l2() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let out = run(&mut s, Caps::FULL, &c, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(
-        changes(&out),
-        vec![
-            (OutcomeKind::StepDown, Level::L1),
-            (OutcomeKind::StepDown, Level::L2)
-        ]
-    );
+    assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec());
     assert_eq!((s.level(), s.mode()), (Level::L2, Mode::Merging));
     let last = &out.last().unwrap().3;
     assert!(
@@ -2055,8 +2010,7 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
 /// other rung it has.
 #[test]
 fn at_l3_a_device_without_l2_that_loses_its_tap_goes_back_to_l0() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let ev = decide(&s, None, Caps::BARE, &c, 141_000);
@@ -2183,8 +2137,7 @@ fn at_l3_a_sample_of_exactly_the_minimum_is_judged_and_one_fewer_is_not() {
 
 #[test]
 fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
     let due = s.next_probe_at_ms().unwrap();
     // The timed probe with a sample showing 0.5% mergeable: no excursion to L0.
@@ -2211,8 +2164,7 @@ fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
 /// threshold answers it: one exactly at it is not "clearly low", so the probe goes to L0.
 #[test]
 fn at_l3_the_hold_counts_down_and_a_sample_at_the_low_threshold_does_not_answer_the_probe() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, FULL, &c, 100_000, &[sensed(0, 0); 40]);
     let due = s.next_probe_at_ms().unwrap();
     let ev = decide(&s, Some(&sensed(0, 0)), FULL, &c, due - 1500);
@@ -2272,8 +2224,7 @@ fn tap_calls(s: &mut PolicyState, caps: Caps, c: &PolicyConfig, t: u64) -> u64 {
 /// backoff); the device stays where the counters still see.
 #[test]
 fn a_tap_call_the_counters_do_not_bear_out_holds_off_l3_and_doubles() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, BARE, &c, 100_000, &[writes_merged(0); 2]);
     assert_eq!(s.level(), Level::L3);
     let mut t = 102_000;
@@ -2326,8 +2277,7 @@ fn a_tap_call_the_counters_do_not_bear_out_holds_off_l3_and_doubles() {
 /// the workload, remembered as merge-hostile, goes straight back to L3 after it.
 #[test]
 fn a_tap_call_borne_out_resets_the_holdoff_and_one_not_borne_out_walks_no_rung() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     run(&mut s, FULL, &c, 100_000, &[writes_merged(0); 2]);
     assert_eq!(s.level(), Level::L3);
     let t = tap_calls(&mut s, FULL, &c, 103_000);
@@ -2529,8 +2479,7 @@ fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
 /// the value it really left in place).
 #[test]
 fn a_state_stands_for_the_nomerges_of_its_level() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (_, mut s) = start();
     let mut seen = Vec::new();
     for l in Level::ALL {
         s.move_to_for_test(l, 1000);
@@ -2551,8 +2500,7 @@ fn a_state_stands_for_the_nomerges_of_its_level() {
 /// oldest, and a like one replaces its twin instead of taking a second place.
 #[test]
 fn the_known_merge_hostile_workloads_are_the_newest_four() {
-    let c = cfg();
-    let mut s = PolicyState::new(0, &c);
+    let (c, mut s) = start();
     let mut t = 100_000;
     for rate in [1000, 2000, 4000, 8000, 16_000, 16_000] {
         s.move_to_for_test(Level::L0, t);

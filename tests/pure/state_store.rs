@@ -4,10 +4,10 @@
 //! versions load, how a refused entry is worded, and how long a vanished device's record
 //! is kept.
 
-use crate::memkernel::{MemKernel, SharedStore, written_record};
+use crate::memkernel::{FixedStore, MemKernel, SharedStore, written_record};
 use mergetune_daemon::state::{
-    FileStore, Loaded, RestoreOutcome, SavedState, StateError, StateStore, VANISHED_KEEP_SECS,
-    parse_state, restore_from_store,
+    FileStore, RestoreOutcome, SavedState, StateError, StateStore, VANISHED_KEEP_SECS, parse_state,
+    restore_from_store,
 };
 use mergetune_kernel::tunable::Tunable;
 use std::path::Path;
@@ -21,36 +21,15 @@ fn one_record() -> SavedState {
     s
 }
 
-/// A store that loads whatever it is given, whatever was saved.
-struct Fixed(Option<SavedState>);
-
-impl StateStore for Fixed {
-    fn load(&self) -> Result<Option<Loaded>, StateError> {
-        Ok(self.0.clone().map(|state| Loaded {
-            state,
-            rejected: Vec::new(),
-        }))
-    }
-    fn save(&mut self, _: &SavedState) -> Result<(), StateError> {
-        Ok(())
-    }
-    fn remove(&mut self) -> Result<(), StateError> {
-        Ok(())
-    }
-    fn describe(&self) -> String {
-        "fixed".into()
-    }
-}
-
 #[test]
 fn verify_proves_the_read_back_holds_exactly_what_was_saved() {
     let saved = one_record();
     // Nothing on disk is right only for an empty state.
-    assert!(Fixed(None).verify(&SavedState::default()).is_ok());
-    let e = Fixed(None).verify(&saved).unwrap_err().to_string();
+    assert!(FixedStore(None).verify(&SavedState::default()).is_ok());
+    let e = FixedStore(None).verify(&saved).unwrap_err().to_string();
     assert!(e.contains("no state file"), "{e}");
     // The same records: persisted.
-    assert!(Fixed(Some(saved.clone())).verify(&saved).is_ok());
+    assert!(FixedStore(Some(saved.clone())).verify(&saved).is_ok());
     // Other records (an older save, someone else's file): not persisted.
     let mut other = saved.clone();
     other
@@ -60,7 +39,10 @@ fn verify_proves_the_read_back_holds_exactly_what_was_saved() {
         .get_mut(&Tunable::Nomerges)
         .unwrap()
         .last_written = Some("1".into());
-    let e = Fixed(Some(other)).verify(&saved).unwrap_err().to_string();
+    let e = FixedStore(Some(other))
+        .verify(&saved)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("does not hold what was saved"), "{e}");
 }
 

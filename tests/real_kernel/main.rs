@@ -8,6 +8,8 @@
 mod kernel;
 #[path = "../support/lab.rs"]
 mod lab;
+#[path = "../support/needs.rs"]
+mod needs;
 
 mod real_kernel_abtest;
 mod real_kernel_calibrate;

@@ -447,28 +447,46 @@ fn the_sequential_claims_fail_on_a_run_that_does_not_show_them() {
     };
     assert_eq!(documented.check(), Ok(()));
     // A median short of the documented size, or an interval that does not resolve the
-    // direction, is not the documented loss.
-    let weak = SequentialClaims {
-        static2_iops: est(-44.1, -46.4, 2.0),
-        ..documented
-    };
-    assert!(weak.check().unwrap_err().contains("throughput"));
-    let small = SequentialClaims {
-        static2_iops: est(-8.0, -30.0, -5.0),
-        ..documented
-    };
-    assert!(small.check().unwrap_err().contains("throughput"));
-    let cheap = SequentialClaims {
-        static2_cpu: est(64.2, -1.0, 70.3),
-        ..documented
-    };
-    assert!(cheap.check().unwrap_err().contains("CPU per I/O"));
-    // A daemon that lost as much as static 2 did is caught.
-    let lost = SequentialClaims {
-        adaptive_iops: est(-40.0, -45.0, -33.0),
-        ..documented
-    };
-    assert!(lost.check().unwrap_err().contains("the daemon"));
+    // direction, is not the documented loss; a daemon that lost as much as static 2 did is
+    // caught. (case, the run, what the failure names)
+    let failing = [
+        (
+            "weak",
+            SequentialClaims {
+                static2_iops: est(-44.1, -46.4, 2.0),
+                ..documented
+            },
+            "throughput",
+        ),
+        (
+            "small",
+            SequentialClaims {
+                static2_iops: est(-8.0, -30.0, -5.0),
+                ..documented
+            },
+            "throughput",
+        ),
+        (
+            "cheap",
+            SequentialClaims {
+                static2_cpu: est(64.2, -1.0, 70.3),
+                ..documented
+            },
+            "CPU per I/O",
+        ),
+        (
+            "lost",
+            SequentialClaims {
+                adaptive_iops: est(-40.0, -45.0, -33.0),
+                ..documented
+            },
+            "the daemon",
+        ),
+    ];
+    for (case, claims, names) in failing {
+        let e = claims.check().unwrap_err();
+        assert!(e.contains(names), "{case}: {e}");
+    }
     // With too few repetitions for 95%, the medians carry the claim.
     let short = SequentialClaims {
         static2_iops: Estimate {

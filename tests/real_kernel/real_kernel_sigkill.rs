@@ -114,27 +114,13 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
     else {
         return;
     };
-    let mut dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
+    let mut dev = mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     // No probe within the test: the kill finds the device at L3.
     let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
     let fio = random_writes(&dev, 30);
-    let bin = env!("CARGO_BIN_EXE_mergetune");
-    let mut d = Command::new(bin)
-        .args(["run", "-q", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start mergetune");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while dev.nomerges() == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut d = start_daemon(&["-q"], &config, Stdio::null());
+    wait_for_a_step_down(&dev);
     let _ = d.kill();
     let _ = d.wait();
     stop_fio(fio);
@@ -150,11 +136,7 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
     let seq_after = dev.diskseq();
     assert_ne!(seq_before, seq_after, "a re-attach makes a new disk");
     dev.set_nomerges(ours); // its new owner's value, the same as mergetune's on the old disk
-    let out = Command::new(bin)
-        .args(["restore", "--state-dir"])
-        .arg(&state_dir)
-        .output()
-        .unwrap();
+    let out = restore(&state_dir);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -192,11 +174,7 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
     else {
         return;
     };
-    let mut dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    let bin = env!("CARGO_BIN_EXE_mergetune");
+    let mut dev = mq_deadline_at_l0();
     for killed in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
@@ -204,18 +182,8 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
         let fio = random_writes(&dev, 30);
         // Waited for on every path but a failed assertion, where the test ends anyway.
         #[allow(clippy::zombie_processes)]
-        let mut d = Command::new(bin)
-            .args(["run", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("cannot start mergetune");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while dev.nomerges() == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut d = start_daemon(&[], &config, std::fs::File::create(&log).unwrap().into());
+        wait_for_a_step_down(&dev);
         stop_fio(fio);
         let ours = dev.nomerges();
         assert_ne!(ours, 0, "the daemon never stepped down: nothing to test");
@@ -231,11 +199,7 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
         assert_ne!(seq_before, seq_after);
         std::thread::sleep(Duration::from_millis(500));
         let said = if killed {
-            let out = Command::new(bin)
-                .args(["restore", "--state-dir"])
-                .arg(&state_dir)
-                .output()
-                .unwrap();
+            let out = restore(&state_dir);
             assert!(out.status.success(), "{out:?}");
             String::from_utf8_lossy(&out.stdout).to_string()
         } else {
@@ -265,9 +229,46 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
     }
 }
 
-/// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
-/// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
-/// (min, max). Returns the state directory and the config file.
+/// A loop device on mq-deadline with merging on (L0), warmed up.
+fn mq_deadline_at_l0() -> LoopDevice {
+    let dev = LoopDevice::new(600);
+    dev.set_scheduler("mq-deadline");
+    dev.set_nomerges(0);
+    dev.warm_up();
+    dev
+}
+
+/// `mergetune run` with `args` and `config`, its stderr to `stderr`.
+fn start_daemon(args: &[&str], config: &std::path::Path, stderr: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .arg("run")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("cannot start mergetune")
+}
+
+/// Waits (up to 20 s) for the daemon to move `dev` off nomerges 0.
+fn wait_for_a_step_down(dev: &LoopDevice) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dev.nomerges() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `mergetune restore` from `state_dir`, as the unit's ExecStopPost runs it.
+fn restore(state_dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["restore", "--state-dir"])
+        .arg(state_dir)
+        .output()
+        .unwrap()
+}
+
 /// Waits until the daemon's log at `log` says `what`, or 5 s: the daemon sees a re-attach at
 /// its next rescan (every 30 ticks, 1.5 s at this file's 50 ms ticks), so up to three rescans.
 fn wait_for_log(log: &std::path::Path, what: &str) {
@@ -288,6 +289,9 @@ fn stop_and_read_log(d: &mut std::process::Child, log: &std::path::Path) -> Stri
     std::fs::read_to_string(log).unwrap()
 }
 
+/// The daemon's config for these tests, in `dir`: this device only, windows of one 50 ms
+/// tick so the ladder is walked within a few hundred ms, probes `probe_backoff_secs` apart
+/// (min, max). Returns the state directory and the config file.
 fn fast_ladder_config(
     dir: &std::path::Path,
     dev: &LoopDevice,

@@ -4,6 +4,8 @@
 //! the shared harness is `tests/support/`.
 
 mod compare_targets;
+#[path = "../support/decisions.rs"]
+mod decisions;
 mod l3_watch;
 mod pricing_match;
 mod record_replay;

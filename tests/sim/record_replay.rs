@@ -47,6 +47,14 @@ fn live(
     run_sim(cfg, secs, Some(path))
 }
 
+/// The default scenario's daemon config, priced live (by the merge-path sampler, every 2 s).
+fn live_priced() -> Config {
+    let mut cfg = Scenario::default_scenario().daemon_config(&Config::default());
+    cfg.policy.cost_profile = "live".into();
+    cfg.pricing.every_ms = 2_000;
+    cfg
+}
+
 /// Issue 35.1: a recorded run taps, samples and prices as an unrecorded one does, so it
 /// decides the same (the recorder once hid the bio tap and the merge-path sampler, and
 /// the recorded daemon stopped at L2 where the unrecorded one went to L3).
@@ -54,10 +62,8 @@ fn live(
 fn recording_observes_and_does_not_alter_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rec.jsonl");
-    let mut cfg = Scenario::default_scenario().daemon_config(&Config::default());
     // Priced live, by the merge-path sampler, which the recorder once hid.
-    cfg.policy.cost_profile = "live".into();
-    cfg.pricing.every_ms = 2_000;
+    let cfg = live_priced();
     let plain = run_sim(&cfg, 120, None);
     let recorded = run_sim(&cfg, 120, Some(&path));
     assert!(
@@ -76,10 +82,8 @@ fn recording_observes_and_does_not_alter_the_daemon() {
 fn replay_of_a_live_priced_recording_with_its_own_config_gives_the_recorded_decisions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rec.jsonl");
-    let mut cfg = Scenario::default_scenario().daemon_config(&Config::default());
-    // Priced live; not the defaults, so the replay can only match with the recorded config.
-    cfg.policy.cost_profile = "live".into();
-    cfg.pricing.every_ms = 2_000;
+    // Not the defaults, so the replay can only match with the recorded config.
+    let mut cfg = live_priced();
     cfg.policy.step_down_after_windows += 1;
     let recorded = live(&cfg, 120, &path);
     let ticks = record::load(&path).unwrap();

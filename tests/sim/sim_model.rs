@@ -6,7 +6,7 @@ use mergetune_kernel::blockfs::{BlockFs, Sysfs};
 use mergetune_kernel::trace::Dir;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::Decision;
-use mergetune_logic::decision::{Applied, Change, DecisionKind};
+use mergetune_logic::decision::DecisionKind;
 use mergetune_sim::engine::BioSpec;
 use mergetune_sim::engine::DmTable;
 use mergetune_sim::engine::Simulation;
@@ -261,15 +261,21 @@ fn run_off(sc: &Scenario) -> mergetune_sim::report::Report {
     run_scenario(&mut sim, &mut c, "off", &mut |_, _| {})
 }
 
+/// Shipped scenario `name`, its first phase cut to `secs`, with the `iosched` tunables set
+/// on its first device, run with the kernel's defaults.
+fn shipped_off(name: &str, secs: f64, iosched: &[(&str, u64)]) -> mergetune_sim::report::Report {
+    let mut sc = shipped(name);
+    sc.phases[0].duration_s = secs;
+    for (tunable, value) in iosched {
+        sc.devices[0].iosched.insert((*tunable).into(), *value);
+    }
+    run_off(&sc)
+}
+
 #[test]
 fn seed003_larger_sync_slice_gives_reads_more() {
     let share = |slice_sync: u64| {
-        let mut sc = shipped("seed003_spool.toml");
-        sc.phases[0].duration_s = 10.0;
-        sc.devices[0]
-            .iosched
-            .insert("slice_sync".into(), slice_sync);
-        let r = run_off(&sc);
+        let r = shipped_off("seed003_spool.toml", 10.0, &[("slice_sync", slice_sync)]);
         let d = &r.phases[0].devices[0];
         (d.read.mb_per_s, d.write.mb_per_s)
     };
@@ -284,15 +290,14 @@ fn seed003_larger_sync_slice_gives_reads_more() {
 #[test]
 fn seed001_idling_bounds_readers_max_latency() {
     let lat = |slice_idle: u64| {
-        let mut sc = shipped("seed001_readers_vs_writer.toml");
-        sc.phases[0].duration_s = 20.0;
-        sc.devices[0]
-            .iosched
-            .insert("slice_idle".into(), slice_idle);
-        sc.devices[0]
-            .iosched
-            .insert("low_latency".into(), u64::from(slice_idle > 0));
-        let r = run_off(&sc);
+        let r = shipped_off(
+            "seed001_readers_vs_writer.toml",
+            20.0,
+            &[
+                ("slice_idle", slice_idle),
+                ("low_latency", u64::from(slice_idle > 0)),
+            ],
+        );
         let d = &r.phases[0].devices[0];
         (
             d.read.lat_max_us / 1000.0,
@@ -346,18 +351,12 @@ impl Controller for NoMergesNow {
         }
         self.0 = true;
         fs.write_tunable("sda", Tunable::Nomerges, "2").unwrap();
-        vec![Decision {
-            at_ms: now_ms,
-            device: "sda".into(),
-            kind: DecisionKind::Disable,
-            changes: vec![Change {
-                tunable: Tunable::Nomerges,
-                from: "0".into(),
-                to: "2".into(),
-            }],
-            reason: "test".into(),
-            applied: Applied::Yes,
-        }]
+        vec![crate::decisions::applied(
+            now_ms,
+            "sda",
+            DecisionKind::Disable,
+            crate::decisions::nomerges("0", "2"),
+        )]
     }
     fn restore(&mut self, _: u64, _: &mut dyn BlockFs) -> Vec<Decision> {
         Vec::new()

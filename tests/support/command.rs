@@ -27,6 +27,28 @@ pub fn on_tree<'c>(cmd: &'c mut Command, root: &std::path::Path) -> &'c mut Comm
         .arg(root.join("state"))
 }
 
+/// The arguments of one text-logged tick of the daemon that writes nothing.
+pub const DRY_RUN_ONCE: [&str; 5] = ["--log-format", "text", "run", "--once", "--dry-run"];
+
+/// One text-logged `run --once --dry-run` of the binary (with `extra` arguments) on the
+/// fake host under `root`, its sysfs and procfs there, with `config` as its config file
+/// (written to `root/c.toml`).
+pub fn dry_run_once(root: &std::path::Path, config: &str, extra: &[&str]) -> Output {
+    let c = root.join("c.toml");
+    std::fs::write(&c, config).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(DRY_RUN_ONCE)
+        .args(extra)
+        .arg("--config")
+        .arg(&c)
+        .arg("--sysfs-root")
+        .arg(root.join("sys"))
+        .arg("--procfs-root")
+        .arg(root.join("proc"))
+        .output()
+        .unwrap()
+}
+
 /// A fake host with one disk, `sda`: all merges on under mq-deadline, and one line of
 /// diskstats.
 pub fn one_disk_tree() -> tempfile::TempDir {
@@ -42,6 +64,28 @@ pub fn one_disk_tree() -> tempfile::TempDir {
     )
     .unwrap();
     t
+}
+
+/// Waits for `child` to exit, polling its peak RSS (VmHWM in /proc/PID/status, KiB: its
+/// own mm after exec, so nothing of the test process counts) every 5 ms; the high-water
+/// mark only grows. Returns the exit status and that peak.
+pub fn wait_with_peak_rss(child: &mut std::process::Child) -> (std::process::ExitStatus, u64) {
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut peak = 0u64;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&status_path)
+            && let Some(kb) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            peak = peak.max(kb);
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// A free loopback port (bound, then released: nothing listens on it afterwards).

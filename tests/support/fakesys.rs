@@ -12,14 +12,48 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct FakeSys {
+    /// First, so that it stops before the tree goes.
+    traffic: Option<Ticker>,
     pub root: tempfile::TempDir,
-    stop: Arc<AtomicBool>,
     /// Sequential traffic (63 of 64 bios merge, none at nomerges 2) instead of random.
     pub merging: Arc<AtomicBool>,
+}
+
+/// A thread that calls `step` every `period` until it is dropped, then is joined: a fake
+/// tree's traffic.
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn write_atomic(path: &Path, text: &str) {
+impl Ticker {
+    pub fn every(period: Duration, mut step: impl FnMut() + Send + 'static) -> Ticker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                step();
+                std::thread::sleep(period);
+            }
+        });
+        Ticker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Writes `text` to `path` as the kernel's files change: all at once (a rename).
+pub fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
@@ -41,38 +75,41 @@ impl FakeSys {
         std::fs::create_dir_all(root.path().join("proc")).unwrap();
         std::fs::create_dir_all(root.path().join("run")).unwrap();
         let mut fs = FakeSys {
+            traffic: None,
             root,
-            stop: Arc::new(AtomicBool::new(false)),
             merging: Arc::new(AtomicBool::new(false)),
-            thread: None,
         };
         let diskstats = fs.p("proc/diskstats");
         let nomerges = fs.p("sys/block/sda/queue/nomerges");
-        let (stop, merging) = (fs.stop.clone(), fs.merging.clone());
-        fs.thread = Some(std::thread::spawn(move || {
-            let (mut writes, mut merged, mut sectors) = (0u64, 0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                let nm = std::fs::read_to_string(&nomerges).unwrap_or_default();
-                let m = if merging.load(Ordering::Relaxed) && nm.trim() != "2" {
-                    504
-                } else {
-                    0
-                };
-                writes += 512 - m;
-                merged += m;
-                sectors += 512 * 8;
-                write_atomic(
-                    &diskstats,
-                    &format!("   8       0 sda 0 0 0 0 {writes} {merged} {sectors} 0 0 0 0\n"),
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        let merging = fs.merging.clone();
+        let (mut writes, mut merged, mut sectors) = (0u64, 0u64, 0u64);
+        fs.traffic = Some(Ticker::every(Duration::from_millis(10), move || {
+            let nm = std::fs::read_to_string(&nomerges).unwrap_or_default();
+            let m = if merging.load(Ordering::Relaxed) && nm.trim() != "2" {
+                504
+            } else {
+                0
+            };
+            writes += 512 - m;
+            merged += m;
+            sectors += 512 * 8;
+            write_atomic(
+                &diskstats,
+                &format!("   8       0 sda 0 0 0 0 {writes} {merged} {sectors} 0 0 0 0\n"),
+            );
         }));
         fs
     }
 
     pub fn p(&self, rel: &str) -> PathBuf {
         self.root.path().join(rel)
+    }
+    /// Writes `text` to the file `rel` under the root, making its directories; its path.
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let path = self.p(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
     }
     pub fn sys(&self) -> PathBuf {
         self.p("sys")
@@ -151,15 +188,6 @@ listen = "{listen}"
                 self.nomerges()
             );
             std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for FakeSys {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }

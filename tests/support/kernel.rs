@@ -22,6 +22,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
+
+use crate::needs::command_works;
 use std::time::{Duration, Instant};
 
 /// The environment variable that turns real-kernel tests on.
@@ -94,16 +96,6 @@ pub fn require_kernel(test: &str) -> Option<KernelSession> {
         _guard: guard,
         _lock: lock,
     })
-}
-
-fn command_works(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 fn take_file_lock() -> Option<fs::File> {

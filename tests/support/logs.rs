@@ -51,3 +51,19 @@ impl Logs {
             .collect()
     }
 }
+
+/// The lines of the text log `log` that change nomerges, asserting that there is one at
+/// least and that each is timed by the world that decided it (opens with `mark`, `"[sim "`
+/// or `"[replay "`), not by the wall clock.
+pub fn nomerges_lines_marked<'a>(log: &'a str, mark: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("queue/nomerges"))
+        .collect();
+    assert!(!lines.is_empty(), "nothing was decided: {log}");
+    for l in &lines {
+        assert!(l.starts_with(mark), "not marked {mark:?}: {l}");
+        assert!(!l.starts_with("20"), "a wall-clock timestamp: {l}");
+    }
+    lines
+}

@@ -18,7 +18,9 @@
 
 #![allow(dead_code)]
 
-use mergetune_daemon::state::{Claims, SavedAttr, SavedState, StateError, StateStore, parse_state};
+use mergetune_daemon::state::{
+    Claims, Loaded, SavedAttr, SavedState, StateError, StateStore, parse_state,
+};
 use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::PerfError;
@@ -294,6 +296,40 @@ impl MemKernel {
             k.devs.insert(n.to_string(), d);
             k.new_diskseq(n);
         }
+        k
+    }
+
+    /// `n` mq-deadline disks, sd0.., whose every other attribute reads "0", whose writes do
+    /// not stick (the read-back always says "0"), and whose diskstats reads go through
+    /// `script`: the benches' host, where every tick reads and decides and nothing settles.
+    pub fn unsettled(n: usize, script: Vec<Vec<u8>>) -> MemKernel {
+        let mut k = MemKernel::default();
+        for i in 0..n {
+            let d = k.add(
+                &format!("sd{i}"),
+                MemDev::with_attrs(&[("queue/scheduler", "none [mq-deadline] kyber")]),
+            );
+            d.fallback = Some("0".into());
+        }
+        k.faults.writes_lost = true;
+        k.diskstats_script = script;
+        k
+    }
+
+    /// sda on mq-deadline under random traffic (10,000 writes per tick, none merged) whose
+    /// tunable writes always fail with `fault`.
+    pub fn failing_sda(fault: WriteFault) -> MemKernel {
+        let mut k = MemKernel::default();
+        k.add(
+            "sda",
+            MemDev::with_attrs(&[
+                ("queue/nomerges", "0"),
+                ("queue/scheduler", "[mq-deadline] none"),
+            ]),
+        )
+        .load = Load::Fixed([0, 0, 0, 0, 10_000, 0, 80_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        k.advance_on_read = Some(0);
+        k.faults.failing_devices.insert("sda".into(), fault);
         k
     }
 
@@ -624,8 +660,26 @@ pub struct SharedStore {
     pub claims: Option<Claims>,
 }
 
+impl SharedStore {
+    /// Sets the file's text (`None`: removes it) as a save or a remove does: nothing once
+    /// the process is dead, the injected `failure` while saves fail.
+    fn put(&mut self, text: Option<String>, failure: &str) -> Result<(), StateError> {
+        if self.crash.borrow().dead {
+            return Ok(());
+        }
+        if *self.fail_saves.borrow() {
+            return Err(StateError::Write {
+                path: "mem:state.json".into(),
+                message: failure.into(),
+            });
+        }
+        *self.text.borrow_mut() = text;
+        Ok(())
+    }
+}
+
 impl StateStore for SharedStore {
-    fn load(&self) -> Result<Option<mergetune_daemon::state::Loaded>, StateError> {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
         match self.text.borrow().as_deref() {
             None => Ok(None),
             Some(t) => parse_state(t, Path::new("mem:state.json")).map(Some),
@@ -638,13 +692,10 @@ impl StateStore for SharedStore {
         if let Some(c) = self.claims.as_mut() {
             c.claim_recorded(state)?;
         }
-        if *self.fail_saves.borrow() {
-            return Err(StateError::Write {
-                path: "mem:state.json".into(),
-                message: "No space left on device (injected)".into(),
-            });
-        }
-        *self.text.borrow_mut() = Some(serde_json::to_string(state).unwrap());
+        self.put(
+            Some(serde_json::to_string(state).unwrap()),
+            "No space left on device (injected)",
+        )?;
         if let Some(c) = self.claims.as_mut() {
             c.release_unrecorded(state);
         }
@@ -654,13 +705,7 @@ impl StateStore for SharedStore {
         if self.crash.borrow().dead {
             return Ok(());
         }
-        if *self.fail_saves.borrow() {
-            return Err(StateError::Write {
-                path: "mem:state.json".into(),
-                message: "Read-only file system (injected)".into(),
-            });
-        }
-        *self.text.borrow_mut() = None;
+        self.put(None, "Read-only file system (injected)")?;
         if let Some(c) = self.claims.as_mut() {
             c.release_unrecorded(&SavedState::default());
         }
@@ -677,6 +722,28 @@ impl StateStore for SharedStore {
             Some(c) => c.other_owner(id.dev),
             None => Ok(None),
         }
+    }
+}
+
+/// A store that loads whatever it is given (`None`: nothing) and keeps nothing it is asked
+/// to save, while saying it did: a lying file system, once the daemon checks what it wrote.
+pub struct FixedStore(pub Option<SavedState>);
+
+impl StateStore for FixedStore {
+    fn load(&self) -> Result<Option<Loaded>, StateError> {
+        Ok(self.0.clone().map(|state| Loaded {
+            state,
+            rejected: Vec::new(),
+        }))
+    }
+    fn save(&mut self, _: &SavedState) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn remove(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "fixed".into()
     }
 }
 

@@ -29,6 +29,20 @@ impl RandomThenSequential {
             .sequential_iops
             .map(|r| format!("rate_iops = {r:?}\n"))
             .unwrap_or_default();
+        let random = phase(
+            "random",
+            self.random_s,
+            "db",
+            "random",
+            self.random_read_percent,
+        );
+        let sequential = phase(
+            self.sequential_phase,
+            self.sequential_s,
+            self.sequential_job,
+            "sequential",
+            self.sequential_read_percent,
+        );
         format!(
             r#"name = "{name}"
 seed = {seed}
@@ -43,39 +57,13 @@ read_overhead_us = 90.0
 write_overhead_us = 40.0
 bandwidth_mb_s = 520.0
 
-[[phase]]
-name = "random"
-duration_s = {random_s:?}
-[[phase.job]]
-name = "db"
-device = "sda"
-pattern = "random"
-read_percent = {random_read:?}
-block_size_kb = 4
-iodepth = 32
-rate_iops = {random_iops:?}
+{random}rate_iops = {random_iops:?}
 
-[[phase]]
-name = "{seq_phase}"
-duration_s = {seq_s:?}
-[[phase.job]]
-name = "{seq_job}"
-device = "sda"
-pattern = "sequential"
-read_percent = {seq_read:?}
-block_size_kb = 4
-iodepth = 32
-batch = 16
+{sequential}batch = 16
 {rate}"#,
             name = self.name,
             seed = self.seed,
-            random_s = self.random_s,
-            random_read = self.random_read_percent,
             random_iops = self.random_iops,
-            seq_phase = self.sequential_phase,
-            seq_job = self.sequential_job,
-            seq_s = self.sequential_s,
-            seq_read = self.sequential_read_percent,
         )
     }
 
@@ -134,4 +122,22 @@ pub fn record(
         rec.write(&rfs.finish()).unwrap();
         t += d.next_tick_in_ms();
     }
+}
+
+/// A phase of `secs` with one job of 4 KiB I/O at queue depth 32 on sda, up to the job's
+/// own further lines.
+fn phase(name: &str, secs: f64, job: &str, pattern: &str, read_percent: f64) -> String {
+    format!(
+        r#"[[phase]]
+name = "{name}"
+duration_s = {secs:?}
+[[phase.job]]
+name = "{job}"
+device = "sda"
+pattern = "{pattern}"
+read_percent = {read_percent:?}
+block_size_kb = 4
+iodepth = 32
+"#
+    )
 }
