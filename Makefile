@@ -32,7 +32,8 @@ LABBIN  ?= $(dir $(BIN))mergetune-lab
 PURGE   ?=
 
 DOCS = docs/operator.md docs/metrics.md docs/hardening.md docs/policy.md docs/fleet.md docs/design.md \
-       docs/evaluation.md docs/testing.md docs/simulator.md docs/advise.md config/grafana/mergetune.json
+       docs/evaluation.md docs/testing.md docs/simulator.md docs/advise.md docs/configuration.md \
+       docs/pricing.md docs/vmlab.md config/grafana/mergetune.json
 DOCIMG = docs/img/advise_mixed.svg docs/img/replay.svg docs/img/simulate_compare.svg docs/img/simulate_default.svg
 MIXIN = config/mixin/prometheus_alerts.yaml config/mixin/prometheus_rules.yaml
 

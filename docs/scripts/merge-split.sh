@@ -3,7 +3,7 @@
 # 4 KiB reads, libaio QD32, one CPU) on a loop device of its own over tmpfs with
 # mq-deadline, `perf record -e cpu-clock -g` of that CPU at nomerges 0 and 2 in turn,
 # then merge-split.py sorts each sample by its callchain. A hand measurement, not a test
-# (docs/evaluation.md, "Where the rest of fio's saving goes"). Run as root on a quiet
+# (docs/evaluation.md, "The end-to-end experiment"). Run as root on a quiet
 # machine with fio, perf and python3:
 #     sudo docs/scripts/merge-split.sh [ROUNDS (8)] [SECONDS_PER_LEVEL (4)]
 # It creates and removes its own loop device and backing file, and puts back the device's

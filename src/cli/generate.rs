@@ -142,7 +142,10 @@ fn extra_sections(name: &str, doc_dir: &Path) -> String {
     }
     s.push_str(&format!(
         ".SH FILES\n.TP\n.I /etc/mergetune/mergetune.toml\n\
-         The configuration; every key is documented in the example config installed with the docs\n\
+         The configuration; every key, with its default, unit, bounds and what a reload does, is\n\
+         documented in\n\
+         .I {docs}/configuration.md\n\
+         and in the example config installed with the docs\n\
          .RI ( {docs}/mergetune.toml.example ).\n\
          .TP\n.I /run/mergetune/state.json\n\
          The original values of every tunable mergetune changed, kept until they are restored.\n"

@@ -17,6 +17,7 @@ mod cost_profile;
 mod daemon_tick;
 mod diskstats_fixtures;
 mod docs_match_files;
+mod docs_reference;
 mod layers;
 mod originals;
 mod parsers_prop;

@@ -185,7 +185,7 @@ fn replayed_guest_traces_merge_like_the_guest_kernel() {
 /// kernels' 12 traces; the band is that with one point either side. What the replay cannot
 /// carry exactly is the guest's completion jitter under TCG (the service time is modelled
 /// as the trace's mean, the kernel's has a tail to several ms). The kernel's own merges vary
-/// more than this between runs (docs/testing.md, "Slow device: merges per level"), so the
+/// more than this between runs (docs/vmlab.md, "Slow device: merges per level"), so the
 /// band pins the simulator where it was measured: a model change that moves it must say so.
 const BAND_PCT: (f64, f64) = (-4.7, 11.0);
 

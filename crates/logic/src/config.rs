@@ -22,7 +22,7 @@ pub enum ConfigError {
     },
     /// The file holds nothing but white space: an editor or a tool may have truncated it
     /// before writing it, and the built-in defaults manage every disk (`include = ["*"]`),
-    /// so it is refused, at start and at a reload alike (docs/operator.md, "Config").
+    /// so it is refused, at start and at a reload alike (docs/configuration.md).
     #[error(
         "{}: holds no settings ({bytes} bytes, nothing but white space): refused, since a file being rewritten looks like this and the built-in defaults would manage every disk (include = [\"*\"]); for the defaults, put a comment in it (`# built-in defaults`) or use --config /dev/null",
         path.display()

@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::LazyLock;
 
 /// Off by default: the VM lab measured no benefit of the slice tuner beyond its noise
-/// (docs/testing.md, "Slice tuner"), so mergetune changes only nomerges and front_merges unless an
+/// (docs/vmlab.md, "Slice tuner"), so mergetune changes only nomerges and front_merges unless an
 /// operator turns slices on.
 pub const DEFAULT_SLICES_ENABLED: bool = false;
 
