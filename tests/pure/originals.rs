@@ -1396,6 +1396,31 @@ fn a_detach_attach_to_another_file_while_diskstats_fails_strands_nothing() {
     }
 }
 
+/// Another the property found: sda vanishes and comes back detached while /proc/diskstats
+/// fails, then the load's counters arrive; the process dies inside the second write.
+#[test]
+fn a_device_back_detached_after_diskstats_failed_strands_nothing() {
+    let steps = [
+        Step::Tick(1),
+        Step::Load(0, Load::Random),
+        Step::DiskstatsFails(true),
+        Step::Tick(1),
+        Step::Vanish(0),
+        Step::Tick(1),
+        Step::Detach(0),
+        Step::Return(0, false),
+        Step::DiskstatsFails(false),
+        Step::Tick(2),
+    ];
+    for stop in [
+        Stop::Clean,
+        Stop::CrashAtEnd,
+        Stop::CrashIn(CrashAt::AfterWrite(2)),
+    ] {
+        check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
+    }
+}
+
 /// One owner per device, in-process through the claim code path the binaries use: with
 /// the daemon stepping sda down (its records, so its claim), a `calibrate --device sda`
 /// is refused naming the owner's pid, and a second daemon with its own state directory

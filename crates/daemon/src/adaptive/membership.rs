@@ -183,7 +183,17 @@ impl Daemon {
         for name in gone {
             let _ = fs.tap_close(&name);
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
-            self.devices.remove(&name);
+            // A loop device that comes back with no backing file is the same queue waiting
+            // for a file: judged against this identity at its next attach, as if seen
+            // detached, and nothing is written to it meanwhile.
+            if let Some(id) = self
+                .devices
+                .remove(&name)
+                .and_then(|d| d.identity)
+                .filter(|id| id.backing.is_some())
+            {
+                self.detached.insert(name.clone(), id);
+            }
             self.actuator.device_vanished(&name, now_ms);
             self.attr_read_errors.remove(&name);
         }
