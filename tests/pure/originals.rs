@@ -1396,6 +1396,28 @@ fn a_detach_attach_to_another_file_while_diskstats_fails_strands_nothing() {
     }
 }
 
+/// And another: a calibrate of sda between two reloads, then sda detached while the load's
+/// counters wait behind a failing /proc/diskstats.
+#[test]
+fn a_device_detached_after_a_calibrate_and_reloads_strands_nothing() {
+    let steps = [
+        Step::Tick(1),
+        Step::Reload(Reload::CostProfile),
+        Step::Calibrate(0, 1),
+        Step::DiskstatsFails(true),
+        Step::Load(0, Load::Random),
+        Step::Tick(1),
+        Step::Reload(Reload::CostProfile),
+        Step::Detach(0),
+        Step::DiskstatsFails(false),
+        Step::Tick(2),
+        Step::Load(0, Load::Idle),
+    ];
+    for stop in [Stop::Clean, Stop::CrashAtEnd] {
+        check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
+    }
+}
+
 /// Another the property found: sda vanishes and comes back detached while /proc/diskstats
 /// fails, then the load's counters arrive; the process dies inside the second write.
 #[test]

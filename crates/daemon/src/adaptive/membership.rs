@@ -52,7 +52,7 @@ impl Daemon {
             info!(device = %name, "{name}: reload clears the hands-off mark; rediscovering it");
             let results = self.actuator.rediscover(fs, &name);
             Self::log_restores(&results, "rediscovery");
-            self.devices.remove(&name);
+            self.drop_runtime(&name);
         }
         let names = match fs.list_block_devices() {
             Ok(n) => n,
@@ -168,6 +168,22 @@ impl Daemon {
         }
     }
 
+    /// Forgets a device's runtime, to be found afresh, but not which disk it was: a loop
+    /// device found afresh with no backing file is the same queue waiting for its file,
+    /// judged against this identity at its next attach as if seen detached, and nothing is
+    /// written to it meanwhile (a record made now would name no file, and no restore after
+    /// the attach could tell the disk as the same).
+    fn drop_runtime(&mut self, name: &str) {
+        if let Some(id) = self
+            .devices
+            .remove(name)
+            .and_then(|d| d.identity)
+            .filter(|id| id.backing.is_some())
+        {
+            self.detached.insert(name.to_string(), id);
+        }
+    }
+
     /// Devices no longer listed: their taps closed, their runtime dropped, their records
     /// kept (marked vanished) for when they come back.
     fn forget_gone(&mut self, names: &[String], now_ms: u64, fs: &mut dyn BlockFs) {
@@ -183,17 +199,7 @@ impl Daemon {
         for name in gone {
             let _ = fs.tap_close(&name);
             info!(device = %name, "{name}: device removed (any original mergetune changed stays recorded)");
-            // A loop device that comes back with no backing file is the same queue waiting
-            // for a file: judged against this identity at its next attach, as if seen
-            // detached, and nothing is written to it meanwhile.
-            if let Some(id) = self
-                .devices
-                .remove(&name)
-                .and_then(|d| d.identity)
-                .filter(|id| id.backing.is_some())
-            {
-                self.detached.insert(name.clone(), id);
-            }
+            self.drop_runtime(&name);
             self.actuator.device_vanished(&name, now_ms);
             self.attr_read_errors.remove(&name);
         }
