@@ -549,7 +549,7 @@ mod tests {
         }
     }
 
-    /// Issue 36.12: the tap's error for a device without a `dev` file named the path twice.
+    /// The tap's error for a device without a `dev` file named the path twice.
     #[test]
     fn the_taps_error_for_an_unreadable_device_number_names_the_path_once() {
         let root = tempfile::tempdir().unwrap();

@@ -1141,7 +1141,7 @@ mod tests {
 
     #[test]
     fn a_rule_between_two_keys_is_placed_where_the_file_sets_one() {
-        // Issue 36.12: only disable_below_percent is in the file; the overlap is reported
+        // Only disable_below_percent is in the file; the overlap is reported
         // on enable_above_percent, which the file leaves at its default.
         let e = load_str("[policy]\n\ndisable_below_percent = 60\n", "t.toml")
             .unwrap_err()

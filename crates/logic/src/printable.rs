@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn separators_and_invisible_characters_are_shown() {
-        // Issue 36.12: U+2028 breaks a line in many terminals and viewers, U+200B makes
+        // U+2028 breaks a line in many terminals and viewers, U+200B makes
         // "sda\u{200b}" look like "sda".
         assert_eq!(printable("sda\u{2028}sdb"), "sda\\u{2028}sdb");
         assert_eq!(printable("sda\u{2029}"), "sda\\u{2029}");
