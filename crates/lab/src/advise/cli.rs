@@ -126,6 +126,23 @@ fn nothing_to_advise(
     msg
 }
 
+/// `--price-ns` is a live price: refused under a profile (which prices the trace itself),
+/// and outside (0, [`MAX_PRICE_NS`]].
+fn check_price_ns(price_ns: Option<f64>, live: bool, cost_profile: &str) -> anyhow::Result<()> {
+    let Some(ns) = price_ns else {
+        return Ok(());
+    };
+    if !live {
+        bail!(
+            "--price-ns {ns}: the price of live pricing, but the config's [policy] cost_profile is {cost_profile:?}, which prices the trace itself"
+        );
+    }
+    if !(ns.is_finite() && ns > 0.0 && ns <= MAX_PRICE_NS) {
+        bail!("--price-ns {ns}: not a price per bio in ns (0 < ns <= {MAX_PRICE_NS})");
+    }
+    Ok(())
+}
+
 /// Runs `mergetune-lab advise`; returns the exit code.
 pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let config = match &args.config {
@@ -134,17 +151,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     };
     let (cfg, floor) = (config.policy, config.pricing.floor());
     let live = cfg.cost_profile.trim() == mergetune_logic::pricing::profile::LIVE;
-    if let Some(ns) = args.price_ns {
-        if !live {
-            bail!(
-                "--price-ns {ns}: the price of live pricing, but the config's [policy] cost_profile is {:?}, which prices the trace itself",
-                cfg.cost_profile
-            );
-        }
-        if !(ns.is_finite() && ns > 0.0 && ns <= MAX_PRICE_NS) {
-            bail!("--price-ns {ns}: not a price per bio in ns (0 < ns <= {MAX_PRICE_NS})");
-        }
-    }
+    check_price_ns(args.price_ns, live, &cfg.cost_profile)?;
     let (profile_name, profile) = trace_profile(&cfg)?;
     let filter = match &args.device {
         Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
