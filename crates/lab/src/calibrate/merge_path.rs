@@ -456,7 +456,7 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     let (scratch, dev) = open_device(&mut plan, &mut fs)?;
     let dev_path = PathBuf::from("/dev").join(&dev);
     restore_earlier(&plan, &mut store)?;
-    let mut guard = spawn_guard(
+    let guard = spawn_guard(
         &plan.state_dir,
         &plan.sysfs_root,
         plan.runtime_dir.as_deref(),
@@ -502,17 +502,7 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
         }
         Ok(cells)
     })();
-    // Put the device back ourselves, then let the guard go (it finds nothing left).
-    let restored = act.restore_all(&mut fs, 0);
-    for r in &restored {
-        eprintln!("calibrate: {r}");
-    }
-    // The lock and the claim go with the actuator's store: the guard takes the lock.
-    drop(act);
-    drop(guard.stdin.take());
-    let _ = guard.wait();
-    let loop_direct_io = scratch_dio(&mut fs, &dev);
-    drop(scratch);
+    let loop_direct_io = put_back(act, &mut fs, guard, scratch, &dev);
     let cells = result?;
     if cells.is_empty() {
         bail!("no cell measured");
@@ -527,6 +517,29 @@ pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     let profile = merge_path_profile(&plan, &dev, kernel_release, measured);
     super::profile::write_profile(&profile, plan.output.as_deref())?;
     Ok(0)
+}
+
+/// After the cells: the device put back by the run itself, then the guard let go (it finds
+/// nothing left), then the scratch device detached; whether the scratch device ran with loop
+/// direct I/O.
+fn put_back(
+    mut act: Actuator,
+    fs: &mut RealFs,
+    mut guard: Child,
+    scratch: Option<ScratchLoop>,
+    dev: &str,
+) -> bool {
+    let restored = act.restore_all(fs, 0);
+    for r in &restored {
+        eprintln!("calibrate: {r}");
+    }
+    // The lock and the claim go with the actuator's store: the guard takes the lock.
+    drop(act);
+    drop(guard.stdin.take());
+    let _ = guard.wait();
+    let loop_direct_io = scratch_dio(fs, dev);
+    drop(scratch);
+    loop_direct_io
 }
 
 /// What the run measures, said before it starts.
