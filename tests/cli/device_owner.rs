@@ -41,6 +41,16 @@ fn euid_is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// A daemon on `fs` with its state in `state-a` (log `a.log`), once it has stepped sda
+/// down to nomerges 1: the live owner the tests set others against.
+fn daemon_at_l1(fs: &FakeSys) -> (std::path::PathBuf, crate::fakesys::Daemon) {
+    let dir = fs.p("state-a");
+    let cfg = fs.config(&dir, "");
+    let d = fs.daemon(&cfg, &fs.p("a.log"));
+    fs.wait_nomerges("1", Duration::from_secs(20));
+    (dir, d)
+}
+
 /// Issue: a second daemon's start followed the pointer to a live daemon's state directory
 /// and restored its records (2 -> 0) while it ran.
 #[test]
@@ -90,10 +100,7 @@ fn calibrate_refuses_a_live_daemons_state_dir_and_device_naming_its_pid() {
         return;
     }
     let fs = FakeSys::new();
-    let dir = fs.p("state-a");
-    let cfg = fs.config(&dir, "");
-    let mut d = fs.daemon(&cfg, &fs.p("a.log"));
-    fs.wait_nomerges("1", Duration::from_secs(20));
+    let (dir, mut d) = daemon_at_l1(&fs);
     let pid = format!("pid {}", d.0.id());
     let o = calibrate(
         &fs,
@@ -177,10 +184,7 @@ fn restore_force_never_writes_a_device_another_running_process_claims() {
         return;
     }
     let fs = FakeSys::new();
-    let dir = fs.p("state-a");
-    let cfg = fs.config(&dir, "");
-    let mut d = fs.daemon(&cfg, &fs.p("a.log"));
-    fs.wait_nomerges("1", Duration::from_secs(20));
+    let (dir, mut d) = daemon_at_l1(&fs);
     let other = fs.p("state-old");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(dir.join("state.json"), other.join("state.json")).unwrap();
@@ -299,10 +303,7 @@ fn a_state_dir_under_another_users_directory_is_refused_naming_the_ancestor() {
 
     // A trusted directory, swapped under a running daemon: its saves stay in the one it
     // opened (with its lock), so a SIGKILL then `restore` of that directory finds them.
-    let dir = fs.p("state-a");
-    let cfg = fs.config(&dir, "");
-    let mut d = fs.daemon(&cfg, &fs.p("a.log"));
-    fs.wait_nomerges("1", Duration::from_secs(20));
+    let (dir, mut d) = daemon_at_l1(&fs);
     let moved = fs.p("state-moved");
     std::fs::rename(&dir, &moved).unwrap();
     std::fs::create_dir(&dir).unwrap();
