@@ -40,6 +40,12 @@ pub enum TapStep {
 pub struct DutyCycle {
     open_since_ms: Option<u64>,
     next_open_ms: u64,
+    /// When the last sample asked for out of turn was granted ([`DutyCycle::ask`]).
+    asked_at_ms: Option<u64>,
+    /// The next opening is an asked one.
+    ask_pending: bool,
+    /// The open sample was asked for: it ends as soon as it is whole.
+    open_was_asked: bool,
 }
 
 impl DutyCycle {
@@ -58,20 +64,61 @@ impl DutyCycle {
                 if open < cfg.open_ms {
                     return TapStep::Drain;
                 }
-                self.open_since_ms = None;
-                // Off for (every - open) / open of the time it was open: the duty cycle
-                // is open_ms / every_ms however late this tick came.
-                let off = open.saturating_mul(cfg.every_ms.saturating_sub(cfg.open_ms))
-                    / cfg.open_ms.max(1);
-                self.next_open_ms = now_ms.saturating_add(off);
-                TapStep::Close { sampled_ms: open }
+                TapStep::Close {
+                    sampled_ms: self.close(now_ms, cfg),
+                }
             }
             None if at_l3 && now_ms >= self.next_open_ms => {
                 self.open_since_ms = Some(now_ms);
+                self.open_was_asked = std::mem::take(&mut self.ask_pending);
                 TapStep::Open
             }
             None => TapStep::Idle,
         }
+    }
+
+    /// Ends the sample now: how long it was open. Off for (every - open) / open of the
+    /// time it was open, so that the duty cycle is open_ms / every_ms however late or early
+    /// it closes.
+    fn close(&mut self, now_ms: u64, cfg: &SenseConfig) -> u64 {
+        let open = self
+            .open_since_ms
+            .take()
+            .map_or(0, |t0| now_ms.saturating_sub(t0));
+        let off =
+            open.saturating_mul(cfg.every_ms.saturating_sub(cfg.open_ms)) / cfg.open_ms.max(1);
+        self.next_open_ms = now_ms.saturating_add(off);
+        open
+    }
+
+    /// A sample asked for out of turn: due now, however long the tap was shut, at most once
+    /// per `every_ms` (a second ask within it waits for the schedule), so that the tap is
+    /// open at most twice its duty cycle however often the policy asks. An asked sample
+    /// also ends as soon as it holds a whole sample's bios ([`DeviceSense::tick`]), and the
+    /// time it was open buys its own time shut. Whether the ask was granted.
+    /// A sample already open when asked began before what it is asked about: it starts
+    /// again from now.
+    pub fn ask(&mut self, now_ms: u64, cfg: &SenseConfig) -> bool {
+        let granted = self
+            .asked_at_ms
+            .is_none_or(|t| now_ms >= t.saturating_add(cfg.every_ms));
+        if !granted {
+            return false;
+        }
+        self.asked_at_ms = Some(now_ms);
+        if self.is_open() {
+            self.open_since_ms = Some(now_ms);
+            self.open_was_asked = true;
+        } else {
+            self.ask_pending = true;
+            self.next_open_ms = self.next_open_ms.min(now_ms);
+        }
+        true
+    }
+
+    /// The open sample was asked for out of turn.
+    pub fn open_was_asked(&self) -> bool {
+        self.is_open() && self.open_was_asked
     }
 
     /// The tap failed or was closed from outside: closed, next open per the schedule.
@@ -139,6 +186,11 @@ impl DeviceSense {
     /// Whether L3 can be watched on this device: `Caps.sense_at_l3`.
     pub fn usable(&self, cfg: &SenseConfig) -> bool {
         cfg.enabled && self.availability == Availability::Usable
+    }
+
+    /// A complete sample waits for the next window.
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// The sample completed since the last call, if any, for the window that closes now.
@@ -230,15 +282,47 @@ impl DeviceSense {
             TapStep::Drain => {
                 if let Err(e) = self.drain(dev, cfg, fs) {
                     self.fail(dev, now_ms, e, fs);
+                } else if self.duty.open_was_asked() && self.taken >= cfg.max_sample_bios {
+                    // An asked sample is whole: its answer is for this tick's window.
+                    let sampled_ms = self.duty.close(now_ms, cfg);
+                    self.finish_sample(dev, now_ms, sampled_ms, cfg, threshold, fs);
                 }
             }
-            TapStep::Close { sampled_ms } => {
-                self.close_sample(dev, now_ms, sampled_ms, cfg, threshold, fs)
-            }
+            TapStep::Close { sampled_ms } => match self.drain(dev, cfg, fs) {
+                Ok(()) => self.finish_sample(dev, now_ms, sampled_ms, cfg, threshold, fs),
+                Err(e) => self.fail(dev, now_ms, e, fs),
+            },
             TapStep::Abort => {
                 let _ = fs.tap_close(dev);
                 self.forget();
             }
+        }
+    }
+
+    /// Takes a sample now, out of turn, where the policy waits for one
+    /// ([`mergetune_logic::policy::Reason::asks_the_tap`]) and the duty cycle grants it
+    /// ([`DutyCycle::ask`]): the tap opens at once, and the sample answers the next window
+    /// that holds a whole one.
+    pub fn ask(
+        &mut self,
+        dev: &str,
+        now_ms: u64,
+        cfg: &SenseConfig,
+        threshold: f64,
+        fs: &mut dyn BioTap,
+    ) {
+        let was_open = self.duty.is_open();
+        if !self.usable(cfg) || !self.duty.ask(now_ms, cfg) {
+            return;
+        }
+        if !was_open {
+            self.tick(dev, now_ms, true, cfg, threshold, fs);
+            return;
+        }
+        // What the open sample holds is from before: drained and forgotten.
+        match self.drain(dev, cfg, fs) {
+            Ok(()) => self.forget(),
+            Err(e) => self.fail(dev, now_ms, e, fs),
         }
     }
 
@@ -275,10 +359,10 @@ impl DeviceSense {
         self.availability == Availability::Usable
     }
 
-    /// The end of a sampling span: what is left drained, the tap paused (parked for the
-    /// next span), the sample kept for the policy when it holds enough bios, and logged
-    /// at info level when it crosses `threshold`, either way.
-    fn close_sample(
+    /// The end of a sampling span, drained: the tap paused (parked for the next span), the
+    /// sample kept for the policy when it holds enough bios, and logged at info level when
+    /// it crosses `threshold`, either way.
+    fn finish_sample(
         &mut self,
         dev: &str,
         now_ms: u64,
@@ -287,10 +371,9 @@ impl DeviceSense {
         threshold: f64,
         fs: &mut dyn BioTap,
     ) {
-        let drained = self.drain(dev, cfg, fs);
         let paused = fs.tap_pause(dev);
         self.parked = paused.is_ok();
-        if let Err(e) = drained.and(paused) {
+        if let Err(e) = paused {
             self.fail(dev, now_ms, e, fs);
             return;
         }
@@ -420,6 +503,35 @@ mod tests {
         }
         sense.stop("loop0", &mut fs);
         assert_eq!(fs.0, ["open", "pause", "close"]);
+    }
+
+    #[test]
+    fn an_ask_opens_the_tap_at_once_at_most_once_per_every_ms() {
+        let mut d = DutyCycle::default();
+        assert_eq!(d.step(0, true, &cfg()), TapStep::Open);
+        assert_eq!(
+            d.step(100, true, &cfg()),
+            TapStep::Close { sampled_ms: 100 }
+        );
+        // Shut until 2,000 ms; asked at 500, it opens at the next step.
+        assert!(d.ask(500, &cfg()));
+        assert_eq!(d.step(500, true, &cfg()), TapStep::Open);
+        assert!(d.open_was_asked());
+        // Closed early after 20 ms (whole), it owes 380 ms shut.
+        assert_eq!(d.close(520, &cfg()), 20);
+        assert_eq!(d.step(600, true, &cfg()), TapStep::Idle);
+        // A second ask within every_ms of the first is not granted: the schedule stands.
+        assert!(!d.ask(1_000, &cfg()));
+        assert_eq!(d.step(1_000, true, &cfg()), TapStep::Open);
+        assert!(!d.open_was_asked(), "a timed sample, not an asked one");
+        // Asked while open (after every_ms): the sample starts again from now.
+        assert!(d.ask(2_550, &cfg()));
+        assert!(d.open_was_asked());
+        assert_eq!(d.step(2_600, true, &cfg()), TapStep::Drain);
+        assert_eq!(
+            d.step(2_650, true, &cfg()),
+            TapStep::Close { sampled_ms: 100 }
+        );
     }
 
     #[test]

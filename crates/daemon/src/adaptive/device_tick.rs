@@ -72,6 +72,10 @@ impl DeviceTick<'_> {
         }
         let ev = decide(&dev.policy, window.as_ref(), caps, &self.cfg.policy, now_ms);
         self.note_cap(name, dev, &ev, now_ms);
+        if ev.reason.asks_the_tap() {
+            let threshold = self.cfg.policy.enable_above_percent;
+            dev.sense.ask(name, now_ms, &self.cfg.sense, threshold, fs);
+        }
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             settle(dev, ev);
@@ -152,7 +156,20 @@ impl DeviceTick<'_> {
     ) -> Option<Window> {
         let pcfg = &self.cfg.policy;
         let window_ms = self.cfg.window_ms();
-        let close = if dev.policy.mode() == Mode::AtL3 {
+        // The tap's duty cycle at L3; its sample rides on the next window to close.
+        let at_l3 = dev.policy.level() == DEEPEST_LEVEL;
+        dev.sense.tick(
+            name,
+            now_ms,
+            at_l3,
+            &self.cfg.sense,
+            pcfg.enable_above_percent,
+            fs,
+        );
+        let close = if dev.policy.mode() == Mode::AtL3 && dev.sense.has_pending() {
+            // The tap's sample is read as soon as it is whole (its answer needs no counts).
+            WindowClose::fixed(0, 0)
+        } else if dev.policy.mode() == Mode::AtL3 {
             // At L3 a window only has to show a workload change (the merges are invisible
             // there): it closes at the first watch tick that holds enough bios to judge.
             WindowClose {
@@ -164,16 +181,6 @@ impl DeviceTick<'_> {
         } else {
             WindowClose::fixed(window_ms, self.slack_ms)
         };
-        // The tap's duty cycle at L3; its sample rides on the next window to close.
-        let at_l3 = dev.policy.level() == DEEPEST_LEVEL;
-        dev.sense.tick(
-            name,
-            now_ms,
-            at_l3,
-            &self.cfg.sense,
-            pcfg.enable_above_percent,
-            fs,
-        );
         let mut window = dev
             .tick_counters
             .and_then(|c| dev.window.push(&c, now_ms, &close));

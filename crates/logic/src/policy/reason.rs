@@ -320,6 +320,17 @@ impl Reason {
     pub fn contains(&self, needle: &str) -> bool {
         self.to_string().contains(needle)
     }
+
+    /// Whether the device waits for an answer only the bio tap gives, so that the daemon
+    /// takes a sample now rather than at the duty cycle's next one: at L3, a change in
+    /// rate alone (confirmed or not yet: a sample that sees mergeable I/O brings merging
+    /// back before the change has lasted).
+    pub fn asks_the_tap(&self) -> bool {
+        matches!(
+            self,
+            Reason::RateChangeAwaitsTap { .. } | Reason::ChangeUnconfirmed(_)
+        )
+    }
 }
 
 impl From<Reason> for String {
