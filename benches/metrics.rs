@@ -141,6 +141,8 @@ criterion_group!(benches, bench);
 
 #[path = "metrics_support/fake_host.rs"]
 mod fake_host;
+#[path = "../tests/support/fakesys.rs"]
+mod fakesys;
 #[path = "metrics_support/scrape_cost.rs"]
 mod scrape_cost;
 #[path = "metrics_support/watch_cpu.rs"]

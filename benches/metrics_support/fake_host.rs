@@ -1,11 +1,10 @@
 //! The fake host the metrics benches run the release daemon on: a sysfs tree of block
 //! queues and a `/proc/diskstats` that a thread rewrites (by rename, so a reader never sees
-//! half a file) until the host is dropped; and the settings every such bench reads.
+//! half a file) until the host is dropped; and the settings every such bench reads. The
+//! thread and the atomic write are the tests' fake tree's (tests/support/fakesys.rs).
 
+use super::fakesys::{Ticker, write_atomic};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The queue of an mq-deadline SSD whose merges are all on: each file under `queue/`.
@@ -18,8 +17,8 @@ pub const QUEUE: &[(&str, &str)] = &[
 pub struct FakeHost {
     pub sys: PathBuf,
     pub proc_: PathBuf,
-    stop: Arc<AtomicBool>,
-    kernel: Option<JoinHandle<()>>,
+    /// Rewrites `proc/diskstats` until the host is dropped.
+    _kernel: Ticker,
 }
 
 impl FakeHost {
@@ -44,40 +43,17 @@ impl FakeHost {
         }
         let path = proc_.join("diskstats");
         write_atomic(&path, &diskstats(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let kernel = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut tick = 1;
-                while !stop.load(Ordering::Relaxed) {
-                    write_atomic(&path, &diskstats(tick));
-                    tick += 1;
-                    std::thread::sleep(every);
-                }
-            })
-        };
+        let mut tick = 1;
+        let kernel = Ticker::every(every, move || {
+            write_atomic(&path, &diskstats(tick));
+            tick += 1;
+        });
         FakeHost {
             sys,
             proc_,
-            stop,
-            kernel: Some(kernel),
+            _kernel: kernel,
         }
     }
-}
-
-impl Drop for FakeHost {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(k) = self.kernel.take() {
-            k.join().unwrap();
-        }
-    }
-}
-
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// The environment's `key`, parsed, or `default`.

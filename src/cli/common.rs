@@ -19,6 +19,11 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:
   2  usage error (unknown option, bad argument)
   3  status: the daemon is not running (nothing answers at its address)";
 
+use mergetune_daemon::controller::Controller;
+use mergetune_daemon::snapshot::DaemonSnapshot;
+use mergetune_kernel::blockfs::BlockFs;
+use mergetune_logic::decision::Decision;
+
 /// The wall clock and the config lookup are the daemon entry's, shared with the other
 /// commands.
 pub use mergetune_export::entry::{load_config, unix_now_secs};
@@ -28,34 +33,26 @@ pub use mergetune_export::entry::{load_config, unix_now_secs};
 /// must never read as a change to a real disk of the same name. `stamp` is the logging
 /// layer's setter for that kind of time.
 pub struct VirtualClocked<'a> {
-    pub inner: &'a mut dyn mergetune_daemon::controller::Controller,
+    pub inner: &'a mut dyn Controller,
     pub stamp: fn(Option<u64>),
 }
 
-impl mergetune_daemon::controller::Controller for VirtualClocked<'_> {
+impl Controller for VirtualClocked<'_> {
     fn interval_ms(&self) -> u64 {
         self.inner.interval_ms()
     }
     fn next_tick_in_ms(&self) -> u64 {
         self.inner.next_tick_in_ms()
     }
-    fn tick(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn mergetune_kernel::blockfs::BlockFs,
-    ) -> Vec<mergetune_logic::decision::Decision> {
+    fn tick(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         (self.stamp)(Some(now_ms));
         self.inner.tick(now_ms, fs)
     }
-    fn restore(
-        &mut self,
-        now_ms: u64,
-        fs: &mut dyn mergetune_kernel::blockfs::BlockFs,
-    ) -> Vec<mergetune_logic::decision::Decision> {
+    fn restore(&mut self, now_ms: u64, fs: &mut dyn BlockFs) -> Vec<Decision> {
         (self.stamp)(Some(now_ms));
         self.inner.restore(now_ms, fs)
     }
-    fn snapshot(&self) -> Option<mergetune_daemon::snapshot::DaemonSnapshot> {
+    fn snapshot(&self) -> Option<DaemonSnapshot> {
         self.inner.snapshot()
     }
 }
@@ -65,11 +62,7 @@ impl mergetune_daemon::controller::Controller for VirtualClocked<'_> {
 /// so its runs take this hook instead. `R` is what the run produced (a simulation's report).
 pub trait Watch<R> {
     /// Runs `drive` over `inner`, or over a wrapper of it that watches every tick.
-    fn around(
-        &mut self,
-        inner: &mut dyn mergetune_daemon::controller::Controller,
-        drive: &mut dyn FnMut(&mut dyn mergetune_daemon::controller::Controller),
-    );
+    fn around(&mut self, inner: &mut dyn Controller, drive: &mut dyn FnMut(&mut dyn Controller));
     /// After the run, before anything is printed: an error ends the command.
     fn finish(&mut self, outcome: &R) -> anyhow::Result<()>;
 }

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::scheduler::Scheduler;
-use crate::sys::perf::{PerfRing, RingError};
+use crate::sys::perf::{PerfRing, RingError, Sampling};
 
 /// A sample's merge-path class: which rung of the ladder would not have spent it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -576,17 +576,24 @@ impl CpuBuffer {
             cpu,
             message: "CPU number out of range".into(),
         })?;
-        let ring = PerfRing::open_cpu_clock(cpu_arg, p.period_ns, MAX_STACK, p.buffer_pages)
-            .map_err(|e| match e {
-                RingError::Open(e) => PerfError::Open {
-                    cpu,
-                    message: open_refused(&e, read_paranoid()),
-                },
-                RingError::Map(e) => PerfError::Map {
-                    cpu,
-                    message: e.to_string(),
-                },
-            })?;
+        let ring = PerfRing::open(
+            cpu_arg,
+            Sampling::CpuClock {
+                period_ns: p.period_ns,
+                max_stack: MAX_STACK,
+            },
+            p.buffer_pages,
+        )
+        .map_err(|e| match e {
+            RingError::Open(e) => PerfError::Open {
+                cpu,
+                message: open_refused(&e, read_paranoid()),
+            },
+            RingError::Map(e) => PerfError::Map {
+                cpu,
+                message: e.to_string(),
+            },
+        })?;
         Ok(CpuBuffer {
             ring,
             scratch: Vec::new(),
@@ -638,21 +645,24 @@ impl BioEvents {
         for &cpu in cpus {
             let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
             rings.push(
-                PerfRing::open_tracepoint(cpu_arg, id, BIO_EVENT_EVERY, 64).map_err(
-                    |e| match e {
-                        RingError::Open(e) => PerfError::Open {
-                            cpu,
-                            message: format!(
-                                "block_bio_queue: {}",
-                                open_refused(&e, read_paranoid())
-                            ),
-                        },
-                        RingError::Map(e) => PerfError::Map {
-                            cpu,
-                            message: e.to_string(),
-                        },
+                PerfRing::open(
+                    cpu_arg,
+                    Sampling::Tracepoint {
+                        id,
+                        every_events: BIO_EVENT_EVERY,
                     },
-                )?,
+                    64,
+                )
+                .map_err(|e| match e {
+                    RingError::Open(e) => PerfError::Open {
+                        cpu,
+                        message: format!("block_bio_queue: {}", open_refused(&e, read_paranoid())),
+                    },
+                    RingError::Map(e) => PerfError::Map {
+                        cpu,
+                        message: e.to_string(),
+                    },
+                })?,
             );
         }
         Ok(BioEvents {

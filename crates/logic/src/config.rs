@@ -58,8 +58,10 @@ pub struct Config {
     pub pricing: crate::pricing::config::PricingConfig,
 }
 
+pub(crate) mod checks;
 mod slices;
 mod values;
+use checks::{Checks, Problems};
 pub use slices::{DEFAULT_SLICES_ENABLED, SlicesConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,61 +221,6 @@ fn invalid(origin: &str, key: &str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// The problems `validate` finds, each naming its key, collected so that one run names
-/// them all; the common rules (at least 1, a range, a percentage) written once.
-struct Problems<'a> {
-    origin: &'a str,
-    found: Vec<ConfigError>,
-}
-
-impl Problems<'_> {
-    fn push(&mut self, key: &str, reason: impl Into<String>) {
-        self.found.push(invalid(self.origin, key, reason));
-    }
-
-    fn at_least_one(&mut self, key: &str, v: u64) {
-        if v == 0 {
-            self.push(key, "is 0, must be at least 1");
-        }
-    }
-
-    /// A count in `1..=max`, `why` saying what the bound protects.
-    fn count(&mut self, key: &str, v: u64, max: u64, why: &str) {
-        if v == 0 {
-            self.at_least_one(key, v);
-        } else if v > max {
-            self.push(
-                key,
-                format!("{v} is more than {max}, the most allowed: {why}"),
-            );
-        }
-    }
-
-    fn within<T: PartialOrd + std::fmt::Display>(&mut self, key: &str, v: T, lo: T, hi: T) {
-        if !(lo <= v && v <= hi) {
-            self.push(key, format!("{v} is outside {lo}..={hi}"));
-        }
-    }
-
-    /// A finite number in `lo..=hi` (NaN and infinities are refused too).
-    fn finite_within(&mut self, key: &str, v: f64, lo: f64, hi: f64) {
-        if !v.is_finite() || !(lo..=hi).contains(&v) {
-            self.push(key, format!("{v} is outside {lo}..={hi}"));
-        }
-    }
-
-    fn into_result(mut self) -> Result<(), ConfigError> {
-        match self.found.len() {
-            0 => Ok(()),
-            1 => Err(self.found.remove(0)),
-            _ => Err(ConfigError::Many {
-                origin: self.origin.to_string(),
-                errors: self.found,
-            }),
-        }
-    }
-}
-
 impl Config {
     /// Checks every value and every relation between values. Pure.
     /// `origin` names where the config came from, for the message.
@@ -289,7 +236,7 @@ impl Config {
             problems.found.push(e);
         }
         for (key, reason) in self.pricing.problems() {
-            problems.push(key, reason);
+            problems.push(&key, reason);
         }
         for (key, reason) in self.sense.problems() {
             problems.push(&format!("sense.{key}"), reason);
@@ -303,8 +250,7 @@ impl Config {
         problems.within(
             "daemon.interval_ms",
             d.interval_ms,
-            MIN_INTERVAL_MS,
-            MAX_INTERVAL_MS,
+            MIN_INTERVAL_MS..=MAX_INTERVAL_MS,
         );
         if d.state_dir.as_os_str().as_encoded_bytes().contains(&0) {
             // No system call takes a path with a NUL: the daemon could not start.
@@ -444,17 +390,15 @@ impl Config {
                 ),
             );
         }
-        problems.finite_within(
+        problems.within(
             "policy.disable_below_percent",
             p.disable_below_percent,
-            0.0,
-            100.0,
+            0.0..=100.0,
         );
-        problems.finite_within(
+        problems.within(
             "policy.enable_above_percent",
             p.enable_above_percent,
-            0.0,
-            100.0,
+            0.0..=100.0,
         );
         if p.disable_below_percent >= p.enable_above_percent {
             problems.push(
@@ -516,11 +460,10 @@ impl Config {
                 ),
             );
         }
-        problems.finite_within(
+        problems.within(
             "policy.trial_max_extra_requests_percent",
             p.trial_max_extra_requests_percent,
-            0.0,
-            100.0,
+            0.0..=100.0,
         );
         problems.at_least_one("policy.probe_windows", p.probe_windows.into());
         let watch = p.l3_watch_interval_ms;

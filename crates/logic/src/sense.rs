@@ -21,6 +21,7 @@
 //! level. Pure: events in, counts out; memory is bounded by `pending_requests` whatever the rate,
 //! and a request whose issue the tap never saw (a lost event) ages out.
 
+use crate::config::checks::{Checks, KeyProblems};
 use crate::sampler::Sensed;
 use mergetune_kernel::biosense::TapEvent;
 use mergetune_kernel::trace::{Dir, EventKind};
@@ -277,13 +278,11 @@ impl SenseConfig {
 
     /// Every problem with the `[sense]` keys, as (key under `sense.`, reason); the config's
     /// `validate()` turns them into errors naming `sense.KEY`.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut errs = Vec::new();
-        in_range(&mut errs, "open_ms", self.open_ms, 10..=60_000);
-        if in_range(&mut errs, "every_ms", self.every_ms, 100..=3_600_000)
-            && self.duty() > MAX_SENSE_DUTY
-        {
-            errs.push((
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut errs = KeyProblems::default();
+        errs.within("open_ms", self.open_ms, 10..=60_000);
+        if errs.within("every_ms", self.every_ms, 100..=3_600_000) && self.duty() > MAX_SENSE_DUTY {
+            errs.push(
                 "every_ms",
                 format!(
                     "{} ms with open_ms {} is a duty cycle of {:.0}%, above the {:.0}% allowed (the tap costs CPU while open)",
@@ -292,36 +291,24 @@ impl SenseConfig {
                     self.duty() * 100.0,
                     MAX_SENSE_DUTY * 100.0
                 ),
-            ));
+            );
         }
-        let pending = self.pending_requests as u64;
-        in_range(&mut errs, "pending_requests", pending, 16..=65_536);
-        in_range(
-            &mut errs,
-            "min_sample_bios",
-            self.min_sample_bios,
-            1..=1_000_000,
-        );
-        let max_bios = self.max_sample_bios as u64;
-        if in_range(&mut errs, "max_sample_bios", max_bios, 100..=10_000_000)
-            && max_bios < self.min_sample_bios
+        errs.within("pending_requests", self.pending_requests, 16..=65_536);
+        errs.within("min_sample_bios", self.min_sample_bios, 1..=1_000_000);
+        if errs.within("max_sample_bios", self.max_sample_bios, 100..=10_000_000)
+            && (self.max_sample_bios as u64) < self.min_sample_bios
         {
-            errs.push((
+            errs.push(
                 "max_sample_bios",
                 format!(
                     "{} is below min_sample_bios {}",
                     self.max_sample_bios, self.min_sample_bios
                 ),
-            ));
+            );
         }
-        in_range(&mut errs, "buffer_kb", self.buffer_kb, 16..=65_536);
-        in_range(
-            &mut errs,
-            "retry_after_secs",
-            self.retry_after_secs,
-            1..=86_400,
-        );
-        errs
+        errs.within("buffer_kb", self.buffer_kb, 16..=65_536);
+        errs.within("retry_after_secs", self.retry_after_secs, 1..=86_400);
+        errs.0
     }
 
     /// What check-config warns of in `[sense]` (keys that load but do nothing).
@@ -333,21 +320,6 @@ impl SenseConfig {
             .into_iter()
             .collect()
     }
-}
-
-/// Whether `value` of `key` is in `range`; when not, says so in `errs`.
-fn in_range(
-    errs: &mut Vec<(&'static str, String)>,
-    key: &'static str,
-    value: u64,
-    range: std::ops::RangeInclusive<u64>,
-) -> bool {
-    let inside = range.contains(&value);
-    if !inside {
-        let (lo, hi) = range.into_inner();
-        errs.push((key, format!("{value} is outside {lo}..={hi}")));
-    }
-    inside
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! One CPU's sampling event and its ring buffer, behind a safe API: open
-//! ([`PerfRing::open_cpu_clock`], or [`PerfRing::open_tracepoint`] for the block events
+//! ([`PerfRing::open`] a `cpu-clock` [`Sampling`], or a tracepoint for the block events
 //! that tie a task to its device), [`PerfRing::enable`], [`PerfRing::disable`], and
 //! [`PerfRing::drain_into`], which copies out the records written since the last drain.
 //! The records' formats (`PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN`, and
@@ -58,7 +58,7 @@ const IOC_DISABLE: libc::c_ulong = 0x2401;
 const DATA_HEAD_OFFSET: usize = 1024;
 const DATA_TAIL_OFFSET: usize = 1032;
 
-/// Which step of [`PerfRing::open_cpu_clock`] failed, with the OS error.
+/// Which step of [`PerfRing::open`] failed, with the OS error.
 #[derive(Debug)]
 pub enum RingError {
     /// `perf_event_open` refused the event.
@@ -94,68 +94,71 @@ impl Drop for PerfRing {
     }
 }
 
+/// What a ring samples.
+#[derive(Debug, Clone, Copy)]
+pub enum Sampling {
+    /// `cpu-clock`: one sample every `period_ns` of CPU time, with the task ids and a kernel
+    /// callchain of at most `max_stack` frames. Needs CAP_PERFMON or root, or
+    /// `perf_event_paranoid` <= 0.
+    CpuClock { period_ns: u64, max_stack: u16 },
+    /// A tracepoint (`id`, from tracefs): one event in `every_events`, with the task ids and
+    /// the event's raw fields. The raw fields need CAP_PERFMON or root, or
+    /// `perf_event_paranoid` <= -1.
+    Tracepoint { id: u64, every_events: u64 },
+}
+
+impl Sampling {
+    /// The event's attributes: disabled, on every task of one CPU.
+    fn attr(self) -> PerfEventAttr {
+        let attr = match self {
+            Sampling::CpuClock {
+                period_ns,
+                max_stack,
+            } => PerfEventAttr {
+                kind: PERF_TYPE_SOFTWARE,
+                config: PERF_COUNT_SW_CPU_CLOCK,
+                sample_period: period_ns,
+                sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN,
+                flags: FLAG_DISABLED
+                    | FLAG_EXCLUDE_USER
+                    | FLAG_EXCLUDE_HV
+                    | FLAG_EXCLUDE_IDLE
+                    | FLAG_EXCLUDE_CALLCHAIN_USER,
+                sample_max_stack: max_stack,
+                ..Default::default()
+            },
+            Sampling::Tracepoint { id, every_events } => PerfEventAttr {
+                kind: PERF_TYPE_TRACEPOINT,
+                config: id,
+                sample_period: every_events.max(1),
+                sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_RAW,
+                flags: FLAG_DISABLED,
+                ..Default::default()
+            },
+        };
+        PerfEventAttr {
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            ..attr
+        }
+    }
+}
+
 impl PerfRing {
-    /// Opens a disabled `cpu-clock` event on `cpu` (every task), sampling every
-    /// `period_ns` of CPU time with the task ids and a kernel callchain of at most
-    /// `max_stack` frames, and maps a ring of `data_pages` pages (rounded up to a power of
-    /// two) plus the control page. Needs CAP_PERFMON or root, or `perf_event_paranoid` <= 0.
-    pub fn open_cpu_clock(
+    /// Opens `sampling` as a disabled event on `cpu` (every task), and maps a ring of
+    /// `data_pages` pages (rounded up to a power of two) plus the control page.
+    pub fn open(
         cpu: libc::c_int,
-        period_ns: u64,
-        max_stack: u16,
+        sampling: Sampling,
         data_pages: usize,
     ) -> Result<PerfRing, RingError> {
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: PERF_COUNT_SW_CPU_CLOCK,
-            sample_period: period_ns,
-            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_CALLCHAIN,
-            flags: FLAG_DISABLED
-                | FLAG_EXCLUDE_USER
-                | FLAG_EXCLUDE_HV
-                | FLAG_EXCLUDE_IDLE
-                | FLAG_EXCLUDE_CALLCHAIN_USER,
-            sample_max_stack: max_stack,
-            ..Default::default()
-        };
-        Self::open(&attr, cpu, data_pages)
-    }
-
-    /// Opens a disabled tracepoint event (`id`, from tracefs) on `cpu` (every task),
-    /// sampling one event in `every_events` with the task ids and the event's raw fields,
-    /// and maps a ring of `data_pages` pages as [`PerfRing::open_cpu_clock`] does. The raw
-    /// fields need CAP_PERFMON or root, or `perf_event_paranoid` <= -1.
-    pub fn open_tracepoint(
-        cpu: libc::c_int,
-        id: u64,
-        every_events: u64,
-        data_pages: usize,
-    ) -> Result<PerfRing, RingError> {
-        let attr = PerfEventAttr {
-            kind: PERF_TYPE_TRACEPOINT,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: id,
-            sample_period: every_events.max(1),
-            sample_type: PERF_SAMPLE_TID | PERF_SAMPLE_RAW,
-            flags: FLAG_DISABLED,
-            ..Default::default()
-        };
-        Self::open(&attr, cpu, data_pages)
-    }
-
-    fn open(
-        attr: &PerfEventAttr,
-        cpu: libc::c_int,
-        data_pages: usize,
-    ) -> Result<PerfRing, RingError> {
+        let attr = sampling.attr();
         // SAFETY: perf_event_open reads `attr` (a valid, fully initialised struct of the
         // size it states, alive for the call) and returns a new fd or -1; no memory is
         // shared and nothing is written into our memory.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                attr as *const PerfEventAttr,
+                &attr as *const PerfEventAttr,
                 -1 as libc::pid_t,
                 cpu,
                 -1 as libc::c_int,

@@ -5,7 +5,8 @@
 //! missing key at its default), so a knob added to a table is a config key with no change
 //! here.
 
-use super::{Config, Problems};
+use super::Config;
+use super::checks::{Checks, Problems};
 use crate::tuners;
 use mergetune_kernel::tunable::Tunable;
 use serde::de::{self, MapAccess, Visitor};
@@ -101,11 +102,10 @@ impl Config {
                 ),
             );
         }
-        problems.finite_within(
+        problems.within(
             "slices.min_read_ms_per_request",
             sl.min_read_ms_per_request,
-            0.0,
-            10_000.0,
+            0.0..=10_000.0,
         );
         problems.count(
             "slices.windows",
@@ -115,7 +115,7 @@ impl Config {
         );
         for k in tuners::knobs() {
             let key = format!("slices.{}", k.bound.key);
-            problems.within(&key, sl.bound(k.tunable), k.bound.min, k.bound.max);
+            problems.within(&key, sl.bound(k.tunable), k.bound.min..=k.bound.max);
         }
         problems.count(
             "slices.min_requests",
@@ -126,8 +126,7 @@ impl Config {
         problems.within(
             "slices.max_changes_per_hour",
             sl.max_changes_per_hour,
-            1,
-            MAX_SLICE_CHANGES_PER_HOUR,
+            1..=MAX_SLICE_CHANGES_PER_HOUR,
         );
     }
 }

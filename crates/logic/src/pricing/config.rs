@@ -1,6 +1,7 @@
 //! `[pricing]`: the live measurement's settings and their checks.
 
 use super::floor::SavingFloor;
+use crate::config::checks::{Checks, KeyProblems};
 use serde::Serialize;
 
 /// `[pricing]`: the live measurement of the merge path (the default pricing,
@@ -58,48 +59,28 @@ impl PricingConfig {
     }
 
     /// (key, reason) of every bad value. Pure.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = KeyProblems::default();
         let f = self.saving_floor_percent_cpu.percent_cpu();
         if !(f.is_finite() && f > 0.0 && f <= 100.0) {
-            out.push((
+            out.push(
                 "pricing.saving_floor_percent_cpu",
                 format!("{f} is not in (0, 100]: a floor of 0 would step down for nothing"),
-            ));
+            );
         }
-        if !(100..=60_000).contains(&self.sample_ms) {
-            out.push((
-                "pricing.sample_ms",
-                format!("{} is outside 100..=60000", self.sample_ms),
-            ));
-        }
+        out.within("pricing.sample_ms", self.sample_ms, 100..=60_000);
         if self.every_ms < self.sample_ms.saturating_mul(2) || self.every_ms > 86_400_000 {
-            out.push((
+            out.push(
                 "pricing.every_ms",
                 format!(
                     "{} must be at least twice sample_ms ({}) and at most 86400000",
                     self.every_ms, self.sample_ms
                 ),
-            ));
+            );
         }
-        if !(100..=100_000).contains(&self.period_us) {
-            out.push((
-                "pricing.period_us",
-                format!("{} is outside 100..=100000", self.period_us),
-            ));
-        }
-        if !(1..=1000).contains(&self.keep_spans) {
-            out.push((
-                "pricing.keep_spans",
-                format!("{} is outside 1..=1000", self.keep_spans),
-            ));
-        }
-        if !(10..=604_800).contains(&self.max_age_secs) {
-            out.push((
-                "pricing.max_age_secs",
-                format!("{} is outside 10..=604800", self.max_age_secs),
-            ));
-        }
-        out
+        out.within("pricing.period_us", self.period_us, 100..=100_000);
+        out.within("pricing.keep_spans", self.keep_spans, 1..=1000);
+        out.within("pricing.max_age_secs", self.max_age_secs, 10..=604_800);
+        out.0
     }
 }
