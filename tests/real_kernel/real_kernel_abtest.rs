@@ -188,9 +188,7 @@ fn assert_resolution(r: &AbReport) {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn mq_deadline_unplugged_random_reads_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest mq-deadline") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_abtest mq-deadline");
     let r = run_cell("mq-deadline", Some(2048), 2048);
     assert_resolution(&r);
 }
@@ -201,9 +199,7 @@ fn mq_deadline_unplugged_random_reads_l0_against_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn mq_deadline_qd32_as_the_live_test_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest mq-deadline QD32") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_abtest mq-deadline QD32");
     let r = run_cell("mq-deadline", None, 32);
     assert_resolution(&r);
 }
@@ -211,9 +207,7 @@ fn mq_deadline_qd32_as_the_live_test_l0_against_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn none_unplugged_random_reads_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest none") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_abtest none");
     let r = run_cell("none", None, 128);
     assert_resolution(&r);
 }

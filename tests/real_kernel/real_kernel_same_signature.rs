@@ -102,8 +102,8 @@ struct Outcome {
     daemon_text: String,
 }
 
-fn run_switch(test: &str) -> Option<Outcome> {
-    let session = kernel::require_kernel(test)?;
+fn run_switch(test: &str) -> Outcome {
+    let session = kernel::require_kernel(test);
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(600);
     dev.set_scheduler("mq-deadline");
@@ -154,7 +154,7 @@ fn run_switch(test: &str) -> Option<Outcome> {
     };
     drop(dev);
     drop(session);
-    Some(out)
+    out
 }
 
 impl Outcome {
@@ -191,9 +191,7 @@ impl Outcome {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_bio_tap_sees_the_switch_at_l3() {
-    let Some(out) = run_switch("real_kernel_same_signature_tap") else {
-        return;
-    };
+    let out = run_switch("real_kernel_same_signature_tap");
     out.l3_before_switch();
     let mergeable: Vec<Duration> = out
         .daemon_log
@@ -227,9 +225,7 @@ fn the_bio_tap_sees_the_switch_at_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn merging_is_back_within_10_s_of_the_switch() {
-    let Some(out) = run_switch("real_kernel_same_signature_merging") else {
-        return;
-    };
+    let out = run_switch("real_kernel_same_signature_merging");
     out.l3_before_switch();
     let back = out
         .nomerges

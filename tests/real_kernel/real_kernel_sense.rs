@@ -88,9 +88,7 @@ fn our_instances() -> Vec<String> {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_sense");
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(600);
     dev.warm_up();
@@ -127,9 +125,7 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_cleanup") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_sense_cleanup");
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(64);
     let mut fs = RealFs::new("/sys", "/proc");
@@ -192,9 +188,7 @@ fn inode_of(path: &std::path::Path) -> u64 {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_pause") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_sense_pause");
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(64);
     dev.set_nomerges(2);
@@ -282,9 +276,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_text") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_sense_text");
     kernel::ensure_tracefs();
     let dev = kernel::LoopDevice::new(64);
     dev.set_nomerges(2);

@@ -19,9 +19,7 @@ const KILLS: u64 = 50;
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn fifty_sigkills_lose_no_original() {
-    let Some(_k) = kernel::require_kernel("fifty_sigkills_lose_no_original") else {
-        return;
-    };
+    let _k = kernel::require_kernel("fifty_sigkills_lose_no_original");
     let dev = LoopDevice::new(600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);
@@ -109,11 +107,8 @@ fn fifty_sigkills_lose_no_original() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn restore_never_writes_a_loop_device_reattached_to_another_file() {
-    let Some(_k) =
-        kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file")
-    else {
-        return;
-    };
+    let _k =
+        kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file");
     let mut dev = mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     // No probe within the test: the kill finds the device at L3.
@@ -169,11 +164,7 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
-    let Some(_k) =
-        kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original")
-    else {
-        return;
-    };
+    let _k = kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original");
     let mut dev = mq_deadline_at_l0();
     for killed in [false, true] {
         let tmp = tempfile::tempdir().unwrap();

@@ -13,10 +13,7 @@ use mergetune_sim::scenario::Scenario;
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn replayed_kernel_trace_merges_like_the_kernel() {
-    let Some(_session) = kernel::require_kernel("replayed_kernel_trace_merges_like_the_kernel")
-    else {
-        return;
-    };
+    let _session = kernel::require_kernel("replayed_kernel_trace_merges_like_the_kernel");
     let dev = LoopDevice::new(600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);

@@ -55,14 +55,14 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Gate of every real-kernel test (each is also marked `#[ignore = "..."]`):
 ///
 /// ```ignore
-/// let Some(_k) = kernel::require_kernel("daemon_on_loop_device") else { return };
+/// let _k = kernel::require_kernel("daemon_on_loop_device");
 /// ```
 ///
 /// Panics with a clear message unless `MERGETUNE_KERNEL_TESTS=1` is set and the process runs
 /// as root with fio, losetup and loop-device support; otherwise returns the session that
-/// serialises kernel tests. It never returns `None`: a test that was included but cannot run
-/// must fail, not pass. (The `Option` keeps the callers' `let ... else` unchanged.)
-pub fn require_kernel(test: &str) -> Option<KernelSession> {
+/// serialises kernel tests. There is no way to skip: a test that was included but cannot run
+/// must fail, not pass.
+pub fn require_kernel(test: &str) -> KernelSession {
     if !kernel_tests_requested() {
         panic!(
             "{test}: a real-kernel test was included (--include-ignored or --ignored) but \
@@ -92,10 +92,10 @@ pub fn require_kernel(test: &str) -> Option<KernelSession> {
     }
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lock = take_file_lock();
-    Some(KernelSession {
+    KernelSession {
         _guard: guard,
         _lock: lock,
-    })
+    }
 }
 
 fn take_file_lock() -> Option<fs::File> {
