@@ -103,8 +103,7 @@ struct Outcome {
 }
 
 fn run_switch(test: &str) -> Outcome {
-    let session = kernel::require_kernel(test);
-    kernel::ensure_tracefs();
+    let session = kernel::require_tap_kernel(test);
     let dev = kernel::LoopDevice::new(600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);

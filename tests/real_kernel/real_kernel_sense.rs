@@ -12,7 +12,7 @@ use mergetune_kernel::biosense::{SENSE_INSTANCE_PREFIX, TapEvent, TapParams, Tap
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Runs fio with `args` while the tap of `dev` is open, draining it every 50 ms; returns
@@ -25,16 +25,8 @@ fn tapped(
     let before = dev.stat();
     // Two events per bio (a request made, one issued): a ring buffer that holds 50 ms of
     // the batched job at this machine's rate.
-    fs.tap_open(dev.name(), &TapParams::new(4096))
-        .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
-    // On this kernel the layouts are readable: the binary pages, not the 10x dearer text.
-    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
-    let mut child = Command::new("fio")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio");
+    kernel::open_raw_tap(fs, dev, 4096);
+    let mut child = kernel::spawn_fio(args);
     let start = Instant::now();
     let mut acc = Mergeable::new(DEFAULT_SENSE_PENDING_REQUESTS);
     let mut buf: Vec<TapEvent> = Vec::new();
@@ -88,8 +80,7 @@ fn our_instances() -> Vec<String> {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
-    let _k = kernel::require_kernel("real_kernel_sense");
-    kernel::ensure_tracefs();
+    let _k = kernel::require_tap_kernel("real_kernel_sense");
     let dev = kernel::LoopDevice::new(600);
     dev.warm_up();
     dev.set_nomerges(2);
@@ -125,8 +116,7 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
-    let _k = kernel::require_kernel("real_kernel_sense_cleanup");
-    kernel::ensure_tracefs();
+    let _k = kernel::require_tap_kernel("real_kernel_sense_cleanup");
     let dev = kernel::LoopDevice::new(64);
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
@@ -188,8 +178,7 @@ fn inode_of(path: &std::path::Path) -> u64 {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
-    let _k = kernel::require_kernel("real_kernel_sense_pause");
-    kernel::ensure_tracefs();
+    let _k = kernel::require_tap_kernel("real_kernel_sense_pause");
     let dev = kernel::LoopDevice::new(64);
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");
@@ -276,8 +265,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
-    let _k = kernel::require_kernel("real_kernel_sense_text");
-    kernel::ensure_tracefs();
+    let _k = kernel::require_tap_kernel("real_kernel_sense_text");
     let dev = kernel::LoopDevice::new(64);
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");

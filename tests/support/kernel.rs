@@ -24,6 +24,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::needs::command_works;
+use mergetune_kernel::biosense::TapParams;
+use mergetune_kernel::blockfs::{BioTap, RealFs};
 use std::time::{Duration, Instant};
 
 /// The environment variable that turns real-kernel tests on.
@@ -96,6 +98,14 @@ pub fn require_kernel(test: &str) -> KernelSession {
         _guard: guard,
         _lock: lock,
     }
+}
+
+/// Gate of a real-kernel test that opens the bio tap: [`require_kernel`], then the tracing
+/// filesystem mounted as the daemon mounts it.
+pub fn require_tap_kernel(test: &str) -> KernelSession {
+    let session = require_kernel(test);
+    ensure_tracefs();
+    session
 }
 
 fn take_file_lock() -> Option<fs::File> {
@@ -585,6 +595,24 @@ pub fn run_fio(args: &[String]) -> String {
         );
     }
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts fio with `args` in the background, its stderr kept for the failure message.
+pub fn spawn_fio(args: &[String]) -> std::process::Child {
+    Command::new("fio")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio")
+}
+
+/// Opens the bio tap of `dev` with a ring buffer of `buffer_kb` per CPU, and checks that it
+/// reads the binary pages: on this kernel the layouts are readable, so not the 10x dearer text.
+pub fn open_raw_tap(fs: &mut RealFs, dev: &LoopDevice, buffer_kb: u64) {
+    fs.tap_open(dev.name(), &TapParams::new(buffer_kb))
+        .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
+    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
 }
 
 /// The printable command line of a fio job.
