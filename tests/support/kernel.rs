@@ -438,36 +438,12 @@ impl LoopDevice {
     /// loop device (what an operator does to reuse loopN): the same name and number, a new
     /// disk. Panics, touching nothing more, when the device was taken in between.
     pub fn reattach(&mut self, size_mib: u64) {
-        let out = Command::new("losetup")
-            .arg("-d")
-            .arg(&self.dev_path)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup -d: {out:?}");
+        self.detach_only();
         let next = self.backing.with_file_name("backing-2.img");
         let file = fs::File::create(&next).unwrap();
         file.set_len(size_mib * 1024 * 1024).unwrap();
         drop(file);
-        let out = Command::new("losetup")
-            .arg("--direct-io=on")
-            .arg(&self.dev_path)
-            .arg(&next)
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            // Someone else's now, or gone: never touched again.
-            self.detached = true;
-            panic!(
-                "re-attaching {} failed: {}",
-                self.dev_path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let recorded = self.sys("loop/backing_file");
-        if Path::new(recorded.trim()) != fs::canonicalize(&next).unwrap() {
-            self.detached = true;
-            panic!("{} took another file: {recorded:?}", self.name);
-        }
+        self.attach(&next);
         self.backing = next;
     }
 
@@ -485,13 +461,21 @@ impl LoopDevice {
     /// Attaches the same backing file again after [`LoopDevice::detach_only`]. Panics,
     /// touching nothing more, when the device was taken in between.
     pub fn attach_same(&mut self) {
+        let backing = self.backing.clone();
+        self.attach(&backing);
+    }
+
+    /// Attaches `file` to this (detached) loop device again. Panics, touching nothing more,
+    /// when the device was taken in between or holds another file.
+    fn attach(&mut self, file: &Path) {
         let out = Command::new("losetup")
             .arg("--direct-io=on")
             .arg(&self.dev_path)
-            .arg(&self.backing)
+            .arg(file)
             .output()
             .unwrap();
         if !out.status.success() {
+            // Someone else's now, or gone: never touched again.
             self.detached = true;
             panic!(
                 "re-attaching {} failed: {}",
@@ -500,7 +484,7 @@ impl LoopDevice {
             );
         }
         let recorded = self.sys("loop/backing_file");
-        if Path::new(recorded.trim()) != fs::canonicalize(&self.backing).unwrap() {
+        if Path::new(recorded.trim()) != fs::canonicalize(file).unwrap() {
             self.detached = true;
             panic!("{} took another file: {recorded:?}", self.name);
         }
@@ -629,40 +613,47 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// One fio job on `dev` as docs/design.md runs them: direct 4 KiB I/O through libaio at QD64;
+/// `sizes` say how much, `submit` how it is submitted and reaped.
+fn job(name: &str, dev: &LoopDevice, rw: &str, sizes: &[String], submit: [&str; 2]) -> Vec<String> {
+    let mut v = vec![
+        format!("--name={name}"),
+        format!("--filename={}", dev.dev_str()),
+        "--direct=1".to_string(),
+        format!("--rw={rw}"),
+        "--bs=4k".to_string(),
+    ];
+    v.extend_from_slice(sizes);
+    v.extend(strings(&["--ioengine=libaio", "--iodepth=64"]));
+    v.extend(strings(&submit));
+    v
+}
+
 /// docs/design.md's merge-friendly job: sequential 4 KiB, libaio, QD64, submitted and reaped in
 /// batches of 64. `rw` is `write` or `read`.
 pub fn job_batched_seq(dev: &LoopDevice, rw: &str, size: &str) -> Vec<String> {
-    let mut v = strings(&["--name=f"]);
-    v.push(format!("--filename={}", dev.dev_str()));
-    v.extend(strings(&["--direct=1"]));
-    v.push(format!("--rw={rw}"));
-    v.extend(strings(&["--bs=4k"]));
-    v.push(format!("--size={size}"));
-    v.extend(strings(&[
-        "--ioengine=libaio",
-        "--iodepth=64",
-        "--iodepth_batch_submit=64",
-        "--iodepth_batch_complete_min=64",
-    ]));
-    v
+    job(
+        "f",
+        dev,
+        rw,
+        &[format!("--size={size}")],
+        [
+            "--iodepth_batch_submit=64",
+            "--iodepth_batch_complete_min=64",
+        ],
+    )
 }
 
 /// docs/design.md's merge-hostile job: random 4 KiB over 512 MiB, `io_size` in total, libaio,
 /// QD64, one I/O per submission. `rw` is `randread` or `randwrite`.
 pub fn job_rand(dev: &LoopDevice, rw: &str, io_size: &str) -> Vec<String> {
-    let mut v = strings(&["--name=h"]);
-    v.push(format!("--filename={}", dev.dev_str()));
-    v.extend(strings(&["--direct=1"]));
-    v.push(format!("--rw={rw}"));
-    v.extend(strings(&["--bs=4k", "--size=512M"]));
-    v.push(format!("--io_size={io_size}"));
-    v.extend(strings(&[
-        "--ioengine=libaio",
-        "--iodepth=64",
-        "--norandommap",
-        "--randrepeat=1",
-    ]));
-    v
+    job(
+        "h",
+        dev,
+        rw,
+        &["--size=512M".to_string(), format!("--io_size={io_size}")],
+        ["--norandommap", "--randrepeat=1"],
+    )
 }
 
 /// A mixed load in one fio run: the batched sequential writer (size `size`) and, at the
