@@ -450,7 +450,7 @@ fn man_pages_and_completions_come_from_the_command_line_definition() {
         !d.path().join("man/mergetune-generate.8").exists(),
         "the hidden generate command has no page"
     );
-    let o = succeeded(
+    succeeded(
         bin()
             .args(["generate", "completions"])
             .arg(d.path().join("comp")),

@@ -6,7 +6,7 @@
 
 use crate::command::text;
 use crate::fakesys::{FakeSys, wait_until};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 /// A config like `fs.config`'s, at `name`, with its own state directory.
@@ -86,9 +86,7 @@ fn a_second_daemons_start_leaves_a_live_daemons_records_alone() {
     assert!(!said_a.contains("by someone else"), "{said_a}");
     b.signal(rustix::process::Signal::TERM);
     b.wait();
-    a.signal(rustix::process::Signal::TERM);
-    assert!(a.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut a);
 }
 
 /// Issue: `calibrate --state-dir` on a live daemon's directory "restored" its record and
@@ -137,9 +135,7 @@ fn calibrate_refuses_a_live_daemons_state_dir_and_device_naming_its_pid() {
     );
     assert!(!own.join("state.json").exists(), "nothing recorded");
     assert_eq!(fs.nomerges(), "1");
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Issue: `restore --state-dir X` with X missing reported on the pointer's directory.
@@ -158,12 +154,11 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     )
     .unwrap();
     let missing = fs.p("no-such-dir");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["restore", "--state-dir"]).arg(&missing);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let said = text(&o);
+    let said = fs.refused(&[
+        "restore".as_ref(),
+        "--state-dir".as_ref(),
+        missing.as_os_str(),
+    ]);
     assert!(
         said.contains(&format!("{}: no such directory", missing.display())),
         "{said}"
@@ -188,10 +183,12 @@ fn restore_force_never_writes_a_device_another_running_process_claims() {
     let other = fs.p("state-old");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(dir.join("state.json"), other.join("state.json")).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["restore", "--force", "--state-dir"]).arg(&other);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
+    let o = fs.mergetune(&[
+        "restore".as_ref(),
+        "--force".as_ref(),
+        "--state-dir".as_ref(),
+        other.as_os_str(),
+    ]);
     let said = text(&o);
     assert!(
         said.contains(&format!(
@@ -204,9 +201,7 @@ fn restore_force_never_writes_a_device_another_running_process_claims() {
     assert!(other.join("state.json").exists(), "the record is kept");
     let said_a = std::fs::read_to_string(fs.p("a.log")).unwrap();
     assert!(!said_a.contains("by someone else"), "{said_a}");
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Puts something that is not a regular file at the lock file's path.
@@ -251,12 +246,7 @@ fn a_lock_file_that_is_not_a_regular_file_is_named_for_what_it_is() {
         std::fs::create_dir_all(&dir).unwrap();
         make(&dir.join("mergetune.lock"));
         let cfg = fs.config(&dir, "");
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-        c.args(["run", "--config"]).arg(&cfg);
-        fs.roots(&mut c);
-        let o = c.output().unwrap();
-        assert_eq!(o.status.code(), Some(1), "{what}: {}", text(&o));
-        let said = text(&o);
+        let said = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
         assert!(
             said.contains("mergetune.lock") && said.contains(says),
             "{what}: {said}"
@@ -286,12 +276,7 @@ fn a_state_dir_under_another_users_directory_is_refused_naming_the_ancestor() {
     )
     .unwrap();
     let cfg = fs.config(&parent.join("state"), "");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["run", "--config"]).arg(&cfg);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let said = text(&o);
+    let said = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
     assert!(
         said.contains(&format!(
             "its ancestor {} is owned by uid 1000",

@@ -87,7 +87,7 @@ fn the_status_header_does_not_claim_every_tick_took_the_interval() {
 #[test]
 fn completions_offer_only_what_help_shows() {
     let d = tempfile::tempdir().unwrap();
-    let o = succeeded(bin().args(["generate", "completions"]).arg(d.path()));
+    succeeded(bin().args(["generate", "completions"]).arg(d.path()));
     for f in ["mergetune.bash", "_mergetune", "mergetune.fish"] {
         let s = std::fs::read_to_string(d.path().join(f)).unwrap();
         assert!(!s.contains("generate"), "{f} offers the hidden generate");

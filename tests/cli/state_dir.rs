@@ -119,14 +119,9 @@ fn a_live_run_that_cannot_record_originals_refuses_to_start_and_names_the_direct
     // A state_dir under a regular file cannot be made, even by root.
     std::fs::write(fs.p("file"), "x").unwrap();
     let cfg = fs.config(&fs.p("file/state"), "");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
     // A plain run: it refuses before its first tick (`--once` never writes, so needs no
     // state directory).
-    c.args(["run", "--config"]).arg(&cfg);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let t = text(&o);
+    let t = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
     let err = t.lines().find(|l| l.contains("error:")).unwrap_or_default();
     assert!(err.contains(&*fs.p("file/state").to_string_lossy()), "{t}");
     assert!(
@@ -186,9 +181,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     wait_until("the recovery in the log", Duration::from_secs(5), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("written and read back"))
     });
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Issue 35.11: a SIGHUP that changed what prices a step down logged no pricing line; it
