@@ -51,6 +51,33 @@ fn daemon_at_l1(fs: &FakeSys) -> (std::path::PathBuf, crate::fakesys::Daemon) {
     (dir, d)
 }
 
+/// A fake host with [`daemon_at_l1`] running on it, as root; `None` when not root (a live run
+/// needs root: it says so and exits; the daemon tests run as root in CI).
+fn root_and_a_daemon_at_l1() -> Option<(FakeSys, std::path::PathBuf, crate::fakesys::Daemon)> {
+    if !euid_is_root() {
+        return None;
+    }
+    let fs = FakeSys::new();
+    let (dir, d) = daemon_at_l1(&fs);
+    Some((fs, dir, d))
+}
+
+/// `calibrate --device sda --state-dir state_dir` on `fs`, which must refuse (exit 1): what
+/// it said.
+fn calibrate_refused(fs: &FakeSys, state_dir: &std::path::Path) -> String {
+    let o = calibrate(
+        fs,
+        &[
+            "--device".as_ref(),
+            "sda".as_ref(),
+            "--state-dir".as_ref(),
+            state_dir.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    text(&o)
+}
+
 /// Issue: a second daemon's start followed the pointer to a live daemon's state directory
 /// and restored its records (2 -> 0) while it ran.
 #[test]
@@ -94,44 +121,22 @@ fn a_second_daemons_start_leaves_a_live_daemons_records_alone() {
 /// value as the original.
 #[test]
 fn calibrate_refuses_a_live_daemons_state_dir_and_device_naming_its_pid() {
-    if !euid_is_root() {
+    let Some((fs, dir, mut d)) = root_and_a_daemon_at_l1() else {
         return;
-    }
-    let fs = FakeSys::new();
-    let (dir, mut d) = daemon_at_l1(&fs);
+    };
     let pid = format!("pid {}", d.0.id());
-    let o = calibrate(
-        &fs,
-        &[
-            "--device".as_ref(),
-            "sda".as_ref(),
-            "--state-dir".as_ref(),
-            dir.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = calibrate_refused(&fs, &dir);
     assert!(
-        text(&o).contains("--state-dir") && text(&o).contains(&pid),
-        "{}",
-        text(&o)
+        said.contains("--state-dir") && said.contains(&pid),
+        "{said}"
     );
     assert!(dir.join("state.json").exists(), "the daemon's records stay");
     assert_eq!(fs.nomerges(), "1");
     let own = fs.p("calibrate-state");
-    let o = calibrate(
-        &fs,
-        &[
-            "--device".as_ref(),
-            "sda".as_ref(),
-            "--state-dir".as_ref(),
-            own.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = calibrate_refused(&fs, &own);
     assert!(
-        text(&o).contains("--device sda") && text(&o).contains(&pid),
-        "{}",
-        text(&o)
+        said.contains("--device sda") && said.contains(&pid),
+        "{said}"
     );
     assert!(!own.join("state.json").exists(), "nothing recorded");
     assert_eq!(fs.nomerges(), "1");
@@ -175,11 +180,9 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
 /// pid, and kept. Before, `--force` dropped the claims and wrote the original under it.
 #[test]
 fn restore_force_never_writes_a_device_another_running_process_claims() {
-    if !euid_is_root() {
+    let Some((fs, dir, mut d)) = root_and_a_daemon_at_l1() else {
         return;
-    }
-    let fs = FakeSys::new();
-    let (dir, mut d) = daemon_at_l1(&fs);
+    };
     let other = fs.p("state-old");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(dir.join("state.json"), other.join("state.json")).unwrap();
