@@ -173,8 +173,7 @@ fn kill_fio_on(dev: &kernel::LoopDevice) {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_back() {
-    let _k = kernel::require_kernel("calibrate_device");
-    let dev = kernel::LoopDevice::new(512);
+    let (_k, dev) = kernel::require_loop("calibrate_device", 512);
     dev.set_scheduler("mq-deadline");
     // Operator's values that are not the kernel's defaults: calibrate measures at L0 and
     // must put these back.
@@ -228,8 +227,7 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkill_mid_calibration_puts_the_devices_tunables_back() {
-    let _k = kernel::require_kernel("calibrate_sigkill");
-    let dev = kernel::LoopDevice::new(512);
+    let (_k, dev) = kernel::require_loop("calibrate_sigkill", 512);
     dev.set_scheduler("mq-deadline");
     dev.set_queue_attr("nomerges", "1");
     dev.set_queue_attr("iosched/front_merges", "0");

@@ -58,8 +58,7 @@ fn global_state() -> (String, String) {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn capture_records_the_device_and_cleans_up() {
-    let _k = kernel::require_kernel("capture_records_the_device_and_cleans_up");
-    let dev = kernel::LoopDevice::new(256);
+    let (_k, dev) = kernel::require_loop("capture_records_the_device_and_cleans_up", 256);
     dev.warm_up();
     let (major, minor) = dev.major_minor();
     let dir = tempfile::tempdir().unwrap();
@@ -119,8 +118,7 @@ fn capture_records_the_device_and_cleans_up() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn ctrl_c_stops_the_capture_and_cleans_up() {
-    let _k = kernel::require_kernel("ctrl_c_stops_the_capture_and_cleans_up");
-    let dev = kernel::LoopDevice::new(256);
+    let (_k, dev) = kernel::require_loop("ctrl_c_stops_the_capture_and_cleans_up", 256);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
     let before_global = global_state();
@@ -156,8 +154,10 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
-    let _k = kernel::require_kernel("a_sigkilled_captures_instance_is_removed_by_the_next_capture");
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_loop(
+        "a_sigkilled_captures_instance_is_removed_by_the_next_capture",
+        64,
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
     let capture = |seconds: &str| spawn_capture(dev.name(), seconds, &out);
@@ -218,8 +218,7 @@ fn refuses_a_missing_device_before_touching_anything() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn refuses_clearly_when_not_root() {
-    let _k = kernel::require_kernel("refuses_clearly_when_not_root");
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_loop("refuses_clearly_when_not_root", 64);
     let dir = tempfile::tempdir().unwrap();
     // As nobody (setpriv, util-linux): refused before anything is touched.
     let out = Command::new("setpriv")

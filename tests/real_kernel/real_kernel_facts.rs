@@ -79,8 +79,7 @@ fn assert_trace_matches_stat(what: &str, t: &Traced) {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 #[allow(clippy::too_many_lines)] // a test reads best as one story
 fn kernel_merge_facts() {
-    let _session = kernel::require_kernel("kernel_merge_facts");
-    let dev = LoopDevice::new(600);
+    let (_session, dev) = kernel::require_loop("kernel_merge_facts", 600);
     dev.set_scheduler(SCHEDULER);
     dev.set_nomerges(0);
     dev.warm_up();

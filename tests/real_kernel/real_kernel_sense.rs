@@ -80,8 +80,7 @@ fn our_instances() -> Vec<String> {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
-    let _k = kernel::require_tap_kernel("real_kernel_sense");
-    let dev = kernel::LoopDevice::new(600);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense", 600);
     dev.warm_up();
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");
@@ -116,8 +115,7 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
-    let _k = kernel::require_tap_kernel("real_kernel_sense_cleanup");
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_cleanup", 64);
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     assert_eq!(our_instances().len(), 1);
@@ -178,8 +176,7 @@ fn inode_of(path: &std::path::Path) -> u64 {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
-    let _k = kernel::require_tap_kernel("real_kernel_sense_pause");
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_pause", 64);
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");
     let params = TapParams::new(64);
@@ -265,8 +262,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
-    let _k = kernel::require_tap_kernel("real_kernel_sense_text");
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_text", 64);
     dev.set_nomerges(2);
     let mut fs = RealFs::new("/sys", "/proc");
     let mut seen = Vec::new();

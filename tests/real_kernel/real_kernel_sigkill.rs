@@ -19,8 +19,7 @@ const KILLS: u64 = 50;
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn fifty_sigkills_lose_no_original() {
-    let _k = kernel::require_kernel("fifty_sigkills_lose_no_original");
-    let dev = LoopDevice::new(600);
+    let (_k, dev) = kernel::require_loop("fifty_sigkills_lose_no_original", 600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);
     dev.set_queue_attr("iosched/front_merges", "1");

@@ -200,8 +200,7 @@ fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Se
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_taps_mergeable_share_at_l3_is_the_kernels_merge_share_at_l0() {
-    let _k = kernel::require_tap_kernel("real_kernel_tap_agreement");
-    let dev = kernel::LoopDevice::new(600);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_tap_agreement", 600);
     dev.warm_up();
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_available(dev.name())

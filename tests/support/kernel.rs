@@ -108,6 +108,20 @@ pub fn require_tap_kernel(test: &str) -> KernelSession {
     session
 }
 
+/// [`require_kernel`], then a fresh loop device of `size_mib` MiB: the opening of most
+/// real-kernel tests. Bound as `let (_k, dev) = ...`, the device is detached before the
+/// session is released.
+pub fn require_loop(test: &str, size_mib: u64) -> (KernelSession, LoopDevice) {
+    let session = require_kernel(test);
+    (session, LoopDevice::new(size_mib))
+}
+
+/// [`require_loop`] for a test that opens the bio tap ([`require_tap_kernel`]).
+pub fn require_tap_loop(test: &str, size_mib: u64) -> (KernelSession, LoopDevice) {
+    let session = require_tap_kernel(test);
+    (session, LoopDevice::new(size_mib))
+}
+
 fn take_file_lock() -> Option<fs::File> {
     let _ = fs::create_dir_all("/run/lock");
     let file = fs::OpenOptions::new()
