@@ -170,15 +170,20 @@ fn kill_fio_on(dev: &kernel::LoopDevice) {
     std::thread::sleep(std::time::Duration::from_millis(500));
 }
 
+/// mq-deadline with an operator's values that are not the kernel's defaults: nomerges 1,
+/// front_merges 0.
+fn operators_values(dev: &kernel::LoopDevice) {
+    dev.set_scheduler("mq-deadline");
+    dev.set_queue_attr("nomerges", "1");
+    dev.set_queue_attr("iosched/front_merges", "0");
+}
+
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_back() {
     let (_k, dev) = kernel::require_loop("calibrate_device", 512);
-    dev.set_scheduler("mq-deadline");
-    // Operator's values that are not the kernel's defaults: calibrate measures at L0 and
-    // must put these back.
-    dev.set_queue_attr("nomerges", "1");
-    dev.set_queue_attr("iosched/front_merges", "0");
+    // Calibrate measures at L0 and must put the operator's values back.
+    operators_values(&dev);
     let written = sectors_written(&dev);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("device.toml");
@@ -228,9 +233,7 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkill_mid_calibration_puts_the_devices_tunables_back() {
     let (_k, dev) = kernel::require_loop("calibrate_sigkill", 512);
-    dev.set_scheduler("mq-deadline");
-    dev.set_queue_attr("nomerges", "1");
-    dev.set_queue_attr("iosched/front_merges", "0");
+    operators_values(&dev);
     let dir = tempfile::tempdir().unwrap();
     let (state, never) = (dir.path().join("state"), dir.path().join("never.toml"));
     let mut child = spawn_calibrate(&[

@@ -42,6 +42,15 @@ fn instance_of(pid: u32) -> std::path::PathBuf {
         .join(format!("mergetune-{pid}"))
 }
 
+/// Waits (at most 5 s) until the capture process `pid` has made its tracefs instance.
+fn wait_for_instance_of(pid: u32) {
+    let t = Instant::now();
+    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+}
+
 fn global_state() -> (String, String) {
     let read = |p: &str| {
         std::fs::read_to_string(Path::new(TRACEFS).join(p))
@@ -71,11 +80,7 @@ fn capture_records_the_device_and_cleans_up() {
     let child = spawn_capture(dev.name(), "3", &out);
     let pid = child.id();
     // Wait for the instance to exist, then run the merge-friendly job.
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     std::thread::sleep(Duration::from_millis(300));
     kernel::run_fio(&kernel::job_batched_seq(&dev, "write", "8M"));
     dev.wait_idle();
@@ -124,11 +129,7 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
     let before_global = global_state();
     let child = spawn_capture(dev.name(), "60", &out);
     let pid = child.id();
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     kernel::run_fio(&kernel::job_rand(&dev, "randread", "4M"));
     let target = rustix::process::Pid::from_child(&child);
     rustix::process::kill_process(target, rustix::process::Signal::INT).unwrap();
@@ -164,11 +165,7 @@ fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
     // A capture killed with SIGKILL cannot clean up: its instance stays.
     let mut killed = capture("60");
     let pid = killed.id();
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(instance_of(pid).is_dir(), "SIGKILL cannot have cleaned up");

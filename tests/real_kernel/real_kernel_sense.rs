@@ -65,6 +65,19 @@ fn tapped(
     (acc.sensed(ms), dev.stat().delta(&before), lost)
 }
 
+/// Puts `dev` at L3 (nomerges=2: the kernel merges nothing, the tap is what sees it) and
+/// returns the sysfs to tap it through.
+fn at_l3(dev: &kernel::LoopDevice) -> RealFs {
+    dev.set_nomerges(2);
+    RealFs::new("/sys", "/proc")
+}
+
+/// Dropping `fs` removes the tap instances it opened: none of this process's is left.
+fn assert_dropping_leaves_no_instance(fs: RealFs) {
+    drop(fs);
+    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+}
+
 fn our_instances() -> Vec<String> {
     let prefix = format!("{SENSE_INSTANCE_PREFIX}{}-", std::process::id());
     std::fs::read_dir("/sys/kernel/tracing/instances")
@@ -82,8 +95,7 @@ fn our_instances() -> Vec<String> {
 fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
     let (_k, dev) = kernel::require_tap_loop("real_kernel_sense", 600);
     dev.warm_up();
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = at_l3(&dev);
     fs.tap_available(dev.name())
         .unwrap_or_else(|e| panic!("the tap is not available: {e}"));
 
@@ -108,8 +120,7 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
     assert!(mergeable_percent(&s) <= 2.0, "random: {s:?}");
 
     // Other devices' bios never reach the tap: the filter is on this device's dev_t.
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 }
 
 #[test]
@@ -119,8 +130,7 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     assert_eq!(our_instances().len(), 1);
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 
     // An instance named after a pid that is gone (a SIGKILLed daemon) is removed when a
     // tap next opens; the running test's own are not touched by that sweep.
@@ -177,8 +187,7 @@ fn inode_of(path: &std::path::Path) -> u64 {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
     let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_pause", 64);
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = at_l3(&dev);
     let params = TapParams::new(64);
     fs.tap_open(dev.name(), &params).unwrap();
     let names = our_instances();
@@ -255,16 +264,14 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     assert!(size_kb() > small_kb, "{} KiB, was {small_kb}", size_kb());
     fs.tap_pause(dev.name()).unwrap();
     // A paused tap is still the RealFs's own: dropping it removes the instance.
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 }
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
     let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_text", 64);
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = at_l3(&dev);
     let mut seen = Vec::new();
     for read in [TapRead::Pages, TapRead::Text] {
         fs.tap_open(
