@@ -116,6 +116,26 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
     out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
+/// The level changes in `out` are `expected`, in order.
+fn assert_changes(
+    out: &[(u64, OutcomeKind, Option<Level>, Reason)],
+    expected: &[(OutcomeKind, Level)],
+) {
+    assert_eq!(changes(out), expected, "{out:?}");
+}
+
+/// `ev` is a `kind` to `to` (its reason in the failure message).
+fn assert_move(ev: &Evaluation, kind: OutcomeKind, to: Option<Level>) {
+    assert_eq!((ev.kind, ev.to_level), (kind, to), "{}", ev.reason);
+}
+
+/// `assert!(matches!(value, pattern))`, the value in the failure message.
+macro_rules! assert_matches {
+    ($value:expr, $pattern:pat $(if $guard:expr)?) => {
+        assert!(matches!($value, $pattern $(if $guard)?), "{}", $value)
+    };
+}
+
 #[test]
 fn walks_down_the_ladder_one_step_at_a_time() {
     let (c, mut s) = start();
@@ -140,10 +160,10 @@ fn walks_down_the_ladder_one_step_at_a_time() {
     let d = out.iter().find(|o| o.2 == Some(Level::L3)).unwrap();
     // The reason keeps its numbers (10 low windows: those of the dwell count too), and says
     // them.
-    assert!(
-        matches!(d.3, Reason::StepToL3 { windows: 10, bios_per_sec, level: Level::L2, .. } if bios_per_sec == 5000.0),
-        "{}",
-        d.3
+    assert_matches!(
+        d.3,
+        Reason::StepToL3 { windows: 10, bios_per_sec, level: Level::L2, .. }
+            if bios_per_sec == 5000.0
     );
     let said = d.3.to_string();
     assert!(
@@ -159,11 +179,7 @@ fn walks_down_the_ladder_one_step_at_a_time() {
 fn nothing_merged_at_l0_goes_straight_to_l3_where_a_tap_watches() {
     let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     // The first window already counts toward L3, and says so.
     assert!(
         matches!(
@@ -227,11 +243,7 @@ fn one_merged_bio_among_the_low_windows_keeps_the_walk() {
     let mut s = PolicyState::new(0, &c);
     s.move_to_for_test(Level::L1, 100_000);
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L2)]);
 }
 
 /// The step straight to L3 needs L3 to be a level to rest at: without a tap, with L3 not
@@ -279,11 +291,7 @@ fn nothing_merged_waits_under_the_hourly_cap() {
         "{out:?}"
     );
     let out = run(&mut s, FULL, &c, 99_000 + HOUR_MS, &[win(5000, 0)]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
 }
 
 #[test]
@@ -367,20 +375,13 @@ fn visible_merges_step_up_at_once_and_the_band_holds() {
     assert_eq!(s.level(), Level::L2);
     // Plug merges visible at nomerges=1 over the high threshold: straight back to L0.
     let ev = decide(&s, Some(&win(10_000, 6000)), FULL, &c, 135_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::StillMerging {
-                level: Level::L2,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::StillMerging {
+            level: Level::L2,
+            ..
+        }
     );
 }
 
@@ -398,10 +399,7 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
         let ev = decide(&s, None, caps, &c, due - 1);
         assert_eq!(ev.kind, OutcomeKind::Hold);
         let ev = decide(&s, None, caps, &c, due);
-        assert_eq!(
-            (ev.kind, ev.to_level),
-            (OutcomeKind::ProbeStart, Some(Level::L0))
-        );
+        assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
         s = ev.state;
         let out = run(&mut s, caps, &c, due, &[win(5000, 0), win(5000, 0)]);
         assert_eq!(
@@ -471,17 +469,13 @@ fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_t
     s = ev.state;
     // 1 merged of 100, then 100 of 10,000: 1.0% over the probe, the low threshold.
     let ev = decide(&s, Some(&win(c.min_window_bios, 1)), BARE, &c, due + 1000);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::ProbeWindow {
-                window: 1,
-                of: 2,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::ProbeWindow {
+            window: 1,
+            of: 2,
+            ..
+        }
     );
     s = ev.state;
     let ev = decide(&s, Some(&win(10_000, 100)), BARE, &c, due + 2000);
@@ -498,11 +492,7 @@ fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_t
 fn in_a_trial(c: &PolicyConfig) -> PolicyState {
     let mut s = PolicyState::new(0, c);
     let out = run(&mut s, FULL, c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::TrialStart, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::TrialStart, Level::L2)]);
     s
 }
 
@@ -666,11 +656,7 @@ fn a_change_probe_that_finds_nothing_keeps_the_timer_unless_it_is_due() {
         run(&mut s, BARE, &c, t0 - 3000, &[busy; 2]);
         let (ev, t) = until_a_probe(&s, &c, rise, t0);
         assert_eq!(t, t0 + 4000);
-        assert!(
-            matches!(ev.reason, Reason::ProbeOnChange { .. }),
-            "{}",
-            ev.reason
-        );
+        assert_matches!(ev.reason, Reason::ProbeOnChange { .. });
         s = ev.state;
         let out = run(&mut s, BARE, &c, t, &[rise; 2]);
         let ended_ms = t + 2000;
@@ -1045,11 +1031,7 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     // Batched sequential: 94% merged at L0 and at L2 alike.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::TrialStart, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::TrialStart, Level::L2)]);
     let ev = decide(&s, Some(&win(10_000, 9_390)), caps, &c, 105_000);
     assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
     s = ev.state;
@@ -1063,20 +1045,13 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     run(&mut s, caps, &c, 100_000, &[win(10_000, 9_000); 2]);
     assert_eq!(s.mode(), Mode::Trial);
     let ev = decide(&s, Some(&win(10_000, 1_000)), caps, &c, 104_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::TrialFailed, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::TrialLostMerges {
-                back: Level::L0,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::TrialFailed, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::TrialLostMerges {
+            back: Level::L0,
+            ..
+        }
     );
     s = ev.state;
     assert_eq!(
@@ -1120,15 +1095,8 @@ fn a_workload_change_at_l3_probes_at_once() {
         sensed: None,
     };
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
-    assert!(
-        matches!(ev.reason, Reason::ProbeOnChange { .. }),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
+    assert_matches!(ev.reason, Reason::ProbeOnChange { .. });
     // The probe finds nothing (it was random after all): back to L3 without doubling the
     // timed backoff, and the new workload is the new baseline.
     let mut s = ev.state;
@@ -1361,19 +1329,11 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     });
     let ev = decide(&s, Some(&random), BARE, &c, t + 100);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::ChangeAnsweredByTap(_)),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     // The slower rate is the baseline now: the next window is no change.
     let s = ev.state;
     let again = decide(&s, Some(&dip), BARE, &c, t + 200);
-    assert!(
-        matches!(again.reason, Reason::AtL3 { .. }),
-        "{}",
-        again.reason
-    );
+    assert_matches!(again.reason, Reason::AtL3 { .. });
 }
 
 /// The baseline climbs with the rate seen at L3, a window at a time (each under 1.5x the
@@ -1471,11 +1431,7 @@ fn at_l3_a_fall_right_after_a_confirmed_one_waits_its_own_second() {
     // B is the baseline now: its next window is no change at all.
     let t = t + RATE_CHANGE_CONFIRM_MS + 100;
     let again = decide(&s, Some(&b), BARE, &c, t);
-    assert!(
-        matches!(again.reason, Reason::AtL3 { .. }),
-        "{}",
-        again.reason
-    );
+    assert_matches!(again.reason, Reason::AtL3 { .. });
     // At once a third rate, 1/1.67 of B's: a fall of its own, not yet confirmed.
     let ev = decide(&s, Some(&third), BARE, &c, t);
     assert!(
@@ -1548,11 +1504,7 @@ fn at_l3_a_change_of_shape_probes_at_once_and_a_rise_in_rate_under_3x_asks_the_t
     );
     let ev = decide(&s, Some(&sampled(rise, 1)), BARE, &c, t + 5000);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::ChangeAnsweredByTap(_)),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     // A change of shape, and a rise of 3x or more, probe with their first window.
     for w in [bigger, with_reads, writes_at(300_000, 50)] {
         assert!(probes(&settled, &w, t + 50), "{w:?}");
@@ -1590,11 +1542,7 @@ fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
     // A probe that finds nothing goes back with the probe's L0 rate: no baseline either.
     let mut s = ev.state;
     let out = watch(&mut s, &c, t, &[writes_at(34_695, 200); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::ProbeFailed, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::ProbeFailed, Level::L3)]);
     let out = watch(&mut s, &c, t + 400, &[writes_at(66_380, 100); 35]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
 }
@@ -1622,11 +1570,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     // two low windows and straight to L3.
     s.move_to_for_test(Level::L0, 200_000);
     let out = run(&mut s, caps, &c, 200_000, &[rnd; 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     assert!(
         matches!(out[1].3, Reason::KnownHostileToL3(_)),
         "{}",
@@ -1653,11 +1597,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     let mut s2 = s.clone();
     s2.move_to_for_test(Level::L0, 300_000);
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L1)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L1)]);
 }
 
 #[test]
@@ -1675,11 +1615,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
     s = ev.state;
     let out = run(&mut s, caps, &c, t, &[fast; 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::ProbeFailed, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::ProbeFailed, Level::L3)]);
     let t = t + 2000;
     assert_eq!(
         s.history.known_hostile.len(),
@@ -1709,10 +1645,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
         sensed: None,
     };
     let (ev, _) = until_a_probe(&s, &c, scan, t + 24_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
 }
 
 /// A change at L3 that needs no probe of its own (to a known merge-hostile workload, or a
@@ -1735,16 +1668,12 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
     let mut lasting = s.clone();
     run(&mut lasting, BARE, &c, due - 5000, &[slow; 2]);
     let ev = decide(&lasting, Some(&slow), BARE, &c, due - 2000);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::KnownHostileChange {
-                next_probe_in_ms: 2000,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::KnownHostileChange {
+            next_probe_in_ms: 2000,
+            ..
+        }
     );
     let ev = decide(&s, Some(&slow), BARE, &c, due);
     assert_eq!(
@@ -1774,11 +1703,7 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
         ev.reason
     );
     let ev = decide(&s, Some(&dip), BARE, &c, due);
-    assert!(
-        matches!(ev.reason, Reason::TimedProbe { .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::TimedProbe { .. });
 }
 
 /// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
@@ -1903,16 +1828,13 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
         .unwrap()
         .3;
     // The levels weighed are L1 and L2, not the blind L3.
-    assert!(
-        matches!(
-            r,
-            Reason::NotWorth {
-                at: Level::L0,
-                below: [false, true, true, false],
-                ..
-            }
-        ),
-        "{r}"
+    assert_matches!(
+        r,
+        Reason::NotWorth {
+            at: Level::L0,
+            below: [false, true, true, false],
+            ..
+        }
     );
 }
 
@@ -1954,21 +1876,14 @@ fn a_level_no_longer_worth_it_is_left_for_l0() {
         &c,
         109_000,
     );
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::LeaveNotWorth {
-                from: Level::L2,
-                to: Level::L0,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::LeaveNotWorth {
+            from: Level::L2,
+            to: Level::L0,
+            ..
+        }
     );
 }
 
@@ -1979,16 +1894,13 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
     assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec());
     assert_eq!((s.level(), s.mode()), (Level::L2, Mode::Merging));
     let last = &out.last().unwrap().3;
-    assert!(
-        matches!(
-            last,
-            Reason::DeepestAllowed {
-                level: Level::L2,
-                l3_blind: true,
-                ..
-            }
-        ),
-        "{last}"
+    assert_matches!(
+        last,
+        Reason::DeepestAllowed {
+            level: Level::L2,
+            l3_blind: true,
+            ..
+        }
     );
     // none/kyber have no L2: they stay at L0.
     let mut s = PolicyState::new(0, &c);
@@ -1999,10 +1911,7 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
     run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let ev = decide(&s, None, Caps::FULL, &c, 141_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L2))
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L2));
     assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L2 });
 }
 
@@ -2014,10 +1923,7 @@ fn at_l3_a_device_without_l2_that_loses_its_tap_goes_back_to_l0() {
     run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let ev = decide(&s, None, Caps::BARE, &c, 141_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
     assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L0 });
 }
 
@@ -2085,16 +1991,13 @@ fn at_l3_sensed_mergeable_samples_in_a_row_step_up_and_a_lone_burst_does_not() {
     );
     // Two in a row: back to L0.
     let ev = decide(&s, Some(&sensed(1000, 111)), FULL, &c, 141_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Hold, None));
+    assert_move(&ev, OutcomeKind::Hold, None);
     let ev = decide(&ev.state, Some(&sensed(1000, 150)), FULL, &c, 142_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(ev.reason, Reason::SensedMergeable { share, sampled: 1000, .. } if share == 0.15),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::SensedMergeable { share, sampled: 1000, .. }
+            if share == 0.15
     );
     // One decisive sample (94%) alone: back to L0.
     let decisive = decide(&s, Some(&sensed(1000, 940)), FULL, &c, 141_000);
@@ -2143,21 +2046,14 @@ fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
     // The timed probe with a sample showing 0.5% mergeable: no excursion to L0.
     let ev = decide(&s, Some(&sensed(1000, 5)), FULL, &c, due);
     assert_eq!(ev.kind, OutcomeKind::Hold, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. });
     assert_eq!(
         ev.state.next_probe_at_ms(),
         Some(due + s.history.backoff_ms)
     );
     // Without a sample the probe goes to L0 as ever.
     let ev = decide(&s, Some(&sensed(0, 0)), FULL, &c, due);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
 }
 
 /// At L3 the hold counts down to the timed probe, and only a sample under the low
@@ -2176,18 +2072,9 @@ fn at_l3_the_hold_counts_down_and_a_sample_at_the_low_threshold_does_not_answer_
     );
     // 10 of 1000 is 1.0%, the low threshold itself.
     let ev = decide(&s, Some(&sensed(1000, 10)), FULL, &c, due);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0)),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
     let ev = decide(&s, Some(&sensed(1000, 9)), FULL, &c, due);
-    assert!(
-        matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. });
 }
 
 /// The same workload as [`sensed`], at L0: `merged` of its 5000 bios merged.
@@ -2208,11 +2095,7 @@ fn writes_merged(merged: u64) -> Window {
 /// later (`TAP_CONFIRM_SAMPLES`): back to L0. Returns the time of the call that brought merging back.
 fn tap_calls(s: &mut PolicyState, caps: Caps, c: &PolicyConfig, t: u64) -> u64 {
     let out = run(s, caps, c, t - 1000, &[sensed(400, 60); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Enable, Level::L0)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Enable, Level::L0)]);
     t + 1000
 }
 
@@ -2302,11 +2185,7 @@ fn a_tap_call_borne_out_resets_the_holdoff_and_one_not_borne_out_walks_no_rung()
     // out (30% merged at L0): the hold-off is back to its first length, and nothing is
     // held.
     let out = run(&mut s, FULL, &c, t + 30_000, &[writes_merged(25); 31]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     assert!(
         matches!(out.last().unwrap().3, Reason::KnownHostileToL3(_)),
         "{}",
@@ -2337,11 +2216,7 @@ fn a_window_of_exactly_min_window_bios_is_busy_and_one_fewer_is_idle() {
         "{out:?}"
     );
     let out = run(&mut s, FULL, &c, 105_000, &[win(100, 0); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
 }
 
 /// At the deepest level allowed, the hold says whether L3 is out of reach because it would
@@ -2446,7 +2321,7 @@ fn a_step_after_not_worth_it_says_what_changed() {
             .iter()
             .find(|o| o.2 == Some(Level::L3))
             .expect("no step");
-        assert!(matches!(step.3, Reason::WorthChanged(_)), "{}", step.3);
+        assert_matches!(step.3, Reason::WorthChanged(_));
         assert!(step.3.contains("before; now L3 "), "{}", step.3);
     }
 }
@@ -2461,16 +2336,13 @@ fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
     let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 10]);
     assert_eq!(s.level(), Level::L2, "{out:?}");
     let last = &out.last().unwrap().3;
-    assert!(
-        matches!(
-            last,
-            Reason::CapReached {
-                windows: Some(3),
-                level: Level::L2,
-                ..
-            }
-        ),
-        "{last}"
+    assert_matches!(
+        last,
+        Reason::CapReached {
+            windows: Some(3),
+            level: Level::L2,
+            ..
+        }
     );
     assert!(last.to_string().contains("for 3 windows"), "{last}");
 }
@@ -2578,11 +2450,7 @@ fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
     );
     let out = run(&mut s, FULL, &c, HOUR_MS - 1000, &[few(5000)]);
     assert_eq!(out[0].0, HOUR_MS);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L1)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L1)]);
     assert_eq!(s.history.changes_ms, vec![30_000, HOUR_MS]);
     let out = run(&mut s, FULL, &c, HOUR_MS, &[few(5000); 3]);
     assert!(changes(&out).is_empty(), "{out:?}");
@@ -2690,12 +2558,7 @@ fn the_live_bar_is_a_band_down_over_the_floor_back_only_under_it() {
     }
     now += 100;
     let ev = step(&mut s, &fast, under, now);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0)),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
     assert!(
         ev.reason
             .to_string()
@@ -2716,16 +2579,12 @@ fn a_reload_that_no_longer_allows_l3_says_the_config_did_it() {
     c.disabled_nomerges = 1;
     let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, 200_000);
     assert_eq!(ev.to_level, Some(Level::L2), "{}", ev.reason);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::L3NoLongerAllowed {
-                disabled_nomerges: 1,
-                to: Level::L2
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::L3NoLongerAllowed {
+            disabled_nomerges: 1,
+            to: Level::L2
+        }
     );
     assert!(
         ev.reason
