@@ -116,6 +116,18 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
     out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
+/// From a device's first sight, `windows` busy windows with nothing merged take it to L3,
+/// and the timed probe starts on the next one: the state in the probe, and when it started.
+fn in_a_probe_from_l3(caps: Caps, c: &PolicyConfig, windows: usize) -> (PolicyState, u64) {
+    let mut s = PolicyState::new(0, c);
+    run(&mut s, caps, c, 100_000, &vec![win(5000, 0); windows]);
+    assert_eq!(s.level(), Level::L3);
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&win(5000, 0)), caps, c, due);
+    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+    (ev.state, due)
+}
+
 /// The level changes in `out` are `expected`, in order.
 fn assert_changes(
     out: &[(u64, OutcomeKind, Option<Level>, Reason)],
@@ -460,13 +472,8 @@ fn a_probe_that_sees_only_idle_windows_ends_at_l0_as_inconclusive_not_succeeded(
 /// is exactly the low threshold found merging (L0 stays): only a ratio under it goes back.
 #[test]
 fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_threshold() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(s.level(), Level::L3);
-    let due = s.next_probe_at_ms().unwrap();
-    let ev = decide(&s, Some(&win(5000, 0)), BARE, &c, due);
-    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-    s = ev.state;
+    let c = cfg();
+    let (mut s, due) = in_a_probe_from_l3(BARE, &c, 40);
     // 1 merged of 100, then 100 of 10,000: 1.0% over the probe, the low threshold.
     let ev = decide(&s, Some(&win(c.min_window_bios, 1)), BARE, &c, due + 1000);
     assert_matches!(
@@ -567,15 +574,7 @@ fn a_trial_that_sees_only_idle_windows_ends_where_it_started() {
 #[test]
 fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
     let c = cfg();
-    let at_l3 = || {
-        let mut s = PolicyState::new(0, &c);
-        run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
-        assert_eq!(s.level(), Level::L3);
-        let due = s.next_probe_at_ms().unwrap();
-        let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-        assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-        (ev.state, due)
-    };
+    let at_l3 = || in_a_probe_from_l3(FULL, &c, 40);
     let (mut s, due) = at_l3();
     let out = run(&mut s, FULL, &c, due, &[win(10_000, 9_400); 2]);
     assert_eq!(
@@ -615,11 +614,8 @@ fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
 /// during it) stays at L0: the ladder walks down from there.
 #[test]
 fn a_probe_that_finds_nothing_stays_at_l0_where_l3_went_blind() {
-    let (c, mut s) = start();
-    run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
-    let due = s.next_probe_at_ms().unwrap();
-    let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-    s = ev.state;
+    let c = cfg();
+    let (mut s, due) = in_a_probe_from_l3(FULL, &c, 40);
     let out = run(&mut s, Caps::FULL, &c, due, &[win(5000, 0); 2]);
     assert_eq!(
         (out[1].1, out[1].2, s.level(), s.mode()),
@@ -1070,30 +1066,14 @@ fn a_workload_change_at_l3_probes_at_once() {
     let caps = BARE;
     let mut s = PolicyState::new(0, &c);
     // Random reads at 5000 bios/s take the device to L3.
-    let rnd = Window {
-        counters: Counters {
-            reads_completed: 5000,
-            sectors_read: 40_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let rnd = reads_at(5000);
     run(&mut s, caps, &c, 100_000, &[rnd; 3]);
     assert_eq!(s.level(), Level::L3);
     // The same workload: nothing until the timer.
     let out = run(&mut s, caps, &c, 103_000, &[rnd; 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
     // A backup starts: 15,000 sequential write bios/s, unmerged at L3.
-    let backup = Window {
-        counters: Counters {
-            writes_completed: 15_000,
-            sectors_written: 120_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let backup = writes_at(15_000, 1000);
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
     assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
     assert_matches!(ev.reason, Reason::ProbeOnChange { .. });
@@ -1172,9 +1152,15 @@ fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change(
 
 /// A 1 s window of random 4 KiB reads at `bios_per_sec`.
 fn reads_at(bios_per_sec: u64) -> Window {
+    reads_merging_at(bios_per_sec, 0)
+}
+
+/// A second of 4 KiB reads, `bios_per_sec` bios of which `merged` merged.
+fn reads_merging_at(bios_per_sec: u64, merged: u64) -> Window {
     Window {
         counters: Counters {
-            reads_completed: bios_per_sec,
+            reads_completed: bios_per_sec - merged,
+            reads_merged: merged,
             sectors_read: bios_per_sec * 8,
             ..Default::default()
         },
@@ -1551,16 +1537,7 @@ fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
 fn a_known_hostile_workload_goes_straight_to_l3() {
     let c = cfg();
     let caps = FULL;
-    let rnd = Window {
-        counters: Counters {
-            reads_completed: 4990,
-            reads_merged: 10,
-            sectors_read: 40_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let rnd = reads_merging_at(5000, 10);
     // First time: the whole ladder, and the workload is remembered at L3.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[rnd; 20]);
@@ -1584,16 +1561,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
         "{out:?}"
     );
     // Another workload (twice the rate) walks the ladder again.
-    let other = Window {
-        counters: Counters {
-            reads_completed: 9980,
-            reads_merged: 20,
-            sectors_read: 80_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let other = reads_merging_at(10_000, 20);
     let mut s2 = s.clone();
     s2.move_to_for_test(Level::L0, 300_000);
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
@@ -2300,13 +2268,7 @@ fn a_step_after_not_worth_it_says_what_changed() {
         (measured, "L3 is not worth it here"),
         (unknown, "the saving at L3 is unknown"),
     ] {
-        let mut s = PolicyState::new(0, &c);
-        run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 2]);
-        assert_eq!(s.level(), Level::L3);
-        let due = s.next_probe_at_ms().unwrap();
-        let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-        assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-        s = ev.state;
+        let (mut s, due) = in_a_probe_from_l3(FULL, &c, 2);
         let out = run(&mut s, before, &c, due, &[win(5000, 0); 2]);
         let failed = &out[1];
         assert_eq!(
