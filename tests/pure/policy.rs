@@ -1119,30 +1119,22 @@ fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change(
         f(&mut s);
         s.changed_from(&base)
     };
-    assert_eq!(with(|s| s.read_share = 0.69), None);
-    assert!(matches!(
-        with(|s| s.read_share = 0.75),
-        Some(SignatureChange::ReadShare { .. })
-    ));
-    assert_eq!(with(|s| s.sectors_per_bio = 15.9), None);
-    assert!(matches!(
-        with(|s| s.sectors_per_bio = 16.0),
-        Some(SignatureChange::BioSize { .. })
-    ));
-    assert!(matches!(
-        with(|s| s.sectors_per_bio = 4.0),
-        Some(SignatureChange::BioSize { .. })
-    ));
-    assert_eq!(with(|s| s.bios_per_sec = 7499.0), None);
-    assert!(matches!(
-        with(|s| s.bios_per_sec = 7500.0),
-        Some(SignatureChange::Rate { .. })
-    ));
+    // What changed, by kind ("none" when nothing did).
+    let kind = |f: fn(&mut Signature)| match with(f) {
+        None => "none",
+        Some(SignatureChange::Rate { .. }) => "rate",
+        Some(SignatureChange::ReadShare { .. }) => "read share",
+        Some(SignatureChange::BioSize { .. }) => "bio size",
+    };
+    assert_eq!(kind(|s| s.read_share = 0.69), "none");
+    assert_eq!(kind(|s| s.read_share = 0.75), "read share");
+    assert_eq!(kind(|s| s.sectors_per_bio = 15.9), "none");
+    assert_eq!(kind(|s| s.sectors_per_bio = 16.0), "bio size");
+    assert_eq!(kind(|s| s.sectors_per_bio = 4.0), "bio size");
+    assert_eq!(kind(|s| s.bios_per_sec = 7499.0), "none");
+    assert_eq!(kind(|s| s.bios_per_sec = 7500.0), "rate");
     // A rate that went to nothing is a change (infinitely), and nothing against nothing is not.
-    assert!(matches!(
-        with(|s| s.bios_per_sec = 0.0),
-        Some(SignatureChange::Rate { .. })
-    ));
+    assert_eq!(kind(|s| s.bios_per_sec = 0.0), "rate");
     let idle = Signature {
         bios_per_sec: 0.0,
         ..base
@@ -1200,6 +1192,21 @@ fn watch(
     out
 }
 
+/// The test config, and a device without a tap that random writes at `bios_per_sec` took
+/// to L3 within `windows` 1 s windows from t = 100 s.
+fn at_l3_writing_at(bios_per_sec: u64, windows: usize) -> (PolicyConfig, PolicyState) {
+    let (c, mut s) = start();
+    run(
+        &mut s,
+        BARE,
+        &c,
+        100_000,
+        &vec![writes_at(bios_per_sec, 1000); windows],
+    );
+    assert_eq!(s.level(), Level::L3);
+    (c, s)
+}
+
 /// A tap's sample of 1000 bios, `mergeable` of them mergeable, taken in `w`.
 fn sampled(mut w: Window, mergeable: u64) -> Window {
     w.sensed = Some(Sensed {
@@ -1247,9 +1254,7 @@ fn settling(w: Window) -> Vec<Window> {
 /// the baseline, with no excursion; a mergeable one brings merging back.
 #[test]
 fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(190_000, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(190_000, 3);
     let (steady, dip) = (writes_at(190_000, 100), writes_at(106_000, 100));
     let n = (RATE_CHANGE_CONFIRM_MS / 100) as usize;
     // The rate at L3 is measured there first.
@@ -1297,23 +1302,9 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     );
     let t = out.last().unwrap().0;
     // A mergeable sample brings merging back; a random one answers the fall at L3.
-    let mut mergeable = dip;
-    mergeable.sensed = Some(Sensed {
-        bios: 1000,
-        mergeable: 900,
-        sampled_ms: 100,
-        ..Default::default()
-    });
-    let ev = decide(&s, Some(&mergeable), BARE, &c, t + 100);
+    let ev = decide(&s, Some(&sampled(dip, 900)), BARE, &c, t + 100);
     assert_eq!(ev.to_level, Some(Level::L0), "{}", ev.reason);
-    let mut random = dip;
-    random.sensed = Some(Sensed {
-        bios: 1000,
-        mergeable: 1,
-        sampled_ms: 100,
-        ..Default::default()
-    });
-    let ev = decide(&s, Some(&random), BARE, &c, t + 100);
+    let ev = decide(&s, Some(&sampled(dip, 1)), BARE, &c, t + 100);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
     assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     // The slower rate is the baseline now: the next window is no change.
@@ -1327,9 +1318,7 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
 /// jump of 1.5x or more in one window still is.
 #[test]
 fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(50_000, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(50_000, 3);
     let mut climb = settling(writes_at(50_000, 100));
     climb.extend([70_000, 100_000, 140_000].map(|r| writes_at(r, 100)));
     let out = watch(&mut s, &c, 103_000, &climb);
@@ -1344,9 +1333,7 @@ fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
 /// 2 s after the step, on 42480 -> 67930 bios/s). After that a rise is judged again.
 #[test]
 fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(42_480, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(42_480, 3);
     let entered = s.history.since_ms;
     // The first windows at L3 (the freeze, then the rate it came with), and 2 s in, 67930,
     // which lasts past the time the baseline is set in.
@@ -1371,9 +1358,7 @@ fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
 /// at L3 than the window that led there (a burst in that window) has not fallen.
 #[test]
 fn at_l3_a_rate_lower_than_the_entry_is_no_fall() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 2]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(100_000, 2);
     let out = watch(&mut s, &c, 103_000, &[writes_at(60_000, 100); 15]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
     assert!(
@@ -1505,9 +1490,7 @@ fn at_l3_a_change_of_shape_probes_at_once_and_a_rise_in_rate_under_3x_asks_the_t
 /// rate of 34695, then 66380.
 #[test]
 fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(43_706, 1000); 2]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(43_706, 2);
     // The first window holds the write's drain; then the device runs at its L3 rate, with
     // a 300 ms dip under contention.
     let mut windows = vec![writes_at(30_000, 100)];
