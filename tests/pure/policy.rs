@@ -59,6 +59,15 @@ const WALK_TO_L3: [(OutcomeKind, Level); 3] = [
     (OutcomeKind::Disable, Level::L3),
 ];
 
+/// The test config with at most two level changes an hour and no dwell: the hourly cap is
+/// what binds.
+fn two_changes_an_hour() -> PolicyConfig {
+    let mut c = cfg();
+    c.max_changes_per_hour = 2;
+    c.min_dwell_secs = 0;
+    c
+}
+
 /// The test config and a device's policy state at its first sight, at t = 0.
 fn start() -> (PolicyConfig, PolicyState) {
     let c = cfg();
@@ -690,9 +699,7 @@ fn caps_follow_the_scheduler_and_modes_are_named_as_serialised() {
 
 #[test]
 fn hourly_cap_stops_steps_down_never_up() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let caps = FULL;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[few(5000); 20]);
@@ -1793,40 +1800,20 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
 fn a_level_no_longer_worth_it_is_left_for_l0() {
     // Reached on the 2008 profile, then the profile changes (a reload): L2 saves nothing.
     let (c, mut s) = start();
-    run(
-        &mut s,
+    let (lkml, measured) = (
         priced(profile::LKML_2008_NAME),
-        &c,
-        100_000,
-        &[few(5000); 4],
+        priced(profile::MEASURED_NAME),
     );
+    run(&mut s, lkml, &c, 100_000, &[few(5000); 4]);
     assert_eq!(s.level(), Level::L2);
     // The first busy window at L2 holds the write's queue freeze: nothing is judged on it.
-    let first = decide(
-        &s,
-        Some(&win(5000, 0)),
-        priced(profile::MEASURED_NAME),
-        &c,
-        105_000,
-    );
+    let first = decide(&s, Some(&win(5000, 0)), measured, &c, 105_000);
     assert_eq!(first.to_level, None, "{}", first.reason);
     // A device that has been at L2 a while leaves it at the next busy window.
     let mut s = first.state;
-    run(
-        &mut s,
-        priced(profile::LKML_2008_NAME),
-        &c,
-        105_000,
-        &[few(5000); 3],
-    );
+    run(&mut s, lkml, &c, 105_000, &[few(5000); 3]);
     assert_eq!(s.level(), Level::L2);
-    let ev = decide(
-        &s,
-        Some(&win(5000, 0)),
-        priced(profile::MEASURED_NAME),
-        &c,
-        109_000,
-    );
+    let ev = decide(&s, Some(&win(5000, 0)), measured, &c, 109_000);
     assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
     assert_matches!(
         ev.reason,
@@ -2274,9 +2261,7 @@ fn a_step_after_not_worth_it_says_what_changed() {
 /// Capped before the step to L3, the hold counts the windows that step waits for.
 #[test]
 fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 10]);
     assert_eq!(s.level(), Level::L2, "{out:?}");
@@ -2383,9 +2368,7 @@ fn a_zero_trial_slack_turns_trials_off() {
 /// taken at 3600 s, and the next one refused again (30 s and 3600 s are in its hour).
 #[test]
 fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let mut s = PolicyState::new(0, &c);
     s.history.changes_ms = vec![0, 30_000];
     let out = run(&mut s, FULL, &c, HOUR_MS - 3000, &[few(5000); 2]);
