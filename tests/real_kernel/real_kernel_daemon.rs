@@ -370,15 +370,6 @@ listen = ""
     path
 }
 
-/// A fresh loop device: mq-deadline, nomerges 0, warmed up.
-fn fresh_device() -> LoopDevice {
-    let dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    dev
-}
-
 /// The daemon on `dev` with the test config, running; its state dir lives in the returned
 /// temp dir. Declare the returned daemon after `dev`: dropped (killed) before the loop
 /// device is detached.
@@ -430,7 +421,7 @@ fn random_writes_to_l3(
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn daemon_on_loop_device() {
     let _session = kernel::require_kernel("daemon_on_loop_device");
-    let dev = fresh_device();
+    let dev = LoopDevice::mq_deadline_at_l0();
     let others_before = kernel::other_devices_nomerges(dev.name());
     // The daemon may also use mq-deadline's front_merges as a cheaper step.
     let front_merges_before = dev.queue_attr("iosched/front_merges");
@@ -524,7 +515,7 @@ fn daemon_on_loop_device() {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_l3_watch_brings_merging_back_when_a_scan_starts() {
     let _session = kernel::require_kernel("the_l3_watch_brings_merging_back_when_a_scan_starts");
-    let dev = fresh_device();
+    let dev = LoopDevice::mq_deadline_at_l0();
     let (_tmp, _state_dir, mut timeline, mut daemon) = start_daemon(&dev, (1800, 3600));
     let (mut fio, _) = random_writes_to_l3(&dev, &mut daemon, &mut timeline, "random writes");
     // A few watch ticks at L3 on the random load alone: nothing changes.
@@ -748,7 +739,7 @@ fn random_then_sequential(dev: &LoopDevice, dry_run: bool) -> (Vec<Logged>, Stri
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dry_run_decides_as_the_live_daemon() {
     let _session = kernel::require_kernel("a_dry_run_decides_as_the_live_daemon");
-    let dev = fresh_device();
+    let dev = LoopDevice::mq_deadline_at_l0();
     let others_before = kernel::other_devices_nomerges(dev.name());
     let front_merges_before = dev.queue_attr("iosched/front_merges");
 

@@ -88,10 +88,7 @@ struct Outcome {
 
 fn run_switch(test: &str) -> Outcome {
     let session = kernel::require_tap_kernel(test);
-    let dev = kernel::LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
+    let dev = kernel::LoopDevice::mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     let config = config_for(&dev, tmp.path());
     let t0 = Instant::now();

@@ -108,7 +108,7 @@ fn fifty_sigkills_lose_no_original() {
 fn restore_never_writes_a_loop_device_reattached_to_another_file() {
     let _k =
         kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file");
-    let mut dev = mq_deadline_at_l0();
+    let mut dev = LoopDevice::mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     // No probe within the test: the kill finds the device at L3.
     let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
@@ -164,7 +164,7 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
     let _k = kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original");
-    let mut dev = mq_deadline_at_l0();
+    let mut dev = LoopDevice::mq_deadline_at_l0();
     for killed in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
@@ -217,15 +217,6 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
             }
         );
     }
-}
-
-/// A loop device on mq-deadline with merging on (L0), warmed up.
-fn mq_deadline_at_l0() -> LoopDevice {
-    let dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    dev
 }
 
 /// `mergetune run` with `args` and `config`, its stderr to `stderr`.

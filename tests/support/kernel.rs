@@ -448,6 +448,16 @@ impl LoopDevice {
             .unwrap_or_else(|_| panic!("{}: diskseq {t:?}", self.name))
     }
 
+    /// A fresh 600 MiB device on mq-deadline with merging on (L0), warmed up: the one the
+    /// daemon tests run their loads on.
+    pub fn mq_deadline_at_l0() -> LoopDevice {
+        let dev = LoopDevice::new(600);
+        dev.set_scheduler("mq-deadline");
+        dev.set_nomerges(0);
+        dev.warm_up();
+        dev
+    }
+
     /// Detaches the device and attaches another fresh file of `size_mib` MiB to the same
     /// loop device (what an operator does to reuse loopN): the same name and number, a new
     /// disk. Panics, touching nothing more, when the device was taken in between.
