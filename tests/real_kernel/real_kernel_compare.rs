@@ -235,15 +235,7 @@ impl Daemon {
     fn start(config: &Path, state_dir: &Path) -> Daemon {
         let log = config.with_file_name("daemon.log");
         let err = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .arg("--state-dir")
-            .arg(state_dir)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
+        let child = kernel::mergetune_run(config, state_dir, &[])
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
@@ -282,10 +274,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        kernel::kill_unless_exited(&mut self.child);
     }
 }
 

@@ -42,23 +42,13 @@ impl DaemonProc {
 
     /// `mergetune run` with the test's config and `extra` arguments.
     fn spawn_with(config: &Path, state_dir: &Path, extra: &[&str]) -> DaemonProc {
-        let bin = env!("CARGO_BIN_EXE_mergetune");
-        let mut child = Command::new(bin)
-            .arg("run")
-            .args(extra)
-            .arg("--config")
-            .arg(config)
+        let mut child = kernel::mergetune_run(config, state_dir, extra)
             .arg("--interval-ms")
             .arg(INTERVAL_MS.to_string())
-            .arg("--state-dir")
-            .arg(state_dir)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start mergetune run: {e}"));
         let log = Arc::new(Mutex::new(Vec::new()));
         let started = Instant::now();
         let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
@@ -145,10 +135,7 @@ impl DaemonProc {
 
 impl Drop for DaemonProc {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        kernel::kill_unless_exited(&mut self.child);
         self.join_reader();
     }
 }

@@ -623,6 +623,31 @@ pub fn open_raw_tap(fs: &mut RealFs, dev: &LoopDevice, buffer_kb: u64) {
     assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
 }
 
+/// `mergetune run` (with `extra` arguments) on `config`, its state in `state_dir`: its
+/// environment plain (no `RUST_LOG`, no colour) and stdin closed. The caller says where
+/// its output goes.
+pub fn mergetune_run(config: &Path, state_dir: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.arg("run")
+        .args(extra)
+        .arg("--config")
+        .arg(config)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Kills `child` unless it has exited already, and reaps it (a test's daemon on drop).
+pub fn kill_unless_exited(child: &mut std::process::Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// The printable command line of a fio job.
 pub fn fio_command_line(args: &[String]) -> String {
     let mut s = String::from("fio");
