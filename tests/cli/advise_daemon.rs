@@ -144,42 +144,30 @@ fn the_daemon_view_follows_the_ladder_rules() {
     let (trace, _) = trace_level(r, &cfg);
     assert_eq!(trace, Level::L3);
     let lkml = builtin("lkml-2008").unwrap();
+    // Priced on the 2008 figures, as the daemon would price a device on `sched`.
+    let lkml_view = |cfg: &PolicyConfig, sched: Scheduler| {
+        daemon_view(
+            r,
+            cfg,
+            trace,
+            &sched.into(),
+            "lkml-2008",
+            &Worth::from_profile(&lkml, Some(sched)),
+            PricingConfig::default().floor(),
+        )
+    };
     // On none only L0 and L3 exist: the 2008 figures make L3 worth it.
-    let v = daemon_view(
-        r,
-        &cfg,
-        trace,
-        &Scheduler::None.into(),
-        "lkml-2008",
-        &Worth::from_profile(&lkml, Some(Scheduler::None)),
-        PricingConfig::default().floor(),
-    );
+    let v = lkml_view(&cfg, Scheduler::None);
     assert_eq!(v.level, Level::L3, "{}", v.why);
     // With disabled_nomerges = 1 the daemon stops at L2, which none does not have: L0.
     let shallow = PolicyConfig {
         disabled_nomerges: 1,
         ..PolicyConfig::default()
     };
-    let v = daemon_view(
-        r,
-        &shallow,
-        trace,
-        &Scheduler::None.into(),
-        "lkml-2008",
-        &Worth::from_profile(&lkml, Some(Scheduler::None)),
-        PricingConfig::default().floor(),
-    );
+    let v = lkml_view(&shallow, Scheduler::None);
     assert_eq!(v.level, Level::L0, "{}", v.why);
     // On mq-deadline it stops at L2 there.
-    let v = daemon_view(
-        r,
-        &shallow,
-        trace,
-        &Scheduler::MqDeadline.into(),
-        "lkml-2008",
-        &Worth::from_profile(&lkml, Some(Scheduler::MqDeadline)),
-        PricingConfig::default().floor(),
-    );
+    let v = lkml_view(&shallow, Scheduler::MqDeadline);
     assert_eq!(v.level, Level::L2, "{}", v.why);
     // Unpriced (no profile), every rung is worth it: the trace's level.
     let v = daemon_view(

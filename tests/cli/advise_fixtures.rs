@@ -2,7 +2,7 @@
 //! (tests/fixtures/*.meta.toml) and the advice fits the workload; and bad input gives a
 //! clear message and a best-effort report, never a panic.
 
-use mergetune_lab::advise::{Analysis, Analyzer, DevNum, analyze_file};
+use mergetune_lab::advise::{Analysis, Analyzer, DevNum, DeviceReport, analyze_file};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,23 @@ fn fixture(name: &str) -> PathBuf {
 
 fn analyze(name: &str) -> Analysis {
     analyze_file(&fixture(name), None, &PolicyConfig::default()).unwrap()
+}
+
+/// One line of tracefs text: `event` of task `(comm, pid)` at `t_us` µs, a 4 KiB bio in
+/// direction `dir` at `sector` of device 8,0.
+fn bio_line(task: (&str, u32), t_us: u64, event: &str, dir: char, sector: u64) -> String {
+    let (comm, pid) = task;
+    format!(
+        " {comm}-{pid} [000] ..... {}.{:06}: {event}: 8,0 {dir} {sector} + 8 [{comm}]\n",
+        t_us / 1_000_000,
+        t_us % 1_000_000
+    )
+}
+
+/// The one device `a` found.
+fn the_device(a: Analysis) -> DeviceReport {
+    assert_eq!(a.devices.len(), 1, "{:?}", a.devices);
+    a.devices.into_iter().next().unwrap()
 }
 
 fn analyze_text(text: &str) -> Analysis {
@@ -45,8 +62,7 @@ fn random_reads_advise_no_merges() {
 
 #[test]
 fn batched_sequential_writes_keep_every_merge() {
-    let a = analyze("trace_seq_batched_write.txt");
-    let d = &a.devices[0];
+    let d = the_device(analyze("trace_seq_batched_write.txt"));
     // meta: writes 16, writes_merged 1008.
     assert_eq!((d.bios, d.back_merges, d.front_merges), (1024, 1008, 0));
     assert_eq!(d.issues, 16);
@@ -60,8 +76,7 @@ fn batched_sequential_writes_keep_every_merge() {
 fn mixed_load_keeps_the_plug_merges_at_nomerges_1() {
     // The batched writer's merges are all plug merges (kept at L2); the random reader's
     // bios all miss: nomerges=1 keeps every merge and skips the reader's lookups.
-    let a = analyze("trace_mixed.txt");
-    let d = &a.devices[0];
+    let d = the_device(analyze("trace_mixed.txt"));
     // meta: reads 1024 (0 merged), writes 16 (1008 merged).
     assert_eq!((d.bios, d.back_merges, d.front_merges), (2048, 1008, 0));
     assert_eq!(d.issues, 1040);
@@ -74,8 +89,7 @@ fn mixed_load_keeps_the_plug_merges_at_nomerges_1() {
 
 #[test]
 fn what_if_shows_the_cpu_saving_and_the_cost() {
-    let a = analyze("trace_mixed.txt");
-    let d = &a.devices[0];
+    let d = the_device(analyze("trace_mixed.txt"));
     let (bios, truncated) = mergetune_lab::advise::read_bios(
         &fixture("trace_mixed.txt"),
         DevNum { major: 7, minor: 0 },
@@ -84,7 +98,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
     )
     .unwrap();
     assert_eq!((bios.len(), truncated), (2048, false));
-    let w = mergetune_lab::advise::what_if("7,0", bios, false, d, "measured-6.18").unwrap();
+    let w = mergetune_lab::advise::what_if("7,0", bios, false, &d, "measured-6.18").unwrap();
     let row = |l: &str| w.rows.iter().find(|r| r.label == l).unwrap();
     // Priced in the profile measured on this kernel (the simulator's default), L2's
     // lookups save nothing measurable, so L2 is no cheaper than L0 (it loses a few
@@ -211,8 +225,7 @@ fn out_of_order_timestamps_are_counted_not_fatal() {
  fio-1 [001] ..... 10.500000: block_bio_queue: 7,0 R 800 + 8 [fio]\n\
  fio-1 [000] ..... 10.000200: block_bio_queue: 7,0 R 8 + 8 [fio]\n\
  fio-1 [000] ..... 9.000000: block_rq_complete: 7,0 R () 0 + 8 be,0,4 [0]\n";
-    let a = analyze_text(text);
-    let d = &a.devices[0];
+    let d = the_device(analyze_text(text));
     assert_eq!(d.bios, 3);
     assert_eq!(d.out_of_order_events, 2);
     assert!(d.span_s > 0.49 && d.span_s < 0.51);
@@ -227,30 +240,17 @@ fn the_merge_path_decides_between_l2_and_l0() {
     for i in 0..2000u64 {
         // An ascending stream of task 2 that back-merges with a request queued 3 bios ago.
         let sec = 1_000_000 + i * 8;
-        s += &format!(
-            " a-2 [000] ..... {}.{:06}: block_bio_queue: 8,0 W {sec} + 8 [a]\n",
-            t / 1_000_000,
-            t % 1_000_000
-        );
+        s += &bio_line(("a", 2), t, "block_bio_queue", 'W', sec);
         if i % 4 != 0 {
-            s += &format!(
-                " a-2 [000] ..... {}.{:06}: block_bio_backmerge: 8,0 W {sec} + 8 [a]\n",
-                t / 1_000_000,
-                t % 1_000_000
-            );
+            s += &bio_line(("a", 2), t, "block_bio_backmerge", 'W', sec);
         }
         t += 300;
         // A random reader in between (task 3): no merges.
         let r = (i * 7919 % 100_000) * 64 + 50_000_000;
-        s += &format!(
-            " b-3 [000] ..... {}.{:06}: block_bio_queue: 8,0 R {r} + 8 [b]\n",
-            t / 1_000_000,
-            t % 1_000_000
-        );
+        s += &bio_line(("b", 3), t, "block_bio_queue", 'R', r);
         t += 300;
     }
-    let a = analyze_text(&s);
-    let d = &a.devices[0];
+    let d = the_device(analyze_text(&s));
     assert_eq!(d.front_merges, 0);
     assert_eq!(d.back_merges, 1500);
     // Each back-merged bio abuts its task's previous bio: simple (plug or one-hit).
@@ -262,20 +262,11 @@ fn the_merge_path_decides_between_l2_and_l0() {
     let mut t = 1_000_000u64;
     for i in 0..2000u64 {
         let sec = 90_000_000 - i * 16;
-        s += &format!(
-            " a-2 [000] ..... {}.{:06}: block_bio_queue: 8,0 W {sec} + 8 [a]\n",
-            t / 1_000_000,
-            t % 1_000_000
-        );
-        s += &format!(
-            " a-2 [000] ..... {}.{:06}: block_bio_frontmerge: 8,0 W {sec} + 8 [a]\n",
-            t / 1_000_000,
-            t % 1_000_000
-        );
+        s += &bio_line(("a", 2), t, "block_bio_queue", 'W', sec);
+        s += &bio_line(("a", 2), t, "block_bio_frontmerge", 'W', sec);
         t += 300;
     }
-    let a = analyze_text(&s);
-    let d = &a.devices[0];
+    let d = the_device(analyze_text(&s));
     assert_eq!(d.front_merges, 2000);
     assert_eq!(d.simple_merges, 0);
     assert_eq!(

@@ -25,7 +25,7 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-use crate::command::free_port;
+use crate::command::{free_port, succeeded};
 use crate::fakesys::Ticker;
 
 /// A tree with one managed disk, `sda` (mq-deadline, front merges on, so L0), and a loop
@@ -450,12 +450,11 @@ fn man_pages_and_completions_come_from_the_command_line_definition() {
         !d.path().join("man/mergetune-generate.8").exists(),
         "the hidden generate command has no page"
     );
-    let o = bin()
-        .args(["generate", "completions"])
-        .arg(d.path().join("comp"))
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    succeeded(
+        bin()
+            .args(["generate", "completions"])
+            .arg(d.path().join("comp")),
+    );
     for f in ["mergetune.bash", "_mergetune", "mergetune.fish"] {
         let s = std::fs::read_to_string(d.path().join("comp").join(f)).unwrap();
         assert!(s.contains("check-config") && s.contains("--dry-run"), "{f}");

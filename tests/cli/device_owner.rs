@@ -6,7 +6,7 @@
 
 use crate::command::text;
 use crate::fakesys::{FakeSys, wait_until};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 /// A config like `fs.config`'s, at `name`, with its own state directory.
@@ -51,6 +51,33 @@ fn daemon_at_l1(fs: &FakeSys) -> (std::path::PathBuf, crate::fakesys::Daemon) {
     (dir, d)
 }
 
+/// A fake host with [`daemon_at_l1`] running on it, as root; `None` when not root (a live run
+/// needs root: it says so and exits; the daemon tests run as root in CI).
+fn root_and_a_daemon_at_l1() -> Option<(FakeSys, std::path::PathBuf, crate::fakesys::Daemon)> {
+    if !euid_is_root() {
+        return None;
+    }
+    let fs = FakeSys::new();
+    let (dir, d) = daemon_at_l1(&fs);
+    Some((fs, dir, d))
+}
+
+/// `calibrate --device sda --state-dir state_dir` on `fs`, which must refuse (exit 1): what
+/// it said.
+fn calibrate_refused(fs: &FakeSys, state_dir: &std::path::Path) -> String {
+    let o = calibrate(
+        fs,
+        &[
+            "--device".as_ref(),
+            "sda".as_ref(),
+            "--state-dir".as_ref(),
+            state_dir.as_os_str(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    text(&o)
+}
+
 /// Issue: a second daemon's start followed the pointer to a live daemon's state directory
 /// and restored its records (2 -> 0) while it ran.
 #[test]
@@ -86,9 +113,7 @@ fn a_second_daemons_start_leaves_a_live_daemons_records_alone() {
     assert!(!said_a.contains("by someone else"), "{said_a}");
     b.signal(rustix::process::Signal::TERM);
     b.wait();
-    a.signal(rustix::process::Signal::TERM);
-    assert!(a.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut a);
 }
 
 /// Issue: `calibrate --state-dir` on a live daemon's directory "restored" its record and
@@ -96,50 +121,26 @@ fn a_second_daemons_start_leaves_a_live_daemons_records_alone() {
 /// value as the original.
 #[test]
 fn calibrate_refuses_a_live_daemons_state_dir_and_device_naming_its_pid() {
-    if !euid_is_root() {
+    let Some((fs, dir, mut d)) = root_and_a_daemon_at_l1() else {
         return;
-    }
-    let fs = FakeSys::new();
-    let (dir, mut d) = daemon_at_l1(&fs);
+    };
     let pid = format!("pid {}", d.0.id());
-    let o = calibrate(
-        &fs,
-        &[
-            "--device".as_ref(),
-            "sda".as_ref(),
-            "--state-dir".as_ref(),
-            dir.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = calibrate_refused(&fs, &dir);
     assert!(
-        text(&o).contains("--state-dir") && text(&o).contains(&pid),
-        "{}",
-        text(&o)
+        said.contains("--state-dir") && said.contains(&pid),
+        "{said}"
     );
     assert!(dir.join("state.json").exists(), "the daemon's records stay");
     assert_eq!(fs.nomerges(), "1");
     let own = fs.p("calibrate-state");
-    let o = calibrate(
-        &fs,
-        &[
-            "--device".as_ref(),
-            "sda".as_ref(),
-            "--state-dir".as_ref(),
-            own.as_os_str(),
-        ],
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = calibrate_refused(&fs, &own);
     assert!(
-        text(&o).contains("--device sda") && text(&o).contains(&pid),
-        "{}",
-        text(&o)
+        said.contains("--device sda") && said.contains(&pid),
+        "{said}"
     );
     assert!(!own.join("state.json").exists(), "nothing recorded");
     assert_eq!(fs.nomerges(), "1");
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Issue: `restore --state-dir X` with X missing reported on the pointer's directory.
@@ -158,12 +159,11 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
     )
     .unwrap();
     let missing = fs.p("no-such-dir");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["restore", "--state-dir"]).arg(&missing);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let said = text(&o);
+    let said = fs.refused(&[
+        "restore".as_ref(),
+        "--state-dir".as_ref(),
+        missing.as_os_str(),
+    ]);
     assert!(
         said.contains(&format!("{}: no such directory", missing.display())),
         "{said}"
@@ -180,18 +180,18 @@ fn restore_of_a_missing_state_dir_says_so_and_reads_nothing_else() {
 /// pid, and kept. Before, `--force` dropped the claims and wrote the original under it.
 #[test]
 fn restore_force_never_writes_a_device_another_running_process_claims() {
-    if !euid_is_root() {
+    let Some((fs, dir, mut d)) = root_and_a_daemon_at_l1() else {
         return;
-    }
-    let fs = FakeSys::new();
-    let (dir, mut d) = daemon_at_l1(&fs);
+    };
     let other = fs.p("state-old");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::copy(dir.join("state.json"), other.join("state.json")).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["restore", "--force", "--state-dir"]).arg(&other);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
+    let o = fs.mergetune(&[
+        "restore".as_ref(),
+        "--force".as_ref(),
+        "--state-dir".as_ref(),
+        other.as_os_str(),
+    ]);
     let said = text(&o);
     assert!(
         said.contains(&format!(
@@ -204,9 +204,7 @@ fn restore_force_never_writes_a_device_another_running_process_claims() {
     assert!(other.join("state.json").exists(), "the record is kept");
     let said_a = std::fs::read_to_string(fs.p("a.log")).unwrap();
     assert!(!said_a.contains("by someone else"), "{said_a}");
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Puts something that is not a regular file at the lock file's path.
@@ -251,12 +249,7 @@ fn a_lock_file_that_is_not_a_regular_file_is_named_for_what_it_is() {
         std::fs::create_dir_all(&dir).unwrap();
         make(&dir.join("mergetune.lock"));
         let cfg = fs.config(&dir, "");
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-        c.args(["run", "--config"]).arg(&cfg);
-        fs.roots(&mut c);
-        let o = c.output().unwrap();
-        assert_eq!(o.status.code(), Some(1), "{what}: {}", text(&o));
-        let said = text(&o);
+        let said = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
         assert!(
             said.contains("mergetune.lock") && said.contains(says),
             "{what}: {said}"
@@ -286,12 +279,7 @@ fn a_state_dir_under_another_users_directory_is_refused_naming_the_ancestor() {
     )
     .unwrap();
     let cfg = fs.config(&parent.join("state"), "");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
-    c.args(["run", "--config"]).arg(&cfg);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let said = text(&o);
+    let said = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
     assert!(
         said.contains(&format!(
             "its ancestor {} is owned by uid 1000",

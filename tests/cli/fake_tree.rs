@@ -183,6 +183,37 @@ fn random_until_deepest(fk: &FakeKernel) {
     });
 }
 
+/// A fake kernel moving its counters, and the daemon running on it.
+fn running() -> (FakeKernel, Daemon) {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let d = Daemon::start(&fk);
+    (fk, d)
+}
+
+/// [`running`], once random I/O has taken sda as deep as the ladder goes.
+fn running_at_the_deepest() -> (FakeKernel, Daemon) {
+    let (fk, d) = running();
+    random_until_deepest(&fk);
+    (fk, d)
+}
+
+/// Someone else (the admin) writes sda's nomerges: `settle` later it still holds, no
+/// further writes.
+fn someone_else_writes(fk: &FakeKernel, value: &str, settle: Duration) {
+    std::fs::write(
+        fk.sys().join("block/sda/queue/nomerges"),
+        format!("{value}\n"),
+    )
+    .unwrap();
+    std::thread::sleep(settle);
+    assert_eq!(
+        fk.nomerges("sda"),
+        value,
+        "left alone after someone else's write"
+    );
+}
+
 /// SIGTERM: the daemon exits 0 and sda's original nomerges 0 is back.
 fn stop_and_check_restored(d: &mut Daemon, fk: &FakeKernel) {
     d.signal(Signal::TERM);
@@ -192,9 +223,7 @@ fn stop_and_check_restored(d: &mut Daemon, fk: &FakeKernel) {
 
 #[test]
 fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
-    let mut fk = FakeKernel::new();
-    fk.start();
-    let mut d = Daemon::start(&fk);
+    let (fk, mut d) = running();
     fk.pattern.store(RANDOM, Ordering::Relaxed);
     wait_until(
         "nomerges=1 (L2) on random traffic",
@@ -243,10 +272,7 @@ fn off_on_random_back_on_after_probe_and_restored_on_sigterm() {
 
 #[test]
 fn after_sigkill_the_next_start_restores_first() {
-    let mut fk = FakeKernel::new();
-    fk.start();
-    let mut d = Daemon::start(&fk);
-    random_until_deepest(&fk);
+    let (fk, mut d) = running_at_the_deepest();
     d.signal(Signal::KILL);
     d.wait();
     assert_eq!(
@@ -266,14 +292,9 @@ fn after_sigkill_the_next_start_restores_first() {
 
 #[test]
 fn a_change_by_someone_else_is_left_alone() {
-    let mut fk = FakeKernel::new();
-    fk.start();
-    let mut d = Daemon::start(&fk);
-    random_until_deepest(&fk);
+    let (fk, mut d) = running_at_the_deepest();
     // The admin steps in (with a value mergetune is not holding: it is at 1).
-    std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "2\n").unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(fk.nomerges("sda"), "2", "no further writes");
+    someone_else_writes(&fk, "2", Duration::from_millis(1500));
     d.signal(Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "2", "the admin's value survives exit");
@@ -281,17 +302,8 @@ fn a_change_by_someone_else_is_left_alone() {
 
 #[test]
 fn a_reload_clears_the_hands_off_mark() {
-    let mut fk = FakeKernel::new();
-    fk.start();
-    let mut d = Daemon::start(&fk);
-    random_until_deepest(&fk);
-    std::fs::write(fk.sys().join("block/sda/queue/nomerges"), "0\n").unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(
-        fk.nomerges("sda"),
-        "0",
-        "left alone after someone else's write"
-    );
+    let (fk, mut d) = running_at_the_deepest();
+    someone_else_writes(&fk, "0", Duration::from_millis(1000));
     d.signal(Signal::HUP);
     wait_until(
         "managed again after SIGHUP",
@@ -303,9 +315,7 @@ fn a_reload_clears_the_hands_off_mark() {
 
 #[test]
 fn sighup_with_a_bad_config_keeps_running() {
-    let mut fk = FakeKernel::new();
-    fk.start();
-    let mut d = Daemon::start(&fk);
+    let (fk, mut d) = running();
     std::thread::sleep(Duration::from_millis(300));
     std::fs::write(
         fk.root.path().join("mergetune.toml"),

@@ -42,6 +42,26 @@ fn mkfifo(p: &Path) {
     rustix::fs::mkfifoat(rustix::fs::CWD, p, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
 }
 
+/// A FIFO made at `p`, and its path.
+fn fifo_at(p: PathBuf) -> PathBuf {
+    mkfifo(&p);
+    p
+}
+
+/// `m.toml` in `dir`, a config whose cost profile is the file at `profile`.
+fn config_with_profile(dir: &Path, profile: &Path) -> PathBuf {
+    let cfg = dir.join("m.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[policy]\ncost_profile = {:?}\n",
+            profile.display().to_string()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
 const SECRET: &str = "root:$6$saltsalt$hashhashhashhash:19000:0:99999:7:::\n";
 
 // ---------------------------------------------------------------------------------------
@@ -52,15 +72,7 @@ fn a_profile_that_is_not_toml_is_placed_never_quoted() {
     let d = tempfile::tempdir().unwrap();
     let secret = d.path().join("shadow");
     std::fs::write(&secret, SECRET).unwrap();
-    let cfg = d.path().join("m.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[policy]\ncost_profile = {:?}\n",
-            secret.display().to_string()
-        ),
-    )
-    .unwrap();
+    let cfg = config_with_profile(d.path(), &secret);
     let out = bin().arg("check-config").arg(&cfg).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -273,8 +285,7 @@ fn a_fifo_state_file_does_not_block_restore() {
 #[test]
 fn special_files_named_as_inputs_are_refused_at_once() {
     let d = tempfile::tempdir().unwrap();
-    let fifo = d.path().join("fifo");
-    mkfifo(&fifo);
+    let fifo = fifo_at(d.path().join("fifo"));
     let fifo_s = fifo.display().to_string();
     let dir_s = d.path().display().to_string();
     let cfg_with = |profile: &str| {
@@ -320,8 +331,7 @@ fn special_files_named_as_inputs_are_refused_at_once() {
 #[test]
 fn record_to_a_fifo_or_a_directory_is_refused_before_the_first_tick() {
     let d = tempfile::tempdir().unwrap();
-    let fifo = d.path().join("rec.fifo");
-    mkfifo(&fifo);
+    let fifo = fifo_at(d.path().join("rec.fifo"));
     for (target, what) in [(fifo.as_path(), "a FIFO"), (d.path(), "a directory")] {
         let mut c = bin();
         c.args([
@@ -353,17 +363,8 @@ fn record_to_a_fifo_or_a_directory_is_refused_before_the_first_tick() {
 fn the_reload_does_not_block_on_a_fifo_profile() {
     // The daemon's reload reads the new config with the same load_file.
     let d = tempfile::tempdir().unwrap();
-    let fifo = d.path().join("profile.toml");
-    mkfifo(&fifo);
-    let cfg = d.path().join("m.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[policy]\ncost_profile = {:?}\n",
-            fifo.display().to_string()
-        ),
-    )
-    .unwrap();
+    let fifo = fifo_at(d.path().join("profile.toml"));
+    let cfg = config_with_profile(d.path(), &fifo);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(config::load_file(&cfg).map_err(|e| e.to_string()));

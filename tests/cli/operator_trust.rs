@@ -4,6 +4,7 @@
 //! on, `--help` says what is changed by default, and machine-readable modes stay
 //! machine-readable.
 
+use crate::command::succeeded;
 use mergetune_export::status::StatusSnapshot;
 use mergetune_export::table::format_status;
 use mergetune_logic::config::Config;
@@ -34,25 +35,21 @@ fn recording(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) 
 fn replayed_decisions_are_logged_in_the_recordings_time_not_the_wall_clock() {
     let dir = tempfile::tempdir().unwrap();
     let (rec, conf) = recording(dir.path());
-    let o = bin()
-        .args(["--log-format", "text", "replay"])
-        .arg(&rec)
-        .arg("--config")
-        .arg(&conf)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let err = String::from_utf8_lossy(&o.stderr);
+    // The replay's stderr (its log) in `format`, once it has exited 0.
+    let replay_log = |format: &str| {
+        let o = succeeded(
+            bin()
+                .args(["--log-format", format, "replay"])
+                .arg(&rec)
+                .arg("--config")
+                .arg(&conf),
+        );
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = replay_log("text");
     crate::logs::nomerges_lines_marked(&err, "[replay ");
     // JSON carries the recording's time too.
-    let o = bin()
-        .args(["--log-format", "json", "replay"])
-        .arg(&rec)
-        .arg("--config")
-        .arg(&conf)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = replay_log("json");
     let line = err
         .lines()
         .find(|l| l.contains("queue/nomerges"))
@@ -90,12 +87,7 @@ fn the_status_header_does_not_claim_every_tick_took_the_interval() {
 #[test]
 fn completions_offer_only_what_help_shows() {
     let d = tempfile::tempdir().unwrap();
-    let o = bin()
-        .args(["generate", "completions"])
-        .arg(d.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    succeeded(bin().args(["generate", "completions"]).arg(d.path()));
     for f in ["mergetune.bash", "_mergetune", "mergetune.fish"] {
         let s = std::fs::read_to_string(d.path().join(f)).unwrap();
         assert!(!s.contains("generate"), "{f} offers the hidden generate");
@@ -197,11 +189,7 @@ fn help_and_the_startup_log_say_what_is_changed_by_default() {
 
 #[test]
 fn json_logging_keeps_every_stderr_line_json() {
-    let o = bin()
-        .args(["--log-format", "json", "simulate"])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let o = succeeded(bin().args(["--log-format", "json", "simulate"]));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("wall time"), "{err}");
     for l in err.lines().filter(|l| !l.trim().is_empty()) {
@@ -249,11 +237,7 @@ fn a_typo_is_not_pointed_at_the_long_root_only_calibrate() {
 #[test]
 fn one_window_is_said_in_the_singular_in_reasons() {
     // probe_windows = 1 by default: "for 1 windows" was printed.
-    let o = bin()
-        .args(["--log-format", "text", "simulate"])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let o = succeeded(bin().args(["--log-format", "text", "simulate"]));
     let all = crate::command::text(&o);
     assert!(!all.contains(" 1 windows"), "{all}");
     assert!(!all.contains(" 1 busy windows"), "{all}");

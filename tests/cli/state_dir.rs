@@ -9,6 +9,7 @@
 use crate::fakesys;
 
 use fakesys::{FakeSys, wait_until};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -20,6 +21,21 @@ fn restore(fs: &FakeSys, args: &[&std::ffi::OsStr]) -> Output {
 }
 
 use crate::command::text;
+
+/// `restore` with `args` on `fs`, which must refuse (exit 1): what it said.
+fn restore_refused(fs: &FakeSys, args: &[&std::ffi::OsStr]) -> String {
+    fs.refused(&[&["restore".as_ref()], args].concat())
+}
+
+/// `mergetune run` live on `fs`, its state in `state`: the state directory, the config, the
+/// log and the daemon.
+fn daemon_on(fs: &FakeSys) -> (PathBuf, PathBuf, PathBuf, fakesys::Daemon) {
+    let dir = fs.p("state");
+    let cfg = fs.config(&dir, "");
+    let log = fs.p("daemon.log");
+    let d = fs.daemon(&cfg, &log);
+    (dir, cfg, log, d)
+}
 
 #[test]
 fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_originals() {
@@ -70,14 +86,12 @@ fn a_reload_that_moves_state_dir_is_refused_and_restore_after_a_crash_finds_the_
 #[test]
 fn restore_from_a_directory_that_does_not_exist_is_an_error() {
     let fs = FakeSys::new();
-    let o = restore(&fs, &["--state-dir".as_ref(), "/nonexistent/dir".as_ref()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = restore_refused(&fs, &["--state-dir".as_ref(), "/nonexistent/dir".as_ref()]);
     assert!(
-        text(&o).contains("/nonexistent/dir: no such directory"),
-        "{}",
-        text(&o)
+        said.contains("/nonexistent/dir: no such directory"),
+        "{said}"
     );
-    assert!(!text(&o).contains("nothing to restore"), "{}", text(&o));
+    assert!(!said.contains("nothing to restore"), "{said}");
     // The same through a config naming a directory that is not there.
     let cfg = fs.config(&fs.p("never-made"), "");
     let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
@@ -119,14 +133,9 @@ fn a_live_run_that_cannot_record_originals_refuses_to_start_and_names_the_direct
     // A state_dir under a regular file cannot be made, even by root.
     std::fs::write(fs.p("file"), "x").unwrap();
     let cfg = fs.config(&fs.p("file/state"), "");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
     // A plain run: it refuses before its first tick (`--once` never writes, so needs no
     // state directory).
-    c.args(["run", "--config"]).arg(&cfg);
-    fs.roots(&mut c);
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    let t = text(&o);
+    let t = fs.refused(&["run".as_ref(), "--config".as_ref(), cfg.as_os_str()]);
     let err = t.lines().find(|l| l.contains("error:")).unwrap_or_default();
     assert!(err.contains(&*fs.p("file/state").to_string_lossy()), "{t}");
     assert!(
@@ -152,10 +161,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
         return;
     }
     let fs = FakeSys::new();
-    let dir = fs.p("state");
-    let cfg = fs.config(&dir, "");
-    let log = fs.p("daemon.log");
-    let mut d = fs.daemon(&cfg, &log);
+    let (dir, _, log, mut d) = daemon_on(&fs);
     fs.wait_nomerges("1", Duration::from_secs(20));
     // The state directory becomes unusable (immutable): every save fails. (The daemon
     // saves through the directory it opened at its start, so swapping another in under the
@@ -186,9 +192,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     wait_until("the recovery in the log", Duration::from_secs(5), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("written and read back"))
     });
-    d.signal(rustix::process::Signal::TERM);
-    assert!(d.wait().success());
-    assert_eq!(fs.nomerges(), "0");
+    fs.stop_restored(&mut d);
 }
 
 /// Issue 35.11: a SIGHUP that changed what prices a step down logged no pricing line; it
@@ -196,10 +200,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
 #[test]
 fn a_reload_that_changes_the_pricing_says_what_prices_now() {
     let fs = FakeSys::new();
-    let dir = fs.p("state");
-    let cfg = fs.config(&dir, "");
-    let log = fs.p("daemon.log");
-    let mut d = fs.daemon(&cfg, &log);
+    let (_, cfg, log, mut d) = daemon_on(&fs);
     wait_until("the first tick", Duration::from_secs(20), || {
         // The per-device pricing line: after the first tick, when signals are handled.
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("sda: pricing: profile lkml-2008"))
@@ -243,10 +244,7 @@ fn a_reload_that_changes_the_pricing_says_what_prices_now() {
 #[test]
 fn restore_leaves_a_running_daemons_state_dir_alone_unless_forced() {
     let fs = FakeSys::new();
-    let dir = fs.p("state");
-    let cfg = fs.config(&dir, "");
-    let log = fs.p("daemon.log");
-    let mut d = fs.daemon(&cfg, &log);
+    let (dir, cfg, _, mut d) = daemon_on(&fs);
     fs.wait_nomerges("1", Duration::from_secs(20));
     assert!(dir.join("state.json").exists());
     let o = restore(&fs, &["--config".as_ref(), cfg.as_os_str()]);
@@ -288,13 +286,8 @@ fn restore_leaves_a_running_daemons_state_dir_alone_unless_forced() {
 #[test]
 fn restore_from_a_file_says_it_is_not_a_directory() {
     let fs = FakeSys::new();
-    let o = restore(&fs, &["--state-dir".as_ref(), "/dev/null".as_ref()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        text(&o).contains("/dev/null: not a directory"),
-        "{}",
-        text(&o)
-    );
+    let said = restore_refused(&fs, &["--state-dir".as_ref(), "/dev/null".as_ref()]);
+    assert!(said.contains("/dev/null: not a directory"), "{said}");
 }
 
 /// `chattr` on a path, failing the test when it cannot (it runs as root in CI).
@@ -326,10 +319,7 @@ fn a_stop_that_cannot_remove_its_records_empties_them_or_says_so() {
     }
     for file_too in [false, true] {
         let fs = FakeSys::new();
-        let dir = fs.p("state");
-        let cfg = fs.config(&dir, "");
-        let log = fs.p("daemon.log");
-        let mut d = fs.daemon(&cfg, &log);
+        let (dir, cfg, log, mut d) = daemon_on(&fs);
         fs.wait_nomerges("1", Duration::from_secs(20));
         let state = dir.join("state.json");
         let _guard = Mutable(vec![dir.clone(), state.clone()]);

@@ -19,19 +19,14 @@ fn have(tool: &str) -> bool {
 }
 
 fn build(out: &Path) -> std::path::PathBuf {
-    let o = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/build-deb"))
-        .args(["--no-build", "--out"])
-        .arg(out)
-        .arg("--bin")
-        .arg(env!("CARGO_BIN_EXE_mergetune"))
-        .arg("--lab-bin")
-        .arg(crate::lab::lab_bin())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "build-deb failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = crate::command::succeeded(
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/build-deb"))
+            .args(["--no-build", "--out"])
+            .arg(out)
+            .arg("--bin")
+            .arg(env!("CARGO_BIN_EXE_mergetune"))
+            .arg("--lab-bin")
+            .arg(crate::lab::lab_bin()),
     );
     let path = String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -51,27 +46,27 @@ fn dpkg_deb(args: &[&str], deb: &Path) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-fn member(deb: &Path, name: &str) -> String {
+/// `deb` unpacked by `dpkg-deb flag` into a new temporary directory: `-e` the control
+/// members, `-x` the files.
+fn unpacked(deb: &Path, flag: &str) -> tempfile::TempDir {
     let x = tempfile::tempdir().unwrap();
     let o = Command::new("dpkg-deb")
-        .arg("-e")
+        .arg(flag)
         .arg(deb)
         .arg(x.path())
         .output()
         .unwrap();
     assert!(o.status.success());
+    x
+}
+
+fn member(deb: &Path, name: &str) -> String {
+    let x = unpacked(deb, "-e");
     std::fs::read_to_string(x.path().join(name)).unwrap_or_default()
 }
 
 fn file_in(deb: &Path, path: &str) -> String {
-    let x = tempfile::tempdir().unwrap();
-    let o = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(deb)
-        .arg(x.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let x = unpacked(deb, "-x");
     std::fs::read_to_string(x.path().join(path)).unwrap()
 }
 

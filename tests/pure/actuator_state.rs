@@ -9,7 +9,7 @@ use mergetune_daemon::state::{
 use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::config::Config;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn tree() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
@@ -24,12 +24,17 @@ fn fs_of(t: &Path) -> RealFs {
     RealFs::new(t.join("sys"), t.join("proc"))
 }
 
+/// The sysfs of the tree at `t`, its state directory, and an actuator saving there.
+fn on_tree(t: &Path, dry_run: bool) -> (RealFs, PathBuf, Actuator) {
+    let state_dir = t.join("state");
+    let a = Actuator::new(dry_run, Box::new(FileStore::new(&state_dir)));
+    (fs_of(t), state_dir, a)
+}
+
 #[test]
 fn records_original_before_first_write_and_restores() {
     let t = tree();
-    let mut fs = fs_of(t.path());
-    let state_dir = t.path().join("state");
-    let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
+    let (mut fs, state_dir, mut a) = on_tree(t.path(), false);
     assert_eq!(
         a.set(&mut fs, "sda", Tunable::Nomerges, "0").unwrap(),
         SetOutcome::Unchanged
@@ -72,9 +77,7 @@ fn records_original_before_first_write_and_restores() {
 #[test]
 fn restore_leaves_someone_elses_value() {
     let t = tree();
-    let mut fs = fs_of(t.path());
-    let state_dir = t.path().join("state");
-    let mut a = Actuator::new(false, Box::new(FileStore::new(&state_dir)));
+    let (mut fs, _, mut a) = on_tree(t.path(), false);
     a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
     fs.write_tunable("sda", Tunable::Nomerges, "1").unwrap(); // the admin
     let res = a.restore_all(&mut fs, 0);
@@ -150,9 +153,7 @@ fn failed_writes_are_counted_and_retried_no_faster_than_the_policy_allows() {
 #[test]
 fn a_dry_run_keeps_what_it_would_have_written_and_writes_nothing() {
     let t = tree();
-    let mut fs = fs_of(t.path());
-    let state_dir = t.path().join("state");
-    let mut a = Actuator::new(true, Box::new(FileStore::new(&state_dir)));
+    let (mut fs, state_dir, mut a) = on_tree(t.path(), true);
     let kernel = |t: &Path| {
         std::fs::read_to_string(t.join("sys/block/sda/queue/nomerges"))
             .unwrap()
@@ -287,6 +288,15 @@ mod accounting {
         );
     }
 
+    /// sda, and an actuator saving to `store` that has set its nomerges to 2 (or, on a dry
+    /// run, would have).
+    fn sda_at_nomerges_2(dry_run: bool, store: SharedStore) -> (Actuator, MemKernel) {
+        let mut a = Actuator::new(dry_run, Box::new(store));
+        let mut fs = MemKernel::with(&["sda"]);
+        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        (a, fs)
+    }
+
     /// What mergetune last wrote is its own write, not the kernel's value and not a guess.
     #[test]
     fn last_written_is_the_last_value_mergetune_wrote() {
@@ -302,9 +312,7 @@ mod accounting {
     /// what the kernel holds, not from what a dry run once would have written.
     #[test]
     fn a_dry_runs_would_be_values_are_forgotten_when_the_device_goes() {
-        let mut a = Actuator::new(true, Box::new(SharedStore::default()));
-        let mut fs = MemKernel::with(&["sda"]);
-        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        let (mut a, fs) = sda_at_nomerges_2(true, SharedStore::default());
         assert_eq!(a.would_be("sda", Tunable::Nomerges), Some("2"));
         assert_eq!(fs.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
         a.device_vanished("sda", 1_000);
@@ -314,9 +322,7 @@ mod accounting {
     /// A tunable is someone else's only once their write was seen and handed off to them.
     #[test]
     fn a_tunable_is_theirs_only_after_a_hand_off() {
-        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
-        let mut fs = MemKernel::with(&["sda"]);
-        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        let (mut a, mut fs) = sda_at_nomerges_2(false, SharedStore::default());
         assert!(!a.is_theirs("sda", Tunable::Nomerges));
         assert!(!a.is_theirs("sdb", Tunable::Nomerges));
         assert!(!a.any_theirs("sda", &[Tunable::Nomerges, Tunable::FrontMerges]));
@@ -339,9 +345,7 @@ mod accounting {
     #[test]
     fn a_failed_save_is_retried_until_the_records_are_on_disk() {
         let store = SharedStore::default();
-        let mut a = Actuator::new(false, Box::new(store.clone()));
-        let mut fs = MemKernel::with(&["sda"]);
-        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        let (mut a, _) = sda_at_nomerges_2(false, store.clone());
         *store.fail_saves.borrow_mut() = true;
         // A vanished device's save fails: the file still holds the older records.
         a.device_vanished("sda", 1_000);
@@ -377,9 +381,7 @@ mod accounting {
     /// Only a device seen to vanish has records kept from before it went.
     #[test]
     fn has_vanished_records_only_after_the_device_went() {
-        let mut a = Actuator::new(false, Box::new(SharedStore::default()));
-        let mut fs = MemKernel::with(&["sda"]);
-        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        let (mut a, _) = sda_at_nomerges_2(false, SharedStore::default());
         assert!(!a.has_vanished_records("sda"));
         assert!(!a.has_vanished_records("sdb"));
         a.device_vanished("sda", 1_000);
@@ -391,9 +393,7 @@ mod accounting {
     #[test]
     fn restoring_a_device_saves_the_records_without_it() {
         let store = SharedStore::default();
-        let mut a = Actuator::new(false, Box::new(store.clone()));
-        let mut fs = MemKernel::with(&["sda"]);
-        a.set(&mut fs, "sda", Tunable::Nomerges, "2").unwrap();
+        let (mut a, mut fs) = sda_at_nomerges_2(false, store.clone());
         assert!(store.load().unwrap().is_some());
         let out = a.restore_device(&mut fs, "sda");
         assert_eq!(out.len(), 1, "{out:?}");

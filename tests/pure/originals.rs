@@ -50,6 +50,33 @@ fn random_sda() -> (SharedStore, MemKernel, Daemon, u64) {
 }
 
 /// Ticks `n` times from `*t`, one second apart, with `bios` bios per tick.
+/// sda's nomerges and front_merges are the kernel's defaults, 0 and 1.
+fn assert_sda_at_the_kernels_defaults(k: &MemKernel) {
+    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
+    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+}
+
+/// sda's nomerges, which the daemon has taken off 0 (`why` it should have).
+fn nomerges_off_0(k: &MemKernel, why: &str) -> String {
+    let nm = k.value("sda", Tunable::Nomerges).unwrap();
+    assert_ne!(nm, "0", "{why}");
+    nm
+}
+
+/// The outcomes of a restore's `report`: `all` or `any` of them match `pattern`.
+macro_rules! assert_outcomes {
+    ($report:expr, $all_or_any:ident, $pattern:pat) => {
+        assert!(
+            $report
+                .results
+                .iter()
+                .$all_or_any(|r| matches!(r.outcome, $pattern)),
+            "{:?}",
+            $report.results
+        )
+    };
+}
+
 fn run(d: &mut Daemon, k: &mut MemKernel, t: &mut u64, n: u64) {
     for _ in 0..n {
         k.advance(20_000);
@@ -70,8 +97,7 @@ fn someone_elses_nomerges_leaves_mergetunes_front_merges_restored() {
     // The hand-off puts back the tunable that is still mergetune's, at once.
     assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
     d.restore_all(t, &mut k);
-    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
-    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_sda_at_the_kernels_defaults(&k);
     assert!(store.text.borrow().is_none(), "nothing left to restore");
 }
 
@@ -112,14 +138,12 @@ fn someone_elses_front_merges_leaves_mergetunes_nomerges_restored() {
     let (_store, mut k, mut d, mut t) = random_sda();
     // L1: front_merges 0 (nomerges still 0), then L2: nomerges 1.
     run(&mut d, &mut k, &mut t, 3);
-    let nm = k.value("sda", Tunable::Nomerges).unwrap();
-    assert_ne!(nm, "0", "at L2 or L3 by now");
+    nomerges_off_0(&k, "at L2 or L3 by now");
     k.set_behind_back("sda", Tunable::FrontMerges, "1"); // someone else
     // front_merges is not checked above L1; a probe back to L0 sees it.
     run(&mut d, &mut k, &mut t, 40);
     d.restore_all(t, &mut k);
-    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
-    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_sda_at_the_kernels_defaults(&k);
 }
 
 #[test]
@@ -149,8 +173,7 @@ fn a_failed_state_save_means_no_write_and_nothing_lost() {
     k.devs.get_mut("sda").unwrap().load = Load::Sequential;
     run(&mut d, &mut k, &mut t, 30);
     d.restore_all(t, &mut k);
-    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
-    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_sda_at_the_kernels_defaults(&k);
 }
 
 /// Issue 36.5: at L3 with the state directory full, a sequential load must bring merging
@@ -186,14 +209,7 @@ fn merging_comes_back_while_the_state_cannot_be_saved() {
     let mut file = store.clone();
     *file.fail_saves.borrow_mut() = false;
     let report = restore_from_store(&mut k, &mut file, 0).unwrap();
-    assert!(
-        report
-            .results
-            .iter()
-            .all(|r| matches!(r.outcome, RestoreOutcome::AlreadyOriginal { .. })),
-        "{:?}",
-        report.results
-    );
+    assert_outcomes!(report, all, RestoreOutcome::AlreadyOriginal { .. });
     // A step away from the original still waits for a record.
     *file.fail_saves.borrow_mut() = true;
     k.devs.get_mut("sda").unwrap().load = Load::Random;
@@ -297,8 +313,7 @@ fn a_crash_after_the_pending_save_and_before_the_write_restores_what_was_written
     // pending record is saved, then the process dies before the write.
     let (store, mut k, d, mut t) = crashing_sda(CrashAt::BeforeWrite(2));
     let results = crash_and_restore(&store, &mut k, d, &mut t);
-    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
-    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_sda_at_the_kernels_defaults(&k);
     let outcome = |t: Tunable| {
         results
             .iter()
@@ -903,6 +918,13 @@ fn may_be_ours(
     }
 }
 
+/// [`check`] of `steps` ending with a clean stop, and ending with a crash.
+fn check_clean_and_crashed(steps: &[Step]) {
+    for stop in [Stop::Clean, Stop::CrashAtEnd] {
+        check(steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
+    }
+}
+
 /// Runs a schedule, then stops as `stop` says and runs `restore`, and returns what went
 /// wrong, if anything. The expected end of each tunable is exact: its original, or the
 /// last value someone else set on it (a reset device's kernel defaults count as that). A
@@ -1177,8 +1199,7 @@ proptest! {
 fn another_disk_under_the_name_is_a_new_device_not_someone_elses_change() {
     let (store, mut k, mut d, mut t) = random_sda();
     run(&mut d, &mut k, &mut t, 6);
-    let at = k.value("sda", Tunable::Nomerges).unwrap();
-    assert_ne!(at, "0", "stepped down");
+    nomerges_off_0(&k, "stepped down");
     let recorded = store.text.borrow().clone().unwrap();
     assert!(
         recorded.contains("\"diskseq\": 1") || recorded.contains("\"diskseq\":1"),
@@ -1229,14 +1250,7 @@ fn a_vanished_disks_records_are_never_restored_onto_its_successor() {
     k2.set_behind_back("sda", Tunable::Nomerges, &ours);
     let mut file = store2.clone();
     let report = restore_from_store(&mut k2, &mut file, 0).unwrap();
-    assert!(
-        report
-            .results
-            .iter()
-            .all(|r| matches!(r.outcome, RestoreOutcome::Replaced { .. })),
-        "{:?}",
-        report.results
-    );
+    assert_outcomes!(report, all, RestoreOutcome::Replaced { .. });
     assert_eq!(k2.value("sda", Tunable::Nomerges), Some(ours));
     assert_eq!(
         report.kept, 0,
@@ -1261,9 +1275,7 @@ fn a_replaced_disk_nobody_looked_at_yet_is_never_written_with_the_old_disks_valu
         Step::Load(0, Load::Idle),
         Step::Tick(5),
     ];
-    for stop in [Stop::Clean, Stop::CrashAtEnd] {
-        assert_eq!(check(&steps, stop), Ok(()), "{stop:?}");
-    }
+    check_clean_and_crashed(&steps);
 }
 
 /// A loop device at L3 (its original 0), detached and re-attached to the same backing
@@ -1363,14 +1375,7 @@ fn a_loop_device_reattached_elsewhere_is_another_disk_and_leave_is_honoured() {
         mergetune_daemon::state::Reattached::Leave,
     )
     .unwrap();
-    assert!(
-        report
-            .results
-            .iter()
-            .any(|r| matches!(r.outcome, RestoreOutcome::ReattachedLeft { .. })),
-        "{:?}",
-        report.results
-    );
+    assert_outcomes!(report, any, RestoreOutcome::ReattachedLeft { .. });
     assert_eq!(k.value("sda", Tunable::Nomerges), Some(ours));
     assert!(store.text.borrow().is_none(), "the record is dropped");
 }
@@ -1391,9 +1396,7 @@ fn a_detach_attach_to_another_file_while_diskstats_fails_strands_nothing() {
         Step::DiskstatsFails(false),
         Step::Tick(1),
     ];
-    for stop in [Stop::Clean, Stop::CrashAtEnd] {
-        check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
-    }
+    check_clean_and_crashed(&steps);
 }
 
 /// And another: a calibrate of sda between two reloads, then sda detached while the load's
@@ -1413,9 +1416,7 @@ fn a_device_detached_after_a_calibrate_and_reloads_strands_nothing() {
         Step::Tick(2),
         Step::Load(0, Load::Idle),
     ];
-    for stop in [Stop::Clean, Stop::CrashAtEnd] {
-        check(&steps, stop).unwrap_or_else(|e| panic!("{stop:?}: {e}"));
-    }
+    check_clean_and_crashed(&steps);
 }
 
 /// Another the property found: sda vanishes and comes back detached while /proc/diskstats
@@ -1495,6 +1496,5 @@ fn a_concurrent_calibrate_and_a_second_daemon_see_the_live_owner() {
     second.restore_all(t, &mut k);
     drop(second);
     d.restore_all(t, &mut k);
-    assert_eq!(k.value("sda", Tunable::Nomerges).as_deref(), Some("0"));
-    assert_eq!(k.value("sda", Tunable::FrontMerges).as_deref(), Some("1"));
+    assert_sda_at_the_kernels_defaults(&k);
 }

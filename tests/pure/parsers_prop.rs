@@ -10,7 +10,7 @@
 use mergetune_kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
 use mergetune_kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
 use proptest::prelude::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
@@ -149,6 +149,22 @@ proptest! {
     }
 }
 
+/// A record file of four ticks a second apart, each with `diskstats` and `devices`.
+fn recording(diskstats: &str, devices: &[String]) -> String {
+    let mut text = String::new();
+    for t in 0..4 {
+        let rec = mergetune_daemon::record::TickRecord {
+            t_ms: t * 1000,
+            diskstats: Some(diskstats.as_bytes().to_vec()),
+            devices: Some(devices.to_vec()),
+            ..Default::default()
+        };
+        text.push_str(&serde_json::to_string(&rec).unwrap());
+        text.push('\n');
+    }
+    text
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -159,17 +175,7 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("rec.jsonl");
         let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt");
-        let mut text = String::new();
-        for t in 0..4 {
-            let rec = mergetune_daemon::record::TickRecord {
-                t_ms: t * 1000,
-                diskstats: Some(ds.clone().into_bytes()),
-                devices: Some(vec!["vda".into(), "loop0".into()]),
-                ..Default::default()
-            };
-            text.push_str(&serde_json::to_string(&rec).unwrap());
-            text.push('\n');
-        }
+        let text = recording(&ds, &["vda".into(), "loop0".into()]);
         let bytes = apply(text.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
         match mergetune_daemon::record::load(&p) {
@@ -487,17 +493,7 @@ proptest! {
         let mut name = String::from("vda");
         name.extend(name_ctl);
         let ds = fixture("tests/fixtures/diskstats_6.18_vda_loop.txt").replace(" vda ", &format!(" {name} "));
-        let mut text = String::new();
-        for t in 0..4 {
-            let rec = mergetune_daemon::record::TickRecord {
-                t_ms: t * 1000,
-                diskstats: Some(ds.clone().into_bytes()),
-                devices: Some(vec![name.clone(), "loop0".into()]),
-                ..Default::default()
-            };
-            text.push_str(&serde_json::to_string(&rec).unwrap());
-            text.push('\n');
-        }
+        let text = recording(&ds, &[name.clone(), "loop0".into()]);
         let bytes = apply(text.as_bytes(), &muts);
         std::fs::write(&p, &bytes).unwrap();
         match mergetune_daemon::record::load(&p) {
@@ -551,98 +547,77 @@ fn every_reader_of_a_named_file_refuses_a_fifo_dev_zero_and_a_directory() {
     mkfifo(&fifo);
     for p in [fifo.clone(), "/dev/zero".into(), dir.path().to_path_buf()] {
         let shown = p.display().to_string();
-        let refused = |what: &str, msg: String| {
+        // `read` of `p` (on another thread, in case it blocks) names `p` and refuses it.
+        let refused = |what: &str, read: fn(PathBuf) -> String| {
+            let q = p.clone();
+            let msg = bounded(what, move || read(q));
             assert!(
                 msg.contains(&shown) && msg.contains("not a regular file"),
                 "{what} on {shown}: {msg}"
             );
         };
-        let q = p.clone();
-        refused(
-            "config",
-            bounded("config", move || {
-                mergetune_logic::config::load_file(&q)
-                    .unwrap_err()
-                    .to_string()
-            }),
-        );
-        let q = shown.clone();
-        refused(
-            "profile",
-            bounded("profile", move || {
-                mergetune_logic::pricing::profile::resolve(&q)
-                    .unwrap_err()
-                    .to_string()
-            }),
-        );
-        let q = p.clone();
-        refused(
-            "scenario",
-            bounded("scenario", move || {
-                mergetune_sim::scenario::Scenario::load_file(&q)
-                    .unwrap_err()
-                    .to_string()
-            }),
-        );
-        let q = p.clone();
-        refused(
-            "record",
-            bounded("record", move || {
-                mergetune_daemon::record::load(&q).unwrap_err().to_string()
-            }),
-        );
-        let q = p.clone();
-        refused(
-            "trace",
-            bounded("trace", move || {
-                format!(
-                    "{:#}",
-                    mergetune_lab::advise::analyze_file(&q, None, &Default::default()).unwrap_err()
-                )
-            }),
-        );
-        let q = p.clone();
+        refused("config", |q| {
+            mergetune_logic::config::load_file(&q)
+                .unwrap_err()
+                .to_string()
+        });
+        refused("profile", |q| {
+            mergetune_logic::pricing::profile::resolve(&q.display().to_string())
+                .unwrap_err()
+                .to_string()
+        });
+        refused("scenario", |q| {
+            mergetune_sim::scenario::Scenario::load_file(&q)
+                .unwrap_err()
+                .to_string()
+        });
+        refused("record", |q| {
+            mergetune_daemon::record::load(&q).unwrap_err().to_string()
+        });
+        refused("trace", |q| {
+            format!(
+                "{:#}",
+                mergetune_lab::advise::analyze_file(&q, None, &Default::default()).unwrap_err()
+            )
+        });
         if p.starts_with("/dev") && !rustix::process::geteuid().is_root() {
             // Making a character device to stand as state.json needs root (CI has it).
             continue;
         }
-        refused(
-            "state file",
-            bounded("state file", move || {
-                use mergetune_daemon::state::StateStore;
-                // The store reads `<dir>/state.json`, never through a link: make a file of
-                // `p`'s kind under that name (a link to it is refused as a link).
-                let d = tempfile::tempdir().unwrap();
-                let at = d.path().join("state.json");
-                let meta = std::fs::metadata(&q).unwrap();
-                use std::os::unix::fs::{FileTypeExt, MetadataExt};
-                if meta.is_dir() {
-                    std::fs::create_dir(&at).unwrap();
-                } else if meta.file_type().is_fifo() {
-                    mkfifo(&at);
-                } else {
-                    use rustix::fs::{CWD, FileType, Mode, mknodat};
-                    mknodat(
-                        CWD,
-                        &at,
-                        FileType::CharacterDevice,
-                        Mode::from_raw_mode(0o600),
-                        meta.rdev(),
-                    )
-                    .expect("mknod of a character device");
-                }
-                let e = mergetune_daemon::state::FileStore::new(d.path())
-                    .load()
-                    .map(|_| ())
-                    .unwrap_err()
-                    .to_string();
-                // The message names the state file; the link's target is what was refused.
-                e.replace(
-                    &d.path().join("state.json").display().to_string(),
-                    &q.display().to_string(),
+        refused("state file", |q| {
+            use mergetune_daemon::state::StateStore;
+            // The store reads `<dir>/state.json`, never through a link: make a file of
+            // `p`'s kind under that name (a link to it is refused as a link).
+            let d = tempfile::tempdir().unwrap();
+            let at = d.path().join("state.json");
+            let meta = std::fs::metadata(&q).unwrap();
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            if meta.is_dir() {
+                std::fs::create_dir(&at).unwrap();
+            } else if meta.file_type().is_fifo() {
+                mkfifo(&at);
+            } else {
+                use rustix::fs::{CWD, FileType, Mode, mknodat};
+                mknodat(
+                    CWD,
+                    &at,
+                    FileType::CharacterDevice,
+                    Mode::from_raw_mode(0o600),
+                    meta.rdev(),
                 )
-            }),
-        );
+                .expect("mknod of a character device");
+            }
+            let e = mergetune_daemon::state::FileStore::new(d.path())
+                .load()
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            // The message names the state file; the link's target is what was refused.
+            e.replace(
+                &d.path().join("state.json").display().to_string(),
+                &q.display().to_string(),
+            )
+        });
     }
 }
 

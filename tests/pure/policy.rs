@@ -59,6 +59,15 @@ const WALK_TO_L3: [(OutcomeKind, Level); 3] = [
     (OutcomeKind::Disable, Level::L3),
 ];
 
+/// The test config with at most two level changes an hour and no dwell: the hourly cap is
+/// what binds.
+fn two_changes_an_hour() -> PolicyConfig {
+    let mut c = cfg();
+    c.max_changes_per_hour = 2;
+    c.min_dwell_secs = 0;
+    c
+}
+
 /// The test config and a device's policy state at its first sight, at t = 0.
 fn start() -> (PolicyConfig, PolicyState) {
     let c = cfg();
@@ -116,6 +125,38 @@ fn changes(out: &[(u64, OutcomeKind, Option<Level>, Reason)]) -> Vec<(OutcomeKin
     out.iter().filter_map(|o| o.2.map(|l| (o.1, l))).collect()
 }
 
+/// From a device's first sight, `windows` busy windows with nothing merged take it to L3,
+/// and the timed probe starts on the next one: the state in the probe, and when it started.
+fn in_a_probe_from_l3(caps: Caps, c: &PolicyConfig, windows: usize) -> (PolicyState, u64) {
+    let mut s = PolicyState::new(0, c);
+    run(&mut s, caps, c, 100_000, &vec![win(5000, 0); windows]);
+    assert_eq!(s.level(), Level::L3);
+    let due = s.next_probe_at_ms().unwrap();
+    let ev = decide(&s, Some(&win(5000, 0)), caps, c, due);
+    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
+    (ev.state, due)
+}
+
+/// The level changes in `out` are `expected`, in order.
+fn assert_changes(
+    out: &[(u64, OutcomeKind, Option<Level>, Reason)],
+    expected: &[(OutcomeKind, Level)],
+) {
+    assert_eq!(changes(out), expected, "{out:?}");
+}
+
+/// `ev` is a `kind` to `to` (its reason in the failure message).
+fn assert_move(ev: &Evaluation, kind: OutcomeKind, to: Option<Level>) {
+    assert_eq!((ev.kind, ev.to_level), (kind, to), "{}", ev.reason);
+}
+
+/// `assert!(matches!(value, pattern))`, the value in the failure message.
+macro_rules! assert_matches {
+    ($value:expr, $pattern:pat $(if $guard:expr)?) => {
+        assert!(matches!($value, $pattern $(if $guard)?), "{}", $value)
+    };
+}
+
 #[test]
 fn walks_down_the_ladder_one_step_at_a_time() {
     let (c, mut s) = start();
@@ -140,10 +181,10 @@ fn walks_down_the_ladder_one_step_at_a_time() {
     let d = out.iter().find(|o| o.2 == Some(Level::L3)).unwrap();
     // The reason keeps its numbers (10 low windows: those of the dwell count too), and says
     // them.
-    assert!(
-        matches!(d.3, Reason::StepToL3 { windows: 10, bios_per_sec, level: Level::L2, .. } if bios_per_sec == 5000.0),
-        "{}",
-        d.3
+    assert_matches!(
+        d.3,
+        Reason::StepToL3 { windows: 10, bios_per_sec, level: Level::L2, .. }
+            if bios_per_sec == 5000.0
     );
     let said = d.3.to_string();
     assert!(
@@ -159,11 +200,7 @@ fn walks_down_the_ladder_one_step_at_a_time() {
 fn nothing_merged_at_l0_goes_straight_to_l3_where_a_tap_watches() {
     let (c, mut s) = start();
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     // The first window already counts toward L3, and says so.
     assert!(
         matches!(
@@ -227,11 +264,7 @@ fn one_merged_bio_among_the_low_windows_keeps_the_walk() {
     let mut s = PolicyState::new(0, &c);
     s.move_to_for_test(Level::L1, 100_000);
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L2)]);
 }
 
 /// The step straight to L3 needs L3 to be a level to rest at: without a tap, with L3 not
@@ -279,11 +312,7 @@ fn nothing_merged_waits_under_the_hourly_cap() {
         "{out:?}"
     );
     let out = run(&mut s, FULL, &c, 99_000 + HOUR_MS, &[win(5000, 0)]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
 }
 
 #[test]
@@ -367,20 +396,13 @@ fn visible_merges_step_up_at_once_and_the_band_holds() {
     assert_eq!(s.level(), Level::L2);
     // Plug merges visible at nomerges=1 over the high threshold: straight back to L0.
     let ev = decide(&s, Some(&win(10_000, 6000)), FULL, &c, 135_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::StillMerging {
-                level: Level::L2,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::StillMerging {
+            level: Level::L2,
+            ..
+        }
     );
 }
 
@@ -398,10 +420,7 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
         let ev = decide(&s, None, caps, &c, due - 1);
         assert_eq!(ev.kind, OutcomeKind::Hold);
         let ev = decide(&s, None, caps, &c, due);
-        assert_eq!(
-            (ev.kind, ev.to_level),
-            (OutcomeKind::ProbeStart, Some(Level::L0))
-        );
+        assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
         s = ev.state;
         let out = run(&mut s, caps, &c, due, &[win(5000, 0), win(5000, 0)]);
         assert_eq!(
@@ -462,26 +481,17 @@ fn a_probe_that_sees_only_idle_windows_ends_at_l0_as_inconclusive_not_succeeded(
 /// is exactly the low threshold found merging (L0 stays): only a ratio under it goes back.
 #[test]
 fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_threshold() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
-    assert_eq!(s.level(), Level::L3);
-    let due = s.next_probe_at_ms().unwrap();
-    let ev = decide(&s, Some(&win(5000, 0)), BARE, &c, due);
-    assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-    s = ev.state;
+    let c = cfg();
+    let (mut s, due) = in_a_probe_from_l3(BARE, &c, 40);
     // 1 merged of 100, then 100 of 10,000: 1.0% over the probe, the low threshold.
     let ev = decide(&s, Some(&win(c.min_window_bios, 1)), BARE, &c, due + 1000);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::ProbeWindow {
-                window: 1,
-                of: 2,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::ProbeWindow {
+            window: 1,
+            of: 2,
+            ..
+        }
     );
     s = ev.state;
     let ev = decide(&s, Some(&win(10_000, 100)), BARE, &c, due + 2000);
@@ -498,11 +508,7 @@ fn a_probe_counts_a_window_of_exactly_the_minimum_and_stays_at_exactly_the_low_t
 fn in_a_trial(c: &PolicyConfig) -> PolicyState {
     let mut s = PolicyState::new(0, c);
     let out = run(&mut s, FULL, c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::TrialStart, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::TrialStart, Level::L2)]);
     s
 }
 
@@ -577,15 +583,7 @@ fn a_trial_that_sees_only_idle_windows_ends_where_it_started() {
 #[test]
 fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
     let c = cfg();
-    let at_l3 = || {
-        let mut s = PolicyState::new(0, &c);
-        run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
-        assert_eq!(s.level(), Level::L3);
-        let due = s.next_probe_at_ms().unwrap();
-        let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-        assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-        (ev.state, due)
-    };
+    let at_l3 = || in_a_probe_from_l3(FULL, &c, 40);
     let (mut s, due) = at_l3();
     let out = run(&mut s, FULL, &c, due, &[win(10_000, 9_400); 2]);
     assert_eq!(
@@ -625,11 +623,8 @@ fn a_probe_that_finds_merging_paying_tries_l2_at_once() {
 /// during it) stays at L0: the ladder walks down from there.
 #[test]
 fn a_probe_that_finds_nothing_stays_at_l0_where_l3_went_blind() {
-    let (c, mut s) = start();
-    run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
-    let due = s.next_probe_at_ms().unwrap();
-    let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-    s = ev.state;
+    let c = cfg();
+    let (mut s, due) = in_a_probe_from_l3(FULL, &c, 40);
     let out = run(&mut s, Caps::FULL, &c, due, &[win(5000, 0); 2]);
     assert_eq!(
         (out[1].1, out[1].2, s.level(), s.mode()),
@@ -666,11 +661,7 @@ fn a_change_probe_that_finds_nothing_keeps_the_timer_unless_it_is_due() {
         run(&mut s, BARE, &c, t0 - 3000, &[busy; 2]);
         let (ev, t) = until_a_probe(&s, &c, rise, t0);
         assert_eq!(t, t0 + 4000);
-        assert!(
-            matches!(ev.reason, Reason::ProbeOnChange { .. }),
-            "{}",
-            ev.reason
-        );
+        assert_matches!(ev.reason, Reason::ProbeOnChange { .. });
         s = ev.state;
         let out = run(&mut s, BARE, &c, t, &[rise; 2]);
         let ended_ms = t + 2000;
@@ -708,9 +699,7 @@ fn caps_follow_the_scheduler_and_modes_are_named_as_serialised() {
 
 #[test]
 fn hourly_cap_stops_steps_down_never_up() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let caps = FULL;
     let mut s = PolicyState::new(0, &c);
     run(&mut s, caps, &c, 100_000, &[few(5000); 20]);
@@ -1045,11 +1034,7 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     // Batched sequential: 94% merged at L0 and at L2 alike.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[win(10_000, 9_400); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::TrialStart, Level::L2)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::TrialStart, Level::L2)]);
     let ev = decide(&s, Some(&win(10_000, 9_390)), caps, &c, 105_000);
     assert_eq!(ev.kind, OutcomeKind::TrialSucceeded, "{}", ev.reason);
     s = ev.state;
@@ -1063,20 +1048,13 @@ fn a_trial_of_l2_stays_when_it_keeps_the_merges_and_backs_off_when_not() {
     run(&mut s, caps, &c, 100_000, &[win(10_000, 9_000); 2]);
     assert_eq!(s.mode(), Mode::Trial);
     let ev = decide(&s, Some(&win(10_000, 1_000)), caps, &c, 104_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::TrialFailed, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::TrialLostMerges {
-                back: Level::L0,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::TrialFailed, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::TrialLostMerges {
+            back: Level::L0,
+            ..
+        }
     );
     s = ev.state;
     assert_eq!(
@@ -1095,40 +1073,17 @@ fn a_workload_change_at_l3_probes_at_once() {
     let caps = BARE;
     let mut s = PolicyState::new(0, &c);
     // Random reads at 5000 bios/s take the device to L3.
-    let rnd = Window {
-        counters: Counters {
-            reads_completed: 5000,
-            sectors_read: 40_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let rnd = reads_at(5000);
     run(&mut s, caps, &c, 100_000, &[rnd; 3]);
     assert_eq!(s.level(), Level::L3);
     // The same workload: nothing until the timer.
     let out = run(&mut s, caps, &c, 103_000, &[rnd; 10]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold));
     // A backup starts: 15,000 sequential write bios/s, unmerged at L3.
-    let backup = Window {
-        counters: Counters {
-            writes_completed: 15_000,
-            sectors_written: 120_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let backup = writes_at(15_000, 1000);
     let ev = decide(&s, Some(&backup), caps, &c, 114_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
-    assert!(
-        matches!(ev.reason, Reason::ProbeOnChange { .. }),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
+    assert_matches!(ev.reason, Reason::ProbeOnChange { .. });
     // The probe finds nothing (it was random after all): back to L3 without doubling the
     // timed backoff, and the new workload is the new baseline.
     let mut s = ev.state;
@@ -1171,30 +1126,22 @@ fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change(
         f(&mut s);
         s.changed_from(&base)
     };
-    assert_eq!(with(|s| s.read_share = 0.69), None);
-    assert!(matches!(
-        with(|s| s.read_share = 0.75),
-        Some(SignatureChange::ReadShare { .. })
-    ));
-    assert_eq!(with(|s| s.sectors_per_bio = 15.9), None);
-    assert!(matches!(
-        with(|s| s.sectors_per_bio = 16.0),
-        Some(SignatureChange::BioSize { .. })
-    ));
-    assert!(matches!(
-        with(|s| s.sectors_per_bio = 4.0),
-        Some(SignatureChange::BioSize { .. })
-    ));
-    assert_eq!(with(|s| s.bios_per_sec = 7499.0), None);
-    assert!(matches!(
-        with(|s| s.bios_per_sec = 7500.0),
-        Some(SignatureChange::Rate { .. })
-    ));
+    // What changed, by kind ("none" when nothing did).
+    let kind = |f: fn(&mut Signature)| match with(f) {
+        None => "none",
+        Some(SignatureChange::Rate { .. }) => "rate",
+        Some(SignatureChange::ReadShare { .. }) => "read share",
+        Some(SignatureChange::BioSize { .. }) => "bio size",
+    };
+    assert_eq!(kind(|s| s.read_share = 0.69), "none");
+    assert_eq!(kind(|s| s.read_share = 0.75), "read share");
+    assert_eq!(kind(|s| s.sectors_per_bio = 15.9), "none");
+    assert_eq!(kind(|s| s.sectors_per_bio = 16.0), "bio size");
+    assert_eq!(kind(|s| s.sectors_per_bio = 4.0), "bio size");
+    assert_eq!(kind(|s| s.bios_per_sec = 7499.0), "none");
+    assert_eq!(kind(|s| s.bios_per_sec = 7500.0), "rate");
     // A rate that went to nothing is a change (infinitely), and nothing against nothing is not.
-    assert!(matches!(
-        with(|s| s.bios_per_sec = 0.0),
-        Some(SignatureChange::Rate { .. })
-    ));
+    assert_eq!(kind(|s| s.bios_per_sec = 0.0), "rate");
     let idle = Signature {
         bios_per_sec: 0.0,
         ..base
@@ -1204,9 +1151,15 @@ fn a_signature_is_rate_read_share_and_bio_size_and_each_tells_a_workload_change(
 
 /// A 1 s window of random 4 KiB reads at `bios_per_sec`.
 fn reads_at(bios_per_sec: u64) -> Window {
+    reads_merging_at(bios_per_sec, 0)
+}
+
+/// A second of 4 KiB reads, `bios_per_sec` bios of which `merged` merged.
+fn reads_merging_at(bios_per_sec: u64, merged: u64) -> Window {
     Window {
         counters: Counters {
-            reads_completed: bios_per_sec,
+            reads_completed: bios_per_sec - merged,
+            reads_merged: merged,
             sectors_read: bios_per_sec * 8,
             ..Default::default()
         },
@@ -1244,6 +1197,21 @@ fn watch(
         *s = ev.state;
     }
     out
+}
+
+/// The test config, and a device without a tap that random writes at `bios_per_sec` took
+/// to L3 within `windows` 1 s windows from t = 100 s.
+fn at_l3_writing_at(bios_per_sec: u64, windows: usize) -> (PolicyConfig, PolicyState) {
+    let (c, mut s) = start();
+    run(
+        &mut s,
+        BARE,
+        &c,
+        100_000,
+        &vec![writes_at(bios_per_sec, 1000); windows],
+    );
+    assert_eq!(s.level(), Level::L3);
+    (c, s)
 }
 
 /// A tap's sample of 1000 bios, `mergeable` of them mergeable, taken in `w`.
@@ -1293,9 +1261,7 @@ fn settling(w: Window) -> Vec<Window> {
 /// the baseline, with no excursion; a mergeable one brings merging back.
 #[test]
 fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(190_000, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(190_000, 3);
     let (steady, dip) = (writes_at(190_000, 100), writes_at(106_000, 100));
     let n = (RATE_CHANGE_CONFIRM_MS / 100) as usize;
     // The rate at L3 is measured there first.
@@ -1343,37 +1309,15 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
     );
     let t = out.last().unwrap().0;
     // A mergeable sample brings merging back; a random one answers the fall at L3.
-    let mut mergeable = dip;
-    mergeable.sensed = Some(Sensed {
-        bios: 1000,
-        mergeable: 900,
-        sampled_ms: 100,
-        ..Default::default()
-    });
-    let ev = decide(&s, Some(&mergeable), BARE, &c, t + 100);
+    let ev = decide(&s, Some(&sampled(dip, 900)), BARE, &c, t + 100);
     assert_eq!(ev.to_level, Some(Level::L0), "{}", ev.reason);
-    let mut random = dip;
-    random.sensed = Some(Sensed {
-        bios: 1000,
-        mergeable: 1,
-        sampled_ms: 100,
-        ..Default::default()
-    });
-    let ev = decide(&s, Some(&random), BARE, &c, t + 100);
+    let ev = decide(&s, Some(&sampled(dip, 1)), BARE, &c, t + 100);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::ChangeAnsweredByTap(_)),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     // The slower rate is the baseline now: the next window is no change.
     let s = ev.state;
     let again = decide(&s, Some(&dip), BARE, &c, t + 200);
-    assert!(
-        matches!(again.reason, Reason::AtL3 { .. }),
-        "{}",
-        again.reason
-    );
+    assert_matches!(again.reason, Reason::AtL3 { .. });
 }
 
 /// The baseline climbs with the rate seen at L3, a window at a time (each under 1.5x the
@@ -1381,9 +1325,7 @@ fn at_l3_a_fall_in_rate_alone_is_answered_by_the_tap_not_by_a_probe() {
 /// jump of 1.5x or more in one window still is.
 #[test]
 fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(50_000, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(50_000, 3);
     let mut climb = settling(writes_at(50_000, 100));
     climb.extend([70_000, 100_000, 140_000].map(|r| writes_at(r, 100)));
     let out = watch(&mut s, &c, 103_000, &climb);
@@ -1398,9 +1340,7 @@ fn at_l3_the_rate_baseline_climbs_with_the_rate_seen_there() {
 /// 2 s after the step, on 42480 -> 67930 bios/s). After that a rise is judged again.
 #[test]
 fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(42_480, 1000); 3]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(42_480, 3);
     let entered = s.history.since_ms;
     // The first windows at L3 (the freeze, then the rate it came with), and 2 s in, 67930,
     // which lasts past the time the baseline is set in.
@@ -1425,9 +1365,7 @@ fn at_l3_the_speed_up_the_step_itself_brings_is_no_new_workload() {
 /// at L3 than the window that led there (a burst in that window) has not fallen.
 #[test]
 fn at_l3_a_rate_lower_than_the_entry_is_no_fall() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(100_000, 1000); 2]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(100_000, 2);
     let out = watch(&mut s, &c, 103_000, &[writes_at(60_000, 100); 15]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
     assert!(
@@ -1471,11 +1409,7 @@ fn at_l3_a_fall_right_after_a_confirmed_one_waits_its_own_second() {
     // B is the baseline now: its next window is no change at all.
     let t = t + RATE_CHANGE_CONFIRM_MS + 100;
     let again = decide(&s, Some(&b), BARE, &c, t);
-    assert!(
-        matches!(again.reason, Reason::AtL3 { .. }),
-        "{}",
-        again.reason
-    );
+    assert_matches!(again.reason, Reason::AtL3 { .. });
     // At once a third rate, 1/1.67 of B's: a fall of its own, not yet confirmed.
     let ev = decide(&s, Some(&third), BARE, &c, t);
     assert!(
@@ -1551,11 +1485,7 @@ fn at_l3_a_change_of_shape_probes_at_once_and_a_change_of_rate_asks_the_tap() {
     );
     let ev = decide(&s, Some(&sampled(rise, 1)), BARE, &c, t + 5000);
     assert_eq!(ev.to_level, None, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::ChangeAnsweredByTap(_)),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     // A change of shape probes with its first window.
     for w in [bigger, with_reads] {
         assert!(probes(&settled, &w, t + 50), "{w:?}");
@@ -1574,11 +1504,7 @@ fn at_l3_a_change_of_shape_probes_at_once_and_a_change_of_rate_asks_the_tap() {
     let mut asked = settled.clone();
     watch(&mut asked, &c, t + 50, &[tripled]);
     let ev = decide(&asked, Some(&sampled(tripled, 1)), BARE, &c, t + 150);
-    assert!(
-        matches!(ev.reason, Reason::ChangeAnsweredByTap(_)),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::ChangeAnsweredByTap(_));
     let ev = decide(&asked, Some(&sampled(tripled, 600)), BARE, &c, t + 150);
     assert_eq!(ev.to_level, Some(Level::L0), "{}", ev.reason);
 }
@@ -1597,11 +1523,7 @@ fn at_l3_a_tap_sample_older_than_the_change_does_not_answer_it() {
     // before the change.
     let tripled = writes_at(300_000, 50);
     let ev = decide(&s, Some(&sampled(tripled, 1)), BARE, &c, t + 50);
-    assert!(
-        matches!(ev.reason, Reason::RateChangeAwaitsTap { .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::RateChangeAwaitsTap { .. });
     // A change of shape with such a sample probes.
     let mut bigger = writes_at(60_000, 50);
     bigger.counters.sectors_written *= 2;
@@ -1617,9 +1539,7 @@ fn at_l3_a_tap_sample_older_than_the_change_does_not_answer_it() {
 /// rate of 34695, then 66380.
 #[test]
 fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
-    let (c, mut s) = start();
-    run(&mut s, BARE, &c, 100_000, &[writes_at(43_706, 1000); 2]);
-    assert_eq!(s.level(), Level::L3);
+    let (c, mut s) = at_l3_writing_at(43_706, 2);
     // The first window holds the write's drain; then the device runs at its L3 rate, with
     // a 300 ms dip under contention.
     let mut windows = vec![writes_at(30_000, 100)];
@@ -1640,11 +1560,7 @@ fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
     // A probe that finds nothing goes back with the probe's L0 rate: no baseline either.
     let mut s = ev.state;
     let out = watch(&mut s, &c, t, &[writes_at(34_695, 200); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::ProbeFailed, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::ProbeFailed, Level::L3)]);
     let out = watch(&mut s, &c, t + 400, &[writes_at(66_380, 100); 35]);
     assert!(out.iter().all(|o| o.1 == OutcomeKind::Hold), "{out:?}");
 }
@@ -1653,16 +1569,7 @@ fn at_l3_the_rate_is_judged_only_against_rates_seen_at_l3() {
 fn a_known_hostile_workload_goes_straight_to_l3() {
     let c = cfg();
     let caps = FULL;
-    let rnd = Window {
-        counters: Counters {
-            reads_completed: 4990,
-            reads_merged: 10,
-            sectors_read: 40_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let rnd = reads_merging_at(5000, 10);
     // First time: the whole ladder, and the workload is remembered at L3.
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, caps, &c, 100_000, &[rnd; 20]);
@@ -1672,11 +1579,7 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
     // two low windows and straight to L3.
     s.move_to_for_test(Level::L0, 200_000);
     let out = run(&mut s, caps, &c, 200_000, &[rnd; 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     assert!(
         matches!(out[1].3, Reason::KnownHostileToL3(_)),
         "{}",
@@ -1690,24 +1593,11 @@ fn a_known_hostile_workload_goes_straight_to_l3() {
         "{out:?}"
     );
     // Another workload (twice the rate) walks the ladder again.
-    let other = Window {
-        counters: Counters {
-            reads_completed: 9980,
-            reads_merged: 20,
-            sectors_read: 80_000,
-            ..Default::default()
-        },
-        duration_ms: 1000,
-        sensed: None,
-    };
+    let other = reads_merging_at(10_000, 20);
     let mut s2 = s.clone();
     s2.move_to_for_test(Level::L0, 300_000);
     let out = run(&mut s2, caps, &c, 300_000, &[other; 3]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L1)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L1)]);
 }
 
 #[test]
@@ -1725,11 +1615,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
     assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
     s = ev.state;
     let out = run(&mut s, caps, &c, t, &[fast; 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::ProbeFailed, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::ProbeFailed, Level::L3)]);
     let t = t + 2000;
     assert_eq!(
         s.history.known_hostile.len(),
@@ -1759,10 +1645,7 @@ fn two_known_hostile_workloads_taking_turns_at_l3_do_not_probe() {
         sensed: None,
     };
     let (ev, _) = until_a_probe(&s, &c, scan, t + 24_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
 }
 
 /// A change at L3 that needs no probe of its own (to a known merge-hostile workload, or a
@@ -1785,16 +1668,12 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
     let mut lasting = s.clone();
     run(&mut lasting, BARE, &c, due - 5000, &[slow; 2]);
     let ev = decide(&lasting, Some(&slow), BARE, &c, due - 2000);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::KnownHostileChange {
-                next_probe_in_ms: 2000,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::KnownHostileChange {
+            next_probe_in_ms: 2000,
+            ..
+        }
     );
     let ev = decide(&s, Some(&slow), BARE, &c, due);
     assert_eq!(
@@ -1824,11 +1703,7 @@ fn at_l3_a_change_that_needs_no_probe_holds_until_the_timed_probe_is_due() {
         ev.reason
     );
     let ev = decide(&s, Some(&dip), BARE, &c, due);
-    assert!(
-        matches!(ev.reason, Reason::TimedProbe { .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::TimedProbe { .. });
 }
 
 /// mq-deadline with every rung and a bio tap, priced by the shipped profile `name`.
@@ -1953,16 +1828,13 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
         .unwrap()
         .3;
     // The levels weighed are L1 and L2, not the blind L3.
-    assert!(
-        matches!(
-            r,
-            Reason::NotWorth {
-                at: Level::L0,
-                below: [false, true, true, false],
-                ..
-            }
-        ),
-        "{r}"
+    assert_matches!(
+        r,
+        Reason::NotWorth {
+            at: Level::L0,
+            below: [false, true, true, false],
+            ..
+        }
     );
 }
 
@@ -1970,55 +1842,28 @@ fn the_safe_rungs_are_walked_toward_a_level_that_saves() {
 fn a_level_no_longer_worth_it_is_left_for_l0() {
     // Reached on the 2008 profile, then the profile changes (a reload): L2 saves nothing.
     let (c, mut s) = start();
-    run(
-        &mut s,
+    let (lkml, measured) = (
         priced(profile::LKML_2008_NAME),
-        &c,
-        100_000,
-        &[few(5000); 4],
+        priced(profile::MEASURED_NAME),
     );
+    run(&mut s, lkml, &c, 100_000, &[few(5000); 4]);
     assert_eq!(s.level(), Level::L2);
     // The first busy window at L2 holds the write's queue freeze: nothing is judged on it.
-    let first = decide(
-        &s,
-        Some(&win(5000, 0)),
-        priced(profile::MEASURED_NAME),
-        &c,
-        105_000,
-    );
+    let first = decide(&s, Some(&win(5000, 0)), measured, &c, 105_000);
     assert_eq!(first.to_level, None, "{}", first.reason);
     // A device that has been at L2 a while leaves it at the next busy window.
     let mut s = first.state;
-    run(
-        &mut s,
-        priced(profile::LKML_2008_NAME),
-        &c,
-        105_000,
-        &[few(5000); 3],
-    );
+    run(&mut s, lkml, &c, 105_000, &[few(5000); 3]);
     assert_eq!(s.level(), Level::L2);
-    let ev = decide(
-        &s,
-        Some(&win(5000, 0)),
-        priced(profile::MEASURED_NAME),
-        &c,
-        109_000,
-    );
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::LeaveNotWorth {
-                from: Level::L2,
-                to: Level::L0,
-                ..
-            }
-        ),
-        "{}",
-        ev.reason
+    let ev = decide(&s, Some(&win(5000, 0)), measured, &c, 109_000);
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::LeaveNotWorth {
+            from: Level::L2,
+            to: Level::L0,
+            ..
+        }
     );
 }
 
@@ -2029,16 +1874,13 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
     assert_eq!(changes(&out), WALK_TO_L3[..2].to_vec());
     assert_eq!((s.level(), s.mode()), (Level::L2, Mode::Merging));
     let last = &out.last().unwrap().3;
-    assert!(
-        matches!(
-            last,
-            Reason::DeepestAllowed {
-                level: Level::L2,
-                l3_blind: true,
-                ..
-            }
-        ),
-        "{last}"
+    assert_matches!(
+        last,
+        Reason::DeepestAllowed {
+            level: Level::L2,
+            l3_blind: true,
+            ..
+        }
     );
     // none/kyber have no L2: they stay at L0.
     let mut s = PolicyState::new(0, &c);
@@ -2049,10 +1891,7 @@ fn without_a_bio_tap_the_deepest_level_is_l2() {
     run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let ev = decide(&s, None, Caps::FULL, &c, 141_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L2))
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L2));
     assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L2 });
 }
 
@@ -2064,10 +1903,7 @@ fn at_l3_a_device_without_l2_that_loses_its_tap_goes_back_to_l0() {
     run(&mut s, BARE, &c, 100_000, &[win(5000, 0); 40]);
     assert_eq!(s.level(), Level::L3);
     let ev = decide(&s, None, Caps::BARE, &c, 141_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
     assert_eq!(ev.reason, Reason::BlindAtL3 { to: Level::L0 });
 }
 
@@ -2135,16 +1971,13 @@ fn at_l3_sensed_mergeable_samples_in_a_row_step_up_and_a_lone_burst_does_not() {
     );
     // Two in a row: back to L0.
     let ev = decide(&s, Some(&sensed(1000, 111)), FULL, &c, 141_000);
-    assert_eq!((ev.kind, ev.to_level), (OutcomeKind::Hold, None));
+    assert_move(&ev, OutcomeKind::Hold, None);
     let ev = decide(&ev.state, Some(&sensed(1000, 150)), FULL, &c, 142_000);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0))
-    );
-    assert!(
-        matches!(ev.reason, Reason::SensedMergeable { share, sampled: 1000, .. } if share == 0.15),
-        "{}",
-        ev.reason
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
+    assert_matches!(
+        ev.reason,
+        Reason::SensedMergeable { share, sampled: 1000, .. }
+            if share == 0.15
     );
     // One decisive sample (94%) alone: back to L0.
     let decisive = decide(&s, Some(&sensed(1000, 940)), FULL, &c, 141_000);
@@ -2193,21 +2026,14 @@ fn at_l3_a_clearly_low_sensed_share_answers_the_probe() {
     // The timed probe with a sample showing 0.5% mergeable: no excursion to L0.
     let ev = decide(&s, Some(&sensed(1000, 5)), FULL, &c, due);
     assert_eq!(ev.kind, OutcomeKind::Hold, "{}", ev.reason);
-    assert!(
-        matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. });
     assert_eq!(
         ev.state.next_probe_at_ms(),
         Some(due + s.history.backoff_ms)
     );
     // Without a sample the probe goes to L0 as ever.
     let ev = decide(&s, Some(&sensed(0, 0)), FULL, &c, due);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0))
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
 }
 
 /// At L3 the hold counts down to the timed probe, and only a sample under the low
@@ -2226,18 +2052,9 @@ fn at_l3_the_hold_counts_down_and_a_sample_at_the_low_threshold_does_not_answer_
     );
     // 10 of 1000 is 1.0%, the low threshold itself.
     let ev = decide(&s, Some(&sensed(1000, 10)), FULL, &c, due);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::ProbeStart, Some(Level::L0)),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::ProbeStart, Some(Level::L0));
     let ev = decide(&s, Some(&sensed(1000, 9)), FULL, &c, due);
-    assert!(
-        matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. }),
-        "{}",
-        ev.reason
-    );
+    assert_matches!(ev.reason, Reason::AnsweredByTap { sampled: 1000, .. });
 }
 
 /// The same workload as [`sensed`], at L0: `merged` of its 5000 bios merged.
@@ -2258,11 +2075,7 @@ fn writes_merged(merged: u64) -> Window {
 /// later (`TAP_CONFIRM_SAMPLES`): back to L0. Returns the time of the call that brought merging back.
 fn tap_calls(s: &mut PolicyState, caps: Caps, c: &PolicyConfig, t: u64) -> u64 {
     let out = run(s, caps, c, t - 1000, &[sensed(400, 60); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Enable, Level::L0)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Enable, Level::L0)]);
     t + 1000
 }
 
@@ -2352,11 +2165,7 @@ fn a_tap_call_borne_out_resets_the_holdoff_and_one_not_borne_out_walks_no_rung()
     // out (30% merged at L0): the hold-off is back to its first length, and nothing is
     // held.
     let out = run(&mut s, FULL, &c, t + 30_000, &[writes_merged(25); 31]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
     assert!(
         matches!(out.last().unwrap().3, Reason::KnownHostileToL3(_)),
         "{}",
@@ -2387,11 +2196,7 @@ fn a_window_of_exactly_min_window_bios_is_busy_and_one_fewer_is_idle() {
         "{out:?}"
     );
     let out = run(&mut s, FULL, &c, 105_000, &[win(100, 0); 2]);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::Disable, Level::L3)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::Disable, Level::L3)]);
 }
 
 /// At the deepest level allowed, the hold says whether L3 is out of reach because it would
@@ -2475,13 +2280,7 @@ fn a_step_after_not_worth_it_says_what_changed() {
         (measured, "L3 is not worth it here"),
         (unknown, "the saving at L3 is unknown"),
     ] {
-        let mut s = PolicyState::new(0, &c);
-        run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 2]);
-        assert_eq!(s.level(), Level::L3);
-        let due = s.next_probe_at_ms().unwrap();
-        let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, due);
-        assert_eq!(ev.kind, OutcomeKind::ProbeStart, "{}", ev.reason);
-        s = ev.state;
+        let (mut s, due) = in_a_probe_from_l3(FULL, &c, 2);
         let out = run(&mut s, before, &c, due, &[win(5000, 0); 2]);
         let failed = &out[1];
         assert_eq!(
@@ -2496,7 +2295,7 @@ fn a_step_after_not_worth_it_says_what_changed() {
             .iter()
             .find(|o| o.2 == Some(Level::L3))
             .expect("no step");
-        assert!(matches!(step.3, Reason::WorthChanged(_)), "{}", step.3);
+        assert_matches!(step.3, Reason::WorthChanged(_));
         assert!(step.3.contains("before; now L3 "), "{}", step.3);
     }
 }
@@ -2504,23 +2303,18 @@ fn a_step_after_not_worth_it_says_what_changed() {
 /// Capped before the step to L3, the hold counts the windows that step waits for.
 #[test]
 fn capped_before_l3_the_hold_counts_the_windows_of_that_step() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let mut s = PolicyState::new(0, &c);
     let out = run(&mut s, FULL, &c, 100_000, &[few(5000); 10]);
     assert_eq!(s.level(), Level::L2, "{out:?}");
     let last = &out.last().unwrap().3;
-    assert!(
-        matches!(
-            last,
-            Reason::CapReached {
-                windows: Some(3),
-                level: Level::L2,
-                ..
-            }
-        ),
-        "{last}"
+    assert_matches!(
+        last,
+        Reason::CapReached {
+            windows: Some(3),
+            level: Level::L2,
+            ..
+        }
     );
     assert!(last.to_string().contains("for 3 windows"), "{last}");
 }
@@ -2616,9 +2410,7 @@ fn a_zero_trial_slack_turns_trials_off() {
 /// taken at 3600 s, and the next one refused again (30 s and 3600 s are in its hour).
 #[test]
 fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
-    let mut c = cfg();
-    c.max_changes_per_hour = 2;
-    c.min_dwell_secs = 0;
+    let c = two_changes_an_hour();
     let mut s = PolicyState::new(0, &c);
     s.history.changes_ms = vec![0, 30_000];
     let out = run(&mut s, FULL, &c, HOUR_MS - 3000, &[few(5000); 2]);
@@ -2628,11 +2420,7 @@ fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
     );
     let out = run(&mut s, FULL, &c, HOUR_MS - 1000, &[few(5000)]);
     assert_eq!(out[0].0, HOUR_MS);
-    assert_eq!(
-        changes(&out),
-        vec![(OutcomeKind::StepDown, Level::L1)],
-        "{out:?}"
-    );
+    assert_changes(&out, &[(OutcomeKind::StepDown, Level::L1)]);
     assert_eq!(s.history.changes_ms, vec![30_000, HOUR_MS]);
     let out = run(&mut s, FULL, &c, HOUR_MS, &[few(5000); 3]);
     assert!(changes(&out).is_empty(), "{out:?}");
@@ -2740,12 +2528,7 @@ fn the_live_bar_is_a_band_down_over_the_floor_back_only_under_it() {
     }
     now += 100;
     let ev = step(&mut s, &fast, under, now);
-    assert_eq!(
-        (ev.kind, ev.to_level),
-        (OutcomeKind::Enable, Some(Level::L0)),
-        "{}",
-        ev.reason
-    );
+    assert_move(&ev, OutcomeKind::Enable, Some(Level::L0));
     assert!(
         ev.reason
             .to_string()
@@ -2766,16 +2549,12 @@ fn a_reload_that_no_longer_allows_l3_says_the_config_did_it() {
     c.disabled_nomerges = 1;
     let ev = decide(&s, Some(&win(5000, 0)), FULL, &c, 200_000);
     assert_eq!(ev.to_level, Some(Level::L2), "{}", ev.reason);
-    assert!(
-        matches!(
-            ev.reason,
-            Reason::L3NoLongerAllowed {
-                disabled_nomerges: 1,
-                to: Level::L2
-            }
-        ),
-        "{}",
-        ev.reason
+    assert_matches!(
+        ev.reason,
+        Reason::L3NoLongerAllowed {
+            disabled_nomerges: 1,
+            to: Level::L2
+        }
     );
     assert!(
         ev.reason

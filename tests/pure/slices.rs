@@ -43,6 +43,16 @@ impl Dev {
             t: 0,
         }
     }
+    /// An mq-deadline device at these two values (the kernel's are 2 and 500).
+    fn mq_deadline(writes_starved: u64, read_expire: u64) -> Dev {
+        Dev::new(
+            "mq-deadline",
+            &[
+                ("writes_starved", writes_starved),
+                ("read_expire", read_expire),
+            ],
+        )
+    }
     /// Feeds windows; applies every change to `values`; returns the changes' kinds.
     fn feed(&mut self, w: Window, n: usize) -> Vec<(String, &'static str, u64, u64)> {
         let cfg = SlicesConfig::default();
@@ -78,10 +88,7 @@ impl Dev {
 
 #[test]
 fn starving_reads_get_one_step_after_three_windows() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(2, 500);
     let out = d.feed(win(50, 160, 200, 40), 2);
     assert!(out.is_empty());
     let out = d.feed(win(50, 160, 200, 40), 1);
@@ -96,10 +103,7 @@ fn starving_reads_get_one_step_after_three_windows() {
 
 #[test]
 fn a_step_that_helps_is_followed_by_more_up_to_the_bounds() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 7), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(7, 500);
     // Each step cuts the reads' time per request by a third (10x, 6.7x, 4.4x the
     // writes'): writes_starved to its max (8), then read_expire halves.
     let mut kinds = Vec::new();
@@ -121,10 +125,7 @@ fn a_step_that_helps_is_followed_by_more_up_to_the_bounds() {
 
 #[test]
 fn a_step_that_does_not_help_is_undone_and_no_more_are_taken() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(2, 500);
     let out = d.feed(win(50, 160, 200, 40), 3);
     assert_eq!((out[0].2, out[0].3), (2, 3));
     let out = d.feed(win(50, 158, 200, 40), 3);
@@ -139,19 +140,13 @@ fn a_step_that_does_not_help_is_undone_and_no_more_are_taken() {
 
 #[test]
 fn the_operators_values_are_never_touched() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 4), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(4, 500);
     d.owned = vec!["writes_starved"];
     let out = d.feed(win(50, 160, 200, 40), 3);
     // writes_starved is the operator's: the step goes to read_expire.
     assert_eq!((out[0].2, out[0].3), (500, 250), "{out:?}");
     d.owned = vec!["writes_starved", "read_expire"];
-    let mut d2 = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 4), ("read_expire", 300)],
-    );
+    let mut d2 = Dev::mq_deadline(4, 300);
     d2.owned = vec!["writes_starved", "read_expire"];
     assert!(d2.feed(win(50, 160, 200, 40), 20).is_empty());
 }
@@ -169,16 +164,10 @@ fn steps_are_undone_when_the_mix_ends_and_balanced_work_is_left_alone() {
         "{out:?}"
     );
     // Reads and writes alike: nothing to do, ever.
-    let mut e = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut e = Dev::mq_deadline(2, 500);
     assert!(e.feed(win(100, 10, 100, 10), 50).is_empty());
     // Too few requests to call it a mix: nothing either.
-    let mut f = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut f = Dev::mq_deadline(2, 500);
     assert!(f.feed(win(5, 500, 200, 10), 50).is_empty());
 }
 
@@ -191,10 +180,7 @@ fn win_sized(r: u64, r_ms: u64, w: u64, w_ms: u64, kib: u64) -> Window {
 
 #[test]
 fn a_step_that_costs_writes_more_than_it_gives_reads_is_undone() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(2, 500);
     // 200 writes of 512 KiB per 2 s window: 52 MB/s.
     let out = d.feed(win_sized(50, 160, 200, 40, 512), 3);
     assert_eq!((out[0].1, out[0].2, out[0].3), ("favour_reads", 2, 3));
@@ -211,10 +197,7 @@ fn a_step_that_costs_writes_more_than_it_gives_reads_is_undone() {
 
 #[test]
 fn a_step_that_pays_stays_and_says_why() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(2, 500);
     d.feed(win_sized(50, 160, 200, 40, 512), 3);
     // Reads 25% faster for 10% of the writes' throughput; still 3x the writes': the next
     // step follows in the same window as the judgement.
@@ -227,10 +210,7 @@ fn a_step_that_pays_stays_and_says_why() {
 
 #[test]
 fn fast_reads_are_not_starving_whatever_the_ratio() {
-    let mut d = Dev::new(
-        "mq-deadline",
-        &[("writes_starved", 2), ("read_expire", 500)],
-    );
+    let mut d = Dev::mq_deadline(2, 500);
     // An SSD with a write cache: reads 6 ms, writes 1 ms per request. 6x, but nobody waits.
     assert!(d.feed(win(500, 6, 2000, 1), 30).is_empty());
 }

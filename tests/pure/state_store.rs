@@ -6,19 +6,32 @@
 
 use crate::memkernel::{FixedStore, MemKernel, SharedStore, written_record};
 use mergetune_daemon::state::{
-    FileStore, RestoreOutcome, SavedState, StateError, StateStore, VANISHED_KEEP_SECS, parse_state,
-    restore_from_store,
+    FileStore, RestoreOutcome, SavedAttr, SavedState, StateError, StateStore, VANISHED_KEEP_SECS,
+    parse_state, restore_from_store,
 };
 use mergetune_kernel::tunable::Tunable;
 use std::path::Path;
 
-fn one_record() -> SavedState {
+/// A state of one record: sda's `tunable`.
+fn sda_record(tunable: Tunable, record: SavedAttr) -> SavedState {
     let mut s = SavedState::default();
     s.devices
         .entry("sda".into())
         .or_default()
-        .insert(Tunable::Nomerges, written_record("0", "2"));
+        .insert(tunable, record);
     s
+}
+
+/// A temporary directory, and an empty `state` directory in it.
+fn state_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state");
+    std::fs::create_dir(&dir).unwrap();
+    (tmp, dir)
+}
+
+fn one_record() -> SavedState {
+    sda_record(Tunable::Nomerges, written_record("0", "2"))
 }
 
 #[test]
@@ -79,9 +92,7 @@ fn chmod(p: &Path, mode: u32) {
 /// file it names is untouched, and the save still lands.
 #[test]
 fn a_save_never_writes_through_a_link_planted_at_its_temporary_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("state");
-    std::fs::create_dir(&dir).unwrap();
+    let (tmp, dir) = state_dir();
     let victim = tmp.path().join("root-only-file");
     std::fs::write(&victim, "secret\n").unwrap();
     chmod(&victim, 0o600);
@@ -99,9 +110,7 @@ fn a_save_never_writes_through_a_link_planted_at_its_temporary_name() {
 /// Issue 36.2: a state file that is a link is refused, named, and never read through.
 #[test]
 fn a_state_file_that_is_a_link_is_refused_and_named() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("state");
-    std::fs::create_dir(&dir).unwrap();
+    let (tmp, dir) = state_dir();
     let real = tmp.path().join("elsewhere.json");
     std::fs::write(&real, serde_json::to_string(&one_record()).unwrap()).unwrap();
     std::os::unix::fs::symlink(&real, dir.join("state.json")).unwrap();
@@ -122,9 +131,7 @@ fn a_state_file_that_is_a_link_is_refused_and_named() {
 /// a group- or world-writable directory or file, or one owned by another user.
 #[test]
 fn a_state_dir_or_file_another_user_could_write_is_refused_and_named() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("state");
-    std::fs::create_dir(&dir).unwrap();
+    let (_tmp, dir) = state_dir();
     let mut store = FileStore::new(&dir);
     store.save(&one_record()).unwrap();
     assert!(store.load().is_ok());
@@ -328,12 +335,7 @@ fn removing_a_state_file_that_is_not_there_is_fine_and_one_that_cannot_go_is_an_
 /// record is dropped: the new scheduler starts from its own value).
 #[test]
 fn a_missing_iosched_file_tells_a_gone_device_from_a_switched_scheduler() {
-    let mut state = SavedState::default();
-    state
-        .devices
-        .entry("sda".into())
-        .or_default()
-        .insert(Tunable::FrontMerges, written_record("1", "0"));
+    let state = sda_record(Tunable::FrontMerges, written_record("1", "0"));
     let outcome = |fs: &mut MemKernel| {
         let results = mergetune_daemon::state::restore_all(fs, &state);
         assert_eq!(results.len(), 1, "{results:?}");
@@ -565,12 +567,7 @@ fn a_device_claimed_by_one_store_is_left_alone_by_another() {
     let mut b = store("b");
     let mut rec = written_record("0", "2");
     rec.device = mergetune_kernel::devices::read_identity(&mut k, "sda").unwrap();
-    let mut state = mergetune_daemon::state::SavedState::default();
-    state
-        .devices
-        .entry("sda".into())
-        .or_default()
-        .insert(Tunable::Nomerges, rec);
+    let state = sda_record(Tunable::Nomerges, rec);
     FileStore::new(tmp.path().join("b")).save(&state).unwrap();
     let report = restore_from_store(&mut k, &mut b, 0).unwrap();
     assert!(
@@ -592,16 +589,11 @@ fn a_device_claimed_by_one_store_is_left_alone_by_another() {
 /// operator's value set equal to mergetune's).
 #[test]
 fn a_restore_that_cannot_clear_its_records_says_per_record_what_a_later_one_would_do() {
-    use mergetune_daemon::state::{SavedState, StateStore, restore_from_store};
+    use mergetune_daemon::state::{StateStore, restore_from_store};
     let mut k = MemKernel::with(&["sda"]);
     k.set_behind_back("sda", Tunable::Nomerges, "1");
     let mut store = SharedStore::default();
-    let mut state = SavedState::default();
-    state
-        .devices
-        .entry("sda".into())
-        .or_default()
-        .insert(Tunable::Nomerges, written_record("0", "1"));
+    let state = sda_record(Tunable::Nomerges, written_record("0", "1"));
     store.save(&state).unwrap();
     *store.fail_saves.borrow_mut() = true;
     let report = restore_from_store(&mut k, &mut store, 0).unwrap();

@@ -185,14 +185,22 @@ fn assert_resolution(r: &AbReport) {
     assert_ne!(a.sampler_against_total(), Some(SampledAgainst::Over), "{a}");
 }
 
+/// The real-kernel test `test`: one cell ([`run_cell`]), whose A/B test must resolve
+/// ([`assert_resolution`]).
+fn l0_against_l3_resolves(test: &str, scheduler: &str, nr_requests: Option<u32>, iodepth: u32) {
+    let _k = kernel::require_kernel(test);
+    assert_resolution(&run_cell(scheduler, nr_requests, iodepth));
+}
+
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn mq_deadline_unplugged_random_reads_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest mq-deadline") else {
-        return;
-    };
-    let r = run_cell("mq-deadline", Some(2048), 2048);
-    assert_resolution(&r);
+    l0_against_l3_resolves(
+        "real_kernel_abtest mq-deadline",
+        "mq-deadline",
+        Some(2048),
+        2048,
+    );
 }
 
 /// The load on which `real_kernel_live` shows the default config stepping down (random
@@ -201,19 +209,16 @@ fn mq_deadline_unplugged_random_reads_l0_against_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn mq_deadline_qd32_as_the_live_test_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest mq-deadline QD32") else {
-        return;
-    };
-    let r = run_cell("mq-deadline", None, 32);
-    assert_resolution(&r);
+    l0_against_l3_resolves(
+        "real_kernel_abtest mq-deadline QD32",
+        "mq-deadline",
+        None,
+        32,
+    );
 }
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn none_unplugged_random_reads_l0_against_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_abtest none") else {
-        return;
-    };
-    let r = run_cell("none", None, 128);
-    assert_resolution(&r);
+    l0_against_l3_resolves("real_kernel_abtest none", "none", None, 128);
 }

@@ -70,9 +70,7 @@ fn spawn_calibrate(args: &[&std::ffi::OsStr]) -> std::process::Child {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 #[allow(clippy::too_many_lines)] // a test reads best as one story
 fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
-    let Some(_k) = kernel::require_kernel("calibrate_quick") else {
-        return;
-    };
+    let _k = kernel::require_kernel("calibrate_quick");
     let before = attached_loops();
     let queues_before = loop_queues();
     let dir = tempfile::tempdir().unwrap();
@@ -172,18 +170,20 @@ fn kill_fio_on(dev: &kernel::LoopDevice) {
     std::thread::sleep(std::time::Duration::from_millis(500));
 }
 
+/// mq-deadline with an operator's values that are not the kernel's defaults: nomerges 1,
+/// front_merges 0.
+fn operators_values(dev: &kernel::LoopDevice) {
+    dev.set_scheduler("mq-deadline");
+    dev.set_queue_attr("nomerges", "1");
+    dev.set_queue_attr("iosched/front_merges", "0");
+}
+
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_back() {
-    let Some(_k) = kernel::require_kernel("calibrate_device") else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(512);
-    dev.set_scheduler("mq-deadline");
-    // Operator's values that are not the kernel's defaults: calibrate measures at L0 and
-    // must put these back.
-    dev.set_queue_attr("nomerges", "1");
-    dev.set_queue_attr("iosched/front_merges", "0");
+    let (_k, dev) = kernel::require_loop("calibrate_device", 512);
+    // Calibrate measures at L0 and must put the operator's values back.
+    operators_values(&dev);
     let written = sectors_written(&dev);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("device.toml");
@@ -232,13 +232,8 @@ fn calibrate_on_a_device_samples_the_merge_path_read_only_and_puts_its_tunables_
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkill_mid_calibration_puts_the_devices_tunables_back() {
-    let Some(_k) = kernel::require_kernel("calibrate_sigkill") else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(512);
-    dev.set_scheduler("mq-deadline");
-    dev.set_queue_attr("nomerges", "1");
-    dev.set_queue_attr("iosched/front_merges", "0");
+    let (_k, dev) = kernel::require_loop("calibrate_sigkill", 512);
+    operators_values(&dev);
     let dir = tempfile::tempdir().unwrap();
     let (state, never) = (dir.path().join("state"), dir.path().join("never.toml"));
     let mut child = spawn_calibrate(&[
@@ -329,9 +324,7 @@ impl Drop for Leftovers {
 #[test]
 #[ignore = "needs root, fio, perf events and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_next_calibrate_detaches_a_killed_ones_scratch_device_and_puts_its_queue_back() {
-    let Some(_k) = kernel::require_kernel("calibrate_leftover") else {
-        return;
-    };
+    let _k = kernel::require_kernel("calibrate_leftover");
     let queues_before = loop_queues();
     let tmpfs = tempfile::tempdir_in("/dev/shm").expect("a temp dir on /dev/shm (tmpfs)");
     let _cleanup = Leftovers {

@@ -42,6 +42,15 @@ fn instance_of(pid: u32) -> std::path::PathBuf {
         .join(format!("mergetune-{pid}"))
 }
 
+/// Waits (at most 5 s) until the capture process `pid` has made its tracefs instance.
+fn wait_for_instance_of(pid: u32) {
+    let t = Instant::now();
+    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+}
+
 fn global_state() -> (String, String) {
     let read = |p: &str| {
         std::fs::read_to_string(Path::new(TRACEFS).join(p))
@@ -58,10 +67,7 @@ fn global_state() -> (String, String) {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn capture_records_the_device_and_cleans_up() {
-    let Some(_k) = kernel::require_kernel("capture_records_the_device_and_cleans_up") else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(256);
+    let (_k, dev) = kernel::require_loop("capture_records_the_device_and_cleans_up", 256);
     dev.warm_up();
     let (major, minor) = dev.major_minor();
     let dir = tempfile::tempdir().unwrap();
@@ -74,11 +80,7 @@ fn capture_records_the_device_and_cleans_up() {
     let child = spawn_capture(dev.name(), "3", &out);
     let pid = child.id();
     // Wait for the instance to exist, then run the merge-friendly job.
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     std::thread::sleep(Duration::from_millis(300));
     kernel::run_fio(&kernel::job_batched_seq(&dev, "write", "8M"));
     dev.wait_idle();
@@ -121,20 +123,13 @@ fn capture_records_the_device_and_cleans_up() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn ctrl_c_stops_the_capture_and_cleans_up() {
-    let Some(_k) = kernel::require_kernel("ctrl_c_stops_the_capture_and_cleans_up") else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(256);
+    let (_k, dev) = kernel::require_loop("ctrl_c_stops_the_capture_and_cleans_up", 256);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
     let before_global = global_state();
     let child = spawn_capture(dev.name(), "60", &out);
     let pid = child.id();
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     kernel::run_fio(&kernel::job_rand(&dev, "randread", "4M"));
     let target = rustix::process::Pid::from_child(&child);
     rustix::process::kill_process(target, rustix::process::Signal::INT).unwrap();
@@ -160,23 +155,17 @@ fn ctrl_c_stops_the_capture_and_cleans_up() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_sigkilled_captures_instance_is_removed_by_the_next_capture() {
-    let Some(_k) =
-        kernel::require_kernel("a_sigkilled_captures_instance_is_removed_by_the_next_capture")
-    else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_loop(
+        "a_sigkilled_captures_instance_is_removed_by_the_next_capture",
+        64,
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cap.txt");
     let capture = |seconds: &str| spawn_capture(dev.name(), seconds, &out);
     // A capture killed with SIGKILL cannot clean up: its instance stays.
     let mut killed = capture("60");
     let pid = killed.id();
-    let t = Instant::now();
-    while !instance_of(pid).is_dir() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(instance_of(pid).is_dir(), "no tracefs instance appeared");
+    wait_for_instance_of(pid);
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(instance_of(pid).is_dir(), "SIGKILL cannot have cleaned up");
@@ -226,10 +215,7 @@ fn refuses_a_missing_device_before_touching_anything() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn refuses_clearly_when_not_root() {
-    let Some(_k) = kernel::require_kernel("refuses_clearly_when_not_root") else {
-        return;
-    };
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_loop("refuses_clearly_when_not_root", 64);
     let dir = tempfile::tempdir().unwrap();
     // As nobody (setpriv, util-linux): refused before anything is touched.
     let out = Command::new("setpriv")

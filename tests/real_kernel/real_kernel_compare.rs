@@ -235,15 +235,7 @@ impl Daemon {
     fn start(config: &Path, state_dir: &Path) -> Daemon {
         let log = config.with_file_name("daemon.log");
         let err = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
-            .arg("run")
-            .arg("--config")
-            .arg(config)
-            .arg("--state-dir")
-            .arg(state_dir)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
+        let child = kernel::mergetune_run(config, state_dir, &[])
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
@@ -282,10 +274,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        kernel::kill_unless_exited(&mut self.child);
     }
 }
 
@@ -509,9 +498,7 @@ fn the_sequential_claims_fail_on_a_run_that_does_not_show_them() {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 #[allow(clippy::too_many_lines)] // a test reads best as one story
 fn adaptive_against_kernel_default_and_static_nomerges_2_on_a_phase_changing_load() {
-    let Some(_k) = kernel::require_kernel("real_kernel_compare") else {
-        return;
-    };
+    let _k = kernel::require_kernel("real_kernel_compare");
     let reps = env_u64("MERGETUNE_COMPARE_REPS", 2).max(1) as usize;
     let secs = env_u64("MERGETUNE_COMPARE_PHASE_S", 5).max(2);
     let mut dev = LoopDevice::new(512);

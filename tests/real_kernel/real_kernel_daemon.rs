@@ -42,23 +42,13 @@ impl DaemonProc {
 
     /// `mergetune run` with the test's config and `extra` arguments.
     fn spawn_with(config: &Path, state_dir: &Path, extra: &[&str]) -> DaemonProc {
-        let bin = env!("CARGO_BIN_EXE_mergetune");
-        let mut child = Command::new(bin)
-            .arg("run")
-            .args(extra)
-            .arg("--config")
-            .arg(config)
+        let mut child = kernel::mergetune_run(config, state_dir, extra)
             .arg("--interval-ms")
             .arg(INTERVAL_MS.to_string())
-            .arg("--state-dir")
-            .arg(state_dir)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start mergetune run: {e}"));
         let log = Arc::new(Mutex::new(Vec::new()));
         let started = Instant::now();
         let pipes: Vec<Box<dyn std::io::Read + Send>> = vec![
@@ -145,10 +135,7 @@ impl DaemonProc {
 
 impl Drop for DaemonProc {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        kernel::kill_unless_exited(&mut self.child);
         self.join_reader();
     }
 }
@@ -370,15 +357,6 @@ listen = ""
     path
 }
 
-/// A fresh loop device: mq-deadline, nomerges 0, warmed up.
-fn fresh_device() -> LoopDevice {
-    let dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    dev
-}
-
 /// The daemon on `dev` with the test config, running; its state dir lives in the returned
 /// temp dir. Declare the returned daemon after `dev`: dropped (killed) before the loop
 /// device is detached.
@@ -429,10 +407,8 @@ fn random_writes_to_l3(
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn daemon_on_loop_device() {
-    let Some(_session) = kernel::require_kernel("daemon_on_loop_device") else {
-        return;
-    };
-    let dev = fresh_device();
+    let _session = kernel::require_kernel("daemon_on_loop_device");
+    let dev = LoopDevice::mq_deadline_at_l0();
     let others_before = kernel::other_devices_nomerges(dev.name());
     // The daemon may also use mq-deadline's front_merges as a cheaper step.
     let front_merges_before = dev.queue_attr("iosched/front_merges");
@@ -525,12 +501,8 @@ fn daemon_on_loop_device() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_l3_watch_brings_merging_back_when_a_scan_starts() {
-    let Some(_session) =
-        kernel::require_kernel("the_l3_watch_brings_merging_back_when_a_scan_starts")
-    else {
-        return;
-    };
-    let dev = fresh_device();
+    let _session = kernel::require_kernel("the_l3_watch_brings_merging_back_when_a_scan_starts");
+    let dev = LoopDevice::mq_deadline_at_l0();
     let (_tmp, _state_dir, mut timeline, mut daemon) = start_daemon(&dev, (1800, 3600));
     let (mut fio, _) = random_writes_to_l3(&dev, &mut daemon, &mut timeline, "random writes");
     // A few watch ticks at L3 on the random load alone: nothing changes.
@@ -753,10 +725,8 @@ fn random_then_sequential(dev: &LoopDevice, dry_run: bool) -> (Vec<Logged>, Stri
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dry_run_decides_as_the_live_daemon() {
-    let Some(_session) = kernel::require_kernel("a_dry_run_decides_as_the_live_daemon") else {
-        return;
-    };
-    let dev = fresh_device();
+    let _session = kernel::require_kernel("a_dry_run_decides_as_the_live_daemon");
+    let dev = LoopDevice::mq_deadline_at_l0();
     let others_before = kernel::other_devices_nomerges(dev.name());
     let front_merges_before = dev.queue_attr("iosched/front_merges");
 

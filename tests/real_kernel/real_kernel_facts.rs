@@ -49,40 +49,52 @@ fn measure_traced(dev: &LoopDevice, trace: &TraceCapture, args: &[String]) -> Tr
 /// issued and completed requests = completed requests.
 fn assert_trace_matches_stat(what: &str, t: &Traced) {
     let c = &t.counts;
-    assert_eq!(
-        kernel::merge_events(c),
-        t.delta.merged(),
-        "{what}: tracefs merge events {c:?} vs stat delta {}",
-        t.delta
+    for (said, traced, stat) in [
+        (
+            "tracefs merge events",
+            kernel::merge_events(c),
+            t.delta.merged(),
+        ),
+        (
+            "queued bios",
+            kernel::event_count(c, "block_bio_queue"),
+            t.delta.bios(),
+        ),
+        (
+            "completed requests",
+            kernel::event_count(c, "block_rq_complete"),
+            t.delta.completed(),
+        ),
+        (
+            "issued requests",
+            kernel::event_count(c, "block_rq_issue"),
+            t.delta.completed(),
+        ),
+    ] {
+        assert_eq!(
+            traced, stat,
+            "{what}: {said} {c:?} vs stat delta {}",
+            t.delta
+        );
+    }
+}
+
+/// `args` run once on `dev` at `nomerges`: the stat delta (said on stderr with the job).
+fn measure_at(dev: &LoopDevice, nomerges: u8, args: &[String]) -> StatDelta {
+    dev.set_nomerges(nomerges);
+    let d = dev.measure(args);
+    eprintln!(
+        "nomerges={nomerges}: {} -> {d}",
+        kernel::fio_command_line(args)
     );
-    assert_eq!(
-        kernel::event_count(c, "block_bio_queue"),
-        t.delta.bios(),
-        "{what}: queued bios {c:?} vs stat delta {}",
-        t.delta
-    );
-    assert_eq!(
-        kernel::event_count(c, "block_rq_complete"),
-        t.delta.completed(),
-        "{what}: completed requests {c:?} vs stat delta {}",
-        t.delta
-    );
-    assert_eq!(
-        kernel::event_count(c, "block_rq_issue"),
-        t.delta.completed(),
-        "{what}: issued requests {c:?} vs stat delta {}",
-        t.delta
-    );
+    d
 }
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 #[allow(clippy::too_many_lines)] // a test reads best as one story
 fn kernel_merge_facts() {
-    let Some(_session) = kernel::require_kernel("kernel_merge_facts") else {
-        return;
-    };
-    let dev = LoopDevice::new(600);
+    let (_session, dev) = kernel::require_loop("kernel_merge_facts", 600);
     dev.set_scheduler(SCHEDULER);
     dev.set_nomerges(0);
     dev.warm_up();
@@ -98,12 +110,7 @@ fn kernel_merge_facts() {
     // 1. The merge-friendly job, exact at every nomerges value.
     let seq = kernel::job_batched_seq(&dev, "write", "32M");
     for (nomerges, writes, merged) in [(0u8, 128u64, 8064u64), (1, 128, 8064), (2, 8192, 0)] {
-        dev.set_nomerges(nomerges);
-        let d = dev.measure(&seq);
-        eprintln!(
-            "nomerges={nomerges}: {} -> {d}",
-            kernel::fio_command_line(&seq)
-        );
+        let d = measure_at(&dev, nomerges, &seq);
         assert_eq!(
             (d.writes, d.writes_merged),
             (writes, merged),
@@ -114,12 +121,7 @@ fn kernel_merge_facts() {
     // The same job reading: the same counts on the read side.
     let seq_read = kernel::job_batched_seq(&dev, "read", "32M");
     for (nomerges, reads, merged) in [(0u8, 128u64, 8064u64), (2, 8192, 0)] {
-        dev.set_nomerges(nomerges);
-        let d = dev.measure(&seq_read);
-        eprintln!(
-            "nomerges={nomerges}: {} -> {d}",
-            kernel::fio_command_line(&seq_read)
-        );
+        let d = measure_at(&dev, nomerges, &seq_read);
         assert_eq!(
             (d.reads, d.reads_merged),
             (reads, merged),

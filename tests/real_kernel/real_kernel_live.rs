@@ -56,12 +56,19 @@ fn wait_for(
     None
 }
 
-/// A loop device of this test's with mq-deadline, warmed up, and a config with the shipped
-/// defaults but for the device list, the state dir, the endpoint and `daemon_extra` (lines
-/// of `[daemon]`); the temp dir holds both.
-fn device_and_config(daemon_extra: &str) -> (kernel::LoopDevice, tempfile::TempDir, PathBuf) {
-    // The bio tap needs the tracing filesystem (systemd hosts mount it).
-    kernel::ensure_tracefs();
+/// The gate of these tests ([`kernel::require_tap_kernel`]: the bio tap needs the tracing
+/// filesystem, which systemd hosts mount), a loop device of this test's with mq-deadline,
+/// warmed up, and a config with the shipped defaults but for the device list, the state
+/// dir, the endpoint and `daemon_extra` (lines of `[daemon]`); the temp dir holds both.
+fn require_device_and_config(
+    daemon_extra: &str,
+) -> (
+    kernel::KernelSession,
+    kernel::LoopDevice,
+    tempfile::TempDir,
+    PathBuf,
+) {
+    let session = kernel::require_tap_kernel("live_pricing");
     let dev = kernel::LoopDevice::new(512);
     dev.set_scheduler("mq-deadline");
     dev.warm_up();
@@ -76,7 +83,7 @@ fn device_and_config(daemon_extra: &str) -> (kernel::LoopDevice, tempfile::TempD
         ),
     )
     .unwrap();
-    (dev, dir, cfg)
+    (session, dev, dir, cfg)
 }
 
 /// The daemon, live, on `cfg`, its log timed from `t0`.
@@ -93,10 +100,7 @@ fn daemon(cfg: &Path, t0: Instant) -> Proc {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_default_config_steps_down_where_the_measured_saving_clears_the_floor() {
-    let Some(_k) = kernel::require_kernel("live_pricing") else {
-        return;
-    };
-    let (dev, _dir, cfg) = device_and_config("interval_ms = 500\n");
+    let (_k, dev, _dir, cfg) = require_device_and_config("interval_ms = 500\n");
     let t0 = Instant::now();
     let mut daemon = daemon(&cfg, t0);
 
@@ -191,11 +195,8 @@ fn nomerges_writes(log: &[(Duration, String)]) -> Vec<(Duration, String)> {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_steady_random_load_at_full_rate_is_decided_once_not_toggled() {
-    let Some(_k) = kernel::require_kernel("live_pricing") else {
-        return;
-    };
     // The shipped defaults but for the device list, the state dir and the endpoint.
-    let (dev, _dir, cfg) = device_and_config("");
+    let (_k, dev, _dir, cfg) = require_device_and_config("");
     let t0 = Instant::now();
     let secs = STEADY.as_secs() + 15;
     let mut load = fio(&dev, &["--rw=randread", "--norandommap"], secs, t0);

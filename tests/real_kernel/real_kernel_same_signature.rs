@@ -52,45 +52,29 @@ fn config_for(dev: &kernel::LoopDevice, dir: &Path) -> PathBuf {
 /// ends: no idle gap (`stonewall` would set the second job up only after the first has
 /// drained, a dip in the rate that the policy's workload-change rule notices).
 fn fio_args(dev: &kernel::LoopDevice) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--direct=1",
-        "--ioengine=libaio",
-        "--bs=4k",
-        "--iodepth=64",
-        "--size=512M",
-        "--time_based",
+    vec![
+        "--direct=1".into(),
+        "--ioengine=libaio".into(),
+        "--bs=4k".into(),
+        "--iodepth=64".into(),
+        "--size=512M".into(),
+        "--time_based".into(),
+        format!("--filename={}", dev.dev_str()),
+        "--name=random".into(),
+        "--rw=randwrite".into(),
+        "--norandommap".into(),
+        "--randrepeat=1".into(),
+        format!("--rate_iops={RATE_IOPS}"),
+        format!("--runtime={RANDOM_SECS}"),
+        "--name=log".into(),
+        "--rw=write".into(),
+        "--iodepth_batch_submit=64".into(),
+        "--iodepth_batch_complete_min=64".into(),
+        "--thinktime_blocks=64".into(),
+        format!("--thinktime={BATCH_THINKTIME_US}"),
+        format!("--startdelay={RANDOM_SECS}"),
+        format!("--runtime={SEQUENTIAL_SECS}"),
     ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push(format!("--filename={}", dev.dev_str()));
-    v.extend(
-        [
-            "--name=random",
-            "--rw=randwrite",
-            "--norandommap",
-            "--randrepeat=1",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    v.push(format!("--rate_iops={RATE_IOPS}"));
-    v.push(format!("--runtime={RANDOM_SECS}"));
-    v.extend(
-        [
-            "--name=log",
-            "--rw=write",
-            "--iodepth_batch_submit=64",
-            "--iodepth_batch_complete_min=64",
-            "--thinktime_blocks=64",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    v.push(format!("--thinktime={BATCH_THINKTIME_US}"));
-    v.push(format!("--startdelay={RANDOM_SECS}"));
-    v.push(format!("--runtime={SEQUENTIAL_SECS}"));
-    v
 }
 
 struct Outcome {
@@ -102,13 +86,9 @@ struct Outcome {
     daemon_text: String,
 }
 
-fn run_switch(test: &str) -> Option<Outcome> {
-    let session = kernel::require_kernel(test)?;
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
+fn run_switch(test: &str) -> Outcome {
+    let session = kernel::require_tap_kernel(test);
+    let dev = kernel::LoopDevice::mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     let config = config_for(&dev, tmp.path());
     let t0 = Instant::now();
@@ -154,7 +134,7 @@ fn run_switch(test: &str) -> Option<Outcome> {
     };
     drop(dev);
     drop(session);
-    Some(out)
+    out
 }
 
 impl Outcome {
@@ -191,9 +171,7 @@ impl Outcome {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_bio_tap_sees_the_switch_at_l3() {
-    let Some(out) = run_switch("real_kernel_same_signature_tap") else {
-        return;
-    };
+    let out = run_switch("real_kernel_same_signature_tap");
     out.l3_before_switch();
     let mergeable: Vec<Duration> = out
         .daemon_log
@@ -227,9 +205,7 @@ fn the_bio_tap_sees_the_switch_at_l3() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn merging_is_back_within_10_s_of_the_switch() {
-    let Some(out) = run_switch("real_kernel_same_signature_merging") else {
-        return;
-    };
+    let out = run_switch("real_kernel_same_signature_merging");
     out.l3_before_switch();
     let back = out
         .nomerges

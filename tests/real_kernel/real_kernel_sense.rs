@@ -12,7 +12,7 @@ use mergetune_kernel::biosense::{SENSE_INSTANCE_PREFIX, TapEvent, TapParams, Tap
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Runs fio with `args` while the tap of `dev` is open, draining it every 50 ms; returns
@@ -25,16 +25,8 @@ fn tapped(
     let before = dev.stat();
     // Two events per bio (a request made, one issued): a ring buffer that holds 50 ms of
     // the batched job at this machine's rate.
-    fs.tap_open(dev.name(), &TapParams::new(4096))
-        .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
-    // On this kernel the layouts are readable: the binary pages, not the 10x dearer text.
-    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
-    let mut child = Command::new("fio")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio");
+    kernel::open_raw_tap(fs, dev, 4096);
+    let mut child = kernel::spawn_fio(args);
     let start = Instant::now();
     let mut acc = Mergeable::new(DEFAULT_SENSE_PENDING_REQUESTS);
     let mut buf: Vec<TapEvent> = Vec::new();
@@ -73,6 +65,19 @@ fn tapped(
     (acc.sensed(ms), dev.stat().delta(&before), lost)
 }
 
+/// Puts `dev` at L3 (nomerges=2: the kernel merges nothing, the tap is what sees it) and
+/// returns the sysfs to tap it through.
+fn at_l3(dev: &kernel::LoopDevice) -> RealFs {
+    dev.set_nomerges(2);
+    RealFs::new("/sys", "/proc")
+}
+
+/// Dropping `fs` removes the tap instances it opened: none of this process's is left.
+fn assert_dropping_leaves_no_instance(fs: RealFs) {
+    drop(fs);
+    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+}
+
 fn our_instances() -> Vec<String> {
     let prefix = format!("{SENSE_INSTANCE_PREFIX}{}-", std::process::id());
     std::fs::read_dir("/sys/kernel/tracing/instances")
@@ -88,14 +93,9 @@ fn our_instances() -> Vec<String> {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense") else {
-        return;
-    };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(600);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense", 600);
     dev.warm_up();
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = at_l3(&dev);
     fs.tap_available(dev.name())
         .unwrap_or_else(|e| panic!("the tap is not available: {e}"));
 
@@ -120,23 +120,17 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
     assert!(mergeable_percent(&s) <= 2.0, "random: {s:?}");
 
     // Other devices' bios never reach the tap: the filter is on this device's dev_t.
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 }
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_cleanup") else {
-        return;
-    };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(64);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_cleanup", 64);
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     assert_eq!(our_instances().len(), 1);
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 
     // An instance named after a pid that is gone (a SIGKILLed daemon) is removed when a
     // tap next opens; the running test's own are not touched by that sweep.
@@ -192,13 +186,8 @@ fn inode_of(path: &std::path::Path) -> u64 {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftovers() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_pause") else {
-        return;
-    };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(64);
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_pause", 64);
+    let mut fs = at_l3(&dev);
     let params = TapParams::new(64);
     fs.tap_open(dev.name(), &params).unwrap();
     let names = our_instances();
@@ -275,20 +264,14 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     assert!(size_kb() > small_kb, "{} KiB, was {small_kb}", size_kb());
     fs.tap_pause(dev.name()).unwrap();
     // A paused tap is still the RealFs's own: dropping it removes the instance.
-    drop(fs);
-    assert!(our_instances().is_empty(), "left: {:?}", our_instances());
+    assert_dropping_leaves_no_instance(fs);
 }
 
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_text_fallback_reads_the_same_bios_as_the_pages() {
-    let Some(_k) = kernel::require_kernel("real_kernel_sense_text") else {
-        return;
-    };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(64);
-    dev.set_nomerges(2);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_text", 64);
+    let mut fs = at_l3(&dev);
     let mut seen = Vec::new();
     for read in [TapRead::Pages, TapRead::Text] {
         fs.tap_open(

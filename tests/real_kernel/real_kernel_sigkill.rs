@@ -19,10 +19,7 @@ const KILLS: u64 = 50;
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn fifty_sigkills_lose_no_original() {
-    let Some(_k) = kernel::require_kernel("fifty_sigkills_lose_no_original") else {
-        return;
-    };
-    let dev = LoopDevice::new(600);
+    let (_k, dev) = kernel::require_loop("fifty_sigkills_lose_no_original", 600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);
     dev.set_queue_attr("iosched/front_merges", "1");
@@ -109,12 +106,9 @@ fn fifty_sigkills_lose_no_original() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn restore_never_writes_a_loop_device_reattached_to_another_file() {
-    let Some(_k) =
-        kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file")
-    else {
-        return;
-    };
-    let mut dev = mq_deadline_at_l0();
+    let _k =
+        kernel::require_kernel("restore_never_writes_a_loop_device_reattached_to_another_file");
+    let mut dev = LoopDevice::mq_deadline_at_l0();
     let tmp = tempfile::tempdir().unwrap();
     // No probe within the test: the kill finds the device at L3.
     let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
@@ -169,12 +163,8 @@ fn restore_never_writes_a_loop_device_reattached_to_another_file() {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
-    let Some(_k) =
-        kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original")
-    else {
-        return;
-    };
-    let mut dev = mq_deadline_at_l0();
+    let _k = kernel::require_kernel("a_loop_device_reattached_to_the_same_file_keeps_its_original");
+    let mut dev = LoopDevice::mq_deadline_at_l0();
     for killed in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let (state_dir, config) = fast_ladder_config(tmp.path(), &dev, (600, 600));
@@ -227,15 +217,6 @@ fn a_loop_device_reattached_to_the_same_file_keeps_its_original() {
             }
         );
     }
-}
-
-/// A loop device on mq-deadline with merging on (L0), warmed up.
-fn mq_deadline_at_l0() -> LoopDevice {
-    let dev = LoopDevice::new(600);
-    dev.set_scheduler("mq-deadline");
-    dev.set_nomerges(0);
-    dev.warm_up();
-    dev
 }
 
 /// `mergetune run` with `args` and `config`, its stderr to `stderr`.

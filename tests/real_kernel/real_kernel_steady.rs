@@ -259,11 +259,8 @@ fn one_run(run: usize, scheds: &[&'static str]) -> (Vec<Cell>, String) {
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn steady_loads_on_four_schedulers_beside_busy_disks_are_decided_once() {
-    let Some(_k) = kernel::require_kernel("steady") else {
-        return;
-    };
     // The bio tap needs the tracing filesystem (systemd hosts mount it).
-    kernel::ensure_tracefs();
+    let _k = kernel::require_tap_kernel("steady");
     let scheds = schedulers();
     let mut failed = Vec::new();
     for run in 0..3 {

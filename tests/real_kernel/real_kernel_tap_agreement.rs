@@ -14,12 +14,11 @@
 
 use crate::kernel;
 
-use mergetune_kernel::biosense::{TapEvent, TapParams};
+use mergetune_kernel::biosense::TapEvent;
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::trace::Dir;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How far the tap's share may be from the kernel's, per direction, in percentage points.
@@ -154,15 +153,8 @@ fn kernel_share(dev: &kernel::LoopDevice, args: &[String]) -> ([(f64, u64); 3], 
 /// part of [`PARTS`], and the events the ring buffer lost.
 fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Sensed; 3], u64) {
     dev.set_nomerges(2);
-    fs.tap_open(dev.name(), &TapParams::new(BUFFER_KB))
-        .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
-    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
-    let mut child = Command::new("fio")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio");
+    kernel::open_raw_tap(fs, dev, BUFFER_KB);
+    let mut child = kernel::spawn_fio(args);
     let start = Instant::now();
     let mut acc: [Mergeable; 3] =
         std::array::from_fn(|_| Mergeable::new(DEFAULT_SENSE_PENDING_REQUESTS));
@@ -208,11 +200,7 @@ fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Se
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn the_taps_mergeable_share_at_l3_is_the_kernels_merge_share_at_l0() {
-    let Some(_k) = kernel::require_kernel("real_kernel_tap_agreement") else {
-        return;
-    };
-    kernel::ensure_tracefs();
-    let dev = kernel::LoopDevice::new(600);
+    let (_k, dev) = kernel::require_tap_loop("real_kernel_tap_agreement", 600);
     dev.warm_up();
     let mut fs = RealFs::new("/sys", "/proc");
     fs.tap_available(dev.name())

@@ -5,7 +5,7 @@
 
 use crate::kernel;
 
-use kernel::{LoopDevice, TraceCapture};
+use kernel::TraceCapture;
 use mergetune_kernel::trace::Dir;
 use mergetune_sim::engine::Simulation;
 use mergetune_sim::scenario::Scenario;
@@ -13,11 +13,7 @@ use mergetune_sim::scenario::Scenario;
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn replayed_kernel_trace_merges_like_the_kernel() {
-    let Some(_session) = kernel::require_kernel("replayed_kernel_trace_merges_like_the_kernel")
-    else {
-        return;
-    };
-    let dev = LoopDevice::new(600);
+    let (_session, dev) = kernel::require_loop("replayed_kernel_trace_merges_like_the_kernel", 600);
     dev.set_scheduler("mq-deadline");
     dev.set_nomerges(0);
     dev.warm_up();

@@ -165,37 +165,47 @@ fn err(text: &str) -> String {
 fn scenario_errors_name_the_key() {
     let dev = "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n";
     let ph = "[[phase]]\nname = \"p\"\nduration_s = 1.0\n";
-    let e = err(&format!("{dev}queue_dept = 3\n{ph}"));
-    assert!(e.contains("queue_dept"), "{e}");
-    let e = err(&format!("{dev}nomerges = 3\n{ph}"));
-    assert!(e.contains("device[0].nomerges"), "{e}");
-    let e = err(&format!("{dev}scheduler = \"cfq\"\n{ph}"));
-    assert!(e.contains("device[0].scheduler"), "{e}");
-    let e = err(&format!(
-        "{dev}scheduler = \"none\"\n[device.iosched]\nfront_merges = 0\n{ph}"
-    ));
-    assert!(e.contains("device[0].iosched.front_merges"), "{e}");
-    let e = err(&format!(
-        "{dev}{ph}[[phase.job]]\nname = \"j\"\ndevice = \"sda\"\niodepth = 4\nbatch = 8\n"
-    ));
-    assert!(e.contains("phase[0].job[0].batch"), "{e}");
-    let e = err(&format!(
-        "{dev}{ph}[[phase.job]]\nname = \"j\"\ndevice = \"sdq\"\n"
-    ));
-    assert!(e.contains("phase[0].job[0].device"), "{e}");
-    let e = err(&format!(
-        "{dev}{ph}[[phase.job]]\nname = \"j\"\ndevice = \"sda\"\nbogus = 1\n"
-    ));
-    assert!(e.contains("bogus"), "{e}");
-    let e = err(&format!(
-        "{dev}[[phase]]\nname = \"p\"\nduration_s = -1.0\n"
-    ));
-    assert!(e.contains("phase[0].duration_s"), "{e}");
-    let e = err(&format!(
-        "{dev}[[device]]\nname = \"dm-0\"\nkind = \"dm-stripe\"\nmembers = [\"sdx\"]\n{ph}"
-    ));
-    assert!(e.contains("device[1].members"), "{e}");
-    assert!(err("seed = 1\n").contains("device"));
+    let job = "[[phase.job]]\nname = \"j\"\n";
+    // (the scenario, the key its error names)
+    let cases = [
+        (format!("{dev}queue_dept = 3\n{ph}"), "queue_dept"),
+        (format!("{dev}nomerges = 3\n{ph}"), "device[0].nomerges"),
+        (
+            format!("{dev}scheduler = \"cfq\"\n{ph}"),
+            "device[0].scheduler",
+        ),
+        (
+            format!("{dev}scheduler = \"none\"\n[device.iosched]\nfront_merges = 0\n{ph}"),
+            "device[0].iosched.front_merges",
+        ),
+        (
+            format!("{dev}{ph}{job}device = \"sda\"\niodepth = 4\nbatch = 8\n"),
+            "phase[0].job[0].batch",
+        ),
+        (
+            format!("{dev}{ph}{job}device = \"sdq\"\n"),
+            "phase[0].job[0].device",
+        ),
+        (
+            format!("{dev}{ph}{job}device = \"sda\"\nbogus = 1\n"),
+            "bogus",
+        ),
+        (
+            format!("{dev}[[phase]]\nname = \"p\"\nduration_s = -1.0\n"),
+            "phase[0].duration_s",
+        ),
+        (
+            format!(
+                "{dev}[[device]]\nname = \"dm-0\"\nkind = \"dm-stripe\"\nmembers = [\"sdx\"]\n{ph}"
+            ),
+            "device[1].members",
+        ),
+        ("seed = 1\n".to_string(), "device"),
+    ];
+    for (text, key) in cases {
+        let e = err(&text);
+        assert!(e.contains(key), "{key}: {e}");
+    }
 }
 
 #[test]

@@ -5,8 +5,9 @@
 
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -176,6 +177,29 @@ listen = "{listen}"
         if reads_procfs {
             c.arg("--procfs-root").arg(self.p("proc"));
         }
+    }
+
+    /// `mergetune` with `args` on this tree (the hidden roots added): its output.
+    pub fn mergetune(&self, args: &[&OsStr]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+        c.args(args);
+        self.roots(&mut c);
+        c.output().unwrap()
+    }
+
+    /// [`FakeSys::mergetune`] that must refuse (exit 1): what it said.
+    pub fn refused(&self, args: &[&OsStr]) -> String {
+        let o = self.mergetune(args);
+        let said = crate::command::text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {said}");
+        said
+    }
+
+    /// Stops `d` with SIGTERM: it exits 0, and sda is back at nomerges 0.
+    pub fn stop_restored(&self, d: &mut Daemon) {
+        d.signal(rustix::process::Signal::TERM);
+        assert!(d.wait().success());
+        assert_eq!(self.nomerges(), "0");
     }
 
     /// Waits until sda is at nomerges `value` (the ladder's L2 here is 1), or fails.

@@ -24,6 +24,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::needs::command_works;
+use mergetune_kernel::biosense::TapParams;
+use mergetune_kernel::blockfs::{BioTap, RealFs};
 use std::time::{Duration, Instant};
 
 /// The environment variable that turns real-kernel tests on.
@@ -55,14 +57,14 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Gate of every real-kernel test (each is also marked `#[ignore = "..."]`):
 ///
 /// ```ignore
-/// let Some(_k) = kernel::require_kernel("daemon_on_loop_device") else { return };
+/// let _k = kernel::require_kernel("daemon_on_loop_device");
 /// ```
 ///
 /// Panics with a clear message unless `MERGETUNE_KERNEL_TESTS=1` is set and the process runs
 /// as root with fio, losetup and loop-device support; otherwise returns the session that
-/// serialises kernel tests. It never returns `None`: a test that was included but cannot run
-/// must fail, not pass. (The `Option` keeps the callers' `let ... else` unchanged.)
-pub fn require_kernel(test: &str) -> Option<KernelSession> {
+/// serialises kernel tests. There is no way to skip: a test that was included but cannot run
+/// must fail, not pass.
+pub fn require_kernel(test: &str) -> KernelSession {
     if !kernel_tests_requested() {
         panic!(
             "{test}: a real-kernel test was included (--include-ignored or --ignored) but \
@@ -92,10 +94,32 @@ pub fn require_kernel(test: &str) -> Option<KernelSession> {
     }
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lock = take_file_lock();
-    Some(KernelSession {
+    KernelSession {
         _guard: guard,
         _lock: lock,
-    })
+    }
+}
+
+/// Gate of a real-kernel test that opens the bio tap: [`require_kernel`], then the tracing
+/// filesystem mounted as the daemon mounts it.
+pub fn require_tap_kernel(test: &str) -> KernelSession {
+    let session = require_kernel(test);
+    ensure_tracefs();
+    session
+}
+
+/// [`require_kernel`], then a fresh loop device of `size_mib` MiB: the opening of most
+/// real-kernel tests. Bound as `let (_k, dev) = ...`, the device is detached before the
+/// session is released.
+pub fn require_loop(test: &str, size_mib: u64) -> (KernelSession, LoopDevice) {
+    let session = require_kernel(test);
+    (session, LoopDevice::new(size_mib))
+}
+
+/// [`require_loop`] for a test that opens the bio tap ([`require_tap_kernel`]).
+pub fn require_tap_loop(test: &str, size_mib: u64) -> (KernelSession, LoopDevice) {
+    let session = require_tap_kernel(test);
+    (session, LoopDevice::new(size_mib))
 }
 
 fn take_file_lock() -> Option<fs::File> {
@@ -424,40 +448,26 @@ impl LoopDevice {
             .unwrap_or_else(|_| panic!("{}: diskseq {t:?}", self.name))
     }
 
+    /// A fresh 600 MiB device on mq-deadline with merging on (L0), warmed up: the one the
+    /// daemon tests run their loads on.
+    pub fn mq_deadline_at_l0() -> LoopDevice {
+        let dev = LoopDevice::new(600);
+        dev.set_scheduler("mq-deadline");
+        dev.set_nomerges(0);
+        dev.warm_up();
+        dev
+    }
+
     /// Detaches the device and attaches another fresh file of `size_mib` MiB to the same
     /// loop device (what an operator does to reuse loopN): the same name and number, a new
     /// disk. Panics, touching nothing more, when the device was taken in between.
     pub fn reattach(&mut self, size_mib: u64) {
-        let out = Command::new("losetup")
-            .arg("-d")
-            .arg(&self.dev_path)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup -d: {out:?}");
+        self.detach_only();
         let next = self.backing.with_file_name("backing-2.img");
         let file = fs::File::create(&next).unwrap();
         file.set_len(size_mib * 1024 * 1024).unwrap();
         drop(file);
-        let out = Command::new("losetup")
-            .arg("--direct-io=on")
-            .arg(&self.dev_path)
-            .arg(&next)
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            // Someone else's now, or gone: never touched again.
-            self.detached = true;
-            panic!(
-                "re-attaching {} failed: {}",
-                self.dev_path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let recorded = self.sys("loop/backing_file");
-        if Path::new(recorded.trim()) != fs::canonicalize(&next).unwrap() {
-            self.detached = true;
-            panic!("{} took another file: {recorded:?}", self.name);
-        }
+        self.attach(&next);
         self.backing = next;
     }
 
@@ -475,13 +485,21 @@ impl LoopDevice {
     /// Attaches the same backing file again after [`LoopDevice::detach_only`]. Panics,
     /// touching nothing more, when the device was taken in between.
     pub fn attach_same(&mut self) {
+        let backing = self.backing.clone();
+        self.attach(&backing);
+    }
+
+    /// Attaches `file` to this (detached) loop device again. Panics, touching nothing more,
+    /// when the device was taken in between or holds another file.
+    fn attach(&mut self, file: &Path) {
         let out = Command::new("losetup")
             .arg("--direct-io=on")
             .arg(&self.dev_path)
-            .arg(&self.backing)
+            .arg(file)
             .output()
             .unwrap();
         if !out.status.success() {
+            // Someone else's now, or gone: never touched again.
             self.detached = true;
             panic!(
                 "re-attaching {} failed: {}",
@@ -490,7 +508,7 @@ impl LoopDevice {
             );
         }
         let recorded = self.sys("loop/backing_file");
-        if Path::new(recorded.trim()) != fs::canonicalize(&self.backing).unwrap() {
+        if Path::new(recorded.trim()) != fs::canonicalize(file).unwrap() {
             self.detached = true;
             panic!("{} took another file: {recorded:?}", self.name);
         }
@@ -587,6 +605,49 @@ pub fn run_fio(args: &[String]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Starts fio with `args` in the background, its stderr kept for the failure message.
+pub fn spawn_fio(args: &[String]) -> std::process::Child {
+    Command::new("fio")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio")
+}
+
+/// Opens the bio tap of `dev` with a ring buffer of `buffer_kb` per CPU, and checks that it
+/// reads the binary pages: on this kernel the layouts are readable, so not the 10x dearer text.
+pub fn open_raw_tap(fs: &mut RealFs, dev: &LoopDevice, buffer_kb: u64) {
+    fs.tap_open(dev.name(), &TapParams::new(buffer_kb))
+        .unwrap_or_else(|e| panic!("tap_open {}: {e}", dev.name()));
+    assert_eq!(fs.tap_reads_raw_pages(dev.name()), Some(true));
+}
+
+/// `mergetune run` (with `extra` arguments) on `config`, its state in `state_dir`: its
+/// environment plain (no `RUST_LOG`, no colour) and stdin closed. The caller says where
+/// its output goes.
+pub fn mergetune_run(config: &Path, state_dir: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mergetune"));
+    c.arg("run")
+        .args(extra)
+        .arg("--config")
+        .arg(config)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Kills `child` unless it has exited already, and reaps it (a test's daemon on drop).
+pub fn kill_unless_exited(child: &mut std::process::Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// The printable command line of a fio job.
 pub fn fio_command_line(args: &[String]) -> String {
     let mut s = String::from("fio");
@@ -601,40 +662,47 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// One fio job on `dev` as docs/design.md runs them: direct 4 KiB I/O through libaio at QD64;
+/// `sizes` say how much, `submit` how it is submitted and reaped.
+fn job(name: &str, dev: &LoopDevice, rw: &str, sizes: &[String], submit: [&str; 2]) -> Vec<String> {
+    let mut v = vec![
+        format!("--name={name}"),
+        format!("--filename={}", dev.dev_str()),
+        "--direct=1".to_string(),
+        format!("--rw={rw}"),
+        "--bs=4k".to_string(),
+    ];
+    v.extend_from_slice(sizes);
+    v.extend(strings(&["--ioengine=libaio", "--iodepth=64"]));
+    v.extend(strings(&submit));
+    v
+}
+
 /// docs/design.md's merge-friendly job: sequential 4 KiB, libaio, QD64, submitted and reaped in
 /// batches of 64. `rw` is `write` or `read`.
 pub fn job_batched_seq(dev: &LoopDevice, rw: &str, size: &str) -> Vec<String> {
-    let mut v = strings(&["--name=f"]);
-    v.push(format!("--filename={}", dev.dev_str()));
-    v.extend(strings(&["--direct=1"]));
-    v.push(format!("--rw={rw}"));
-    v.extend(strings(&["--bs=4k"]));
-    v.push(format!("--size={size}"));
-    v.extend(strings(&[
-        "--ioengine=libaio",
-        "--iodepth=64",
-        "--iodepth_batch_submit=64",
-        "--iodepth_batch_complete_min=64",
-    ]));
-    v
+    job(
+        "f",
+        dev,
+        rw,
+        &[format!("--size={size}")],
+        [
+            "--iodepth_batch_submit=64",
+            "--iodepth_batch_complete_min=64",
+        ],
+    )
 }
 
 /// docs/design.md's merge-hostile job: random 4 KiB over 512 MiB, `io_size` in total, libaio,
 /// QD64, one I/O per submission. `rw` is `randread` or `randwrite`.
 pub fn job_rand(dev: &LoopDevice, rw: &str, io_size: &str) -> Vec<String> {
-    let mut v = strings(&["--name=h"]);
-    v.push(format!("--filename={}", dev.dev_str()));
-    v.extend(strings(&["--direct=1"]));
-    v.push(format!("--rw={rw}"));
-    v.extend(strings(&["--bs=4k", "--size=512M"]));
-    v.push(format!("--io_size={io_size}"));
-    v.extend(strings(&[
-        "--ioengine=libaio",
-        "--iodepth=64",
-        "--norandommap",
-        "--randrepeat=1",
-    ]));
-    v
+    job(
+        "h",
+        dev,
+        rw,
+        &["--size=512M".to_string(), format!("--io_size={io_size}")],
+        ["--norandommap", "--randrepeat=1"],
+    )
 }
 
 /// A mixed load in one fio run: the batched sequential writer (size `size`) and, at the
