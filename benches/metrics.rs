@@ -141,6 +141,9 @@ criterion_group!(benches, bench);
 
 #[path = "metrics_support/fake_host.rs"]
 mod fake_host;
+// fakesys's helpers for the tests say what a command printed with `command::text`.
+#[path = "../tests/support/command.rs"]
+mod command;
 #[path = "../tests/support/fakesys.rs"]
 mod fakesys;
 #[path = "metrics_support/scrape_cost.rs"]
