@@ -98,6 +98,9 @@ default_pricing() {
 # At most 2 nomerges writes per device in the 90 s: four busy devices on 2 TCG vCPUs move
 # each other's rates by 3.4-3.8x, which once probed at L3 (3 writes for bfq on both
 # kernels); a change of rate alone now asks the bio tap instead (docs/policy.md).
+# The shipped defaults' busy threshold: min_window_bios (1000) per window (2 ticks of
+# 1000 ms).
+BUSY_BIOS_PER_SEC=500
 multi_device_host() {
     local since rc=0 j d sched load names=() pids=() kinds=() io0 io1
     local -A dev_of
@@ -157,7 +160,11 @@ multi_device_host() {
         fi
         sched="$(sed -n 's/.*\[\(.*\)\].*/\1/p' "/sys/block/$d/queue/scheduler")"
         figure "multi_device_${sched//-/_}" "\"$d $kind, $rate bios/s: final nomerges $final (expected $want), $writes writes in 90 s; ${said:-no price line}\""
-        [ -n "$said" ] || rc=1
+        # A device under the daemon's busy threshold is never sampled (nor decided on):
+        # no price line is then right, and the figure says so. It happens when the host
+        # starves the guest (4 devices at 89-707 bios/s on a host running the real-kernel
+        # suite beside the lab).
+        [ -n "$said" ] || [ "$rate" -lt "$BUSY_BIOS_PER_SEC" ] || rc=1
         [ "$writes" -le 2 ] || rc=1
         [ "$want" = either ] || [ "$final" = "$want" ] || rc=1
     done
