@@ -92,8 +92,11 @@ default_pricing() {
 # have a price line of its own (resolved, or saying how many samples it still needs) and
 # end where its own price says: under batched writes at 0; under random I/O at 2 when its
 # last resolved price's lower bound at the rate the check measures clears the floor (5 ms
-# of CPU per second) twice over, at 0 when it is under half the floor or there is no
-# resolved price (either level in between: the rate moves). Needs paranoid <= 2
+# of CPU per second) twice over, at 0 when its upper bound is under half the floor or
+# there is no resolved price (either level in between: the rate moves, and a device that
+# stepped down at a faster rate leaves L3 only when the upper bound stays under the floor;
+# on 6.12 bfq stepped down at 3930 bios/s, 6.1 ms/s [4.7, 10.2], and ran at 1538 bios/s
+# over the check's last 30 s, 2.4 ms/s [2.4, 4.0]). Needs paranoid <= 2
 # (default_pricing, just before, left it there).
 # At most 2 nomerges writes per device in the 90 s: four busy devices on 2 TCG vCPUs move
 # each other's rates by 3.4-3.8x, which once probed at L3 (3 writes for bfq on both
@@ -140,13 +143,14 @@ multi_device_host() {
     io1="$(for d in "${names[@]}"; do echo "$d $(awk '{print $1 + $5}' "/sys/block/$d/stat")"; done)"
     j="$(journalctl -u "$UNIT" --since "$since" --no-pager)"
     echo "$j" | grep -E "merge path on|queue/nomerges|not_worth_it|saving_unknown" | tail -n 30
-    local i kind writes said price lo rate want final
+    local i kind writes said price lo hi rate want final
     for i in "${kinds[@]}"; do
         d="${i%=*}" kind="${i#*=}"
         writes="$(echo "$j" | grep -c "$d: queue/nomerges [0-9] -> [0-9]" || true)"
         said="$(echo "$j" | grep -o "$d: merge path on .*" | tail -n1)"
         price="$(echo "$j" | grep "$d: merge path on " | grep -v 'not resolved yet' | tail -n1 | grep -o '[0-9]* ns per bio \[[0-9]*, [0-9]*\]' || true)"
         lo="$(echo "$price" | sed -n 's/.*\[\([0-9]*\),.*/\1/p')"
+        hi="$(echo "$price" | sed -n 's/.*, \([0-9]*\)\]/\1/p')"
         # Bios completed per second over the last 30 s (merged ones count once: the rate
         # the merge path sees is at least this).
         rate="$(( ($(echo "$io1" | awk -v d="$d" '$1 == d {print $2}') - $(echo "$io0" | awk -v d="$d" '$1 == d {print $2}')) / 30 ))"
@@ -156,7 +160,9 @@ multi_device_host() {
         elif [ -z "$lo" ]; then
             want=0
         else
-            want="$(awk -v lo="$lo" -v r="$rate" 'BEGIN { s = lo * r / 1e6; print (s >= 10 ? 2 : (s < 2.5 ? 0 : "either")) }')"
+            # The band, as the daemon applies it: a step down needs the saving's lower
+            # end over the floor, and L3 is left only when its upper end stays under it.
+            want="$(awk -v lo="$lo" -v hi="$hi" -v r="$rate" 'BEGIN { print (lo * r / 1e6 >= 10 ? 2 : (hi * r / 1e6 < 2.5 ? 0 : "either")) }')"
         fi
         sched="$(sed -n 's/.*\[\(.*\)\].*/\1/p' "/sys/block/$d/queue/scheduler")"
         figure "multi_device_${sched//-/_}" "\"$d $kind, $rate bios/s: final nomerges $final (expected $want), $writes writes in 90 s; ${said:-no price line}\""
