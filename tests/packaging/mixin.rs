@@ -89,9 +89,9 @@ fn promtool_unit_tests_of_every_alert_and_rule_pass() {
 #[test]
 fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
     // `runbook_url` is the annotation Alertmanager templates and the mixins use; a section
-    // that docs/fleet.md does not have is a dead link.
+    // that docs/metrics.md does not have is a dead link.
     let alerts = std::fs::read_to_string(mixin().join("prometheus_alerts.yaml")).unwrap();
-    let fleet = crate::repo::text("docs/fleet.md");
+    let runbook = crate::repo::text("docs/metrics.md");
     let names: Vec<&str> = alerts
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert:"))
@@ -111,11 +111,11 @@ fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
     for (name, url) in names.iter().zip(&urls) {
         assert_eq!(
             *url,
-            format!("docs/fleet.md#{}", name.to_lowercase()),
+            format!("docs/metrics.md#{}", name.to_lowercase()),
             "{name}"
         );
         assert!(
-            fleet.contains(&format!("\n### {name}\n")),
+            runbook.contains(&format!("\n### {name}\n")),
             "{name}: no section"
         );
     }
