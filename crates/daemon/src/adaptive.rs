@@ -582,9 +582,8 @@ impl Daemon {
     }
 }
 
-/// A managed device at L3, whose merges only a workload change shows: the daemon ticks at
-/// the L3 watch interval while there is one.
-/// How closely the ticks must come, for all devices: the closest one needs.
+/// How closely the ticks must come, for all devices: the closest one needs. A managed
+/// device at L3, whose merges only a workload change shows, needs the L3 watch interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 enum Watch {
     /// No device at L3: every `interval_ms`.

@@ -95,9 +95,10 @@ impl DutyCycle {
     /// per `every_ms` (a second ask within it waits for the schedule), so that the tap is
     /// open at most twice its duty cycle however often the policy asks. An asked sample
     /// also ends as soon as it holds a whole sample's bios ([`DeviceSense::tick`]), and the
-    /// time it was open buys its own time shut. Whether the ask was granted.
+    /// time it was open buys its own time shut.
+    ///
     /// A sample already open when asked began before what it is asked about: it starts
-    /// again from now.
+    /// again from now. Returns whether the ask was granted.
     pub fn ask(&mut self, now_ms: u64, cfg: &SenseConfig) -> bool {
         let granted = self
             .asked_at_ms
