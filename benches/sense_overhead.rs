@@ -26,7 +26,7 @@ mod kernel;
 mod needs;
 
 use mergetune_daemon::sense::DeviceSense;
-use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams, TapRead};
+use mergetune_kernel::biosense::{TapBatch, TapDrain, TapError, TapParams, TapRead};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::cputime;
 use mergetune_lab::calibrate::stats;
@@ -71,13 +71,8 @@ impl BioTap for Earlier<'_> {
         };
         self.fs.tap_open(dev, &params)
     }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        self.fs.tap_drain(dev, out, max)
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        self.fs.tap_drain(dev, batch)
     }
     fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {
         if self.pause {

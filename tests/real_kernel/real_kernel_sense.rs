@@ -8,7 +8,7 @@
 
 use crate::kernel;
 
-use mergetune_kernel::biosense::{SENSE_INSTANCE_PREFIX, TapEvent, TapParams, TapRead};
+use mergetune_kernel::biosense::{SENSE_INSTANCE_PREFIX, TapBatch, TapEvent, TapParams, TapRead};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
@@ -35,7 +35,7 @@ fn tapped(
         let done = child.try_wait().expect("wait fio").is_some();
         buf.clear();
         let d = fs
-            .tap_drain(dev.name(), &mut buf, 1_000_000)
+            .tap_drain(dev.name(), TapBatch::new(&mut buf, 1_000_000))
             .expect("drain");
         lost += d.lost + d.dropped;
         acc.extend(&buf);
@@ -57,7 +57,7 @@ fn tapped(
     // The last events can still be on their way into the ring buffer.
     std::thread::sleep(Duration::from_millis(100));
     buf.clear();
-    fs.tap_drain(dev.name(), &mut buf, 1_000_000)
+    fs.tap_drain(dev.name(), TapBatch::new(&mut buf, 1_000_000))
         .expect("drain");
     acc.extend(&buf);
     fs.tap_close(dev.name()).expect("close");
@@ -171,7 +171,7 @@ fn drain_all(fs: &mut RealFs, dev: &kernel::LoopDevice) -> Vec<TapEvent> {
     // The last events can still be on their way into the ring buffer.
     std::thread::sleep(Duration::from_millis(100));
     let mut buf = Vec::new();
-    fs.tap_drain(dev.name(), &mut buf, 1_000_000)
+    fs.tap_drain(dev.name(), TapBatch::new(&mut buf, 1_000_000))
         .expect("drain");
     buf
 }
@@ -199,7 +199,8 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     dd_write(&dev, 0, 64);
     std::thread::sleep(Duration::from_millis(100));
     let mut first = Vec::new();
-    fs.tap_drain(dev.name(), &mut first, 8).unwrap();
+    fs.tap_drain(dev.name(), TapBatch::new(&mut first, 8))
+        .unwrap();
     let made = |evs: &[TapEvent]| evs.iter().filter(|e| e.counts_as_bio()).count();
     assert!(
         (1..=8).contains(&made(&first)),
@@ -207,7 +208,8 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     );
     // Full: the rest of the sample is not read.
     let mut more = Vec::new();
-    fs.tap_drain(dev.name(), &mut more, 8).unwrap();
+    fs.tap_drain(dev.name(), TapBatch::new(&mut more, 8))
+        .unwrap();
     assert!(more.is_empty(), "read past the cap: {more:?}");
     fs.tap_pause(dev.name()).unwrap();
     for ev in ["block_getrq", "block_rq_issue"] {

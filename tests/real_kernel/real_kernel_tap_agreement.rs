@@ -14,7 +14,7 @@
 
 use crate::kernel;
 
-use mergetune_kernel::biosense::TapEvent;
+use mergetune_kernel::biosense::{TapBatch, TapEvent};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::trace::Dir;
 use mergetune_logic::sampler::Sensed;
@@ -163,7 +163,7 @@ fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Se
     let mut drain = |fs: &mut RealFs, acc: &mut [Mergeable; 3]| {
         buf.clear();
         let d = fs
-            .tap_drain(dev.name(), &mut buf, usize::MAX / 8)
+            .tap_drain(dev.name(), TapBatch::new(&mut buf, usize::MAX / 8))
             .expect("drain");
         lost += d.lost + d.dropped;
         acc[0].extend(buf.iter().filter(|e| e.dir == Dir::Read));

@@ -21,7 +21,7 @@
 use mergetune_daemon::state::{
     Claims, Loaded, SavedAttr, SavedState, StateError, StateStore, parse_state,
 };
-use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
+use mergetune_kernel::biosense::{TapBatch, TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::PerfError;
 
@@ -580,15 +580,10 @@ impl BioTap for MemKernel {
     fn tap_open(&mut self, dev: &str, _p: &TapParams) -> Result<(), TapError> {
         self.tap_available(dev)
     }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
         self.tap_available(dev)?;
         let (n, mergeable) = self.devs[dev].tap_share(self.tap == Tap::Blind);
-        tap_bios(out, n, mergeable, max);
+        tap_bios(batch, n, mergeable);
         Ok(TapDrain::default())
     }
 }
@@ -614,11 +609,11 @@ impl HostFacts for MemKernel {
 }
 
 /// What tracefs `block_getrq` and `block_rq_issue` would report for a load whose share of
-/// mergeable bios is known: appends `n` write requests of 8 sectors (at most `max` requests
-/// in `out` in all), the first `mergeable` after the first each starting where the previous
+/// mergeable bios is known: appends `n` write requests of 8 sectors (at most the batch's `max`
+/// requests in its `out` in all), the first `mergeable` after the first each starting where the previous
 /// one ended while it still waits (issued together after the last of them), the rest
 /// scattered far apart and each issued at once.
-pub fn tap_bios(out: &mut Vec<TapEvent>, n: usize, mergeable: usize, max: usize) {
+pub fn tap_bios(TapBatch { out, max }: TapBatch<'_>, n: usize, mergeable: usize) {
     let ev = |i: usize, kind, sector| TapEvent {
         t_ns: i as u64 * 1000,
         kind,

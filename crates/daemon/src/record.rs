@@ -16,7 +16,7 @@
 //! config sees the same prices and the same tap samples, and decides the same.
 
 use crate::controller::Controller;
-use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
+use mergetune_kernel::biosense::{TapBatch, TapDrain, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::{BioTap, BlockFs, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::perf::{MergeSamples, PathCounts, PerfError};
 use mergetune_kernel::trace::{Dir, EventKind};
@@ -290,14 +290,10 @@ impl BioTap for RecordingFs<'_> {
         });
         r
     }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        let TapBatch { out, max } = batch;
         let before = out.len();
-        let r = self.inner.tap_drain(dev, out, max);
+        let r = self.inner.tap_drain(dev, TapBatch::new(out, max));
         let (lost, dropped) = r.as_ref().map_or((0, 0), |d| (d.lost, d.dropped));
         self.current.calls.push(Call::TapDrain {
             dev: dev.to_string(),
@@ -776,12 +772,8 @@ impl BioTap for ReplayFs {
             _ => None,
         })
     }
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        let TapBatch { out, max } = batch;
         let call = self.take_tap(dev, |c| match c {
             Call::TapDrain { dev, .. } => Some(dev),
             _ => None,

@@ -14,7 +14,7 @@
 //! cannot open (no tracefs, read-only under a unit without access) marks the device blind
 //! (`Caps.sense_at_l3 = false`) and is tried again after `retry_after_secs`.
 
-use mergetune_kernel::biosense::{TapError, TapEvent, TapParams};
+use mergetune_kernel::biosense::{TapBatch, TapError, TapEvent, TapParams};
 use mergetune_kernel::blockfs::BioTap;
 use mergetune_logic::sampler::Sensed;
 use mergetune_logic::sense::{Mergeable, SenseConfig, mergeable_percent};
@@ -396,7 +396,7 @@ impl DeviceSense {
     fn drain(&mut self, dev: &str, cfg: &SenseConfig, fs: &mut dyn BioTap) -> Result<(), TapError> {
         self.buf.clear();
         let room = cfg.max_sample_bios.saturating_sub(self.taken);
-        let d = fs.tap_drain(dev, &mut self.buf, room)?;
+        let d = fs.tap_drain(dev, TapBatch::new(&mut self.buf, room))?;
         self.lost += d.lost + d.dropped;
         self.taken += self.buf.iter().filter(|e| e.counts_as_bio()).count();
         self.acc.extend(&self.buf);
@@ -408,6 +408,7 @@ impl DeviceSense {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mergetune_kernel::biosense::TapDrain;
 
     fn cfg() -> SenseConfig {
         SenseConfig::default()
@@ -459,12 +460,7 @@ mod tests {
             self.0.push("open");
             Ok(())
         }
-        fn tap_drain(
-            &mut self,
-            _: &str,
-            _: &mut Vec<TapEvent>,
-            _: usize,
-        ) -> Result<mergetune_kernel::biosense::TapDrain, TapError> {
+        fn tap_drain(&mut self, _: &str, _: TapBatch<'_>) -> Result<TapDrain, TapError> {
             Ok(Default::default())
         }
         fn tap_pause(&mut self, _: &str) -> Result<(), TapError> {

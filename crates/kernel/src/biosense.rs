@@ -108,6 +108,25 @@ pub enum TapRead {
     Text,
 }
 
+/// What a drain is asked for: where its events go and how many the caller still wants. One
+/// argument, so that every world's `tap_drain` (real, recorded, replayed, simulated, the
+/// tests') takes the same thing.
+#[derive(Debug)]
+pub struct TapBatch<'a> {
+    /// The caller's buffer: the drain appends to it, in time order.
+    pub out: &'a mut Vec<TapEvent>,
+    /// How many requests made the caller still wants: the drain keeps no more (with the
+    /// issues read among them) and counts those past it as dropped.
+    pub max: usize,
+}
+
+impl<'a> TapBatch<'a> {
+    /// Into `out`, at most `max` requests made.
+    pub fn new(out: &'a mut Vec<TapEvent>, max: usize) -> TapBatch<'a> {
+        TapBatch { out, max }
+    }
+}
+
 /// What one drain saw besides the bios it returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TapDrain {
@@ -388,14 +407,14 @@ impl BioTap {
         write_file(&self.dir.join(rel), value)
     }
 
-    /// Appends the events recorded since the last drain to `out`, in time order, with at
-    /// most `max` requests made among them; never blocks.
-    pub fn drain(&mut self, out: &mut Vec<TapEvent>, max: usize) -> Result<TapDrain, TapError> {
+    /// Appends the events recorded since the last drain to the batch, in time order;
+    /// never blocks.
+    pub fn drain(&mut self, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
         match self.reader.as_mut() {
             None => Err(TapError::NotOpen {
                 path: self.dir.display().to_string(),
             }),
-            Some(r) => r.drain(out, max),
+            Some(r) => r.drain(batch),
         }
     }
 
@@ -485,14 +504,9 @@ impl RealTaps {
         Ok(())
     }
 
-    pub fn drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
+    pub fn drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
         match self.open.get_mut(dev) {
-            Some(t) => t.drain(out, max),
+            Some(t) => t.drain(batch),
             None => Err(TapError::NotOpen {
                 path: dev.to_string(),
             }),

@@ -13,7 +13,7 @@
 //! as the kernel prints them (`"0"`, `"none [mq-deadline]"`), which keeps every parser in
 //! one place and exercised by both worlds.
 
-use crate::biosense::{RealTaps, TapDrain, TapError, TapEvent, TapParams};
+use crate::biosense::{RealTaps, TapBatch, TapDrain, TapError, TapParams};
 use crate::perf::{MergePathSampler, MergeSamples, PerfError, SamplerParams};
 use crate::treefile::TreeFileError;
 use crate::tunable::{Tunable, is_plain_device_name};
@@ -164,15 +164,10 @@ pub trait BioTap {
             path: dev.to_string(),
         })
     }
-    /// Appends the events of `dev` since the open or the last drain to `out`, in time order,
-    /// with at most `max` requests made among them; never blocks.
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        let _ = (out, max);
+    /// Appends the events of `dev` since the open or the last drain to the batch, in time
+    /// order, with at most its `max` requests made among them; never blocks.
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        let _ = batch;
         Err(TapError::Unsupported {
             path: dev.to_string(),
         })
@@ -435,13 +430,8 @@ impl BioTap for RealFs {
             .open(&tracefs, &self.procfs_root, dev, number, params)
     }
 
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        self.taps.drain(dev, out, max)
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        self.taps.drain(dev, batch)
     }
 
     fn tap_pause(&mut self, dev: &str) -> Result<(), TapError> {

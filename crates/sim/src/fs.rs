@@ -4,7 +4,7 @@
 
 use super::engine::Simulation;
 use super::scenario::{DeviceKind, LISTED, iosched_keys};
-use mergetune_kernel::biosense::{TapDrain, TapError, TapEvent, TapParams};
+use mergetune_kernel::biosense::{TapBatch, TapDrain, TapError, TapParams};
 use mergetune_kernel::blockfs::{BioTap, FsError, HostFacts, MergeSampler, Sysfs};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
@@ -272,14 +272,9 @@ impl BioTap for Simulation {
         Ok(())
     }
 
-    fn tap_drain(
-        &mut self,
-        dev: &str,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
+    fn tap_drain(&mut self, dev: &str, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
         self.dev_index(dev)
-            .and_then(|d| self.taps.drain(d, out, max))
+            .and_then(|d| self.taps.drain(d, batch))
             .ok_or_else(|| TapError::NotOpen {
                 path: path(dev, ""),
             })

@@ -10,7 +10,7 @@
 //! and counted as lost, like tracefs' `[LOST N EVENTS]`. With no tap open a record is one
 //! branch.
 
-use mergetune_kernel::biosense::{TapDrain, TapEvent};
+use mergetune_kernel::biosense::{TapBatch, TapDrain, TapEvent};
 use mergetune_kernel::trace::{Dir, EventKind};
 use std::collections::VecDeque;
 
@@ -77,10 +77,10 @@ impl Taps {
         matches!(self.by_dev.get(d), Some(Some(_)))
     }
 
-    /// Moves the recorded events of `d` into `out`, up to the one before the `max + 1`-th
-    /// request made (the rest is thrown away, as the real tap stops reading at its cap);
-    /// None if its tap is not open.
-    pub fn drain(&mut self, d: usize, out: &mut Vec<TapEvent>, max: usize) -> Option<TapDrain> {
+    /// Moves the recorded events of `d` into the batch, up to the one before the
+    /// `max + 1`-th request made (the rest is thrown away, as the real tap stops reading at
+    /// its cap); None if its tap is not open.
+    pub fn drain(&mut self, d: usize, TapBatch { out, max }: TapBatch<'_>) -> Option<TapDrain> {
         let tap = self.by_dev.get_mut(d)?.as_mut()?;
         let mut made = 0;
         let take = tap
@@ -122,8 +122,8 @@ mod tests {
             t.record(1, i, made, Dir::Write, i * 8, 8);
         }
         let mut out = Vec::new();
-        assert!(t.drain(0, &mut out, 10).is_none());
-        let d = t.drain(1, &mut out, usize::MAX).unwrap();
+        assert!(t.drain(0, TapBatch::new(&mut out, 10)).is_none());
+        let d = t.drain(1, TapBatch::new(&mut out, usize::MAX)).unwrap();
         assert_eq!(
             d,
             TapDrain {
@@ -140,7 +140,7 @@ mod tests {
         t.record(1, 0, EventKind::Issue, Dir::Write, 0, 8);
         t.record(1, 0, made, Dir::Write, 8, 8);
         assert_eq!(
-            t.drain(1, &mut out, 1),
+            t.drain(1, TapBatch::new(&mut out, 1)),
             Some(TapDrain {
                 lost: 0,
                 dropped: 1

@@ -10,7 +10,7 @@
 //! only the events up to the time every CPU it stopped reading had reached, and the reader
 //! is then full: it reads nothing more until the tap resumes (the sample is complete).
 
-use super::{EVENTS, TapDrain, TapError, TapEvent, counts_as_bio};
+use super::{EVENTS, TapBatch, TapDrain, TapError, TapEvent, counts_as_bio};
 use crate::rawtrace::{BioLayout, PageLayout, parse_page};
 use crate::trace::{EventKind, lost_events, parse_event};
 use std::io::{ErrorKind, Read};
@@ -43,7 +43,7 @@ struct Drain<'a> {
 }
 
 impl<'a> Drain<'a> {
-    fn new(out: &'a mut Vec<TapEvent>, max: usize) -> Drain<'a> {
+    fn new(TapBatch { out, max }: TapBatch<'a>) -> Drain<'a> {
         Drain {
             out,
             max,
@@ -329,14 +329,9 @@ impl Reader {
         matches!(self.way, Way::Raw(_))
     }
 
-    /// Appends the events read since the last drain to `out`, with at most `max` requests
-    /// made among them; never blocks.
-    pub(super) fn drain(
-        &mut self,
-        out: &mut Vec<TapEvent>,
-        max: usize,
-    ) -> Result<TapDrain, TapError> {
-        let mut d = Drain::new(out, max);
+    /// Appends the events read since the last drain to the batch; never blocks.
+    pub(super) fn drain(&mut self, batch: TapBatch<'_>) -> Result<TapDrain, TapError> {
+        let mut d = Drain::new(batch);
         if self.full {
             return Ok(d.stats);
         }
@@ -410,7 +405,7 @@ mod tests {
     #[test]
     fn request_and_issue_lines_become_events_lost_events_are_counted_and_max_is_kept() {
         let mut out = Vec::new();
-        let mut d = Drain::new(&mut out, 2);
+        let mut d = Drain::new(TapBatch::new(&mut out, 2));
         for l in [
             "fio-8916 [001] ..... 344.612387: block_getrq: 7,0 WS 0 + 8 [fio]",
             "fio-8916 [001] ..... 344.612388: block_rq_issue: 7,0 WS 4096 () 0 + 8 none,0,0 [fio]",
