@@ -351,18 +351,20 @@ impl Daemon {
             slack_ms: self.slack_ms,
             counters: &mut self.counters,
             force_rescan: &mut self.force_rescan,
+            now_ms,
+            fs,
         };
         // One walk of the devices: at 1024 devices each walk is a cache miss per device.
         let mut watching = Watch::Interval;
         for (name, dev) in self.devices.iter_mut() {
             if dev.management.is_managed() {
-                decisions.extend(step.ladder(name, dev, now_ms, fs));
-                decisions.extend(step.slices(name, dev, now_ms, fs));
+                decisions.extend(step.ladder(name, dev));
+                decisions.extend(step.slices(name, dev));
             }
             // sense: a device that is no longer managed (or was just handed off) keeps no
             // tap open.
             if !dev.management.is_managed() {
-                dev.sense.stop(name, fs);
+                dev.sense.stop(name, step.fs);
             }
             watching = watching.max(watch_of(dev));
         }

@@ -2,8 +2,9 @@
 //! ([`DeviceTick::ladder`]): close the window, say what the device can do and what a step
 //! would save, let a dry run see what the live daemon would, ask the pure policy, check
 //! that nobody else wrote the device's tunables, then write and log. [`DeviceTick`] holds
-//! what a step borrows of the daemon besides the device itself, so the daemon's device map
-//! is walked once per tick, without a lookup by name per step.
+//! what a step borrows of the daemon besides the device itself, and the tick's time and
+//! world, so the daemon's device map is walked once per tick, without a lookup by name per
+//! step.
 //!
 //! The window and the caps (200 bytes, most of it the worth) are built in place in the
 //! ladder's frame and handed to the steps by reference: returned and passed by value from
@@ -29,7 +30,8 @@ use tracing::{debug, info, warn};
 
 use super::membership::another_disk;
 
-/// What one device's tick borrows of the [`Daemon`].
+/// What one device's tick borrows of the [`Daemon`], and the tick's time and world: the same
+/// for every device of the tick.
 pub(super) struct DeviceTick<'a> {
     pub cfg: &'a Config,
     pub actuator: &'a mut Actuator,
@@ -39,18 +41,18 @@ pub(super) struct DeviceTick<'a> {
     pub slack_ms: u64,
     pub counters: &'a mut DaemonCounters,
     pub force_rescan: &'a mut bool,
+    /// The tick's time.
+    pub now_ms: u64,
+    /// The kernel (or the simulation, the dry run's, the recording's) the tick reads and
+    /// writes.
+    pub fs: &'a mut dyn BlockFs,
 }
 
 impl DeviceTick<'_> {
     /// The merge ladder's turn: at most one decision.
-    pub fn ladder(
-        &mut self,
-        name: &str,
-        dev: &mut DeviceRuntime,
-        now_ms: u64,
-        fs: &mut dyn BlockFs,
-    ) -> Option<Decision> {
-        let mut window = self.close_window(name, dev, now_ms, fs);
+    pub fn ladder(&mut self, name: &str, dev: &mut DeviceRuntime) -> Option<Decision> {
+        let now_ms = self.now_ms;
+        let mut window = self.close_window(name, dev);
         if let Some(reason) =
             hold_without_deciding(&mut dev.policy, window.as_ref(), &self.cfg.policy, now_ms)
         {
@@ -60,7 +62,7 @@ impl DeviceTick<'_> {
                 // A window closed: its price is the device's, and nobody else's write to
                 // its tunables goes unseen for longer than a window, busy or not.
                 self.caps_priced(dev, window.as_ref());
-                self.still_ours(name, dev, now_ms, fs)?;
+                self.still_ours(name, dev)?;
                 dev.read_warned_ms = None;
             }
             dev.last_reason = reason;
@@ -71,24 +73,25 @@ impl DeviceTick<'_> {
             self.as_live_would_see(name, dev, &mut window, &mut caps);
         }
         let ev = decide(&dev.policy, window.as_ref(), caps, &self.cfg.policy, now_ms);
-        self.note_cap(name, dev, &ev, now_ms);
+        self.note_cap(name, dev, &ev);
         if ev.reason.asks_the_tap() {
             let threshold = self.cfg.policy.enable_above_percent;
-            dev.sense.ask(name, now_ms, &self.cfg.sense, threshold, fs);
+            dev.sense
+                .ask(name, now_ms, &self.cfg.sense, threshold, self.fs);
         }
         if ev.kind == OutcomeKind::Hold && window.is_none() {
             // Nothing to decide: spare the sysfs reads (a few µs per device per tick).
             settle(dev, ev);
             return None;
         }
-        let current_nomerges = self.still_ours(name, dev, now_ms, fs)?;
+        let current_nomerges = self.still_ours(name, dev)?;
         dev.read_warned_ms = None;
         // Every outcome but a hold is a decision.
         let Some(kind) = ev.kind.decision_kind() else {
             settle(dev, ev);
             return None;
         };
-        let mut decision = self.decision_of(name, now_ms, kind, &ev);
+        let mut decision = self.decision_of(name, kind, &ev);
         let Some(to_level) = ev.to_level else {
             return Some(self.nothing_to_write(name, dev, decision, ev, &current_nomerges));
         };
@@ -101,8 +104,8 @@ impl DeviceTick<'_> {
             dev.last_reason = format!("waiting to retry a failed write: {}", ev.reason).into();
             return None;
         }
-        if let Err(e) = self.write_level(name, dev, to_level, &mut decision.changes, fs) {
-            self.write_failed(name, dev, now_ms, to_level, &mut decision, e);
+        if let Err(e) = self.write_level(name, dev, to_level, &mut decision.changes) {
+            self.write_failed(name, dev, to_level, &mut decision, e);
             dev.last_decision = Some(Box::new(decision.clone()));
             return Some(decision);
         }
@@ -147,13 +150,8 @@ impl DeviceTick<'_> {
 
     /// Closes the device's window if this tick completes it, with the bio tap's sample at
     /// L3.
-    fn close_window(
-        &self,
-        name: &str,
-        dev: &mut DeviceRuntime,
-        now_ms: u64,
-        fs: &mut dyn BlockFs,
-    ) -> Option<Window> {
+    fn close_window(&mut self, name: &str, dev: &mut DeviceRuntime) -> Option<Window> {
+        let now_ms = self.now_ms;
         let pcfg = &self.cfg.policy;
         let window_ms = self.cfg.window_ms();
         // The tap's duty cycle at L3; its sample rides on the next window to close.
@@ -164,7 +162,7 @@ impl DeviceTick<'_> {
             at_l3,
             &self.cfg.sense,
             pcfg.enable_above_percent,
-            fs,
+            self.fs,
         );
         let close = if dev.policy.mode() == Mode::AtL3 && dev.sense.has_pending() {
             // The tap's sample is read as soon as it is whole (its answer needs no counts).
@@ -228,7 +226,7 @@ impl DeviceTick<'_> {
     /// The hourly cap, when it refuses a step down, is said once per run at the cap (a
     /// warning naming the key and when room comes back) and counted; the device's
     /// `changes_last_hour` in `status` and /metrics shows it the whole time.
-    fn note_cap(&mut self, name: &str, dev: &mut DeviceRuntime, ev: &Evaluation, now_ms: u64) {
+    fn note_cap(&mut self, name: &str, dev: &mut DeviceRuntime, ev: &Evaluation) {
         let cap = self.cfg.policy.max_changes_per_hour;
         let changes = &ev.state.history.changes_ms;
         if (changes.len() as u64) < u64::from(cap) {
@@ -241,7 +239,7 @@ impl DeviceTick<'_> {
         dev.cap_noted = true;
         let room_in_s = changes
             .first()
-            .map_or(0, |&t| (t + HOUR_MS).saturating_sub(now_ms))
+            .map_or(0, |&t| (t + HOUR_MS).saturating_sub(self.now_ms))
             .div_ceil(1000);
         warn!(
             device = %name,
@@ -281,13 +279,8 @@ impl DeviceTick<'_> {
     /// device and puts back the other tunable it owns. Checked at every window and before
     /// every write. Returns the device's nomerges as read, or `None` when the tick stops
     /// here (handed off, gone, or unreadable).
-    fn still_ours(
-        &mut self,
-        name: &str,
-        dev: &mut DeviceRuntime,
-        now_ms: u64,
-        fs: &mut dyn BlockFs,
-    ) -> Option<String> {
+    fn still_ours(&mut self, name: &str, dev: &mut DeviceRuntime) -> Option<String> {
+        let now_ms = self.now_ms;
         let watched: &[Tunable] = if dev.caps.front_merges {
             &LADDER
         } else {
@@ -297,7 +290,7 @@ impl DeviceTick<'_> {
         // Looked up once for both tunables.
         let records = self.actuator.records_of(name);
         for &t in watched {
-            let current = match fs.read_tunable(name, t) {
+            let current = match self.fs.read_tunable(name, t) {
                 Ok(v) => v,
                 Err(FsError::NotFound { .. }) => {
                     *self.force_rescan = true;
@@ -317,7 +310,7 @@ impl DeviceTick<'_> {
             };
             if records.expected(t) != Some(current.as_str()) {
                 let was = records.expected(t).unwrap_or_default().to_string();
-                if another_disk(self.actuator, dev.identity.as_ref(), fs, name).is_some() {
+                if another_disk(self.actuator, dev.identity.as_ref(), self.fs, name).is_some() {
                     // Another disk under the name: a new device for the next rescan, not
                     // a change by someone else.
                     dev.another_disk = true;
@@ -334,7 +327,7 @@ impl DeviceTick<'_> {
                 if t == Tunable::Nomerges {
                     dev.info.nomerges = Some(current.clone());
                 }
-                let results = self.actuator.hand_off(fs, name, t, &current, &LADDER);
+                let results = self.actuator.hand_off(self.fs, name, t, &current, &LADDER);
                 Daemon::log_restores(&results, "hand-off");
                 return None;
             }
@@ -346,15 +339,9 @@ impl DeviceTick<'_> {
     }
 
     /// The decision of an evaluation that is not a hold, before anything is written.
-    fn decision_of(
-        &self,
-        name: &str,
-        now_ms: u64,
-        kind: DecisionKind,
-        ev: &Evaluation,
-    ) -> Decision {
+    fn decision_of(&self, name: &str, kind: DecisionKind, ev: &Evaluation) -> Decision {
         Decision {
-            at_ms: now_ms,
+            at_ms: self.now_ms,
             device: name.to_string(),
             kind,
             changes: Vec::new(),
@@ -375,11 +362,10 @@ impl DeviceTick<'_> {
         dev: &DeviceRuntime,
         to_level: Level,
         changes: &mut Vec<Change>,
-        fs: &mut dyn BlockFs,
     ) -> Result<(), ActuatorError> {
         for (t, value) in tunables(to_level, dev.caps) {
-            still_the_known_disk(dev, fs, name, t)?;
-            match self.actuator.set(fs, name, t, value)? {
+            still_the_known_disk(dev, self.fs, name, t)?;
+            match self.actuator.set(self.fs, name, t, value)? {
                 SetOutcome::Unchanged => {}
                 SetOutcome::Written { from } | SetOutcome::DryRun { from } => {
                     changes.push(Change {
@@ -399,11 +385,11 @@ impl DeviceTick<'_> {
         &mut self,
         name: &str,
         dev: &mut DeviceRuntime,
-        now_ms: u64,
         to_level: Level,
         decision: &mut Decision,
         e: ActuatorError,
     ) {
+        let now_ms = self.now_ms;
         let from_level = dev.policy.level();
         // A state file that cannot be saved is the state directory's failure, counted by the
         // actuator (mergetune_state_save_errors_total): sysfs was never tried.

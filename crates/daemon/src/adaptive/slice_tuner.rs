@@ -8,7 +8,6 @@
 use super::device_tick::DeviceTick;
 use super::{Daemon, DeviceRuntime, slices};
 use crate::actuator::{ActuatorError, SetOutcome, WRITE_RETRY_MAX_MS, WriteBackoff};
-use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::decision::{Applied, Change, Decision};
 use mergetune_logic::slices::{SliceChange, SliceState};
@@ -27,13 +26,8 @@ impl DeviceTick<'_> {
     /// Scheduler slices for one device, on the window that closed at this tick: the
     /// tunables read (handed off where someone else changed one), the pure decision, and
     /// at most one write.
-    pub(super) fn slices(
-        &mut self,
-        name: &str,
-        dev: &mut DeviceRuntime,
-        now_ms: u64,
-        fs: &mut dyn BlockFs,
-    ) -> Option<Decision> {
+    pub(super) fn slices(&mut self, name: &str, dev: &mut DeviceRuntime) -> Option<Decision> {
+        let now_ms = self.now_ms;
         let cfg = &self.cfg.slices;
         if !cfg.enabled || !self.cfg.policy.enabled {
             return None;
@@ -50,7 +44,7 @@ impl DeviceTick<'_> {
         if knobs.is_empty() {
             return None;
         }
-        let values = self.slice_values(name, knobs, fs)?;
+        let values = self.slice_values(name, knobs)?;
         // Backing off a failed write: no step is decided (none could be written).
         if now_ms < dev.slice_writes.retry_after_ms {
             return None;
@@ -71,7 +65,7 @@ impl DeviceTick<'_> {
         if let Some(kept) = dev.slices.kept.take() {
             info!(device = %name, "{name}: slices: {kept}");
         }
-        let decision = self.write_slice(name, dev, change?, previous, now_ms, fs);
+        let decision = self.write_slice(name, dev, change?, previous);
         dev.last_decision = Some(Box::new(decision.clone()));
         Some(decision)
     }
@@ -80,15 +74,10 @@ impl DeviceTick<'_> {
     /// it (a dry run tunes from the values it would have written), each first sighting
     /// recorded as the original. None when someone else changed one since mergetune wrote
     /// it: their write wins, as for the ladder, and the slices are handed off.
-    fn slice_values(
-        &mut self,
-        name: &str,
-        knobs: &[Knob],
-        fs: &mut dyn BlockFs,
-    ) -> Option<Vec<(Tunable, u64)>> {
+    fn slice_values(&mut self, name: &str, knobs: &[Knob]) -> Option<Vec<(Tunable, u64)>> {
         let mut values = Vec::with_capacity(knobs.len());
         for t in knobs.iter().map(|k| k.tunable) {
-            if let Ok(v) = fs.read_tunable(name, t)
+            if let Ok(v) = self.fs.read_tunable(name, t)
                 && let Ok(x) = self.actuator.as_seen(name, t, &v).parse::<u64>()
             {
                 values.push((t, x));
@@ -101,7 +90,7 @@ impl DeviceTick<'_> {
                 warn!(device = %name, "{name}: {t} changed from {ours} to {cur} by someone else: scheduler slices no longer tuned here");
                 let results = self
                     .actuator
-                    .hand_off(fs, name, *t, &cur.to_string(), slices());
+                    .hand_off(self.fs, name, *t, &cur.to_string(), slices());
                 Daemon::log_restores(&results, "hand-off");
                 return None;
             }
@@ -123,9 +112,8 @@ impl DeviceTick<'_> {
         dev: &mut DeviceRuntime,
         ch: SliceChange,
         previous: SliceState,
-        now_ms: u64,
-        fs: &mut dyn BlockFs,
     ) -> Decision {
+        let now_ms = self.now_ms;
         let t = ch.tunable;
         let mut decision = Decision {
             at_ms: now_ms,
@@ -139,7 +127,7 @@ impl DeviceTick<'_> {
             reason: ch.reason.clone(),
             applied: Applied::Yes,
         };
-        match self.actuator.set(fs, name, t, &ch.to.to_string()) {
+        match self.actuator.set(self.fs, name, t, &ch.to.to_string()) {
             Ok(SetOutcome::DryRun { .. }) => {
                 decision.applied = Applied::DryRun;
                 info!(device = %name, kind = %decision.kind, from = %ch.from, to = %ch.to, reason = %decision.reason,
