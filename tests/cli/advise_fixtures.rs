@@ -2,7 +2,8 @@
 //! (tests/fixtures/*.meta.toml) and the advice fits the workload; and bad input gives a
 //! clear message and a best-effort report, never a panic.
 
-use mergetune_lab::advise::{Analysis, Analyzer, DevNum, DeviceReport, analyze_file};
+use mergetune_kernel::devices::DevNumber;
+use mergetune_lab::advise::{Analysis, Analyzer, DeviceReport, analyze_file};
 use mergetune_logic::config::PolicyConfig;
 use mergetune_logic::decision::Level;
 use std::path::{Path, PathBuf};
@@ -92,7 +93,7 @@ fn what_if_shows_the_cpu_saving_and_the_cost() {
     let d = the_device(analyze("trace_mixed.txt"));
     let (bios, truncated) = mergetune_lab::advise::read_bios(
         &fixture("trace_mixed.txt"),
-        DevNum { major: 7, minor: 0 },
+        DevNumber { major: 7, minor: 0 },
         10_000,
         100_000,
     )
@@ -208,7 +209,7 @@ fn mixed_devices_are_reported_apart_and_filtered() {
     assert_eq!(by("7,0").recommended_level, Level::L3);
     assert_eq!(by("8,16").recommended_level, Level::L0);
     assert_eq!(by("8,16").back_merges, 1008);
-    let mut f = Analyzer::new(Some(DevNum {
+    let mut f = Analyzer::new(Some(DevNumber {
         major: 8,
         minor: 16,
     }));

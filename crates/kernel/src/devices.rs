@@ -155,6 +155,22 @@ impl std::fmt::Display for DevNumber {
     }
 }
 
+impl DevNumber {
+    /// The `major,minor` form (`8,0`) blktrace and the block tracepoints print.
+    pub fn traced(self) -> impl std::fmt::Display {
+        Traced(self)
+    }
+}
+
+/// [`DevNumber::traced`].
+struct Traced(DevNumber);
+
+impl std::fmt::Display for Traced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.0.major, self.0.minor)
+    }
+}
+
 impl From<DevNumber> for String {
     fn from(d: DevNumber) -> String {
         d.to_string()

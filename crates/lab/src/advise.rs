@@ -40,9 +40,9 @@ pub mod svg;
 pub mod whatif;
 
 pub use accumulator::{
-    DEFAULT_WHAT_IF_MAX_BIOS, DIST_BUCKETS, DIST_LABELS, DevNum, DeviceAcc, MAX_DEVICES,
+    DEFAULT_WHAT_IF_MAX_BIOS, DIST_BUCKETS, DIST_LABELS, DeviceAcc, MAX_DEVICES,
     MAX_ERROR_EXAMPLES, MAX_INFLIGHT, MAX_LINE_BYTES, MAX_TASKS, SCATTER_POINTS, SIZE_BUCKETS,
-    ScatterPoint, TIMELINE_BUCKETS, Timeline, size_bucket_label,
+    ScatterPoint, TIMELINE_BUCKETS, Timeline, resolve_device, size_bucket_label,
 };
 pub use cli::{AdviseArgs, run};
 pub use daemon_view::{DaemonView, daemon_view};

@@ -9,6 +9,7 @@
 //! the plug (same task, same batch) or the one-hit cache (the queue's last request) finds
 //! that request without the hash or tree lookups (see the folder's `//!`).
 
+use mergetune_kernel::devices::DevNumber;
 use mergetune_kernel::trace::Dir;
 use mergetune_kernel::trace::{BlockEvent, EventKind};
 use mergetune_sim::hist::Histogram;
@@ -52,44 +53,29 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Bios a `--what-if` replay takes at most from the trace (the simulator holds them).
 pub const DEFAULT_WHAT_IF_MAX_BIOS: usize = 300_000;
 
-/// A block device number as traces print it (`7,0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct DevNum {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl std::fmt::Display for DevNum {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{},{}", self.major, self.minor)
+/// The device `--device` names: `7,0`, `7:0`, or a device name resolved through
+/// `sysfs_root/block/NAME/dev` (a `loopN` not present here is taken as `7,N`).
+pub fn resolve_device(spec: &str, sysfs_root: &Path) -> Result<DevNumber, String> {
+    let spec = spec.trim().trim_start_matches("/dev/");
+    if let Some((a, b)) = spec.split_once([',', ':'])
+        && let (Ok(major), Ok(minor)) = (a.parse(), b.parse())
+    {
+        return Ok(DevNumber { major, minor });
     }
-}
-
-impl DevNum {
-    /// `7,0`, `7:0`, or a device name resolved through `sysfs_root/block/NAME/dev`
-    /// (a `loopN` not present here is taken as `7,N`).
-    pub fn resolve(spec: &str, sysfs_root: &Path) -> Result<DevNum, String> {
-        let spec = spec.trim().trim_start_matches("/dev/");
-        if let Some((a, b)) = spec.split_once([',', ':'])
-            && let (Ok(major), Ok(minor)) = (a.parse(), b.parse())
-        {
-            return Ok(DevNum { major, minor });
-        }
-        let p = sysfs_root.join("block").join(spec).join("dev");
-        if let Ok(text) = std::fs::read_to_string(&p)
-            && let Some((a, b)) = text.trim().split_once(':')
-            && let (Ok(major), Ok(minor)) = (a.parse(), b.parse())
-        {
-            return Ok(DevNum { major, minor });
-        }
-        if let Some(n) = spec.strip_prefix("loop").and_then(|n| n.parse().ok()) {
-            return Ok(DevNum { major: 7, minor: n });
-        }
-        Err(format!(
-            "--device {spec:?}: not MAJOR,MINOR and no {} on this machine",
-            p.display()
-        ))
+    let p = sysfs_root.join("block").join(spec).join("dev");
+    if let Ok(text) = std::fs::read_to_string(&p)
+        && let Some((a, b)) = text.trim().split_once(':')
+        && let (Ok(major), Ok(minor)) = (a.parse(), b.parse())
+    {
+        return Ok(DevNumber { major, minor });
     }
+    if let Some(n) = spec.strip_prefix("loop").and_then(|n| n.parse().ok()) {
+        return Ok(DevNumber { major: 7, minor: n });
+    }
+    Err(format!(
+        "--device {spec:?}: not MAJOR,MINOR and no {} on this machine",
+        p.display()
+    ))
 }
 
 /// A timeline of fixed size whose bucket width doubles when time runs past its end.
@@ -210,7 +196,7 @@ pub fn size_bucket_label(i: usize) -> String {
 /// Everything kept for one device: fixed size.
 #[derive(Debug, Clone)]
 pub struct DeviceAcc {
-    pub dev: DevNum,
+    pub dev: DevNumber,
     pub bios: [u64; 2],
     pub bytes: [u64; 2],
     pub sync_writes: u64,
@@ -253,7 +239,7 @@ pub struct DeviceAcc {
 }
 
 impl DeviceAcc {
-    pub(super) fn new(dev: DevNum) -> Self {
+    pub(super) fn new(dev: DevNumber) -> Self {
         DeviceAcc {
             dev,
             bios: [0; 2],

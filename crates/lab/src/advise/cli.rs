@@ -1,13 +1,14 @@
 //! `mergetune advise` on the command line: its arguments, and the run that reads the trace,
 //! replays it for `--what-if`, draws `--plot` and prints the text or JSON report.
 
-use super::accumulator::{DEFAULT_WHAT_IF_MAX_BIOS, DevNum};
+use super::accumulator::{DEFAULT_WHAT_IF_MAX_BIOS, resolve_device};
 use super::reader::analyze_file;
 use super::render::render_text;
 use super::rules::recommend_priced;
 use super::svg::plot_advise;
 use super::whatif::{read_bios, what_if};
 use anyhow::{Context as _, bail};
+use mergetune_kernel::devices::DevNumber;
 use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_logic::config::Config;
 use mergetune_logic::pricing::worth::Worth;
@@ -105,7 +106,7 @@ fn trace_profile(
 fn nothing_to_advise(
     analysis: &crate::advise::Analysis,
     trace: &Path,
-    filter: Option<DevNum>,
+    filter: Option<DevNumber>,
 ) -> String {
     let mut msg = format!(
         "{}: no usable bios, nothing to advise from ({} lines, {} block events, {} not block events)",
@@ -121,7 +122,7 @@ fn nothing_to_advise(
         let _ = write!(msg, "; first bad line {}: {}", b.line, b.message);
     }
     if let Some(f) = filter {
-        let _ = write!(msg, "; --device {f} matched nothing");
+        let _ = write!(msg, "; --device {} matched nothing", f.traced());
     }
     msg
 }
@@ -154,7 +155,7 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     check_price_ns(args.price_ns, live, &cfg.cost_profile)?;
     let (profile_name, profile) = trace_profile(&cfg)?;
     let filter = match &args.device {
-        Some(d) => Some(DevNum::resolve(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
+        Some(d) => Some(resolve_device(d, &args.sysfs_root).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let mut analysis = analyze_file(&args.trace, filter, &cfg)?;
@@ -192,9 +193,8 @@ pub fn run(args: AdviseArgs) -> anyhow::Result<i32> {
     let mut what_ifs = Vec::new();
     if args.what_if {
         for d in &analysis.devices {
-            let dev = DevNum::resolve(&d.device, Path::new("/nonexistent"))
-                .map_err(anyhow::Error::msg)?;
-            let (bios, truncated) = read_bios(&args.trace, dev, 10_000, args.what_if_max_bios)?;
+            let (bios, truncated) =
+                read_bios(&args.trace, d.number, 10_000, args.what_if_max_bios)?;
             what_ifs.push(what_if(&d.device, bios, truncated, d, &profile_name)?);
         }
     }

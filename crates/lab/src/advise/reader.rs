@@ -5,11 +5,12 @@
 //! first few quoted with their line numbers; nothing here panics on bad input.
 
 use super::accumulator::{
-    DevNum, DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES, MIN_RATE_SPAN_NS,
+    DeviceAcc, MAX_DEVICES, MAX_ERROR_EXAMPLES, MAX_LINE_BYTES, MIN_RATE_SPAN_NS,
 };
 use super::report::{Analysis, BadLine, DeviceReport};
 use super::rules::recommend;
 use anyhow::Context as _;
+use mergetune_kernel::devices::DevNumber;
 use mergetune_kernel::trace::{BlockEvent, EventKind, is_blkparse_summary};
 use mergetune_logic::config::PolicyConfig;
 use std::collections::BTreeMap;
@@ -61,9 +62,9 @@ pub fn without_quotes(message: &str) -> String {
 /// The streaming reader: feed lines, then [`Analyzer::finish`].
 #[derive(Debug, Clone, Default)]
 pub struct Analyzer {
-    filter: Option<DevNum>,
+    filter: Option<DevNumber>,
     t0: Option<u64>,
-    devices: BTreeMap<DevNum, DeviceAcc>,
+    devices: BTreeMap<DevNumber, DeviceAcc>,
     pub lines: u64,
     pub events: u64,
     pub bad_lines: u64,
@@ -87,7 +88,7 @@ pub struct Analyzer {
 }
 
 impl Analyzer {
-    pub fn new(filter: Option<DevNum>) -> Self {
+    pub fn new(filter: Option<DevNumber>) -> Self {
         Analyzer {
             filter,
             ..Default::default()
@@ -141,7 +142,7 @@ impl Analyzer {
             self.no_device += 1;
             return;
         };
-        let dev = DevNum { major, minor };
+        let dev = DevNumber { major, minor };
         if self.filter.is_some_and(|f| f != dev) {
             self.filtered_out += 1;
             return;
@@ -193,7 +194,7 @@ impl Analyzer {
         self.devices.values()
     }
 
-    pub fn device(&self, dev: DevNum) -> Option<&DeviceAcc> {
+    pub fn device(&self, dev: DevNumber) -> Option<&DeviceAcc> {
         self.devices.get(&dev)
     }
 
@@ -270,12 +271,16 @@ impl Analyzer {
                 // Completions or issues only: no block_bio_queue line at all.
                 format!(
                     "device {}: no bio queued (no block_bio_queue event; {} request(s) issued, {} completed): advise reads the queue events (`mergetune-lab trace capture` records them): no advice for it",
-                    d.dev, d.issues, d.completes
+                    d.dev.traced(),
+                    d.issues,
+                    d.completes
                 )
             } else {
                 format!(
                     "device {}: no usable bio ({} queue event(s) without a size, {} request(s) issued): no advice for it",
-                    d.dev, d.nodata, d.issues
+                    d.dev.traced(),
+                    d.nodata,
+                    d.issues
                 )
             };
             without_bios.push(why.clone());
@@ -288,7 +293,7 @@ impl Analyzer {
         {
             let why = format!(
                 "device {}: its {} bio(s) span {:.6} s, less than {} ms: too little time for a rate (one bio, or timestamps that do not advance): no advice for it",
-                d.dev,
+                d.dev.traced(),
                 d.total_bios(),
                 d.span_ns() as f64 / 1e9,
                 MIN_RATE_SPAN_NS / 1_000_000
@@ -299,7 +304,7 @@ impl Analyzer {
         for d in self.devices.values().filter(|d| d.out_of_order > 0) {
             notes.push(format!(
                 "device {}: the clock steps back {} time(s) (an event more than 1 ms earlier than the one before): rates are taken from its earliest to its latest timestamp",
-                d.dev, d.out_of_order
+                d.dev.traced(), d.out_of_order
             ));
         }
         without_bios
@@ -309,7 +314,7 @@ impl Analyzer {
 /// Streams a trace file through an [`Analyzer`].
 pub fn analyze_file(
     path: &Path,
-    filter: Option<DevNum>,
+    filter: Option<DevNumber>,
     cfg: &PolicyConfig,
 ) -> anyhow::Result<Analysis> {
     // A regular file only: a FIFO would block, /dev/zero never end.

@@ -5,6 +5,7 @@
 use super::accumulator::{
     DIST_LABELS, DeviceAcc, SIZE_BUCKETS, ScatterPoint, Timeline, size_bucket_label,
 };
+use mergetune_kernel::devices::DevNumber;
 use mergetune_logic::decision::{Level, level_index};
 use mergetune_sim::hist::Histogram;
 use serde::Serialize;
@@ -40,7 +41,11 @@ pub struct Recommendation {
 /// The report of one device.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceReport {
+    /// The device as the trace prints it (`7,0`).
     pub device: String,
+    /// The same device, for what reads the trace again (`--what-if`).
+    #[serde(skip)]
+    pub number: DevNumber,
     pub span_s: f64,
     pub bios: u64,
     pub bytes: u64,
@@ -137,7 +142,8 @@ impl DeviceReport {
             samples.iter().map(|&x| x as f64).sum::<f64>() / samples.len() as f64
         };
         DeviceReport {
-            device: d.dev.to_string(),
+            device: d.dev.traced().to_string(),
+            number: d.dev,
             span_s: span_ns as f64 / 1e9,
             bios,
             bytes,

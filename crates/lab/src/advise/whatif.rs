@@ -2,9 +2,10 @@
 //! (mq-deadline) and under `none` at nomerges 0 and 2, nothing changing the tunables during
 //! a run, so the modelled CPU, throughput and latency of each candidate sit side by side.
 
-use super::accumulator::{DevNum, MAX_LINE_BYTES};
+use super::accumulator::MAX_LINE_BYTES;
 use super::report::{DeviceReport, LatencyReport, pct};
 use anyhow::{Context as _, bail};
+use mergetune_kernel::devices::DevNumber;
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::trace::{BioStream, TraceBio, is_blkparse_summary};
 use mergetune_logic::decision::{Level, level_index};
@@ -16,7 +17,7 @@ use std::path::Path;
 /// whether the trace had more.
 pub fn read_bios(
     path: &Path,
-    dev: DevNum,
+    dev: DevNumber,
     plug_gap_ns: u64,
     max_bios: usize,
 ) -> anyhow::Result<(Vec<TraceBio>, bool)> {
@@ -47,7 +48,7 @@ pub fn read_bios(
         // Plug markers name no device in tracefs: they go through.
         if ev
             .dev
-            .is_some_and(|(a, b)| DevNum { major: a, minor: b } != dev)
+            .is_some_and(|(major, minor)| DevNumber { major, minor } != dev)
         {
             continue;
         }
