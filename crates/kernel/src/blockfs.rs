@@ -354,12 +354,7 @@ impl Sysfs for RealFs {
     fn list_block_devices(&mut self) -> Result<Vec<String>, FsError> {
         let path = self.sysfs_root.join("block");
         let rd = std::fs::read_dir(&path).map_err(|e| FsError::from_io(&path, e, None))?;
-        let mut names: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        Ok(names)
+        Ok(sorted_names(rd))
     }
 
     fn read_attr(&mut self, dev: &str, rel: &str) -> Result<String, FsError> {
@@ -404,17 +399,23 @@ impl Sysfs for RealFs {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(FsError::from_io(&path, e, None)),
         };
-        let mut names: Vec<String> = rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        Ok(names)
+        Ok(sorted_names(rd))
     }
 
     fn attr_exists(&mut self, dev: &str, rel: &str) -> bool {
         valid_dev_name(dev) && self.dev_path(dev, rel).exists()
     }
+}
+
+/// The names in a directory, sorted; an entry that cannot be read or whose name is not
+/// UTF-8 is left out.
+fn sorted_names(rd: std::fs::ReadDir) -> Vec<String> {
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
 }
 
 impl BioTap for RealFs {
