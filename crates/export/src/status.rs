@@ -668,6 +668,24 @@ mod tests {
     }
 
     #[test]
+    fn a_document_from_a_daemon_older_than_the_pricing_fields_still_reads() {
+        let mut dev = DeviceStatus::new("sda", Management::Managed);
+        dev.changes_last_hour = Some(2);
+        let doc = StatusSnapshot {
+            devices: vec![dev],
+            ..Default::default()
+        };
+        let mut old = serde_json::to_value(&doc).unwrap();
+        old.as_object_mut().unwrap().remove("pricing");
+        let row = old["devices"][0].as_object_mut().unwrap();
+        assert!(row.remove("pricing").is_some() && row.remove("changes_last_hour").is_some());
+        let read: StatusSnapshot = serde_json::from_value(old).unwrap();
+        assert_eq!(read.pricing, None);
+        assert_eq!(read.devices[0].changes_last_hour, None);
+        assert_eq!(read.devices[0].device, "sda");
+    }
+
+    #[test]
     fn an_unknown_reasons_label_is_its_status_name() {
         for r in UnknownReason::ALL {
             assert_eq!(
