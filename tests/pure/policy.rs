@@ -11,9 +11,9 @@ use mergetune_logic::policy::signature::{
     RATE_BASELINE_MS, RATE_CHANGE_CONFIRM_MS, SignatureChange,
 };
 use mergetune_logic::policy::{
-    Caps, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason, Signature,
-    TAP_CONFIRM_SAMPLES, TAP_DECISIVE_SHARE, decide, hold_without_deciding, sensed_min_bios,
-    tunables,
+    Caps, ChangesLastHour, Evaluation, HOUR_MS, Mode, OutcomeKind, Phase, PolicyState, Reason,
+    Signature, TAP_CONFIRM_SAMPLES, TAP_DECISIVE_SHARE, decide, hold_without_deciding,
+    sensed_min_bios, tunables,
 };
 use mergetune_logic::pricing::profile::Verdict;
 use mergetune_logic::pricing::profile::{self, CostProfile};
@@ -304,7 +304,7 @@ fn nothing_merged_waits_under_the_hourly_cap() {
     let mut c = cfg();
     c.max_changes_per_hour = 1;
     let mut s = PolicyState::new(0, &c);
-    s.history.changes_ms.push(99_000);
+    s.history.changes.record(99_000);
     let out = run(&mut s, FULL, &c, 100_000, &[win(5000, 0); 5]);
     assert!(changes(&out).is_empty(), "{out:?}");
     assert!(
@@ -429,7 +429,7 @@ fn probe_backoff_doubles_to_cap_and_resets_on_success() {
             "{out:?}"
         );
         backoffs.push(s.history.backoff_ms / 1000);
-        s.history.changes_ms.clear(); // keep the hourly cap out of this test
+        s.history.changes = ChangesLastHour::default(); // keep the hourly cap out of this test
     }
     assert_eq!(backoffs, vec![120, 240, 240, 240, 240]);
     let due = s.next_probe_at_ms().unwrap();
@@ -2412,7 +2412,7 @@ fn a_zero_trial_slack_turns_trials_off() {
 fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
     let c = two_changes_an_hour();
     let mut s = PolicyState::new(0, &c);
-    s.history.changes_ms = vec![0, 30_000];
+    s.history.changes = ChangesLastHour::from(vec![0, 30_000]);
     let out = run(&mut s, FULL, &c, HOUR_MS - 3000, &[few(5000); 2]);
     assert!(
         out.iter().all(|o| o.1 == OutcomeKind::Hold),
@@ -2421,7 +2421,7 @@ fn a_change_leaves_the_hourly_count_exactly_one_hour_later() {
     let out = run(&mut s, FULL, &c, HOUR_MS - 1000, &[few(5000)]);
     assert_eq!(out[0].0, HOUR_MS);
     assert_changes(&out, &[(OutcomeKind::StepDown, Level::L1)]);
-    assert_eq!(s.history.changes_ms, vec![30_000, HOUR_MS]);
+    assert_eq!(s.history.changes.times_ms(), [30_000, HOUR_MS]);
     let out = run(&mut s, FULL, &c, HOUR_MS, &[few(5000); 3]);
     assert!(changes(&out).is_empty(), "{out:?}");
     assert!(

@@ -559,14 +559,7 @@ impl Daemon {
                             None
                         },
                         worth: managed.then_some(d.worth),
-                        changes_last_hour: managed.then(|| {
-                            d.policy
-                                .history
-                                .changes_ms
-                                .len()
-                                .try_into()
-                                .unwrap_or(u32::MAX)
-                        }),
+                        changes_last_hour: managed.then(|| d.policy.history.changes.count()),
                         possible_decisions: if managed {
                             mergetune_logic::policy::possible::possible_decisions(
                                 d.caps,

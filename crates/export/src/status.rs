@@ -4,7 +4,9 @@
 //! The document is built from the daemon's [`DaemonSnapshot`] by
 //! [`crate::metrics::Metrics::update`] after each tick; the client
 //! here is a few lines over a plain TCP stream (the endpoint speaks HTTP/1.1 with a
-//! `Content-Length`, never chunked), so the CLI needs no HTTP client library.
+//! `Content-Length`, never chunked), so the CLI needs no HTTP client library. A field
+//! added since the first version is an `Option` (or has a default), so that a document from
+//! an older daemon, which lacks it, still reads.
 
 use mergetune_daemon::snapshot::{DaemonSnapshot, TickTiming};
 use mergetune_kernel::scheduler::Reported;
@@ -37,7 +39,6 @@ pub struct StatusSnapshot {
     pub max_tick_lag_ms: f64,
     pub write_errors: u64,
     /// What prices a step down (absent from a daemon older than this field).
-    #[serde(default)]
     pub pricing: Option<PricingStatus>,
     pub devices: Vec<DeviceStatus>,
 }
@@ -94,11 +95,9 @@ pub struct DeviceStatus {
     pub next_probe_in_secs: Option<f64>,
     /// What the next step down would save and what priced it (managed devices; absent
     /// from a daemon older than this field).
-    #[serde(default)]
     pub pricing: Option<DevicePricing>,
     /// Level changes in the last hour, counted toward `[policy] max_changes_per_hour`
     /// (managed devices; absent from a daemon older than this field).
-    #[serde(default)]
     pub changes_last_hour: Option<u32>,
     /// The changes in the last hour reach the cap: steps down are refused.
     #[serde(default)]
@@ -670,6 +669,24 @@ mod tests {
         assert_eq!(coverage(95.0), "95%");
         assert_eq!(coverage(97.9), "97.9%");
         assert_eq!(coverage(89.06), "89.1%");
+    }
+
+    #[test]
+    fn a_document_from_a_daemon_older_than_the_pricing_fields_still_reads() {
+        let mut dev = DeviceStatus::new("sda", Management::Managed);
+        dev.changes_last_hour = Some(2);
+        let doc = StatusSnapshot {
+            devices: vec![dev],
+            ..Default::default()
+        };
+        let mut old = serde_json::to_value(&doc).unwrap();
+        old.as_object_mut().unwrap().remove("pricing");
+        let row = old["devices"][0].as_object_mut().unwrap();
+        assert!(row.remove("pricing").is_some() && row.remove("changes_last_hour").is_some());
+        let read: StatusSnapshot = serde_json::from_value(old).unwrap();
+        assert_eq!(read.pricing, None);
+        assert_eq!(read.devices[0].changes_last_hour, None);
+        assert_eq!(read.devices[0].device, "sda");
     }
 
     #[test]

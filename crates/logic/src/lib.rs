@@ -8,6 +8,7 @@ pub mod config;
 pub mod decision;
 pub mod devices;
 pub mod document;
+pub mod hourly;
 pub mod policy;
 pub mod pricing;
 pub mod printable;

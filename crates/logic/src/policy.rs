@@ -46,7 +46,7 @@ use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use serde::{Deserialize, Serialize};
 
-pub const HOUR_MS: u64 = 3_600_000;
+pub use crate::hourly::{ChangesLastHour, HOUR_MS};
 /// How many merge-hostile workload signatures a device remembers.
 pub const KNOWN_HOSTILE_MAX: usize = 4;
 /// The deepest rung of the ladder (L3, no merges).
@@ -249,8 +249,8 @@ pub struct History {
     pub since_ms: u64,
     /// The wait before the next timed probe once at L3, doubled after each failed one.
     pub backoff_ms: u64,
-    /// Times of the level changes made in the last hour, oldest first.
-    pub changes_ms: Vec<u64>,
+    /// The level changes made in the last hour (`[policy] max_changes_per_hour`).
+    pub changes: ChangesLastHour,
     /// The wait before the next trial, doubled after each failed one.
     pub trial_backoff_ms: u64,
     /// No trial before this time.
@@ -431,7 +431,7 @@ impl PolicyState {
             history: History {
                 since_ms: now_ms,
                 backoff_ms: cfg.probe_initial_backoff_secs * 1000,
-                changes_ms: Vec::new(),
+                changes: ChangesLastHour::default(),
                 trial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
                 next_trial_at_ms: 0,
                 known_hostile: Vec::new(),
@@ -516,7 +516,7 @@ impl History {
     /// A change of level (a write): counted toward the hourly cap, timed from now.
     fn changed_level(&mut self, now_ms: u64) {
         self.since_ms = now_ms;
-        self.changes_ms.push(now_ms);
+        self.changes.record(now_ms);
     }
 
     /// A step to `level`: L3 with nothing seen there yet (its probe due at once), else the
@@ -798,16 +798,6 @@ impl Ctx<'_> {
     }
 }
 
-/// The hourly count of changes keeps only the last hour's.
-fn forget_changes_older_than_an_hour(changes_ms: &mut Vec<u64>, now_ms: u64) {
-    if changes_ms
-        .first()
-        .is_some_and(|&t| now_ms.saturating_sub(t) >= HOUR_MS)
-    {
-        changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
-    }
-}
-
 /// What [`decide`] says, done in place with no copy of the state, where it can only hold
 /// and only the hourly count of changes ages:
 /// - no window closed at this tick, outside L3 (the window is still open);
@@ -832,7 +822,7 @@ pub fn hold_without_deciding(
         },
         _ => return None,
     };
-    forget_changes_older_than_an_hour(&mut state.history.changes_ms, now_ms);
+    state.history.changes.forget_older_than_an_hour(now_ms);
     Some(reason)
 }
 
@@ -846,7 +836,7 @@ pub fn decide(
     now_ms: u64,
 ) -> Evaluation {
     let PolicyState { mut history, phase } = prev.clone();
-    forget_changes_older_than_an_hour(&mut history.changes_ms, now_ms);
+    history.changes.forget_older_than_an_hour(now_ms);
     let cx = Ctx {
         cfg,
         caps,
@@ -855,7 +845,7 @@ pub fn decide(
         high: cfg.enable_above_percent / 100.0,
         initial_backoff_ms: cfg.probe_initial_backoff_secs * 1000,
         max_backoff_ms: cfg.probe_max_backoff_secs * 1000,
-        cap_reached: history.changes_ms.len() as u64 >= u64::from(cfg.max_changes_per_hour),
+        cap_reached: history.changes.reached(cfg.max_changes_per_hour),
     };
     match phase {
         Phase::Merging(m) => merging::decide(history, m, window, &cx),

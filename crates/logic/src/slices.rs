@@ -24,7 +24,7 @@
 
 use crate::config::SlicesConfig;
 use crate::decision::DecisionKind;
-use crate::policy::HOUR_MS;
+use crate::hourly::ChangesLastHour;
 use crate::sampler::{Counters, Window};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
@@ -38,7 +38,8 @@ pub struct SliceState {
     pub calm_windows: u32,
     /// Steps taken so far, oldest first: (tunable, value before the step).
     pub steps: Vec<(Tunable, u64)>,
-    pub changes_ms: Vec<u64>,
+    /// The slice changes made in the last hour (`[slices] max_changes_per_hour`).
+    pub changes: ChangesLastHour,
     /// The counters of the current run of mixed windows: the starving windows that lead
     /// to a step, then the windows after it that judge it.
     pub evidence: Counters,
@@ -140,7 +141,7 @@ pub fn decide(
     now_ms: u64,
 ) -> (SliceState, Option<SliceChange>) {
     let mut s = prev.clone();
-    s.changes_ms.retain(|&t| now_ms.saturating_sub(t) < HOUR_MS);
+    s.changes.forget_older_than_an_hour(now_ms);
     let c = &window.counters;
     let seen = Seen {
         counters: c,
@@ -151,8 +152,7 @@ pub fn decide(
         write_ms: mean_ms(c.write_ms, c.writes_completed),
     };
     count_the_window(&mut s, &seen, window.duration_ms);
-    let cap_ok = (s.changes_ms.len() as u32) < cfg.max_changes_per_hour;
-    if !cap_ok {
+    if s.changes.reached(cfg.max_changes_per_hour) {
         return (s, None);
     }
     if let Some(undo) = judge_the_last_step(&mut s, &seen, now_ms) {
@@ -260,7 +260,7 @@ fn judge_the_last_step(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<S
     s.starving_windows = 0;
     let (t, cur) = cur_value?;
     s.steps.pop();
-    s.changes_ms.push(now_ms);
+    s.changes.record(now_ms);
     let reason = format!(
         "{name} {prev_value} -> {cur} did not pay ({figures}): back to {prev_value}, no further step while this mix lasts"
     );
@@ -302,7 +302,7 @@ fn favour_reads(
     s.evidence = Counters::default();
     s.evidence_ms = 0;
     s.starving_windows = 0;
-    s.changes_ms.push(now_ms);
+    s.changes.record(now_ms);
     Some(SliceChange {
         tunable: t,
         from,
@@ -330,7 +330,7 @@ fn relax_after_the_mix(s: &mut SliceState, seen: &Seen, now_ms: u64) -> Option<S
     );
     s.steps.pop();
     s.calm_windows = 0;
-    s.changes_ms.push(now_ms);
+    s.changes.record(now_ms);
     Some(SliceChange {
         tunable: t,
         from: cur,

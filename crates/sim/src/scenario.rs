@@ -6,7 +6,8 @@
 //! scenario's directory), so a bad trace line is reported before anything runs.
 //!
 //! Every number is range-checked, not just type-checked ([`Scenario::validate`] and its
-//! [`limits`], in validate.rs, say why).
+//! [`limits`], in validate.rs, say why). A key whose field is an `Option` may be left out
+//! (serde reads it as `None`); the others left out take the default their field names.
 
 mod validate;
 pub use validate::limits;
@@ -66,11 +67,9 @@ pub struct DeviceSpec {
     pub name: String,
     pub kind: DeviceKind,
     /// Hardware tags: requests in service at once (NCQ / NVMe queue depth).
-    #[serde(default)]
     pub queue_depth: Option<u32>,
     /// `none`, `mq-deadline`, `kyber` or `bfq` (dm devices: `none` only); another name
     /// is refused by validation.
-    #[serde(default)]
     pub scheduler: Option<Reported>,
     #[serde(default)]
     pub nomerges: u8,
@@ -84,25 +83,17 @@ pub struct DeviceSpec {
     #[serde(default)]
     pub iosched: BTreeMap<String, u64>,
     // SSD
-    #[serde(default)]
     pub read_overhead_us: Option<f64>,
-    #[serde(default)]
     pub write_overhead_us: Option<f64>,
-    #[serde(default)]
     pub bandwidth_mb_s: Option<f64>,
-    #[serde(default)]
     pub parallelism: Option<u32>,
     // HDD
-    #[serde(default)]
     pub rpm: Option<u32>,
-    #[serde(default)]
     pub min_seek_us: Option<f64>,
-    #[serde(default)]
     pub max_seek_us: Option<f64>,
     // dm
     #[serde(default)]
     pub members: Vec<String>,
-    #[serde(default)]
     pub chunk_kb: Option<u32>,
 }
 
@@ -172,7 +163,6 @@ pub struct JobSpec {
     pub batch: u32,
     /// Free slots needed before submitting again (fio iodepth_batch_complete_min);
     /// default: `batch`, so a batch is submitted whole once the previous one completed.
-    #[serde(default)]
     pub batch_complete: Option<u32>,
     /// Pause after each completion before the slot is reused, in microseconds.
     #[serde(default)]
@@ -197,7 +187,6 @@ pub struct JobSpec {
     pub numjobs: u32,
     /// Replay this trace (tracefs `block_bio_queue` text or blkparse output) instead of
     /// generating bios; relative to the scenario file.
-    #[serde(default)]
     pub trace: Option<PathBuf>,
     /// Trace replay without plug markers: bios at most this far apart share a plug.
     #[serde(default = "default_plug_gap_us")]
@@ -243,10 +232,8 @@ pub struct Scenario {
     #[serde(default = "default_seed")]
     pub seed: u64,
     /// Step costs for every scheduler, overriding the profile.
-    #[serde(default)]
     pub cost: Option<CostModel>,
     /// The cost profile that prices the steps: `measured-6.18` (default) or `lkml-2008`.
-    #[serde(default)]
     pub cost_profile: Option<String>,
     #[serde(rename = "device")]
     pub devices: Vec<DeviceSpec>,

@@ -20,8 +20,8 @@ use mergetune_logic::config::Config;
 use mergetune_logic::decision::{Applied, Change, Decision, DecisionKind, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{
-    Caps, DEEPEST_LEVEL, Evaluation, HOUR_MS, Mode, OutcomeKind, Reason, decide,
-    hold_without_deciding, tunables,
+    Caps, DEEPEST_LEVEL, Evaluation, Mode, OutcomeKind, Reason, decide, hold_without_deciding,
+    tunables,
 };
 use mergetune_logic::pricing::live::LivePricing;
 use mergetune_logic::sampler::{Window, WindowClose};
@@ -230,8 +230,8 @@ impl DeviceTick<'_> {
     /// `changes_last_hour` in `status` and /metrics shows it the whole time.
     fn note_cap(&mut self, name: &str, dev: &mut DeviceRuntime, ev: &Evaluation, now_ms: u64) {
         let cap = self.cfg.policy.max_changes_per_hour;
-        let changes = &ev.state.history.changes_ms;
-        if (changes.len() as u64) < u64::from(cap) {
+        let changes = &ev.state.history.changes;
+        if !changes.reached(cap) {
             dev.cap_noted = false;
             return;
         }
@@ -239,14 +239,11 @@ impl DeviceTick<'_> {
             return;
         }
         dev.cap_noted = true;
-        let room_in_s = changes
-            .first()
-            .map_or(0, |&t| (t + HOUR_MS).saturating_sub(now_ms))
-            .div_ceil(1000);
+        let room_in_s = changes.room_in_ms(now_ms).div_ceil(1000);
         warn!(
             device = %name,
             "{name}: hourly cap reached: {} level changes in the last hour ([policy] max_changes_per_hour = {cap}); steps down are refused (merging stays on) until one ages out in {room_in_s} s. Steps up are never refused. Many changes in an hour mean the device flaps: the decisions before this line say between what",
-            changes.len()
+            changes.count()
         );
     }
 

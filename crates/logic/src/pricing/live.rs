@@ -656,6 +656,22 @@ mod tests {
     }
 
     impl Sampler {
+        /// Hands out `samples` at every drain after a run.
+        fn steady(samples: MergeSamples) -> Sampler {
+            Sampler {
+                steady: samples,
+                ..Default::default()
+            }
+        }
+
+        /// Hands out each of `batches` in turn, one per drain after a run, then empty ones.
+        fn batches<const N: usize>(batches: [MergeSamples; N]) -> Sampler {
+            Sampler {
+                batches: batches.into(),
+                ..Default::default()
+            }
+        }
+
         fn drain(&mut self) -> MergeSamples {
             if !std::mem::take(&mut self.ran) {
                 return MergeSamples::default();
@@ -814,10 +830,7 @@ mod tests {
     fn a_first_price_comes_from_spans_back_to_back_and_says_how_far_it_is() {
         let mut p = LivePricing::default();
         // 6 samples a span: under the 10 a price needs after one span, resolved after two.
-        let mut fs = Sampler {
-            batches: [6, 6, 6].map(mq_deadline_samples).into(),
-            ..Default::default()
-        };
+        let mut fs = Sampler::batches([6, 6, 6].map(mq_deadline_samples));
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, false)), 0);
         let w = worth0(&p, 100_000.0);
         assert_eq!(
@@ -838,10 +851,7 @@ mod tests {
     #[test]
     fn a_price_belongs_to_the_workload_shape_it_was_measured_on() {
         let mut p = LivePricing::default();
-        let mut fs = Sampler {
-            steady: mq_deadline_samples(40),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(mq_deadline_samples(40));
         let now = run(&mut p, &mut fs, 0, 2, Some(tick_of(100_000, true)), 0);
         assert!(matches!(worth0(&p, 100_000.0).basis, Basis::Live { .. }));
         // Random reads for less than the settling time: still the sequential price.
@@ -873,10 +883,7 @@ mod tests {
     fn spans_over_a_reset_or_a_level_change_are_dropped_not_pooled() {
         let mut p = LivePricing::default();
         // A reset: the tick's bios are unknown while the samples ran on (an inflated price).
-        let mut fs = Sampler {
-            batches: [500, 500].map(mq_deadline_samples).into(),
-            ..Default::default()
-        };
+        let mut fs = Sampler::batches([500, 500].map(mq_deadline_samples));
         let now = run(&mut p, &mut fs, 0, 1, Some(tick_of(100_000, false)), 0);
         let now = run(&mut p, &mut fs, now, 1, None, 0);
         assert_eq!(p.dropped_spans, 1);
@@ -917,10 +924,7 @@ mod tests {
     fn two_devices_on_one_scheduler_doing_different_work_each_get_their_own_price() {
         let mut p = LivePricing::default();
         // Per 1 s span: 8 samples of loop0's task (40 ns per bio), 6 of loop1's (300 ns).
-        let mut fs = Sampler {
-            steady: samples(&[("loop0", 1, 8), ("loop1", 1, 6)]),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(samples(&[("loop0", 1, 8), ("loop1", 1, 6)]));
         run_with(&mut p, &mut fs, 0, 4, 0, reads_beside_writes);
         let cfg = PricingConfig::default();
         let w0 = p.worth("loop0", Some(Scheduler::MqDeadline), 200_000.0, &cfg);
@@ -935,10 +939,7 @@ mod tests {
     fn samples_that_cannot_be_told_apart_leave_both_devices_unknown_and_say_why() {
         let mut p = LivePricing::default();
         // A sampler without bio events: nobody named, two candidates on one scheduler.
-        let mut fs = Sampler {
-            steady: samples(&[("", 1, 20)]),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(samples(&[("", 1, 20)]));
         fs.steady.by_submitter = [(Vec::new(), {
             let mut c = [PathCounts::default(); 4];
             c[1].merge_path = 20;
@@ -990,10 +991,7 @@ mod tests {
             };
             vec![dev("loop0", Scheduler::MqDeadline, c)]
         };
-        let mut fs = Sampler {
-            steady: mq_deadline_samples(40),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(mq_deadline_samples(40));
         let (p, spans) = spans_over(&mut fs, 20, 600, flipping);
         // 600 s at 1 s per 60 s: 10 spans, 11 at the edges.
         assert!(spans <= 11, "{spans} spans in 600 s");
@@ -1016,10 +1014,7 @@ mod tests {
             };
             vec![dev("loop0", Scheduler::MqDeadline, tick_of(rate, false))]
         };
-        let mut fs = Sampler {
-            steady: mq_deadline_samples(12),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(mq_deadline_samples(12));
         let (_, spans) = spans_over(&mut fs, 20, 600, flipping);
         assert!(spans <= 11, "{spans} spans in 600 s");
     }
@@ -1027,10 +1022,7 @@ mod tests {
     #[test]
     fn only_managed_devices_are_priced() {
         let mut p = LivePricing::default();
-        let mut fs = Sampler {
-            steady: samples(&[("nvme0n1", 0, 30), ("sda", 1, 30)]),
-            ..Default::default()
-        };
+        let mut fs = Sampler::steady(samples(&[("nvme0n1", 0, 30), ("sda", 1, 30)]));
         run_with(&mut p, &mut fs, 0, 3, 0, |_| {
             vec![
                 dev("nvme0n1", Scheduler::None, tick_of(100_000, false)),
