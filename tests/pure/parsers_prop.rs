@@ -9,6 +9,7 @@
 
 use mergetune_kernel::diskstats::{DiskstatsHealth, MAX_WARNINGS_PER_READ, parse_diskstats};
 use mergetune_kernel::diskstats::{parse_diskstats_line, parse_stat_fields};
+use mergetune_logic::document::DocumentError;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -284,12 +285,12 @@ proptest! {
                 let msg = e.to_string();
                 prop_assert!(msg.starts_with("s.toml: "), "{}", msg);
                 match e {
-                    mergetune_sim::scenario::ScenarioError::Invalid { key: k, .. } => {
+                    mergetune_sim::scenario::ScenarioError::Document(DocumentError::Invalid { key: k, .. }) => {
                         // The key, the phases' total, or what refers to a renamed device.
                         let refers = key == "name" && (k.ends_with(".device") || k.ends_with(".members"));
                         prop_assert!(k.contains(&key) || k == "phase" || refers, "{} for {}", k, key);
                     }
-                    mergetune_sim::scenario::ScenarioError::Parse { message, .. } => {
+                    mergetune_sim::scenario::ScenarioError::Document(DocumentError::Parse { message, .. }) => {
                         prop_assert!(message.contains("line") || message.contains(&key), "{}", message);
                     }
                     other => prop_assert!(false, "{}", other),
@@ -317,12 +318,12 @@ proptest! {
                 // `c.toml:LINE:COLUMN: ...`, or `c.toml: ...` for what has no place.
                 prop_assert!(msg.starts_with("c.toml:"), "{}", msg);
                 match e {
-                    mergetune_logic::config::ConfigError::Invalid { key: k, .. } => {
+                    mergetune_logic::config::ConfigError::Document(DocumentError::Invalid { key: k, .. }) => {
                         // The key itself, or (a rule between two keys) its partner, naming it.
                         prop_assert!(k.contains(&key) || msg.contains(&key), "{} for {}", msg, key);
                     }
                     // A syntax error: placed at `c.toml:LINE:COLUMN`.
-                    mergetune_logic::config::ConfigError::Parse { origin, message } => {
+                    mergetune_logic::config::ConfigError::Document(DocumentError::Parse { origin, message }) => {
                         prop_assert!(origin.starts_with("c.toml:") && origin.len() > "c.toml:".len(), "{} {}", origin, message);
                     }
                     // Several keys at once (a value and a rule relating it to another): the

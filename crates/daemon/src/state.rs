@@ -55,8 +55,12 @@ pub const VANISHED_KEEP_SECS: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("{path}: cannot read state file: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("{path}: cannot read state file: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: state file is corrupt: {message}")]
     Corrupt { path: PathBuf, message: String },
     #[error(
@@ -91,10 +95,7 @@ impl StateError {
         match e {
             DirError::Unsafe { path, why } => StateError::Unsafe { path, why },
             DirError::NotADirectory { path } => StateError::NotADirectory { path },
-            DirError::Io { path, source } if reading => StateError::Read {
-                path,
-                message: source.to_string(),
-            },
+            DirError::Io { path, source } if reading => StateError::Read { path, source },
             DirError::Io { path, source } => StateError::Write {
                 path,
                 message: source.to_string(),
@@ -574,19 +575,14 @@ impl StatePointer {
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(StateError::Read {
-                    path,
-                    message: e.to_string(),
-                });
-            }
+            Err(source) => return Err(StateError::Read { path, source }),
         };
         if !meta.is_file() || meta.len() > MAX_POINTER_BYTES {
             return Err(bad("not a small regular file".into()));
         }
-        let text = std::fs::read_to_string(&path).map_err(|e| StateError::Read {
+        let text = std::fs::read_to_string(&path).map_err(|source| StateError::Read {
             path: path.clone(),
-            message: e.to_string(),
+            source,
         })?;
         let dir = PathBuf::from(text.trim_end_matches('\n'));
         if !dir.is_absolute() || text.trim_end_matches('\n').contains(['\n', '\0']) {

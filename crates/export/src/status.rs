@@ -514,8 +514,14 @@ impl StatusSnapshot {
 pub enum StatusError {
     /// Nothing answers at the address: the daemon is not running there (`mergetune status`
     /// exits 3 on it).
-    #[error("{addr}: {message}")]
-    NotRunning { addr: String, message: String },
+    #[error(
+        "{addr}: cannot connect: {source} (is mergetune running with [metrics] listen = \"{addr}\"?)"
+    )]
+    NotRunning {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{addr}: {message}")]
     Connect { addr: String, message: String },
     #[error("{addr}: bad response: {message}")]
@@ -544,11 +550,9 @@ pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<Vec<u8>, St
         .next()
         .ok_or_else(|| conn_err("resolves to no address".into()))?;
     let mut s =
-        TcpStream::connect_timeout(&sock, timeout).map_err(|e| StatusError::NotRunning {
+        TcpStream::connect_timeout(&sock, timeout).map_err(|source| StatusError::NotRunning {
             addr: addr.to_string(),
-            message: format!(
-                "cannot connect: {e} (is mergetune running with [metrics] listen = \"{addr}\"?)"
-            ),
+            source,
         })?;
     let left = || {
         deadline
@@ -693,5 +697,26 @@ mod tests {
                 format!("\"{}\"", r.label())
             );
         }
+    }
+
+    #[test]
+    fn nothing_at_the_address_is_not_running_with_the_connect_error_kept() {
+        // A port just given up: nothing listens there.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .to_string();
+        let e = http_get(&addr, "/status", Duration::from_secs(5)).unwrap_err();
+        let StatusError::NotRunning { source, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{addr}: cannot connect: {source} (is mergetune running with [metrics] listen = \"{addr}\"?)"
+            )
+        );
     }
 }

@@ -13,25 +13,39 @@ use std::path::{Path, PathBuf};
 /// Where procfs is on a real machine.
 pub const PROCFS: &str = "/proc";
 
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+/// An error reading procfs or writing a process's setting there; the I/O error is kept
+/// (its kind tells a process gone from a permission refused).
+#[derive(Debug, thiserror::Error)]
 pub enum CpuTimeError {
-    #[error("{path}: {message}")]
-    Read { path: PathBuf, message: String },
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: unexpected content: {content:?}")]
     Parse { path: PathBuf, content: String },
-    #[error("{path}: cannot write {value:?}: {message}")]
+    #[error("{path}: cannot write {value:?}: {source}")]
     Write {
         path: PathBuf,
         value: String,
-        message: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
+impl CpuTimeError {
+    /// `path` could not be read (a file or a directory).
+    fn read(path: &Path) -> impl FnOnce(std::io::Error) -> CpuTimeError + '_ {
+        move |source| CpuTimeError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 fn read(path: &Path) -> Result<String, CpuTimeError> {
-    std::fs::read_to_string(path).map_err(|e| CpuTimeError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    std::fs::read_to_string(path).map_err(CpuTimeError::read(path))
 }
 
 /// The first field of a `schedstat` text: ns on CPU.
@@ -42,10 +56,7 @@ fn schedstat_ns(text: &str) -> Option<u64> {
 /// ns on CPU of all threads of `pid` (its `task/*/schedstat`).
 pub fn task_runtime_ns(procfs_root: &Path, pid: u32) -> Result<u64, CpuTimeError> {
     let dir = procfs_root.join(pid.to_string()).join("task");
-    let rd = std::fs::read_dir(&dir).map_err(|e| CpuTimeError::Read {
-        path: dir.clone(),
-        message: e.to_string(),
-    })?;
+    let rd = std::fs::read_dir(&dir).map_err(CpuTimeError::read(&dir))?;
     Ok(rd
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
@@ -56,10 +67,7 @@ pub fn task_runtime_ns(procfs_root: &Path, pid: u32) -> Result<u64, CpuTimeError
 /// The pids of the processes in `/proc`, with their `stat` text (comm may hold spaces and
 /// parentheses: the fields after the last `)` are plain).
 fn processes(procfs_root: &Path) -> Result<Vec<(u32, String)>, CpuTimeError> {
-    let rd = std::fs::read_dir(procfs_root).map_err(|e| CpuTimeError::Read {
-        path: procfs_root.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let rd = std::fs::read_dir(procfs_root).map_err(CpuTimeError::read(procfs_root))?;
     let mut out = Vec::new();
     for e in rd.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -178,10 +186,7 @@ pub struct TaskTime {
 /// itself missing is an error.
 pub fn thread_times(procfs_root: &Path, pid: u32) -> Result<Vec<TaskTime>, CpuTimeError> {
     let dir = procfs_root.join(pid.to_string()).join("task");
-    let rd = std::fs::read_dir(&dir).map_err(|e| CpuTimeError::Read {
-        path: dir.clone(),
-        message: e.to_string(),
-    })?;
+    let rd = std::fs::read_dir(&dir).map_err(CpuTimeError::read(&dir))?;
     let mut out: Vec<TaskTime> = rd
         .flatten()
         .filter_map(|t| {
@@ -233,10 +238,10 @@ pub fn kworker_times(procfs_root: &Path) -> Result<Vec<TaskTime>, CpuTimeError> 
 /// that. Root only for a negative value; an error names the file.
 pub fn set_autogroup_nice(procfs_root: &Path, pid: u32, nice: i32) -> Result<(), CpuTimeError> {
     let path = procfs_root.join(pid.to_string()).join("autogroup");
-    std::fs::write(&path, nice.to_string()).map_err(|e| CpuTimeError::Write {
+    std::fs::write(&path, nice.to_string()).map_err(|source| CpuTimeError::Write {
         path,
         value: nice.to_string(),
-        message: e.to_string(),
+        source,
     })
 }
 
@@ -281,14 +286,14 @@ mod tests {
     #[test]
     fn a_process_counts_all_its_threads_and_a_family_its_children() {
         let d = fake();
-        assert_eq!(task_runtime_ns(d.path(), 100), Ok(3000));
+        assert_eq!(task_runtime_ns(d.path(), 100).unwrap(), 3000);
         assert_eq!(family(d.path(), 100), vec![100, 120]);
-        assert_eq!(family_runtime_ns(d.path(), 100), Ok(43_000));
+        assert_eq!(family_runtime_ns(d.path(), 100).unwrap(), 43_000);
     }
 
     #[test]
     fn only_kthreadds_kworkers_count() {
-        assert_eq!(kworker_runtime_ns(fake().path()), Ok(500_000));
+        assert_eq!(kworker_runtime_ns(fake().path()).unwrap(), 500_000);
     }
 
     #[test]
@@ -318,13 +323,14 @@ mod tests {
     fn machine_busy_time_is_in_ns_and_a_missing_process_is_an_error() {
         let d = fake();
         assert_eq!(
-            system_busy_ns(d.path()),
-            Ok((10 + 1 + 5 + 2 + 3) * 10_000_000)
+            system_busy_ns(d.path()).unwrap(),
+            (10 + 1 + 5 + 2 + 3) * 10_000_000
         );
-        assert_eq!(loadavg_1m(d.path()), Ok(0.44));
+        assert_eq!(loadavg_1m(d.path()).unwrap(), 0.44);
         assert!(matches!(
             task_runtime_ns(d.path(), 999),
-            Err(CpuTimeError::Read { path, .. }) if path.ends_with("999/task")
+            Err(CpuTimeError::Read { path, source })
+                if path.ends_with("999/task") && source.kind() == std::io::ErrorKind::NotFound
         ));
         put(d.path(), "stat", "intr 1 2 3\n");
         assert!(matches!(

@@ -447,6 +447,14 @@ pub fn dev_field(format: &str) -> Option<usize> {
 pub enum PerfError {
     #[error("{path}: no merge-path sampler in this world")]
     Unsupported { path: String },
+    /// A file the sampler is set up from (kallsyms, the online CPUs, a tracepoint's id
+    /// and format) could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Symbols { path: PathBuf, message: String },
     #[error(
@@ -455,17 +463,30 @@ pub enum PerfError {
     NoSymbols { path: PathBuf },
     #[error("perf_event_open(cpu-clock, cpu {cpu}): {message}")]
     Open { cpu: usize, message: String },
-    #[error("mmap of the perf buffer of cpu {cpu}: {message}")]
-    Map { cpu: usize, message: String },
-    #[error("{path}: {message}")]
-    Cpus { path: PathBuf, message: String },
+    #[error("mmap of the perf buffer of cpu {cpu}: {source}")]
+    Map {
+        cpu: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a CPU list: {list:?}")]
+    Cpus { path: PathBuf, list: String },
 }
 
 impl PerfError {
+    /// Reads one of the files the sampler is set up from.
+    fn read(path: &Path) -> Result<String, PerfError> {
+        std::fs::read_to_string(path).map_err(|source| PerfError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
     /// The path or resource the error is about.
     pub fn path(&self) -> String {
         match self {
-            PerfError::Symbols { path, .. }
+            PerfError::Read { path, .. }
+            | PerfError::Symbols { path, .. }
             | PerfError::NoSymbols { path }
             | PerfError::Cpus { path, .. } => path.display().to_string(),
             PerfError::Unsupported { path } => path.clone(),
@@ -509,13 +530,10 @@ pub fn open_refused(e: &std::io::Error, paranoid: Option<i32>) -> String {
 /// The CPUs that are online, from `/sys/devices/system/cpu/online` ("0-3,6").
 pub fn online_cpus(sysfs_root: &Path) -> Result<Vec<usize>, PerfError> {
     let path = sysfs_root.join("devices/system/cpu/online");
-    let text = std::fs::read_to_string(&path).map_err(|e| PerfError::Cpus {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    parse_cpu_list(text.trim()).ok_or(PerfError::Cpus {
+    let text = PerfError::read(&path)?;
+    parse_cpu_list(text.trim()).ok_or_else(|| PerfError::Cpus {
         path,
-        message: format!("not a CPU list: {:?}", text.trim()),
+        list: text.trim().to_string(),
     })
 }
 
@@ -540,10 +558,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 /// Loads the merge functions' ranges from `<procfs_root>/kallsyms`.
 pub fn load_symbols(procfs_root: &Path) -> Result<Symbols, PerfError> {
     let path = procfs_root.join("kallsyms");
-    let text = std::fs::read_to_string(&path).map_err(|e| PerfError::Symbols {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
+    let text = PerfError::read(&path)?;
     let s = Symbols::from_kallsyms(&text);
     if s.usable() {
         Ok(s)
@@ -589,10 +604,7 @@ impl CpuBuffer {
                 cpu,
                 message: open_refused(&e, read_paranoid()),
             },
-            RingError::Map(e) => PerfError::Map {
-                cpu,
-                message: e.to_string(),
-            },
+            RingError::Map(source) => PerfError::Map { cpu, source },
         })?;
         Ok(CpuBuffer {
             ring,
@@ -626,13 +638,7 @@ impl BioEvents {
         let dir = sysfs_root
             .join(crate::tracefs::TRACEFS_IN_SYSFS)
             .join("events/block/block_bio_queue");
-        let read = |name: &str| {
-            let path = dir.join(name);
-            std::fs::read_to_string(&path).map_err(|e| PerfError::Symbols {
-                path,
-                message: e.to_string(),
-            })
-        };
+        let read = |name: &str| PerfError::read(&dir.join(name));
         let id: u64 = read("id")?.trim().parse().map_err(|_| PerfError::Symbols {
             path: dir.join("id"),
             message: "not a tracepoint id".into(),
@@ -658,10 +664,7 @@ impl BioEvents {
                         cpu,
                         message: format!("block_bio_queue: {}", open_refused(&e, read_paranoid())),
                     },
-                    RingError::Map(e) => PerfError::Map {
-                        cpu,
-                        message: e.to_string(),
-                    },
+                    RingError::Map(source) => PerfError::Map { cpu, source },
                 })?,
             );
         }
@@ -958,6 +961,28 @@ ffffffff81000000 D some_data
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn an_unreadable_cpu_list_keeps_its_io_error_and_a_bad_one_is_quoted() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("devices/system/cpu/online");
+        let e = online_cpus(d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{}: No such file or directory (os error 2)", path.display())
+        );
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "0-x\n").unwrap();
+        assert_eq!(
+            online_cpus(d.path()).unwrap_err().to_string(),
+            format!("{}: not a CPU list: \"0-x\"", path.display())
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! else works on strings so tests need no files. A load reports every problem at once, each
 //! at `FILE:LINE:COLUMN`, and never quotes the file (it may not be a config at all).
 
+use crate::document::DocumentError;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -28,14 +29,9 @@ pub enum ConfigError {
         path.display()
     )]
     Empty { path: PathBuf, bytes: usize },
-    #[error("{origin}: {message}")]
-    Parse { origin: String, message: String },
-    #[error("{origin}: key `{key}`: {reason}")]
-    Invalid {
-        origin: String,
-        key: String,
-        reason: String,
-    },
+    /// The text is not a config, or a key's value is refused.
+    #[error(transparent)]
+    Document(#[from] DocumentError),
     /// Several keys are wrong: every one is listed.
     #[error("{origin}: {} errors:\n{}", errors.len(), errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
     Many {
@@ -214,11 +210,7 @@ impl Default for PolicyConfig {
 }
 
 fn invalid(origin: &str, key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        origin: origin.to_string(),
-        key: key.to_string(),
-        reason: reason.into(),
-    }
+    DocumentError::invalid(origin, key, reason).into()
 }
 
 impl Config {
@@ -592,10 +584,7 @@ fn finish(
     match (cfg, errs.len()) {
         (Some(c), 0) => Ok(c),
         (_, 1) => Err(errs.remove(0)),
-        (_, 0) => Err(ConfigError::Parse {
-            origin: origin.to_string(),
-            message: "not a config".into(),
-        }),
+        (_, 0) => Err(DocumentError::parse(origin, "not a config").into()),
         _ => Err(ConfigError::Many {
             origin: origin.to_string(),
             errors: errs,
@@ -636,7 +625,7 @@ fn check_str(text: &str, origin: &str) -> Checked {
     let parse_error = |o: usize, message: &str| {
         let origin = at(origin, text, o);
         let message = without_quotes(message);
-        (o, ConfigError::Parse { origin, message })
+        (o, DocumentError::parse(origin, message).into())
     };
     let (doc, syntax) = DeTable::parse_recoverable(text);
     if !syntax.is_empty() {
@@ -665,10 +654,7 @@ fn check_str(text: &str, origin: &str) -> Checked {
         Err(e) => {
             out.errors.push((
                 usize::MAX,
-                ConfigError::Parse {
-                    origin: origin.to_string(),
-                    message: without_quotes(e.message()),
-                },
+                DocumentError::parse(origin, without_quotes(e.message())).into(),
             ));
             return out;
         }
@@ -739,14 +725,15 @@ fn check_sections(
         let Some(toml::Value::Table(known)) = schema.get(section) else {
             out.errors.push((
                 k.span().start,
-                ConfigError::Parse {
-                    origin: at(origin, text, k.span().start),
-                    message: format!(
+                DocumentError::parse(
+                    at(origin, text, k.span().start),
+                    format!(
                         "unknown key `{}`: not a section of the config ({})",
                         crate::printable::printable(section),
                         sections.join(", ")
                     ),
-                },
+                )
+                .into(),
             ));
             plain.remove(section);
             continue;
@@ -811,9 +798,9 @@ fn check_key(
     if !known.contains_key(name) && !deprecated {
         out.errors.push((
             key.key_at,
-            ConfigError::Parse {
-                origin: at(origin, text, key.key_at),
-                message: format!(
+            DocumentError::parse(
+                at(origin, text, key.key_at),
+                format!(
                     "unknown key `{section}.{}` (the keys of [{section}]: {})",
                     crate::printable::printable(name),
                     known
@@ -822,7 +809,8 @@ fn check_key(
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            },
+            )
+            .into(),
         ));
         return false;
     }
@@ -878,11 +866,11 @@ fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin
     };
     for e in list {
         out.errors.push(match e {
-            ConfigError::Invalid {
+            ConfigError::Document(DocumentError::Invalid {
                 origin: o,
                 key,
                 reason,
-            } => match out.positions.get(&key).copied().or_else(|| {
+            }) => match out.positions.get(&key).copied().or_else(|| {
                 // A rule between two keys, the file setting only the other one (the one
                 // the error names in its reason): placed there.
                 out.positions
@@ -891,22 +879,8 @@ fn place_validation_errors(out: &mut Checked, e: ConfigError, text: &str, origin
                     .map(|(_, &p)| p)
                     .min()
             }) {
-                Some(p) => (
-                    p,
-                    ConfigError::Invalid {
-                        origin: at(origin, text, p),
-                        key,
-                        reason,
-                    },
-                ),
-                None => (
-                    usize::MAX,
-                    ConfigError::Invalid {
-                        origin: o,
-                        key,
-                        reason,
-                    },
-                ),
+                Some(p) => (p, invalid(&at(origin, text, p), &key, reason)),
+                None => (usize::MAX, invalid(&o, &key, reason)),
             },
             other => (usize::MAX, other),
         });
@@ -967,7 +941,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
             let named_ok = !checked
                 .errors
                 .iter()
-                .any(|(_, e)| matches!(e, ConfigError::Invalid { key: k, .. } if k == key));
+                .any(|(_, e)| matches!(e, ConfigError::Document(d) if d.key() == Some(key)));
             if named_ok
                 && !spec.is_empty()
                 && spec != crate::pricing::profile::LIVE
@@ -1033,11 +1007,7 @@ impl MetricsConfig {
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         parse_listen(&self.listen)
             .map(|_| ())
-            .map_err(|reason| ConfigError::Invalid {
-                origin: origin.to_string(),
-                key: "metrics.listen".to_string(),
-                reason,
-            })
+            .map_err(|reason| invalid(origin, "metrics.listen", reason))
     }
 }
 

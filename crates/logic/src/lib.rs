@@ -7,6 +7,7 @@
 pub mod config;
 pub mod decision;
 pub mod devices;
+pub mod document;
 pub mod hourly;
 pub mod policy;
 pub mod pricing;

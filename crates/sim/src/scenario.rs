@@ -15,6 +15,7 @@ pub use validate::limits;
 use super::cost::CostModel;
 use mergetune_kernel::scheduler::{Reported, Scheduler};
 use mergetune_kernel::trace::{TraceBio, parse_trace};
+use mergetune_logic::document::DocumentError;
 use mergetune_logic::tuners;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -38,14 +39,9 @@ pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum ScenarioError {
-    #[error("{origin}: {message}")]
-    Parse { origin: String, message: String },
-    #[error("{origin}: key `{key}`: {reason}")]
-    Invalid {
-        origin: String,
-        key: String,
-        reason: String,
-    },
+    /// The text is not a scenario, or a key's value is refused.
+    #[error(transparent)]
+    Document(#[from] DocumentError),
     #[error("{path}: {message}")]
     Read { path: String, message: String },
 }
@@ -367,13 +363,13 @@ impl Scenario {
         let mut s: Scenario = toml::from_str(text).map_err(|e| {
             let (line, column) =
                 mergetune_logic::printable::line_col(text, e.span().map_or(0, |s| s.start));
-            ScenarioError::Parse {
-                origin: origin.to_string(),
-                message: format!(
+            DocumentError::parse(
+                origin,
+                format!(
                     "line {line}, column {column}: {}",
                     mergetune_logic::printable::without_quotes(e.message())
                 ),
-            }
+            )
         })?;
         if s.name.is_empty() {
             s.name = Path::new(origin)
@@ -391,16 +387,10 @@ impl Scenario {
                     };
                     let key = format!("phase[{pi}].job[{ji}].trace");
                     let text = mergetune_kernel::userfile::read_text(&path, MAX_TRACE_BYTES)
-                        .map_err(|e| ScenarioError::Invalid {
-                            origin: origin.into(),
-                            key: key.clone(),
-                            reason: e.to_string(),
-                        })?;
+                        .map_err(|e| DocumentError::invalid(origin, &key, e.to_string()))?;
                     let gap_ns = (job.trace_plug_gap_us * 1000.0) as u64;
-                    let bios = parse_trace(&text, gap_ns).map_err(|e| ScenarioError::Invalid {
-                        origin: origin.into(),
-                        key,
-                        reason: format!("{}: {e}", path.display()),
+                    let bios = parse_trace(&text, gap_ns).map_err(|e| {
+                        DocumentError::invalid(origin, key, format!("{}: {e}", path.display()))
                     })?;
                     job.trace_bios = Some(Arc::new(bios));
                 }

@@ -17,34 +17,48 @@ pub(super) const IODEPTH: u32 = 32;
 /// fio runs this long before the window opens (after its first I/O is seen).
 const RAMP_MS: u64 = 200;
 
-/// What one measured run gave, over its window.
+/// What one measured run gave: the counters and CPU times at the two ends of its window,
+/// and fio's p99 latency; every figure is their difference.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RunSample {
-    pub(super) bios: u64,
-    pub(super) merged: u64,
-    pub(super) window_ns: u64,
-    pub(super) cpu_ns: u64,
-    /// fio's threads alone: the submission path, where the merge lookups run.
-    pub(super) submitter_ns: u64,
-    pub(super) system_ns: u64,
+    start: Snapshot,
+    end: Snapshot,
     pub(super) p99_us: f64,
 }
 
 impl RunSample {
+    fn bios(&self) -> u64 {
+        (self.end.reads - self.start.reads) + self.merged()
+    }
+    fn merged(&self) -> u64 {
+        self.end.merged - self.start.merged
+    }
+    /// fio's threads alone: the submission path, where the merge lookups run.
+    fn submitter_ns(&self) -> u64 {
+        self.end.fio_ns - self.start.fio_ns
+    }
+    /// fio's threads and every kworker (completions).
+    fn cpu_ns(&self) -> u64 {
+        self.submitter_ns() + self.end.kworker_ns.saturating_sub(self.start.kworker_ns)
+    }
+    fn per_io(&self, ns: u64) -> f64 {
+        ns as f64 / self.bios().max(1) as f64
+    }
     pub(super) fn cpu_per_io(&self) -> f64 {
-        self.cpu_ns as f64 / self.bios.max(1) as f64
+        self.per_io(self.cpu_ns())
     }
     pub(super) fn submitter_per_io(&self) -> f64 {
-        self.submitter_ns as f64 / self.bios.max(1) as f64
+        self.per_io(self.submitter_ns())
     }
     pub(super) fn system_per_io(&self) -> f64 {
-        self.system_ns as f64 / self.bios.max(1) as f64
+        self.per_io(self.end.system_ns.saturating_sub(self.start.system_ns))
     }
     pub(super) fn iops(&self) -> f64 {
-        self.bios as f64 / (self.window_ns as f64 / 1e9)
+        let window_ns = self.end.at.duration_since(self.start.at).as_nanos() as u64;
+        self.bios() as f64 / (window_ns as f64 / 1e9)
     }
     pub(super) fn merged_percent(&self) -> f64 {
-        self.merged as f64 / self.bios.max(1) as f64 * 100.0
+        self.merged() as f64 / self.bios().max(1) as f64 * 100.0
     }
 }
 
@@ -199,14 +213,9 @@ pub(super) fn measure_run(
     let (a, b) = measured?;
     let text = std::fs::read_to_string(json).unwrap_or_default();
     let (p99_us, _, _) = parse_fio_json(&text).with_context(|| format!("fio ({status})"))?;
-    let bios = (b.reads - a.reads) + (b.merged - a.merged);
     Ok(RunSample {
-        bios,
-        merged: b.merged - a.merged,
-        window_ns: b.at.duration_since(a.at).as_nanos() as u64,
-        cpu_ns: (b.fio_ns - a.fio_ns) + b.kworker_ns.saturating_sub(a.kworker_ns),
-        submitter_ns: b.fio_ns - a.fio_ns,
-        system_ns: b.system_ns.saturating_sub(a.system_ns),
+        start: a,
+        end: b,
         p99_us,
     })
 }

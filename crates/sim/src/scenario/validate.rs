@@ -12,6 +12,7 @@ use super::{
     DeviceSpec, JobSpec, LISTED, MAX_IN_FLIGHT_BIOS, Scenario, ScenarioError, iosched_keys,
 };
 use mergetune_kernel::scheduler::Scheduler;
+use mergetune_logic::document::DocumentError;
 use std::collections::HashSet;
 
 /// Bounds of the scenario's numbers (see the module doc for why they exist).
@@ -37,10 +38,8 @@ pub mod limits {
 impl Scenario {
     /// Checks every key of a parsed scenario; `origin` names the file in the error.
     pub fn validate(&self, origin: &str) -> Result<(), ScenarioError> {
-        let bad = |key: String, reason: &str| ScenarioError::Invalid {
-            origin: origin.to_string(),
-            key,
-            reason: reason.to_string(),
+        let bad = |key: String, reason: &str| {
+            ScenarioError::from(DocumentError::invalid(origin, key, reason))
         };
         if let Some(p) = &self.cost_profile
             && !mergetune_logic::pricing::profile::BUILTIN_NAMES.contains(&p.as_str())
@@ -90,10 +89,12 @@ impl Scenario {
         let mut names = HashSet::new();
         let mut used_members = HashSet::new();
         for (i, d) in self.devices.iter().enumerate() {
-            let bad = |f: &str, reason: &str| ScenarioError::Invalid {
-                origin: origin.to_string(),
-                key: format!("device[{i}].{f}"),
-                reason: reason.to_string(),
+            let bad = |f: &str, reason: &str| {
+                ScenarioError::from(DocumentError::invalid(
+                    origin,
+                    format!("device[{i}].{f}"),
+                    reason,
+                ))
             };
             if !names.insert(d.name.as_str()) && is_plain_name(&d.name) {
                 return Err(bad("name", "duplicate device name"));
@@ -144,10 +145,8 @@ impl Scenario {
         origin: &str,
         used_members: &HashSet<String>,
     ) -> Result<(), ScenarioError> {
-        let bad = |key: String, reason: &str| ScenarioError::Invalid {
-            origin: origin.to_string(),
-            key,
-            reason: reason.to_string(),
+        let bad = |key: String, reason: &str| {
+            ScenarioError::from(DocumentError::invalid(origin, key, reason))
         };
         let mut total_s = 0.0;
         for (pi, p) in self.phases.iter().enumerate() {
