@@ -64,10 +64,9 @@ pub fn resolve_device(spec: &str, sysfs_root: &Path) -> Result<DevNumber, String
     }
     let p = sysfs_root.join("block").join(spec).join("dev");
     if let Ok(text) = std::fs::read_to_string(&p)
-        && let Some((a, b)) = text.trim().split_once(':')
-        && let (Ok(major), Ok(minor)) = (a.parse(), b.parse())
+        && let Ok(number) = DevNumber::try_from(text)
     {
-        return Ok(DevNumber { major, minor });
+        return Ok(number);
     }
     if let Some(n) = spec.strip_prefix("loop").and_then(|n| n.parse().ok()) {
         return Ok(DevNumber { major: 7, minor: n });
@@ -441,5 +440,28 @@ impl DeviceAcc {
     pub fn span_ns(&self) -> u64 {
         self.queue_max_ns
             .saturating_sub(self.queue_min_ns.min(self.queue_max_ns))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_is_named_by_number_by_its_sysfs_dev_file_or_as_a_loop_device() {
+        let root = std::env::temp_dir().join(format!("mergetune-resolve-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("block/sdb")).unwrap();
+        std::fs::write(root.join("block/sdb/dev"), "8:16\n").unwrap();
+        let number = |major, minor| Ok(DevNumber { major, minor });
+        assert_eq!(resolve_device("7,3", &root), number(7, 3));
+        assert_eq!(resolve_device("7:3", &root), number(7, 3));
+        assert_eq!(resolve_device("/dev/sdb", &root), number(8, 16));
+        assert_eq!(resolve_device("loop5", &root), number(7, 5));
+        let e = resolve_device("nvme9n1", &root).unwrap_err();
+        assert!(
+            e.starts_with("--device \"nvme9n1\": not MAJOR,MINOR"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
