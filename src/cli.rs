@@ -33,6 +33,9 @@ pub fn main() -> i32 {
     if let Some(m) = moved::lab_flag_given(&cli.command, &given) {
         return moved::refuse(&m);
     }
+    if !puts_settings_back(&cli.command) {
+        mergetune_kernel::sys::sigpipe::end_quietly_on_a_closed_pipe();
+    }
     let target =
         mergetune_export::logging::init(cli.log.verbose, cli.log.quiet, cli.log.log_format);
     match dispatch(cli.command) {
@@ -41,6 +44,16 @@ pub fn main() -> i32 {
             report_fatal("mergetune", &e, target, cli.log.log_format);
             EXIT_ERROR
         }
+    }
+}
+
+/// The daemon (not `run --once`, which writes nothing) and `restore` put settings back
+/// before they end: a reader of their output that goes away must not end them.
+fn puts_settings_back(cmd: &Command) -> bool {
+    match cmd {
+        Command::Run(a) => !a.once,
+        Command::Restore(_) => true,
+        _ => false,
     }
 }
 

@@ -153,6 +153,9 @@ impl Daemon {
         Self::start_with(fk, &[])
     }
     fn start_with(fk: &FakeKernel, extra: &[&std::ffi::OsStr]) -> Daemon {
+        Self::start_logging_to(fk, extra, Stdio::inherit())
+    }
+    fn start_logging_to(fk: &FakeKernel, extra: &[&std::ffi::OsStr], stderr: Stdio) -> Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
             .arg("run")
             .args(extra)
@@ -164,7 +167,7 @@ impl Daemon {
             .arg(fk.proc_())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         Daemon(child)
@@ -219,6 +222,35 @@ fn stop_and_check_restored(d: &mut Daemon, fk: &FakeKernel) {
     d.signal(Signal::TERM);
     assert!(d.wait().success());
     assert_eq!(fk.nomerges("sda"), "0");
+}
+
+/// A log the daemon can no longer write (its reader gone from the pipe) does not end it: it
+/// goes on deciding and writing, and puts sda back at SIGTERM.
+#[test]
+fn a_closed_log_pipe_neither_stops_the_daemon_nor_its_restore() {
+    let mut fk = FakeKernel::new();
+    fk.start();
+    let mut d = Daemon::start_logging_to(&fk, &[], Stdio::piped());
+    drop(d.0.stderr.take());
+    random_until_deepest(&fk);
+    stop_and_check_restored(&mut d, &fk);
+}
+
+/// A one-shot command whose reader goes away ends quietly by SIGPIPE, as `cat` does, not
+/// by a panic (exit 101).
+#[test]
+fn a_one_shot_command_ends_by_sigpipe_on_a_closed_pipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mergetune"))
+        .args(["check-config", "/nonexistent/mergetune.toml"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(Signal::PIPE.as_raw()), "{status}");
 }
 
 #[test]

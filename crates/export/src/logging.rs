@@ -265,7 +265,10 @@ pub fn json_line(timestamp: &str, level: &str, message: &str, fields: &[(&str, S
     serde_json::Value::Object(m).to_string()
 }
 
-/// Installs the global subscriber. Call once, first thing in main.
+/// Installs the global subscriber. Call once, first thing in main. A line that cannot be
+/// written to stderr (a reader gone from its pipe) is dropped: tracing would say so with
+/// `eprintln!`, which panics on that same pipe and would end the daemon before it puts the
+/// devices' settings back.
 pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
     let filter = || {
         EnvFilter::try_from_default_env()
@@ -302,6 +305,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
+                .log_internal_errors(false)
                 .event_format(LineFormat::Text {
                     timestamps: false,
                     ansi: false,
@@ -312,6 +316,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
+                .log_internal_errors(false)
                 .event_format(LineFormat::Json)
                 .try_init();
         }
@@ -320,6 +325,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter())
                 .with_writer(io::stderr)
+                .log_internal_errors(false)
                 .event_format(LineFormat::Text {
                     timestamps: true,
                     ansi: io::stderr().is_terminal()

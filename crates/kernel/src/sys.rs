@@ -10,10 +10,13 @@
 //!   `unsafe` by nature: the closure runs in a forked copy of a threaded process).
 //! - [`sockopt`]: `TCP_DEFER_ACCEPT` on the metrics endpoint's listener (rustix, socket2
 //!   and nix have no setter; std's is unstable).
+//! - [`sigpipe`]: `SIGPIPE` back to its default for the commands whose output is all they
+//!   do (rustix offers `sigaction` only as an unsafe runtime call).
 //!
 //! Each exposes a safe API; each `unsafe` block says, in its `// SAFETY:` comment, why it
 //! holds. Keep this module small: a call that rustix offers safely belongs elsewhere.
 
 pub mod perf;
 pub mod session;
+pub mod sigpipe;
 pub mod sockopt;
