@@ -26,7 +26,7 @@
 //! systemd nothing is sent.
 
 use std::fmt::Write as _;
-use std::io;
+use std::io::{self, Write as _};
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 use tracing::field::{Field, Visit};
@@ -280,7 +280,7 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
         LogFormat::Auto => LogFormat::Text,
         f => f,
     };
-    match format {
+    let line_format = match format {
         LogFormat::Journal => {
             match tracing_journald::layer() {
                 Ok(layer) => {
@@ -297,43 +297,35 @@ pub fn init(verbose: u8, quiet: bool, format: LogFormat) -> LogTarget {
                     }
                 }
                 Err(e) => {
-                    eprintln!("mergetune: cannot open the journal socket ({e}); logging to stderr")
+                    let _ = writeln!(
+                        io::stderr(),
+                        "mergetune: cannot open the journal socket ({e}); logging to stderr"
+                    );
                 }
             }
             // Stderr is (likely) the journal anyway: no timestamps (journald adds them), no
             // colours.
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter())
-                .with_writer(io::stderr)
-                .log_internal_errors(false)
-                .event_format(LineFormat::Text {
-                    timestamps: false,
-                    ansi: false,
-                })
-                .try_init();
+            LineFormat::Text {
+                timestamps: false,
+                ansi: false,
+            }
         }
-        LogFormat::Json => {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter())
-                .with_writer(io::stderr)
-                .log_internal_errors(false)
-                .event_format(LineFormat::Json)
-                .try_init();
-        }
+        LogFormat::Json => LineFormat::Json,
         LogFormat::Text | LogFormat::Auto => {
             use std::io::IsTerminal;
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(filter())
-                .with_writer(io::stderr)
-                .log_internal_errors(false)
-                .event_format(LineFormat::Text {
-                    timestamps: true,
-                    ansi: io::stderr().is_terminal()
-                        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
-                })
-                .try_init();
+            LineFormat::Text {
+                timestamps: true,
+                ansi: io::stderr().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            }
         }
-    }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(io::stderr)
+        .log_internal_errors(false)
+        .event_format(line_format)
+        .try_init();
     LogTarget::Stderr
 }
 
