@@ -1,9 +1,9 @@
 //! `mergetune-lab advise` decides with the daemon's own rules and cost profile: it never
 //! recommends a level the daemon with the same config would refuse, says when the trace
 //! alone would go further and why not, and warns that a value set by hand ends the
-//! daemon's management of the device. (Issue 22, item 4: on `trace_mixed.txt` it
-//! recommended `L2: nomerges=1`, and on `trace_rand_read.txt` L3 and `none`, both refused
-//! by the default daemon.)
+//! daemon's management of the device. (It once recommended `L2: nomerges=1` on
+//! `trace_mixed.txt`, and L3 and `none` on `trace_rand_read.txt`, both refused by the
+//! default daemon.)
 
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_lab::advise::{analyze_file, daemon_view, trace_level};
@@ -88,8 +88,7 @@ fn under_the_default_profile_advise_recommends_what_the_daemon_does() {
             "{daemon:#}"
         );
         // Under the default live pricing the saving is the daemon's measurement on the
-        // host, which a trace does not hold: said, not priced with a stand-in profile
-        // (issue 35.4).
+        // host, which a trace does not hold: said, not priced with a stand-in profile.
         let evidence = daemon["evidence"].as_str().unwrap();
         assert!(
             evidence.contains("priced live") && evidence.contains("a trace does not hold"),
@@ -182,10 +181,9 @@ fn the_daemon_view_follows_the_ladder_rules() {
     assert_eq!(v.level, Level::L3, "{}", v.why);
 }
 
-/// Issue 35.4: advise priced and laddered an mq-deadline device on `none`'s row (the
-/// scheduler the trace alone would pick). The device's own scheduler decides: from the
-/// capture's `# scheduler` line, or `--scheduler`; without either, the view says it is
-/// a guess.
+/// Advise once priced and laddered an mq-deadline device on `none`'s row (the scheduler the
+/// trace alone would pick). The device's own scheduler decides: from the capture's
+/// `# scheduler` line, or `--scheduler`; without either, the view says it is a guess.
 #[test]
 fn advise_uses_the_devices_own_scheduler() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,8 +1,8 @@
-//! `mergetune-lab calibrate` refuses arguments it cannot honour before any work (issue 36.9):
-//! each error names the flag, and nothing is measured. The default mode (the merge path)
-//! refuses the flags only `--end-to-end` reads, which it used to ignore and then exit 0
-//! with a profile; `--end-to-end` checks each value. Run on the built binary: every refusal
-//! comes before the check for root, fio and a loop device, so it holds as any user.
+//! `mergetune-lab calibrate` refuses arguments it cannot honour before any work: each error
+//! names the flag, and nothing is measured. The default mode (the merge path) refuses the
+//! flags only `--end-to-end` reads, which it used to ignore and then exit 0 with a profile;
+//! `--end-to-end` checks each value. Run on the built binary: every refusal comes before
+//! the check for root, fio and a loop device, so it holds as any user.
 
 fn calibrate(args: &[&str]) -> (Option<i32>, String) {
     let o = crate::lab::lab()

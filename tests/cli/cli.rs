@@ -170,9 +170,9 @@ fn a_one_shot_dry_run_shows_the_decision_it_would_take_and_writes_nothing() {
     assert!(!t.p("state/state.json").exists());
 }
 
-/// Issue 35.11: a live `run --once` wrote 0 -> 2 and put it back a millisecond later. A
-/// look never writes: without `--dry-run` it decides as the daemon would, says so, and
-/// leaves every tunable and the state directory as they were. Its log does not blame a
+/// A look never writes: a live `run --once` once wrote 0 -> 2 and put it back a millisecond
+/// later. Without `--dry-run` it decides as the daemon would, says so, and leaves every
+/// tunable and the state directory as they were. Its log does not blame a
 /// `[metrics] listen` the config never set for the endpoint being off.
 #[test]
 fn a_live_one_shot_look_decides_and_writes_nothing() {

@@ -198,8 +198,8 @@ fn a_dry_run_probe_out_of_l3_would_write_2_to_0() {
     assert_eq!(probe.applied, Applied::DryRun);
 }
 
-/// Issue 35.3: a dry run without root said `no tracing filesystem here (not mounted?)` for
-/// a tracing filesystem mounted mode 0700, and never said that it could not price a step
+/// A dry run without root once said `no tracing filesystem here (not mounted?)` for a
+/// tracing filesystem mounted mode 0700, and never said that it could not price a step
 /// (no merge-path sampler), so could never step down where the live daemon would. Run as
 /// `nobody` (setpriv, util-linux) over a fake tree whose tracing directory is root's: the
 /// tap's error says permission, and the start says what the preview lacks.

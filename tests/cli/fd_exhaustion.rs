@@ -1,8 +1,8 @@
-//! Issue 23.2: the restore at stop must not fail for lack of file descriptors. With the
-//! open-files limit lowered to 256 and more kept-alive connections to the endpoint than
-//! that, SIGTERM still restores every original and exits 0: the endpoint holds at most
-//! what the limit leaves after a reserve, and closes before the restore. The built binary,
-//! live, on a fake sysfs tree; connections only to 127.0.0.1, bounded in count and time.
+//! The restore at stop must not fail for lack of file descriptors. With the open-files
+//! limit lowered to 256 and more kept-alive connections to the endpoint than that, SIGTERM
+//! still restores every original and exits 0: the endpoint holds at most what the limit
+//! leaves after a reserve, and closes before the restore. The built binary, live, on a
+//! fake sysfs tree; connections only to 127.0.0.1, bounded in count and time.
 
 use crate::fakesys;
 

@@ -88,7 +88,7 @@ fn serves_metrics_and_status_and_nothing_else() {
     for path in ["/", "/metricsx", "/status/", "/../etc/passwd", "/debug"] {
         assert_eq!(get(a, "GET", path, "").0, 404, "{path}");
     }
-    // Issue 36.12: every other method is 405 alike, on any path (DELETE and TRACE got 404).
+    // Every other method is 405 alike, on any path (DELETE and TRACE once got 404).
     for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"] {
         for path in ["/metrics", "/status", "/", "/nope"] {
             let (code, head, _) = get(a, method, path, "Content-Length: 0\r\n");
@@ -156,7 +156,7 @@ fn a_busy_port_is_reported_to_the_caller() {
     assert!(err.is_some(), "second bind of {a} succeeded");
 }
 
-// ---- Under 1,000 connections (issue 13, item 8) ----------------------------------------
+// ---- Under 1,000 connections -----------------------------------------------------------
 
 /// Raises this process's open-files limit: the clients below hold over a thousand sockets.
 fn raise_nofile(want: u64) {

@@ -1,6 +1,6 @@
-//! Hostile inputs of the second bad-input sweep (issue 23, items 4, 5, 6, 9, 11, 12, 13)
-//! and the operator's `check-config` (issue 22, item 8), each checked the way it was met:
-//! the built binary on a bad file, a rogue endpoint, a recording with forged names.
+//! Hostile inputs of the second bad-input sweep and the operator's `check-config`, each
+//! checked the way it was met: the built binary on a bad file, a rogue endpoint, a
+//! recording with forged names.
 
 use mergetune_logic::config::{self, ConfigError};
 use std::io::{Read, Write};
@@ -94,9 +94,9 @@ fn a_profile_that_is_not_toml_is_placed_never_quoted() {
     );
 }
 
-/// Issue 36.4: `advise /etc/shadow` quoted the file's first line in its error. A file that
-/// is not a trace is told by path, line number and reason, never quoted; nor is a line of
-/// a trace that fails to parse (a forged time, sector or device).
+/// `advise /etc/shadow` once quoted the file's first line in its error. A file that is
+/// not a trace is told by path, line number and reason, never quoted; nor is a line of a
+/// trace that fails to parse (a forged time, sector or device).
 #[test]
 fn advise_never_quotes_a_file_that_is_not_a_trace() {
     let d = tempfile::tempdir().unwrap();
@@ -229,7 +229,7 @@ fn status_against_a_rogue_endpoint_prints_its_names_escaped() {
     dev.scheduler = Some(mergetune_kernel::scheduler::Reported::Other(format!(
         "mq-deadline{EVIL}"
     )));
-    // U+2028 breaks the line in many viewers; U+200B hides in a name (issue 36.12).
+    // U+2028 breaks the line in many viewers; U+200B hides in a name.
     dev.last_reason = format!("forged\n{EVIL}\u{2028}line\u{200b}");
     let doc = StatusSnapshot {
         version: format!("9.9{EVIL}"),
@@ -326,8 +326,8 @@ fn special_files_named_as_inputs_are_refused_at_once() {
     }
 }
 
-/// Issue 36.7: `--record` to a FIFO blocked in open before the first tick (and ignored
-/// SIGTERM until a reader came); anything but a regular file is refused, named, at once.
+/// `--record` to a FIFO once blocked in open before the first tick (and ignored SIGTERM
+/// until a reader came); anything but a regular file is refused, named, at once.
 #[test]
 fn record_to_a_fifo_or_a_directory_is_refused_before_the_first_tick() {
     let d = tempfile::tempdir().unwrap();
@@ -677,7 +677,7 @@ fn simulate_prints_forged_scenario_and_device_names_escaped() {
     }
 }
 
-/// Issue 35.11: check-config's summary did not say whether the slice tuner is on.
+/// check-config's summary must say whether the slice tuner is on; it once did not.
 #[test]
 fn check_config_says_whether_the_slice_tuner_is_on() {
     let d = tempfile::tempdir().unwrap();
@@ -690,7 +690,7 @@ fn check_config_says_whether_the_slice_tuner_is_on() {
     assert!(r.summary.contains("slice tuner on"), "{}", r.summary);
 }
 
-/// Issue 35.11: `simulate --help` suggested the daemon's own port for the simulator's
+/// `simulate --help` once suggested the daemon's own port for the simulator's
 /// endpoint, where it would collide with a running service.
 #[test]
 fn simulate_help_does_not_suggest_the_daemons_port() {
@@ -706,12 +706,12 @@ fn simulate_help_does_not_suggest_the_daemons_port() {
     assert!(!line.contains("e.g. 127.0.0.1:9725"), "{line}");
 }
 
-/// Issue 36.10: bad timestamps made rates out of nothing. One bio gave 1,000,000,000
-/// bios/s, a reversed trace 200,000,000,000, a clock that steps back "0.000 s traced";
-/// a trace of completions only said "every bio queued has size 0". Now: too short a span
-/// is no rate and no advice, said; the span runs from the earliest to the latest
-/// timestamp whatever the order of the lines (and a clock that steps back is noted); a
-/// trace without queue events says that.
+/// Bad timestamps once made rates out of nothing. One bio gave 1,000,000,000 bios/s, a
+/// reversed trace 200,000,000,000, a clock that steps back "0.000 s traced"; a trace of
+/// completions only said "every bio queued has size 0". Now: too short a span is no rate
+/// and no advice, said; the span runs from the earliest to the latest timestamp whatever
+/// the order of the lines (and a clock that steps back is noted); a trace without queue
+/// events says that.
 #[test]
 fn advise_gives_no_rate_from_too_little_time_and_reads_a_reversed_clock_right() {
     let d = tempfile::tempdir().unwrap();

@@ -1,7 +1,6 @@
-//! Hostile inputs that once broke mergetune (issue 13, items 5, 6, 9, 10 and the small
-//! ones), each checked the way an operator would meet it: a fake /sys and /proc tree under
-//! the daemon's own tick, the built binary on a bad file, a scenario with values that
-//! broke the simulator.
+//! Hostile inputs that once broke mergetune, each checked the way an operator would meet
+//! it: a fake /sys and /proc tree under the daemon's own tick, the built binary on a bad
+//! file, a scenario with values that broke the simulator.
 
 use mergetune_daemon::actuator::Actuator;
 use mergetune_daemon::adaptive::Daemon;

@@ -501,9 +501,9 @@ fn no_dead_metric_every_family_is_fed_by_some_path() {
     );
 }
 
-/// Issue 35.6: a probe that found merges worth a trial of L2 went on as the trial and
-/// counted no outcome (`started 2, failed 1, succeeded 0`). Every probe started ends in
-/// exactly one outcome: that one in `succeeded`.
+/// A probe that found merges worth a trial of L2 once went on as the trial and counted
+/// no outcome (`started 2, failed 1, succeeded 0`). Every probe started ends in exactly
+/// one outcome: that one in `succeeded`.
 #[test]
 fn a_probe_that_goes_on_as_a_trial_counts_as_succeeded() {
     let cfg = fast_policy();
@@ -563,9 +563,9 @@ fn documented_metrics() -> BTreeSet<String> {
         .collect()
 }
 
-/// Issue 35.12: docs/metrics.md claimed to list every metric and missed four. Every family
-/// the exporter registers (the daemon's, and `mergetune_simulated` of `simulate`'s) is in
-/// its reference table, and every metric the table names is one the exporter registers.
+/// docs/metrics.md once claimed to list every metric and missed four. Every family the
+/// exporter registers (the daemon's, and `mergetune_simulated` of `simulate`'s) is in its
+/// reference table, and every metric the table names is one the exporter registers.
 #[test]
 fn docs_metrics_lists_exactly_the_metrics_exported() {
     let exported: BTreeSet<String> = Metrics::simulated()
@@ -739,9 +739,9 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
                 .sum();
             assert_eq!(exported, count(kind), "{label} after {all:?}\n{text}");
         }
-        // Issue 35.5: the moves between levels are counted from 0, exported before the
-        // first one (else `increase()` misses it); a probe that ends where it started
-        // (succeeded, inconclusive) moves nothing.
+        // The moves between levels are counted from 0, exported before the first one (else
+        // `increase()` misses it); a probe that ends where it started (succeeded,
+        // inconclusive) moves nothing.
         let moves = all.iter().filter(|k| k.moves_the_ladder()).count() as f64;
         assert_eq!(
             sample(
@@ -773,9 +773,9 @@ fn probe_and_decision_series_count_the_daemons_own_decisions() {
     phase(&mut fs, &mut all, &mut now, DecisionKind::ProbeSucceeded);
 }
 
-/// Issue 22 and 35.5: what writes nothing (a `not_worth_it` a minute), a restore and the
-/// slice tuner's steps are not level changes: only the ladder's writing moves count toward
-/// the cap, as the policy counts them.
+/// What writes nothing (a `not_worth_it` a minute), a restore and the slice tuner's steps
+/// are not level changes: only the ladder's writing moves count toward the cap, as the
+/// policy counts them.
 #[test]
 fn only_the_ladders_writing_moves_are_level_changes() {
     let mut fs = mem(&[("sda", "0")]);

@@ -1,5 +1,5 @@
-//! What the operator is told matches what happens (issue 22): simulated and replayed output
-//! never looks live, the status header counts ticks without claiming their interval, the
+//! What the operator is told matches what happens: simulated and replayed output never
+//! looks live, the status header counts ticks without claiming their interval, the
 //! completions offer only what `--help` shows, the startup log names the tuners that are
 //! on, `--help` says what is changed by default, and machine-readable modes stay
 //! machine-readable.

@@ -1,10 +1,10 @@
 //! Where the originals are recorded, and what happens when that place is wrong: a reload
-//! never moves the state directory (issue 23.1), `restore` finds the last daemon's records
-//! whatever the config says now, a state directory that does not exist is an error while
-//! the unit's ExecStopPost after a clean stop stays a quiet success (22.5), and a live run
-//! that cannot record originals says it needs root instead of running blind (22.7), and
-//! says once, not every tick, when saves start failing, and "persisted" only when a
-//! read-back proves it (23.7). The built binary, live, on a fake sysfs tree.
+//! never moves the state directory, `restore` finds the last daemon's records whatever the
+//! config says now, a state directory that does not exist is an error while the unit's
+//! ExecStopPost after a clean stop stays a quiet success, and a live run that cannot record
+//! originals says it needs root instead of running blind, and says once, not every tick,
+//! when saves start failing, and "persisted" only when a read-back proves it. The built
+//! binary, live, on a fake sysfs tree.
 
 use crate::fakesys;
 
@@ -143,8 +143,8 @@ fn a_live_run_that_cannot_record_originals_refuses_to_start_and_names_the_direct
         "the errno: {t}"
     );
     if rustix::process::geteuid().is_root() {
-        // Root is not what is missing: the directory is at fault (issue 35.9: an immutable
-        // state dir read as "a live run needs root").
+        // Root is not what is missing: the directory is at fault (an immutable state dir
+        // once read as "a live run needs root").
         assert!(!err.contains("needs root"), "{t}");
         assert!(err.contains("daemon.state_dir"), "{t}");
     } else {
@@ -169,7 +169,7 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     let _mutable = Mutable(vec![dir.clone()]);
     chattr("+i", &dir);
     // Merging shows again: the ladder goes back to the originals, which needs no record
-    // (issue 36.5: merging must not wait on the state directory).
+    // (merging must not wait on the state directory).
     fs.merging.store(true, std::sync::atomic::Ordering::Relaxed);
     fs.wait_nomerges("0", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(2500)); // about 50 ticks
@@ -195,8 +195,8 @@ fn failing_saves_are_logged_once_and_persisted_only_once_read_back() {
     fs.stop_restored(&mut d);
 }
 
-/// Issue 35.11: a SIGHUP that changed what prices a step down logged no pricing line; it
-/// now logs the one the start logs, for the new source.
+/// A SIGHUP that changes what prices a step down logs the pricing line the start logs, for
+/// the new source; it once logged no pricing line.
 #[test]
 fn a_reload_that_changes_the_pricing_says_what_prices_now() {
     let fs = FakeSys::new();
@@ -223,7 +223,7 @@ fn a_reload_that_changes_the_pricing_says_what_prices_now() {
         !said.contains("SIGHUP: tuners:"),
         "the tuners did not change:\n{said}"
     );
-    // Issue 36.12: a reload that turns the slice tuner on said nothing of it.
+    // A reload that turns the slice tuner on says so; it once said nothing of it.
     let text = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, format!("{text}\n[slices]\nenabled = true\n")).unwrap();
     d.signal(rustix::process::Signal::HUP);
@@ -236,11 +236,11 @@ fn a_reload_that_changes_the_pricing_says_what_prices_now() {
     d.wait();
 }
 
-/// Issue 35.8: `restore` while the daemon runs would put the originals back under it (the
-/// daemon then hands its devices off as "changed by someone else") and delete its live
-/// records. The config's own directory is refused like any other a live daemon holds,
-/// naming the daemon; `--force` restores anyway. After the daemon's stop (the unit's
-/// ExecStopPost) the lock is free.
+/// `restore` while the daemon runs would put the originals back under it (the daemon then
+/// hands its devices off as "changed by someone else") and delete its live records. The
+/// config's own directory is refused like any other a live daemon holds, naming the daemon;
+/// `--force` restores anyway. After the daemon's stop (the unit's ExecStopPost) the lock is
+/// free.
 #[test]
 fn restore_leaves_a_running_daemons_state_dir_alone_unless_forced() {
     let fs = FakeSys::new();
@@ -282,7 +282,7 @@ fn restore_leaves_a_running_daemons_state_dir_alone_unless_forced() {
     assert_eq!(o.status.code(), Some(0), "after the stop: {}", text(&o));
 }
 
-/// Issue 36.12: a state dir that is a file is "not a directory", not "no such directory".
+/// A state dir that is a file is "not a directory", not "no such directory".
 #[test]
 fn restore_from_a_file_says_it_is_not_a_directory() {
     let fs = FakeSys::new();
@@ -306,11 +306,11 @@ impl Drop for Mutable {
     }
 }
 
-/// Issue 35.10: a stop whose state directory refuses changes (immutable) put the originals
-/// back and left its records behind, naming mergetune's values; an operator's later value
-/// equal to one of them was then "restored" by `mergetune restore`. The stop now empties
-/// the file in place where it cannot remove it, and says so plainly (exit 1) where it
-/// cannot even do that.
+/// A stop whose state directory refuses changes (immutable) once put the originals back and
+/// left its records behind, naming mergetune's values; an operator's later value equal to
+/// one of them was then "restored" by `mergetune restore`. The stop empties the file in
+/// place where it cannot remove it, and says so plainly (exit 1) where it cannot even do
+/// that.
 #[test]
 fn a_stop_that_cannot_remove_its_records_empties_them_or_says_so() {
     if !rustix::process::geteuid().is_root() {

@@ -164,10 +164,10 @@ fn check_config_says_when_state_dir_is_outside_what_the_unit_lets_the_service_wr
     );
 }
 
-/// Issue 36.1: a format 3 record names its disk, and only that disk is written. The
-/// fixture (a real file, see tests/fixtures/README.md) stamped with another boot's id is
-/// left alone and dropped; stamped with this boot's id it restores its original on the
-/// disk it names, and not on a disk with another `diskseq` under the name.
+/// A format 3 record names its disk, and only that disk is written. The fixture (a real
+/// file, see tests/fixtures/README.md) stamped with another boot's id is left alone and
+/// dropped; stamped with this boot's id it restores its original on the disk it names,
+/// and not on a disk with another `diskseq` under the name.
 #[test]
 fn a_format_3_record_restores_only_to_the_disk_it_names() {
     let fixture = std::fs::read_to_string(
@@ -206,8 +206,8 @@ fn a_format_3_record_restores_only_to_the_disk_it_names() {
     }
 }
 
-/// Issue 36.3: records anyone could have written are not restored from: a non-root user
-/// who can write the state directory could otherwise have root write any value it likes.
+/// Records anyone could have written are not restored from: a non-root user who can
+/// write the state directory could otherwise have root write any value it likes.
 #[test]
 fn restore_refuses_records_in_a_directory_others_can_write() {
     use std::os::unix::fs::PermissionsExt;

@@ -1,8 +1,7 @@
-//! Everywhere a decision is shown, what priced it (issue 22 items 3 and 9, issue 21's
-//! "status, /metrics and the logs show per device the measured saving, its interval and
-//! the floor"): the startup log, `check-config`'s summary, `/status` and the status table,
-//! `simulate`'s headline and unit columns, `advise`'s what-if unit, and a `not_worth_it`
-//! that says it wrote nothing.
+//! Everywhere a decision is shown, what priced it (as required: "status, /metrics and the
+//! logs show per device the measured saving, its interval and the floor"): the startup log,
+//! `check-config`'s summary, `/status` and the status table, `simulate`'s headline and unit
+//! columns, `advise`'s what-if unit, and a `not_worth_it` that says it wrote nothing.
 
 use mergetune::cli::check_config::check;
 use mergetune_daemon::adaptive::Daemon;

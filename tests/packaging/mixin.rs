@@ -123,9 +123,10 @@ fn every_alert_links_its_runbook_section_under_the_usual_annotation() {
 
 #[test]
 fn the_flapping_rule_counts_the_series_the_daemon_exports_from_zero() {
-    // Issue 35.5: decision series first appear at 1, and `increase()` misses that step;
-    // the rule reads the daemon's count of level changes, exported at 0 from a device's
-    // first sight, which leaves out what writes nothing (issue 22's not_worth_it a minute):
+    // Decision series first appear at 1, and `increase()` misses that step; so the rule
+    // reads the daemon's count of level changes, exported at 0 from a device's first sight,
+    // which leaves out what writes nothing (a device priced `not_worth_it` every minute is
+    // not flapping):
     // tests/cli/metrics_exposition.rs pins the daemon's side.
     let rules = std::fs::read_to_string(mixin().join("prometheus_rules.yaml")).unwrap();
     let rule = rules

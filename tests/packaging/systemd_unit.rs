@@ -137,7 +137,7 @@ fn effective_capabilities(d: &[(String, String)]) -> Vec<String> {
 /// (a system-wide cpu-clock event), CAP_SYSLOG (the merge functions' addresses in
 /// /proc/kallsyms: zeros without it) and CAP_IPC_LOCK (its ring buffers on many CPUs). With
 /// ProtectKernelLogs=yes the unit named CAP_SYSLOG and took it away again, and a systemd
-/// install never priced anything (issue 34). What ProtectKernelLogs= guarded stays closed.
+/// install never priced anything. What ProtectKernelLogs= guarded stays closed.
 #[test]
 fn the_unit_keeps_every_capability_the_live_pricing_needs() {
     let d = directives(&unit_text());

@@ -44,9 +44,9 @@ fn a_devices_counters_follow_its_name_when_the_diskstats_lines_shift() {
 }
 
 /// A reload that makes the level a device rests at not worth keeping takes it back to L0
-/// at its next busy windows (issue 36: at L2 under `lkml-2008`, a reload to
-/// `measured-6.18` left nomerges=1 for 10 s and more of busy windows). Here without a bio
-/// tap, so L2 is the deepest level allowed: no level below it to weigh.
+/// at its next busy windows (at L2 under `lkml-2008`, a reload to `measured-6.18` once left
+/// nomerges=1 for 10 s and more of busy windows). Here without a bio tap, so L2 is the
+/// deepest level allowed: no level below it to weigh.
 #[test]
 fn a_reload_that_makes_the_level_not_worth_it_brings_merging_back() {
     use mergetune_logic::decision::Level;

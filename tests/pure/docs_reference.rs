@@ -1,9 +1,10 @@
 //! The docs as a reference, checked against the tree: every quoted cross-reference
 //! (`docs/policy.md "Sensing at L3"`, in a page or in a source comment) names a heading that
 //! exists; no page is over [`MAX_PAGE_LINES`]; no date outside CHANGELOG.md (history lives
-//! there, the pages say what is true now); and docs/configuration.md lists every config key
-//! with its built-in default, its bounds as `validate()` enforces them and what a reload does
-//! with it, so the page cannot drift from the code.
+//! there, the pages say what is true now); no file cites an issue by number; and
+//! docs/configuration.md lists every config key with its built-in default, its bounds as
+//! `validate()` enforces them and what a reload does with it, so the page cannot drift from
+//! the code.
 
 use mergetune_logic::config::{Config, load_str};
 use std::collections::BTreeMap;
@@ -298,6 +299,24 @@ fn iso_dates(s: &str) -> usize {
         .count()
 }
 
+/// The lines of `files` that `offends` picks, each as `path:line: text` (the path from
+/// the root).
+fn lines_where(files: impl IntoIterator<Item = PathBuf>, offends: fn(&str) -> bool) -> Vec<String> {
+    files
+        .into_iter()
+        .flat_map(|p| {
+            let text =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let rel = p.strip_prefix(root()).unwrap_or(&p).display().to_string();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| offends(l))
+                .map(|(i, l)| format!("{rel}:{}: {l}", i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 #[test]
 fn no_dates_outside_the_changelog() {
     // The pages say what is true now, each figure with its kernel, machine, command and
@@ -306,21 +325,53 @@ fn no_dates_outside_the_changelog() {
         iso_dates("on 2026-12-04, and 2026-12-05 too; not 12026-1-1"),
         2
     );
-    let dated: Vec<String> = pages()
-        .into_iter()
-        .flat_map(|p| {
-            read(&p)
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| iso_dates(l) > 0)
-                .map(|(i, l)| format!("{p}:{}: {l}", i + 1))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let dated = lines_where(pages().iter().map(|p| root().join(p)), |l| iso_dates(l) > 0);
     assert!(
         dated.is_empty(),
         "dates outside CHANGELOG.md:\n{}",
         dated.join("\n")
+    );
+}
+
+/// Whether `line` cites an issue of the project's tracker by number: the word, singular or
+/// plural, then a number, with a space or a `#` between (the test below gives examples).
+fn cites_an_issue(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    lower.match_indices("issue").any(|(i, word)| {
+        let starts_a_word = !lower[..i].ends_with(|c: char| c.is_ascii_alphanumeric());
+        let rest = lower[i + word.len()..].trim_start_matches('s');
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        starts_a_word && rest.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+#[test]
+fn no_file_cites_an_issue_outside_the_changelog() {
+    // A comment, test or page says what it pins and why in its own words: a tracker's
+    // number explains nothing to a reader without the tracker, and what once broke is the
+    // CHANGELOG's. (The examples are split so that this file passes its own test.)
+    for cited in [
+        concat!("/// Issue", " 35.11: a live run wrote"),
+        concat!("(issue", " 34)"),
+        concat!("issues", " 22 and 23"),
+        concat!("see issue", " #4"),
+    ] {
+        assert!(cites_an_issue(cited), "{cited}");
+    }
+    for plain in [
+        "an issue with a key",
+        "the issues 'tis",
+        "tissue 3",
+        "issue: 3",
+    ] {
+        assert!(!cites_an_issue(plain), "{plain}");
+    }
+    let citing = lines_where(referring_files(), cites_an_issue);
+    assert!(
+        citing.is_empty(),
+        "files that cite an issue by number:\n{}",
+        citing.join("\n")
     );
 }
 

@@ -157,7 +157,7 @@ fn a_failed_state_save_means_no_write_and_nothing_lost() {
         k.writes
     );
     assert!(!d.counters.state_persisted, "the failed saves are reported");
-    // Issue 35.9: the state directory failed, not sysfs (which was never tried).
+    // The state directory failed, not sysfs (which was never tried): the counters say which.
     assert!(
         d.counters.state_save_errors > 0,
         "the failed saves are counted"
@@ -176,8 +176,8 @@ fn a_failed_state_save_means_no_write_and_nothing_lost() {
     assert_sda_at_the_kernels_defaults(&k);
 }
 
-/// Issue 36.5: at L3 with the state directory full, a sequential load must bring merging
-/// back at once: writing the originals back needs no new record.
+/// At L3 with the state directory full, a sequential load must bring merging back at
+/// once: writing the originals back needs no new record.
 #[test]
 fn merging_comes_back_while_the_state_cannot_be_saved() {
     let store = SharedStore::default();
@@ -1192,9 +1192,9 @@ proptest! {
     }
 }
 
-/// Issue 36.1: records name the disk they were made on. A disk that takes the name while
-/// the daemon runs is a new device: not "changed by someone else" (no hand-off, no
-/// admin-owned mark), found afresh, and the old disk's originals are never written to it.
+/// Records name the disk they were made on. A disk that takes the name while the daemon
+/// runs is a new device: not "changed by someone else" (no hand-off, no admin-owned mark),
+/// found afresh, and the old disk's originals are never written to it.
 #[test]
 fn another_disk_under_the_name_is_a_new_device_not_someone_elses_change() {
     let (store, mut k, mut d, mut t) = random_sda();
@@ -1225,9 +1225,9 @@ fn another_disk_under_the_name_is_a_new_device_not_someone_elses_change() {
     );
 }
 
-/// Issue 36.1: a disk gone while its records were kept, and another disk under its name
-/// later holding the value mergetune had written to the old one (its operator's), is left
-/// alone: its value stands, and the old records go.
+/// A disk gone while its records were kept, and another disk under its name later holding
+/// the value mergetune had written to the old one (its operator's), is left alone: its
+/// value stands, and the old records go.
 #[test]
 fn a_vanished_disks_records_are_never_restored_onto_its_successor() {
     let (store, mut k, mut d, mut t) = random_sda();

@@ -398,7 +398,8 @@ fn a_record_line_over_the_bound_is_an_error_naming_it() {
     assert_eq!(mergetune_daemon::record::load(&p).unwrap().len(), 2);
 }
 
-/// A mutation that plants a control character: the terminal escapes of issue 23.
+/// A mutation that plants a control character: a terminal escape that a printed name or
+/// value must not pass through to the operator's terminal.
 fn control_mutation() -> impl Strategy<Value = Mutation> {
     let ctl = prop_oneof![
         Just(0x1bu8),

@@ -88,8 +88,8 @@ fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// Issue 36.2: a link planted at the save's temporary name is removed, never followed: the
-/// file it names is untouched, and the save still lands.
+/// A link planted at the save's temporary name is removed, never followed: the file it
+/// names is untouched, and the save still lands.
 #[test]
 fn a_save_never_writes_through_a_link_planted_at_its_temporary_name() {
     let (tmp, dir) = state_dir();
@@ -107,7 +107,7 @@ fn a_save_never_writes_through_a_link_planted_at_its_temporary_name() {
     assert!(!dir.join(".state.json.tmp").exists());
 }
 
-/// Issue 36.2: a state file that is a link is refused, named, and never read through.
+/// A state file that is a link is refused, named, and never read through.
 #[test]
 fn a_state_file_that_is_a_link_is_refused_and_named() {
     let (tmp, dir) = state_dir();
@@ -127,8 +127,8 @@ fn a_state_file_that_is_a_link_is_refused_and_named() {
     }
 }
 
-/// Issue 36.3: records another user could have written are refused, as sshd refuses keys:
-/// a group- or world-writable directory or file, or one owned by another user.
+/// Records another user could have written are refused, as sshd refuses keys: a group- or
+/// world-writable directory or file, or one owned by another user.
 #[test]
 fn a_state_dir_or_file_another_user_could_write_is_refused_and_named() {
     let (_tmp, dir) = state_dir();
@@ -180,8 +180,8 @@ fn a_state_dir_or_file_another_user_could_write_is_refused_and_named() {
     }
 }
 
-/// Issue 35.8: a live daemon's lock tells `restore` whose records these are; a second
-/// daemon cannot take it, and it is free again once its holder is gone.
+/// A live daemon's lock tells `restore` whose records these are; a second daemon cannot
+/// take it, and it is free again once its holder is gone.
 #[test]
 fn the_state_dirs_lock_is_one_holders_and_free_once_it_is_gone() {
     let tmp = tempfile::tempdir().unwrap();
@@ -224,7 +224,8 @@ fn check_writable_refuses_a_directory_that_cannot_be_made() {
     assert!(matches!(e, StateError::Write { .. }), "{e:?}");
 }
 
-/// Issue 36.12: `"version": 2.0` said `no "version" number`: a number was there.
+/// A version that is a number but not a whole one is named as such: `"version": 2.0` once
+/// said `no "version" number`, though a number was there.
 #[test]
 fn a_version_that_is_not_a_whole_number_is_named_as_such() {
     let p = Path::new("/run/mergetune/state.json");

@@ -1,4 +1,4 @@
-//! The fixed end-to-end experiment on the real kernel (`lab::abtest`; issue 20): what
+//! The fixed end-to-end experiment on the real kernel (`lab::abtest`): what
 //! nomerges=2 (L3) saves in CPU per I/O against the kernel default (L0), measured inside
 //! one fio run on a loop device over tmpfs, in short blocks that switch the level, paired,
 //! each block proven CPU-bound or dropped. Random 4 KiB reads, libaio, one iocb per
@@ -32,7 +32,7 @@ use std::process::Command;
 const DEVICE_MIB: u64 = 16 * 1024;
 /// The design's floor: at least this many pairs must survive the CPU-bound check.
 const MIN_PAIRS_KEPT: usize = 200;
-/// The target of issue 20: the run resolves effects of 2% of the CPU per I/O.
+/// The design's target: the run resolves effects of 2% of the CPU per I/O.
 const MAX_MDE_PERCENT: f64 = 2.0;
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Option<T> {

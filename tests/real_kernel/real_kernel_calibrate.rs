@@ -91,8 +91,8 @@ fn calibrate_quick_writes_a_valid_profile_and_leaves_no_loop_device() {
         .expect("run mergetune-lab calibrate");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "calibrate failed: {stderr}");
-    // Issue 36.9: a scheduler the kernel lacks (bfq is not built on this 6.18) is skipped
-    // up front, said, and the rest measured; it used to fail after measuring the others.
+    // A scheduler the kernel lacks (bfq is not built on this 6.18) is skipped up front,
+    // said, and the rest measured; it used to fail after measuring the others.
     let bfq_listed = std::fs::read_to_string("/sys/block/loop0/queue/scheduler")
         .ok()
         .map(|l| l.contains("bfq"));

@@ -1,4 +1,4 @@
-//! The live daemon on a real loop device (issue 2's real-kernel test; runs only with
+//! The live daemon on a real loop device (the real-kernel test; runs only with
 //! `MERGETUNE_KERNEL_TESTS=1`, as root, and fails when asked for and unable to run).
 //!
 //! A loop device over a temp file (direct I/O on, mq-deadline, nomerges 0) and the built
@@ -11,7 +11,7 @@
 //!
 //! `a_dry_run_decides_as_the_live_daemon` runs a dry run and then a live run on the same
 //! loop device under the same fio load (random, then batched sequential) and compares their
-//! decisions, kind by kind and level by level (issue 14's faithful dry run).
+//! decisions, kind by kind and level by level: a dry run must be faithful to the live run.
 //!
 //! The loop device is detached and the daemon and fio children are killed also when the
 //! test fails (guards with Drop).

@@ -1,4 +1,4 @@
-//! The same-signature switch on the real kernel (issue 12): one fio process on a loop device
+//! The same-signature switch on the real kernel: one fio process on a loop device
 //! this test creates runs random 4 KiB writes until the daemon has merging off (nomerges 2),
 //! then, with no idle gap and at about the same rate, sequential 4 KiB writes submitted in
 //! batches of 64 that the kernel merges. Rate, read share and bio size stay the same and the

@@ -99,10 +99,11 @@ fn fifty_sigkills_lose_no_original() {
     );
 }
 
-/// Issue 36.1, as the issue found it: a loop device at mergetune's nomerges, the daemon
-/// killed, the loop device detached and attached to another file (the same name and
-/// number, a new `diskseq`), its new owner setting nomerges to the value mergetune had
-/// written to the old disk. `mergetune restore` must leave it alone, saying why.
+/// Another disk under a killed daemon's device name, as it was first found: a loop device
+/// at mergetune's nomerges, the daemon killed, the loop device detached and attached to
+/// another file (the same name and number, a new `diskseq`), its new owner setting nomerges
+/// to the value mergetune had written to the old disk. `mergetune restore` must leave it
+/// alone, saying why.
 #[test]
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn restore_never_writes_a_loop_device_reattached_to_another_file() {

@@ -1,4 +1,4 @@
-//! The policy's targets (issue 12, docs/testing.md, docs/evaluation.md) on the shipped
+//! The policy's targets (docs/testing.md, docs/evaluation.md) on the shipped
 //! comparison suite, at full length: each scenario is its own test so they run side by
 //! side. A couple of minutes of CPU in release (`cargo test --release`, the README's test
 //! command); much longer in debug.

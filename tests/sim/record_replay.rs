@@ -55,9 +55,9 @@ fn live_priced() -> Config {
     cfg
 }
 
-/// Issue 35.1: a recorded run taps, samples and prices as an unrecorded one does, so it
-/// decides the same (the recorder once hid the bio tap and the merge-path sampler, and
-/// the recorded daemon stopped at L2 where the unrecorded one went to L3).
+/// A recorded run taps, samples and prices as an unrecorded one does, so it decides the
+/// same (the recorder once hid the bio tap and the merge-path sampler, and the recorded
+/// daemon stopped at L2 where the unrecorded one went to L3).
 #[test]
 fn recording_observes_and_does_not_alter_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
@@ -76,8 +76,8 @@ fn recording_observes_and_does_not_alter_the_daemon() {
     assert_eq!(plain, recorded);
 }
 
-/// Issue 35.2: a recording carries the config and the live prices (the sampler's answers),
-/// so a replay with the recording's own config gives the recorded decisions.
+/// A recording carries the config and the live prices (the sampler's answers), so a replay
+/// with the recording's own config gives the recorded decisions.
 #[test]
 fn replay_of_a_live_priced_recording_with_its_own_config_gives_the_recorded_decisions() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,7 +145,7 @@ fn bad_recordings_are_named_errors() {
     std::fs::write(&p, "{\"t_ms\": 0}\nnot json\n{\"t_ms\": 2}\n").unwrap();
     let e = record::load(&p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl") && e.contains("line 2"), "{e}");
-    // A truncated last line (a crash mid-write) is skipped, and said (issue 36.12).
+    // A truncated last line (a crash mid-write) is skipped, and said.
     std::fs::write(&p, "{\"t_ms\": 0}\n{\"t_ms\": 1, \"disk").unwrap();
     assert_eq!(record::load(&p).unwrap().len(), 1);
     let r = record::load_recording(&p).unwrap();

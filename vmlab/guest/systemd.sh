@@ -35,8 +35,8 @@ actuates() {
 }
 
 # The shipped unit with the shipped defaults (only the device list changed: the lab's
-# null_blk devices): the live pricing must work under systemd's sandbox (issue 34: the unit
-# once took CAP_SYSLOG away and nothing was ever priced), step down under random reads at
+# null_blk devices): the live pricing must work under systemd's sandbox (the unit once
+# took CAP_SYSLOG away and nothing was ever priced), step down under random reads at
 # the device's full rate, and hold the decision: at most 2 nomerges writes in 90 s.
 default_pricing() {
     local since t0 rc=0 writes price

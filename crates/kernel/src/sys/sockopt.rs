@@ -36,38 +36,54 @@ pub fn set_tcp_defer_accept(listener: &impl AsFd, wait: Duration) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Instant;
 
-    /// The `TCP_DEFER_ACCEPT` in force on a socket, in seconds as the kernel reports it (it
-    /// keeps the option as a count of SYN-ACK retransmissions and converts it back, so it may
-    /// differ from what was set).
-    fn tcp_defer_accept_secs(socket: &impl AsFd) -> io::Result<u32> {
-        let mut secs: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        let fd = socket.as_fd();
-        // SAFETY: `secs` and `len` are locals that outlive the call; `len` holds their size.
-        let r = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_DEFER_ACCEPT,
-                (&mut secs as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if r == 0 {
-            Ok(u32::try_from(secs).unwrap_or(0))
-        } else {
-            Err(io::Error::last_os_error())
+    /// Whether the listener hands out a connection within `within`: polled, as the
+    /// endpoint's accept loop sees it (non-blocking).
+    fn accepts_within(listener: &TcpListener, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            match listener.accept() {
+                Ok(_) => return true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("accept: {e}"),
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
     #[test]
-    fn a_listener_defers_its_accepts_and_zero_turns_it_off() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        assert_eq!(tcp_defer_accept_secs(&l).unwrap(), 0);
-        set_tcp_defer_accept(&l, Duration::from_secs(5)).unwrap();
-        assert!(tcp_defer_accept_secs(&l).unwrap() >= 5);
-        set_tcp_defer_accept(&l, Duration::ZERO).unwrap();
-        assert_eq!(tcp_defer_accept_secs(&l).unwrap(), 0);
+    fn a_client_that_connects_and_never_speaks_is_held_by_the_kernel() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        set_tcp_defer_accept(&listener, Duration::from_secs(30)).unwrap();
+        let mut silent = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(
+            !accepts_within(&listener, Duration::from_millis(300)),
+            "a silent client was handed to accept"
+        );
+        silent.write_all(b"G").unwrap();
+        assert!(
+            accepts_within(&listener, Duration::from_secs(5)),
+            "a client that spoke was not handed to accept"
+        );
+    }
+
+    #[test]
+    fn a_zero_wait_turns_the_option_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        set_tcp_defer_accept(&listener, Duration::from_secs(30)).unwrap();
+        set_tcp_defer_accept(&listener, Duration::ZERO).unwrap();
+        let _silent = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(
+            accepts_within(&listener, Duration::from_secs(5)),
+            "with the option off, a silent client was not handed to accept"
+        );
     }
 }
