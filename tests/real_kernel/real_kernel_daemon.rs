@@ -1,5 +1,5 @@
-//! The live daemon on a real loop device (the real-kernel test; runs only with
-//! `MERGETUNE_KERNEL_TESTS=1`, as root, and fails when asked for and unable to run).
+//! The live daemon on a real loop device (runs only with `MERGETUNE_KERNEL_TESTS=1`, as
+//! root, and fails when asked for and unable to run).
 //!
 //! A loop device over a temp file (direct I/O on, mq-deadline, nomerges 0) and the built
 //! `mergetune run` binary with a short interval, managing only that device:

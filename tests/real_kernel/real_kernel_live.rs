@@ -189,7 +189,7 @@ fn nomerges_writes(log: &[(Duration, String)]) -> Vec<(Duration, String)> {
 /// Axboe's objection is the cost of toggling. Under a steady random load at the loop
 /// device's full rate (every 50 ms window at L3 noisy; the window
 /// after a write depressed by its queue freeze), the default config writes nomerges at
-/// most twice in 90 s: it took 16-22 writes before the decision became a band.
+/// most twice in 90 s: it once took 16-22 writes, before the decision became a band.
 /// Also: a first price within seconds of the load (spans back to back until one
 /// resolves), said with its workload shape.
 #[test]
