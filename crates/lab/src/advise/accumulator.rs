@@ -449,19 +449,19 @@ mod tests {
 
     #[test]
     fn a_device_is_named_by_number_by_its_sysfs_dev_file_or_as_a_loop_device() {
-        let root = std::env::temp_dir().join(format!("mergetune-resolve-{}", std::process::id()));
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
         std::fs::create_dir_all(root.join("block/sdb")).unwrap();
         std::fs::write(root.join("block/sdb/dev"), "8:16\n").unwrap();
         let number = |major, minor| Ok(DevNumber { major, minor });
-        assert_eq!(resolve_device("7,3", &root), number(7, 3));
-        assert_eq!(resolve_device("7:3", &root), number(7, 3));
-        assert_eq!(resolve_device("/dev/sdb", &root), number(8, 16));
-        assert_eq!(resolve_device("loop5", &root), number(7, 5));
-        let e = resolve_device("nvme9n1", &root).unwrap_err();
+        assert_eq!(resolve_device("7,3", root), number(7, 3));
+        assert_eq!(resolve_device("7:3", root), number(7, 3));
+        assert_eq!(resolve_device("/dev/sdb", root), number(8, 16));
+        assert_eq!(resolve_device("loop5", root), number(7, 5));
+        let e = resolve_device("nvme9n1", root).unwrap_err();
         assert!(
             e.starts_with("--device \"nvme9n1\": not MAJOR,MINOR"),
             "{e}"
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

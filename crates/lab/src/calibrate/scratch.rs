@@ -338,25 +338,6 @@ impl Drop for ScratchLoop {
 mod tests {
     use super::*;
 
-    /// A directory of its own under the temp dir, removed on drop.
-    struct Scratch(PathBuf);
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            let p = std::env::temp_dir().join(format!(
-                "mergetune-scratch-test-{tag}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            Scratch(p)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn fake_queue(root: &Path, scheduler: &str, nomerges: &str) -> PathBuf {
         let q = root.join("block/loop9/queue");
         std::fs::create_dir_all(&q).unwrap();
@@ -367,9 +348,9 @@ mod tests {
 
     #[test]
     fn the_queue_found_at_attach_is_what_is_put_back_and_what_a_killed_run_left_says() {
-        let t = Scratch::new("put-back");
-        let q = fake_queue(&t.0, "none [mq-deadline] kyber\n", "1\n");
-        let orig = QueueOriginal::read(&t.0, "loop9").unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let q = fake_queue(t.path(), "none [mq-deadline] kyber\n", "1\n");
+        let orig = QueueOriginal::read(t.path(), "loop9").unwrap();
         assert_eq!(
             orig,
             QueueOriginal {
@@ -380,14 +361,14 @@ mod tests {
         // What calibrate does to it, then the put-back.
         std::fs::write(q.join("scheduler"), "[none] mq-deadline kyber\n").unwrap();
         std::fs::write(q.join("nomerges"), "2\n").unwrap();
-        orig.put_back(&t.0, "loop9").unwrap();
+        orig.put_back(t.path(), "loop9").unwrap();
         assert_eq!(
             std::fs::read_to_string(q.join("scheduler")).unwrap(),
             "mq-deadline"
         );
         assert_eq!(std::fs::read_to_string(q.join("nomerges")).unwrap(), "1");
         // Saved beside the backing file, it is read back whole by the clean-up after a kill.
-        let dir = t.0.join("mergetune-calibrate-1");
+        let dir = t.path().join("mergetune-calibrate-1");
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(QueueOriginal::load(&dir), None, "nothing saved yet");
         orig.save(&dir).unwrap();
@@ -402,17 +383,17 @@ mod tests {
 
     #[test]
     fn a_queue_that_cannot_be_read_is_refused_with_its_path() {
-        let t = Scratch::new("refused");
-        fake_queue(&t.0, "mq-deadline kyber\n", "0\n");
-        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop9").unwrap_err());
+        let t = tempfile::tempdir().unwrap();
+        fake_queue(t.path(), "mq-deadline kyber\n", "0\n");
+        let e = format!("{:#}", QueueOriginal::read(t.path(), "loop9").unwrap_err());
         assert!(e.contains("loop9/queue: no active scheduler"), "{e}");
-        fake_queue(&t.0, "[none]\n", "two\n");
-        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop9").unwrap_err());
+        fake_queue(t.path(), "[none]\n", "two\n");
+        let e = format!("{:#}", QueueOriginal::read(t.path(), "loop9").unwrap_err());
         assert!(
             e.contains("loop9/queue/nomerges: \"two\\n\" is not a number"),
             "{e}"
         );
-        let e = format!("{:#}", QueueOriginal::read(&t.0, "loop8").unwrap_err());
+        let e = format!("{:#}", QueueOriginal::read(t.path(), "loop8").unwrap_err());
         assert!(e.contains("loop8/queue/scheduler"), "{e}");
     }
 }
