@@ -1791,7 +1791,7 @@ fn l3_only_saves() -> CostProfile {
     for cell in &mut p.cells {
         if cell.scheduler.name() == "mq-deadline"
             && cell.level == Level::L3
-            && cell.workload.name() == "random-unbatched"
+            && cell.workload.to_string() == "random-unbatched"
         {
             cell.change_percent = Some(-8.0);
             cell.change_ci = Some([-12.0, -4.0]);

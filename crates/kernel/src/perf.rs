@@ -180,17 +180,22 @@ pub struct PathCounts {
     pub front_lookup: u64,
 }
 
+/// One sample's counts: 1 in each part its class is in.
+impl From<SampleClass> for PathCounts {
+    fn from(c: SampleClass) -> PathCounts {
+        PathCounts {
+            merge_path: c.merge_path.into(),
+            beyond_one_hit: c.beyond_one_hit.into(),
+            front_lookup: c.front_lookup.into(),
+        }
+    }
+}
+
 impl PathCounts {
     pub fn add(&mut self, o: &PathCounts) {
         self.merge_path += o.merge_path;
         self.beyond_one_hit += o.beyond_one_hit;
         self.front_lookup += o.front_lookup;
-    }
-
-    fn add_class(&mut self, c: SampleClass) {
-        self.merge_path += u64::from(c.merge_path);
-        self.beyond_one_hit += u64::from(c.beyond_one_hit);
-        self.front_lookup += u64::from(c.front_lookup);
     }
 }
 
@@ -246,10 +251,10 @@ impl MergeSamples {
         if c.merge_path {
             let slot = Self::slot(c.scheduler);
             match self.by_submitter.get_mut(submitter) {
-                Some(counts) => counts[slot].add_class(c),
+                Some(counts) => counts[slot].add(&c.into()),
                 None => {
                     let mut counts = [PathCounts::default(); 4];
-                    counts[slot].add_class(c);
+                    counts[slot].add(&c.into());
                     self.by_submitter.insert(submitter.to_vec(), counts);
                 }
             }

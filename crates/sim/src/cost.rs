@@ -89,6 +89,39 @@ pub enum Step {
     DmSplit,
 }
 
+impl Step {
+    pub const ALL: [Step; 11] = [
+        Step::PlugCheck,
+        Step::OneHit,
+        Step::HashLookup,
+        Step::FrontLookup,
+        Step::Merge,
+        Step::RequestAlloc,
+        Step::Insert,
+        Step::Dispatch,
+        Step::Completion,
+        Step::BioComplete,
+        Step::DmSplit,
+    ];
+
+    /// Its key in a scenario's `[cost]` table (the [`CostModel`] field that prices it).
+    pub fn key(self) -> &'static str {
+        match self {
+            Step::PlugCheck => "plug_check",
+            Step::OneHit => "one_hit",
+            Step::HashLookup => "hash_lookup",
+            Step::FrontLookup => "front_lookup",
+            Step::Merge => "merge",
+            Step::RequestAlloc => "request_alloc",
+            Step::Insert => "insert",
+            Step::Dispatch => "dispatch",
+            Step::Completion => "completion",
+            Step::BioComplete => "bio_complete",
+            Step::DmSplit => "dm_split",
+        }
+    }
+}
+
 /// The 2008 model's split of a request's own cost (alloc, insert, dispatch, completion,
 /// bio end) and of the plug-and-one-hit lookups: the measurement gives only the sums.
 const REQUEST_SHARES: [f64; 5] = [1100.0, 400.0, 600.0, 800.0, 200.0];
@@ -281,6 +314,29 @@ impl Costs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Validation walks [`Step::ALL`] by [`Step::key`]: both must be the `[cost]` table's
+    /// keys, every one, each pricing its own step.
+    #[test]
+    fn every_cost_key_is_one_step_and_prices_it() {
+        let keys: Vec<&str> = Step::ALL.iter().map(|s| s.key()).collect();
+        let table = toml::Value::try_from(CostModel::default()).unwrap();
+        let mut fields: Vec<&str> = table
+            .as_table()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(sorted, fields);
+        for (i, s) in Step::ALL.into_iter().enumerate() {
+            let text = format!("{} = {}", s.key(), 7000 + i);
+            let model: CostModel = toml::from_str(&text).unwrap();
+            assert_eq!(model.step(s), 7000 + i as u64, "{}", s.key());
+        }
+    }
 
     /// The engine charges a device's steps to `by_sched[scheduler.index()]`: that slot is
     /// the model of that scheduler, for a profile that prices each scheduler differently.

@@ -73,11 +73,11 @@ pub struct DeviceSpec {
     pub scheduler: Option<Reported>,
     #[serde(default)]
     pub nomerges: u8,
-    #[serde(default = "default_max_sectors_kb")]
+    #[serde(default = "value_u32::<1280>")]
     pub max_sectors_kb: u32,
-    #[serde(default = "default_max_segments")]
+    #[serde(default = "value_u32::<128>")]
     pub max_segments: u32,
-    #[serde(default = "default_size_gib")]
+    #[serde(default = "value_u64::<100>")]
     pub size_gib: u64,
     /// Scheduler tunables as in `queue/iosched/`, e.g. `front_merges = 0`.
     #[serde(default)]
@@ -97,14 +97,17 @@ pub struct DeviceSpec {
     pub chunk_kb: Option<u32>,
 }
 
-fn default_max_sectors_kb() -> u32 {
-    1280
+/// A default serde calls for a key left out, with the value written at the key
+/// (`default = "value_u32::<128>"`). Floats cannot be const parameters: those keys have a
+/// function of their own.
+const fn value_u32<const V: u32>() -> u32 {
+    V
 }
-fn default_max_segments() -> u32 {
-    128
+const fn value_u64<const V: u64>() -> u64 {
+    V
 }
-fn default_size_gib() -> u64 {
-    100
+const fn value_bool<const V: bool>() -> bool {
+    V
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -155,11 +158,11 @@ pub struct JobSpec {
     #[serde(default)]
     pub block_size_kb: BlockSizes,
     /// Bios in flight at most (fio iodepth).
-    #[serde(default = "one")]
+    #[serde(default = "value_u32::<1>")]
     pub iodepth: u32,
     /// Bios submitted together under one plug (fio iodepth_batch_submit): up to this many
     /// of the free slots at each submission.
-    #[serde(default = "one")]
+    #[serde(default = "value_u32::<1>")]
     pub batch: u32,
     /// Free slots needed before submitting again (fio iodepth_batch_complete_min);
     /// default: `batch`, so a batch is submitted whole once the previous one completed.
@@ -172,7 +175,7 @@ pub struct JobSpec {
     pub rate_iops: f64,
     /// Writes are synchronous (O_DIRECT) rather than async writeback; matters for the
     /// slice scheduler's sync/async classes. Reads are always sync.
-    #[serde(default = "yes")]
+    #[serde(default = "value_bool::<true>")]
     pub sync: bool,
     #[serde(default)]
     pub offset_mb: u64,
@@ -183,7 +186,7 @@ pub struct JobSpec {
     #[serde(default)]
     pub io_size_mb: u64,
     /// Identical copies of this job (each with its own stream and plug).
-    #[serde(default = "one")]
+    #[serde(default = "value_u32::<1>")]
     pub numjobs: u32,
     /// Replay this trace (tracefs `block_bio_queue` text or blkparse output) instead of
     /// generating bios; relative to the scenario file.
@@ -206,12 +209,6 @@ fn default_plug_gap_us() -> f64 {
     // 50 µs apart between batches (tests/fixtures/trace_seq_batched_write.txt).
     10.0
 }
-fn one() -> u32 {
-    1
-}
-fn yes() -> bool {
-    true
-}
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -229,7 +226,7 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    #[serde(default = "default_seed")]
+    #[serde(default = "value_u64::<1>")]
     pub seed: u64,
     /// Step costs for every scheduler, overriding the profile.
     pub cost: Option<CostModel>,
@@ -239,10 +236,6 @@ pub struct Scenario {
     pub devices: Vec<DeviceSpec>,
     #[serde(rename = "phase")]
     pub phases: Vec<PhaseSpec>,
-}
-
-fn default_seed() -> u64 {
-    1
 }
 
 /// The order the simulated kernel lists its schedulers in `queue/scheduler` (the order a

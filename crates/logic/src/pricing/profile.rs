@@ -129,19 +129,18 @@ impl Workload {
     pub fn batched(self) -> bool {
         matches!(self, Workload::RandomBatched | Workload::SequentialBatched)
     }
-    pub fn name(self) -> &'static str {
-        match self {
+}
+
+/// The name a profile's cells and the lab's flags give the workload (serde's too); it
+/// honours a width, as the profile's table pads it.
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
             Workload::RandomUnbatched => "random-unbatched",
             Workload::RandomBatched => "random-batched",
             Workload::SequentialUnbatched => "sequential-unbatched",
             Workload::SequentialBatched => "sequential-batched",
-        }
-    }
-}
-
-impl fmt::Display for Workload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        })
     }
 }
 
@@ -828,7 +827,7 @@ fn cell_row(c: &Cell) -> String {
     format!(
         "  {:<12} {:<21} {:<3} {:>11.0} {:>21} {:>9} {:>8} {:>7.1} {:>8} {:>17}  {:<24} {:>9} {:>17}\n",
         c.scheduler.name(),
-        c.workload.name(),
+        c.workload,
         c.level.to_string(),
         c.cpu_per_io,
         ci,

@@ -11,6 +11,7 @@
 use super::{
     DeviceSpec, JobSpec, LISTED, MAX_IN_FLIGHT_BIOS, Scenario, ScenarioError, iosched_keys,
 };
+use crate::cost::Step;
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::document::DocumentError;
 use std::collections::HashSet;
@@ -59,22 +60,10 @@ impl Scenario {
             return Err(bad("phase".into(), "at least one [[phase]] is required"));
         }
         if let Some(c) = &self.cost {
-            for (key, v) in [
-                ("plug_check", c.plug_check),
-                ("one_hit", c.one_hit),
-                ("hash_lookup", c.hash_lookup),
-                ("front_lookup", c.front_lookup),
-                ("merge", c.merge),
-                ("request_alloc", c.request_alloc),
-                ("insert", c.insert),
-                ("dispatch", c.dispatch),
-                ("completion", c.completion),
-                ("bio_complete", c.bio_complete),
-                ("dm_split", c.dm_split),
-            ] {
-                if v > limits::COST_CYCLES_MAX {
+            for step in Step::ALL {
+                if c.step(step) > limits::COST_CYCLES_MAX {
                     return Err(bad(
-                        format!("cost.{key}"),
+                        format!("cost.{}", step.key()),
                         &format!("must be at most {} cycles", limits::COST_CYCLES_MAX),
                     ));
                 }
