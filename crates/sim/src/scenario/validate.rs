@@ -358,3 +358,30 @@ fn check_job(j: &JobSpec, bad: &dyn Fn(&str, &str) -> ScenarioError) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `[cost]` step is bounded, and the refusal names its key: validation walks the
+    /// steps the model prices, so none is left unchecked.
+    #[test]
+    fn a_cost_step_above_its_bound_is_refused_naming_its_key() {
+        let base = "[[device]]\nname = \"sda\"\nkind = \"ssd\"\n\
+            [[phase]]\nname = \"p\"\nduration_s = 1.0\n";
+        for step in Step::ALL {
+            let key = step.key();
+            let at_bound = format!("{base}[cost]\n{key} = {}\n", limits::COST_CYCLES_MAX);
+            assert!(
+                Scenario::from_toml_str(&at_bound, "s.toml", None).is_ok(),
+                "{key}"
+            );
+            let over = format!("{base}[cost]\n{key} = {}\n", limits::COST_CYCLES_MAX + 1);
+            let e = Scenario::from_toml_str(&over, "s.toml", None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("cost.{key}")), "{key}: {e}");
+            assert!(e.contains("must be at most"), "{key}: {e}");
+        }
+    }
+}
