@@ -68,6 +68,22 @@ fn the_shipped_profiles_parse_and_validate() {
     }
 }
 
+/// The profile's table gives the workload a column 21 wide: every workload's name is
+/// padded to it, so the columns after it line up.
+#[test]
+fn the_rendered_table_pads_every_workload_to_its_column() {
+    let table = profile::builtin(profile::MEASURED_NAME).unwrap().render();
+    for w in Workload::ALL {
+        let name = w.to_string();
+        let rows: Vec<&str> = table.lines().filter(|l| l.contains(&name)).collect();
+        assert!(!rows.is_empty(), "no row of {name} in\n{table}");
+        for row in rows {
+            let at = row.find(&name).unwrap();
+            assert_eq!(&row[at..at + 22], format!("{name:<21} "), "{row}");
+        }
+    }
+}
+
 #[test]
 fn the_measured_profile_records_its_provenance() {
     let p = profile::builtin(profile::MEASURED_NAME).unwrap();
