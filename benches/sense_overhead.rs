@@ -108,7 +108,7 @@ fn own_ticks() -> (u64, u64) {
 }
 
 fn cpu_ns(fio: u32) -> (u64, u64) {
-    let proc = Path::new(cputime::PROCFS);
+    let proc = Path::new(mergetune_kernel::roots::PROCFS);
     let f = cputime::family_runtime_ns(proc, fio).expect("fio's CPU time");
     let own = cputime::task_runtime_ns(proc, std::process::id()).expect("own CPU time");
     (f, own)
@@ -364,7 +364,7 @@ fn main() {
         .expect("fio"));
     let fio_pid = fio.0.id();
     std::thread::sleep(Duration::from_secs(3));
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = mergetune_kernel::roots::KernelRoots::default().fs();
     let mut segs: Vec<Segment> = Vec::new();
     for r in 0..reps {
         for k in 0..modes.len() {

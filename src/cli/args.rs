@@ -58,7 +58,7 @@ pub struct LogArgs {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the daemon on this machine's block devices (`--once --dry-run`: look, write nothing).
-    Run(crate::cli::run::RunArgs),
+    Run(mergetune_export::entry::RunOptions),
     /// Show a running daemon's devices: level, nomerges, merge ratios, last decision, next probe.
     #[command(after_help = EXIT_STATUS_HELP)]
     Status(crate::cli::status::StatusArgs),

@@ -82,7 +82,9 @@ pub fn check(path: &std::path::Path, running_release: Option<&str>) -> CheckRepo
 }
 
 pub fn run(args: CheckConfigArgs) -> anyhow::Result<i32> {
-    let running = mergetune_kernel::tracefs::kernel_release(std::path::Path::new("/proc"));
+    let running = mergetune_kernel::tracefs::kernel_release(std::path::Path::new(
+        mergetune_kernel::roots::PROCFS,
+    ));
     let r = check(&args.path, running.as_deref());
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

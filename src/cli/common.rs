@@ -20,6 +20,7 @@ pub const EXIT_STATUS_HELP: &str = "Exit status:
   3  status: the daemon is not running (nothing answers at its address)";
 
 use mergetune_daemon::controller::Controller;
+
 use mergetune_daemon::snapshot::DaemonSnapshot;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_logic::decision::Decision;

@@ -33,7 +33,7 @@ use mergetune_daemon::state::{
     Claims, FileStore, Reattached, RestoreReport, StateError, StatePointer, StateStore as _,
     restore_from_store_with,
 };
-use mergetune_export::entry::runtime_dir;
+use mergetune_export::entry::HostFlags;
 use mergetune_kernel::blockfs::RealFs;
 use mergetune_logic::config::DEFAULT_STATE_DIR;
 use rustix::process::{Pid, test_kill_process};
@@ -59,17 +59,8 @@ pub struct RestoreArgs {
     /// back, `leave` takes the value for the operator's and drops the record.
     #[arg(long, value_name = "restore|leave", default_value = "restore")]
     pub reattached: Reattached,
-    /// For tests: the root of a fake sysfs tree.
-    #[arg(long, default_value = "/sys", hide = true)]
-    pub sysfs_root: PathBuf,
-    /// For tests: the runtime directory holding the pointer to the last daemon's state
-    /// directory [default: /run/mergetune, and none under a fake --sysfs-root].
-    #[arg(long, hide = true)]
-    pub runtime_dir: Option<PathBuf>,
-    /// For tests: the root of a fake procfs tree, as `run` was given (the boot id a
-    /// record is checked against is read there).
-    #[arg(long, default_value = "/proc", hide = true)]
-    pub procfs_root: PathBuf,
+    #[command(flatten)]
+    pub host: HostFlags,
 }
 
 /// Why a directory is read.
@@ -230,7 +221,7 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
         Some(d) => d.clone(),
         None => config_state_dir(args.config.as_deref())?,
     };
-    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    let runtime = args.host.runtime_dir();
     if args.state_dir.is_some() && !primary.exists() {
         // The operator named the directory: what another one holds is not what was asked.
         note_missing(&primary, true);
@@ -238,7 +229,7 @@ pub fn run(args: RestoreArgs) -> anyhow::Result<i32> {
     }
     let mut code = EXIT_OK;
     let mut seen: Vec<PathBuf> = Vec::new();
-    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
+    let mut fs = args.host.roots().fs();
     let mut restored_any = false;
     // The directory asked for is missing: an error, unless it comes from the config and
     // the last daemon's records were found elsewhere (the config was edited after it

@@ -375,6 +375,25 @@ fn the_file_store_is_described_by_its_path() {
     assert_eq!(store.describe(), "/run/mergetune/state.json");
 }
 
+/// The runtime directory (where the pointer and the device claims live) is the one asked
+/// for, else the machine's; a run over a fake sysfs tree has none unless asked, so a test
+/// never leaves a pointer or a claim naming its temporary directory on the real machine.
+#[test]
+fn the_runtime_directory_is_the_one_asked_for_else_the_machines_and_none_over_a_fake_tree() {
+    use mergetune_daemon::state::runtime_dir;
+    use mergetune_kernel::roots::{KernelRoots, PROCFS};
+    let real = KernelRoots::default();
+    let fake = KernelRoots::new("/tmp/fake/sys", PROCFS);
+    let asked = Path::new("/tmp/rt");
+    assert_eq!(runtime_dir(Some(asked), &fake).as_deref(), Some(asked));
+    assert_eq!(runtime_dir(Some(asked), &real).as_deref(), Some(asked));
+    assert_eq!(
+        runtime_dir(None, &real).as_deref(),
+        Some(Path::new("/run/mergetune"))
+    );
+    assert_eq!(runtime_dir(None, &fake), None);
+}
+
 /// No pointer is no pointer; a pointer that cannot be read is an error, never taken as
 /// "no earlier state directory" (its originals would then never be looked for).
 #[test]

@@ -24,7 +24,6 @@
 use crate::kernel;
 
 use kernel::LoopDevice;
-use mergetune_kernel::blockfs::RealFs;
 use mergetune_lab::abtest::{self, AbParams, AbReport, SampledAgainst};
 use std::path::Path;
 use std::process::Command;
@@ -92,7 +91,7 @@ fn run_cell(scheduler: &str, nr_requests: Option<u32>, iodepth: u32) -> AbReport
         Ok(v) => params.fio_autogroup_nice = v.trim().parse().ok().or(params.fio_autogroup_nice),
         Err(_) => {}
     }
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = mergetune_kernel::roots::KernelRoots::default().fs();
     let started = utc_now();
     let load0 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     // The second method in the same blocks: the merge path sampled as calibrate and the

@@ -103,12 +103,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn task_runtime_ns(pid: u32) -> u64 {
-    cputime::task_runtime_ns(Path::new(cputime::PROCFS), pid)
+    cputime::task_runtime_ns(Path::new(mergetune_kernel::roots::PROCFS), pid)
         .unwrap_or_else(|e| panic!("CPU time of {pid}: {e}"))
 }
 
 fn kworker_runtime_ns() -> u64 {
-    cputime::kworker_runtime_ns(Path::new(cputime::PROCFS))
+    cputime::kworker_runtime_ns(Path::new(mergetune_kernel::roots::PROCFS))
         .unwrap_or_else(|e| panic!("kworker CPU time: {e}"))
 }
 
@@ -177,7 +177,7 @@ fn run_phase(dev: &LoopDevice, phase: Phase, secs: u64, dir: &Path, daemon: Opti
             break st;
         }
         // Between try_wait and this read fio may have exited: its last reading stands.
-        if let Ok(ns) = cputime::task_runtime_ns(Path::new(cputime::PROCFS), pid) {
+        if let Ok(ns) = cputime::task_runtime_ns(Path::new(mergetune_kernel::roots::PROCFS), pid) {
             fio_ns = fio_ns.max(ns);
         }
         std::thread::sleep(Duration::from_millis(50));

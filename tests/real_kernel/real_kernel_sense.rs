@@ -11,7 +11,7 @@ use crate::kernel;
 use mergetune_kernel::biosense::{SENSE_INSTANCE_PREFIX, TapBatch, TapEvent, TapParams, TapRead};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_logic::sampler::Sensed;
-use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
+use mergetune_logic::sense::{Mergeable, SenseConfig, mergeable_percent};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,7 @@ fn tapped(
     kernel::open_raw_tap(fs, dev, 4096);
     let mut child = kernel::spawn_fio(args);
     let start = Instant::now();
-    let mut acc = Mergeable::new(DEFAULT_SENSE_PENDING_REQUESTS);
+    let mut acc = Mergeable::new(SenseConfig::DEFAULT.pending_requests);
     let mut buf: Vec<TapEvent> = Vec::new();
     let mut lost = 0;
     loop {
@@ -69,7 +69,7 @@ fn tapped(
 /// returns the sysfs to tap it through.
 fn at_l3(dev: &kernel::LoopDevice) -> RealFs {
     dev.set_nomerges(2);
-    RealFs::new("/sys", "/proc")
+    mergetune_kernel::roots::KernelRoots::default().fs()
 }
 
 /// Dropping `fs` removes the tap instances it opened: none of this process's is left.
@@ -127,7 +127,7 @@ fn the_tap_sees_batched_sequential_as_mergeable_and_random_as_not_at_l3() {
 #[ignore = "needs root, fio and loop devices: sudo MERGETUNE_KERNEL_TESTS=1 cargo test --release -- --include-ignored"]
 fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     let (_k, dev) = kernel::require_tap_loop("real_kernel_sense_cleanup", 64);
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = mergetune_kernel::roots::KernelRoots::default().fs();
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     assert_eq!(our_instances().len(), 1);
     assert_dropping_leaves_no_instance(fs);
@@ -138,7 +138,7 @@ fn a_dropped_realfs_removes_its_open_taps_and_stale_ones_go_at_the_next_open() {
     let stale = std::path::PathBuf::from("/sys/kernel/tracing/instances")
         .join(format!("{SENSE_INSTANCE_PREFIX}{dead}-7_0"));
     std::fs::create_dir(&stale).unwrap();
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = mergetune_kernel::roots::KernelRoots::default().fs();
     fs.tap_open(dev.name(), &TapParams::new(64)).unwrap();
     let gone = !stale.exists();
     if !gone {
@@ -239,7 +239,7 @@ fn a_paused_tap_records_nothing_and_resumes_in_the_same_instance_without_leftove
     assert_eq!(made(&fresh), 16, "{fresh:?}");
     assert_eq!(fresh.len(), 32, "{fresh:?}");
     assert_eq!(
-        mergetune_logic::sense::sense(&fresh, DEFAULT_SENSE_PENDING_REQUESTS, 1).mergeable,
+        mergetune_logic::sense::sense(&fresh, SenseConfig::DEFAULT.pending_requests, 1).mergeable,
         0
     );
     for b in &fresh {

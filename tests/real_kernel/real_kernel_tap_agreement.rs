@@ -18,7 +18,7 @@ use mergetune_kernel::biosense::{TapBatch, TapEvent};
 use mergetune_kernel::blockfs::{BioTap, RealFs};
 use mergetune_kernel::trace::Dir;
 use mergetune_logic::sampler::Sensed;
-use mergetune_logic::sense::{DEFAULT_SENSE_PENDING_REQUESTS, Mergeable, mergeable_percent};
+use mergetune_logic::sense::{Mergeable, SenseConfig, mergeable_percent};
 use std::time::{Duration, Instant};
 
 /// How far the tap's share may be from the kernel's, per direction, in percentage points.
@@ -157,7 +157,7 @@ fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Se
     let mut child = kernel::spawn_fio(args);
     let start = Instant::now();
     let mut acc: [Mergeable; 3] =
-        std::array::from_fn(|_| Mergeable::new(DEFAULT_SENSE_PENDING_REQUESTS));
+        std::array::from_fn(|_| Mergeable::new(SenseConfig::DEFAULT.pending_requests));
     let mut buf: Vec<TapEvent> = Vec::new();
     let mut lost = 0;
     let mut drain = |fs: &mut RealFs, acc: &mut [Mergeable; 3]| {
@@ -202,7 +202,7 @@ fn tap_share(fs: &mut RealFs, dev: &kernel::LoopDevice, args: &[String]) -> ([Se
 fn the_taps_mergeable_share_at_l3_is_the_kernels_merge_share_at_l0() {
     let (_k, dev) = kernel::require_tap_loop("real_kernel_tap_agreement", 600);
     dev.warm_up();
-    let mut fs = RealFs::new("/sys", "/proc");
+    let mut fs = mergetune_kernel::roots::KernelRoots::default().fs();
     fs.tap_available(dev.name())
         .unwrap_or_else(|e| panic!("the tap is not available: {e}"));
     let offered = dev.queue_attr("scheduler");

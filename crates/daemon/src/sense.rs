@@ -169,8 +169,8 @@ impl Default for DeviceSense {
         DeviceSense {
             duty: DutyCycle::default(),
             availability: Availability::Unknown,
-            acc: Mergeable::new(mergetune_logic::sense::DEFAULT_SENSE_PENDING_REQUESTS),
-            acc_capacity: mergetune_logic::sense::DEFAULT_SENSE_PENDING_REQUESTS,
+            acc: Mergeable::new(mergetune_logic::sense::SenseConfig::DEFAULT.pending_requests),
+            acc_capacity: mergetune_logic::sense::SenseConfig::DEFAULT.pending_requests,
             taken: 0,
             buf: Vec::new(),
             lost: 0,

@@ -37,6 +37,7 @@ use safe_dir::{DirError, SafeDir};
 
 use mergetune_kernel::blockfs::{BlockFs, FsError};
 use mergetune_kernel::devices::{DeviceIdentity, Sameness, read_identity};
+use mergetune_kernel::roots::KernelRoots;
 use mergetune_kernel::tunable::{Tunable, is_plain_device_name};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -534,6 +535,19 @@ impl StateStore for FileStore {
             },
             None => Ok(None),
         }
+    }
+}
+
+/// The daemon's runtime directory, where the pointer to the state directory and the
+/// host-wide device claims live: `explicit` (`--runtime-dir`), else on the machine the
+/// unit's `RuntimeDirectory=` (the default `state_dir`). A run over a fake sysfs tree (tests)
+/// has none unless asked, so it never leaves a pointer or a claim naming its temporary
+/// directory for the real machine's daemon, `restore` or calibrate.
+pub fn runtime_dir(explicit: Option<&Path>, roots: &KernelRoots) -> Option<PathBuf> {
+    match explicit {
+        Some(d) => Some(d.to_path_buf()),
+        None if roots.is_real() => Some(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR)),
+        None => None,
     }
 }
 

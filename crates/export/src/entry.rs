@@ -44,6 +44,7 @@ use mergetune_daemon::state::{
     restore_from_store,
 };
 use mergetune_kernel::blockfs::RealFs;
+use mergetune_kernel::roots::{KernelRoots, PROCFS, SYSFS};
 use mergetune_logic::config::{self, Config, DEFAULT_CONFIG_PATH};
 use once::Once;
 use std::path::{Path, PathBuf};
@@ -59,28 +60,76 @@ pub enum Outcome {
     RestoreFailed,
 }
 
-/// What `mergetune run` was asked to do (its flags, parsed by the command line).
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    /// The config file; None: the default path if it exists, else built-in defaults.
-    pub config: Option<PathBuf>,
-    /// Decide and log, write nothing.
-    pub dry_run: bool,
-    /// One look: sample for one decision, print, exit (writes nothing).
-    pub once: bool,
-    /// With `once`: one JSON document.
-    pub json: bool,
-    /// Overrides the config's daemon.interval_ms.
-    pub interval_ms: Option<u64>,
-    /// Overrides the config's daemon.state_dir.
-    pub state_dir: Option<PathBuf>,
+/// The hidden flags that point a command that reads or writes the machine (`run`,
+/// `restore`) at a fake tree instead: the tests' way in. Defined once so the two commands
+/// take the same fake host the same way.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostFlags {
+    /// For tests: the root of a fake sysfs tree.
+    #[arg(long, default_value = SYSFS, hide = true)]
     pub sysfs_root: PathBuf,
+    /// For tests: the root of a fake procfs tree (a record's boot id is checked against
+    /// the one read there).
+    #[arg(long, default_value = PROCFS, hide = true)]
     pub procfs_root: PathBuf,
-    /// Where the pointer to the state directory lives (see [`runtime_dir`]).
+    /// For tests: the runtime directory that holds the pointer to the state directory and
+    /// the device claims [default: /run/mergetune, and none under a fake --sysfs-root].
+    #[arg(long, hide = true)]
     pub runtime_dir: Option<PathBuf>,
-    /// Append every tick's raw samples here.
+}
+
+impl HostFlags {
+    pub fn roots(&self) -> KernelRoots {
+        KernelRoots::new(&self.sysfs_root, &self.procfs_root)
+    }
+
+    /// The runtime directory these flags name, or the machine's (see
+    /// [`mergetune_daemon::state::runtime_dir`]).
+    pub fn runtime_dir(&self) -> Option<PathBuf> {
+        mergetune_daemon::state::runtime_dir(self.runtime_dir.as_deref(), &self.roots())
+    }
+}
+
+/// What `mergetune run` was asked to do: its flags, parsed by the command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunOptions {
+    /// Config file [default: /etc/mergetune/mergetune.toml if it exists, else built-in defaults].
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// Decide and log what would be written; write nothing (no tunable, no state file).
+    /// Reads only world-readable files: needs no root. MERGETUNE_DRY_RUN=1 in the
+    /// environment does the same: the unit's drop-in for installing a fleet in dry run
+    /// (empty, 0, false, no or off leave it live).
+    #[arg(
+        long,
+        env = "MERGETUNE_DRY_RUN",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub dry_run: bool,
+    /// Sample for as long as one decision needs (step_down_after_windows windows), print
+    /// the device table and every decision it would take, exit. Writes nothing, with or
+    /// without --dry-run (no tunable, no state file); run as root it sees what the daemon
+    /// would (the bio tap, the merge-path sampler).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the devices and decisions as one JSON document.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// Override the config's daemon.interval_ms: time between samples, in milliseconds.
+    #[arg(long)]
+    pub interval_ms: Option<u64>,
+    /// Override the config's daemon.state_dir: where the original values are recorded.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub host: HostFlags,
+    /// Append every tick's raw samples to FILE (JSON lines, one per tick), for
+    /// `mergetune replay`.
+    #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Overrides the config's metrics.listen ("" turns the endpoint off).
+    /// Override the config's metrics.listen: IP:PORT of the read-only /metrics and /status endpoint;
+    /// "" turns it off. With --once the endpoint is off unless this is given.
+    #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
 }
 
@@ -117,18 +166,6 @@ fn apply_overrides(cfg: &mut Config, args: &RunOptions) -> Result<()> {
     }
     cfg.validate("command line")?;
     Ok(())
-}
-
-/// Where the pointer to the state directory lives: the runtime directory (the unit's
-/// `RuntimeDirectory=`, the default `state_dir`), or `--runtime-dir`. A run over a fake
-/// sysfs tree (tests) keeps no pointer unless asked, so it never leaves one naming its
-/// temporary directory for the real machine's `mergetune restore`.
-pub fn runtime_dir(explicit: Option<&Path>, sysfs_root: &Path) -> Option<PathBuf> {
-    match explicit {
-        Some(d) => Some(d.to_path_buf()),
-        None if sysfs_root == Path::new("/sys") => Some(PathBuf::from(config::DEFAULT_STATE_DIR)),
-        None => None,
-    }
 }
 
 /// Why a live run cannot start without a writable state directory, for the operator: root
@@ -269,7 +306,7 @@ fn dry_run_store(cfg: &Config, fs: &RealFs) -> Box<dyn StateStore> {
 /// A live run's store: the state file, writable and locked, after the originals a dead
 /// predecessor recorded (here or in the directory the pointer names) are put back.
 fn live_store(args: &RunOptions, cfg: &Config, fs: &mut RealFs) -> Result<FileStore> {
-    let runtime = runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root);
+    let runtime = args.host.runtime_dir();
     let mut store = FileStore::new(&cfg.daemon.state_dir);
     if let Some(rt) = &runtime {
         // One owner per device, whatever the state directories.
@@ -507,7 +544,7 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
         args.dry_run = true;
     }
     let (cfg, cfg_path) = configure(&args)?;
-    let mut fs = RealFs::new(&args.sysfs_root, &args.procfs_root);
+    let mut fs = args.host.roots().fs();
     log_pricing(&cfg, &mut fs);
     let actuator = actuator(&args, &cfg, &mut fs)?;
     let metrics = Arc::new(Metrics::new());
@@ -526,7 +563,7 @@ pub fn run(mut args: RunOptions) -> Result<Outcome> {
     };
     let mut once = args.once.then(|| Once::new(&cfg));
     let pointer = (!args.dry_run)
-        .then(|| runtime_dir(args.runtime_dir.as_deref(), &args.sysfs_root))
+        .then(|| args.host.runtime_dir())
         .flatten()
         .map(StatePointer::new);
     let mut daemon = Daemon::new(cfg, actuator);

@@ -10,9 +10,6 @@
 
 use std::path::{Path, PathBuf};
 
-/// Where procfs is on a real machine.
-pub const PROCFS: &str = "/proc";
-
 /// An error reading procfs or writing a process's setting there; the I/O error is kept
 /// (its kind tells a process gone from a permission refused).
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,7 @@ pub struct DeviceInfo {
     /// The raw queue/nomerges value, or None when the device has no request queue.
     pub nomerges: Option<String>,
     pub rotational: Option<bool>,
-    /// Whether queue/iosched/front_merges exists (mq-deadline).
-    pub has_front_merges: bool,
-    /// Its value, where it exists.
+    /// `queue/iosched/front_merges`, where it exists (mq-deadline).
     pub front_merges: Option<String>,
     /// The devices this one is stacked on (slaves/): dm and md members.
     pub slaves: Vec<String>,
@@ -30,6 +28,11 @@ impl DeviceInfo {
     /// The scheduler the device runs as the layers above see it ([`Reported::known`]).
     pub fn known_scheduler(&self) -> Option<Scheduler> {
         Reported::known(self.scheduler.as_ref())
+    }
+
+    /// Whether the scheduler has a `front_merges` knob (mq-deadline's).
+    pub fn has_front_merges(&self) -> bool {
+        self.front_merges.is_some()
     }
 }
 
@@ -228,7 +231,6 @@ pub fn read_device(fs: &mut dyn Sysfs, name: &str) -> Result<DeviceInfo, FsError
     let rotational = opt(fs.read_attr(name, "queue/rotational"))?.map(|s| s.trim() == "1");
     let front_merges =
         opt(fs.read_attr(name, "queue/iosched/front_merges"))?.map(|s| s.trim().to_string());
-    let has_front_merges = front_merges.is_some();
     let slaves = fs.list_dir(name, "slaves")?;
     let holders = fs.list_dir(name, "holders")?;
     Ok(DeviceInfo {
@@ -236,7 +238,6 @@ pub fn read_device(fs: &mut dyn Sysfs, name: &str) -> Result<DeviceInfo, FsError
         scheduler,
         nomerges,
         rotational,
-        has_front_merges,
         front_merges,
         slaves,
         holders,

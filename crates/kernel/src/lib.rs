@@ -16,6 +16,7 @@ pub mod diskstats;
 pub mod lines;
 pub mod perf;
 pub mod rawtrace;
+pub mod roots;
 pub mod scheduler;
 #[allow(unsafe_code)]
 pub mod sys;

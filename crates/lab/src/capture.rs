@@ -48,10 +48,10 @@ pub struct CaptureArgs {
     #[arg(long, default_value_t = 8192)]
     pub buffer_kb: u64,
     /// Root of sysfs (the device number and tracefs at kernel/tracing are found under it).
-    #[arg(long, default_value = "/sys")]
+    #[arg(long, default_value = mergetune_kernel::roots::SYSFS)]
     pub sysfs_root: PathBuf,
     /// Root of procfs (the kernel release for the capture's header).
-    #[arg(long, default_value = "/proc")]
+    #[arg(long, default_value = mergetune_kernel::roots::PROCFS)]
     pub procfs_root: PathBuf,
 }
 

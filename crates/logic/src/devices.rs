@@ -144,7 +144,6 @@ mod tests {
             scheduler: Some(Scheduler::MqDeadline.into()),
             nomerges: nomerges.map(Into::into),
             rotational: Some(false),
-            has_front_merges: true,
             front_merges: Some("1".into()),
             slaves: slaves.iter().map(|s| s.to_string()).collect(),
             holders: vec![],

@@ -241,33 +241,30 @@ pub struct SenseConfig {
     pub retry_after_secs: u64,
 }
 
-pub const DEFAULT_SENSE_OPEN_MS: u64 = 100;
-pub const DEFAULT_SENSE_EVERY_MS: u64 = 2000;
-pub const DEFAULT_SENSE_PENDING_REQUESTS: usize = 4096;
-pub const DEFAULT_SENSE_MIN_SAMPLE_BIOS: u64 = 64;
-pub const DEFAULT_SENSE_MAX_SAMPLE_BIOS: usize = 512;
-pub const DEFAULT_SENSE_BUFFER_KB: u64 = 64;
-pub const DEFAULT_SENSE_RETRY_AFTER_SECS: u64 = 600;
 /// The highest duty cycle `[sense]` accepts: open at most a quarter of the time.
 pub const MAX_SENSE_DUTY: f64 = 0.25;
 
 impl Default for SenseConfig {
     fn default() -> Self {
-        SenseConfig {
-            enabled: true,
-            open_ms: DEFAULT_SENSE_OPEN_MS,
-            every_ms: DEFAULT_SENSE_EVERY_MS,
-            pending_requests: DEFAULT_SENSE_PENDING_REQUESTS,
-            recent_bios: None,
-            min_sample_bios: DEFAULT_SENSE_MIN_SAMPLE_BIOS,
-            max_sample_bios: DEFAULT_SENSE_MAX_SAMPLE_BIOS,
-            buffer_kb: DEFAULT_SENSE_BUFFER_KB,
-            retry_after_secs: DEFAULT_SENSE_RETRY_AFTER_SECS,
-        }
+        SenseConfig::DEFAULT
     }
 }
 
 impl SenseConfig {
+    /// Every key's default, stated once under its key (`SenseConfig::DEFAULT.open_ms`):
+    /// what a config without `[sense]` runs with.
+    pub const DEFAULT: SenseConfig = SenseConfig {
+        enabled: true,
+        open_ms: 100,
+        every_ms: 2000,
+        pending_requests: 4096,
+        recent_bios: None,
+        min_sample_bios: 64,
+        max_sample_bios: 512,
+        buffer_kb: 64,
+        retry_after_secs: 600,
+    };
+
     /// Keys still read and ignored (check-config warns, the schema does not list them).
     pub const DEPRECATED_KEYS: &'static [&'static str] = &["recent_bios"];
 
@@ -344,7 +341,7 @@ mod tests {
         ev(EventKind::Issue, t, dir, sector, nr)
     }
 
-    const CAP: usize = DEFAULT_SENSE_PENDING_REQUESTS;
+    const CAP: usize = SenseConfig::DEFAULT.pending_requests;
 
     #[test]
     fn a_sequential_stream_whose_previous_request_was_issued_is_not_mergeable() {

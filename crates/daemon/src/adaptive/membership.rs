@@ -267,7 +267,7 @@ impl Daemon {
         }
         let caps = Caps::for_scheduler(
             info.known_scheduler(),
-            info.has_front_merges
+            info.has_front_merges()
                 && self.actuator.first_seen(name, Tunable::FrontMerges) == Some("1"),
         )
         .priced(worth);
@@ -484,7 +484,7 @@ fn update_caps(
 ) {
     let name = info.name.as_str();
     info!(device = %name, "{name}: {}", caps_change(&dev.info, &dev.caps, info, &caps));
-    if dev.caps.front_merges && !info.has_front_merges {
+    if dev.caps.front_merges && !info.has_front_merges() {
         let results = actuator.restore_tunable(fs, name, Tunable::FrontMerges);
         Daemon::log_restores(results.as_slice(), "scheduler switch");
     }

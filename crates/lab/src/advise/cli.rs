@@ -29,7 +29,7 @@ pub struct AdviseArgs {
     #[arg(short, long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// Root of sysfs, where a device name given to --device is looked up (for tests).
-    #[arg(long, default_value = "/sys", hide = true)]
+    #[arg(long, default_value = mergetune_kernel::roots::SYSFS, hide = true)]
     pub sysfs_root: PathBuf,
     /// Replay the trace in the simulator under each merge level and scheduler candidate and
     /// show the modelled CPU, throughput and latency side by side.

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// The calibration runs on the real machine only.
-const PROC: &str = cputime::PROCFS;
+const PROC: &str = mergetune_kernel::roots::PROCFS;
 
 pub(super) fn loadavg_1m() -> f64 {
     cputime::loadavg_1m(Path::new(PROC)).unwrap_or(f64::NAN)

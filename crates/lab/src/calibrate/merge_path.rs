@@ -22,6 +22,7 @@ use mergetune_kernel::blockfs::{RealFs, Sysfs};
 use mergetune_kernel::cputime;
 use mergetune_kernel::devices::read_device;
 use mergetune_kernel::perf::{self, MergePathSampler, MergeSamples, SamplerParams};
+use mergetune_kernel::roots::{KernelRoots, PROCFS};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_kernel::tunable::Tunable;
 use mergetune_logic::pricing::profile::{CostProfile, DeviceKey, MergePathCell, Method, Unit};
@@ -55,8 +56,7 @@ pub struct Plan {
     pub size_mib: u64,
     pub name: String,
     pub output: Option<PathBuf>,
-    pub sysfs_root: PathBuf,
-    pub procfs_root: PathBuf,
+    pub roots: KernelRoots,
     /// Where the host-wide device claims live (the daemon's runtime directory); None: no
     /// claims (a fake sysfs tree without `--runtime-dir`).
     pub runtime_dir: Option<PathBuf>,
@@ -204,14 +204,14 @@ fn measure_cell(
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(500));
-        let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
+        let pids: BTreeSet<u32> = cputime::family(&plan.roots.procfs, child.id())
             .into_iter()
             .collect();
         sampler.enable();
         let _ = sampler.drain(None);
         let mut out = Vec::new();
         let mut bios0 = device_bios(fs, dev)?;
-        let mut cpu0 = family_cpu(&plan.procfs_root, &pids);
+        let mut cpu0 = family_cpu(&plan.roots.procfs, &pids);
         let mut t = Instant::now();
         for _ in 0..plan.windows {
             if stop.load(Ordering::Relaxed) {
@@ -220,7 +220,7 @@ fn measure_cell(
             std::thread::sleep(Duration::from_millis(plan.window_ms));
             let samples = sampler.drain(Some(&pids));
             let bios1 = device_bios(fs, dev)?;
-            let cpu1 = family_cpu(&plan.procfs_root, &pids);
+            let cpu1 = family_cpu(&plan.roots.procfs, &pids);
             let now = Instant::now();
             out.push(WindowFig {
                 samples,
@@ -234,7 +234,7 @@ fn measure_cell(
         Ok(out)
     })();
     sampler.disable();
-    stop_fio(&plan.procfs_root, &mut child);
+    stop_fio(&plan.roots.procfs, &mut child);
     result
 }
 
@@ -370,7 +370,7 @@ fn claim_device(store: &mut FileStore, fs: &mut RealFs, dev: &str) -> Result<()>
 fn take_ownership(plan: &Plan) -> Result<FileStore> {
     let mut store = own_store(&plan.state_dir, plan.runtime_dir.as_deref())?;
     if let Some(d) = &plan.device {
-        let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+        let mut fs = plan.roots.fs();
         claim_device(&mut store, &mut fs, d)?;
     }
     Ok(store)
@@ -384,7 +384,7 @@ pub fn guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Resul
     let mut stdin = std::io::stdin();
     while stdin.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
     let mut store = own_store_after_parent(dir, runtime_dir)?;
-    let mut fs = RealFs::new(sysfs_root, cputime::PROCFS);
+    let mut fs = KernelRoots::new(sysfs_root, PROCFS).fs();
     let report = restore_from_store(&mut fs, &mut store, 0)?;
     for r in &report.results {
         eprintln!("calibrate guard: {r}");
@@ -445,20 +445,20 @@ fn spawn_guard(dir: &Path, sysfs_root: &Path, runtime_dir: Option<&Path>) -> Res
 pub fn run(mut plan: Plan, kernel_release: String) -> Result<i32> {
     plan.check()?;
     let mut store = take_ownership(&plan)?;
-    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let symbols = perf::load_symbols(&plan.roots.procfs)?;
     let params = SamplerParams {
         period_ns: PERIOD_NS,
         buffer_pages: BUFFER_PAGES,
     };
-    let mut sampler = MergePathSampler::open(&plan.sysfs_root, symbols, params)?;
+    let mut sampler = MergePathSampler::open(&plan.roots.sysfs, symbols, params)?;
     let stop = super::signals::stop_on_signals()?;
-    let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+    let mut fs = plan.roots.fs();
     let (scratch, dev) = open_device(&mut plan, &mut fs)?;
     let dev_path = PathBuf::from("/dev").join(&dev);
     restore_earlier(&plan, &mut store)?;
     let guard = spawn_guard(
         &plan.state_dir,
-        &plan.sysfs_root,
+        &plan.roots.sysfs,
         plan.runtime_dir.as_deref(),
     )?;
     let mut act = Actuator::new(false, Box::new(store));
@@ -603,7 +603,7 @@ fn open_device(plan: &mut Plan, fs: &mut RealFs) -> Result<(Option<ScratchLoop>,
             (None, d.clone())
         }
         None => {
-            let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
+            let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.roots.sysfs)?;
             plan.schedulers = lp.usable_schedulers(&plan.schedulers)?;
             let name = lp.name.clone();
             (Some(lp), name)
@@ -617,7 +617,7 @@ fn open_device(plan: &mut Plan, fs: &mut RealFs) -> Result<(Option<ScratchLoop>,
 fn restore_earlier(plan: &Plan, store: &mut FileStore) -> Result<()> {
     if let Some(loaded) = store.load()? {
         let pid = loaded.state.pid;
-        let mut f = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
+        let mut f = plan.roots.fs();
         let rep = restore_from_store(&mut f, store, 0)?;
         for r in &rep.results {
             eprintln!("calibrate: left by an earlier run that is gone (pid {pid}): {r}");
@@ -715,8 +715,8 @@ pub fn overhead(
     pricing: &mergetune_logic::pricing::config::PricingConfig,
 ) -> Result<i32> {
     let mut sampler = amplified_sampler(plan)?;
-    let mut fs = RealFs::new(&plan.sysfs_root, &plan.procfs_root);
-    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.sysfs_root)?;
+    let mut fs = plan.roots.fs();
+    let lp = ScratchLoop::create(&plan.tmpfs_dir, plan.size_mib, &plan.roots.sysfs)?;
     lp.set_scheduler(Scheduler::MqDeadline)?;
     let dev = lp.name.clone();
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -725,7 +725,7 @@ pub fn overhead(
     let result = (|| -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
         wait_for_io(&mut fs, &dev)?;
         std::thread::sleep(Duration::from_millis(500));
-        let pids: BTreeSet<u32> = cputime::family(&plan.procfs_root, child.id())
+        let pids: BTreeSet<u32> = cputime::family(&plan.roots.procfs, child.id())
             .into_iter()
             .collect();
         let mut per_sample = Vec::new();
@@ -741,13 +741,13 @@ pub fn overhead(
                 }
                 let (b0, c0, t) = (
                     device_bios(&mut fs, &dev)?,
-                    family_cpu(&plan.procfs_root, &pids),
+                    family_cpu(&plan.roots.procfs, &pids),
                     Instant::now(),
                 );
                 std::thread::sleep(Duration::from_millis(plan.window_ms));
                 let (b1, c1, secs) = (
                     device_bios(&mut fs, &dev)?,
-                    family_cpu(&plan.procfs_root, &pids),
+                    family_cpu(&plan.roots.procfs, &pids),
                     t.elapsed().as_secs_f64(),
                 );
                 cpu_per_s[usize::from(on)] = c1.saturating_sub(c0) as f64 / secs;
@@ -776,7 +776,7 @@ pub fn overhead(
         ))
     })();
     sampler.disable();
-    stop_fio(&plan.procfs_root, &mut child);
+    stop_fio(&plan.roots.procfs, &mut child);
     drop(lp);
     let (per_sample, merge_ns, bios_per_s, _) = result?;
     report_overhead(plan, pricing, ncpu, &per_sample, &merge_ns, bios_per_s);
@@ -803,12 +803,12 @@ const AMPLIFIED_PERIOD_NS: u64 = 100_000;
 
 /// The merge-path sampler at [`AMPLIFIED_PERIOD_NS`].
 fn amplified_sampler(plan: &Plan) -> Result<MergePathSampler> {
-    let symbols = perf::load_symbols(&plan.procfs_root)?;
+    let symbols = perf::load_symbols(&plan.roots.procfs)?;
     let params = SamplerParams {
         period_ns: AMPLIFIED_PERIOD_NS,
         buffer_pages: BUFFER_PAGES,
     };
-    Ok(MergePathSampler::open(&plan.sysfs_root, symbols, params)?)
+    Ok(MergePathSampler::open(&plan.roots.sysfs, symbols, params)?)
 }
 
 /// Waits until fio's first I/O reaches `dev` (10 s at the most).
@@ -933,8 +933,7 @@ mod tests {
             size_mib: 512,
             name: "x".into(),
             output: None,
-            sysfs_root: "/sys".into(),
-            procfs_root: "/proc".into(),
+            roots: KernelRoots::default(),
             runtime_dir: None,
         }
     }

@@ -10,6 +10,7 @@ use super::profile::{
 use super::scratch::{ScratchLoop, detach_leftovers, run_cmd};
 use super::stats;
 use anyhow::{Context, Result, bail};
+use mergetune_kernel::roots::{KernelRoots, PROCFS, SYSFS};
 use mergetune_kernel::scheduler::Scheduler;
 use mergetune_logic::decision::Level;
 use mergetune_logic::pricing::profile::{ToggleCost, Workload};
@@ -74,7 +75,7 @@ pub struct CalibrateArgs {
     #[arg(long, hide = true, value_name = "DIR")]
     pub guard: Option<PathBuf>,
     /// For tests: the root of sysfs.
-    #[arg(long, hide = true, default_value = "/sys")]
+    #[arg(long, hide = true, default_value = SYSFS)]
     pub sysfs_root: PathBuf,
     /// For tests: the runtime directory whose `devices/` holds the host-wide device claims
     /// [default: /run/mergetune, and none under a fake --sysfs-root].
@@ -443,41 +444,33 @@ impl Bench<'_> {
     }
 }
 
-/// The default mode: the merge path sampled (`merge_path`).
-/// Detaches the scratch loop devices a killed calibrate left (their queues put back), before
-/// this run attaches its own: every mode that may attach one calls it.
+/// What calibrate reads and writes under: `--sysfs-root` and the machine's procfs.
+fn roots(args: &CalibrateArgs) -> KernelRoots {
+    KernelRoots::new(&args.sysfs_root, PROCFS)
+}
+
 /// Where the device claims live: `--runtime-dir`, else the daemon's runtime directory on
 /// the real machine, and none over a fake sysfs tree.
 fn runtime_dir(args: &CalibrateArgs) -> Option<PathBuf> {
-    match &args.runtime_dir {
-        Some(d) => Some(d.clone()),
-        None if args.sysfs_root == Path::new("/sys") => {
-            Some(PathBuf::from(mergetune_logic::config::DEFAULT_STATE_DIR))
-        }
-        None => None,
-    }
+    mergetune_daemon::state::runtime_dir(args.runtime_dir.as_deref(), &roots(args))
 }
 
+/// Detaches the scratch loop devices a killed calibrate left (their queues put back), before
+/// this run attaches its own: every mode that may attach one calls it.
 fn clean_leftovers(args: &CalibrateArgs) {
-    for name in detach_leftovers(
-        &args.tmpfs_dir,
-        &args.sysfs_root,
-        Path::new(mergetune_kernel::cputime::PROCFS),
-    ) {
+    for name in detach_leftovers(&args.tmpfs_dir, &args.sysfs_root, Path::new(PROCFS)) {
         eprintln!("calibrate: detached {name}, left by an earlier calibrate that was killed");
     }
 }
 
+/// The default mode: the merge path sampled (`merge_path`).
 fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
     use super::merge_path::{Plan, run};
     let schedulers = if args.schedulers.is_empty() {
         match &args.device {
             // the device's own, read by run() (a Plan of one, checked there)
             Some(d) => {
-                let mut fs = mergetune_kernel::blockfs::RealFs::new(
-                    &args.sysfs_root,
-                    mergetune_kernel::cputime::PROCFS,
-                );
+                let mut fs = roots(args).fs();
                 let info = mergetune_kernel::devices::read_device(&mut fs, d)
                     .with_context(|| format!("--device {d}"))?;
                 match info.scheduler {
@@ -515,8 +508,7 @@ fn run_merge_path(args: &CalibrateArgs) -> Result<i32> {
             args.name.clone()
         },
         output: args.output.clone(),
-        sysfs_root: args.sysfs_root.clone(),
-        procfs_root: mergetune_kernel::cputime::PROCFS.into(),
+        roots: roots(args),
         runtime_dir: runtime_dir(args),
     };
     plan.check()?;

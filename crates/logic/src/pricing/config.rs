@@ -29,30 +29,25 @@ pub struct PricingConfig {
     pub fallback_profile: String,
 }
 
-pub const DEFAULT_SAVING_FLOOR_PERCENT_CPU: f64 = 0.5;
-pub const DEFAULT_SAMPLE_MS: u64 = 1000;
-pub const DEFAULT_EVERY_MS: u64 = 60_000;
-pub const DEFAULT_PERIOD_US: u64 = 1000;
-pub const DEFAULT_KEEP_SPANS: u32 = 30;
-pub const DEFAULT_MAX_AGE_SECS: u64 = 900;
-
 impl Default for PricingConfig {
     fn default() -> Self {
-        PricingConfig {
-            saving_floor_percent_cpu: SavingFloor::from_percent_cpu(
-                DEFAULT_SAVING_FLOOR_PERCENT_CPU,
-            ),
-            sample_ms: DEFAULT_SAMPLE_MS,
-            every_ms: DEFAULT_EVERY_MS,
-            period_us: DEFAULT_PERIOD_US,
-            keep_spans: DEFAULT_KEEP_SPANS,
-            max_age_secs: DEFAULT_MAX_AGE_SECS,
-            fallback_profile: String::new(),
-        }
+        PricingConfig::DEFAULT
     }
 }
 
 impl PricingConfig {
+    /// Every key's default, stated once under its key (`PricingConfig::DEFAULT.sample_ms`):
+    /// what a config without `[pricing]` runs with.
+    pub const DEFAULT: PricingConfig = PricingConfig {
+        saving_floor_percent_cpu: SavingFloor::from_percent_cpu(0.5),
+        sample_ms: 1000,
+        every_ms: 60_000,
+        period_us: 1000,
+        keep_spans: 30,
+        max_age_secs: 900,
+        fallback_profile: String::new(),
+    };
+
     /// The saving floor.
     pub fn floor(&self) -> SavingFloor {
         self.saving_floor_percent_cpu
