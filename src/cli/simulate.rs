@@ -278,7 +278,7 @@ pub fn run_watched(
     }
     let mut report = report.context("the run produced no report")?;
     // What the daemon priced with (the adaptive policy has a daemon; baselines do not).
-    report.daemon_pricing = controller.snapshot().map(|s| s.pricing_name);
+    report.daemon_pricing = controller.snapshot().map(|s| s.pricing.name);
     mergetune_export::logging::set_sim_time_ms(None);
     progress.finish();
     if let Some(e) = sim.halted() {

@@ -1188,9 +1188,12 @@ fn live_priced_snapshot() -> mergetune_daemon::snapshot::DaemonSnapshot {
         untrusted: false,
     };
     mergetune_daemon::snapshot::DaemonSnapshot {
-        pricing_name: "live".into(),
-        pricing_origin: "measured on this host".into(),
-        saving_floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
+        pricing: mergetune_daemon::snapshot::PricingSnapshot {
+            name: "live".into(),
+            origin: "measured on this host".into(),
+            floor: mergetune_logic::pricing::floor::SavingFloor::from_percent_cpu(0.5),
+            ..Default::default()
+        },
         devices: vec![mergetune_daemon::snapshot::DeviceSnapshot {
             name: "sda".into(),
             scheduler: Some(mergetune_kernel::scheduler::Scheduler::MqDeadline.into()),

@@ -5,7 +5,7 @@
 
 use crate::actuator::{Actuator, PersistChange};
 use crate::controller::Controller;
-use crate::snapshot::{DaemonSnapshot, DeviceSnapshot};
+use crate::snapshot::{DaemonSnapshot, DeviceSnapshot, PricingSnapshot};
 use crate::state::MemoryStore;
 use mergetune_kernel::blockfs::BlockFs;
 use mergetune_kernel::devices::DeviceInfo;
@@ -529,13 +529,15 @@ impl Daemon {
             max_changes_per_hour: self.cfg.policy.max_changes_per_hour,
             interval_ms: self.cfg.daemon.interval_ms,
             counters: self.counters.clone(),
-            pricing_name: self.pricing.name().to_string(),
-            pricing_origin: self.pricing.origin(),
-            sampler_unavailable: matches!(self.pricing, PricingSource::Live)
-                .then(|| self.live.unavailable_why().map(str::to_string))
-                .flatten(),
-            pricing_fallback: self.fallback_pricing().map(|f| f.name().to_string()),
-            saving_floor: self.cfg.pricing.floor(),
+            pricing: PricingSnapshot {
+                name: self.pricing.name().to_string(),
+                origin: self.pricing.origin(),
+                sampler_unavailable: matches!(self.pricing, PricingSource::Live)
+                    .then(|| self.live.unavailable_why().map(str::to_string))
+                    .flatten(),
+                fallback: self.fallback_pricing().map(|f| f.name().to_string()),
+                floor: self.cfg.pricing.floor(),
+            },
             devices: self
                 .devices
                 .values()

@@ -9,6 +9,8 @@ use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::decision::{Decision, Level};
 use mergetune_logic::devices::Management;
 use mergetune_logic::policy::{Mode, Reason};
+use mergetune_logic::pricing::floor::SavingFloor;
+use mergetune_logic::pricing::worth::{Basis, Worth};
 use mergetune_logic::sampler::Window;
 use serde::Serialize;
 
@@ -55,28 +57,34 @@ pub struct DaemonSnapshot {
     /// `[daemon] interval_ms`.
     pub interval_ms: u64,
     pub counters: DaemonCounters,
-    /// What prices a step down: "live", or a profile's name, and where it came from.
-    pub pricing_name: String,
-    pub pricing_origin: String,
-    /// Under live pricing, why the merge-path sampler cannot run here, with the fix (None
-    /// while it can, before it was tried, or under a profile).
-    pub sampler_unavailable: Option<String>,
-    /// The `[pricing] fallback_profile` pricing the devices while the sampler cannot run.
-    pub pricing_fallback: Option<String>,
-    /// The live pricing's floor.
-    pub saving_floor: mergetune_logic::pricing::floor::SavingFloor,
+    pub pricing: PricingSnapshot,
     /// Every device with a request queue, by name.
     pub devices: Vec<DeviceSnapshot>,
 }
 
-impl DaemonSnapshot {
+/// What prices a step down on every device (`/status` carries it as its `pricing`).
+#[derive(Debug, Clone, Default)]
+pub struct PricingSnapshot {
+    /// "live", or a profile's name ("" for a controller that prices nothing).
+    pub name: String,
+    /// Where it came from: "measured on this host", a built-in's kernel, a file's path.
+    pub origin: String,
+    /// Under live pricing, why the merge-path sampler cannot run here, with the fix (None
+    /// while it can, before it was tried, or under a profile).
+    pub sampler_unavailable: Option<String>,
+    /// The `[pricing] fallback_profile` pricing the devices while the sampler cannot run.
+    pub fallback: Option<String>,
+    /// The live pricing's floor.
+    pub floor: SavingFloor,
+}
+
+impl PricingSnapshot {
     /// The name of what priced `worth`: the fallback profile's for a profile's table while
     /// it stands in for the sampler, else the daemon's pricing name.
-    pub fn pricing_name_of(&self, worth: &mergetune_logic::pricing::worth::Worth) -> &str {
-        use mergetune_logic::pricing::worth::Basis;
-        match (&self.pricing_fallback, worth.basis) {
+    pub fn name_of(&self, worth: &Worth) -> &str {
+        match (&self.fallback, worth.basis) {
             (Some(f), Basis::Profile) => f,
-            _ => &self.pricing_name,
+            _ => &self.name,
         }
     }
 }

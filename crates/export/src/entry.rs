@@ -227,8 +227,8 @@ fn log_device_pricing(daemon: &Daemon) {
         let p = crate::status::DevicePricing::of(
             worth,
             level,
-            snap.pricing_name_of(worth),
-            snap.saving_floor,
+            snap.pricing.name_of(worth),
+            snap.pricing.floor,
         );
         info!(device = %d.name, "{}: pricing: {}", d.name, p.sentence());
     }

@@ -466,15 +466,16 @@ impl Metrics {
 
         self.count_decisions(decisions, &mut inner.open_probes);
         self.add_counters(&daemon.counters, &inner.last);
-        f.pricing.saving_floor.set(daemon.saving_floor.ratio());
+        let pricing = &daemon.pricing;
+        f.pricing.saving_floor.set(pricing.floor.ratio());
         f.pricing
             .sampler_unavailable
-            .set(i64::from(daemon.sampler_unavailable.is_some()));
+            .set(i64::from(pricing.sampler_unavailable.is_some()));
         let profile = ProfileLabels {
-            profile: daemon.pricing_name.clone(),
-            origin: daemon.pricing_origin.clone(),
+            profile: pricing.name.clone(),
+            origin: pricing.origin.clone(),
         };
-        if !daemon.pricing_name.is_empty() && inner.profile.as_ref() != Some(&profile) {
+        if !pricing.name.is_empty() && inner.profile.as_ref() != Some(&profile) {
             f.pricing.cost_profile_info.clear();
             f.pricing.cost_profile_info.get_or_create(&profile).set(1);
             inner.profile = Some(profile);

@@ -8,7 +8,7 @@
 //! added since the first version is an `Option` (or has a default), so that a document from
 //! an older daemon, which lacks it, still reads.
 
-use mergetune_daemon::snapshot::{DaemonSnapshot, TickTiming};
+use mergetune_daemon::snapshot::{DaemonSnapshot, PricingSnapshot, TickTiming};
 use mergetune_kernel::scheduler::Reported;
 use mergetune_logic::decision::{Applied, Change, DecisionKind, Level, level_index};
 use mergetune_logic::devices::Management;
@@ -238,6 +238,19 @@ pub struct DevicePricing {
 pub fn coverage(percent: f64) -> String {
     let s = format!("{percent:.1}");
     format!("{}%", s.strip_suffix(".0").unwrap_or(&s))
+}
+
+impl PricingStatus {
+    /// The daemon's pricing as `/status` carries it.
+    pub fn of(p: &PricingSnapshot) -> PricingStatus {
+        PricingStatus {
+            profile: p.name.clone(),
+            origin: p.origin.clone(),
+            floor_ms_per_sec: p.floor.ms_per_sec(),
+            sampler_unavailable: p.sampler_unavailable.clone(),
+            fallback_profile: p.fallback.clone(),
+        }
+    }
 }
 
 impl DevicePricing {
@@ -477,7 +490,7 @@ impl StatusSnapshot {
                         .next_probe_at_ms
                         .map(|at| round3(at.saturating_sub(t.now_ms) as f64 / 1000.0)),
                     pricing: d.worth.as_ref().zip(d.level).map(|(w, l)| {
-                        DevicePricing::of(w, l, daemon.pricing_name_of(w), daemon.saving_floor)
+                        DevicePricing::of(w, l, daemon.pricing.name_of(w), daemon.pricing.floor)
                     }),
                     changes_last_hour: d.changes_last_hour,
                     change_cap_reached: d
@@ -498,13 +511,7 @@ impl StatusSnapshot {
             last_tick_duration_ms: round3(t.duration_seconds * 1000.0),
             max_tick_lag_ms: round3(max_lag_seconds * 1000.0),
             write_errors: daemon.counters.write_errors,
-            pricing: (!daemon.pricing_name.is_empty()).then(|| PricingStatus {
-                profile: daemon.pricing_name.clone(),
-                origin: daemon.pricing_origin.clone(),
-                floor_ms_per_sec: daemon.saving_floor.ms_per_sec(),
-                sampler_unavailable: daemon.sampler_unavailable.clone(),
-                fallback_profile: daemon.pricing_fallback.clone(),
-            }),
+            pricing: (!daemon.pricing.name.is_empty()).then(|| PricingStatus::of(&daemon.pricing)),
             devices,
         }
     }

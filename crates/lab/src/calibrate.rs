@@ -26,7 +26,6 @@
 //! times come from `kernel::cputime`. It acts on the scratch device it created and on
 //! nothing the daemon reads.
 
-pub mod cpu;
 pub mod fio;
 pub mod merge_path;
 pub mod profile;

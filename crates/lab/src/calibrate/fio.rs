@@ -3,9 +3,10 @@
 //! toggle runs that write `queue/nomerges` under load. The counts come from the loop
 //! device's stat file, never from fio's own figures.
 
-use super::cpu::{Snapshot, snapshot};
 use super::scratch::ScratchLoop;
 use anyhow::{Context, Result, bail};
+use mergetune_kernel::cputime;
+use mergetune_kernel::roots::PROCFS;
 use mergetune_logic::pricing::profile::Workload;
 use rustix::process::{Pid, Signal, kill_process};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,34 @@ use std::time::{Duration, Instant};
 pub(super) const IODEPTH: u32 = 32;
 /// fio runs this long before the window opens (after its first I/O is seen).
 const RAMP_MS: u64 = 200;
+
+/// The counters and CPU times at one moment, read at once: the loop device's reads and
+/// merges, the ns on CPU of fio's threads and of every kworker, and whole-machine busy time
+/// (recorded but not used: the machine is shared). A window is the difference of two.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    at: Instant,
+    reads: u64,
+    merged: u64,
+    fio_ns: u64,
+    kworker_ns: u64,
+    system_ns: u64,
+}
+
+/// A [`Snapshot`] now, of the scratch device and fio's process (calibrate runs on the real
+/// machine only: the machine's procfs).
+fn snapshot(lp: &ScratchLoop, fio_pid: u32) -> Result<Snapshot> {
+    let (reads, merged) = lp.read_counts()?;
+    let proc = Path::new(PROCFS);
+    Ok(Snapshot {
+        at: Instant::now(),
+        reads,
+        merged,
+        fio_ns: cputime::task_runtime_ns(proc, fio_pid)?,
+        kworker_ns: cputime::kworker_runtime_ns(proc)?,
+        system_ns: cputime::system_busy_ns(proc)?,
+    })
+}
 
 /// What one measured run gave: the counters and CPU times at the two ends of its window,
 /// and fio's p99 latency; every figure is their difference.

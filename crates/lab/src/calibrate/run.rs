@@ -2,7 +2,6 @@
 //! run: the interleaved measurement loop over schedulers, levels and workloads, the toggle
 //! runs, then the profile.
 
-use super::cpu::loadavg_1m;
 use super::fio::{RunSample, measure_run, toggle_run};
 use super::profile::{
     Measured, Samples, build_profile, summarize_toggle, utc_now_rfc3339, write_profile,
@@ -442,6 +441,11 @@ impl Bench<'_> {
             &without,
         ))
     }
+}
+
+/// The machine's 1-minute load average, recorded beside the profile (NaN where unreadable).
+fn loadavg_1m() -> f64 {
+    mergetune_kernel::cputime::loadavg_1m(Path::new(PROCFS)).unwrap_or(f64::NAN)
 }
 
 /// What calibrate reads and writes under: `--sysfs-root` and the machine's procfs.
