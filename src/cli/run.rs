@@ -1,6 +1,6 @@
-//! `mergetune run`: its command line. The daemon is assembled and run by
-//! [`mergetune_export::entry::run`]; this parses the flags and turns the outcome into the
-//! exit code.
+//! `mergetune run`: its flags are [`RunOptions`] (declared beside the entry point that takes
+//! them, parsed by the command line); the daemon is assembled and run by
+//! [`mergetune_export::entry::run`]; this turns the outcome into the exit code.
 
 use crate::cli::common::{EXIT_ERROR, EXIT_OK};
 use mergetune_export::entry::{Outcome, RunOptions};
